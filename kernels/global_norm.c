@@ -1,0 +1,44 @@
+/* kernels/global_norm.c - CPU reference: global gradient norm and clipping.
+ * Owns: a deterministic sum of squares: fixed chunks of 4096 elements, each
+ * summed in double, chunks added in order; the result does not depend on the
+ * thread count. Must not: decide the clip factor (the trainer does). */
+#include "ops.h"
+
+#include <stdlib.h>
+
+#define NORM_CHUNK 4096
+
+// g (n) -> sum of g^2
+double sum_squares_cpu(const float *g, size_t n)
+{
+    size_t nchunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
+    double total = 0.0;
+    double small[64];
+    double *partial = nchunks <= 64 ? small : malloc(sizeof(double) * nchunks);
+    if (!partial) { /* fall back to a serial pass: same chunk order, same result */
+        for (size_t c = 0; c < nchunks; c++) {
+            double s = 0.0;
+            size_t end = (c + 1) * NORM_CHUNK < n ? (c + 1) * NORM_CHUNK : n;
+            for (size_t i = c * NORM_CHUNK; i < end; i++) s += (double)g[i] * g[i];
+            total += s;
+        }
+        return total;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nchunks; c++) {
+        double s = 0.0;
+        size_t end = (c + 1) * NORM_CHUNK < n ? (c + 1) * NORM_CHUNK : n;
+        for (size_t i = c * NORM_CHUNK; i < end; i++) s += (double)g[i] * g[i];
+        partial[c] = s;
+    }
+    for (size_t c = 0; c < nchunks; c++) total += partial[c];
+    if (partial != small) free(partial);
+    return total;
+}
+
+// g (n) *= s
+void scale_cpu(float *g, float s, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] *= s;
+}

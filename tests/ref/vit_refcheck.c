@@ -1,0 +1,130 @@
+/* tests/ref/vit_refcheck.c - the C side of the PyTorch reference check (a
+ * test tool, not part of the product).
+ *
+ * Owns: running the engine on weights and a batch that PyTorch chose, and
+ * writing what PyTorch must reproduce: logits, loss and every parameter
+ * gradient at the initial weights, then the losses and final weights of N
+ * optimizer steps on the same batch (check_against_torch.py compares).
+ * The batch is fed in micro-batches of training.microBatchSize, so gradient
+ * accumulation is checked too. Must not: compute anything the trainer does
+ * not (it calls the same model and optimizer code).
+ *
+ * usage: vit_refcheck --config CFG --init W.safetensors --inputs IN.safetensors
+ *                     --out OUT.safetensors [--steps N]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "model.h"
+#include "model_io.h"
+#include "optim.h"
+#include "safetensors.h"
+
+static int fail(const char *msg)
+{
+    fprintf(stderr, "vit_refcheck: %s\n", msg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cfg_path = NULL, *init = NULL, *inputs = NULL, *out_path = NULL;
+    long steps = 10;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--config")) cfg_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--init")) init = argv[i + 1];
+        else if (!strcmp(argv[i], "--inputs")) inputs = argv[i + 1];
+        else if (!strcmp(argv[i], "--out")) out_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--steps")) steps = atol(argv[i + 1]);
+        else return fail("unknown argument");
+    }
+    if (!cfg_path || !init || !inputs || !out_path || steps < 0) return fail("missing arguments");
+
+    char err[1024];
+    static vit_job_config cfg;
+    config_defaults(&cfg);
+    if (config_load_file(&cfg, cfg_path, err, sizeof err)) return fail(err);
+    const model_config *mc = &cfg.model;
+    if (mc->dim % mc->heads || mc->image_size % mc->patch_size) return fail("bad model dims");
+
+    st_file *in = NULL;
+    if (st_open(&in, inputs, err, sizeof err)) return fail(err);
+    const st_tensor *timg = st_find(in, "images"), *tlab = st_find(in, "labels");
+    if (!timg || !tlab || timg->dtype != ST_F32 || tlab->dtype != ST_I64 || timg->ndim != 4)
+        return fail("inputs need images F32 (B,C,S,S) and labels I64 (B)");
+    const int B = (int)timg->shape[0], micro = cfg.training.micro_batch_size;
+    if (B % micro) return fail("batch not divisible by training.microBatchSize");
+    int *labels = malloc(sizeof(int) * B);
+    for (int b = 0; b < B; b++) {
+        int64_t v;
+        memcpy(&v, (const char *)tlab->data + 8 * b, 8);
+        labels[b] = (int)v;
+    }
+    const size_t img_floats = (size_t)mc->channels * mc->image_size * mc->image_size;
+    float *images = malloc(sizeof(float) * B * img_floats);
+    memcpy(images, timg->data, sizeof(float) * B * img_floats);
+
+    const vit_ops *ops = ops_cpu();
+    ops_cpu_set_threads(cfg.training.threads);
+    vit_model *m = NULL;
+    if (model_new(&m, mc, B, ops, err, sizeof err)) return fail(err);
+    if (model_load_safetensors(m, init, err, sizeof err)) return fail(err);
+    optim *o = NULL;
+    if (optim_new(&o, m, &cfg.training.optimizer, steps, err, sizeof err)) return fail(err);
+
+    const int K = model_num_classes(m);
+    const size_t n = model_num_params(m);
+    float *logits0 = malloc(sizeof(float) * B * K), *grads0 = malloc(sizeof(float) * n);
+    float *losses = calloc((size_t)steps + 1, sizeof(float));
+    float loss0 = model_forward(m, images, labels, B);
+    memcpy(logits0, model_logits(m), sizeof(float) * B * K);
+
+    /* One step = the trainer's: micro-batches accumulate, then clip + AdamW. */
+    for (long s = 0; s <= steps; s++) {
+        model_zero_grads(m);
+        double loss = 0.0;
+        for (int b0 = 0; b0 < B; b0 += micro) {
+            loss += model_forward(m, images + b0 * img_floats, labels + b0, micro) * (double)micro;
+            model_backward(m, labels + b0, 1.0f / B);
+        }
+        if (s == 0) memcpy(grads0, model_grads(m), sizeof(float) * n);
+        if (s == steps) break;
+        losses[s] = (float)(loss / B);
+        optim_step(o, m, ops, s);
+    }
+
+    /* logits, loss, losses, then grads.* and params.* in layout order */
+    int nt = model_num_tensors(m), count = 0;
+    st_tensor *ts = calloc((size_t)(3 + 2 * nt), sizeof *ts);
+    char (*names)[MODEL_MAX_NAME + 8] = calloc((size_t)(2 * nt), sizeof *names);
+    ts[count++] = (st_tensor){"logits", ST_F32, 2, {B, K}, logits0};
+    ts[count++] = (st_tensor){"loss", ST_F32, 1, {1}, &loss0};
+    ts[count++] = (st_tensor){"losses", ST_F32, 1, {steps}, losses};
+    for (int i = 0; i < nt; i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        for (int k = 0; k < 2; k++) {
+            char *nm = names[2 * i + k];
+            snprintf(nm, MODEL_MAX_NAME + 8, "%s.%s", k ? "params" : "grads", t->name);
+            st_tensor *e = &ts[count++];
+            e->name = nm;
+            e->dtype = ST_F32;
+            e->ndim = t->ndim;
+            for (int d = 0; d < t->ndim; d++) e->shape[d] = t->shape[d];
+            e->data = (k ? model_params(m) : grads0) + t->offset;
+        }
+    }
+    int rc = st_write(out_path, ts, count, NULL, 0, err, sizeof err) ? fail(err) : 0;
+    free(ts);
+    free(names);
+    free(losses);
+    free(grads0);
+    free(logits0);
+    free(images);
+    free(labels);
+    optim_free(o);
+    model_free(m);
+    st_close(in);
+    return rc;
+}

@@ -1,0 +1,125 @@
+/* worker/config.h - the worker's training configuration.
+ *
+ * Owns: parsing the config file of design.md (JSON or YAML; either the bare
+ * spec {model, data, training, checkpoint} or a whole ViTJob manifest, whose
+ * `spec` is used), `--set key=value` overrides, model presets, defaults and
+ * validation. Configuration is table-driven: one row per key (dotted path,
+ * type, bounds, default, target field).
+ * Must not: touch data files, allocate model memory, or exit the process.
+ *
+ * Errors: every function returns 0 on success or a VITJOB_EXIT_* code, and
+ * writes a one-line message naming the file, key and value into `err`.
+ */
+#ifndef VITJOB_CONFIG_H
+#define VITJOB_CONFIG_H
+
+#include <stddef.h>
+
+/* Exit codes of design.md. */
+enum {
+    VITJOB_EXIT_OK = 0,
+    VITJOB_EXIT_FAILURE = 1,   /* retryable */
+    VITJOB_EXIT_CONFIG = 2,    /* bad config or spec: permanent */
+    VITJOB_EXIT_DATA = 3,      /* bad or missing data: permanent */
+};
+
+#define CONFIG_STR 512
+
+typedef struct {
+    char preset[64];      /* "" or a preset name; applied before the explicit keys */
+    int image_size;       /* input height = width, pixels */
+    int patch_size;       /* non-overlapping square patches */
+    int channels;         /* input channels (1 for Fashion-MNIST) */
+    int dim;              /* embedding width D */
+    int depth;            /* transformer blocks */
+    int heads;            /* attention heads; dim % heads == 0 */
+    double mlp_ratio;     /* MLP hidden = round(dim * mlp_ratio) */
+    int num_classes;
+    char init[CONFIG_STR];/* "" or a safetensors file with timm names to start from */
+} model_config;
+
+typedef struct {
+    char format[32];      /* "fashion-mnist" (only one so far) or "shards" */
+    char uri[CONFIG_STR]; /* file:///dir or /dir */
+    int augment;          /* random crop (pad 2) + horizontal flip */
+} data_config;
+
+typedef struct {
+    char name[16];        /* "adamw" */
+    double lr, weight_decay, beta1, beta2, eps;
+    int warmup_steps;
+    char schedule[16];    /* "cosine" | "constant" */
+    double min_lr;
+    double grad_clip;     /* 0 = off */
+} optimizer_config;
+
+typedef struct {
+    long steps;           /* optimizer steps; 0 = derive from epochs */
+    int epochs;           /* used when steps == 0 */
+    int global_batch_size;
+    int micro_batch_size; /* per rank; accumulation fills the rest */
+    char precision[16];   /* "fp32" | "bf16-mixed" */
+    char sharding[16];    /* "none" | "grad-op" | "full" */
+    int activation_checkpointing;
+    optimizer_config optimizer;
+    unsigned long long seed;
+    char device[8];       /* "cpu" | "cuda" | "auto" */
+    int rendezvous_timeout_seconds;
+    int threads;          /* 0 = all cores */
+    int log_interval;     /* steps between progress lines */
+    int eval_interval;    /* steps between test-set evaluations; 0 = end only */
+    char export_path[CONFIG_STR]; /* safetensors written at the end; "" = none */
+} training_config;
+
+typedef struct {
+    char uri[CONFIG_STR];
+    int interval_steps;
+    int keep;
+    char endpoint[CONFIG_STR];
+    char credentials_secret[256];
+} checkpoint_config;
+
+typedef struct {
+    model_config model;
+    data_config data;
+    training_config training;
+    checkpoint_config checkpoint;
+    int world_size;       /* from VITJOB_WORLD_SIZE * VITJOB_LOCAL_RANKS; 1 locally */
+} vit_job_config;
+
+/* Fills `cfg` with the defaults (preset fmnist_tiny, Fashion-MNIST). */
+void config_defaults(vit_job_config *cfg);
+
+/* Parses a JSON or YAML file (chosen by content, not by extension) into cfg,
+ * on top of whatever cfg holds. Unknown keys, wrong types and out-of-range
+ * values are errors. Returns 0 or VITJOB_EXIT_CONFIG. */
+int config_load_file(vit_job_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Parses the same document from memory; `origin` names it in messages. */
+int config_load_string(vit_job_config *cfg, const char *text, size_t len,
+                       const char *origin, char *err, size_t errlen);
+
+/* Applies one "dotted.key=value" override, e.g. "training.steps=100". */
+int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t errlen);
+
+/* Cross-field checks (dim % heads, imageSize % patchSize, batch divisibility,
+ * ...). Call after all loads and sets. Returns 0 or VITJOB_EXIT_CONFIG. */
+int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
+
+/* Writes the preset's model dims into m (keeping m->init). Returns 0, or -1
+ * if the name is unknown. Presets: vit_ti16 vit_s16 vit_b16 vit_l16 vit_h14
+ * vit_g14 (timm's dims, 224x224x3, 1000 classes), fmnist_tiny, fmnist_small
+ * (28x28x1, 10 classes). */
+int config_preset(model_config *m, const char *name);
+
+/* Number of micro-batches accumulated per optimizer step. */
+int config_accum_steps(const vit_job_config *cfg);
+
+/* MLP hidden width: round(dim * mlp_ratio). */
+int config_mlp_hidden(const model_config *m);
+
+/* Prints the effective config as JSON (for logs and reproducibility).
+ * Caller frees the result with free(). */
+char *config_to_json(const vit_job_config *cfg);
+
+#endif

@@ -1,0 +1,349 @@
+/* worker/model.c - see model.h. The ViT forward and backward, one pass of op
+ * calls; every number is computed by the op table, never here. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+enum { /* per-block tensors, in timm's order */
+    BT_NORM1_W, BT_NORM1_B, BT_QKV_W, BT_QKV_B, BT_PROJ_W, BT_PROJ_B,
+    BT_NORM2_W, BT_NORM2_B, BT_FC1_W, BT_FC1_B, BT_FC2_W, BT_FC2_B, BT_COUNT
+};
+
+typedef struct { /* activations of one block, (B,T,.) each */
+    float *ln1, *ln1_mean, *ln1_rstd; /* LayerNorm 1 out, stats */
+    float *qkv;                       /* (B,T,3D) */
+    float *att;                       /* (B,NH,T,T) probabilities */
+    float *atty;                      /* attention out before proj (B,T,D) */
+    float *res2;                      /* x + attn branch (B,T,D) */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fc1;                       /* (B,T,H) pre-GELU */
+    float *gelu;                      /* (B,T,H) */
+} block_acts;
+
+struct vit_model {
+    const vit_ops *ops;
+    int S, P, C, D, L, NH, H, K, T, N, max_batch, B;
+    size_t n_params;
+    float *params, *grads;
+    model_tensor *tensors;
+    int n_tensors;
+    /* index of the first tensor of each part */
+    int t_cls, t_pos, t_patch_w, t_patch_b, t_block0, t_norm_w, t_norm_b, t_head_w, t_head_b;
+
+    float *arena; /* every activation buffer lives in it */
+    size_t arena_floats;
+    float *patches, *patch_out; /* (B*N, C*P*P), (B*N, D) */
+    float **res;                /* L+1 residual streams (B,T,D): input of block l */
+    block_acts *blk;
+    float *cls, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *losses; /* head */
+    /* backward scratch */
+    float *dres, *dbuf_d, *dqkv, *dbuf_h, *dpatch_out, *dlogits, *dlnf, *dcls, *att_scratch;
+};
+
+static void add_tensor(vit_model *m, const char *name, int ndim, const int *shape, int decay)
+{
+    model_tensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->numel *= (size_t)shape[i];
+    }
+    t->offset = m->n_params;
+    t->decay = decay;
+    m->n_params += t->numel;
+}
+
+#define SHAPE(...) ((const int[]){__VA_ARGS__})
+
+static void build_layout(vit_model *m)
+{
+    const int D = m->D, H = m->H;
+    char name[MODEL_MAX_NAME];
+    m->t_cls = m->n_tensors;
+    add_tensor(m, "cls_token", 3, SHAPE(1, 1, D), 0);
+    m->t_pos = m->n_tensors;
+    add_tensor(m, "pos_embed", 3, SHAPE(1, m->T, D), 0);
+    m->t_patch_w = m->n_tensors;
+    add_tensor(m, "patch_embed.proj.weight", 4, SHAPE(D, m->C, m->P, m->P), 1);
+    m->t_patch_b = m->n_tensors;
+    add_tensor(m, "patch_embed.proj.bias", 1, SHAPE(D), 0);
+    m->t_block0 = m->n_tensors;
+    static const char *const suffix[BT_COUNT] = {
+        "norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias",
+        "attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias",
+        "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"};
+    for (int l = 0; l < m->L; l++) {
+        const int shapes[BT_COUNT][2] = {{D, 0}, {D, 0}, {3 * D, D}, {3 * D, 0}, {D, D}, {D, 0},
+                                         {D, 0}, {D, 0}, {H, D},     {H, 0},     {D, H}, {D, 0}};
+        for (int i = 0; i < BT_COUNT; i++) {
+            snprintf(name, sizeof name, "blocks.%d.%s", l, suffix[i]);
+            int nd = shapes[i][1] ? 2 : 1;
+            add_tensor(m, name, nd, shapes[i], nd == 2);
+        }
+    }
+    m->t_norm_w = m->n_tensors;
+    add_tensor(m, "norm.weight", 1, SHAPE(D), 0);
+    m->t_norm_b = m->n_tensors;
+    add_tensor(m, "norm.bias", 1, SHAPE(D), 0);
+    m->t_head_w = m->n_tensors;
+    add_tensor(m, "head.weight", 2, SHAPE(m->K, D), 1);
+    m->t_head_b = m->n_tensors;
+    add_tensor(m, "head.bias", 1, SHAPE(m->K), 0);
+}
+
+static inline float *P_(vit_model *m, int t) { return m->params + m->tensors[t].offset; }
+static inline float *G_(vit_model *m, int t) { return m->grads + m->tensors[t].offset; }
+static inline int BT(const vit_model *m, int l, int i) { return m->t_block0 + l * BT_COUNT + i; }
+
+/* Carves the activation arena; with base NULL only counts. */
+static size_t carve(vit_model *m, float *base)
+{
+    const size_t B = (size_t)m->max_batch, T = (size_t)m->T, D = (size_t)m->D,
+                 H = (size_t)m->H, NH = (size_t)m->NH, K = (size_t)m->K, N = (size_t)m->N,
+                 CPP = (size_t)m->C * m->P * m->P;
+    size_t off = 0;
+#define TAKE(ptr, count)                                   \
+    do {                                                   \
+        if (base) (ptr) = base + off;                      \
+        off += ((size_t)(count) + 15) & ~(size_t)15;       \
+    } while (0)
+    TAKE(m->patches, B * N * CPP);
+    TAKE(m->patch_out, B * N * D);
+    for (int l = 0; l <= m->L; l++) TAKE(m->res[l], B * T * D);
+    for (int l = 0; l < m->L; l++) {
+        block_acts *a = &m->blk[l];
+        TAKE(a->ln1, B * T * D);
+        TAKE(a->ln1_mean, B * T);
+        TAKE(a->ln1_rstd, B * T);
+        TAKE(a->qkv, B * T * 3 * D);
+        TAKE(a->att, B * NH * T * T);
+        TAKE(a->atty, B * T * D);
+        TAKE(a->res2, B * T * D);
+        TAKE(a->ln2, B * T * D);
+        TAKE(a->ln2_mean, B * T);
+        TAKE(a->ln2_rstd, B * T);
+        TAKE(a->fc1, B * T * H);
+        TAKE(a->gelu, B * T * H);
+    }
+    TAKE(m->cls, B * D);
+    TAKE(m->lnf, B * D);
+    TAKE(m->lnf_mean, B);
+    TAKE(m->lnf_rstd, B);
+    TAKE(m->logits, B * K);
+    TAKE(m->probs, B * K);
+    TAKE(m->losses, B);
+    TAKE(m->dres, B * T * D);
+    TAKE(m->dbuf_d, B * T * D);
+    TAKE(m->dqkv, B * T * 3 * D);
+    TAKE(m->dbuf_h, B * T * H);
+    TAKE(m->dpatch_out, B * N * D);
+    TAKE(m->dlogits, B * K);
+    TAKE(m->dlnf, B * D);
+    TAKE(m->dcls, B * D);
+    TAKE(m->att_scratch, ops_cpu_attention_scratch_floats(m->T));
+#undef TAKE
+    return off;
+}
+
+int model_new(vit_model **out, const model_config *mc, int max_batch, const vit_ops *ops,
+              char *err, size_t errlen)
+{
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m) goto oom;
+    m->ops = ops;
+    m->S = mc->image_size;
+    m->P = mc->patch_size;
+    m->C = mc->channels;
+    m->D = mc->dim;
+    m->L = mc->depth;
+    m->NH = mc->heads;
+    m->H = config_mlp_hidden(mc);
+    m->K = mc->num_classes;
+    m->N = (m->S / m->P) * (m->S / m->P);
+    m->T = m->N + 1;
+    m->max_batch = max_batch;
+    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
+    m->res = calloc((size_t)m->L + 1, sizeof *m->res);
+    m->blk = calloc((size_t)m->L, sizeof *m->blk);
+    if (!m->tensors || !m->res || !m->blk) goto oom;
+    build_layout(m);
+    m->params = calloc(m->n_params, sizeof(float));
+    m->grads = calloc(m->n_params, sizeof(float));
+    m->arena_floats = carve(m, NULL);
+    m->arena = calloc(m->arena_floats, sizeof(float));
+    if (!m->params || !m->grads || !m->arena) goto oom;
+    carve(m, m->arena);
+    *out = m;
+    return 0;
+oom:
+    snprintf(err, errlen, "model: out of memory for dim=%d depth=%d batch=%d", mc->dim,
+             mc->depth, max_batch);
+    model_free(m);
+    return VITJOB_EXIT_FAILURE;
+}
+
+void model_free(vit_model *m)
+{
+    if (!m) return;
+    free(m->tensors);
+    free(m->res);
+    free(m->blk);
+    free(m->params);
+    free(m->grads);
+    free(m->arena);
+    free(m);
+}
+
+int model_tokens(const vit_model *m) { return m->T; }
+int model_num_classes(const vit_model *m) { return m->K; }
+int model_image_floats(const vit_model *m) { return m->C * m->S * m->S; }
+size_t model_num_params(const vit_model *m) { return m->n_params; }
+size_t model_activation_bytes(const vit_model *m) { return m->arena_floats * sizeof(float); }
+float *model_params(vit_model *m) { return m->params; }
+float *model_grads(vit_model *m) { return m->grads; }
+int model_num_tensors(const vit_model *m) { return m->n_tensors; }
+const model_tensor *model_tensor_at(const vit_model *m, int i) { return &m->tensors[i]; }
+const float *model_logits(const vit_model *m) { return m->logits; }
+const float *model_losses(const vit_model *m) { return m->losses; }
+
+int model_find_tensor(const vit_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+static void fill_trunc_normal(float *x, size_t n, float std, rng_state *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        float z;
+        do {
+            z = rng_normal(r);
+        } while (z < -2.0f || z > 2.0f); /* timm truncates at +-2 (absolute, std 0.02) */
+        x[i] = z * std;
+    }
+}
+
+void model_init_random(vit_model *m, uint64_t seed)
+{
+    rng_state r;
+    rng_seed(&r, seed, 0x1a17, 0);
+    memset(m->params, 0, m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        float *p = m->params + t->offset;
+        const char *dot = strrchr(t->name, '.');
+        if (i == m->t_cls) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1e-6f * rng_normal(&r);
+        } else if (i == m->t_pos) {
+            fill_trunc_normal(p, t->numel, 0.02f, &r);
+        } else if (i == m->t_patch_w || i == m->t_patch_b) {
+            float bound = 1.0f / sqrtf((float)(m->C * m->P * m->P));
+            for (size_t j = 0; j < t->numel; j++) p[j] = (2.0f * rng_uniform(&r) - 1.0f) * bound;
+        } else if (strstr(t->name, "norm") && dot && strcmp(dot, ".weight") == 0) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+        } else if (t->ndim == 2) {
+            fill_trunc_normal(p, t->numel, 0.02f, &r);
+        } /* biases stay 0 */
+    }
+}
+
+void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_params); }
+
+float model_forward(vit_model *m, const float *images, const int *targets, int B)
+{
+    const vit_ops *ops = m->ops;
+    const int T = m->T, D = m->D, H = m->H, NH = m->NH, K = m->K, CPP = m->C * m->P * m->P;
+    const int BT_ = B * T;
+    m->B = B;
+
+    ops->patchify(m->patches, images, B, m->C, m->S, m->P);
+    ops->matmul_forward(m->patch_out, m->patches, P_(m, m->t_patch_w), P_(m, m->t_patch_b),
+                        B * m->N, CPP, D);
+    ops->embed_forward(m->res[0], m->patch_out, P_(m, m->t_cls), P_(m, m->t_pos), B, T, D);
+
+    for (int l = 0; l < m->L; l++) {
+        block_acts *a = &m->blk[l];
+        const float *x = m->res[l];
+        ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, P_(m, BT(m, l, BT_NORM1_W)),
+                               P_(m, BT(m, l, BT_NORM1_B)), BT_, D);
+        ops->matmul_forward(a->qkv, a->ln1, P_(m, BT(m, l, BT_QKV_W)), P_(m, BT(m, l, BT_QKV_B)),
+                            BT_, D, 3 * D);
+        ops->attention_forward(a->atty, a->att, a->qkv, B, T, D, NH);
+        /* proj output goes to res2 first, then the residual is added in place */
+        ops->matmul_forward(a->res2, a->atty, P_(m, BT(m, l, BT_PROJ_W)),
+                            P_(m, BT(m, l, BT_PROJ_B)), BT_, D, D);
+        ops->residual_forward(a->res2, a->res2, x, (size_t)BT_ * D);
+        ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
+                               P_(m, BT(m, l, BT_NORM2_W)), P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
+        ops->matmul_forward(a->fc1, a->ln2, P_(m, BT(m, l, BT_FC1_W)), P_(m, BT(m, l, BT_FC1_B)),
+                            BT_, D, H);
+        ops->gelu_forward(a->gelu, a->fc1, (size_t)BT_ * H);
+        float *y = m->res[l + 1];
+        ops->matmul_forward(y, a->gelu, P_(m, BT(m, l, BT_FC2_W)), P_(m, BT(m, l, BT_FC2_B)),
+                            BT_, H, D);
+        ops->residual_forward(y, y, a->res2, (size_t)BT_ * D);
+    }
+
+    /* Final norm on the class tokens only: identical output and gradients
+     * to timm's norm over all tokens followed by x[:, 0]. */
+    ops->gather_cls(m->cls, m->res[m->L], B, T, D);
+    ops->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->cls, P_(m, m->t_norm_w),
+                           P_(m, m->t_norm_b), B, D);
+    ops->matmul_forward(m->logits, m->lnf, P_(m, m->t_head_w), P_(m, m->t_head_b), B, D, K);
+    if (!targets) return 0.0f;
+    ops->crossentropy_forward(m->losses, m->probs, m->logits, targets, B, K);
+    double sum = 0.0;
+    for (int b = 0; b < B; b++) sum += m->losses[b];
+    return (float)(sum / B);
+}
+
+void model_backward(vit_model *m, const int *targets, float dloss)
+{
+    const vit_ops *ops = m->ops;
+    const int B = m->B, T = m->T, D = m->D, H = m->H, NH = m->NH, K = m->K,
+              CPP = m->C * m->P * m->P;
+    const int BT_ = B * T;
+
+    ops->crossentropy_backward(m->dlogits, m->probs, targets, dloss, B, K);
+    ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
+                         P_(m, m->t_head_w), B, D, K);
+    ops->zero(m->dcls, (size_t)B * D);
+    ops->layernorm_backward(m->dcls, G_(m, m->t_norm_w), G_(m, m->t_norm_b), m->dlnf, m->cls,
+                            P_(m, m->t_norm_w), m->lnf_mean, m->lnf_rstd, B, D);
+    ops->zero(m->dres, (size_t)BT_ * D);
+    ops->scatter_cls_backward(m->dres, m->dcls, B, T, D);
+
+    /* dres holds d(block output); each LayerNorm backward adds its branch,
+     * which is the residual add's backward. */
+    for (int l = m->L - 1; l >= 0; l--) {
+        block_acts *a = &m->blk[l];
+        ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)),
+                             m->dres, a->gelu, P_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
+        ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
+        ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
+                             m->dbuf_h, a->ln2, P_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
+        ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM2_W)), G_(m, BT(m, l, BT_NORM2_B)),
+                                m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
+                                a->ln2_rstd, BT_, D);
+        ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
+                             m->dres, a->atty, P_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
+        ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
+        ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)),
+                             m->dqkv, a->ln1, P_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
+        ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM1_W)), G_(m, BT(m, l, BT_NORM1_B)),
+                                m->dbuf_d, m->res[l], P_(m, BT(m, l, BT_NORM1_W)), a->ln1_mean,
+                                a->ln1_rstd, BT_, D);
+    }
+
+    ops->embed_backward(m->dpatch_out, G_(m, m->t_cls), G_(m, m->t_pos), m->dres, B, T, D);
+    ops->matmul_backward(NULL, G_(m, m->t_patch_w), G_(m, m->t_patch_b), m->dpatch_out,
+                         m->patches, P_(m, m->t_patch_w), B * m->N, CPP, D);
+}

@@ -1,0 +1,80 @@
+/* worker/model.h - the Vision Transformer: parameters, activations, forward
+ * and backward, written once against the op table (kernels/ops.h).
+ *
+ * Owns: the flat parameter layout (one fp32 buffer, tensors in timm's
+ * state_dict order, block by block: cls_token, pos_embed, patch_embed.*,
+ * blocks.0.* ... blocks.L-1.*, norm.*, head.*), the same layout for the
+ * gradients, the activation buffers, and the order of ops.
+ * Must not: know about data, optimizers, files or processes.
+ *
+ * Architecture: timm's VisionTransformer exactly (pre-norm blocks, qkv bias,
+ * LayerNorm eps 1e-6, class-token pooling, exact GELU, no dropout), so that
+ * weights move between the two unchanged.
+ */
+#ifndef VITJOB_MODEL_H
+#define VITJOB_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "ops.h"
+
+#define MODEL_MAX_NAME 48
+
+typedef struct {
+    char name[MODEL_MAX_NAME]; /* timm's parameter name */
+    int ndim;
+    int shape[4];
+    size_t offset;             /* in floats, into the flat buffer */
+    size_t numel;
+    int decay;                 /* 1: AdamW weight decay applies (timm's groups) */
+} model_tensor;
+
+typedef struct vit_model vit_model;
+
+/* Builds a model for batches of at most max_batch images. Parameters and
+ * gradients are zeroed; call model_init_random or model_load_safetensors.
+ * On success *out is the caller's, freed with model_free. Returns 0 or
+ * VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
+int model_new(vit_model **out, const model_config *mc, int max_batch, const vit_ops *ops,
+              char *err, size_t errlen);
+void model_free(vit_model *m); /* accepts NULL */
+
+/* Dims (borrowed views). */
+int model_tokens(const vit_model *m);      /* T = 1 + (S/P)^2 */
+int model_num_classes(const vit_model *m);
+int model_image_floats(const vit_model *m); /* C*S*S per image */
+size_t model_num_params(const vit_model *m);
+size_t model_activation_bytes(const vit_model *m);
+
+/* The flat buffers: borrowed, valid until model_free. */
+float *model_params(vit_model *m);
+float *model_grads(vit_model *m);
+int model_num_tensors(const vit_model *m);
+const model_tensor *model_tensor_at(const vit_model *m, int i);
+/* Index of a tensor by timm name, or -1. */
+int model_find_tensor(const vit_model *m, const char *name);
+
+/* timm's default init ('' mode): Linear weights trunc-normal std 0.02 and zero
+ * bias, LayerNorm weight 1 bias 0, pos_embed trunc-normal 0.02, cls_token
+ * normal 1e-6, patch conv like PyTorch's Conv2d default (uniform +-1/sqrt(fan_in)).
+ * Deterministic in seed. */
+void model_init_random(vit_model *m, uint64_t seed);
+
+/* Forward on B <= max_batch images (B,C,S,S). With targets, computes the
+ * per-sample losses and returns their mean; without (NULL), returns 0 and
+ * only the logits are valid. */
+float model_forward(vit_model *m, const float *images, const int *targets, int B);
+/* Logits (B,K) of the last forward: borrowed. */
+const float *model_logits(const vit_model *m);
+/* Per-sample losses (B) of the last forward with targets: borrowed. */
+const float *model_losses(const vit_model *m);
+
+/* Backward of the last forward (which must have had targets), with
+ * d(total loss)/d(each sample loss) = dloss (1 / global batch for a mean).
+ * ACCUMULATES into the gradients, so micro-batches add up. */
+void model_backward(vit_model *m, const int *targets, float dloss);
+void model_zero_grads(vit_model *m);
+
+#endif

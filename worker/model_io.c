@@ -1,0 +1,86 @@
+/* worker/model_io.c - see model_io.h. */
+#include "model_io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+int model_save_safetensors(vit_model *m, const model_config *mc, const char *path, char *err,
+                           size_t errlen)
+{
+    int n = model_num_tensors(m);
+    st_tensor *ts = calloc((size_t)n, sizeof *ts);
+    if (!ts) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    const float *params = model_params(m);
+    for (int i = 0; i < n; i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        ts[i].name = t->name;
+        ts[i].dtype = ST_F32;
+        ts[i].ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++) ts[i].shape[d] = t->shape[d];
+        ts[i].data = params + t->offset;
+    }
+    char dims[256];
+    snprintf(dims, sizeof dims,
+             "{\"imageSize\":%d,\"patchSize\":%d,\"channels\":%d,\"dim\":%d,\"depth\":%d,"
+             "\"heads\":%d,\"mlpRatio\":%.17g,\"numClasses\":%d}",
+             mc->image_size, mc->patch_size, mc->channels, mc->dim, mc->depth, mc->heads,
+             mc->mlp_ratio, mc->num_classes);
+    const char *meta[] = {"format", "pt", "vitjob.model", dims, "vitjob.architecture",
+                          "timm.VisionTransformer(class_token, pre-norm, qkv_bias)"};
+    int rc = st_write(path, ts, n, meta, 3, err, errlen);
+    free(ts);
+    return rc;
+}
+
+int model_load_safetensors(vit_model *m, const char *path, char *err, size_t errlen)
+{
+    st_file *f = NULL;
+    if (st_open(&f, path, err, errlen) != 0) return -1;
+    int rc = -1, n = model_num_tensors(m);
+    for (int i = 0; i < n; i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        const st_tensor *s = st_find(f, t->name);
+        if (!s) {
+            snprintf(err, errlen, "%s: tensor '%s' is missing", path, t->name);
+            goto out;
+        }
+        if (s->dtype != ST_F32) {
+            snprintf(err, errlen, "%s: tensor '%s' must be F32", path, t->name);
+            goto out;
+        }
+        int same = s->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+        if (!same) {
+            char want[64] = "", got[64] = "";
+            for (int d = 0; d < t->ndim; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d", d ? "," : "",
+                         t->shape[d]);
+            for (int d = 0; d < s->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "",
+                         (long long)s->shape[d]);
+            snprintf(err, errlen, "%s: tensor '%s' has shape [%s], the model needs [%s]", path,
+                     t->name, got, want);
+            goto out;
+        }
+        memcpy(model_params(m) + t->offset, s->data, t->numel * sizeof(float));
+    }
+    if (st_count(f) != n) {
+        for (int i = 0; i < st_count(f); i++) {
+            if (model_find_tensor(m, st_at(f, i)->name) < 0) {
+                snprintf(err, errlen, "%s: tensor '%s' is not part of this model", path,
+                         st_at(f, i)->name);
+                goto out;
+            }
+        }
+    }
+    rc = 0;
+out:
+    st_close(f);
+    return rc;
+}

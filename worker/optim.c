@@ -1,0 +1,78 @@
+/* worker/optim.c - see optim.h. */
+#include "optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define M_PI_VALUE 3.14159265358979323846
+
+struct optim {
+    optimizer_config oc;
+    long total_steps;
+    size_t n;
+    float *m, *v;
+};
+
+double optim_lr_at(const optimizer_config *oc, long step, long total)
+{
+    if (step < oc->warmup_steps) return oc->lr * (double)(step + 1) / oc->warmup_steps;
+    if (strcmp(oc->schedule, "cosine") == 0) {
+        long span = total - oc->warmup_steps;
+        double progress = (double)(step - oc->warmup_steps) / (double)(span > 1 ? span : 1);
+        if (progress > 1.0) progress = 1.0;
+        return oc->min_lr + 0.5 * (oc->lr - oc->min_lr) * (1.0 + cos(M_PI_VALUE * progress));
+    }
+    return oc->lr;
+}
+
+int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
+              char *err, size_t errlen)
+{
+    optim *o = calloc(1, sizeof *o);
+    if (o) {
+        o->oc = *oc;
+        o->total_steps = total_steps;
+        o->n = model_num_params(m);
+        o->m = calloc(o->n, sizeof(float));
+        o->v = calloc(o->n, sizeof(float));
+    }
+    if (!o || !o->m || !o->v) {
+        snprintf(err, errlen, "optimizer: out of memory for %zu parameters", model_num_params(m));
+        optim_free(o);
+        return VITJOB_EXIT_FAILURE;
+    }
+    *out = o;
+    return 0;
+}
+
+void optim_free(optim *o)
+{
+    if (!o) return;
+    free(o->m);
+    free(o->v);
+    free(o);
+}
+
+float *optim_m(optim *o) { return o->m; }
+float *optim_v(optim *o) { return o->v; }
+
+optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
+{
+    optim_result r;
+    float *g = model_grads(m), *p = model_params(m);
+    r.grad_norm = sqrt(ops->sum_squares(g, o->n));
+    if (o->oc.grad_clip > 0) {
+        double coef = o->oc.grad_clip / (r.grad_norm + 1e-6);
+        if (coef < 1.0) ops->scale(g, (float)coef, o->n);
+    }
+    r.lr = optim_lr_at(&o->oc, step, o->total_steps);
+    for (int i = 0; i < model_num_tensors(m); i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        ops->adamw_update(p + t->offset, o->m + t->offset, o->v + t->offset, g + t->offset,
+                          t->numel, (float)r.lr, (float)o->oc.beta1, (float)o->oc.beta2,
+                          (float)o->oc.eps, t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
+    }
+    return r;
+}

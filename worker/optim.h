@@ -1,0 +1,43 @@
+/* worker/optim.h - the optimizer step: learning-rate schedule, global
+ * gradient-norm clipping and AdamW over the flat parameter buffer.
+ *
+ * Owns: the fp32 AdamW state (m, v) laid out like the parameters, timm's
+ * weight-decay groups (per tensor flag from model.h), the schedule formula.
+ * Must not: run forward or backward, or know about data.
+ */
+#ifndef VITJOB_OPTIM_H
+#define VITJOB_OPTIM_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "model.h"
+
+typedef struct optim optim;
+
+/* Learning rate of 0-based optimizer step `step` out of `total`:
+ * linear warmup base*(step+1)/warmup for step < warmup, then cosine from base
+ * to minLr over the remaining steps (or constant). */
+double optim_lr_at(const optimizer_config *oc, long step, long total);
+
+/* State for model m; zeroed. *out is the caller's, freed with optim_free.
+ * Returns 0 or VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
+int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
+              char *err, size_t errlen);
+void optim_free(optim *o); /* accepts NULL */
+
+typedef struct {
+    double lr;
+    double grad_norm; /* before clipping */
+} optim_result;
+
+/* Step `step` (0-based): clip the model's gradients to gradClip (as
+ * torch.nn.utils.clip_grad_norm_: coef = clip/(norm+1e-6), at most 1), then
+ * AdamW with the scheduled lr. */
+optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step);
+
+/* The AdamW state, borrowed (for checkpoints). */
+float *optim_m(optim *o);
+float *optim_v(optim *o);
+
+#endif

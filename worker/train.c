@@ -1,0 +1,235 @@
+/* worker/train.c - see train.h. */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "data.h"
+#include "log.h"
+#include "model.h"
+#include "model_io.h"
+#include "optim.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+
+static double peak_rss_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+typedef struct {
+    double accuracy, loss;
+} eval_result;
+
+/* Accuracy and mean loss over the whole split, in batches of B. */
+static eval_result evaluate(vit_model *m, const dataset *d, int B, float *images, int *labels)
+{
+    const int K = model_num_classes(m);
+    const size_t img = (size_t)d->rows * d->cols;
+    long correct = 0;
+    double loss_sum = 0.0;
+    for (int start = 0; start < d->n; start += B) {
+        int n = d->n - start < B ? d->n - start : B;
+        for (int b = 0; b < n; b++) {
+            dataset_image(d, start + b, 0, 0, 0, images + b * img);
+            labels[b] = d->labels[start + b];
+        }
+        model_forward(m, images, labels, n);
+        const float *logits = model_logits(m), *losses = model_losses(m);
+        for (int b = 0; b < n; b++) {
+            const float *z = logits + (size_t)b * K;
+            int best = 0;
+            for (int k = 1; k < K; k++)
+                if (z[k] > z[best]) best = k;
+            correct += best == labels[b];
+            loss_sum += losses[b];
+        }
+    }
+    eval_result r = {(double)correct / d->n, loss_sum / d->n};
+    return r;
+}
+
+int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
+{
+    const model_config *mc = &cfg->model;
+    const training_config *tc = &cfg->training;
+    const vit_ops *ops = ops_cpu();
+    dataset *train = NULL, *test = NULL;
+    vit_model *model = NULL;
+    optim *opt_state = NULL;
+    data_loader loader = {0};
+    float *images = NULL;
+    int *labels = NULL;
+    FILE *metrics = NULL;
+    int rc;
+
+    int threads = ops_cpu_set_threads(tc->threads);
+    const int micro = tc->micro_batch_size, accum = config_accum_steps(cfg);
+
+    rc = dataset_load_idx(&train, cfg->data.uri, "train", mc->num_classes, err, errlen);
+    if (rc) goto out;
+    rc = dataset_load_idx(&test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
+    if (rc) goto out;
+    if (train->rows != mc->image_size || train->cols != mc->image_size) {
+        snprintf(err, errlen, "%s: images are %dx%d but model.imageSize=%d", cfg->data.uri,
+                 train->rows, train->cols, mc->image_size);
+        rc = VITJOB_EXIT_CONFIG;
+        goto out;
+    }
+    long steps_per_epoch = train->n / tc->global_batch_size;
+    if (steps_per_epoch < 1) {
+        snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
+                 tc->global_batch_size, train->n);
+        rc = VITJOB_EXIT_CONFIG;
+        goto out;
+    }
+    long total = tc->steps > 0 ? tc->steps : (long)tc->epochs * steps_per_epoch;
+
+    rc = model_new(&model, mc, micro, ops, err, errlen);
+    if (rc) goto out;
+    if (mc->init[0]) {
+        if (model_load_safetensors(model, mc->init, err, errlen) != 0) {
+            rc = VITJOB_EXIT_CONFIG;
+            goto out;
+        }
+        LOG_INFO("train", "event=init_loaded path=%s", mc->init);
+    } else {
+        model_init_random(model, tc->seed);
+    }
+    rc = optim_new(&opt_state, model, &tc->optimizer, total, err, errlen);
+    if (rc) goto out;
+    images = malloc(sizeof(float) * (size_t)micro * model_image_floats(model));
+    labels = malloc(sizeof(int) * (size_t)micro);
+    if (!images || !labels || data_loader_init(&loader, train, tc->seed, cfg->data.augment)) {
+        snprintf(err, errlen, "out of memory for batch buffers");
+        rc = VITJOB_EXIT_FAILURE;
+        goto out;
+    }
+    if (opt->metrics_path) {
+        metrics = fopen(opt->metrics_path, "w");
+        if (!metrics) {
+            snprintf(err, errlen, "%s: cannot open metrics file: %s", opt->metrics_path,
+                     strerror(errno));
+            rc = VITJOB_EXIT_CONFIG;
+            goto out;
+        }
+    }
+
+    LOG_INFO("train",
+             "event=start backend=%s threads=%d params=%zu activation_mib=%.1f tokens=%d "
+             "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
+             ops->name, threads, model_num_params(model),
+             model_activation_bytes(model) / 1048576.0, model_tokens(model), total,
+             steps_per_epoch, tc->global_batch_size, micro, accum);
+
+    const float dloss = 1.0f / (float)tc->global_batch_size;
+    double t_train = 0.0, interval_loss = 0.0, last_loss = 0.0;
+    long interval_steps = 0, images_done = 0;
+    double t_interval = now_seconds();
+    for (long step = 0; step < total; step++) {
+        if (opt->stop_flag && *opt->stop_flag) {
+            snprintf(err, errlen, "stopped by signal at step %ld", step);
+            rc = VITJOB_EXIT_FAILURE;
+            goto out;
+        }
+        double t0 = now_seconds();
+        model_zero_grads(model);
+        double loss = 0.0;
+        for (int a = 0; a < accum; a++) {
+            data_loader_next(&loader, micro, images, labels);
+            loss += model_forward(model, images, labels, micro) * (double)micro;
+            model_backward(model, labels, dloss);
+        }
+        loss /= tc->global_batch_size;
+        optim_result res = optim_step(opt_state, model, ops, step);
+        t_train += now_seconds() - t0;
+        images_done += tc->global_batch_size;
+        if (!isfinite(loss)) {
+            snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
+                     loss, step);
+            rc = VITJOB_EXIT_FAILURE;
+            goto out;
+        }
+        interval_loss += loss;
+        interval_steps++;
+        last_loss = loss;
+        if (metrics)
+            fprintf(metrics, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}\n",
+                    step + 1, loss, res.lr, res.grad_norm);
+        int last = step + 1 == total;
+        if ((step + 1) % tc->log_interval == 0 || last) {
+            double t = now_seconds(), rate = interval_steps * tc->global_batch_size /
+                                              (t - t_interval);
+            double eta = (double)(total - step - 1) * tc->global_batch_size / rate;
+            LOG_INFO("train",
+                     "step=%ld/%ld epoch=%.2f loss=%.4f lr=%.3e grad_norm=%.3f img_per_s=%.1f "
+                     "eta_s=%.0f",
+                     step + 1, total, (double)images_done / train->n,
+                     interval_loss / interval_steps, res.lr, res.grad_norm, rate, eta);
+            interval_loss = 0.0;
+            interval_steps = 0;
+            t_interval = now_seconds();
+        }
+        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
+            eval_result ev = evaluate(model, test, micro, images, labels);
+            LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f",
+                     step + 1, ev.accuracy, ev.loss, t_train);
+            if (metrics)
+                fprintf(metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n",
+                        step + 1, ev.accuracy, t_train);
+            t_interval = now_seconds(); /* keep eval time out of the rate */
+        }
+    }
+
+    eval_result ev = evaluate(model, test, micro, images, labels);
+    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", total,
+             ev.accuracy, ev.loss, t_train);
+    if (metrics)
+        fprintf(metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n", total,
+                ev.accuracy, t_train);
+    if (tc->export_path[0]) {
+        if (model_save_safetensors(model, mc, tc->export_path, err, errlen) != 0) {
+            rc = VITJOB_EXIT_FAILURE;
+            goto out;
+        }
+        LOG_INFO("train", "event=exported path=%s", tc->export_path);
+    }
+    double ips = t_train > 0 ? images_done / t_train : 0.0;
+    LOG_INFO("train",
+             "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f img_per_s=%.1f "
+             "train_seconds=%.1f peak_rss_mib=%.1f",
+             total, last_loss, ev.accuracy, ips, t_train, peak_rss_mib());
+    printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%.6f,"
+           "\"test_loss\":%.6f,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
+           "\"threads\":%d,\"peak_rss_mib\":%.1f}\n",
+           total, last_loss, ev.accuracy, ev.loss, ips, t_train, model_num_params(model), threads,
+           peak_rss_mib());
+    fflush(stdout);
+    rc = 0;
+out:
+    if (metrics && fclose(metrics) != 0 && rc == 0) {
+        snprintf(err, errlen, "%s: write failed: %s", opt->metrics_path, strerror(errno));
+        rc = VITJOB_EXIT_FAILURE;
+    }
+    data_loader_free(&loader);
+    free(images);
+    free(labels);
+    optim_free(opt_state);
+    model_free(model);
+    dataset_free(train);
+    dataset_free(test);
+    return rc;
+}

@@ -1,0 +1,25 @@
+/* worker/train.h - the training loop of one worker.
+ *
+ * Owns: the loop (micro-batches with gradient accumulation, optimizer steps,
+ * progress lines, evaluation, the final summary and export).
+ * Must not: parse configs or command lines (main.c), or do math itself.
+ */
+#ifndef VITJOB_TRAIN_H
+#define VITJOB_TRAIN_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+typedef struct {
+    const char *metrics_path; /* NULL, or a JSON-lines file of per-step metrics */
+    volatile int *stop_flag;  /* set by a signal handler; checked between steps */
+} train_options;
+
+/* Trains as cfg says (already validated) on the CPU backend. Prints progress
+ * to stderr and a one-line JSON summary to stdout. Returns a VITJOB_EXIT_*
+ * code; on failure the message is in err. */
+int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen);
+
+
+#endif
