@@ -1,0 +1,216 @@
+/* tests/test_data.c - the Fashion-MNIST IDX loader, its error messages and
+ * exit codes on bad files, and the determinism of shuffling and augmentation.
+ * Bad files are written by the test into a temporary directory. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "config.h"
+#include "data.h"
+
+static char dir[64];
+
+static void mkdir_tmp(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/vitjob-data-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void rm_tmp(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
+}
+
+/* Writes an IDX file (gzipped) with `n` items of r x c (labels when r == 0);
+ * `cut` bytes are dropped from the end; magic overridable. */
+static void write_idx(const char *name, uint32_t magic, int n, int r, int c, int cut)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.gz", dir, name);
+    gzFile gz = gzopen(path, "wb");
+    cr_assert_not_null(gz);
+    unsigned char hdr[16];
+    int ndims = r ? 3 : 1;
+    put_be32(hdr, magic ? magic : 0x0800u | (uint32_t)ndims);
+    put_be32(hdr + 4, (uint32_t)n);
+    if (r) put_be32(hdr + 8, (uint32_t)r), put_be32(hdr + 12, (uint32_t)c);
+    gzwrite(gz, hdr, 4 + 4 * ndims);
+    size_t len = (size_t)n * (r ? (size_t)r * c : 1) - (size_t)cut;
+    unsigned char *body = malloc(len);
+    for (size_t i = 0; i < len; i++) body[i] = r ? (unsigned char)(i * 7) : (unsigned char)(i % 10);
+    gzwrite(gz, body, (unsigned)len);
+    free(body);
+    gzclose(gz);
+}
+
+static void good_split(const char *split, int n)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte", split);
+    write_idx(name, 0, n, 28, 28, 0);
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte", split);
+    write_idx(name, 0, n, 0, 0, 0);
+}
+
+static int load(dataset **d, char *err, size_t errlen)
+{
+    return dataset_load_idx(d, dir, "train", 10, err, errlen);
+}
+
+TestSuite(data, .init = mkdir_tmp, .fini = rm_tmp);
+
+Test(data, valid_files_load_with_their_sizes)
+{
+    good_split("train", 50);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->n, 50);
+    cr_assert_eq(d->rows, 28);
+    cr_assert_eq(d->labels[13], 3);
+    dataset_free(d);
+}
+
+Test(data, missing_file_is_exit_3_naming_the_file)
+{
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert(strstr(err, "train-images-idx3-ubyte") && strstr(err, dir), "%s", err);
+}
+
+Test(data, truncated_images_are_exit_3_naming_the_file)
+{
+    write_idx("train-images-idx3-ubyte", 0, 50, 28, 28, 100);
+    write_idx("train-labels-idx1-ubyte", 0, 50, 0, 0, 0);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert(strstr(err, "train-images-idx3-ubyte.gz") && strstr(err, "truncated"), "%s", err);
+}
+
+Test(data, wrong_magic_is_exit_3_with_both_magics)
+{
+    write_idx("train-images-idx3-ubyte", 0x00000801, 50, 28, 28, 0);
+    write_idx("train-labels-idx1-ubyte", 0, 50, 0, 0, 0);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert(strstr(err, "bad IDX magic 0x00000801") && strstr(err, "0x00000803"), "%s", err);
+}
+
+Test(data, label_count_mismatch_is_exit_3)
+{
+    write_idx("train-images-idx3-ubyte", 0, 50, 28, 28, 0);
+    write_idx("train-labels-idx1-ubyte", 0, 49, 0, 0, 0);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert(strstr(err, "49 labels for 50 images"), "%s", err);
+}
+
+Test(data, label_beyond_num_classes_is_exit_3)
+{
+    good_split("train", 50);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(dataset_load_idx(&d, dir, "train", 5, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert(strstr(err, "not below model.numClasses=5"), "%s", err);
+}
+
+Test(data, garbage_that_is_not_gzip_or_idx_is_exit_3)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
+    FILE *f = fopen(path, "w");
+    fputs("hello", f);
+    fclose(f);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert(strstr(err, "train-images-idx3-ubyte"), "%s", err);
+}
+
+Test(data, shuffle_is_a_permutation_fixed_by_seed_and_epoch)
+{
+    good_split("train", 64);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), 0);
+    data_loader a, b, c;
+    data_loader_init(&a, d, 7, 0);
+    data_loader_init(&b, d, 7, 0);
+    data_loader_init(&c, d, 8, 0);
+    int seen[64] = {0}, same_c = 1;
+    for (int i = 0; i < 64; i++) {
+        cr_assert_eq(a.perm[i], b.perm[i]);
+        same_c &= a.perm[i] == c.perm[i];
+        seen[a.perm[i]]++;
+    }
+    for (int i = 0; i < 64; i++) cr_assert_eq(seen[i], 1);
+    cr_assert(!same_c, "another seed gave the same order");
+    int first[64];
+    memcpy(first, a.perm, sizeof first);
+    data_loader_seek(&a, 1, 0);
+    cr_assert(memcmp(first, a.perm, sizeof first) != 0, "epoch 1 repeats epoch 0's order");
+    data_loader_seek(&a, 0, 0);
+    cr_assert(memcmp(first, a.perm, sizeof first) == 0, "seeking back does not restore the order");
+    data_loader_free(&a), data_loader_free(&b), data_loader_free(&c);
+    dataset_free(d);
+}
+
+Test(data, loader_drops_the_last_partial_batch_and_starts_the_next_epoch)
+{
+    good_split("train", 10);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), 0);
+    data_loader l;
+    data_loader_init(&l, d, 1, 0);
+    float img[4 * 784];
+    int lab[4];
+    data_loader_next(&l, 4, img, lab);
+    data_loader_next(&l, 4, img, lab);
+    cr_assert_eq(l.epoch, 0);
+    data_loader_next(&l, 4, img, lab); /* 2 left: new epoch */
+    cr_assert_eq(l.epoch, 1);
+    cr_assert_eq(l.index, 4);
+    data_loader_free(&l);
+    dataset_free(d);
+}
+
+Test(data, augmentation_is_deterministic_and_off_means_plain_normalisation)
+{
+    good_split("train", 4);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), 0);
+    float a[784], b[784], plain[784];
+    dataset_image(d, 2, 1, 99, 3, a);
+    dataset_image(d, 2, 1, 99, 3, b);
+    cr_assert(memcmp(a, b, sizeof a) == 0);
+    dataset_image(d, 2, 0, 99, 3, plain);
+    for (int i = 0; i < 784; i++) {
+        float want = ((float)d->pixels[2 * 784 + i] / 255.0f - FMNIST_MEAN) / FMNIST_STD;
+        cr_assert_float_eq(plain[i], want, 1e-6);
+    }
+    int differs = 0;
+    for (long e = 0; e < 8; e++) {
+        dataset_image(d, 2, 1, 99, e, a);
+        differs |= memcmp(a, plain, sizeof a) != 0;
+    }
+    cr_assert(differs, "augmentation never changed the image in 8 epochs");
+    dataset_free(d);
+}
