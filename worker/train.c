@@ -167,7 +167,7 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         interval_steps++;
         last_loss = loss;
         if (metrics)
-            fprintf(metrics, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}\n",
+            fprintf(metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g}\n",
                     step + 1, loss, res.lr, res.grad_norm);
         int last = step + 1 == total;
         if ((step + 1) % tc->log_interval == 0 || last) {

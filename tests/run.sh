@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# tests/run.sh BUILD - runs every test suite of vitjob against the build tree
+# BUILD (default: build) and its sanitizer twin BUILD/asan, and prints one
+# line per suite and a closing "N passed, N failed" line. Exits non-zero if
+# anything failed.
+#
+#   unit (C, Criterion):   tests/test_*.c            kernels, config, data
+#   command line (bats):   tests/worker.bats         exit codes, messages, determinism
+#   reference (PyTorch):   tests/ref/check_against_torch.py
+#   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
+#   the same C suites, the worker CLI and the reference check under ASan + UBSan
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+ASAN=$BUILD/asan
+PY=/usr/bin/python3
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+passed=0 failed=0 failures=()
+note() { printf '%-44s %s\n' "$1" "$2"; }
+
+# criterion_suite NAME BINARY [sanitized]: counts from Criterion's synthesis line
+criterion_suite() {
+  local name=$1 bin=$2 log=$WORK/$1.log
+  "$bin" --no-early-exit -j2 > "$log" 2>&1
+  local rc=$?
+  local synth; synth=$(grep -a 'Synthesis:' "$log" | tail -1)
+  local p f c
+  p=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$synth")
+  f=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$synth")
+  c=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$synth")
+  p=${p:-0} f=${f:-0} c=${c:-0}
+  # Criterion only prints sanitizer reports; they must fail the suite.
+  if grep -aqE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then
+    f=$((f + 1)); rc=1
+  fi
+  if [ -z "$synth" ] || [ "$rc" -ne 0 ] && [ $((f + c)) -eq 0 ]; then f=$((f + 1)); fi
+  passed=$((passed + p)); failed=$((failed + f + c))
+  note "$name" "$p passed, $((f + c)) failed"
+  if [ $((f + c)) -ne 0 ]; then failures+=("$name"); grep -aE 'FAIL|CRASH|Assertion|Sanitizer|runtime error|ERROR' "$log" | head -20; fi
+}
+
+# bats_suite NAME FILE [env...]: counts from the TAP lines
+bats_suite() {
+  local name=$1 file=$2; shift 2
+  local log=$WORK/$name.log
+  env "$@" bats --tap "$file" > "$log" 2>&1
+  local p f
+  p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
+  if grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then f=$((f + 1)); fi
+  if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  passed=$((passed + p)); failed=$((failed + f))
+  note "$name" "$p passed, $f failed"
+  if [ "$f" -ne 0 ]; then failures+=("$name"); grep -A12 '^not ok' "$log" | head -60; fi
+}
+
+# script_suite NAME CMD...: one check that passes when CMD exits 0
+script_suite() {
+  local name=$1; shift
+  local log=$WORK/$name.log
+  if "$@" > "$log" 2>&1 && ! grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then
+    passed=$((passed + 1)); note "$name" "1 passed, 0 failed"
+  else
+    failed=$((failed + 1)); failures+=("$name"); note "$name" "0 passed, 1 failed"; tail -30 "$log"
+  fi
+  grep -E '^PASS|tensors compared' "$log" | tail -1
+}
+
+start=$(date +%s)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t"; done
+bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
+script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
+  --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
+bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
+
+if [ -d "$ASAN/tests" ]; then
+  for t in "$ASAN"/tests/test_*; do criterion_suite "asan/unit/$(basename "$t")" "$t"; done
+  bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
+  script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
+    --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --quiet
+else
+  failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"
+fi
+
+echo "elapsed: $(( $(date +%s) - start ))s"
+[ ${#failures[@]} -eq 0 ] || echo "failed suites: ${failures[*]}"
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,1384 @@
+/* worker/config.c - see config.h.
+ *
+ * One static table (config_keys) describes every key of the config file: its
+ * dotted camelCase path as in design.md, its type, its bounds and the field
+ * it fills. Loading a file, applying `--set key=value`, validating and
+ * printing the effective config all walk that table, so a key exists in all
+ * four places or in none.
+ *
+ * Documents are parsed into a cJSON tree first: JSON with cJSON, YAML with
+ * libyaml's event API (plain scalars resolved as YAML 1.1 does: numbers,
+ * booleans, null; quoted scalars always strings). The tree is then applied
+ * to a copy of the config, which replaces the caller's only on success.
+ */
+#include "config.h"
+
+#include "log.h"
+
+#include <cjson/cJSON.h>
+#include <yaml.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PATH_MAX_LEN 256            /* longest dotted key we look up */
+#define FILE_MAX_BYTES (16u << 20)  /* a config larger than this is a mistake */
+#define YAML_MAX_DEPTH 128
+#define JSON_EXACT_INT 9007199254740991.0 /* 2^53 - 1: largest integer a JSON number holds exactly */
+
+/* ------------------------------------------------------------------------ */
+/* Presets                                                                   */
+
+typedef struct {
+    const char *name;
+    int image_size, patch_size, channels, dim, depth, heads;
+    double mlp_ratio;
+    int num_classes;
+} preset_def;
+
+static const preset_def presets[] = {
+    {"vit_ti16", 224, 16, 3, 192, 12, 3, 4.0, 1000},
+    {"vit_s16", 224, 16, 3, 384, 12, 6, 4.0, 1000},
+    {"vit_b16", 224, 16, 3, 768, 12, 12, 4.0, 1000},
+    {"vit_l16", 224, 16, 3, 1024, 24, 16, 4.0, 1000},
+    {"vit_h14", 224, 14, 3, 1280, 32, 16, 4.0, 1000},
+    {"vit_g14", 224, 14, 3, 1408, 40, 16, 48.0 / 11.0, 1000},
+    {"fmnist_tiny", 28, 7, 1, 64, 4, 4, 4.0, 10},
+    {"fmnist_small", 28, 4, 1, 128, 6, 4, 4.0, 10},
+};
+#define N_PRESETS (sizeof presets / sizeof presets[0])
+
+/* ------------------------------------------------------------------------ */
+/* The key table                                                             */
+
+enum key_type {
+    KT_INT,    /* int */
+    KT_LONG,   /* long */
+    KT_U64,    /* unsigned long long */
+    KT_DOUBLE, /* double */
+    KT_BOOL,   /* int, 0 or 1; needs a real boolean */
+    KT_STRING, /* char[]; any string that fits */
+    KT_ENUM,   /* char[]; one of `choices` */
+    KT_PAIR,   /* two doubles (off, off2) given as a 2-element array */
+    KT_PRESET, /* char[] model.preset; setting it applies the preset */
+};
+
+enum { OPEN_MIN = 1, OPEN_MAX = 2 }; /* bound excluded: (min, ...  or ..., max) */
+
+typedef struct {
+    const char *path;  /* dotted camelCase, relative to the spec */
+    enum key_type type;
+    size_t off;        /* offsetof(vit_job_config, field) */
+    size_t size;       /* sizeof the field (string capacity including NUL) */
+    size_t off2;       /* KT_PAIR: the second double */
+    double min, max;   /* numbers only; inclusive unless `open` says otherwise */
+    unsigned open;
+    const char *const *choices; /* KT_ENUM: NULL-terminated */
+} config_key;
+
+/* The _Generic makes the build fail when a row's type does not match its field. */
+#define FIELD_T(f, T, kt) _Generic(((vit_job_config *)0)->f, T: kt)
+#define AT(f) offsetof(vit_job_config, f), sizeof(((vit_job_config *)0)->f)
+#define ROW_INT(p, f, lo, hi) {p, FIELD_T(f, int, KT_INT), AT(f), 0, lo, hi, 0, NULL}
+#define ROW_LONG(p, f, lo, hi) {p, FIELD_T(f, long, KT_LONG), AT(f), 0, lo, hi, 0, NULL}
+#define ROW_U64(p, f, lo, hi) {p, FIELD_T(f, unsigned long long, KT_U64), AT(f), 0, lo, hi, 0, NULL}
+#define ROW_DBL(p, f, lo, hi, open) {p, FIELD_T(f, double, KT_DOUBLE), AT(f), 0, lo, hi, open, NULL}
+#define ROW_BOOL(p, f) {p, FIELD_T(f, int, KT_BOOL), AT(f), 0, 0, 1, 0, NULL}
+#define ROW_STR(p, f) {p, FIELD_T(f, char *, KT_STRING), AT(f), 0, 0, 0, 0, NULL}
+#define ROW_ENUM(p, f, ch) {p, FIELD_T(f, char *, KT_ENUM), AT(f), 0, 0, 0, 0, ch}
+#define ROW_PAIR(p, f1, f2, lo, hi, open) \
+    {p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), lo, hi, open, NULL}
+#define ROW_PRESET(p, f) {p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, NULL}
+
+static const char *const formats[] = {"fashion-mnist", "shards", NULL};
+static const char *const precisions[] = {"fp32", "bf16-mixed", NULL};
+static const char *const shardings[] = {"none", "grad-op", "full", NULL};
+static const char *const optimizers[] = {"adamw", NULL};
+static const char *const schedules[] = {"cosine", "constant", NULL};
+static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
+
+static const config_key config_keys[] = {
+    ROW_PRESET("model.preset", model.preset),
+    ROW_INT("model.imageSize", model.image_size, 1, 4096),
+    ROW_INT("model.patchSize", model.patch_size, 1, 4096),
+    ROW_INT("model.channels", model.channels, 1, 1024),
+    ROW_INT("model.dim", model.dim, 1, 65536),
+    ROW_INT("model.depth", model.depth, 1, 1024),
+    ROW_INT("model.heads", model.heads, 1, 1024),
+    ROW_DBL("model.mlpRatio", model.mlp_ratio, 0, 64, OPEN_MIN),
+    ROW_INT("model.numClasses", model.num_classes, 1, 1048576),
+    ROW_STR("model.init", model.init),
+
+    ROW_ENUM("data.format", data.format, formats),
+    ROW_STR("data.uri", data.uri),
+    ROW_BOOL("data.augment", data.augment),
+
+    ROW_LONG("training.steps", training.steps, 0, 1e12),
+    ROW_INT("training.epochs", training.epochs, 0, 1000000),
+    ROW_INT("training.globalBatchSize", training.global_batch_size, 1, 16777216),
+    ROW_INT("training.microBatchSize", training.micro_batch_size, 1, 65536),
+    ROW_ENUM("training.precision", training.precision, precisions),
+    ROW_ENUM("training.sharding", training.sharding, shardings),
+    ROW_BOOL("training.activationCheckpointing", training.activation_checkpointing),
+    ROW_ENUM("training.optimizer.name", training.optimizer.name, optimizers),
+    ROW_DBL("training.optimizer.lr", training.optimizer.lr, 0, 10, OPEN_MIN),
+    ROW_DBL("training.optimizer.weightDecay", training.optimizer.weight_decay, 0, 10, 0),
+    ROW_PAIR("training.optimizer.betas", training.optimizer.beta1, training.optimizer.beta2, 0, 1,
+             OPEN_MAX),
+    ROW_DBL("training.optimizer.eps", training.optimizer.eps, 0, 1, OPEN_MIN),
+    ROW_INT("training.optimizer.warmupSteps", training.optimizer.warmup_steps, 0, 1000000000),
+    ROW_ENUM("training.optimizer.schedule", training.optimizer.schedule, schedules),
+    ROW_DBL("training.optimizer.minLr", training.optimizer.min_lr, 0, 10, 0),
+    ROW_DBL("training.optimizer.gradClip", training.optimizer.grad_clip, 0, 1e6, 0),
+    ROW_U64("training.seed", training.seed, 0, JSON_EXACT_INT),
+    ROW_ENUM("training.device", training.device, devices),
+    ROW_INT("training.rendezvousTimeoutSeconds", training.rendezvous_timeout_seconds, 1, 86400),
+    ROW_INT("training.threads", training.threads, 0, 1024),
+    ROW_INT("training.logInterval", training.log_interval, 1, 1000000000),
+    ROW_INT("training.evalInterval", training.eval_interval, 0, 1000000000),
+    ROW_STR("training.exportPath", training.export_path),
+
+    ROW_STR("checkpoint.uri", checkpoint.uri),
+    ROW_INT("checkpoint.intervalSteps", checkpoint.interval_steps, 1, 1000000000),
+    ROW_INT("checkpoint.keep", checkpoint.keep, 1, 1000000),
+    ROW_STR("checkpoint.endpoint", checkpoint.endpoint),
+    ROW_STR("checkpoint.credentialsSecret", checkpoint.credentials_secret),
+};
+#define N_KEYS (sizeof config_keys / sizeof config_keys[0])
+
+/* Spec keys that belong to the operator: accepted and ignored by the worker. */
+static const char *const operator_keys[] = {"replicas", "gpusPerReplica", "image",
+                                            "runPolicy", "suspend", "template", NULL};
+/* Manifest keys around the spec: ignored. */
+static const char *const manifest_keys[] = {"apiVersion", "kind", "metadata", "status", NULL};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+
+typedef struct {
+    const char *origin; /* prefix of every message; NULL = none (validation) */
+    char *err;
+    size_t errlen;
+} load_ctx;
+
+static int in_list(const char *const *list, const char *s)
+{
+    for (; *list; list++)
+        if (strcmp(*list, s) == 0)
+            return 1;
+    return 0;
+}
+
+/* Copies s into a fixed buffer, zero-filling the rest (so that equal configs
+ * compare equal byte for byte). The caller has checked that it fits. */
+static void set_str(char *dst, size_t cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (n >= cap)
+        n = cap - 1;
+    memset(dst, 0, cap);
+    memcpy(dst, s, n);
+}
+
+static char *dup_range(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* Copy of s without leading/trailing whitespace; caller frees. */
+static char *dup_trimmed(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        n--;
+    return dup_range(s, n);
+}
+
+/* Shortest "%.Ng" that reads back as exactly d. */
+static void fmt_num(char *out, size_t n, double d)
+{
+    if (isnan(d)) {
+        snprintf(out, n, "nan");
+        return;
+    }
+    if (isinf(d)) {
+        snprintf(out, n, d < 0 ? "-inf" : "inf");
+        return;
+    }
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, n, "%.*g", prec, d);
+        if (strtod(out, NULL) == d)
+            return;
+    }
+}
+
+/* `"text"` with quotes, backslashes and control bytes escaped, cut at 80 bytes. */
+static void quote(char *out, size_t n, const char *s)
+{
+    size_t o = 0;
+    const size_t limit = 80;
+    if (n < 8) {
+        if (n)
+            out[0] = '\0';
+        return;
+    }
+    out[o++] = '"';
+    size_t i = 0;
+    for (; i < limit && s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char piece[8];
+        if (c == '"' || c == '\\')
+            snprintf(piece, sizeof piece, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            snprintf(piece, sizeof piece, "\\x%02x", c);
+        else
+            snprintf(piece, sizeof piece, "%c", c);
+        size_t pl = strlen(piece);
+        if (o + pl + 5 >= n) /* room for `..."` and NUL */
+            break;
+        memcpy(out + o, piece, pl);
+        o += pl;
+    }
+    if (s[i]) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+}
+
+/* `'key'`: a key as messages show it (escaped like quote(), single quotes). */
+static void key_quote(char *out, size_t n, const char *key)
+{
+    quote(out, n, key);
+    size_t len = strlen(out);
+    if (len >= 2) {
+        out[0] = '\'';
+        out[len - 1] = '\'';
+    }
+}
+
+/* "string \"ten\"", "number 1.5", "boolean true", "null", "array", "object". */
+static void describe(char *out, size_t n, const cJSON *v)
+{
+    char buf[200];
+    if (v == NULL) {
+        snprintf(out, n, "nothing");
+    } else if (cJSON_IsString(v)) {
+        quote(buf, sizeof buf, v->valuestring);
+        snprintf(out, n, "string %s", buf);
+    } else if (cJSON_IsNumber(v)) {
+        fmt_num(buf, sizeof buf, v->valuedouble);
+        snprintf(out, n, "number %s", buf);
+    } else if (cJSON_IsBool(v)) {
+        snprintf(out, n, "boolean %s", cJSON_IsTrue(v) ? "true" : "false");
+    } else if (cJSON_IsNull(v)) {
+        snprintf(out, n, "null");
+    } else if (cJSON_IsArray(v)) {
+        snprintf(out, n, "array");
+    } else if (cJSON_IsObject(v)) {
+        snprintf(out, n, "object");
+    } else {
+        snprintf(out, n, "a value of unknown type");
+    }
+}
+
+/* Writes "<origin>: <message>" into the caller's buffer, on one line. */
+__attribute__((format(printf, 2, 3))) static int fail(const load_ctx *c, const char *fmt, ...)
+{
+    if (c->err == NULL || c->errlen == 0)
+        return VITJOB_EXIT_CONFIG;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->origin)
+        snprintf(c->err, c->errlen, "%s: %s", c->origin, msg);
+    else
+        snprintf(c->err, c->errlen, "%s", msg);
+    for (char *p = c->err; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
+    return VITJOB_EXIT_CONFIG;
+}
+
+/* A decimal number, in full: [+-] digits [. digits] [e [+-] digits]. No hex,
+ * no inf/nan spellings of strtod (YAML's .inf/.nan are handled by the caller). */
+static int parse_decimal(const char *s, double *out)
+{
+    const char *p = s;
+    int digits = 0;
+    if (*p == '+' || *p == '-')
+        p++;
+    while (isdigit((unsigned char)*p)) {
+        p++;
+        digits++;
+    }
+    if (*p == '.') {
+        p++;
+        while (isdigit((unsigned char)*p)) {
+            p++;
+            digits++;
+        }
+    }
+    if (digits == 0)
+        return -1;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        int exp_digits = 0;
+        while (isdigit((unsigned char)*p)) {
+            p++;
+            exp_digits++;
+        }
+        if (exp_digits == 0)
+            return -1;
+    }
+    if (*p != '\0')
+        return -1;
+    char *end = NULL;
+    double d = strtod(s, &end);
+    if (end != p)
+        return -1;
+    *out = d;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Table lookups and suggestions                                             */
+
+static const config_key *find_key(const char *path)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(config_keys[i].path, path) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+/* "model", "training.optimizer", ...: a proper prefix of some key's path. */
+static int is_section(const char *path)
+{
+    size_t n = strlen(path);
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strncmp(config_keys[i].path, path, n) == 0 && config_keys[i].path[n] == '.')
+            return 1;
+    return 0;
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > PATH_MAX_LEN || lb > PATH_MAX_LEN)
+        return (size_t)-1;
+    size_t row[PATH_MAX_LEN + 1];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* Equal ignoring case, '_' and '-': "model.image_size" ~ "model.imageSize". */
+static int loose_equal(const char *a, const char *b)
+{
+    for (;;) {
+        while (*a == '_' || *a == '-')
+            a++;
+        while (*b == '_' || *b == '-')
+            b++;
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return 0;
+        if (*a == '\0')
+            return 1;
+        a++;
+        b++;
+    }
+}
+
+static const char *last_part(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+/* The key the user most likely meant, or NULL. */
+static const char *suggest(const char *path, int spec_level)
+{
+    static const char *const sections[] = {"model", "data", "training", "training.optimizer",
+                                           "checkpoint", NULL};
+    const char *best = NULL;
+    size_t best_d = 3; /* only suggest within an edit distance of 2 */
+    const char *cands[N_KEYS + 16];
+    size_t nc = 0;
+    for (size_t i = 0; i < N_KEYS; i++)
+        cands[nc++] = config_keys[i].path;
+    for (size_t i = 0; sections[i]; i++)
+        cands[nc++] = sections[i];
+    if (spec_level)
+        for (size_t i = 0; operator_keys[i]; i++)
+            cands[nc++] = operator_keys[i];
+
+    for (size_t i = 0; i < nc; i++)
+        if (loose_equal(path, cands[i]))
+            return cands[i];
+    if (strlen(path) >= 4) {
+        for (size_t i = 0; i < nc; i++) {
+            size_t d = edit_distance(path, cands[i]);
+            if (d < best_d) {
+                best_d = d;
+                best = cands[i];
+            }
+        }
+        if (best)
+            return best;
+    }
+    /* Right name, wrong section: "training.lr" -> "training.optimizer.lr". */
+    const char *leaf = last_part(path);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (loose_equal(leaf, last_part(config_keys[i].path))) {
+            if (best)
+                return NULL; /* ambiguous */
+            best = config_keys[i].path;
+        }
+    }
+    return best;
+}
+
+static int fail_unknown(const load_ctx *c, const char *path, int spec_level)
+{
+    char q[200];
+    key_quote(q, sizeof q, path);
+    const char *s = suggest(path, spec_level);
+    if (s)
+        return fail(c, "unknown key %s (did you mean '%s'?)", q, s);
+    return fail(c, "unknown key %s", q);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Applying one value to one field                                           */
+
+static int check_range(const load_ctx *c, const config_key *k, const char *name, double d)
+{
+    int ok = (k->open & OPEN_MIN) ? d > k->min : d >= k->min;
+    ok = ok && ((k->open & OPEN_MAX) ? d < k->max : d <= k->max);
+    if (ok) /* also false for NaN */
+        return 0;
+    char v[64], lo[64], hi[64];
+    fmt_num(v, sizeof v, d);
+    fmt_num(lo, sizeof lo, k->min);
+    fmt_num(hi, sizeof hi, k->max);
+    return fail(c, "%s=%s is out of range %c%s, %s%c", name, v, (k->open & OPEN_MIN) ? '(' : '[', lo,
+                hi, (k->open & OPEN_MAX) ? ')' : ']');
+}
+
+static int fail_choices(const load_ctx *c, const config_key *k, const char *value)
+{
+    char list[512] = "";
+    size_t used = 0;
+    for (size_t i = 0;; i++) {
+        const char *name = k->type == KT_PRESET ? (i < N_PRESETS ? presets[i].name : NULL)
+                                                : k->choices[i];
+        if (name == NULL)
+            break;
+        int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", name);
+        if (w < 0 || (size_t)w >= sizeof list - used)
+            break;
+        used += (size_t)w;
+    }
+    char q[200];
+    quote(q, sizeof q, value);
+    return fail(c, "%s=%s is not one of %s", k->path, q, list);
+}
+
+/* Checks v against row k and, only if it passes, stores it into cfg. */
+static int apply_value(const load_ctx *c, vit_job_config *cfg, const config_key *k, const cJSON *v)
+{
+    char *field = (char *)cfg + k->off;
+    char got[256];
+    describe(got, sizeof got, v);
+
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG:
+    case KT_U64: {
+        if (!cJSON_IsNumber(v))
+            return fail(c, "%s: expected an integer, got %s", k->path, got);
+        double d = v->valuedouble;
+        if (!isfinite(d) || d != floor(d))
+            return fail(c, "%s: expected an integer, got %s", k->path, got);
+        int rc = check_range(c, k, k->path, d);
+        if (rc)
+            return rc;
+        if (k->type == KT_INT)
+            *(int *)(void *)field = (int)d;
+        else if (k->type == KT_LONG)
+            *(long *)(void *)field = (long)d;
+        else
+            *(unsigned long long *)(void *)field = (unsigned long long)d;
+        return 0;
+    }
+    case KT_DOUBLE: {
+        if (!cJSON_IsNumber(v))
+            return fail(c, "%s: expected a number, got %s", k->path, got);
+        int rc = check_range(c, k, k->path, v->valuedouble);
+        if (rc)
+            return rc;
+        *(double *)(void *)field = v->valuedouble;
+        return 0;
+    }
+    case KT_BOOL:
+        if (!cJSON_IsBool(v))
+            return fail(c, "%s: expected a boolean (true or false), got %s", k->path, got);
+        *(int *)(void *)field = cJSON_IsTrue(v) ? 1 : 0;
+        return 0;
+    case KT_STRING:
+    case KT_ENUM:
+    case KT_PRESET: {
+        if (!cJSON_IsString(v))
+            return fail(c, "%s: expected a string, got %s", k->path, got);
+        const char *s = v->valuestring;
+        size_t n = strlen(s);
+        if (k->type == KT_ENUM && !in_list(k->choices, s))
+            return fail_choices(c, k, s);
+        if (n >= k->size)
+            return fail(c, "%s: a string of %zu bytes is too long (at most %zu)", k->path, n,
+                        k->size - 1);
+        if (k->type == KT_PRESET) {
+            /* "" = no preset: leave the dims as they are. */
+            if (n > 0 && config_preset(&cfg->model, s) != 0)
+                return fail_choices(c, k, s);
+        }
+        set_str(field, k->size, s);
+        return 0;
+    }
+    case KT_PAIR: {
+        if (!cJSON_IsArray(v))
+            return fail(c, "%s: expected an array of 2 numbers, got %s", k->path, got);
+        int n = cJSON_GetArraySize(v);
+        if (n != 2)
+            return fail(c, "%s: expected an array of 2 numbers, got an array of %d", k->path, n);
+        double pair[2];
+        for (int i = 0; i < 2; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            char name[PATH_MAX_LEN + 8];
+            snprintf(name, sizeof name, "%s[%d]", k->path, i);
+            if (!cJSON_IsNumber(e)) {
+                describe(got, sizeof got, e);
+                return fail(c, "%s: expected a number, got %s", name, got);
+            }
+            int rc = check_range(c, k, name, e->valuedouble);
+            if (rc)
+                return rc;
+            pair[i] = e->valuedouble;
+        }
+        *(double *)(void *)field = pair[0];
+        *(double *)(void *)((char *)cfg + k->off2) = pair[1];
+        return 0;
+    }
+    }
+    return fail(c, "%s: internal error: unknown key type", k->path);
+}
+
+/* The field as a cJSON value. `exact` prints numbers as raw text that reads
+ * back bit for bit (cJSON's own printer may round the last digit). */
+static cJSON *field_to_json(const vit_job_config *cfg, const config_key *k, int exact)
+{
+    const char *field = (const char *)cfg + k->off;
+    char num[64];
+    switch (k->type) {
+    case KT_INT:
+        snprintf(num, sizeof num, "%d", *(const int *)(const void *)field);
+        return exact ? cJSON_CreateRaw(num) : cJSON_CreateNumber(*(const int *)(const void *)field);
+    case KT_LONG:
+        snprintf(num, sizeof num, "%ld", *(const long *)(const void *)field);
+        return exact ? cJSON_CreateRaw(num)
+                     : cJSON_CreateNumber((double)*(const long *)(const void *)field);
+    case KT_U64:
+        snprintf(num, sizeof num, "%llu", *(const unsigned long long *)(const void *)field);
+        return exact ? cJSON_CreateRaw(num)
+                     : cJSON_CreateNumber((double)*(const unsigned long long *)(const void *)field);
+    case KT_DOUBLE: {
+        double d = *(const double *)(const void *)field;
+        if (!exact || !isfinite(d))
+            return cJSON_CreateNumber(d);
+        fmt_num(num, sizeof num, d);
+        return cJSON_CreateRaw(num);
+    }
+    case KT_BOOL:
+        return cJSON_CreateBool(*(const int *)(const void *)field != 0);
+    case KT_STRING:
+    case KT_ENUM:
+    case KT_PRESET: {
+        char *s = dup_range(field, strnlen(field, k->size - 1));
+        if (!s)
+            return NULL;
+        cJSON *j = cJSON_CreateString(s);
+        free(s);
+        return j;
+    }
+    case KT_PAIR: {
+        cJSON *arr = cJSON_CreateArray();
+        if (!arr)
+            return NULL;
+        const double pair[2] = {*(const double *)(const void *)field,
+                                *(const double *)(const void *)((const char *)cfg + k->off2)};
+        for (int i = 0; i < 2; i++) {
+            cJSON *e;
+            if (exact && isfinite(pair[i])) {
+                fmt_num(num, sizeof num, pair[i]);
+                e = cJSON_CreateRaw(num);
+            } else {
+                e = cJSON_CreateNumber(pair[i]);
+            }
+            if (!e || !cJSON_AddItemToArray(arr, e)) {
+                cJSON_Delete(e);
+                cJSON_Delete(arr);
+                return NULL;
+            }
+        }
+        return arr;
+    }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Walking a document                                                        */
+
+/* The dotted path of `key` under `prefix`; -1 if the key cannot be one of ours. */
+static int join_path(char *out, size_t n, const char *prefix, const char *key)
+{
+    if (key[0] == '\0' || strchr(key, '.'))
+        return -1;
+    int w = prefix[0] ? snprintf(out, n, "%s.%s", prefix, key) : snprintf(out, n, "%s", key);
+    return (w < 0 || (size_t)w >= n) ? -1 : 0;
+}
+
+static int check_duplicate(const load_ctx *c, const cJSON *obj, const cJSON *child,
+                           const char *shown)
+{
+    for (const cJSON *prev = obj->child; prev && prev != child; prev = prev->next) {
+        if (prev->string && strcmp(prev->string, child->string) == 0) {
+            char q[200];
+            key_quote(q, sizeof q, shown);
+            return fail(c, "duplicate key %s", q);
+        }
+    }
+    return 0;
+}
+
+static int apply_section(const load_ctx *c, vit_job_config *cfg, const cJSON *obj,
+                         const char *prefix)
+{
+    const int spec_level = prefix[0] == '\0';
+    char path[PATH_MAX_LEN];
+
+    /* Pass 1: presets, so that explicit keys of the same section override
+     * them whatever the key order. */
+    for (const cJSON *ch = obj->child; ch; ch = ch->next) {
+        if (join_path(path, sizeof path, prefix, ch->string) != 0)
+            continue;
+        const config_key *k = find_key(path);
+        if (k && k->type == KT_PRESET) {
+            int rc = apply_value(c, cfg, k, ch);
+            if (rc)
+                return rc;
+        }
+    }
+
+    /* Pass 2: everything else, in document order. */
+    for (const cJSON *ch = obj->child; ch; ch = ch->next) {
+        if (join_path(path, sizeof path, prefix, ch->string) != 0) {
+            char shown[PATH_MAX_LEN + 64], q[200];
+            snprintf(shown, sizeof shown, "%s%s%s", prefix, spec_level ? "" : ".", ch->string);
+            if (!strchr(ch->string, '.'))
+                return fail_unknown(c, shown, spec_level);
+            key_quote(q, sizeof q, shown);
+            return fail(c, "unknown key %s (write dotted keys as nested sections)", q);
+        }
+        int rc = check_duplicate(c, obj, ch, path);
+        if (rc)
+            return rc;
+        const config_key *k = find_key(path);
+        if (k) {
+            if (k->type == KT_PRESET)
+                continue;
+            rc = apply_value(c, cfg, k, ch);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (is_section(path)) {
+            if (cJSON_IsNull(ch)) /* `checkpoint:` with nothing under it */
+                continue;
+            if (!cJSON_IsObject(ch)) {
+                char got[256];
+                describe(got, sizeof got, ch);
+                return fail(c, "%s: expected an object, got %s", path, got);
+            }
+            rc = apply_section(c, cfg, ch, path);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (spec_level && in_list(operator_keys, path)) {
+            LOG_DEBUG("config", "ignored=%s reason=operator-only", path);
+            continue;
+        }
+        return fail_unknown(c, path, spec_level);
+    }
+    return 0;
+}
+
+/* The document is the bare spec, or a ViTJob manifest whose `spec` we use. */
+static int apply_document(const load_ctx *c, vit_job_config *cfg, const cJSON *root)
+{
+    char got[256];
+    if (!cJSON_IsObject(root)) {
+        describe(got, sizeof got, root);
+        return fail(c, "expected an object (the spec or a ViTJob manifest) at the top level, got %s",
+                    got);
+    }
+    int manifest = cJSON_GetObjectItemCaseSensitive(root, "apiVersion") ||
+                   cJSON_GetObjectItemCaseSensitive(root, "kind") ||
+                   cJSON_GetObjectItemCaseSensitive(root, "spec");
+    if (!manifest)
+        return apply_section(c, cfg, root, "");
+
+    const cJSON *spec = NULL;
+    for (const cJSON *ch = root->child; ch; ch = ch->next) {
+        int rc = check_duplicate(c, root, ch, ch->string);
+        if (rc)
+            return rc;
+        if (strcmp(ch->string, "spec") == 0)
+            spec = ch;
+        else if (!in_list(manifest_keys, ch->string))
+            return fail_unknown(c, ch->string, 0);
+    }
+    if (spec == NULL)
+        return fail(c, "the ViTJob manifest has no spec");
+    if (!cJSON_IsObject(spec)) {
+        describe(got, sizeof got, spec);
+        return fail(c, "spec: expected an object, got %s", got);
+    }
+    return apply_section(c, cfg, spec, "");
+}
+
+/* ------------------------------------------------------------------------ */
+/* YAML -> cJSON                                                             */
+
+typedef struct {
+    cJSON *node; /* borrowed: owned by the tree */
+    char *key;   /* pending mapping key, owned */
+} yaml_frame;
+
+static int yaml_fail(const load_ctx *c, const yaml_mark_t *m, const char *problem)
+{
+    return fail(c, "invalid YAML at line %zu column %zu: %s", m->line + 1, m->column + 1, problem);
+}
+
+/* A scalar as YAML 1.1 resolves it: plain ones may be null, bool or number. */
+static cJSON *yaml_scalar(const yaml_event_t *ev)
+{
+    const char *s = (const char *)ev->data.scalar.value;
+    const char *tag = (const char *)ev->data.scalar.tag;
+    int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    if (tag) /* !!str, "!" and custom tags: a string; the core tags resolve as plain */
+        plain = plain && (strcmp(tag, YAML_INT_TAG) == 0 || strcmp(tag, YAML_FLOAT_TAG) == 0 ||
+                          strcmp(tag, YAML_BOOL_TAG) == 0 || strcmp(tag, YAML_NULL_TAG) == 0);
+    if (!plain)
+        return cJSON_CreateString(s);
+
+    static const char *const nulls[] = {"", "~", "null", "Null", "NULL", NULL};
+    static const char *const trues[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
+                                        "on", "On", "ON", NULL};
+    static const char *const falses[] = {"false", "False", "FALSE", "no", "No", "NO",
+                                         "off", "Off", "OFF", NULL};
+    static const char *const infs[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", NULL};
+    static const char *const ninfs[] = {"-.inf", "-.Inf", "-.INF", NULL};
+    static const char *const nans[] = {".nan", ".NaN", ".NAN", NULL};
+    double d;
+    if (in_list(nulls, s))
+        return cJSON_CreateNull();
+    if (in_list(trues, s))
+        return cJSON_CreateTrue();
+    if (in_list(falses, s))
+        return cJSON_CreateFalse();
+    if (in_list(infs, s))
+        return cJSON_CreateNumber(HUGE_VAL);
+    if (in_list(ninfs, s))
+        return cJSON_CreateNumber(-HUGE_VAL);
+    if (in_list(nans, s))
+        return cJSON_CreateNumber(NAN);
+    /* 0123 is octal to YAML 1.1 (kubectl, PyYAML) and decimal to YAML 1.2:
+     * ambiguous, so it stays a string and fails the type check. */
+    const char *q = s + (*s == '+' || *s == '-');
+    if (q[0] == '0' && isdigit((unsigned char)q[1]) && !strpbrk(q, ".eE"))
+        return cJSON_CreateString(s);
+    if (parse_decimal(s, &d) == 0)
+        return cJSON_CreateNumber(d);
+    return cJSON_CreateString(s);
+}
+
+/* Hangs `node` under the innermost open container (or makes it the root).
+ * Takes ownership of node in every case. */
+static int yaml_attach(const load_ctx *c, yaml_frame *stack, int depth, cJSON **root, cJSON *node)
+{
+    if (node == NULL)
+        return fail(c, "out of memory while reading YAML");
+    if (depth == 0) {
+        *root = node;
+        return 0;
+    }
+    yaml_frame *top = &stack[depth - 1];
+    cJSON_bool ok;
+    if (cJSON_IsArray(top->node)) {
+        ok = cJSON_AddItemToArray(top->node, node);
+    } else {
+        ok = cJSON_AddItemToObject(top->node, top->key, node);
+        free(top->key);
+        top->key = NULL;
+    }
+    if (!ok) {
+        cJSON_Delete(node);
+        return fail(c, "out of memory while reading YAML");
+    }
+    return 0;
+}
+
+static int yaml_to_json(const load_ctx *c, const char *text, size_t len, cJSON **out)
+{
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    yaml_frame stack[YAML_MAX_DEPTH];
+    int depth = 0, docs = 0, done = 0, rc = 0;
+    cJSON *root = NULL;
+
+    if (!yaml_parser_initialize(&parser))
+        return fail(c, "cannot initialize the YAML parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+
+    while (!done && rc == 0) {
+        if (!yaml_parser_parse(&parser, &ev)) {
+            rc = yaml_fail(c, &parser.problem_mark, parser.problem ? parser.problem : "syntax error");
+            break;
+        }
+        const yaml_mark_t *at = &ev.start_mark;
+        /* In a mapping, is this event the key? */
+        int want_key = depth > 0 && cJSON_IsObject(stack[depth - 1].node) &&
+                       stack[depth - 1].key == NULL;
+        switch (ev.type) {
+        case YAML_STREAM_END_EVENT:
+            done = 1;
+            break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1)
+                rc = yaml_fail(c, at, "a config holds one document, found a second one");
+            break;
+        case YAML_ALIAS_EVENT:
+            rc = yaml_fail(c, at, "aliases (*name) are not supported; write the value out");
+            break;
+        case YAML_SCALAR_EVENT:
+            if (strlen((const char *)ev.data.scalar.value) != ev.data.scalar.length) {
+                rc = yaml_fail(c, at, "a scalar contains a NUL byte");
+            } else if (want_key) {
+                stack[depth - 1].key =
+                    dup_range((const char *)ev.data.scalar.value, ev.data.scalar.length);
+                if (!stack[depth - 1].key)
+                    rc = fail(c, "out of memory while reading YAML");
+            } else {
+                rc = yaml_attach(c, stack, depth, &root, yaml_scalar(&ev));
+            }
+            break;
+        case YAML_MAPPING_START_EVENT:
+        case YAML_SEQUENCE_START_EVENT: {
+            if (want_key) {
+                rc = yaml_fail(c, at, "mapping keys must be plain scalars");
+                break;
+            }
+            if (depth == YAML_MAX_DEPTH) {
+                rc = yaml_fail(c, at, "nesting is too deep");
+                break;
+            }
+            cJSON *node = ev.type == YAML_MAPPING_START_EVENT ? cJSON_CreateObject()
+                                                              : cJSON_CreateArray();
+            rc = yaml_attach(c, stack, depth, &root, node);
+            if (rc == 0) {
+                stack[depth].node = node;
+                stack[depth].key = NULL;
+                depth++;
+            }
+            break;
+        }
+        case YAML_MAPPING_END_EVENT:
+        case YAML_SEQUENCE_END_EVENT:
+            depth--;
+            free(stack[depth].key);
+            stack[depth].key = NULL;
+            break;
+        default:
+            break;
+        }
+        yaml_event_delete(&ev);
+    }
+
+    while (depth > 0)
+        free(stack[--depth].key);
+    yaml_parser_delete(&parser);
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
+    *out = root;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parsing a document                                                        */
+
+/* JSON if it starts with '{' and parses as JSON, YAML otherwise. *out is the
+ * tree (caller deletes), or NULL for an empty document. */
+static int parse_document(const load_ctx *c, const char *text, size_t len, cJSON **out)
+{
+    const char *nul = memchr(text, '\0', len);
+    if (nul)
+        return fail(c, "the config contains a NUL byte at byte %zu", (size_t)(nul - text));
+    char *buf = dup_range(text, len); /* cJSON wants a NUL-terminated buffer */
+    if (!buf)
+        return fail(c, "out of memory");
+
+    size_t i = 0;
+    if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
+        i = 3;
+    while (i < len && isspace((unsigned char)buf[i]))
+        i++;
+
+    int rc = 0;
+    if (i < len && buf[i] == '{') {
+        const char *end = NULL;
+        cJSON *j = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
+        if (j) {
+            *out = j;
+        } else {
+            /* Not JSON; YAML flow style ({model: {dim: 32}}) may still read it. */
+            size_t at = end && end >= buf ? (size_t)(end - buf) : 0;
+            load_ctx quiet = {c->origin, NULL, 0};
+            cJSON *y = NULL;
+            if (yaml_to_json(&quiet, buf, len, &y) == 0 && y)
+                *out = y;
+            else {
+                cJSON_Delete(y);
+                rc = fail(c, "invalid JSON near byte %zu", at);
+            }
+        }
+    } else {
+        rc = yaml_to_json(c, buf, len, out);
+    }
+    free(buf);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public API                                                                */
+
+int config_preset(model_config *m, const char *name)
+{
+    if (m == NULL || name == NULL)
+        return -1;
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        const preset_def *p = &presets[i];
+        if (strcmp(p->name, name) != 0)
+            continue;
+        set_str(m->preset, sizeof m->preset, p->name);
+        m->image_size = p->image_size;
+        m->patch_size = p->patch_size;
+        m->channels = p->channels;
+        m->dim = p->dim;
+        m->depth = p->depth;
+        m->heads = p->heads;
+        m->mlp_ratio = p->mlp_ratio;
+        m->num_classes = p->num_classes;
+        return 0;
+    }
+    return -1;
+}
+
+void config_defaults(vit_job_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    config_preset(&cfg->model, "fmnist_tiny");
+
+    set_str(cfg->data.format, sizeof cfg->data.format, "fashion-mnist");
+    set_str(cfg->data.uri, sizeof cfg->data.uri, "file:///usr/share/datasets/fashion-mnist");
+    cfg->data.augment = 1;
+
+    training_config *t = &cfg->training;
+    t->steps = 0;
+    t->epochs = 1;
+    t->global_batch_size = 128;
+    t->micro_batch_size = 64;
+    set_str(t->precision, sizeof t->precision, "fp32"); /* bf16-mixed arrives with the GPU engine */
+    set_str(t->sharding, sizeof t->sharding, "none");
+    t->activation_checkpointing = 0;
+    optimizer_config *o = &t->optimizer;
+    set_str(o->name, sizeof o->name, "adamw");
+    o->lr = 1e-3;
+    o->weight_decay = 0.05;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+    o->warmup_steps = 100;
+    set_str(o->schedule, sizeof o->schedule, "cosine");
+    o->min_lr = 0.0;
+    o->grad_clip = 1.0;
+    t->seed = 1234;
+    set_str(t->device, sizeof t->device, "auto");
+    t->rendezvous_timeout_seconds = 300;
+    t->threads = 0;
+    t->log_interval = 50;
+    t->eval_interval = 0;
+    set_str(t->export_path, sizeof t->export_path, "model.safetensors");
+
+    cfg->checkpoint.interval_steps = 500;
+    cfg->checkpoint.keep = 3;
+    cfg->world_size = 1;
+}
+
+int config_load_string(vit_job_config *cfg, const char *text, size_t len, const char *origin,
+                       char *err, size_t errlen)
+{
+    const load_ctx c = {origin ? origin : "<string>", err, errlen};
+    if (cfg == NULL || (text == NULL && len > 0))
+        return fail(&c, "internal error: no config or no text");
+
+    cJSON *root = NULL;
+    int rc = parse_document(&c, text ? text : "", len, &root);
+    if (rc)
+        return rc;
+    if (root == NULL)
+        return fail(&c, "the config is empty; expected the spec or a ViTJob manifest");
+
+    vit_job_config *tmp = malloc(sizeof *tmp);
+    if (!tmp) {
+        cJSON_Delete(root);
+        return fail(&c, "out of memory");
+    }
+    memcpy(tmp, cfg, sizeof *tmp);
+    rc = apply_document(&c, tmp, root);
+    if (rc == 0)
+        memcpy(cfg, tmp, sizeof *cfg);
+    free(tmp);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int config_load_file(vit_job_config *cfg, const char *path, char *err, size_t errlen)
+{
+    const load_ctx c = {path ? path : "<null>", err, errlen};
+    if (path == NULL)
+        return fail(&c, "cannot read config: no path given");
+
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(&c, "cannot read config: %s", strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (len == cap) {
+            if (cap >= FILE_MAX_BYTES) {
+                rc = fail(&c, "cannot read config: larger than %u MiB", FILE_MAX_BYTES >> 20);
+                goto out;
+            }
+            size_t ncap = cap ? cap * 2 : 4096;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                rc = fail(&c, "cannot read config: out of memory");
+                goto out;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                rc = fail(&c, "cannot read config: %s", strerror(errno ? errno : EIO));
+                goto out;
+            }
+            break;
+        }
+    }
+    rc = config_load_string(cfg, buf ? buf : "", len, path, err, errlen);
+out:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+/* Text of a --set value as the cJSON value a document would have held. */
+static cJSON *value_from_text(const config_key *k, const char *text)
+{
+    if (k->type == KT_STRING || k->type == KT_ENUM || k->type == KT_PRESET)
+        return cJSON_CreateString(text); /* as-is */
+
+    char *t = dup_trimmed(text);
+    if (!t)
+        return NULL;
+    cJSON *v = NULL;
+    double d;
+    if (k->type == KT_BOOL) {
+        if (strcmp(t, "true") == 0)
+            v = cJSON_CreateTrue();
+        else if (strcmp(t, "false") == 0)
+            v = cJSON_CreateFalse();
+        else
+            v = cJSON_CreateString(t);
+    } else if (k->type == KT_PAIR) {
+        /* "0.9,0.95" or "[0.9, 0.95]" */
+        char *body = t;
+        size_t n = strlen(body);
+        if (n >= 2 && body[0] == '[' && body[n - 1] == ']') {
+            body[n - 1] = '\0';
+            body++;
+        }
+        v = cJSON_CreateArray();
+        const char *p = body;
+        while (v) {
+            const char *comma = strchr(p, ',');
+            const char *end = comma ? comma : p + strlen(p);
+            char *raw = dup_range(p, (size_t)(end - p));
+            char *part = raw ? dup_trimmed(raw) : NULL;
+            free(raw);
+            cJSON *e = NULL;
+            if (part)
+                e = parse_decimal(part, &d) == 0 ? cJSON_CreateNumber(d) : cJSON_CreateString(part);
+            free(part);
+            if (!e || !cJSON_AddItemToArray(v, e)) {
+                cJSON_Delete(e);
+                cJSON_Delete(v);
+                v = NULL;
+                break;
+            }
+            if (!comma)
+                break;
+            p = comma + 1;
+        }
+    } else { /* numbers */
+        v = parse_decimal(t, &d) == 0 ? cJSON_CreateNumber(d) : cJSON_CreateString(t);
+    }
+    free(t);
+    return v;
+}
+
+int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t errlen)
+{
+    const load_ctx c = {"--set", err, errlen};
+    if (cfg == NULL || assignment == NULL)
+        return fail(&c, "internal error: no config or no assignment");
+    const char *eq = strchr(assignment, '=');
+    if (eq == NULL) {
+        char q[200];
+        quote(q, sizeof q, assignment);
+        return fail(&c, "expected key=value, got %s", q);
+    }
+    char *raw_key = dup_range(assignment, (size_t)(eq - assignment));
+    char *key = raw_key ? dup_trimmed(raw_key) : NULL;
+    free(raw_key);
+    if (!key)
+        return fail(&c, "out of memory");
+
+    int rc;
+    const config_key *k = find_key(key);
+    if (k == NULL) {
+        if (is_section(key))
+            rc = fail(&c, "%s is a section; set one of its keys, e.g. %s.<key>=value", key, key);
+        else
+            rc = fail_unknown(&c, key, 0);
+        free(key);
+        return rc;
+    }
+    free(key);
+
+    cJSON *v = value_from_text(k, eq + 1);
+    if (v == NULL)
+        return fail(&c, "out of memory");
+    vit_job_config *tmp = malloc(sizeof *tmp);
+    if (!tmp) {
+        cJSON_Delete(v);
+        return fail(&c, "out of memory");
+    }
+    memcpy(tmp, cfg, sizeof *tmp);
+    rc = apply_value(&c, tmp, k, v);
+    if (rc == 0)
+        memcpy(cfg, tmp, sizeof *cfg);
+    free(tmp);
+    cJSON_Delete(v);
+    return rc;
+}
+
+int config_mlp_hidden(const model_config *m)
+{
+    return (int)lround((double)m->dim * m->mlp_ratio);
+}
+
+int config_accum_steps(const vit_job_config *cfg)
+{
+    long long per_step = (long long)cfg->training.micro_batch_size * cfg->world_size;
+    if (per_step <= 0)
+        return 0;
+    return (int)(cfg->training.global_batch_size / per_step);
+}
+
+int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
+{
+    const load_ctx c = {NULL, err, errlen};
+    if (cfg == NULL)
+        return fail(&c, "internal error: no config");
+
+    /* Every field on its own, with the same checks as a file (catches
+     * fields that code has set directly). */
+    vit_job_config *scratch = malloc(sizeof *scratch);
+    if (!scratch)
+        return fail(&c, "out of memory");
+    memcpy(scratch, cfg, sizeof *scratch);
+    int rc = 0;
+    for (size_t i = 0; i < N_KEYS && rc == 0; i++) {
+        const config_key *k = &config_keys[i];
+        if ((k->type == KT_STRING || k->type == KT_ENUM || k->type == KT_PRESET) &&
+            memchr((const char *)cfg + k->off, '\0', k->size) == NULL) {
+            rc = fail(&c, "%s: string is not NUL-terminated", k->path);
+            break;
+        }
+        cJSON *v = field_to_json(cfg, k, 0);
+        rc = v ? apply_value(&c, scratch, k, v) : fail(&c, "out of memory");
+        cJSON_Delete(v);
+    }
+    free(scratch);
+    if (rc)
+        return rc;
+
+    const model_config *m = &cfg->model;
+    const training_config *t = &cfg->training;
+    const optimizer_config *o = &t->optimizer;
+
+    if (m->dim % m->heads != 0)
+        return fail(&c, "model.dim=%d is not divisible by model.heads=%d", m->dim, m->heads);
+    if (m->image_size % m->patch_size != 0)
+        return fail(&c, "model.imageSize=%d is not divisible by model.patchSize=%d", m->image_size,
+                    m->patch_size);
+    if (config_mlp_hidden(m) < 1) {
+        char r[64];
+        fmt_num(r, sizeof r, m->mlp_ratio);
+        return fail(&c, "model.dim=%d * model.mlpRatio=%s gives an MLP hidden width of %d; it must be >= 1",
+                    m->dim, r, config_mlp_hidden(m));
+    }
+
+    if (strcmp(cfg->data.format, "shards") == 0)
+        return fail(&c, "data.format=shards is not supported by this build yet");
+    if (strcmp(cfg->data.format, "fashion-mnist") == 0) {
+        if (m->image_size != 28)
+            return fail(&c, "model.imageSize=%d does not fit data.format=fashion-mnist: "
+                            "Fashion-MNIST images are 28x28x1, so model.imageSize must be 28",
+                        m->image_size);
+        if (m->channels != 1)
+            return fail(&c, "model.channels=%d does not fit data.format=fashion-mnist: "
+                            "Fashion-MNIST images are 28x28x1, so model.channels must be 1",
+                        m->channels);
+        if (m->num_classes < 10)
+            return fail(&c, "model.numClasses=%d does not fit data.format=fashion-mnist: "
+                            "Fashion-MNIST has 10 classes, so model.numClasses must be >= 10",
+                        m->num_classes);
+    }
+
+    if (cfg->world_size < 1)
+        return fail(&c, "world size %d is invalid; it must be >= 1", cfg->world_size);
+    long long per_step = (long long)t->micro_batch_size * cfg->world_size;
+    if (t->global_batch_size % per_step != 0)
+        return fail(&c, "training.globalBatchSize=%d is not divisible by training.microBatchSize=%d "
+                        "x world size %d = %lld",
+                    t->global_batch_size, t->micro_batch_size, cfg->world_size, per_step);
+    if (t->steps == 0 && t->epochs == 0)
+        return fail(&c, "training.steps=0 and training.epochs=0: set one of them to a positive number");
+    if (t->steps > 0 && o->warmup_steps > t->steps)
+        return fail(&c, "training.optimizer.warmupSteps=%d exceeds training.steps=%ld",
+                    o->warmup_steps, t->steps);
+    if (o->min_lr > o->lr) {
+        char a[64], b[64];
+        fmt_num(a, sizeof a, o->min_lr);
+        fmt_num(b, sizeof b, o->lr);
+        return fail(&c, "training.optimizer.minLr=%s exceeds training.optimizer.lr=%s", a, b);
+    }
+
+    const char *ck = cfg->checkpoint.uri;
+    if (ck[0] && strncmp(ck, "s3://", 5) != 0 && strncmp(ck, "file://", 7) != 0) {
+        char q[200];
+        quote(q, sizeof q, ck);
+        return fail(&c, "checkpoint.uri=%s must start with s3:// or file://", q);
+    }
+    return 0;
+}
+
+char *config_to_json(const vit_job_config *cfg)
+{
+    if (cfg == NULL)
+        return NULL;
+    cJSON *root = cJSON_CreateObject();
+    char *out = NULL;
+    if (!root)
+        return NULL;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const config_key *k = &config_keys[i];
+        /* Walk or create the sections of the path, then add the leaf. */
+        cJSON *parent = root;
+        const char *p = k->path;
+        const char *dot;
+        while ((dot = strchr(p, '.')) != NULL) {
+            char name[PATH_MAX_LEN];
+            snprintf(name, sizeof name, "%.*s", (int)(dot - p), p);
+            cJSON *sec = cJSON_GetObjectItemCaseSensitive(parent, name);
+            if (!sec) {
+                sec = cJSON_AddObjectToObject(parent, name);
+                if (!sec)
+                    goto out;
+            }
+            parent = sec;
+            p = dot + 1;
+        }
+        cJSON *v = field_to_json(cfg, k, 1);
+        if (!v || !cJSON_AddItemToObject(parent, p, v)) {
+            cJSON_Delete(v);
+            goto out;
+        }
+    }
+    out = cJSON_PrintUnformatted(root);
+out:
+    cJSON_Delete(root);
+    return out;
+}
