@@ -28,7 +28,7 @@ CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 INC     := -Ilib -Ikernels -Iworker
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) -MMD -MP
-LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lm -fopenmp
+LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -fopenmp
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 LIB_SRC     := lib/log.c

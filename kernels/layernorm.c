@@ -14,9 +14,11 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *in
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float m = 0.0f;
+#pragma omp simd reduction(+ : m)
         for (int i = 0; i < C; i++) m += x[i];
         m /= (float)C;
         float var = 0.0f;
+#pragma omp simd reduction(+ : var)
         for (int i = 0; i < C; i++) {
             float d = x[i] - m;
             var += d * d;
@@ -41,6 +43,7 @@ void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout
         const float m = mean[n], s = rstd[n];
         /* dxhat = dy * w; dx = s * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
         float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+#pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat)
         for (int i = 0; i < C; i++) {
             float xhat = (x[i] - m) * s, dxhat = dy[i] * w[i];
             sum_dxhat += dxhat;

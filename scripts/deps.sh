@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential pkg-config
-  libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev
+  libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev libsleef-dev
   libcriterion-dev bats
   dataset-fashion-mnist python3-torch
 )

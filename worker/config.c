@@ -1036,11 +1036,11 @@ void config_defaults(vit_job_config *cfg)
 
     set_str(cfg->data.format, sizeof cfg->data.format, "fashion-mnist");
     set_str(cfg->data.uri, sizeof cfg->data.uri, "file:///usr/share/datasets/fashion-mnist");
-    cfg->data.augment = 1;
+    cfg->data.augment = 0;
 
     training_config *t = &cfg->training;
     t->steps = 0;
-    t->epochs = 1;
+    t->epochs = 2;
     t->global_batch_size = 128;
     t->micro_batch_size = 64;
     set_str(t->precision, sizeof t->precision, "fp32"); /* bf16-mixed arrives with the GPU engine */
@@ -1048,12 +1048,12 @@ void config_defaults(vit_job_config *cfg)
     t->activation_checkpointing = 0;
     optimizer_config *o = &t->optimizer;
     set_str(o->name, sizeof o->name, "adamw");
-    o->lr = 1e-3;
+    o->lr = 3e-3;
     o->weight_decay = 0.05;
     o->beta1 = 0.9;
     o->beta2 = 0.999;
     o->eps = 1e-8;
-    o->warmup_steps = 100;
+    o->warmup_steps = 50;
     set_str(o->schedule, sizeof o->schedule, "cosine");
     o->min_lr = 0.0;
     o->grad_clip = 1.0;
