@@ -22,7 +22,7 @@ note() { printf '%-44s %s\n' "$1" "$2"; }
 
 # criterion_suite NAME BINARY [sanitized]: counts from Criterion's synthesis line
 criterion_suite() {
-  local name=$1 bin=$2 log=$WORK/$1.log
+  local name=$1 bin=$2 log=$WORK/${1//\//_}.log
   "$bin" --no-early-exit -j2 > "$log" 2>&1
   local rc=$?
   local synth; synth=$(grep -a 'Synthesis:' "$log" | tail -1)
@@ -44,7 +44,7 @@ criterion_suite() {
 # bats_suite NAME FILE [env...]: counts from the TAP lines
 bats_suite() {
   local name=$1 file=$2; shift 2
-  local log=$WORK/$name.log
+  local log=$WORK/${name//\//_}.log
   env "$@" bats --tap "$file" > "$log" 2>&1
   local p f
   p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
@@ -58,7 +58,7 @@ bats_suite() {
 # script_suite NAME CMD...: one check that passes when CMD exits 0
 script_suite() {
   local name=$1; shift
-  local log=$WORK/$name.log
+  local log=$WORK/${name//\//_}.log
   if "$@" > "$log" 2>&1 && ! grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then
     passed=$((passed + 1)); note "$name" "1 passed, 0 failed"
   else
