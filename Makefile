@@ -39,7 +39,7 @@ CORE_SRC    := $(LIB_SRC) $(KERNEL_SRC) $(WORKER_SRC)
 TEST_SRC    := $(wildcard tests/test_*.c)
 
 CORE_OBJ    = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
-BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck
+BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test demo bench gpu-test asan clean deps
@@ -54,6 +54,10 @@ $(BUILD)/bin/vitjob-worker: $(CORE_OBJ) $(BUILD)/obj/worker/main.o
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/bin/vit_refcheck: $(CORE_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bin/sgemm_rate: $(CORE_OBJ) $(BUILD)/obj/bench/sgemm_rate.o
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -79,8 +83,8 @@ demo: deps
 	$(BUILD)/bin/vitjob-worker train --set training.exportPath=$(BUILD)/demo/model.safetensors
 
 bench: deps
-	$(MAKE) $(BUILD)/bin/vitjob-worker
-	bench/cpu_vs_torch.sh $(BUILD)
+	$(MAKE) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/sgemm_rate
+	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
 
 gpu-test:
 	@echo "gpu-test: the CUDA backend is not in this build yet (issue 5); nothing to run"

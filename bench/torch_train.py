@@ -54,13 +54,17 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--stock-env", dest="stock_env", action="store_true",
+                    help="leave OPENBLAS_NUM_THREADS and OMP_WAIT_POLICY as the "
+                         "environment has them (Debian's torch as a user runs it)")
     args = ap.parse_args()
     if args.steps < 1 or args.batch < 1 or args.threads < 1:
         ap.error("--steps, --batch and --threads must be positive")
 
     # Must precede the first import of torch (see the top of the file).
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if not args.stock_env:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     import torch.nn.functional as F
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -108,7 +112,7 @@ def main():
 
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({
-        "impl": "pytorch",
+        "impl": "pytorch" + (" (stock env)" if args.stock_env else ""),
         "torch": torch.__version__,
         "threads": args.threads,
         "batch": args.batch,
