@@ -43,47 +43,57 @@ BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test demo bench gpu-test asan clean deps
+.SECONDARY:
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 all: $(BINS) $(TEST_BINS)
+
+# V=1 shows the full command lines.
+Q := $(if $(V),,@)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	@$(if $(Q),echo "  CC      $<  ($(BUILD))")
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/bin/vitjob-worker: $(CORE_OBJ) $(BUILD)/obj/worker/main.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/bin/vit_refcheck: $(CORE_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/bin/sgemm_rate: $(CORE_OBJ) $(BUILD)/obj/bench/sgemm_rate.o
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 
 # The sanitizer build: same sources, its own tree.
 asan:
-	$(MAKE) BUILD=$(BUILD)/asan CFLAGS="$(ASAN_FLAGS)" all
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CFLAGS="$(ASAN_FLAGS)" all
 
 deps:
 	@scripts/deps.sh
 
 test: deps
-	$(MAKE) all
-	$(MAKE) asan
+	@$(MAKE) --no-print-directory -j$(JOBS) all
+	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
 
 demo: deps
-	$(MAKE) $(BUILD)/bin/vitjob-worker
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker
 	@mkdir -p $(BUILD)/demo
 	$(BUILD)/bin/vitjob-worker train --set training.exportPath=$(BUILD)/demo/model.safetensors
 
 bench: deps
-	$(MAKE) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/sgemm_rate
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/sgemm_rate
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
 
 gpu-test:
