@@ -6,7 +6,7 @@
 #
 #   unit (C, Criterion):   tests/test_*.c            kernels, config, data
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
-#   reference (PyTorch):   tests/ref/check_against_torch.py
+#   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
 #   the same C suites, the worker CLI and the reference check under ASan + UBSan
 set -uo pipefail
@@ -75,6 +75,10 @@ for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t";
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
+# the same fp32 engine against PyTorch in float64: the 1e-4 bound holds
+# against the exact math too, not only against another fp32 rounding
+script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
+  --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --quiet
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 
 if [ -d "$ASAN/tests" ]; then
