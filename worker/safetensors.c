@@ -1,7 +1,7 @@
 /* worker/safetensors.c - see safetensors.h. */
 #include "safetensors.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
