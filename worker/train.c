@@ -62,6 +62,21 @@ static eval_result evaluate(vit_model *m, const dataset *d, int B, float *images
     return r;
 }
 
+/* Evaluates on the test split and reports it: a log line and, with a
+ * metrics file, a JSON line. */
+static eval_result evaluate_and_report(vit_model *m, const dataset *test, int B, float *images,
+                                       int *labels, long step, double train_seconds,
+                                       FILE *metrics)
+{
+    eval_result ev = evaluate(m, test, B, images, labels);
+    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", step,
+             ev.accuracy, ev.loss, train_seconds);
+    if (metrics)
+        fprintf(metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n",
+                step, ev.accuracy, train_seconds);
+    return ev;
+}
+
 int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const model_config *mc = &cfg->model;
@@ -184,22 +199,13 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
             t_interval = now_seconds();
         }
         if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
-            eval_result ev = evaluate(model, test, micro, images, labels);
-            LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f",
-                     step + 1, ev.accuracy, ev.loss, t_train);
-            if (metrics)
-                fprintf(metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n",
-                        step + 1, ev.accuracy, t_train);
+            evaluate_and_report(model, test, micro, images, labels, step + 1, t_train, metrics);
             t_interval = now_seconds(); /* keep eval time out of the rate */
         }
     }
 
-    eval_result ev = evaluate(model, test, micro, images, labels);
-    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", total,
-             ev.accuracy, ev.loss, t_train);
-    if (metrics)
-        fprintf(metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n", total,
-                ev.accuracy, t_train);
+    eval_result ev =
+        evaluate_and_report(model, test, micro, images, labels, total, t_train, metrics);
     if (tc->export_path[0]) {
         if (model_save_safetensors(model, mc, tc->export_path, err, errlen) != 0) {
             rc = VITJOB_EXIT_FAILURE;
