@@ -8,6 +8,7 @@ PACKAGES=(
   libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev libsleef-dev
   libcriterion-dev bats
   dataset-fashion-mnist python3-torch
+  python3-jsonschema python3-yaml openssl
 )
 
 missing=()
