@@ -8,6 +8,8 @@
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
+#   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, and
+#                                                    the real kubectl against it
 #   the same C suites, the worker CLI and the reference check under ASan + UBSan
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +57,23 @@ bats_suite() {
   if [ "$f" -ne 0 ]; then failures+=("$name"); grep -A12 '^not ok' "$log" | head -60; fi
 }
 
+# unittest_suite NAME FILE: a Python unittest module, counted from its summary
+unittest_suite() {
+  local name=$1 file=$2
+  local log=$WORK/${name//\//_}.log
+  "$PY" "$file" -v > "$log" 2>&1
+  local rc=$? ran f
+  ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' "$log" | tail -1)
+  ran=${ran:-0}
+  f=$(( $(grep -cE '^(FAIL|ERROR):' "$log") ))
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  if [ "$ran" -eq 0 ]; then f=$((f > 0 ? f : 1)); fi
+  local p=$((ran - f < 0 ? 0 : ran - f))
+  passed=$((passed + p)); failed=$((failed + f))
+  note "$name" "$p passed, $f failed"
+  if [ "$f" -ne 0 ]; then failures+=("$name"); grep -B2 -A20 -E '^(FAIL|ERROR):' "$log" | head -80; tail -5 "$log"; fi
+}
+
 # script_suite NAME CMD...: one check that passes when CMD exits 0
 script_suite() {
   local name=$1; shift
@@ -80,6 +99,8 @@ script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
 script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --quiet
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
+unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
+unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py
 
 if [ -d "$ASAN/tests" ]; then
   for t in "$ASAN"/tests/test_*; do criterion_suite "asan/unit/$(basename "$t")" "$t"; done

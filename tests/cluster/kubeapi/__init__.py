@@ -1,0 +1,1 @@
+# kubeapi: a small, faithful Kubernetes API server for tests (see ../apiserver).

@@ -1,0 +1,525 @@
+# kubeapi/api.py: the semantics of the REST verbs on top of the store: object
+# metadata (uid, creationTimestamp, generation), optimistic concurrency (409),
+# the status subresource, patches, CRD registration and custom object
+# validation, deletion (deletionTimestamp, finalizers, grace periods) and the
+# garbage collector (ownerReferences, foreground/background/orphan, namespaces).
+
+import base64
+import copy
+import datetime
+import json
+import random
+import re
+import string
+import threading
+import uuid
+
+from . import errors, patch, schema, selectors
+from .resources import Registry
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                 "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+                 "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+               "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
+CRD_KEY = "customresourcedefinitions.apiextensions.k8s.io"
+INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def now(delta=0):
+    t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=delta)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def normalize_meta(meta):
+    """Empty labels, annotations, finalizers, ownerReferences are omitted, as
+    Go's omitempty does on the real server."""
+    for k in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if k in meta and not meta[k]:
+            del meta[k]
+
+
+def _rest(obj):
+    """Everything but metadata and status: what counts as a spec change."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+class Api:
+    def __init__(self, store):
+        self.store = store
+        self.registry = Registry()
+        self.gc_wake = threading.Event()
+        self.stopping = threading.Event()
+        for crd in self.store.list(CRD_KEY)[0]:
+            if not crd["metadata"].get("deletionTimestamp"):
+                self.registry.add_crd(crd)
+        ns_type = self.registry.by_key("namespaces")
+        for ns in INITIAL_NAMESPACES:
+            if self.store.get("namespaces", "", ns) is None:
+                self.create(ns_type, "v1", "", {"apiVersion": "v1", "kind": "Namespace",
+                                                "metadata": {"name": ns}}, {})
+
+    # --- helpers ----------------------------------------------------------------
+
+    def present(self, rtype, version, obj):
+        obj["apiVersion"] = rtype.api_version(version)
+        obj["kind"] = rtype.kind
+        return obj
+
+    def _ns(self, rtype, ns):
+        return ns if rtype.namespaced else ""
+
+    def _check_namespace(self, rtype, ns, name, creating):
+        if not rtype.namespaced:
+            return
+        nso = self.store.get("namespaces", "", ns)
+        if nso is None:
+            raise errors.not_found(self.registry.by_key("namespaces"), ns)
+        if creating and nso["metadata"].get("deletionTimestamp"):
+            raise errors.forbidden('%s "%s" is forbidden: unable to create new content in namespace %s '
+                                   'because it is being terminated' % (errors.qualified(rtype), name, ns))
+
+    def _custom_checks(self, rtype, version, obj, params, name):
+        """Defaulting, pruning and schema validation of a custom object."""
+        sch = rtype.schemas.get(version) or {}
+        schema.apply_defaults(sch, obj)
+        dropped = schema.prune(sch, obj, root=True)
+        if dropped and params.get("fieldValidation") == "Strict":
+            raise errors.bad_request('%s in version "%s" cannot be handled as a %s: strict decoding error: %s'
+                                     % (rtype.kind, version, rtype.kind,
+                                        ", ".join('unknown field "%s"' % d for d in dropped)))
+        errs = schema.validate(sch, obj)
+        if errs:
+            raise errors.invalid(rtype.kind, rtype.group, name, errs)
+        return ['unknown field "%s"' % d for d in dropped]
+
+    def _validate_meta(self, rtype, obj):
+        meta = obj["metadata"]
+        name = meta.get("name", "")
+        errs = []
+        if not name:
+            errs.append(("metadata.name", "FieldValueRequired", "Required value: name or generateName is required"))
+        elif not DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+            errs.append(("metadata.name", "FieldValueInvalid", 'Invalid value: "%s": %s' % (name, SUBDOMAIN_MSG)))
+        if rtype.resource == "pods" and not (obj.get("spec") or {}).get("containers"):
+            errs.append(("spec.containers", "FieldValueRequired", "Required value"))
+        if rtype.resource == "customresourcedefinitions" and name:
+            spec = obj.get("spec") or {}
+            want = "%s.%s" % ((spec.get("names") or {}).get("plural", ""), spec.get("group", ""))
+            if name != want:
+                errs.append(("metadata.name", "FieldValueInvalid",
+                             'Invalid value: "%s": must be spec.names.plural+"."+spec.group' % name))
+            if not spec.get("versions"):
+                errs.append(("spec.versions", "FieldValueInvalid",
+                             "Invalid value: null: must have exactly one version marked as storage version"))
+        if errs:
+            raise errors.invalid(rtype.kind, rtype.group, name, errs)
+
+    def _builtin_defaults(self, rtype, obj, creating):
+        spec = obj.get("spec")
+        if rtype.resource == "pods" and isinstance(spec, dict):
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("serviceAccountName", "default")
+            for c in spec.get("containers") or []:
+                c.setdefault("terminationMessagePath", "/dev/termination-log")
+                c.setdefault("terminationMessagePolicy", "File")
+                c.setdefault("imagePullPolicy", "Always" if c.get("image", "").endswith(":latest")
+                             or ":" not in c.get("image", "") else "IfNotPresent")
+            if creating:
+                obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif rtype.resource == "services" and isinstance(spec, dict):
+            spec.setdefault("type", "ClusterIP")
+            if creating and not spec.get("clusterIP"):
+                spec["clusterIP"] = "10.96.%d.%d" % (random.randint(0, 255), random.randint(1, 254))
+            if spec.get("clusterIP"):
+                spec.setdefault("clusterIPs", [spec["clusterIP"]])
+            for p in spec.get("ports") or []:
+                p.setdefault("protocol", "TCP")
+                p.setdefault("targetPort", p.get("port"))
+            obj.setdefault("status", {"loadBalancer": {}})
+        elif rtype.resource == "namespaces":
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            if creating:
+                obj["status"] = {"phase": "Active"}
+        elif rtype.resource == "secrets":
+            obj.setdefault("type", "Opaque")
+
+    def _crd_status(self, crd):
+        spec = crd["spec"]
+        t = now()
+        crd["status"] = {
+            "acceptedNames": copy.deepcopy(spec["names"]),
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                 "message": "no conflicts found", "lastTransitionTime": t},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                 "message": "the initial names have been accepted", "lastTransitionTime": t}],
+            "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")]}
+        crd["status"]["acceptedNames"].setdefault("singular", spec["names"]["kind"].lower())
+        crd["status"]["acceptedNames"].setdefault("listKind", spec["names"]["kind"] + "List")
+
+    # --- reads --------------------------------------------------------------------
+
+    def get(self, rtype, version, ns, name):
+        obj = self.store.get(rtype.key, self._ns(rtype, ns), name)
+        if obj is None:
+            raise errors.not_found(rtype, name)
+        return self.present(rtype, version, obj)
+
+    def list(self, rtype, version, ns, params):
+        """(items, resourceVersion, continue token, remainingItemCount)."""
+        labels = selectors.parse_labels(params.get("labelSelector"))
+        fields = selectors.parse_fields(params.get("fieldSelector"), rtype)
+        items, rv = self.store.list(rtype.key, self._ns(rtype, ns) if ns else None)
+        items = [self.present(rtype, version, o) for o in items
+                 if selectors.labels_match(labels, o) and selectors.fields_match(fields, o)]
+        cont = params.get("continue")
+        if cont:
+            start_rv, after = decode_continue(cont)
+            self.store.check_not_compacted(start_rv)
+            items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
+        limit = int(params.get("limit") or 0)
+        token, remaining = None, None
+        if limit and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            token = encode_continue(rv, (last.get("namespace", ""), last["name"]))
+            remaining = len(items) - limit
+            items = items[:limit]
+        return items, rv, token, remaining
+
+    # --- create ---------------------------------------------------------------------
+
+    def create(self, rtype, version, ns, body, params):
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        want = rtype.api_version(version)
+        if body.get("apiVersion") and body.get("apiVersion") != want:
+            raise errors.bad_request("the API version in the data (%s) does not match the expected API version (%s)"
+                                     % (body["apiVersion"], want))
+        if body.get("kind") and body["kind"] != rtype.kind:
+            raise errors.bad_request("the kind in the data (%s) does not match the expected kind (%s)"
+                                     % (body["kind"], rtype.kind))
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if rtype.namespaced:
+            if meta.get("namespace") and meta["namespace"] != ns:
+                raise errors.bad_request("the namespace of the provided object does not match the namespace "
+                                         "sent on the request")
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(random.choice("bcdfghjklmnpqrstvwxz2456789")
+                                                          for _ in range(5))
+        for k in SERVER_META:
+            meta.pop(k, None)
+        normalize_meta(meta)
+        self._validate_meta(rtype, obj)
+        if rtype.status and rtype.crd:
+            obj.pop("status", None)
+        warnings = []
+        if rtype.crd:
+            warnings = self._custom_checks(rtype, version, obj, params, meta["name"])
+        self._builtin_defaults(rtype, obj, creating=True)
+        if rtype.key == CRD_KEY:
+            self._crd_status(obj)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now()
+        if rtype.generation:
+            meta["generation"] = 1
+        self.present(rtype, version, obj)
+        dry = params.get("dryRun") == "All"
+        with self.store.lock:
+            self._check_namespace(rtype, meta.get("namespace", ""), meta["name"], creating=True)
+            if self.store.get(rtype.key, meta.get("namespace", ""), meta["name"]) is not None:
+                raise errors.already_exists(rtype, meta["name"])
+            out = self.store.put(rtype.key, obj, dry_run=dry)
+            if rtype.key == CRD_KEY and not dry:
+                self.registry.add_crd(out)
+        return self.present(rtype, version, out), warnings
+
+    # --- update and patch -------------------------------------------------------------
+
+    def update(self, rtype, version, ns, name, body, params, subresource=None):
+        with self.store.lock:
+            old = self.store.get(rtype.key, self._ns(rtype, ns), name)
+            if old is None:
+                raise errors.not_found(rtype, name)
+            return self._update(rtype, version, old, body, params, subresource)
+
+    def patch(self, rtype, version, ns, name, ctype, body, params, subresource=None):
+        ctype = (ctype or "").split(";")[0].strip()
+        with self.store.lock:
+            old = self.store.get(rtype.key, self._ns(rtype, ns), name)
+            if old is None:
+                raise errors.not_found(rtype, name)
+            current = self.present(rtype, version, copy.deepcopy(old))
+            if ctype == "application/merge-patch+json":
+                new = patch.merge_patch(current, body)
+            elif ctype == "application/json-patch+json":
+                new = patch.json_patch(current, body)
+            elif ctype == "application/strategic-merge-patch+json" and not rtype.crd:
+                new = patch.strategic_merge_patch(current, body)
+            else:
+                raise errors.unsupported_media_type(ctype)
+            if not isinstance(new, dict):
+                raise errors.bad_request("the patch did not produce an object")
+            return self._update(rtype, version, old, new, params, subresource)
+
+    def _update(self, rtype, version, old, body, params, subresource):
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        name = old["metadata"]["name"]
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype, name)
+        bname = (body.get("metadata") or {}).get("name")
+        if bname and bname != name:
+            raise errors.bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                                     % (bname, name))
+        warnings = []
+        if subresource == "status":
+            new = copy.deepcopy(old)
+            if "status" in body:
+                new["status"] = copy.deepcopy(body["status"])
+            else:
+                new.pop("status", None)
+            if rtype.crd:
+                warnings = self._custom_checks(rtype, version, new, params, name)
+        else:
+            new = copy.deepcopy(body)
+            meta = new.setdefault("metadata", {})
+            for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                      "generation", "name", "namespace"):
+                if k in old["metadata"]:
+                    meta[k] = old["metadata"][k]
+                else:
+                    meta.pop(k, None)
+            if rtype.status:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+            if old["metadata"].get("deletionTimestamp"):
+                added = set(meta.get("finalizers") or []) - set(old["metadata"].get("finalizers") or [])
+                if added:
+                    raise errors.invalid(rtype.kind, rtype.group, name, [(
+                        "metadata.finalizers", "FieldValueForbidden",
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new "
+                        "finalizers []string{%s}" % ", ".join('"%s"' % f for f in sorted(added)))])
+            normalize_meta(meta)
+            self._validate_meta(rtype, new)
+            if rtype.crd:
+                warnings = self._custom_checks(rtype, version, new, params, name)
+            self._builtin_defaults(rtype, new, creating=False)
+            if rtype.key == CRD_KEY:
+                self._crd_status(new)
+                new["status"]["conditions"] = old.get("status", {}).get("conditions", new["status"]["conditions"])
+            if rtype.generation and _rest(new) != _rest(old):
+                meta["generation"] = old["metadata"].get("generation", 1) + 1
+        self.present(rtype, version, new)
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        cmp_old = self.present(rtype, version, copy.deepcopy(old))
+        if new == cmp_old:
+            return new, warnings
+        dry = params.get("dryRun") == "All"
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            out = self.store.remove(rtype.key, new["metadata"].get("namespace", ""), name, dry_run=dry)
+            self.gc_wake.set()
+            return self.present(rtype, version, out), warnings
+        out = self.store.put(rtype.key, new, dry_run=dry)
+        if rtype.key == CRD_KEY and not dry:
+            self.registry.add_crd(out)
+        return self.present(rtype, version, out), warnings
+
+    # --- delete --------------------------------------------------------------------
+
+    def delete(self, rtype, version, ns, name, options, params):
+        options = dict(options or {})
+        for k in ("gracePeriodSeconds", "propagationPolicy"):
+            if params.get(k) is not None and options.get(k) is None:
+                options[k] = int(params[k]) if k == "gracePeriodSeconds" else params[k]
+        if params.get("orphanDependents") == "true" or options.get("orphanDependents"):
+            options.setdefault("propagationPolicy", "Orphan")
+        dry = params.get("dryRun") == "All" or "All" in (options.get("dryRun") or [])
+        with self.store.lock:
+            obj = self.store.get(rtype.key, self._ns(rtype, ns), name)
+            if obj is None:
+                raise errors.not_found(rtype, name)
+            meta = obj["metadata"]
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != meta["uid"]:
+                raise errors.conflict(rtype, name, "Precondition failed: UID in precondition: %s, UID in object "
+                                      "meta: %s" % (pre["uid"], meta["uid"]))
+            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+                raise errors.conflict(rtype, name, "Precondition failed: ResourceVersion in precondition: %s, "
+                                      "ResourceVersion in object meta: %s" % (pre["resourceVersion"],
+                                                                              meta["resourceVersion"]))
+            policy = options.get("propagationPolicy")
+            finalizers = list(meta.get("finalizers") or [])
+            if policy == "Foreground" and "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+            if policy == "Orphan" and "orphan" not in finalizers:
+                finalizers.append("orphan")
+            grace = options.get("gracePeriodSeconds")
+            if rtype.resource == "pods":
+                if grace is None:
+                    grace = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                if not (obj.get("spec") or {}).get("nodeName"):
+                    grace = 0     # never scheduled: nothing to wait for
+            else:
+                grace = 0
+            if rtype.resource == "namespaces":
+                finalizers = finalizers or []
+                obj.setdefault("status", {})["phase"] = "Terminating"
+                grace = 0
+            if meta.get("deletionTimestamp"):
+                if grace == 0 and not finalizers and not dry:
+                    out = self.store.remove(rtype.key, meta.get("namespace", ""), name)
+                    self.gc_wake.set()
+                    return self.present(rtype, version, out)
+                if finalizers != (meta.get("finalizers") or []):
+                    meta["finalizers"] = finalizers
+                    obj = self.store.put(rtype.key, obj, dry_run=dry)
+                return self.present(rtype, version, obj)
+            if finalizers or grace > 0 or rtype.resource == "namespaces":
+                meta["deletionTimestamp"] = now(grace)
+                meta["deletionGracePeriodSeconds"] = grace
+                if finalizers:
+                    meta["finalizers"] = finalizers
+                out = self.store.put(rtype.key, obj, dry_run=dry)
+            else:
+                out = self.store.remove(rtype.key, meta.get("namespace", ""), name, dry_run=dry)
+            if rtype.key == CRD_KEY and not dry:
+                self._delete_crd_instances(out)
+            self.gc_wake.set()
+            return self.present(rtype, version, out)
+
+    def delete_collection(self, rtype, version, ns, options, params):
+        items, rv, _, _ = self.list(rtype, version, ns, {k: params.get(k) for k in ("labelSelector", "fieldSelector")})
+        out = []
+        for o in items:
+            try:
+                out.append(self.delete(rtype, version, o["metadata"].get("namespace", ""), o["metadata"]["name"],
+                                       options, params))
+            except errors.ApiError as e:
+                if e.code != 404:
+                    raise
+        return out, rv
+
+    def _delete_crd_instances(self, crd):
+        rt = self.registry.remove_crd(crd)
+        if rt is None:
+            return
+        for o in self.store.list(rt.key)[0]:
+            self.store.remove(rt.key, o["metadata"].get("namespace", ""), o["metadata"]["name"])
+        if crd["metadata"].get("deletionTimestamp"):
+            with self.store.lock:
+                cur = self.store.get(CRD_KEY, "", crd["metadata"]["name"])
+                if cur is not None and not cur["metadata"].get("finalizers"):
+                    self.store.remove(CRD_KEY, "", crd["metadata"]["name"])
+
+    # --- garbage collector -----------------------------------------------------------
+
+    def gc_loop(self, period=0.5):
+        while not self.stopping.is_set():
+            self.gc_wake.wait(period)
+            self.gc_wake.clear()
+            try:
+                while self.gc_pass():
+                    pass
+            except Exception as e:  # keep collecting; a failed pass is retried
+                print("gc: %r" % (e,), flush=True)
+
+    def _type_of(self, tkey):
+        return self.registry.by_key(tkey)
+
+    def _gc_delete(self, key, policy="Background"):
+        rt = self._type_of(key[0])
+        if rt is None:
+            return
+        try:
+            self.delete(rt, rt.versions[0], key[1], key[2], {"propagationPolicy": policy}, {})
+        except errors.ApiError:
+            pass
+
+    def _remove_finalizer(self, key, fin):
+        with self.store.lock:
+            obj = self.store.get(*key)
+            if obj is None or fin not in (obj["metadata"].get("finalizers") or []):
+                return
+            obj["metadata"]["finalizers"].remove(fin)
+            if not obj["metadata"]["finalizers"]:
+                del obj["metadata"]["finalizers"]
+                if obj["metadata"].get("deletionTimestamp"):
+                    self.store.remove(*key)
+                    return
+            self.store.put(key[0], obj)
+
+    def gc_pass(self):
+        """One sweep; True if it changed something (another sweep may follow)."""
+        with self.store.lock:
+            snapshot = {k: self.store.objects[k] for k in self.store.keys()}
+        by_uid = {o["metadata"]["uid"]: (k, o) for k, o in snapshot.items()}
+        dependents = {}
+        for k, o in snapshot.items():
+            for ref in o["metadata"].get("ownerReferences") or []:
+                dependents.setdefault(ref.get("uid"), []).append(k)
+        changed = False
+        for k, o in snapshot.items():
+            meta = o["metadata"]
+            refs = meta.get("ownerReferences") or []
+            if refs and not meta.get("deletionTimestamp"):
+                owners = [by_uid.get(r.get("uid")) for r in refs]
+                live = [ow for ow in owners if ow is not None]
+                if not live:
+                    self._gc_delete(k)
+                    changed = True
+                    continue
+                if all("foregroundDeletion" in (ow[1]["metadata"].get("finalizers") or []) for ow in live):
+                    self._gc_delete(k, "Foreground")
+                    changed = True
+                    continue
+            fins = meta.get("finalizers") or []
+            if meta.get("deletionTimestamp") and "orphan" in fins:
+                for dk in dependents.get(meta["uid"], []):
+                    with self.store.lock:
+                        d = self.store.get(*dk)
+                        if d is not None:
+                            d["metadata"]["ownerReferences"] = [r for r in d["metadata"].get("ownerReferences", [])
+                                                                if r.get("uid") != meta["uid"]]
+                            if not d["metadata"]["ownerReferences"]:
+                                del d["metadata"]["ownerReferences"]
+                            self.store.put(dk[0], d)
+                self._remove_finalizer(k, "orphan")
+                changed = True
+            elif meta.get("deletionTimestamp") and "foregroundDeletion" in fins:
+                if not [dk for dk in dependents.get(meta["uid"], []) if dk in snapshot]:
+                    self._remove_finalizer(k, "foregroundDeletion")
+                    changed = True
+            if k[0] == "namespaces" and meta.get("deletionTimestamp"):
+                inside = [ok for ok in snapshot if ok[1] == meta["name"] and ok[0] != "namespaces"]
+                for ok in inside:
+                    if not snapshot[ok]["metadata"].get("deletionTimestamp"):
+                        self._gc_delete(ok)
+                        changed = True
+                if not inside:
+                    self.store.remove(*k)
+                    changed = True
+        return changed
+
+
+def encode_continue(rv, after):
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": list(after)}).encode()).decode()
+
+
+def decode_continue(token):
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(d["rv"]), tuple(d["start"])
+    except Exception:
+        raise errors.bad_request("continue key is not valid: illegal base64 data")

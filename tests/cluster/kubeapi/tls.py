@@ -1,0 +1,68 @@
+# kubeapi/tls.py: the state directory's credentials: a CA and a server
+# certificate for 127.0.0.1/localhost made with the openssl command line, the
+# admin bearer token, and the kubeconfig that kubectl and the operator read.
+# Existing files are reused so that clients survive a restart.
+
+import os
+import secrets
+import subprocess
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def ensure_certs(state):
+    """(ca.crt, server.crt, server.key) paths under state/pki."""
+    pki = os.path.join(state, "pki")
+    os.makedirs(pki, exist_ok=True)
+    ca, crt, key = (os.path.join(pki, n) for n in ("ca.crt", "server.crt", "server.key"))
+    if all(os.path.exists(p) for p in (ca, crt, key)):
+        return ca, crt, key
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
+             "-subj", "/CN=vitjob-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki)
+    _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=vitjob-test-apiserver",
+             cwd=pki)
+    with open(os.path.join(pki, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "server.crt", "-days", "3650", "-extfile", "server.ext", cwd=pki)
+    os.chmod(os.path.join(pki, "ca.key"), 0o600)
+    os.chmod(key, 0o600)
+    return ca, crt, key
+
+
+def ensure_token(state):
+    path = os.path.join(state, "token")
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip()
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def write_kubeconfig(state, port, ca_path, token):
+    import base64
+    with open(ca_path, "rb") as f:
+        ca_b64 = base64.b64encode(f.read()).decode()
+    text = ("apiVersion: v1\nkind: Config\n"
+            "clusters:\n- name: vitjob-test\n  cluster:\n    server: https://127.0.0.1:%d\n"
+            "    certificate-authority-data: %s\n"
+            "users:\n- name: admin\n  user:\n    token: %s\n"
+            "contexts:\n- name: vitjob-test\n  context:\n    cluster: vitjob-test\n    user: admin\n"
+            "    namespace: default\n"
+            "current-context: vitjob-test\n") % (port, ca_b64, token)
+    path = os.path.join(state, "kubeconfig")
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,615 @@
+#!/usr/bin/python3
+# tests/cluster/test_apiserver.py: protocol tests of the test API server,
+# spoken to over HTTPS; each test is named for the semantic it proves.
+# Run: /usr/bin/python3 -m unittest tests/cluster/test_apiserver.py
+
+import copy
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CRD, ServerProcess, load_yaml_docs
+
+NS = "/api/v1/namespaces/default"
+VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"
+HISTORY = 60
+
+
+def vitjob(name, **spec):
+    s = {"replicas": 1, "image": "img"}
+    s.update(spec)
+    return {"apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob", "metadata": {"name": name}, "spec": s}
+
+
+def pod(name, labels=None, node=None, owner=None, **meta):
+    p = {"apiVersion": "v1", "kind": "Pod", "metadata": dict(name=name, labels=labels or {}, **meta),
+         "spec": {"containers": [{"name": "worker", "image": "busybox"}]}}
+    if node:
+        p["spec"]["nodeName"] = node
+    if owner:
+        p["metadata"]["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                             "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                                             "controller": True, "blockOwnerDeletion": True}]
+    return p
+
+
+def cm(name, labels=None):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels or {}},
+            "data": {"k": "v"}}
+
+
+def rv(obj):
+    return int(obj["metadata"]["resourceVersion"])
+
+
+class ApiServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="apiserver-test-")
+        cls.server = ServerProcess(os.path.join(cls.tmp, "state"),
+                                   args=["--history", str(HISTORY), "--bookmark-interval", "0.3"])
+        cls.c = cls.server.client()
+        r = cls.c.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", load_yaml_docs(CRD)[0])
+        assert r.status == 201, r
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def create(self, path, obj, status=201):
+        r = self.c.post(path, obj)
+        self.assertEqual(r.status, status, r)
+        return r.body
+
+    def wait_gone(self, path, timeout=5):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.c.get(path).status == 404:
+                return
+            time.sleep(0.05)
+        self.fail("%s still exists" % path)
+
+    # --- authentication and TLS --------------------------------------------------
+
+    def test_request_without_token_gets_401(self):
+        r = self.server.client(token="").get("/api/v1/namespaces")
+        self.assertEqual(r.status, 401)
+        self.assertEqual(r.body["reason"], "Unauthorized")
+
+    def test_request_with_wrong_token_gets_401(self):
+        self.assertEqual(self.server.client(token="nope").get("/api").status, 401)
+
+    def test_tls_certificate_is_signed_by_generated_ca(self):
+        # The client verifies the chain against state/pki/ca.crt and the SAN 127.0.0.1.
+        self.assertEqual(self.c.get("/version").status, 200)
+        with open(self.server.kubeconfig) as f:
+            text = f.read()
+        self.assertIn("https://127.0.0.1:%d" % self.server.port, text)
+        self.assertIn("certificate-authority-data", text)
+
+    # --- discovery ----------------------------------------------------------------
+
+    def test_discovery_lists_core_and_group_resources(self):
+        self.assertEqual(self.c.get("/api").body["versions"], ["v1"])
+        core = {r["name"]: r for r in self.c.get("/api/v1").body["resources"]}
+        for name in ("pods", "services", "configmaps", "secrets", "events", "namespaces", "pods/status"):
+            self.assertIn(name, core)
+        self.assertFalse(core["namespaces"]["namespaced"])
+        groups = {g["name"] for g in self.c.get("/apis").body["groups"]}
+        self.assertLessEqual({"coordination.k8s.io", "apiextensions.k8s.io", "apps", "vitjob.dev"}, groups)
+        leases = self.c.get("/apis/coordination.k8s.io/v1").body
+        self.assertEqual(leases["resources"][0]["name"], "leases")
+        self.assertEqual(self.c.get("/apis/coordination.k8s.io").body["preferredVersion"]["version"], "v1")
+
+    def test_openapi_v3_advertises_field_validation_for_patch(self):
+        root = self.c.get("/openapi/v3").body["paths"]
+        doc = self.c.get(root["apis/vitjob.dev/v1alpha1"]["serverRelativeURL"]).body
+        op = doc["paths"]["/apis/vitjob.dev/v1alpha1/namespaces/{namespace}/vitjobs/{name}"]["patch"]
+        self.assertEqual(op["x-kubernetes-group-version-kind"]["kind"], "ViTJob")
+        self.assertIn("fieldValidation", [p["name"] for p in op["parameters"]])
+
+    # --- custom resource definitions -----------------------------------------------------
+
+    def test_crd_registration_makes_type_servable_and_deletion_removes_it(self):
+        crd = copy.deepcopy(load_yaml_docs(CRD)[0])
+        crd["metadata"]["name"] = "widgets.example.dev"
+        crd["spec"].update(group="example.dev", names={"plural": "widgets", "kind": "Widget"})
+        path = "/apis/example.dev/v1alpha1/namespaces/default/widgets"
+        self.assertEqual(self.c.get(path).status, 404)
+        created = self.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        conds = {c["type"]: c["status"] for c in created["status"]["conditions"]}
+        self.assertEqual(conds["Established"], "True")
+        kinds = [r["kind"] for r in self.c.get("/apis/example.dev/v1alpha1").body["resources"]]
+        self.assertIn("Widget", kinds)
+        w = vitjob("w1")
+        w.update(apiVersion="example.dev/v1alpha1", kind="Widget")
+        self.create(path, w)
+        self.assertEqual(self.c.get(path).body["items"][0]["metadata"]["name"], "w1")
+        self.c.delete("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.dev")
+        self.assertEqual(self.c.get(path).status, 404)
+        self.assertEqual(self.c.get("/apis/example.dev/v1alpha1").status, 404)
+
+    def test_custom_object_wrong_type_gets_422_naming_the_field(self):
+        r = self.c.post(VJ, vitjob("bad-type", replicas="four"))
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.body["reason"], "Invalid")
+        self.assertEqual(r.body["message"], 'ViTJob.vitjob.dev "bad-type" is invalid: spec.replicas: Invalid value: '
+                         '"string": spec.replicas in body must be of type integer: "string"')
+        self.assertEqual(r.body["details"]["causes"][0]["field"], "spec.replicas")
+
+    def test_custom_object_missing_required_field_gets_422(self):
+        obj = vitjob("bad-missing")
+        del obj["spec"]["image"]
+        r = self.c.post(VJ, obj)
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.body["message"], 'ViTJob.vitjob.dev "bad-missing" is invalid: spec.image: Required value')
+
+    def test_custom_object_out_of_range_value_gets_422(self):
+        r = self.c.post(VJ, vitjob("bad-range", replicas=0))
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1",
+                      r.body["message"])
+
+    def test_custom_object_unknown_enum_value_gets_422(self):
+        r = self.c.post(VJ, vitjob("bad-enum", training={"precision": "fp16"}))
+        self.assertEqual(r.status, 422, r)
+        self.assertIn('spec.training.precision: Unsupported value: "fp16": supported values: "fp32", "bf16-mixed"',
+                      r.body["message"])
+
+    def test_custom_object_several_errors_are_listed_together(self):
+        r = self.c.post(VJ, {"apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob", "metadata": {"name": "bad2"},
+                             "spec": {"replicas": -1}})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(len(r.body["details"]["causes"]), 2)
+        self.assertIn("is invalid: [", r.body["message"])
+
+    def test_unknown_fields_pruned_and_defaults_applied(self):
+        obj = vitjob("pruned", bogus=1, training={"steps": 5, "extra": "x"}, template={"keep": {"me": 1}})
+        obj["topLevelJunk"] = True
+        r = self.c.post(VJ, obj)
+        self.assertEqual(r.status, 201, r)
+        self.assertIn("Warning", r.headers)
+        spec = self.c.get(VJ + "/pruned").body["spec"]
+        self.assertNotIn("bogus", spec)
+        self.assertNotIn("extra", spec["training"])
+        self.assertNotIn("topLevelJunk", self.c.get(VJ + "/pruned").body)
+        self.assertEqual(spec["template"], {"keep": {"me": 1}})     # x-kubernetes-preserve-unknown-fields
+        self.assertEqual(spec["training"]["precision"], "bf16-mixed")  # default
+        self.assertEqual(spec["gpusPerReplica"], 0)
+
+    def test_strict_field_validation_rejects_unknown_field(self):
+        r = self.c.post(VJ + "?fieldValidation=Strict", vitjob("strict", bogus=1))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn('strict decoding error: unknown field "spec.bogus"', r.body["message"])
+
+    # --- object metadata and concurrency -----------------------------------------------
+
+    def test_create_sets_uid_creation_timestamp_and_generation(self):
+        o = self.create(VJ, vitjob("meta"))
+        self.assertRegex(o["metadata"]["uid"], r"^[0-9a-f-]{36}$")
+        self.assertRegex(o["metadata"]["creationTimestamp"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        self.assertEqual(o["metadata"]["generation"], 1)
+
+    def test_generate_name_makes_a_unique_name(self):
+        a = self.create(NS + "/configmaps", {"metadata": {"generateName": "gen-"}, "data": {}})
+        b = self.create(NS + "/configmaps", {"metadata": {"generateName": "gen-"}, "data": {}})
+        self.assertTrue(a["metadata"]["name"].startswith("gen-"))
+        self.assertNotEqual(a["metadata"]["name"], b["metadata"]["name"])
+
+    def test_resource_version_is_global_and_monotonic(self):
+        a = self.create(NS + "/configmaps", cm("rv-a"))
+        b = self.create(VJ, vitjob("rv-b"))
+        c = self.create("/apis/coordination.k8s.io/v1/namespaces/default/leases",
+                        {"metadata": {"name": "rv-c"}, "spec": {"holderIdentity": "x"}})
+        self.assertLess(rv(a), rv(b))
+        self.assertLess(rv(b), rv(c))
+        listed = int(self.c.get(NS + "/configmaps").body["metadata"]["resourceVersion"])
+        self.assertGreaterEqual(listed, rv(c))
+
+    def test_generation_bumped_on_spec_change_only(self):
+        o = self.create(VJ, vitjob("gen"))
+        o = self.c.patch(VJ + "/gen", {"metadata": {"labels": {"x": "y"}}}).body
+        self.assertEqual(o["metadata"]["generation"], 1)
+        o = self.c.patch(VJ + "/gen", {"spec": {"replicas": 3}}).body
+        self.assertEqual(o["metadata"]["generation"], 2)
+        o = self.c.patch(VJ + "/gen/status", {"status": {"phase": "Running"}}).body
+        self.assertEqual(o["metadata"]["generation"], 2)
+
+    def test_noop_update_keeps_resource_version(self):
+        o = self.create(NS + "/configmaps", cm("noop"))
+        again = self.c.put(NS + "/configmaps/noop", o).body
+        self.assertEqual(rv(again), rv(o))
+
+    def test_stale_resource_version_update_gets_409(self):
+        o = self.create(VJ, vitjob("stale"))
+        fresh = copy.deepcopy(o)
+        fresh["spec"]["replicas"] = 2
+        self.assertEqual(self.c.put(VJ + "/stale", fresh).status, 200)
+        o["spec"]["replicas"] = 3
+        r = self.c.put(VJ + "/stale", o)
+        self.assertEqual(r.status, 409, r)
+        self.assertEqual(r.body["reason"], "Conflict")
+        self.assertEqual(r.body["message"], 'Operation cannot be fulfilled on vitjobs.vitjob.dev "stale": the object '
+                         'has been modified; please apply your changes to the latest version and try again')
+
+    def test_stale_resource_version_in_patch_gets_409(self):
+        o = self.create("/apis/coordination.k8s.io/v1/namespaces/default/leases",
+                        {"metadata": {"name": "lease-409"}, "spec": {"holderIdentity": "a"}})
+        self.c.patch("/apis/coordination.k8s.io/v1/namespaces/default/leases/lease-409",
+                     {"spec": {"holderIdentity": "b"}})
+        r = self.c.patch("/apis/coordination.k8s.io/v1/namespaces/default/leases/lease-409",
+                         {"metadata": {"resourceVersion": o["metadata"]["resourceVersion"]},
+                          "spec": {"holderIdentity": "c"}})
+        self.assertEqual(r.status, 409, r)
+
+    def test_create_existing_gets_409_already_exists(self):
+        self.create(NS + "/configmaps", cm("dup"))
+        r = self.c.post(NS + "/configmaps", cm("dup"))
+        self.assertEqual(r.status, 409)
+        self.assertEqual(r.body["reason"], "AlreadyExists")
+        self.assertEqual(r.body["message"], 'configmaps "dup" already exists')
+
+    def test_get_missing_gets_404_not_found(self):
+        r = self.c.get(VJ + "/nope")
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.body["message"], 'vitjobs.vitjob.dev "nope" not found')
+
+    def test_create_in_missing_namespace_gets_404(self):
+        r = self.c.post("/api/v1/namespaces/nowhere/configmaps", cm("x"))
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.body["message"], 'namespaces "nowhere" not found')
+
+    # --- status subresource ----------------------------------------------------------
+
+    def test_status_subresource_ignores_spec(self):
+        o = self.create(VJ, vitjob("st1"))
+        o["spec"]["replicas"] = 9
+        o["status"] = {"phase": "Running"}
+        r = self.c.put(VJ + "/st1/status", o)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body["status"]["phase"], "Running")
+        self.assertEqual(r.body["spec"]["replicas"], 1)
+
+    def test_main_resource_write_ignores_status(self):
+        o = self.create(VJ, vitjob("st2", replicas=1))
+        self.assertNotIn("status", o)   # status on create is dropped too
+        o["status"] = {"phase": "Failed"}
+        o["spec"]["replicas"] = 2
+        r = self.c.put(VJ + "/st2", o)
+        self.assertEqual(r.body["spec"]["replicas"], 2)
+        self.assertNotIn("status", r.body)
+        self.c.patch(VJ + "/st2/status", {"status": {"phase": "Running"}})
+        r = self.c.patch(VJ + "/st2", {"status": {"phase": "Failed"}})
+        self.assertEqual(r.body["status"]["phase"], "Running")
+
+    def test_status_is_validated_against_schema(self):
+        self.create(VJ, vitjob("st3"))
+        r = self.c.patch(VJ + "/st3/status", {"status": {"phase": "Exploded"}})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("status.phase: Unsupported value", r.body["message"])
+
+    # --- patches ---------------------------------------------------------------------
+
+    def test_merge_patch_merges_maps_and_null_deletes(self):
+        self.create(VJ, vitjob("mp", training={"steps": 10, "precision": "fp32"}))
+        r = self.c.patch(VJ + "/mp", {"spec": {"training": {"steps": 20, "precision": None}}})
+        self.assertEqual(r.body["spec"]["training"], {"steps": 20, "precision": "bf16-mixed"})  # defaulted again
+
+    def test_json_patch_applies_operations_and_test_failure_gets_422(self):
+        self.create(VJ, vitjob("jp"))
+        ops = [{"op": "test", "path": "/spec/replicas", "value": 1},
+               {"op": "replace", "path": "/spec/replicas", "value": 4},
+               {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
+        r = self.c.patch(VJ + "/jp", ops, ctype="application/json-patch+json")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body["spec"]["replicas"], 4)
+        self.assertEqual(r.body["metadata"]["labels"], {"a": "b"})
+        r = self.c.patch(VJ + "/jp", ops[:1], ctype="application/json-patch+json")
+        self.assertEqual(r.status, 422, r)
+
+    def test_strategic_merge_patch_merges_lists_by_key(self):
+        p = pod("smp")
+        p["spec"]["containers"].append({"name": "side", "image": "a", "env": [{"name": "A", "value": "1"}]})
+        self.create(NS + "/pods", p)
+        patch = {"spec": {"$setElementOrder/containers": [{"name": "worker"}, {"name": "side"}],
+                          "containers": [{"name": "side", "image": "b",
+                                          "env": [{"name": "B", "value": "2"}]}]},
+                 "metadata": {"finalizers": ["x/y"]}}
+        r = self.c.patch(NS + "/pods/smp", patch, ctype="application/strategic-merge-patch+json")
+        self.assertEqual(r.status, 200, r)
+        cs = r.body["spec"]["containers"]
+        self.assertEqual([c["name"] for c in cs], ["worker", "side"])
+        self.assertEqual(cs[1]["image"], "b")
+        self.assertEqual([e["name"] for e in cs[1]["env"]], ["A", "B"])
+        r = self.c.patch(NS + "/pods/smp", {"spec": {"containers": [{"name": "side", "$patch": "delete"}]},
+                                            "metadata": {"$deleteFromPrimitiveList/finalizers": ["x/y"]}},
+                         ctype="application/strategic-merge-patch+json")
+        self.assertEqual([c["name"] for c in r.body["spec"]["containers"]], ["worker"])
+        self.assertNotIn("finalizers", r.body["metadata"])
+
+    def test_strategic_merge_patch_on_custom_resource_gets_415(self):
+        self.create(VJ, vitjob("smp-cr"))
+        r = self.c.patch(VJ + "/smp-cr", {"spec": {"replicas": 2}}, ctype="application/strategic-merge-patch+json")
+        self.assertEqual(r.status, 415)
+
+    # --- list: selectors and pagination ---------------------------------------------------
+
+    def test_label_selector_filters_list(self):
+        for i, tier in enumerate(["web", "web", "db"]):
+            self.create(NS + "/configmaps", cm("ls-%d" % i, {"sel": "yes", "tier": tier}))
+        names = lambda q: sorted(o["metadata"]["name"] for o in self.c.get(NS + "/configmaps?labelSelector=" + q)
+                                 .body["items"])
+        self.assertEqual(names("sel=yes,tier=web"), ["ls-0", "ls-1"])
+        self.assertEqual(names("sel=yes,tier!=web"), ["ls-2"])
+        self.assertEqual(names("sel,tier+in+(db)"), ["ls-2"])
+        self.assertEqual(names("sel=yes,!tier"), [])
+
+    def test_field_selector_filters_list(self):
+        self.create(NS + "/pods", pod("fs-a", node="node-1"))
+        self.create(NS + "/pods", pod("fs-b"))
+        items = self.c.get(NS + "/pods?fieldSelector=spec.nodeName%3Dnode-1").body["items"]
+        self.assertEqual([o["metadata"]["name"] for o in items], ["fs-a"])
+        items = self.c.get(NS + "/pods?fieldSelector=metadata.name%3Dfs-b").body["items"]
+        self.assertEqual([o["metadata"]["name"] for o in items], ["fs-b"])
+
+    def test_unsupported_field_selector_gets_400(self):
+        r = self.c.get(NS + "/pods?fieldSelector=spec.bogus%3Dx")
+        self.assertEqual(r.status, 400)
+        self.assertIn("field label not supported: spec.bogus", r.body["message"])
+
+    def test_list_limit_and_continue_pages_through_all(self):
+        self.create("/api/v1/namespaces", {"metadata": {"name": "paging"}})
+        for i in range(7):
+            self.create("/api/v1/namespaces/paging/configmaps", cm("p-%d" % i))
+        seen, token, pages = [], "", 0
+        while True:
+            body = self.c.get("/api/v1/namespaces/paging/configmaps?limit=3" +
+                              ("&continue=" + token if token else "")).body
+            seen += [o["metadata"]["name"] for o in body["items"]]
+            pages += 1
+            token = body["metadata"].get("continue")
+            if not token:
+                break
+            self.assertEqual(body["metadata"]["remainingItemCount"], 7 - len(seen))
+        self.assertEqual(seen, ["p-%d" % i for i in range(7)])
+        self.assertEqual(pages, 3)
+
+    def test_list_across_namespaces(self):
+        self.create("/api/v1/namespaces", {"metadata": {"name": "other"}})
+        self.create("/api/v1/namespaces/other/configmaps", cm("x-other", {"across": "1"}))
+        self.create(NS + "/configmaps", cm("x-default", {"across": "1"}))
+        items = self.c.get("/api/v1/configmaps?labelSelector=across").body["items"]
+        self.assertEqual(sorted(o["metadata"]["namespace"] for o in items), ["default", "other"])
+
+    # --- watch -----------------------------------------------------------------------
+
+    def test_watch_streams_added_modified_deleted_as_chunked_json_lines(self):
+        w = self.c.watch(NS + "/configmaps?watch=true&labelSelector=w%3D1")
+        self.assertEqual(w.resp.getheader("Transfer-Encoding"), "chunked")
+        self.create(NS + "/configmaps", cm("w1", {"w": "1"}))
+        self.c.patch(NS + "/configmaps/w1", {"data": {"k": "v2"}})
+        self.c.delete(NS + "/configmaps/w1")
+        evs = w.collect(3)
+        w.close()
+        self.assertEqual([e["type"] for e in evs], ["ADDED", "MODIFIED", "DELETED"])
+        self.assertEqual(evs[1]["object"]["data"]["k"], "v2")
+        self.assertLess(rv(evs[1]["object"]), rv(evs[2]["object"]))
+
+    def test_watch_without_resource_version_starts_with_current_state(self):
+        self.create(NS + "/configmaps", cm("ws-1", {"ws": "1"}))
+        w = self.c.watch(NS + "/configmaps?watch=1&labelSelector=ws")
+        ev = w.next()
+        w.close()
+        self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("ADDED", "ws-1"))
+
+    def test_watch_from_resource_version_replays_history(self):
+        a = self.create(NS + "/configmaps", cm("wr-1", {"wr": "1"}))
+        self.c.patch(NS + "/configmaps/wr-1", {"data": {"k": "x"}})
+        w = self.c.watch(NS + "/configmaps?watch=true&labelSelector=wr&resourceVersion=%d" % rv(a))
+        ev = w.next()
+        w.close()
+        self.assertEqual((ev["type"], ev["object"]["data"]["k"]), ("MODIFIED", "x"))
+
+    def test_watch_too_old_resource_version_gets_410(self):
+        first = self.create(NS + "/configmaps", cm("old-0"))
+        for i in range(HISTORY + 5):
+            self.c.patch(NS + "/configmaps/old-0", {"data": {"i": str(i)}})
+        w = self.c.watch(NS + "/configmaps?watch=true&resourceVersion=%d" % rv(first))
+        ev = w.next()
+        self.assertIsNone(w.next())   # the stream ends after the error
+        w.close()
+        self.assertEqual(ev["type"], "ERROR")
+        self.assertEqual(ev["object"]["code"], 410)
+        self.assertEqual(ev["object"]["reason"], "Expired")
+        self.assertTrue(ev["object"]["message"].startswith("too old resource version: %d (" % rv(first)))
+
+    def test_watch_sends_bookmarks_only_when_allowed(self):
+        cur = self.c.get(NS + "/configmaps").body["metadata"]["resourceVersion"]
+        w = self.c.watch(NS + "/secrets?watch=true&allowWatchBookmarks=true&resourceVersion=" + cur)
+        ev = w.next(timeout=3)
+        w.close()
+        self.assertEqual(ev["type"], "BOOKMARK")
+        self.assertGreaterEqual(rv(ev["object"]), int(cur))
+        w = self.c.watch(NS + "/secrets?watch=true&timeoutSeconds=1&resourceVersion=" + cur)
+        self.assertIsNone(w.next(timeout=3))
+        w.close()
+
+    def test_watch_timeout_seconds_ends_stream(self):
+        start = time.monotonic()
+        w = self.c.watch(NS + "/services?watch=true&timeoutSeconds=1&labelSelector=none")
+        self.assertIsNone(w.next(timeout=5))
+        w.close()
+        self.assertLess(time.monotonic() - start, 3)
+
+    def test_watch_with_selector_sends_deleted_when_object_leaves_selection(self):
+        o = self.create(NS + "/configmaps", cm("leave", {"team": "a"}))
+        w = self.c.watch(NS + "/configmaps?watch=true&labelSelector=team%3Da&resourceVersion=" +
+                         o["metadata"]["resourceVersion"])
+        self.c.patch(NS + "/configmaps/leave", {"metadata": {"labels": {"team": "b"}}})
+        self.c.patch(NS + "/configmaps/leave", {"metadata": {"labels": {"team": "a"}}})
+        evs = w.collect(2)
+        w.close()
+        self.assertEqual([e["type"] for e in evs], ["DELETED", "ADDED"])
+
+    def test_watch_as_table_sends_rows(self):
+        w = self.c.watch(VJ + "?watch=true&fieldSelector=metadata.name%3Dwt",
+                         headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+        self.create(VJ, vitjob("wt"))
+        ev = w.next()
+        w.close()
+        self.assertEqual(ev["object"]["kind"], "Table")
+        self.assertEqual(ev["object"]["rows"][0]["cells"][0], "wt")
+
+    # --- deletion, finalizers, grace periods, garbage collection ----------------------------
+
+    def test_finalizer_keeps_object_with_deletion_timestamp_until_removed(self):
+        o = vitjob("fin")
+        o["metadata"]["finalizers"] = ["vitjob.dev/cleanup"]
+        self.create(VJ, o)
+        r = self.c.delete(VJ + "/fin")
+        self.assertEqual(r.status, 200)
+        got = self.c.get(VJ + "/fin").body
+        self.assertIn("deletionTimestamp", got["metadata"])
+        r = self.c.patch(VJ + "/fin", {"metadata": {"finalizers": ["another"]}})
+        self.assertEqual(r.status, 422, r)    # no new finalizers on a terminating object
+        self.c.patch(VJ + "/fin", {"metadata": {"finalizers": None}})
+        self.assertEqual(self.c.get(VJ + "/fin").status, 404)
+
+    def test_scheduled_pod_deletion_waits_grace_period_until_forced(self):
+        self.create(NS + "/pods", pod("graceful", node="node-1"))
+        r = self.c.delete(NS + "/pods/graceful", {"gracePeriodSeconds": 30})
+        self.assertEqual(r.body["metadata"]["deletionGracePeriodSeconds"], 30)
+        self.assertEqual(self.c.get(NS + "/pods/graceful").status, 200)
+        self.c.delete(NS + "/pods/graceful", {"gracePeriodSeconds": 0})
+        self.assertEqual(self.c.get(NS + "/pods/graceful").status, 404)
+
+    def test_unscheduled_pod_is_deleted_at_once(self):
+        self.create(NS + "/pods", pod("unscheduled"))
+        self.c.delete(NS + "/pods/unscheduled")
+        self.assertEqual(self.c.get(NS + "/pods/unscheduled").status, 404)
+
+    def test_delete_precondition_on_uid_gets_409(self):
+        self.create(NS + "/configmaps", cm("precond"))
+        r = self.c.delete(NS + "/configmaps/precond", {"preconditions": {"uid": "other"}})
+        self.assertEqual(r.status, 409)
+
+    def test_gc_background_deletes_dependents_of_deleted_owner(self):
+        owner = self.create(VJ, vitjob("gc-bg"))
+        self.create(NS + "/pods", pod("gc-bg-0", owner=owner))
+        self.create(NS + "/services", {"metadata": {"name": "gc-bg", "ownerReferences":
+                                       pod("x", owner=owner)["metadata"]["ownerReferences"]},
+                                       "spec": {"clusterIP": "None", "ports": [{"port": 29400}]}})
+        self.c.delete(VJ + "/gc-bg", {"propagationPolicy": "Background"})
+        self.wait_gone(NS + "/pods/gc-bg-0")
+        self.wait_gone(NS + "/services/gc-bg")
+
+    def test_gc_foreground_deletes_dependents_before_owner(self):
+        owner = self.create(VJ, vitjob("gc-fg"))
+        self.create(NS + "/configmaps", dict(cm("gc-fg-cm"), metadata={
+            "name": "gc-fg-cm", "finalizers": ["test/hold"],
+            "ownerReferences": pod("x", owner=owner)["metadata"]["ownerReferences"]}))
+        self.c.delete(VJ + "/gc-fg", {"propagationPolicy": "Foreground"})
+        time.sleep(0.8)
+        got = self.c.get(VJ + "/gc-fg").body     # the owner waits for its dependent
+        self.assertIn("foregroundDeletion", got["metadata"]["finalizers"])
+        self.assertIn("deletionTimestamp", self.c.get(NS + "/configmaps/gc-fg-cm").body["metadata"])
+        self.c.patch(NS + "/configmaps/gc-fg-cm", {"metadata": {"finalizers": None}})
+        self.wait_gone(VJ + "/gc-fg")
+
+    def test_gc_orphan_keeps_dependents_and_drops_owner_reference(self):
+        owner = self.create(VJ, vitjob("gc-or"))
+        self.create(NS + "/configmaps", dict(cm("gc-or-cm"), metadata={
+            "name": "gc-or-cm", "ownerReferences": pod("x", owner=owner)["metadata"]["ownerReferences"]}))
+        self.c.delete(VJ + "/gc-or", {"propagationPolicy": "Orphan"})
+        self.wait_gone(VJ + "/gc-or")
+        time.sleep(0.3)
+        got = self.c.get(NS + "/configmaps/gc-or-cm")
+        self.assertEqual(got.status, 200)
+        self.assertNotIn("ownerReferences", got.body["metadata"])
+
+    def test_namespace_deletion_removes_its_objects(self):
+        self.create("/api/v1/namespaces", {"metadata": {"name": "doomed"}})
+        self.create("/api/v1/namespaces/doomed/configmaps", cm("c"))
+        self.create("/api/v1/namespaces/doomed/pods", pod("p"))
+        r = self.c.delete("/api/v1/namespaces/doomed")
+        self.assertEqual(r.body["status"]["phase"], "Terminating")
+        self.wait_gone("/api/v1/namespaces/doomed")
+        self.assertEqual(self.c.get("/api/v1/namespaces/doomed/configmaps/c").status, 404)
+
+    # --- core types --------------------------------------------------------------------
+
+    def test_core_and_lease_types_round_trip(self):
+        paths = {
+            NS + "/services": {"metadata": {"name": "svc"}, "spec": {"ports": [{"port": 80}]}},
+            NS + "/secrets": {"metadata": {"name": "sec"}, "stringData": {"a": "b"}},
+            NS + "/events": {"metadata": {"name": "ev"}, "involvedObject": {"kind": "ViTJob", "name": "x"},
+                             "reason": "Created", "message": "m", "type": "Normal"},
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases": {
+                "metadata": {"name": "leader"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}},
+        }
+        for path, obj in paths.items():
+            made = self.create(path, obj)
+            got = self.c.get(path + "/" + obj["metadata"]["name"]).body
+            self.assertEqual(got["metadata"]["uid"], made["metadata"]["uid"])
+        self.assertEqual(self.c.get(NS + "/services/svc").body["spec"]["ports"][0]["protocol"], "TCP")
+        evs = self.c.get(NS + "/events?fieldSelector=involvedObject.kind%3DViTJob,involvedObject.name%3Dx").body
+        self.assertEqual(len(evs["items"]), 1)
+
+    # --- tables -------------------------------------------------------------------------
+
+    def test_table_printing_uses_crd_printer_columns(self):
+        self.create(VJ, vitjob("tbl", replicas=3))
+        self.c.patch(VJ + "/tbl/status", {"status": {"phase": "Running", "progress": {"step": 42}}})
+        r = self.c.get(VJ + "?fieldSelector=metadata.name%3Dtbl",
+                       headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+        self.assertEqual(r.body["kind"], "Table")
+        self.assertEqual([c["name"] for c in r.body["columnDefinitions"]],
+                         ["Name", "Phase", "Replicas", "Step", "Age"])
+        cells = r.body["rows"][0]["cells"]
+        self.assertEqual(cells[:4], ["tbl", "Running", 3, 42])
+        self.assertRegex(cells[4], r"^\d+s$")
+        self.assertEqual(r.body["rows"][0]["object"]["kind"], "PartialObjectMetadata")
+
+
+class RestartTest(unittest.TestCase):
+    def test_restart_keeps_objects_and_resource_versions_increase(self):
+        tmp = tempfile.mkdtemp(prefix="apiserver-restart-")
+        state = os.path.join(tmp, "state")
+        try:
+            s = ServerProcess(state, args=["--history", "100"])
+            c = s.client()
+            self.assertEqual(c.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                    load_yaml_docs(CRD)[0]).status, 201)
+            job = c.post(VJ, vitjob("survivor")).body
+            c.patch(VJ + "/survivor/status", {"status": {"phase": "Running"}})
+            cmap = c.post(NS + "/configmaps", cm("kept")).body
+            before = int(c.get(NS + "/configmaps").body["metadata"]["resourceVersion"])
+            port = s.port
+            s.stop()
+
+            s = ServerProcess(state, port=port, args=["--history", "100"])
+            self.assertEqual(s.port, port)
+            c = s.client()   # same CA, token and port: an existing kubeconfig keeps working
+            got = c.get(VJ + "/survivor").body
+            self.assertEqual(got["metadata"]["uid"], job["metadata"]["uid"])
+            self.assertEqual(got["status"]["phase"], "Running")
+            self.assertEqual(c.get(NS + "/configmaps/kept").body["metadata"]["uid"], cmap["metadata"]["uid"])
+            # a watch resumes from a resourceVersion seen before the restart
+            w = c.watch(NS + "/configmaps?watch=true&resourceVersion=%d" % rv(cmap))
+            after = c.post(NS + "/configmaps", cm("after")).body
+            ev = w.next()
+            w.close()
+            self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("ADDED", "after"))
+            self.assertGreater(rv(after), before)
+            s.stop()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
