@@ -307,6 +307,23 @@ class ProjectManifestsTest(unittest.TestCase):
         self.assertEqual(spec["training"]["optimizer"]["name"], "adamw")
         self.assertIn("backoffLimit", spec["runPolicy"])
 
+    def test_a_vitjob_as_stored_by_the_server_is_a_valid_worker_config(self):
+        """The CRD's defaults and the worker's config table agree: the stored
+        object (defaults applied, metadata and status around the spec) runs."""
+        worker = os.path.join(os.environ.get("BUILD", os.path.join(HERE, "..", "..", "build")),
+                              "bin", "vitjob-worker")
+        if not os.path.exists(worker):
+            self.skipTest("worker not built: " + worker)
+        path = os.path.join(self.tmp, "fmnist-tiny.json")
+        with open(path, "w") as f:
+            f.write(self.ok(["get", "vj", "fmnist-tiny", "-o", "json"]))
+        r = subprocess.run([worker, "train", "--config", path, "--set", "training.steps=2",
+                            "--set", "training.optimizer.warmupSteps=1",
+                            "--set", "training.exportPath=", "--set", "training.threads=1"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn('"event":"summary"', r.stdout)
+
     def test_invalid_vitjobs_are_refused_naming_the_field(self):
         base = {"apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob",
                 "spec": {"replicas": 1, "image": "ghcr.io/vitjob/vitjob-worker:0.1.0"}}
