@@ -12,7 +12,7 @@
 CC      ?= gcc
 BUILD   ?= build
 ARCH    ?= -march=native
-PKGS    := libcjson yaml-0.1 zlib
+PKGS    := libcjson yaml-0.1 zlib libcurl
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # OpenBLAS built on OpenMP, so that its GEMM threads and our OpenMP loops share
@@ -25,21 +25,22 @@ BLAS_LIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 
 WARN    := -Wall -Wextra -Werror
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
-INC     := -Ilib -Ikernels -Iworker
+INC     := -Ilib -Ikernels -Iworker -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) -MMD -MP
 LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -fopenmp
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-LIB_SRC     := lib/log.c
+LIB_SRC     := $(wildcard lib/*.c)
 KERNEL_SRC  := $(wildcard kernels/*.c)
-WORKER_SRC  := worker/config.c worker/data.c worker/model.c worker/model_io.c worker/optim.c \
-               worker/rng.c worker/safetensors.c worker/train.c
-CORE_SRC    := $(LIB_SRC) $(KERNEL_SRC) $(WORKER_SRC)
+WORKER_SRC  := $(filter-out worker/main.c,$(wildcard worker/*.c))
+OPERATOR_SRC:= $(filter-out operator/main.c,$(wildcard operator/*.c))
+CORE_SRC    := $(LIB_SRC) $(KERNEL_SRC) $(WORKER_SRC) $(OPERATOR_SRC)
 TEST_SRC    := $(wildcard tests/test_*.c)
 
 CORE_OBJ    = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
-BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate
+BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
+              $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test demo bench gpu-test asan clean deps
@@ -56,6 +57,11 @@ $(BUILD)/obj/%.o: %.c
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/bin/vitjob-worker: $(CORE_OBJ) $(BUILD)/obj/worker/main.o
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bin/vitjob-operator: $(CORE_OBJ) $(BUILD)/obj/operator/main.o
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
