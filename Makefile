@@ -12,7 +12,7 @@
 CC      ?= gcc
 BUILD   ?= build
 ARCH    ?= -march=native
-PKGS    := libcjson yaml-0.1 zlib libcurl
+PKGS    := libcjson yaml-0.1 zlib libcurl libmicrohttpd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # OpenBLAS built on OpenMP, so that its GEMM threads and our OpenMP loops share
