@@ -1,0 +1,223 @@
+/* operator/cache.c - see cache.h. A uthash table under a read-write lock. */
+#include "cache.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+typedef struct {
+    char *key;       /* "namespace/name" */
+    cJSON *obj;
+    UT_hash_handle hh;
+} entry;
+
+struct obj_cache {
+    pthread_rwlock_t lock;
+    entry *table;
+};
+
+obj_cache *cache_new(void)
+{
+    obj_cache *c = calloc(1, sizeof *c);
+    if (c && pthread_rwlock_init(&c->lock, NULL) != 0) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void free_entry(entry *e)
+{
+    cJSON_Delete(e->obj);
+    free(e->key);
+    free(e);
+}
+
+static void clear(obj_cache *c)
+{
+    entry *e, *tmp;
+    HASH_ITER(hh, c->table, e, tmp) {
+        HASH_DEL(c->table, e);
+        free_entry(e);
+    }
+}
+
+void cache_free(obj_cache *c)
+{
+    if (!c) return;
+    clear(c);
+    pthread_rwlock_destroy(&c->lock);
+    free(c);
+}
+
+static const char *meta_str(const cJSON *obj, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), field);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* "ns/name" (cluster-scoped objects: "/name"); caller frees. */
+static char *make_key(const char *ns, const char *name)
+{
+    size_t n = strlen(ns ? ns : "") + strlen(name) + 2;
+    char *k = malloc(n);
+    if (k) snprintf(k, n, "%s/%s", ns ? ns : "", name);
+    return k;
+}
+
+static entry *new_entry(cJSON *obj)
+{
+    const char *name = meta_str(obj, "name");
+    if (!name) return NULL;
+    entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->key = make_key(meta_str(obj, "namespace"), name);
+    if (!e->key) {
+        free(e);
+        return NULL;
+    }
+    e->obj = obj;
+    return e;
+}
+
+int cache_put(obj_cache *c, cJSON *obj)
+{
+    entry *e = new_entry(obj);
+    if (!e) {
+        cJSON_Delete(obj);
+        return -1;
+    }
+    pthread_rwlock_wrlock(&c->lock);
+    entry *old = NULL;
+    HASH_REPLACE_STR(c->table, key, e, old);
+    pthread_rwlock_unlock(&c->lock);
+    if (old) free_entry(old);
+    return 0;
+}
+
+void cache_remove(obj_cache *c, const char *ns, const char *name)
+{
+    char *k = make_key(ns, name);
+    if (!k) return;
+    pthread_rwlock_wrlock(&c->lock);
+    entry *e = NULL;
+    HASH_FIND_STR(c->table, k, e);
+    if (e) HASH_DEL(c->table, e);
+    pthread_rwlock_unlock(&c->lock);
+    if (e) free_entry(e);
+    free(k);
+}
+
+int cache_replace(obj_cache *c, cJSON *items, cJSON **removed)
+{
+    entry *fresh = NULL, *e, *tmp;
+    int rc = -1;
+    if (removed) *removed = NULL;
+    cJSON *gone = removed ? cJSON_CreateArray() : NULL;
+    if (removed && !gone) goto out;
+    while (cJSON_GetArraySize(items) > 0) {
+        cJSON *obj = cJSON_DetachItemFromArray(items, 0);
+        entry *n = new_entry(obj), *dup = NULL;
+        if (!n) { /* nameless objects cannot be cached; skip them */
+            cJSON_Delete(obj);
+            continue;
+        }
+        HASH_REPLACE_STR(fresh, key, n, dup);
+        if (dup) free_entry(dup);
+    }
+    pthread_rwlock_wrlock(&c->lock);
+    HASH_ITER(hh, c->table, e, tmp) {
+        entry *f = NULL;
+        HASH_FIND_STR(fresh, e->key, f);
+        HASH_DEL(c->table, e);
+        if (!f && gone) {
+            cJSON_AddItemToArray(gone, e->obj);
+            e->obj = NULL;
+        }
+        free_entry(e);
+    }
+    c->table = fresh;
+    fresh = NULL;
+    pthread_rwlock_unlock(&c->lock);
+    if (removed) *removed = gone;
+    gone = NULL;
+    rc = 0;
+out:
+    HASH_ITER(hh, fresh, e, tmp) {
+        HASH_DEL(fresh, e);
+        free_entry(e);
+    }
+    cJSON_Delete(gone);
+    cJSON_Delete(items);
+    return rc;
+}
+
+cJSON *cache_get(obj_cache *c, const char *ns, const char *name)
+{
+    char *k = make_key(ns, name);
+    if (!k) return NULL;
+    cJSON *copy = NULL;
+    pthread_rwlock_rdlock(&c->lock);
+    entry *e = NULL;
+    HASH_FIND_STR(c->table, k, e);
+    if (e) copy = cJSON_Duplicate(e->obj, 1);
+    pthread_rwlock_unlock(&c->lock);
+    free(k);
+    return copy;
+}
+
+static int label_matches(const cJSON *obj, const char *key, const char *value)
+{
+    if (!key) return 1;
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(labels, key);
+    return cJSON_IsString(v) && (!value || strcmp(v->valuestring, value) == 0);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+    const char *nx = meta_str(x, "name"), *ny = meta_str(y, "name");
+    return strcmp(nx ? nx : "", ny ? ny : "");
+}
+
+cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *value)
+{
+    cJSON *out = cJSON_CreateArray();
+    cJSON **picked = NULL;
+    size_t n = 0;
+    if (!out) return NULL;
+    pthread_rwlock_rdlock(&c->lock);
+    picked = malloc(sizeof *picked * (HASH_COUNT(c->table) + 1));
+    if (picked) {
+        entry *e, *tmp;
+        HASH_ITER(hh, c->table, e, tmp) {
+            const char *ons = meta_str(e->obj, "namespace");
+            if (ns && (!ons || strcmp(ons, ns) != 0)) continue;
+            if (!label_matches(e->obj, key, value)) continue;
+            cJSON *copy = cJSON_Duplicate(e->obj, 1);
+            if (copy) picked[n++] = copy;
+        }
+    }
+    pthread_rwlock_unlock(&c->lock);
+    if (!picked) {
+        cJSON_Delete(out);
+        return NULL;
+    }
+    qsort(picked, n, sizeof *picked, by_name);
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(out, picked[i]);
+    free(picked);
+    return out;
+}
+
+size_t cache_len(obj_cache *c)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    size_t n = HASH_COUNT(c->table);
+    pthread_rwlock_unlock(&c->lock);
+    return n;
+}

@@ -1,0 +1,42 @@
+/* operator/cache.h - an informer's local cache of one resource.
+ *
+ * Owns: the latest copy of each object (cJSON), keyed by "namespace/name",
+ * and the lookups reconcile needs (by key, by label). Thread-safe: informer
+ * threads write, reconcile workers read copies.
+ * Must not: talk to the API server (operator/informer.c fills it), or hand out
+ * pointers into itself: every read returns a deep copy the caller frees.
+ * The cache is only a cache: it can always be rebuilt by a relist.
+ */
+#ifndef VITJOB_CACHE_H
+#define VITJOB_CACHE_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+typedef struct obj_cache obj_cache;
+
+/* Returns a new empty cache (caller frees with cache_free), or NULL. */
+obj_cache *cache_new(void);
+void cache_free(obj_cache *c); /* accepts NULL */
+
+/* Inserts or replaces the object under its metadata.namespace/name. Takes
+ * ownership of obj (freed on error). Returns 0, or -1 if obj has no name. */
+int cache_put(obj_cache *c, cJSON *obj);
+/* Removes ns/name if present. */
+void cache_remove(obj_cache *c, const char *ns, const char *name);
+/* Replaces the whole contents with `items` (a cJSON array, ownership taken),
+ * as after a relist. If removed is not NULL, it receives a cJSON array of the
+ * objects that were cached but are not in items (caller frees), so that
+ * their owners can be re-queued. Returns 0 or -1 (out of memory). */
+int cache_replace(obj_cache *c, cJSON *items, cJSON **removed);
+
+/* A deep copy of ns/name, or NULL if absent. Caller frees with cJSON_Delete. */
+cJSON *cache_get(obj_cache *c, const char *ns, const char *name);
+/* Deep copies of the objects in namespace ns (NULL = all) whose label `key`
+ * equals `value` (NULL = every object), as a cJSON array sorted by name.
+ * Caller frees. NULL only when out of memory. */
+cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *value);
+size_t cache_len(obj_cache *c);
+
+#endif
