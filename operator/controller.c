@@ -1,0 +1,414 @@
+/* operator/controller.c - see controller.h. */
+#include "controller.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache.h"
+#include "decide.h"
+#include "log.h"
+#include "workqueue.h"
+
+#define JOB_LABEL "vitjob.dev/job-name"
+#define VJ_PREFIX "/apis/vitjob.dev/v1alpha1"
+
+enum { INF_JOBS, INF_PODS, INF_SERVICES, INF_CONFIGMAPS, INF_COUNT };
+
+struct controller {
+    controller_opts o;
+    char ns[256];
+    obj_cache *cache[INF_COUNT];
+    informer *inf[INF_COUNT];
+    wq *queue;
+    pthread_t *workers;
+    int n_workers;
+    metrics_counter *m_reconcile, *m_api, *m_created, *m_succeeded, *m_failed, *m_restarted;
+    metrics_histogram *m_duration;
+    metrics_gauge *m_depth;
+};
+
+/* ---- keys ---------------------------------------------------------------- */
+
+static const char *meta_str(const cJSON *obj, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), field);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void enqueue(controller *c, const char *ns, const char *name)
+{
+    if (!ns || !name) return;
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
+    wq_add(c->queue, key);
+}
+
+static void on_job(void *user, const char *type, const cJSON *obj)
+{
+    (void)type;
+    enqueue(user, meta_str(obj, "namespace"), meta_str(obj, "name"));
+}
+
+/* A child changed: its owner job is the key (the label says which). */
+static void on_child(void *user, const char *type, const cJSON *obj)
+{
+    (void)type;
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(labels, JOB_LABEL);
+    if (cJSON_IsString(job)) enqueue(user, meta_str(obj, "namespace"), job->valuestring);
+}
+
+/* ---- applying a plan ------------------------------------------------------ */
+
+static void count_api(controller *c, const kube_status *st, int rc)
+{
+    char code[16];
+    snprintf(code, sizeof code, "%d", rc == KUBE_OK ? 200 : st->http_code);
+    metrics_counter_add(c->m_api, 1, code);
+}
+
+static const char *collection_of(const char *kind)
+{
+    if (strcmp(kind, "Pod") == 0) return "pods";
+    if (strcmp(kind, "Service") == 0) return "services";
+    if (strcmp(kind, "ConfigMap") == 0) return "configmaps";
+    if (strcmp(kind, "Event") == 0) return "events";
+    return NULL;
+}
+
+/* Creates obj in ns; AlreadyExists is success (our names are deterministic,
+ * so a lagging cache only costs a 409). */
+static int create_child(controller *c, kube_client *k, const char *ns, const cJSON *obj,
+                        kube_status *st)
+{
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+    const char *coll = cJSON_IsString(kind) ? collection_of(kind->valuestring) : NULL;
+    char path[512];
+    if (!coll || kube_path(path, sizeof path, "/api/v1", ns, coll, NULL, NULL) != 0) {
+        snprintf(st->message, sizeof st->message, "cannot create a %s",
+                 cJSON_IsString(kind) ? kind->valuestring : "(no kind)");
+        return KUBE_ERR_INVALID;
+    }
+    int rc = kube_create(k, path, obj, NULL, st);
+    count_api(c, st, rc);
+    if (rc != KUBE_OK && st->http_code == 409) return KUBE_OK;
+    if (rc == KUBE_OK)
+        LOG_INFO("reconcile", "event=created kind=%s namespace=%s name=%s", kind->valuestring, ns,
+                 meta_str(obj, "name") ? meta_str(obj, "name") : "");
+    return rc;
+}
+
+static int emit_event(controller *c, kube_client *k, const cJSON *job, const vj_event *ev,
+                      kube_status *st)
+{
+    const char *ns = meta_str(job, "namespace"), *name = meta_str(job, "name");
+    char when[32], ename[320];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(ename, sizeof ename, "%s.%llx", name, (unsigned long long)ts.tv_sec * 1000000000ULL +
+                                                       (unsigned long long)ts.tv_nsec);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "apiVersion", "v1");
+    cJSON_AddStringToObject(e, "kind", "Event");
+    cJSON *meta = cJSON_AddObjectToObject(e, "metadata");
+    cJSON_AddStringToObject(meta, "name", ename);
+    cJSON_AddStringToObject(meta, "namespace", ns);
+    cJSON *io = cJSON_AddObjectToObject(e, "involvedObject");
+    cJSON_AddStringToObject(io, "apiVersion", "vitjob.dev/v1alpha1");
+    cJSON_AddStringToObject(io, "kind", "ViTJob");
+    cJSON_AddStringToObject(io, "name", name);
+    cJSON_AddStringToObject(io, "namespace", ns);
+    if (meta_str(job, "uid")) cJSON_AddStringToObject(io, "uid", meta_str(job, "uid"));
+    cJSON_AddStringToObject(e, "type", ev->type);
+    cJSON_AddStringToObject(e, "reason", ev->reason);
+    cJSON_AddStringToObject(e, "message", ev->message);
+    cJSON_AddStringToObject(e, "firstTimestamp", when);
+    cJSON_AddStringToObject(e, "lastTimestamp", when);
+    cJSON_AddNumberToObject(e, "count", 1);
+    cJSON_AddItemToObject(e, "source", cJSON_CreateObject());
+    cJSON_AddStringToObject(cJSON_GetObjectItem(e, "source"), "component", "vitjob-operator");
+    int rc = create_child(c, k, ns, e, st);
+    cJSON_Delete(e);
+    LOG_INFO("reconcile", "event=emitted namespace=%s job=%s type=%s reason=%s", ns, name,
+             ev->type, ev->reason);
+    return rc;
+}
+
+static const char *patched_phase(const vj_plan *p)
+{
+    const cJSON *phase = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(p->status_patch, "status"), "phase");
+    return cJSON_IsString(phase) ? phase->valuestring : NULL;
+}
+
+/* Applies the plan in decide.h's order: status first (the new generation is
+ * recorded before its pods exist), deletes, creates, events, the job itself.
+ * Returns KUBE_OK or the first error (the rest is still attempted: every
+ * step is idempotent and the next reconcile repeats it). */
+static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_plan *p,
+                      kube_status *first)
+{
+    const char *ns = meta_str(job, "namespace"), *name = meta_str(job, "name");
+    kube_status st;
+    int result = KUBE_OK;
+#define KEEP(rc_)                                    \
+    do {                                             \
+        int r_ = (rc_);                              \
+        if (r_ != KUBE_OK && result == KUBE_OK) {    \
+            result = r_;                             \
+            *first = st;                             \
+        }                                            \
+    } while (0)
+    if (p->status_patch) {
+        char path[512];
+        kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, "status");
+        int rc = kube_merge_patch(k, path, p->status_patch, NULL, &st);
+        count_api(c, &st, rc);
+        if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK; /* deleted meanwhile */
+        KEEP(rc);
+        const char *phase = patched_phase(p);
+        if (rc == KUBE_OK && phase) {
+            if (strcmp(phase, "Succeeded") == 0) metrics_counter_add(c->m_succeeded, 1);
+            if (strcmp(phase, "Failed") == 0) metrics_counter_add(c->m_failed, 1);
+            if (strcmp(phase, "Restarting") == 0) metrics_counter_add(c->m_restarted, 1);
+            const cJSON *st_old = cJSON_GetObjectItemCaseSensitive(job, "status");
+            if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(st_old, "phase")))
+                metrics_counter_add(c->m_created, 1);
+        }
+    }
+    for (size_t i = 0; i < p->n_deletes; i++) {
+        char path[512];
+        kube_path(path, sizeof path, "/api/v1", ns, "pods", p->deletes[i].name, NULL);
+        int rc = kube_delete(k, path, p->deletes[i].force ? 0 : -1, NULL, NULL, &st);
+        count_api(c, &st, rc);
+        if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK;
+        if (rc == KUBE_OK)
+            LOG_INFO("reconcile", "event=deleted kind=Pod namespace=%s name=%s force=%d", ns,
+                     p->deletes[i].name, p->deletes[i].force);
+        KEEP(rc);
+    }
+    const cJSON *obj;
+    cJSON_ArrayForEach(obj, p->creates) KEEP(create_child(c, k, ns, obj, &st));
+    for (size_t i = 0; i < p->n_events; i++) KEEP(emit_event(c, k, job, &p->events[i], &st));
+    if (p->delete_job) {
+        char path[512];
+        kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, NULL);
+        int rc = kube_delete(k, path, -1, "Background", NULL, &st);
+        count_api(c, &st, rc);
+        if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK;
+        if (rc == KUBE_OK)
+            LOG_INFO("reconcile", "event=deleted kind=ViTJob namespace=%s name=%s reason=ttl", ns,
+                     name);
+        KEEP(rc);
+    }
+#undef KEEP
+    return result;
+}
+
+/* ---- reconcile ---------------------------------------------------------- */
+
+typedef enum { REC_DONE, REC_REQUEUE, REC_ERROR } rec_result;
+
+static rec_result reconcile(controller *c, kube_client *k, const char *key, double *requeue_s)
+{
+    char ns[256], name[256];
+    const char *slash = strchr(key, '/');
+    if (!slash) return REC_DONE;
+    snprintf(ns, sizeof ns, "%.*s", (int)(slash - key), key);
+    snprintf(name, sizeof name, "%s", slash + 1);
+
+    /* The job fresh from the server: our own status writes must be seen. */
+    char path[512];
+    kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, NULL);
+    cJSON *job = NULL;
+    kube_status st;
+    int rc = kube_get(k, path, &job, &st);
+    count_api(c, &st, rc);
+    if (rc != KUBE_OK) {
+        if (kube_is_not_found(&st)) return REC_DONE; /* deleted: children go by GC */
+        LOG_WARN("reconcile", "key=%s event=get_failed code=%d msg=\"%s\"", key, st.http_code,
+                 st.message);
+        return REC_ERROR;
+    }
+    cJSON *pods = cache_list(c->cache[INF_PODS], ns, JOB_LABEL, name);
+    char cm_name[300];
+    snprintf(cm_name, sizeof cm_name, "%s-config", name);
+    cJSON *cm = cache_get(c->cache[INF_CONFIGMAPS], ns, cm_name);
+    cJSON *svc = cache_get(c->cache[INF_SERVICES], ns, name);
+    vj_plan *plan = NULL;
+    char err[512];
+    rec_result result = REC_DONE;
+    if (!pods || vj_decide(job, pods, cm != NULL, svc != NULL, (long long)time(NULL), &plan, err,
+                           sizeof err) != 0) {
+        LOG_ERROR("reconcile", "key=%s msg=\"%s\"", key, pods ? err : "out of memory");
+        result = REC_ERROR;
+    } else {
+        kube_status first;
+        if (apply_plan(c, k, job, plan, &first) != KUBE_OK) {
+            LOG_WARN("reconcile", "key=%s event=apply_failed code=%d reason=%s msg=\"%s\"", key,
+                     first.http_code, first.reason, first.message);
+            result = REC_ERROR;
+        } else if (plan->requeue_after > 0) {
+            *requeue_s = (double)plan->requeue_after;
+            result = REC_REQUEUE;
+        }
+    }
+    vj_plan_free(plan);
+    cJSON_Delete(job);
+    cJSON_Delete(pods);
+    cJSON_Delete(cm);
+    cJSON_Delete(svc);
+    return result;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *worker(void *arg)
+{
+    controller *c = arg;
+    kube_client *k = NULL;
+    kube_status st;
+    while (!*c->o.stop && !wq_shutting_down(c->queue)) {
+        if (!k && c->o.factory(c->o.factory_user, &k, &st) != KUBE_OK) {
+            LOG_ERROR("reconcile", "msg=\"cannot make a client: %s\"", st.message);
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        char *key = NULL;
+        if (wq_get(c->queue, &key, 0.5) != 0 || !key) continue;
+        double t0 = mono_now(), requeue = 0;
+        rec_result r = reconcile(c, k, key, &requeue);
+        metrics_histogram_observe(c->m_duration, mono_now() - t0);
+        static const char *const names[] = {"done", "requeue", "error"};
+        metrics_counter_add(c->m_reconcile, 1, names[r]);
+        if (r == REC_ERROR) {
+            double delay = 0;
+            wq_add_rate_limited(c->queue, key, &delay);
+        } else {
+            wq_forget(c->queue, key);
+            if (r == REC_REQUEUE) wq_add_after(c->queue, key, requeue);
+        }
+        wq_done(c->queue, key);
+        metrics_gauge_set(c->m_depth, (double)wq_len(c->queue));
+        free(key);
+    }
+    kube_client_free(k);
+    return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+int controller_start(const controller_opts *o, controller **out, char *err, size_t errlen)
+{
+    controller *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    c->o = *o;
+    snprintf(c->ns, sizeof c->ns, "%s", o->namespace ? o->namespace : "");
+    c->queue = wq_new();
+    metrics_registry *m = o->metrics;
+    char merr[256];
+    c->m_reconcile = metrics_counter_new(m, "vitjob_reconcile_total", "Reconciles by result.",
+                                         merr, sizeof merr, 1, "result");
+    c->m_duration = metrics_histogram_new(m, "vitjob_reconcile_duration_seconds",
+                                          "Time spent in one reconcile.", NULL, 0, merr,
+                                          sizeof merr, 0);
+    c->m_depth = metrics_gauge_new(m, "vitjob_workqueue_depth", "Keys waiting in the work queue.",
+                                   merr, sizeof merr, 0);
+    c->m_api = metrics_counter_new(m, "vitjob_api_requests_total",
+                                   "Kubernetes API requests by HTTP status code.", merr,
+                                   sizeof merr, 1, "code");
+    c->m_created = metrics_counter_new(m, "vitjob_jobs_created_total", "ViTJobs taken on.", merr,
+                                       sizeof merr, 0);
+    c->m_succeeded = metrics_counter_new(m, "vitjob_jobs_succeeded_total", "ViTJobs succeeded.",
+                                         merr, sizeof merr, 0);
+    c->m_failed = metrics_counter_new(m, "vitjob_jobs_failed_total", "ViTJobs failed.", merr,
+                                      sizeof merr, 0);
+    c->m_restarted = metrics_counter_new(m, "vitjob_jobs_restarted_total",
+                                         "Gang restarts of ViTJobs.", merr, sizeof merr, 0);
+    if (!c->queue || !c->m_reconcile || !c->m_duration || !c->m_depth || !c->m_api ||
+        !c->m_created || !c->m_succeeded || !c->m_failed || !c->m_restarted) {
+        snprintf(err, errlen, "controller: cannot set up queue or metrics: %s", merr);
+        goto fail;
+    }
+    static const struct {
+        const char *name, *prefix, *resource;
+        int child;
+    } kinds[INF_COUNT] = {{"vitjobs", VJ_PREFIX, "vitjobs", 0},
+                          {"pods", "/api/v1", "pods", 1},
+                          {"services", "/api/v1", "services", 1},
+                          {"configmaps", "/api/v1", "configmaps", 1}};
+    for (int i = 0; i < INF_COUNT; i++) {
+        char path[512];
+        c->cache[i] = cache_new();
+        if (!c->cache[i] || kube_path(path, sizeof path, kinds[i].prefix,
+                                      c->ns[0] ? c->ns : NULL, kinds[i].resource, NULL, NULL)) {
+            snprintf(err, errlen, "controller: out of memory");
+            goto fail;
+        }
+        informer_opts io = {.name = kinds[i].name, .path = path,
+                            .label_selector = kinds[i].child ? JOB_LABEL : NULL,
+                            .cache = c->cache[i], .on_change = kinds[i].child ? on_child : on_job,
+                            .user = c, .factory = o->factory, .factory_user = o->factory_user,
+                            .stop = o->stop};
+        if (informer_start(&io, &c->inf[i]) != 0) {
+            snprintf(err, errlen, "controller: cannot start the %s informer", kinds[i].name);
+            goto fail;
+        }
+    }
+    c->n_workers = o->workers > 0 ? o->workers : 1;
+    c->workers = calloc((size_t)c->n_workers, sizeof *c->workers);
+    if (!c->workers) goto fail;
+    for (int i = 0; i < c->n_workers; i++) {
+        if (pthread_create(&c->workers[i], NULL, worker, c) != 0) {
+            c->n_workers = i;
+            snprintf(err, errlen, "controller: cannot start worker %d", i);
+            goto fail;
+        }
+    }
+    *out = c;
+    return 0;
+fail:
+    /* the caller's stop flag ends the threads we started */
+    *(volatile sig_atomic_t *)o->stop = 1;
+    controller_join(c);
+    return -1;
+}
+
+int controller_synced(const controller *c)
+{
+    for (int i = 0; i < INF_COUNT; i++)
+        if (!c->inf[i] || !informer_synced(c->inf[i])) return 0;
+    return 1;
+}
+
+void controller_join(controller *c)
+{
+    if (!c) return;
+    if (c->queue) wq_shutdown(c->queue);
+    for (int i = 0; i < c->n_workers; i++) pthread_join(c->workers[i], NULL);
+    free(c->workers);
+    for (int i = 0; i < INF_COUNT; i++) {
+        informer_join(c->inf[i]);
+        cache_free(c->cache[i]);
+    }
+    wq_free(c->queue);
+    free(c);
+}

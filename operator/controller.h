@@ -1,0 +1,40 @@
+/* operator/controller.h - the ViTJob controller: informers, work queue and
+ * reconcile workers.
+ *
+ * Owns: four informers (vitjobs, and the pods, services and configmaps that
+ * carry the vitjob.dev/job-name label) feeding caches and a de-duplicating,
+ * rate-limited work queue of "namespace/name" keys; N worker threads running
+ * reconcile(key): read the ViTJob fresh from the API server (the cache may
+ * lag our own status writes), its children from the caches, compute the plan
+ * (operator/decide.c) and apply it with the smallest set of API calls.
+ * Returns "done", "requeue after N" or an error (requeued with backoff).
+ * Must not: keep state that cannot be rebuilt by relisting.
+ */
+#ifndef VITJOB_CONTROLLER_H
+#define VITJOB_CONTROLLER_H
+
+#include <signal.h>
+
+#include "informer.h"
+#include "metrics.h"
+
+typedef struct {
+    kube_client_factory factory;   /* a client per thread */
+    void *factory_user;
+    const char *namespace;         /* NULL or "" = all namespaces */
+    int workers;                   /* reconcile threads, >= 1 */
+    metrics_registry *metrics;     /* borrowed */
+    const volatile sig_atomic_t *stop;
+} controller_opts;
+
+typedef struct controller controller;
+
+/* Starts informers and workers. *out: caller ends it with controller_join
+ * after setting *stop. Returns 0, or -1 with a message in err. */
+int controller_start(const controller_opts *opts, controller **out, char *err, size_t errlen);
+/* 1 when every informer has listed once (readiness). */
+int controller_synced(const controller *c);
+/* Stops the queue, waits for workers and informers, frees. Accepts NULL. */
+void controller_join(controller *c);
+
+#endif

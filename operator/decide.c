@@ -1,0 +1,714 @@
+/* operator/decide.c - see decide.h.
+ *
+ * Owns: the lifecycle rules of a ViTJob and the operator's status fields.
+ * Must not: do I/O, read the clock, or write status.progress.
+ *
+ * Choices (documented in decide.h's rules and the CRD):
+ * - status.restarts is the pods' generation. status.disruptionRestarts counts
+ *   the gang restarts that did not spend backoffLimit (disruptions and
+ *   resumes); restarts - disruptionRestarts is what backoffLimit limits.
+ * - When a generation shows both a disruption and retryable failures, it is a
+ *   disruption: peers of a lost pod fail because they lost it.
+ * - Unsuspending starts generation + 1 (if pods ever ran), so that pods of the
+ *   suspended generation still terminating never clash by name or join the
+ *   new rendezvous; it does not spend backoffLimit; startTime restarts, so
+ *   activeDeadlineSeconds counts time since the resume.
+ * - A pod of the current generation missing while the job is Running was lost
+ *   (a disruption); while Pending it is (re)created.
+ * - A Failed job deletes its pods still pending or running whatever
+ *   cleanPodPolicy says (the gang cannot go on without them); finished pods
+ *   follow cleanPodPolicy. A Succeeded job follows cleanPodPolicy.
+ * - A terminating pod is force-deleted (grace 0) once its deletionTimestamp
+ *   has passed, or at once when its node is lost; until then decide requeues
+ *   at its deletionTimestamp.
+ * - replicas counts are frozen once the job is finished.
+ */
+#include "decide.h"
+
+#include "jobspec.h"
+#include "render.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum pod_phase { PP_PENDING, PP_RUNNING, PP_SUCCEEDED, PP_FAILED, PP_UNKNOWN };
+
+typedef struct {
+    const char *name;
+    int rank, gen;
+    enum pod_phase phase;
+    int deleting;         /* metadata.deletionTimestamp set */
+    long long del_ts;     /* its value (or now if unparseable) */
+    int disruption;       /* DisruptionTarget True, or a disruption reason */
+    int node_lost;        /* the node is gone: force-delete at once */
+    int exit_code;        /* worker container's terminated exit code, -1 = none */
+    int removed;          /* this plan deletes it */
+} pod_info;
+
+typedef struct {
+    vj_plan *plan;
+    const vj_jobspec *js;
+    const cJSON *job;
+    long long now;
+    int ok;               /* 0 after an allocation failure */
+    size_t cap_del, cap_ev;
+} ctx;
+
+/* ---------------------------------------------------------------- helpers */
+
+static const cJSON *get(const cJSON *o, const char *key)
+{
+    return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+}
+
+static const char *get_str(const cJSON *o, const char *key)
+{
+    const cJSON *v = get(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int str_eq(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+static int parse_int_str(const char *s, int *out)
+{
+    if (s == NULL || *s == '\0')
+        return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1000000000)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static void requeue(ctx *c, long long secs)
+{
+    if (secs < 1)
+        secs = 1;
+    if (c->plan->requeue_after == 0 || secs < c->plan->requeue_after)
+        c->plan->requeue_after = secs;
+}
+
+static void event(ctx *c, const char *type, const char *reason, const char *fmt, const char *msg)
+{
+    vj_plan *p = c->plan;
+    if (p->n_events == c->cap_ev) {
+        size_t n = c->cap_ev ? 2 * c->cap_ev : 4;
+        vj_event *e = realloc(p->events, n * sizeof *e);
+        if (e == NULL) {
+            c->ok = 0;
+            return;
+        }
+        p->events = e;
+        c->cap_ev = n;
+    }
+    vj_event *e = &p->events[p->n_events++];
+    snprintf(e->type, sizeof e->type, "%s", type);
+    snprintf(e->reason, sizeof e->reason, "%s", reason);
+    snprintf(e->message, sizeof e->message, fmt ? fmt : "%s", msg ? msg : "");
+}
+
+static void delete_pod(ctx *c, pod_info *pi, int force)
+{
+    vj_plan *p = c->plan;
+    if (p->n_deletes == c->cap_del) {
+        size_t n = c->cap_del ? 2 * c->cap_del : 8;
+        vj_pod_delete *d = realloc(p->deletes, n * sizeof *d);
+        if (d == NULL) {
+            c->ok = 0;
+            return;
+        }
+        p->deletes = d;
+        c->cap_del = n;
+    }
+    vj_pod_delete *d = &p->deletes[p->n_deletes++];
+    snprintf(d->name, sizeof d->name, "%s", pi->name);
+    d->force = force;
+    pi->removed = 1;
+}
+
+/* Makes the pod go away: a graceful delete, or a forced one when it is
+ * already terminating past its deadline or its node is lost. */
+static void remove_pod(ctx *c, pod_info *pi)
+{
+    if (pi->removed)
+        return;
+    if (!pi->deleting) {
+        delete_pod(c, pi, 0);
+        return;
+    }
+    if (pi->node_lost || pi->del_ts <= c->now)
+        delete_pod(c, pi, 1);
+    else {
+        pi->removed = 1; /* on its way out */
+        requeue(c, pi->del_ts - c->now);
+    }
+}
+
+static int finished(const pod_info *pi)
+{
+    return pi->phase == PP_SUCCEEDED || pi->phase == PP_FAILED;
+}
+
+static void create(ctx *c, cJSON *obj)
+{
+    if (obj == NULL || !cJSON_AddItemToArray(c->plan->creates, obj)) {
+        cJSON_Delete(obj);
+        c->ok = 0;
+    }
+}
+
+/* ------------------------------------------------------------ pods parsed */
+
+static int worker_exit_code(const cJSON *pod)
+{
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, get(get(pod, "status"), "containerStatuses"))
+    {
+        if (!str_eq(get_str(cs, "name"), "worker"))
+            continue;
+        const cJSON *code = get(get(get(cs, "state"), "terminated"), "exitCode");
+        if (cJSON_IsNumber(code))
+            return code->valueint;
+        code = get(get(get(cs, "lastState"), "terminated"), "exitCode");
+        return cJSON_IsNumber(code) ? code->valueint : -1;
+    }
+    return -1;
+}
+
+static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info *pi)
+{
+    const cJSON *meta = get(pod, "metadata");
+    const cJSON *labels = get(meta, "labels");
+    memset(pi, 0, sizeof *pi);
+    pi->name = get_str(meta, "name");
+    if (pi->name == NULL || !str_eq(get_str(labels, VJ_LABEL_JOB), job) ||
+        parse_int_str(get_str(labels, VJ_LABEL_RANK), &pi->rank) != 0 ||
+        parse_int_str(get_str(labels, VJ_LABEL_RESTART), &pi->gen) != 0)
+        return -1;
+    const cJSON *st = get(pod, "status");
+    const char *phase = get_str(st, "phase");
+    pi->phase = str_eq(phase, "Running")     ? PP_RUNNING
+                : str_eq(phase, "Succeeded") ? PP_SUCCEEDED
+                : str_eq(phase, "Failed")    ? PP_FAILED
+                : str_eq(phase, "Unknown")   ? PP_UNKNOWN
+                                             : PP_PENDING;
+    const char *dts = get_str(meta, "deletionTimestamp");
+    if (dts) {
+        pi->deleting = 1;
+        if (vj_time_parse(dts, &pi->del_ts) != 0)
+            pi->del_ts = now;
+    }
+    const char *reason = get_str(st, "reason");
+    static const char *const disruption_reasons[] = {"Evicted", "NodeLost", "Preempted", "Shutdown",
+                                                     "NodeShutdown", "Terminated", NULL};
+    for (int i = 0; disruption_reasons[i]; i++)
+        if (str_eq(reason, disruption_reasons[i]))
+            pi->disruption = 1;
+    if (str_eq(reason, "NodeLost") || pi->phase == PP_UNKNOWN)
+        pi->node_lost = 1;
+    const cJSON *cond;
+    cJSON_ArrayForEach(cond, get(st, "conditions"))
+    {
+        if (str_eq(get_str(cond, "type"), "DisruptionTarget") &&
+            str_eq(get_str(cond, "status"), "True")) {
+            pi->disruption = 1;
+            if (str_eq(get_str(cond, "reason"), "DeletionByTaintManager"))
+                pi->node_lost = 1;
+        }
+    }
+    pi->exit_code = worker_exit_code(pod);
+    return 0;
+}
+
+/* ------------------------------------------------------------- conditions */
+
+/* Sets condition `type` in conds: lastTransitionTime changes only with the
+ * status. When only_if_present, a missing condition is not added. */
+static void set_cond(ctx *c, cJSON *conds, const char *type, const char *status,
+                     const char *reason, const char *message, int only_if_present)
+{
+    char ts[VJ_TIME_LEN];
+    cJSON *cond = NULL, *it;
+    cJSON_ArrayForEach(it, conds)
+    {
+        if (str_eq(get_str(it, "type"), type)) {
+            cond = it;
+            break;
+        }
+    }
+    if (cond == NULL && only_if_present)
+        return;
+    const char *old_ltt = cond ? get_str(cond, "lastTransitionTime") : NULL;
+    int keep_time = cond && str_eq(get_str(cond, "status"), status) && old_ltt;
+    if (keep_time)
+        snprintf(ts, sizeof ts, "%s", old_ltt);
+    else
+        vj_time_format(c->now, ts);
+    cJSON *n = cJSON_CreateObject();
+    if (n == NULL || !cJSON_AddStringToObject(n, "type", type) ||
+        !cJSON_AddStringToObject(n, "status", status) ||
+        !cJSON_AddStringToObject(n, "reason", reason) ||
+        !cJSON_AddStringToObject(n, "message", message) ||
+        !cJSON_AddStringToObject(n, "lastTransitionTime", ts)) {
+        cJSON_Delete(n);
+        c->ok = 0;
+        return;
+    }
+    if (cond)
+        cJSON_ReplaceItemViaPointer(conds, cond, n);
+    else if (!cJSON_AddItemToArray(conds, n)) {
+        cJSON_Delete(n);
+        c->ok = 0;
+    }
+}
+
+static int cond_true(const cJSON *conds, const char *type)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, conds)
+    {
+        if (str_eq(get_str(it, "type"), type))
+            return str_eq(get_str(it, "status"), "True");
+    }
+    return 0;
+}
+
+/* Sets each of these conditions False (if present and True). */
+static void clear_conds(ctx *c, cJSON *conds, const char *reason, const char *msg,
+                        const char *const *types)
+{
+    for (; *types; types++)
+        if (cond_true(conds, *types))
+            set_cond(c, conds, *types, "False", reason, msg, 1);
+}
+
+/* ----------------------------------------------------------------- decide */
+
+typedef struct {
+    const char *phase;
+    int gen, disruptions;
+    long long start, completion; /* -1 = unset */
+    cJSON *conds;                /* owned */
+    int active, succeeded, failed;
+    int set_replicas;
+} desired_status;
+
+static void finish_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, int success,
+                       const char *reason, const char *msg)
+{
+    static const char *const running_types[] = {"Running", "Restarting", NULL};
+    ds->phase = success ? "Succeeded" : "Failed";
+    ds->completion = c->now;
+    if (success) {
+        set_cond(c, ds->conds, "Succeeded", "True", reason, msg, 0);
+        clear_conds(c, ds->conds, "ViTJobSucceeded", msg, running_types);
+        event(c, "Normal", reason, NULL, msg);
+    } else {
+        set_cond(c, ds->conds, "Failed", "True", reason, msg, 0);
+        clear_conds(c, ds->conds, "ViTJobFailed", msg, running_types);
+        event(c, "Warning", reason, NULL, msg);
+    }
+    /* Frozen counts of the last generation, as it ends. */
+    ds->active = ds->succeeded = ds->failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pods[i].gen != ds->gen || pods[i].rank >= c->js->replicas)
+            continue;
+        ds->succeeded += pods[i].phase == PP_SUCCEEDED;
+        ds->failed += pods[i].phase == PP_FAILED;
+    }
+    ds->set_replicas = 1;
+}
+
+/* cleanPodPolicy on a finished job (see the choices at the top). */
+static void clean_pods(ctx *c, const desired_status *ds, pod_info *pods, size_t n)
+{
+    int failed = str_eq(ds->phase, "Failed");
+    for (size_t i = 0; i < n; i++) {
+        pod_info *pi = &pods[i];
+        int del = c->js->clean_pod_policy == VJ_CLEAN_ALL ||
+                  (!finished(pi) && (failed || c->js->clean_pod_policy == VJ_CLEAN_RUNNING)) ||
+                  (pi->deleting && pi->gen < ds->gen);
+        if (del)
+            remove_pod(c, pi);
+    }
+}
+
+static cJSON *render_or_fail(ctx *c, cJSON *obj, const char *err)
+{
+    (void)err;
+    if (obj == NULL)
+        c->ok = 0;
+    return obj;
+}
+
+static void create_generation_pod(ctx *c, int rank, int gen)
+{
+    char err[256];
+    create(c, render_or_fail(c, vj_render_pod(c->job, rank, gen, err, sizeof err), err));
+}
+
+/* The running job: start, watch, restart, finish. */
+static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const char *cur_phase,
+                    int have_cm, int have_svc)
+{
+    const vj_jobspec *js = c->js;
+    char msg[512], err[256];
+    int R = js->replicas;
+
+    if (!have_cm)
+        create(c, render_or_fail(c, vj_render_configmap(c->job, err, sizeof err), err));
+    if (!have_svc)
+        create(c, render_or_fail(c, vj_render_service(c->job, err, sizeof err), err));
+
+    int phase_restarting = str_eq(cur_phase, "Restarting");
+    if (str_eq(cur_phase, "Suspended")) {
+        snprintf(msg, sizeof msg, "ViTJob %s/%s is resumed", js->ns, js->name);
+        set_cond(c, ds->conds, "Suspended", "False", "ViTJobResumed", msg, 1);
+        if (ds->start >= 0) {
+            /* Pods ran before: a fresh generation; resumes from the checkpoint. */
+            ds->gen++;
+            ds->disruptions++;
+            ds->start = -1;
+            phase_restarting = 0;
+        }
+        event(c, "Normal", "Resumed", NULL, msg);
+    }
+
+    /* Current generation by rank; everything else goes. */
+    pod_info **slot = calloc((size_t)R, sizeof *slot);
+    if (slot == NULL) {
+        c->ok = 0;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pod_info *pi = &pods[i];
+        if (pi->gen != ds->gen || pi->rank >= R || slot[pi->rank] != NULL)
+            remove_pod(c, pi);
+        else
+            slot[pi->rank] = pi;
+    }
+
+    int succeeded = 0, running = 0, missing = 0, failed = 0, disrupted = 0;
+    pod_info *permanent = NULL, *first_bad = NULL;
+    for (int r = 0; r < R; r++) {
+        pod_info *pi = slot[r];
+        if (pi == NULL) {
+            missing++;
+            continue;
+        }
+        if (pi->phase == PP_SUCCEEDED) {
+            succeeded++;
+        } else if (pi->phase == PP_FAILED && (pi->exit_code == 2 || pi->exit_code == 3)) {
+            if (permanent == NULL)
+                permanent = pi;
+        } else if (pi->disruption || pi->deleting || pi->phase == PP_UNKNOWN) {
+            disrupted++;
+            if (first_bad == NULL || !first_bad->disruption)
+                first_bad = pi;
+        } else if (pi->phase == PP_FAILED) {
+            failed++;
+            if (first_bad == NULL)
+                first_bad = pi;
+        } else if (pi->phase == PP_RUNNING) {
+            running++;
+        }
+    }
+
+    if (permanent) {
+        int code = permanent->exit_code;
+        snprintf(msg, sizeof msg, "pod %s exited with code %d (%s): permanent, not retried",
+                 permanent->name, code, code == 2 ? "bad config or spec" : "bad or missing data");
+        finish_job(c, ds, pods, n, 0, code == 2 ? "PermanentError" : "InvalidData", msg);
+        clean_pods(c, ds, pods, n);
+        free(slot);
+        return;
+    }
+    if (succeeded == R) {
+        snprintf(msg, sizeof msg, "all %d pods of generation %d succeeded", R, ds->gen);
+        finish_job(c, ds, pods, n, 1, "ViTJobSucceeded", msg);
+        clean_pods(c, ds, pods, n);
+        free(slot);
+        return;
+    }
+
+    int lost = missing > 0 && str_eq(cur_phase, "Running");
+    if (disrupted || failed || lost) {
+        int disruption = disrupted > 0 || failed == 0;
+        if (first_bad == NULL)
+            snprintf(msg, sizeof msg, "%d pod(s) of generation %d disappeared", missing, ds->gen);
+        else if (first_bad->phase == PP_FAILED && !first_bad->disruption)
+            snprintf(msg, sizeof msg, "pod %s failed with exit code %d", first_bad->name,
+                     first_bad->exit_code);
+        else
+            snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
+                     "node lost)", first_bad->name);
+        int spent = ds->gen - ds->disruptions;
+        if (!disruption && spent >= js->backoff_limit) {
+            char m2[600];
+            snprintf(m2, sizeof m2, "%s; backoffLimit %d reached after %d restart(s)", msg,
+                     js->backoff_limit, spent);
+            for (int r = 0; r < R; r++)
+                if (slot[r] && !finished(slot[r]))
+                    remove_pod(c, slot[r]);
+            finish_job(c, ds, pods, n, 0, "BackoffLimitExceeded", m2);
+            clean_pods(c, ds, pods, n);
+            free(slot);
+            return;
+        }
+        for (int r = 0; r < R; r++)
+            if (slot[r])
+                remove_pod(c, slot[r]);
+        ds->gen++;
+        if (disruption)
+            ds->disruptions++;
+        char m2[600];
+        snprintf(m2, sizeof m2, "%s; gang restart as generation %d (%s)", msg, ds->gen,
+                 disruption ? "disruption, backoffLimit not spent" : "retryable failure");
+        static const char *const running_types[] = {"Running", NULL};
+        set_cond(c, ds->conds, "Restarting", "True",
+                 disruption ? "Disruption" : "RetryableFailure", m2, 0);
+        clear_conds(c, ds->conds, "ViTJobRestarting", m2, running_types);
+        event(c, "Warning", "Restarting", NULL, m2);
+        for (int r = 0; r < R; r++)
+            create_generation_pod(c, r, ds->gen);
+        ds->phase = "Restarting";
+        ds->active = R;
+        ds->succeeded = ds->failed = 0;
+        ds->set_replicas = 1;
+        free(slot);
+        return;
+    }
+
+    /* Steady state: make sure every rank has its pod. */
+    int active = 0;
+    for (int r = 0; r < R; r++) {
+        if (slot[r] == NULL) {
+            create_generation_pod(c, r, ds->gen);
+            active++;
+        } else if (!finished(slot[r])) {
+            active++;
+        }
+    }
+    if (ds->start < 0)
+        ds->start = c->now;
+    if (running == R) {
+        ds->phase = "Running";
+        snprintf(msg, sizeof msg, "all %d pods of generation %d are running", R, ds->gen);
+        set_cond(c, ds->conds, "Running", "True", "ViTJobRunning", msg, 0);
+        if (cond_true(ds->conds, "Restarting"))
+            set_cond(c, ds->conds, "Restarting", "False", "ViTJobRunning", msg, 1);
+    } else {
+        ds->phase = phase_restarting ? "Restarting" : "Pending";
+    }
+    ds->active = active;
+    ds->succeeded = succeeded;
+    ds->failed = 0;
+    ds->set_replicas = 1;
+    free(slot);
+}
+
+static void suspend_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const char *cur_phase)
+{
+    char msg[256];
+    static const char *const types[] = {"Running", "Restarting", NULL};
+    snprintf(msg, sizeof msg, "ViTJob %s/%s is suspended", c->js->ns, c->js->name);
+    for (size_t i = 0; i < n; i++)
+        remove_pod(c, &pods[i]);
+    ds->phase = "Suspended";
+    set_cond(c, ds->conds, "Suspended", "True", "ViTJobSuspended", msg, 0);
+    clear_conds(c, ds->conds, "ViTJobSuspended", msg, types);
+    if (!str_eq(cur_phase, "Suspended"))
+        event(c, "Normal", "Suspended", NULL, msg);
+    ds->active = ds->succeeded = ds->failed = 0;
+    ds->set_replicas = 1;
+}
+
+/* Adds key=v to patch when it differs from cur[key]; takes v. */
+static void diff_field(ctx *c, cJSON *patch, const cJSON *cur, const char *key, cJSON *v)
+{
+    if (v == NULL) {
+        c->ok = 0;
+        return;
+    }
+    if (cJSON_Compare(v, get(cur, key), 1) || !cJSON_AddItemToObject(patch, key, v))
+        cJSON_Delete(v);
+}
+
+static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
+{
+    char ts[VJ_TIME_LEN];
+    cJSON *st = cJSON_CreateObject();
+    if (st == NULL) {
+        c->ok = 0;
+        return NULL;
+    }
+    if (ds->phase)
+        diff_field(c, st, cur, "phase", cJSON_CreateString(ds->phase));
+    diff_field(c, st, cur, "conditions", cJSON_Duplicate(ds->conds, 1));
+    diff_field(c, st, cur, "restarts", cJSON_CreateNumber(ds->gen));
+    diff_field(c, st, cur, "disruptionRestarts", cJSON_CreateNumber(ds->disruptions));
+    if (ds->set_replicas) {
+        cJSON *r = cJSON_CreateObject();
+        if (r && (!cJSON_AddNumberToObject(r, "active", ds->active) ||
+                  !cJSON_AddNumberToObject(r, "succeeded", ds->succeeded) ||
+                  !cJSON_AddNumberToObject(r, "failed", ds->failed))) {
+            cJSON_Delete(r);
+            r = NULL;
+        }
+        diff_field(c, st, cur, "replicas", r);
+    }
+    if (ds->start >= 0) {
+        vj_time_format(ds->start, ts);
+        diff_field(c, st, cur, "startTime", cJSON_CreateString(ts));
+    }
+    if (ds->completion >= 0) {
+        vj_time_format(ds->completion, ts);
+        diff_field(c, st, cur, "completionTime", cJSON_CreateString(ts));
+    }
+    diff_field(c, st, cur, "observedGeneration", cJSON_CreateNumber((double)c->js->generation));
+    if (st->child == NULL) {
+        cJSON_Delete(st);
+        return NULL;
+    }
+    cJSON *body = cJSON_CreateObject();
+    if (body == NULL || !cJSON_AddItemToObject(body, "status", st)) {
+        cJSON_Delete(body);
+        cJSON_Delete(st);
+        c->ok = 0;
+        return NULL;
+    }
+    return body;
+}
+
+static long long status_time(const cJSON *st, const char *key)
+{
+    long long t;
+    return vj_time_parse(get_str(st, key), &t) == 0 ? t : -1;
+}
+
+int vj_decide(const cJSON *job, const cJSON *pods_json, int have_configmap, int have_service,
+              long long now, vj_plan **out, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return -1;
+    vj_plan *plan = calloc(1, sizeof *plan);
+    if (plan == NULL || (plan->creates = cJSON_CreateArray()) == NULL) {
+        free(plan);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    ctx c = {.plan = plan, .js = &js, .job = job, .now = now, .ok = 1};
+    desired_status ds;
+    memset(&ds, 0, sizeof ds);
+    pod_info *pods = NULL;
+    size_t n = 0;
+
+    /* Being deleted: the garbage collector takes the children. */
+    if (get_str(get(job, "metadata"), "deletionTimestamp"))
+        goto done;
+
+    const cJSON *st = get(job, "status");
+    const char *cur_phase = get_str(st, "phase");
+    const cJSON *v = get(st, "restarts");
+    ds.gen = cJSON_IsNumber(v) ? v->valueint : 0;
+    v = get(st, "disruptionRestarts");
+    ds.disruptions = cJSON_IsNumber(v) ? v->valueint : 0;
+    ds.start = status_time(st, "startTime");
+    ds.completion = status_time(st, "completionTime");
+    ds.phase = cur_phase;
+    const cJSON *conds = get(st, "conditions");
+    ds.conds = cJSON_IsArray(conds) ? cJSON_Duplicate(conds, 1) : cJSON_CreateArray();
+    if (ds.conds == NULL) {
+        c.ok = 0;
+        goto done;
+    }
+
+    int np = cJSON_IsArray(pods_json) ? cJSON_GetArraySize(pods_json) : 0;
+    pods = calloc(np > 0 ? (size_t)np : 1, sizeof *pods);
+    if (pods == NULL) {
+        c.ok = 0;
+        goto done;
+    }
+    const cJSON *pj;
+    cJSON_ArrayForEach(pj, pods_json)
+    {
+        if (parse_pod(pj, js.name, now, &pods[n]) == 0) {
+            if (pods[n].gen > ds.gen) /* the status write of a restart was lost */
+                ds.gen = pods[n].gen;
+            n++;
+        }
+    }
+
+    int terminal = str_eq(cur_phase, "Succeeded") || str_eq(cur_phase, "Failed");
+    if (!terminal) {
+        char msg[512], verr[480];
+        snprintf(msg, sizeof msg, "ViTJob %s/%s is created", js.ns, js.name);
+        set_cond(&c, ds.conds, "Created", "True", "ViTJobCreated", msg, 0);
+        if (ds.phase == NULL)
+            ds.phase = "Pending";
+        if (vj_jobspec_validate(&js, verr, sizeof verr) != 0) {
+            snprintf(msg, sizeof msg, "invalid spec: %s", verr);
+            finish_job(&c, &ds, pods, n, 0, "InvalidSpec", msg);
+            clean_pods(&c, &ds, pods, n);
+        } else if (js.suspend) {
+            suspend_job(&c, &ds, pods, n, cur_phase);
+        } else if (js.active_deadline > 0 && ds.start >= 0 && !str_eq(cur_phase, "Suspended") &&
+                   now >= ds.start + js.active_deadline) {
+            snprintf(msg, sizeof msg, "the job ran longer than activeDeadlineSeconds=%lld",
+                     js.active_deadline);
+            finish_job(&c, &ds, pods, n, 0, "DeadlineExceeded", msg);
+            clean_pods(&c, &ds, pods, n);
+        } else {
+            run_job(&c, &ds, pods, n, cur_phase, have_configmap, have_service);
+            if (js.active_deadline > 0 && ds.start >= 0 && str_eq(ds.phase, "Failed") == 0 &&
+                str_eq(ds.phase, "Succeeded") == 0)
+                requeue(&c, ds.start + js.active_deadline - now);
+        }
+    } else {
+        clean_pods(&c, &ds, pods, n);
+    }
+
+    terminal = str_eq(ds.phase, "Succeeded") || str_eq(ds.phase, "Failed");
+    if (terminal && js.ttl >= 0 && ds.completion >= 0) {
+        if (now >= ds.completion + js.ttl)
+            plan->delete_job = 1;
+        else
+            requeue(&c, ds.completion + js.ttl - now);
+    }
+    if (c.ok)
+        plan->status_patch = status_patch(&c, &ds, st);
+
+done:
+    cJSON_Delete(ds.conds);
+    free(pods);
+    if (!c.ok) {
+        vj_plan_free(plan);
+        snprintf(err, errlen, "out of memory deciding ViTJob %s", js.name);
+        return -1;
+    }
+    *out = plan;
+    return 0;
+}
+
+int vj_plan_is_empty(const vj_plan *p)
+{
+    return p == NULL || (p->status_patch == NULL && cJSON_GetArraySize(p->creates) == 0 &&
+                         p->n_deletes == 0 && p->n_events == 0 && !p->delete_job);
+}
+
+void vj_plan_free(vj_plan *p)
+{
+    if (p == NULL)
+        return;
+    cJSON_Delete(p->status_patch);
+    cJSON_Delete(p->creates);
+    free(p->deletes);
+    free(p->events);
+    free(p);
+}

@@ -1,0 +1,67 @@
+/* operator/decide.h - the reconcile decision for one ViTJob, as a pure function.
+ *
+ * Owns: the rules of the job's lifecycle (validation, gang start, permanent
+ * exit codes, retryable failures against backoffLimit, disruptions that do
+ * not spend it, stale generations, success and cleanPodPolicy, suspend and
+ * resume, activeDeadlineSeconds, ttlSecondsAfterFinished) and the status the
+ * operator writes.
+ * Must not: do I/O, read the clock (`now` is an input), or touch
+ * status.progress (rank 0 of the worker owns it).
+ *
+ * decide() is level-triggered and idempotent: applying its plan and running it
+ * again on the resulting state (same `now`) gives an empty plan. The status
+ * it writes describes the state AFTER the plan is applied (pods it creates
+ * count as active, pods it deletes do not).
+ *
+ * Apply a plan in this order: status_patch (so the new generation is
+ * recorded before its pods exist), deletes, creates, events, delete_job;
+ * then requeue after requeue_after seconds if > 0.
+ */
+#ifndef VITJOB_DECIDE_H
+#define VITJOB_DECIDE_H
+
+#include "render.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+typedef struct {
+    char name[VJ_NAME_LEN]; /* pod name, in the job's namespace */
+    int force;              /* 1 = gracePeriodSeconds 0 (stuck on a lost node) */
+} vj_pod_delete;
+
+typedef struct {
+    char type[16];     /* "Normal" or "Warning" */
+    char reason[64];   /* CamelCase, e.g. BackoffLimitExceeded */
+    char message[512];
+} vj_event;
+
+typedef struct {
+    cJSON *status_patch;    /* JSON merge patch body for the /status subresource,
+                               {"status": {...changed fields only}}; NULL = no change */
+    cJSON *creates;         /* array of objects to create (ConfigMap, Service, Pods); never NULL */
+    vj_pod_delete *deletes; /* n_deletes pods to delete */
+    size_t n_deletes;
+    vj_event *events;       /* n_events events to emit on the ViTJob */
+    size_t n_events;
+    int delete_job;         /* 1 = delete the ViTJob itself (TTL after finishing) */
+    long long requeue_after;/* seconds; 0 = no timed requeue */
+} vj_plan;
+
+/* Computes the plan for `job` (the ViTJob as read from the API server) given
+ * `pods` (a JSON array of its pods as listed, or NULL = none; pods not
+ * labelled with this job's name are ignored), whether its ConfigMap and
+ * Service exist, and `now` (seconds since the epoch).
+ * On success returns 0 and *out is a new plan (caller frees with
+ * vj_plan_free); on failure (not a ViTJob, OOM) returns -1, *out untouched. */
+int vj_decide(const cJSON *job, const cJSON *pods, int have_configmap, int have_service,
+              long long now, vj_plan **out, char *err, size_t errlen);
+
+/* 1 if the plan has nothing to do (no status change, creates, deletes, events
+ * or job deletion; requeue_after does not count), else 0. */
+int vj_plan_is_empty(const vj_plan *p);
+
+/* Frees the plan and everything in it; NULL is fine. */
+void vj_plan_free(vj_plan *p);
+
+#endif

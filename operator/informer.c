@@ -1,0 +1,138 @@
+/* operator/informer.c - see informer.h. */
+#include "informer.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kube_watch.h"
+#include "log.h"
+
+struct informer {
+    informer_opts o;
+    char *name, *path, *selector;
+    pthread_t thread;
+    atomic_int synced, lists;
+};
+
+static char *dup_s(const char *s)
+{
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static int on_event(const char *type, const cJSON *obj, void *user)
+{
+    informer *inf = user;
+    if (strcmp(type, "BOOKMARK") == 0) return 0;
+    if (strcmp(type, "DELETED") == 0) {
+        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+        const cJSON *ns = cJSON_GetObjectItemCaseSensitive(meta, "namespace");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(meta, "name");
+        if (cJSON_IsString(name))
+            cache_remove(inf->o.cache, cJSON_IsString(ns) ? ns->valuestring : NULL,
+                         name->valuestring);
+    } else {
+        cJSON *copy = cJSON_Duplicate(obj, 1);
+        if (copy) cache_put(inf->o.cache, copy);
+    }
+    if (inf->o.on_change) inf->o.on_change(inf->o.user, type, obj);
+    return 0;
+}
+
+static void *run(void *arg)
+{
+    informer *inf = arg;
+    kube_client *c = NULL;
+    kube_status st;
+    double backoff = 0.2;
+    while (!*inf->o.stop) {
+        if (!c && inf->o.factory(inf->o.factory_user, &c, &st) != KUBE_OK) {
+            LOG_ERROR("informer", "resource=%s msg=\"cannot make a client: %s\"", inf->name,
+                      st.message);
+            sleep_s(backoff);
+            backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+            continue;
+        }
+        /* list */
+        kube_list_opts lo = {.label_selector = inf->selector, .field_selector = NULL, .limit = 500};
+        cJSON *items = NULL;
+        char rv[64] = "";
+        if (kube_list(c, inf->path, &lo, &items, rv, sizeof rv, &st) != KUBE_OK) {
+            LOG_WARN("informer", "resource=%s event=list_failed code=%d msg=\"%s\" retry_s=%.1f",
+                     inf->name, st.http_code, st.message, backoff);
+            sleep_s(backoff);
+            backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+            continue;
+        }
+        backoff = 0.2;
+        cJSON *listed = cJSON_Duplicate(items, 1), *removed = NULL;
+        cache_replace(inf->o.cache, items, &removed);
+        atomic_fetch_add(&inf->lists, 1);
+        atomic_store(&inf->synced, 1);
+        LOG_INFO("informer", "resource=%s event=listed items=%d rv=%s", inf->name,
+                 cJSON_GetArraySize(listed), rv);
+        if (inf->o.on_change) {
+            cJSON *o;
+            cJSON_ArrayForEach(o, removed) inf->o.on_change(inf->o.user, "DELETED", o);
+            cJSON_ArrayForEach(o, listed) inf->o.on_change(inf->o.user, "ADDED", o);
+        }
+        cJSON_Delete(removed);
+        cJSON_Delete(listed);
+        /* watch until 410 Gone (relist) or stop */
+        kube_watch_opts wo = {.label_selector = inf->selector, .timeout_seconds = 300};
+        int rc = kube_watch_run(c, inf->path, &wo, rv, sizeof rv, on_event, inf, inf->o.stop, &st);
+        if (rc == KUBE_WATCH_GONE)
+            LOG_INFO("informer", "resource=%s event=relist reason=\"resourceVersion too old\"",
+                     inf->name);
+        else if (rc != KUBE_WATCH_STOPPED && rc != KUBE_OK)
+            LOG_WARN("informer", "resource=%s event=watch_ended code=%d msg=\"%s\"", inf->name,
+                     st.http_code, st.message);
+    }
+    kube_client_free(c);
+    return NULL;
+}
+
+int informer_start(const informer_opts *opts, informer **out)
+{
+    informer *inf = calloc(1, sizeof *inf);
+    if (!inf) return -1;
+    inf->o = *opts;
+    inf->name = dup_s(opts->name);
+    inf->path = dup_s(opts->path);
+    inf->selector = dup_s(opts->label_selector);
+    if (!inf->name || !inf->path || (opts->label_selector && !inf->selector) ||
+        pthread_create(&inf->thread, NULL, run, inf) != 0) {
+        free(inf->name);
+        free(inf->path);
+        free(inf->selector);
+        free(inf);
+        return -1;
+    }
+    *out = inf;
+    return 0;
+}
+
+int informer_synced(const informer *inf) { return atomic_load(&((informer *)inf)->synced); }
+int informer_lists(const informer *inf) { return atomic_load(&((informer *)inf)->lists); }
+
+void informer_join(informer *inf)
+{
+    if (!inf) return;
+    pthread_join(inf->thread, NULL);
+    free(inf->name);
+    free(inf->path);
+    free(inf->selector);
+    free(inf);
+}

@@ -1,0 +1,67 @@
+/* operator/jobspec.h - a ViTJob's spec as the operator reads it.
+ *
+ * Owns: reading the operator's keys of a ViTJob (cJSON as returned by the API
+ * server) into a plain struct, validating the whole spec (the worker's part
+ * through the worker's own config code, worker/config.h, so that operator and
+ * worker can never disagree), and the RFC 3339 time strings of status.
+ * Must not: do I/O, allocate anything the caller has to free, or log.
+ *
+ * Errors: functions return 0 on success and -1 on failure, with a one-line
+ * message in `err` (for validation: naming the field and value).
+ */
+#ifndef VITJOB_JOBSPEC_H
+#define VITJOB_JOBSPEC_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#define VJ_TIME_LEN 32 /* "2024-01-02T03:04:05Z" + NUL, with room */
+
+typedef enum {
+    VJ_CLEAN_RUNNING = 0, /* delete pods still pending or running (default) */
+    VJ_CLEAN_ALL,         /* delete every pod */
+    VJ_CLEAN_NONE,        /* keep every pod */
+} vj_clean_policy;
+
+/* Strings are borrowed from the job object: valid while it lives, unchanged. */
+typedef struct {
+    const char *name;               /* metadata.name */
+    const char *ns;                 /* metadata.namespace ("default" if absent) */
+    const char *uid;                /* metadata.uid ("" if absent) */
+    long long generation;           /* metadata.generation (0 if absent) */
+    int replicas;                   /* spec.replicas (0 if absent: invalid) */
+    int gpus;                       /* spec.gpusPerReplica (default 0) */
+    int local_ranks;                /* max(gpus, 1) */
+    int world_size;                 /* replicas x local_ranks */
+    const char *image;              /* spec.image (NULL if absent: invalid) */
+    const char *credentials_secret; /* spec.checkpoint.credentialsSecret; NULL if unset or "" */
+    int backoff_limit;              /* spec.runPolicy.backoffLimit (default 3) */
+    long long active_deadline;      /* spec.runPolicy.activeDeadlineSeconds; -1 = none */
+    long long ttl;                  /* spec.runPolicy.ttlSecondsAfterFinished; -1 = none */
+    vj_clean_policy clean_pod_policy;
+    int suspend;                    /* spec.suspend */
+    const cJSON *spec;              /* the spec object (NULL if absent) */
+    const cJSON *tmpl;              /* spec.template (NULL if absent) */
+} vj_jobspec;
+
+/* Reads the job into js. Fails only when the object is not a ViTJob at all
+ * (no metadata.name); everything else is left to vj_jobspec_validate. */
+int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen);
+
+/* Validates what the schema cannot: replicas, image, template keys, and the
+ * worker's part through config_load_string + config_validate with the job's
+ * world size. On failure err holds the message (the worker's own for its keys). */
+int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen);
+
+/* The worker's part of the spec ({model, data, training, checkpoint}, those
+ * present) as a new object; caller frees with cJSON_Delete. NULL on OOM. */
+cJSON *vj_jobspec_worker_config(const vj_jobspec *js);
+
+/* Seconds since the epoch -> "YYYY-MM-DDTHH:MM:SSZ" (UTC). */
+void vj_time_format(long long t, char buf[VJ_TIME_LEN]);
+
+/* RFC 3339 ("...Z" or "...+hh:mm", fractional seconds ignored) -> seconds
+ * since the epoch. Returns 0, or -1 if s is not such a time. */
+int vj_time_parse(const char *s, long long *out);
+
+#endif

@@ -1,0 +1,212 @@
+/* operator/main.c - the vitjob-operator command line.
+ *
+ * Owns: flags, the client factory (kubeconfig or in-cluster), the /metrics
+ * and probe endpoint, leader election, the controller's lifetime, and
+ * signals (SIGTERM/SIGINT only set a flag; the main loop stops everything,
+ * releases the Lease and exits 0).
+ * Must not: reconcile (operator/controller.c) or log a token.
+ *
+ * usage: vitjob-operator [--kubeconfig FILE] [--namespace NS] [--metrics-addr :8080]
+ *                        [--leader-elect] [--lease-namespace NS] [--identity ID]
+ *                        [--workers N] [--log-level info]
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "controller.h"
+#include "httpd.h"
+#include "kube.h"
+#include "leader.h"
+#include "log.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+typedef struct {
+    const char *kubeconfig; /* NULL: $KUBECONFIG, ~/.kube/config, or in-cluster */
+} factory_ctx;
+
+static int make_client(void *user, kube_client **out, kube_status *st)
+{
+    factory_ctx *f = user;
+    kube_config *cfg = NULL;
+    char err[512];
+    int rc = f->kubeconfig ? kube_config_load_kubeconfig(f->kubeconfig, &cfg, err, sizeof err)
+                           : kube_config_load_default(&cfg, err, sizeof err);
+    if (rc != 0) {
+        memset(st, 0, sizeof *st);
+        snprintf(st->reason, sizeof st->reason, "Config");
+        snprintf(st->message, sizeof st->message, "%s", err);
+        return KUBE_ERR_INVALID;
+    }
+    return kube_client_new(cfg, out, st);
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+typedef struct {
+    controller *ctl;
+    int leading;
+    int elect;
+} ready_ctx;
+
+static int ready(void *arg, char *why, size_t whylen)
+{
+    ready_ctx *r = arg;
+    if (r->elect && !r->leading) {
+        snprintf(why, whylen, "standby: not the leader");
+        return 1; /* a standby replica is healthy and ready to take over */
+    }
+    if (!r->ctl || !controller_synced(r->ctl)) {
+        snprintf(why, whylen, "informer caches not synced");
+        return 0;
+    }
+    return 1;
+}
+
+static void usage(FILE *to)
+{
+    fprintf(to, "usage: vitjob-operator [--kubeconfig FILE] [--namespace NS] "
+                "[--metrics-addr :8080]\n"
+                "                       [--leader-elect] [--lease-namespace NS] [--identity ID]\n"
+                "                       [--workers N] [--log-level debug|info|warn|error]\n");
+}
+
+int main(int argc, char **argv)
+{
+    factory_ctx fctx = {NULL};
+    const char *ns = NULL, *metrics_addr = ":8080", *lease_ns = getenv("POD_NAMESPACE");
+    char identity[256] = "";
+    int elect = 0, workers = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (!strcmp(a, "--kubeconfig") && more) fctx.kubeconfig = argv[++i];
+        else if (!strcmp(a, "--namespace") && more) ns = argv[++i];
+        else if (!strcmp(a, "--metrics-addr") && more) metrics_addr = argv[++i];
+        else if (!strcmp(a, "--leader-elect")) elect = 1;
+        else if (!strcmp(a, "--lease-namespace") && more) lease_ns = argv[++i];
+        else if (!strcmp(a, "--identity") && more) snprintf(identity, sizeof identity, "%s", argv[++i]);
+        else if (!strcmp(a, "--workers") && more) workers = atoi(argv[++i]);
+        else if (!strcmp(a, "--log-level") && more) {
+            if (log_set_level_name(argv[++i]) != 0) {
+                LOG_ERROR("operator", "msg=\"--log-level: unknown level '%s'\"", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            LOG_ERROR("operator", "msg=\"unknown or incomplete argument '%s'\"", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (workers < 1 || workers > 64) {
+        LOG_ERROR("operator", "msg=\"--workers must be in [1, 64]\"");
+        return 2;
+    }
+    if (!identity[0]) {
+        char host[200] = "operator";
+        gethostname(host, sizeof host - 1);
+        snprintf(identity, sizeof identity, "%s_%ld", host, (long)getpid());
+    }
+    if (!lease_ns || !*lease_ns) lease_ns = "vitjob-system";
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Fail fast on a bad configuration. */
+    kube_client *client = NULL;
+    kube_status st;
+    if (make_client(&fctx, &client, &st) != KUBE_OK) {
+        LOG_ERROR("operator", "msg=\"cannot configure the Kubernetes client: %s\"", st.message);
+        return 2;
+    }
+
+    metrics_registry *metrics = metrics_registry_new();
+    ready_ctx rctx = {NULL, 0, elect};
+    httpd *http = NULL;
+    char err[512];
+    httpd_config hc = {.addr = metrics_addr, .metrics = metrics, .ready = ready,
+                       .ready_arg = &rctx, .liveness_timeout_s = 30};
+    if (!metrics || httpd_start(&http, &hc, err, sizeof err) != 0) {
+        LOG_ERROR("operator", "msg=\"%s\"", metrics ? err : "out of memory");
+        kube_client_free(client);
+        metrics_registry_free(metrics);
+        return 1;
+    }
+    LOG_INFO("operator", "event=start identity=%s namespace=%s metrics_port=%d leader_elect=%d "
+             "workers=%d", identity, ns && *ns ? ns : "(all)", httpd_port(http), elect, workers);
+
+    leader_elector *le = NULL;
+    leader_opts lo = {.ns = lease_ns, .name = "vitjob-operator", .identity = identity,
+                      .lease_duration = 15, .renew_deadline = 10};
+    if (elect && leader_new(client, &lo, &le) != 0) {
+        LOG_ERROR("operator", "msg=\"out of memory\"");
+        stop_requested = 1;
+    }
+
+    controller_opts co = {.factory = make_client, .factory_user = &fctx, .namespace = ns,
+                          .workers = workers, .metrics = metrics, .stop = &stop_requested};
+    int exit_code = 0;
+    double next_try = 0;
+    while (!stop_requested) {
+        httpd_heartbeat(http);
+        double now = mono_now();
+        if (le && now >= next_try) {
+            int leading = leader_try(le, now, &st);
+            next_try = now + 2.0; /* retry period */
+            if (!leading && rctx.ctl) {
+                /* Lost the lease: stop acting at once; a restart rejoins as standby. */
+                LOG_ERROR("operator", "event=leadership_lost identity=%s", identity);
+                exit_code = 1;
+                break;
+            }
+            rctx.leading = leading;
+        }
+        if ((!le || rctx.leading) && !rctx.ctl) {
+            if (controller_start(&co, &rctx.ctl, err, sizeof err) != 0) {
+                LOG_ERROR("operator", "msg=\"%s\"", err);
+                rctx.ctl = NULL;
+                exit_code = 1;
+                break;
+            }
+            LOG_INFO("operator", "event=controller_started identity=%s", identity);
+        }
+        sleep_s(0.2);
+    }
+    stop_requested = 1;
+    controller_join(rctx.ctl);
+    if (le && rctx.leading) leader_release(le, &st);
+    leader_free(le);
+    httpd_stop(http);
+    metrics_registry_free(metrics);
+    kube_client_free(client);
+    LOG_INFO("operator", "event=stopped exit_code=%d", exit_code);
+    return exit_code;
+}

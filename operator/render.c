@@ -1,0 +1,401 @@
+/* operator/render.c - see render.h.
+ *
+ * Owns: the shape of the ConfigMap, Service and Pods of a ViTJob.
+ * Must not: do I/O, read the clock, or keep references to its inputs.
+ */
+#include "render.h"
+
+#include "jobspec.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int vj_render_pod_name(char *buf, size_t len, const char *job, int rank, int restart)
+{
+    int n = snprintf(buf, len, "%s-worker-%d-r%d", job, rank, restart);
+    return (n < 0 || (size_t)n >= len) ? -1 : 0;
+}
+
+int vj_render_configmap_name(char *buf, size_t len, const char *job)
+{
+    int n = snprintf(buf, len, "%s-config", job);
+    return (n < 0 || (size_t)n >= len) ? -1 : 0;
+}
+
+/* The builders below add to objects and only check for OOM at the end:
+ * cJSON_Add* return NULL on failure and every later add to NULL is a no-op,
+ * so a failure anywhere shows up as a missing item. `ok` tracks it. */
+typedef struct {
+    int ok;
+} bld;
+
+static cJSON *add_obj(bld *b, cJSON *parent, const char *key)
+{
+    cJSON *o = parent ? cJSON_AddObjectToObject(parent, key) : NULL;
+    if (o == NULL)
+        b->ok = 0;
+    return o;
+}
+
+static cJSON *add_arr(bld *b, cJSON *parent, const char *key)
+{
+    cJSON *o = parent ? cJSON_AddArrayToObject(parent, key) : NULL;
+    if (o == NULL)
+        b->ok = 0;
+    return o;
+}
+
+static void add_str(bld *b, cJSON *parent, const char *key, const char *v)
+{
+    if (parent == NULL || cJSON_AddStringToObject(parent, key, v) == NULL)
+        b->ok = 0;
+}
+
+static void add_num(bld *b, cJSON *parent, const char *key, double v)
+{
+    if (parent == NULL || cJSON_AddNumberToObject(parent, key, v) == NULL)
+        b->ok = 0;
+}
+
+static void add_bool(bld *b, cJSON *parent, const char *key, int v)
+{
+    if (parent == NULL || cJSON_AddBoolToObject(parent, key, v) == NULL)
+        b->ok = 0;
+}
+
+/* Adds a deep copy of v under key (replacing an existing key). */
+static void add_dup(bld *b, cJSON *parent, const char *key, const cJSON *v)
+{
+    cJSON *d = (parent && v) ? cJSON_Duplicate(v, 1) : NULL;
+    if (d == NULL) {
+        b->ok = 0;
+        return;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    if (!cJSON_AddItemToObject(parent, key, d)) {
+        cJSON_Delete(d);
+        b->ok = 0;
+    }
+}
+
+static cJSON *arr_push_obj(bld *b, cJSON *arr)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL || arr == NULL || !cJSON_AddItemToArray(arr, o)) {
+        cJSON_Delete(o);
+        b->ok = 0;
+        return NULL;
+    }
+    return o;
+}
+
+static void arr_push_str(bld *b, cJSON *arr, const char *s)
+{
+    cJSON *o = cJSON_CreateString(s);
+    if (o == NULL || arr == NULL || !cJSON_AddItemToArray(arr, o)) {
+        cJSON_Delete(o);
+        b->ok = 0;
+    }
+}
+
+/* apiVersion, kind, metadata {name, namespace, labels {job-name}, ownerReferences}. */
+static cJSON *new_child(bld *b, const vj_jobspec *js, const char *api_version, const char *kind,
+                        const char *name, cJSON **labels_out)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) {
+        b->ok = 0;
+        return NULL;
+    }
+    add_str(b, o, "apiVersion", api_version);
+    add_str(b, o, "kind", kind);
+    cJSON *meta = add_obj(b, o, "metadata");
+    add_str(b, meta, "name", name);
+    add_str(b, meta, "namespace", js->ns);
+    cJSON *labels = add_obj(b, meta, "labels");
+    add_str(b, labels, VJ_LABEL_JOB, js->name);
+    cJSON *owners = add_arr(b, meta, "ownerReferences");
+    cJSON *ref = arr_push_obj(b, owners);
+    add_str(b, ref, "apiVersion", "vitjob.dev/v1alpha1");
+    add_str(b, ref, "kind", "ViTJob");
+    add_str(b, ref, "name", js->name);
+    add_str(b, ref, "uid", js->uid);
+    add_bool(b, ref, "controller", 1);
+    add_bool(b, ref, "blockOwnerDeletion", 1);
+    if (labels_out)
+        *labels_out = labels;
+    return o;
+}
+
+static cJSON *finish(bld *b, cJSON *o, char *err, size_t errlen)
+{
+    if (!b->ok || o == NULL) {
+        cJSON_Delete(o);
+        if (err && errlen)
+            snprintf(err, errlen, "out of memory rendering an object");
+        return NULL;
+    }
+    return o;
+}
+
+cJSON *vj_render_configmap(const cJSON *job, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    char name[VJ_NAME_LEN];
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    if (vj_render_configmap_name(name, sizeof name, js.name) != 0) {
+        snprintf(err, errlen, "metadata.name is too long");
+        return NULL;
+    }
+    bld b = {1};
+    cJSON *o = new_child(&b, &js, "v1", "ConfigMap", name, NULL);
+    cJSON *data = add_obj(&b, o, "data");
+    cJSON *wc = vj_jobspec_worker_config(&js);
+    char *text = wc ? cJSON_PrintUnformatted(wc) : NULL;
+    cJSON_Delete(wc);
+    if (text == NULL)
+        b.ok = 0;
+    else
+        add_str(&b, data, VJ_CONFIG_FILE, text);
+    cJSON_free(text);
+    return finish(&b, o, err, errlen);
+}
+
+cJSON *vj_render_service(const cJSON *job, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    bld b = {1};
+    cJSON *o = new_child(&b, &js, "v1", "Service", js.name, NULL);
+    cJSON *spec = add_obj(&b, o, "spec");
+    add_str(&b, spec, "clusterIP", "None");
+    add_bool(&b, spec, "publishNotReadyAddresses", 1);
+    cJSON *sel = add_obj(&b, spec, "selector");
+    add_str(&b, sel, VJ_LABEL_JOB, js.name);
+    cJSON *port = arr_push_obj(&b, add_arr(&b, spec, "ports"));
+    add_str(&b, port, "name", "rdzv");
+    add_num(&b, port, "port", VJ_RDZV_PORT);
+    add_num(&b, port, "targetPort", VJ_RDZV_PORT);
+    add_str(&b, port, "protocol", "TCP");
+    return finish(&b, o, err, errlen);
+}
+
+static void add_env(bld *b, cJSON *env, const char *name, const char *value)
+{
+    cJSON *e = arr_push_obj(b, env);
+    add_str(b, e, "name", name);
+    add_str(b, e, "value", value);
+}
+
+static void add_env_int(bld *b, cJSON *env, const char *name, long long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", v);
+    add_env(b, env, name, buf);
+}
+
+static void add_env_secret(bld *b, cJSON *env, const char *name, const char *secret, int optional)
+{
+    cJSON *e = arr_push_obj(b, env);
+    add_str(b, e, "name", name);
+    cJSON *ref = add_obj(b, add_obj(b, e, "valueFrom"), "secretKeyRef");
+    add_str(b, ref, "name", secret);
+    add_str(b, ref, "key", name);
+    if (optional)
+        add_bool(b, ref, "optional", 1);
+}
+
+/* container.resources = template.resources with limits (and requests, when the
+ * template sets them) of nvidia.com/gpu forced to gpusPerReplica when > 0. */
+static void add_resources(bld *b, cJSON *container, const vj_jobspec *js)
+{
+    const cJSON *tres = js->tmpl ? cJSON_GetObjectItemCaseSensitive(js->tmpl, "resources") : NULL;
+    if (tres == NULL && js->gpus <= 0)
+        return;
+    cJSON *res;
+    if (tres) {
+        add_dup(b, container, "resources", tres);
+        res = cJSON_GetObjectItemCaseSensitive(container, "resources");
+    } else {
+        res = add_obj(b, container, "resources");
+    }
+    if (js->gpus <= 0 || res == NULL)
+        return;
+    char n[16];
+    snprintf(n, sizeof n, "%d", js->gpus);
+    cJSON *limits = cJSON_GetObjectItemCaseSensitive(res, "limits");
+    if (limits == NULL)
+        limits = add_obj(b, res, "limits");
+    if (limits) {
+        cJSON_DeleteItemFromObjectCaseSensitive(limits, "nvidia.com/gpu");
+        add_str(b, limits, "nvidia.com/gpu", n);
+    }
+    cJSON *requests = cJSON_GetObjectItemCaseSensitive(res, "requests");
+    if (requests && cJSON_GetObjectItemCaseSensitive(requests, "nvidia.com/gpu")) {
+        /* Extended resources: requests must equal limits. */
+        cJSON_DeleteItemFromObjectCaseSensitive(requests, "nvidia.com/gpu");
+        add_str(b, requests, "nvidia.com/gpu", n);
+    }
+}
+
+cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    char name[VJ_NAME_LEN], host[VJ_NAME_LEN], cm[VJ_NAME_LEN], rdzv[2 * VJ_NAME_LEN];
+    char buf[32];
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    if (rank < 0 || restart < 0) {
+        snprintf(err, errlen, "rank %d / restart %d: must be >= 0", rank, restart);
+        return NULL;
+    }
+    int n1 = snprintf(host, sizeof host, "%s-worker-%d", js.name, rank);
+    int n2 = snprintf(rdzv, sizeof rdzv, "%s-worker-0.%s.%s.svc:%d", js.name, js.name, js.ns,
+                      VJ_RDZV_PORT);
+    if (vj_render_pod_name(name, sizeof name, js.name, rank, restart) != 0 ||
+        vj_render_configmap_name(cm, sizeof cm, js.name) != 0 || n1 < 0 ||
+        (size_t)n1 >= sizeof host || n2 < 0 || (size_t)n2 >= sizeof rdzv) {
+        snprintf(err, errlen, "metadata.name is too long");
+        return NULL;
+    }
+
+    bld b = {1};
+    cJSON *labels = NULL;
+    cJSON *o = new_child(&b, &js, "v1", "Pod", name, &labels);
+    snprintf(buf, sizeof buf, "%d", rank);
+    add_str(&b, labels, VJ_LABEL_RANK, buf);
+    snprintf(buf, sizeof buf, "%d", restart);
+    add_str(&b, labels, VJ_LABEL_RESTART, buf);
+
+    cJSON *spec = add_obj(&b, o, "spec");
+    add_str(&b, spec, "hostname", host);
+    add_str(&b, spec, "subdomain", js.name);
+    add_str(&b, spec, "restartPolicy", "Never");
+    add_str(&b, spec, "serviceAccountName", VJ_WORKER_SA);
+
+    cJSON *c = arr_push_obj(&b, add_arr(&b, spec, "containers"));
+    add_str(&b, c, "name", "worker");
+    add_str(&b, c, "image", js.image ? js.image : "");
+    cJSON *cmd = add_arr(&b, c, "command");
+    arr_push_str(&b, cmd, "vitjob-worker");
+    arr_push_str(&b, cmd, "train");
+    arr_push_str(&b, cmd, "--config");
+    arr_push_str(&b, cmd, VJ_CONFIG_DIR "/" VJ_CONFIG_FILE);
+
+    cJSON *env = add_arr(&b, c, "env");
+    add_env(&b, env, "VITJOB_NAME", js.name);
+    add_env(&b, env, "VITJOB_NAMESPACE", js.ns);
+    add_env_int(&b, env, "VITJOB_RANK", rank);
+    add_env_int(&b, env, "VITJOB_WORLD_SIZE", js.replicas);
+    add_env_int(&b, env, "VITJOB_LOCAL_RANKS", js.local_ranks);
+    add_env(&b, env, "VITJOB_RDZV_ENDPOINT", rdzv);
+    add_env_int(&b, env, "VITJOB_RESTART", restart);
+    if (js.credentials_secret) {
+        /* The CRD: keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally
+         * AWS_REGION and AWS_SESSION_TOKEN. */
+        add_env_secret(&b, env, "AWS_ACCESS_KEY_ID", js.credentials_secret, 0);
+        add_env_secret(&b, env, "AWS_SECRET_ACCESS_KEY", js.credentials_secret, 0);
+        add_env_secret(&b, env, "AWS_REGION", js.credentials_secret, 1);
+        add_env_secret(&b, env, "AWS_SESSION_TOKEN", js.credentials_secret, 1);
+    }
+
+    cJSON *vm = arr_push_obj(&b, add_arr(&b, c, "volumeMounts"));
+    add_str(&b, vm, "name", "config");
+    add_str(&b, vm, "mountPath", VJ_CONFIG_DIR);
+    add_bool(&b, vm, "readOnly", 1);
+    cJSON *port = arr_push_obj(&b, add_arr(&b, c, "ports"));
+    add_str(&b, port, "name", "rdzv");
+    add_num(&b, port, "containerPort", VJ_RDZV_PORT);
+    add_str(&b, port, "protocol", "TCP");
+    add_resources(&b, c, &js);
+
+    cJSON *vol = arr_push_obj(&b, add_arr(&b, spec, "volumes"));
+    add_str(&b, vol, "name", "config");
+    add_str(&b, add_obj(&b, vol, "configMap"), "name", cm);
+
+    static const char *const pod_keys[] = {"nodeSelector", "tolerations", "schedulerName",
+                                           "priorityClassName"};
+    for (size_t i = 0; js.tmpl && i < sizeof pod_keys / sizeof pod_keys[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(js.tmpl, pod_keys[i]);
+        if (v)
+            add_dup(&b, spec, pod_keys[i], v);
+    }
+    return finish(&b, o, err, errlen);
+}
+
+/* ------------------------------------------------------------------ match */
+
+/* desired ⊆ existing: objects by key (recursively), arrays element by element
+ * with equal lengths, scalars equal. */
+static int subset(const cJSON *want, const cJSON *have)
+{
+    if (want == NULL)
+        return 1;
+    if (have == NULL)
+        return 0;
+    if (cJSON_IsObject(want)) {
+        if (!cJSON_IsObject(have))
+            return 0;
+        for (const cJSON *ch = want->child; ch; ch = ch->next)
+            if (!subset(ch, cJSON_GetObjectItemCaseSensitive(have, ch->string)))
+                return 0;
+        return 1;
+    }
+    if (cJSON_IsArray(want)) {
+        if (!cJSON_IsArray(have) || cJSON_GetArraySize(want) != cJSON_GetArraySize(have))
+            return 0;
+        const cJSON *h = have->child;
+        for (const cJSON *w = want->child; w; w = w->next, h = h->next)
+            if (!subset(w, h))
+                return 0;
+        return 1;
+    }
+    return cJSON_Compare(want, have, 1);
+}
+
+static const cJSON *path(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, a) : NULL;
+    if (b && v)
+        v = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, b) : NULL;
+    return v;
+}
+
+static const cJSON *worker_container(const cJSON *pod)
+{
+    const cJSON *cs = path(pod, "spec", "containers");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0)
+            return c;
+    }
+    return NULL;
+}
+
+int vj_render_matches(const cJSON *existing, const cJSON *desired)
+{
+    const cJSON *kind = path(desired, "kind", NULL);
+    if (!cJSON_IsString(kind) || !subset(kind, path(existing, "kind", NULL)) ||
+        !subset(path(desired, "metadata", "name"), path(existing, "metadata", "name")) ||
+        !subset(path(desired, "metadata", "labels"), path(existing, "metadata", "labels")))
+        return 0;
+    if (strcmp(kind->valuestring, "ConfigMap") == 0)
+        return cJSON_Compare(path(desired, "data", NULL), path(existing, "data", NULL), 1);
+    if (strcmp(kind->valuestring, "Service") == 0)
+        return subset(path(desired, "spec", NULL), path(existing, "spec", NULL));
+    if (strcmp(kind->valuestring, "Pod") == 0) {
+        const cJSON *w = worker_container(desired), *h = worker_container(existing);
+        static const char *const keys[] = {"image", "command", "env"};
+        if (w == NULL || h == NULL)
+            return 0;
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (!subset(path(w, keys[i], NULL), path(h, keys[i], NULL)))
+                return 0;
+        return 1;
+    }
+    return subset(desired, existing);
+}

@@ -1,0 +1,747 @@
+/* tests/test_decide.c - operator/decide.c: the ViTJob lifecycle rules, on
+ * jobs and pods written as JSON, and the idempotence property (applying a
+ * plan and deciding again on the result gives an empty plan). */
+#include "decide.h"
+#include "jobspec.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NOW 1700000000LL /* 2023-11-14T22:13:20Z */
+
+/* ------------------------------------------------------------- the world */
+
+typedef struct {
+    cJSON *job;
+    cJSON *pods; /* array */
+    int have_cm, have_svc;
+    int job_deleted;
+} world;
+
+static const char *SPEC_OK =
+    "\"replicas\": 2, \"gpusPerReplica\": 0, \"image\": \"img:1\","
+    "\"model\": {\"preset\": \"fmnist_tiny\"},"
+    "\"training\": {\"steps\": 100, \"globalBatchSize\": 128, \"microBatchSize\": 64}";
+
+/* A job with `spec_extra` appended to the valid spec and `status` as given. */
+static world mk(const char *spec_extra, const char *status)
+{
+    char buf[8192];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\","
+             "\"metadata\":{\"name\":\"j\",\"namespace\":\"ns\",\"uid\":\"u-1\",\"generation\":1},"
+             "\"spec\":{%s%s%s},\"status\":%s}",
+             SPEC_OK, spec_extra && *spec_extra ? "," : "", spec_extra ? spec_extra : "",
+             status ? status : "{}");
+    world w = {0};
+    w.job = cJSON_Parse(buf);
+    cr_assert_not_null(w.job, "bad job JSON: %s", buf);
+    w.pods = cJSON_CreateArray();
+    return w;
+}
+
+static void world_free(world *w)
+{
+    cJSON_Delete(w->job);
+    cJSON_Delete(w->pods);
+}
+
+static cJSON *find_pod(world *w, const char *name)
+{
+    cJSON *p;
+    cJSON_ArrayForEach(p, w->pods)
+    {
+        const cJSON *n = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "metadata"), "name");
+        if (n && strcmp(n->valuestring, name) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+/* Adds a pod as listed by the API server; `extra_status` is spliced into status. */
+static void add_pod(world *w, int rank, int gen, const char *phase, const char *extra_meta,
+                    const char *extra_status)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"j-worker-%d-r%d\",\"namespace\":\"ns\",\"labels\":{"
+             "\"vitjob.dev/job-name\":\"j\",\"vitjob.dev/rank\":\"%d\",\"vitjob.dev/restart\":\"%d\"}%s%s},"
+             "\"status\":{\"phase\":\"%s\"%s%s}}",
+             rank, gen, rank, gen, extra_meta ? "," : "", extra_meta ? extra_meta : "", phase,
+             extra_status ? "," : "", extra_status ? extra_status : "");
+    cJSON *p = cJSON_Parse(buf);
+    cr_assert_not_null(p, "bad pod JSON: %s", buf);
+    cJSON_AddItemToArray(w->pods, p);
+}
+
+static void set_phase(world *w, const char *name, const char *phase)
+{
+    cJSON *st = cJSON_GetObjectItem(find_pod(w, name), "status");
+    cJSON_ReplaceItemInObject(st, "phase", cJSON_CreateString(phase));
+}
+
+static void set_all_phase(world *w, const char *phase)
+{
+    cJSON *p;
+    cJSON_ArrayForEach(p, w->pods)
+    {
+        cJSON_ReplaceItemInObject(cJSON_GetObjectItem(p, "status"), "phase", cJSON_CreateString(phase));
+    }
+}
+
+static void set_exit(world *w, const char *name, int code)
+{
+    cJSON *st = cJSON_GetObjectItem(find_pod(w, name), "status");
+    cJSON_ReplaceItemInObject(st, "phase", cJSON_CreateString("Failed"));
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "[{\"name\":\"worker\",\"state\":{\"terminated\":{\"exitCode\":%d}}}]", code);
+    cJSON_DeleteItemFromObject(st, "containerStatuses");
+    cJSON_AddItemToObject(st, "containerStatuses", cJSON_Parse(buf));
+}
+
+static vj_plan *decide_at(world *w, long long now)
+{
+    vj_plan *p = NULL;
+    char err[256] = "";
+    cr_assert_eq(vj_decide(w->job, w->pods, w->have_cm, w->have_svc, now, &p, err, sizeof err), 0,
+                 "decide: %s", err);
+    cr_assert_not_null(p);
+    return p;
+}
+
+/* Applies the plan the way the API server and kubelet would, at once:
+ * status merged, graceful deletes mark deletionTimestamp = now + 30, forced
+ * ones remove the pod, created pods appear Pending. */
+static void apply(world *w, const vj_plan *p, long long now)
+{
+    if (p->status_patch) {
+        cJSON *st = cJSON_GetObjectItem(w->job, "status");
+        if (st == NULL)
+            st = cJSON_AddObjectToObject(w->job, "status");
+        cJSON *ch;
+        cJSON_ArrayForEach(ch, cJSON_GetObjectItem(p->status_patch, "status"))
+        {
+            cJSON_DeleteItemFromObject(st, ch->string);
+            cJSON_AddItemToObject(st, ch->string, cJSON_Duplicate(ch, 1));
+        }
+    }
+    for (size_t i = 0; i < p->n_deletes; i++) {
+        cJSON *pod = find_pod(w, p->deletes[i].name);
+        cr_assert_not_null(pod, "deleting a pod that does not exist: %s", p->deletes[i].name);
+        if (p->deletes[i].force) {
+            cJSON_DetachItemViaPointer(w->pods, pod);
+            cJSON_Delete(pod);
+        } else {
+            cJSON *meta = cJSON_GetObjectItem(pod, "metadata");
+            if (!cJSON_GetObjectItem(meta, "deletionTimestamp")) {
+                char ts[VJ_TIME_LEN];
+                vj_time_format(now + 30, ts);
+                cJSON_AddStringToObject(meta, "deletionTimestamp", ts);
+            }
+        }
+    }
+    cJSON *obj;
+    cJSON_ArrayForEach(obj, p->creates)
+    {
+        const char *kind = cJSON_GetObjectItem(obj, "kind")->valuestring;
+        if (strcmp(kind, "ConfigMap") == 0) {
+            w->have_cm = 1;
+        } else if (strcmp(kind, "Service") == 0) {
+            w->have_svc = 1;
+        } else {
+            cJSON *pod = cJSON_Duplicate(obj, 1);
+            cJSON_AddItemToObject(pod, "status", cJSON_Parse("{\"phase\":\"Pending\"}"));
+            cr_assert_null(find_pod(w, cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "name")->valuestring),
+                           "creating a pod that exists");
+            cJSON_AddItemToArray(w->pods, pod);
+        }
+    }
+    if (p->delete_job)
+        w->job_deleted = 1;
+}
+
+/* Decide, apply, decide again: the second plan must be empty. Returns the
+ * first plan (caller frees). */
+static vj_plan *step(world *w, long long now)
+{
+    vj_plan *p = decide_at(w, now);
+    apply(w, p, now);
+    vj_plan *again = decide_at(w, now);
+    char *s = again->status_patch ? cJSON_PrintUnformatted(again->status_patch) : NULL;
+    cr_assert(vj_plan_is_empty(again),
+              "not idempotent: creates=%d deletes=%zu (%s) events=%zu (%s) status=%s delete_job=%d",
+              cJSON_GetArraySize(again->creates), again->n_deletes,
+              again->n_deletes ? again->deletes[0].name : "", again->n_events,
+              again->n_events ? again->events[0].reason : "", s ? s : "null", again->delete_job);
+    free(s);
+    vj_plan_free(again);
+    return p;
+}
+
+static const cJSON *st_get(world *w, const char *key)
+{
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(w->job, "status"), key);
+}
+
+static const char *phase_of(world *w)
+{
+    const cJSON *p = st_get(w, "phase");
+    return p ? p->valuestring : "";
+}
+
+static const cJSON *cond(world *w, const char *type)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, st_get(w, "conditions"))
+    {
+        if (strcmp(cJSON_GetObjectItem(c, "type")->valuestring, type) == 0)
+            return c;
+    }
+    return NULL;
+}
+
+static const char *cond_field(world *w, const char *type, const char *field)
+{
+    const cJSON *c = cond(w, type);
+    const cJSON *f = c ? cJSON_GetObjectItem(c, field) : NULL;
+    return f ? f->valuestring : NULL;
+}
+
+static int restarts(world *w)
+{
+    const cJSON *r = st_get(w, "restarts");
+    return r ? r->valueint : 0;
+}
+
+static int n_pods_of_gen(world *w, int gen, int include_deleting)
+{
+    int n = 0;
+    cJSON *p;
+    cJSON_ArrayForEach(p, w->pods)
+    {
+        cJSON *meta = cJSON_GetObjectItem(p, "metadata");
+        int g = atoi(cJSON_GetObjectItem(cJSON_GetObjectItem(meta, "labels"), "vitjob.dev/restart")->valuestring);
+        if (g == gen && (include_deleting || !cJSON_GetObjectItem(meta, "deletionTimestamp")))
+            n++;
+    }
+    return n;
+}
+
+static int has_event(const vj_plan *p, const char *reason)
+{
+    for (size_t i = 0; i < p->n_events; i++)
+        if (strcmp(p->events[i].reason, reason) == 0)
+            return 1;
+    return 0;
+}
+
+static int deletes(const vj_plan *p, const char *name, int force)
+{
+    for (size_t i = 0; i < p->n_deletes; i++)
+        if (strcmp(p->deletes[i].name, name) == 0 && p->deletes[i].force == force)
+            return 1;
+    return 0;
+}
+
+/* A job started and running: ConfigMap, Service, both pods Running. */
+static world running_job(const char *spec_extra)
+{
+    world w = mk(spec_extra, NULL);
+    vj_plan_free(step(&w, NOW));
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 10));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    return w;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+Test(decide, new_job_creates_configmap_service_and_one_pod_per_rank_and_is_pending)
+{
+    world w = mk(NULL, NULL);
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 4);
+    cr_assert(w.have_cm && w.have_svc);
+    cr_assert_not_null(find_pod(&w, "j-worker-0-r0"));
+    cr_assert_not_null(find_pod(&w, "j-worker-1-r0"));
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    cr_assert_str_eq(st_get(&w, "startTime")->valuestring, "2023-11-14T22:13:20Z");
+    cr_assert_eq(restarts(&w), 0);
+    cr_assert_eq(cJSON_GetObjectItem(st_get(&w, "replicas"), "active")->valueint, 2);
+    cr_assert_str_eq(cond_field(&w, "Created", "status"), "True");
+    cr_assert_eq(st_get(&w, "observedGeneration")->valueint, 1);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, phase_stays_pending_until_all_pods_run_then_running)
+{
+    world w = mk(NULL, NULL);
+    vj_plan_free(step(&w, NOW));
+    set_phase(&w, "j-worker-0-r0", "Running");
+    vj_plan_free(step(&w, NOW + 1));
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    set_phase(&w, "j-worker-1-r0", "Running");
+    vj_plan_free(step(&w, NOW + 2));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_str_eq(cond_field(&w, "Running", "status"), "True");
+    world_free(&w);
+}
+
+Test(decide, missing_configmap_and_service_are_recreated_alone)
+{
+    world w = running_job(NULL);
+    w.have_cm = 0;
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 1);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(p->creates, 0), "kind")->valuestring, "ConfigMap");
+    cr_assert_null(p->status_patch);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, progress_is_never_touched)
+{
+    world w = mk(NULL, "{\"progress\":{\"step\":42,\"loss\":0.5}}");
+    vj_plan *p = step(&w, NOW);
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(p->status_patch, "status"), "progress"));
+    cr_assert_eq(cJSON_GetObjectItem(st_get(&w, "progress"), "step")->valueint, 42);
+    vj_plan_free(p);
+    /* And through a restart and a failure. */
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 1));
+    set_exit(&w, "j-worker-0-r0", 2);
+    p = step(&w, NOW + 2);
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(p->status_patch, "status"), "progress"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, invalid_spec_dim_not_divisible_by_heads_fails_naming_the_field_without_pods)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"j\",\"namespace\":\"ns\",\"generation\":1},"
+             "\"spec\":{\"replicas\":2,\"image\":\"img\",\"model\":{\"dim\":66,\"heads\":4},"
+             "\"training\":{\"steps\":100,\"globalBatchSize\":128,\"microBatchSize\":64}}}");
+    world w = {0};
+    w.job = cJSON_Parse(buf);
+    w.pods = cJSON_CreateArray();
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0, "no ConfigMap, Service or pod for an invalid spec");
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "InvalidSpec");
+    cr_assert(strstr(cond_field(&w, "Failed", "message"), "model.dim=66") != NULL, "%s",
+              cond_field(&w, "Failed", "message"));
+    cr_assert(strstr(cond_field(&w, "Failed", "message"), "model.heads=4") != NULL);
+    cr_assert(has_event(p, "InvalidSpec"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, invalid_spec_global_batch_not_divisible_by_micro_times_world_size)
+{
+    /* 4 replicas x 2 GPUs = world 8; 64 x 8 = 512 does not divide 128. */
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"j\",\"namespace\":\"ns\"},"
+             "\"spec\":{\"replicas\":4,\"gpusPerReplica\":2,\"image\":\"img\","
+             "\"training\":{\"steps\":100,\"globalBatchSize\":128,\"microBatchSize\":64}}}");
+    world w = {0};
+    w.job = cJSON_Parse(buf);
+    w.pods = cJSON_CreateArray();
+    vj_plan *p = step(&w, NOW);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    const char *m = cond_field(&w, "Failed", "message");
+    cr_assert(strstr(m, "training.globalBatchSize=128") && strstr(m, "world size 8"), "%s", m);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, invalid_template_key_is_rejected)
+{
+    world w = mk("\"template\":{\"hostNetwork\":true}", NULL);
+    vj_plan_free(step(&w, NOW));
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "InvalidSpec");
+    cr_assert(strstr(cond_field(&w, "Failed", "message"), "spec.template.hostNetwork"));
+    world_free(&w);
+}
+
+Test(decide, exit_code_2_fails_at_once_with_PermanentError_and_deletes_the_rest)
+{
+    world w = running_job(NULL);
+    set_exit(&w, "j-worker-1-r0", 2);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "PermanentError");
+    cr_assert_eq(restarts(&w), 0, "no retry");
+    cr_assert(deletes(p, "j-worker-0-r0", 0), "the still-running rank is deleted");
+    cr_assert(!deletes(p, "j-worker-1-r0", 0), "cleanPodPolicy Running keeps the failed pod");
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    cr_assert_str_eq(st_get(&w, "completionTime")->valuestring, "2023-11-14T22:13:40Z");
+    cr_assert_str_eq(cond_field(&w, "Running", "status"), "False");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, exit_code_3_fails_at_once_with_InvalidData)
+{
+    world w = running_job(NULL);
+    set_exit(&w, "j-worker-0-r0", 3);
+    vj_plan_free(step(&w, NOW + 20));
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "InvalidData");
+    cr_assert_eq(restarts(&w), 0);
+    world_free(&w);
+}
+
+Test(decide, retryable_exit_restarts_the_gang_as_next_generation_spending_backoff)
+{
+    world w = running_job(NULL);
+    set_exit(&w, "j-worker-1-r0", 1);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert(deletes(p, "j-worker-0-r0", 0) && deletes(p, "j-worker-1-r0", 0));
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 0);
+    cr_assert_eq(n_pods_of_gen(&w, 1, 0), 2);
+    cr_assert_not_null(find_pod(&w, "j-worker-0-r1"));
+    cr_assert_str_eq(phase_of(&w), "Restarting");
+    cr_assert_str_eq(cond_field(&w, "Restarting", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "RetryableFailure");
+    cr_assert(has_event(p, "Restarting"));
+    vj_plan_free(p);
+    /* The new generation comes up: Running, Restarting False. */
+    set_phase(&w, "j-worker-0-r1", "Running");
+    set_phase(&w, "j-worker-1-r1", "Running");
+    vj_plan_free(step(&w, NOW + 30));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_str_eq(cond_field(&w, "Restarting", "status"), "False");
+    world_free(&w);
+}
+
+Test(decide, backoff_limit_exceeded_fails_the_job)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":1}");
+    set_exit(&w, "j-worker-0-r0", 137);
+    vj_plan_free(step(&w, NOW + 20));
+    cr_assert_eq(restarts(&w), 1);
+    set_exit(&w, "j-worker-0-r1", 1);
+    vj_plan *p = step(&w, NOW + 40);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "BackoffLimitExceeded");
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert(deletes(p, "j-worker-1-r1", 0));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, eviction_is_a_disruption_that_does_not_spend_backoff)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    set_phase(&w, "j-worker-0-r0", "Failed");
+    cJSON_AddStringToObject(cJSON_GetObjectItem(find_pod(&w, "j-worker-0-r0"), "status"), "reason", "Evicted");
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_str_eq(phase_of(&w), "Restarting", "backoffLimit 0 is not spent by an eviction");
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "Disruption");
+    vj_plan_free(p);
+    /* A real failure afterwards fails the job: backoffLimit 0. */
+    set_exit(&w, "j-worker-1-r1", 1);
+    vj_plan_free(step(&w, NOW + 40));
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "BackoffLimitExceeded");
+    world_free(&w);
+}
+
+Test(decide, disruption_target_condition_with_failed_peers_counts_as_disruption)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    cJSON_AddItemToObject(cJSON_GetObjectItem(find_pod(&w, "j-worker-0-r0"), "status"), "conditions",
+                          cJSON_Parse("[{\"type\":\"DisruptionTarget\",\"status\":\"True\","
+                                      "\"reason\":\"PreemptionByScheduler\"}]"));
+    set_exit(&w, "j-worker-1-r0", 1); /* lost its peer */
+    vj_plan_free(step(&w, NOW + 20));
+    cr_assert_str_eq(phase_of(&w), "Restarting");
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    world_free(&w);
+}
+
+Test(decide, node_lost_pod_is_disruption_and_force_deleted_with_later_stale_pods_forced)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    /* The taint manager deleted it; its phase stays Running. */
+    cJSON *pod = find_pod(&w, "j-worker-1-r0");
+    cJSON_AddStringToObject(cJSON_GetObjectItem(pod, "metadata"), "deletionTimestamp", "2023-11-14T22:13:50Z");
+    cJSON_AddItemToObject(cJSON_GetObjectItem(pod, "status"), "conditions",
+                          cJSON_Parse("[{\"type\":\"DisruptionTarget\",\"status\":\"True\","
+                                      "\"reason\":\"DeletionByTaintManager\"}]"));
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert(deletes(p, "j-worker-1-r0", 1), "the pod on the lost node is force-deleted");
+    cr_assert(deletes(p, "j-worker-0-r0", 0), "its healthy peer is deleted gracefully");
+    cr_assert_null(find_pod(&w, "j-worker-1-r0"));
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    vj_plan_free(p);
+    /* The old generation's healthy pod hangs in Terminating past its deadline
+     * (its node went too): force-deleted then, with a requeue before. */
+    p = decide_at(&w, NOW + 30);
+    cr_assert_eq(p->n_deletes, 0);
+    cr_assert_gt(p->requeue_after, 0);
+    vj_plan_free(p);
+    p = step(&w, NOW + 60);
+    cr_assert(deletes(p, "j-worker-0-r0", 1), "stale older-generation pod force-deleted");
+    cr_assert_eq(p->n_deletes, 1);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, stale_older_generation_pod_not_yet_deleted_is_deleted)
+{
+    world w = running_job(NULL);
+    /* A pod of generation 0 appears while the job is at generation 1 (its delete failed). */
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(w.job, "status"), "restarts", cJSON_CreateNumber(1));
+    cJSON *p0 = find_pod(&w, "j-worker-0-r0");
+    cJSON_DetachItemViaPointer(w.pods, p0);
+    cJSON_Delete(p0);
+    cJSON *p1 = find_pod(&w, "j-worker-1-r0");
+    (void)p1;
+    add_pod(&w, 0, 1, "Running", NULL, NULL);
+    add_pod(&w, 1, 1, "Running", NULL, NULL);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert(deletes(p, "j-worker-1-r0", 0));
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, deleted_running_pod_of_current_generation_is_a_disruption)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    cJSON_AddStringToObject(cJSON_GetObjectItem(find_pod(&w, "j-worker-0-r0"), "metadata"),
+                            "deletionTimestamp", "2023-11-14T22:14:00Z");
+    vj_plan_free(step(&w, NOW + 20));
+    cr_assert_str_eq(phase_of(&w), "Restarting");
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    world_free(&w);
+}
+
+Test(decide, pod_missing_while_running_is_a_disruption_but_missing_while_pending_is_created)
+{
+    world w = mk(NULL, NULL);
+    vj_plan_free(step(&w, NOW));
+    cJSON *pod = find_pod(&w, "j-worker-1-r0");
+    cJSON_DetachItemViaPointer(w.pods, pod);
+    cJSON_Delete(pod);
+    vj_plan *p = step(&w, NOW + 1);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 1, "Pending: the missing pod is created");
+    cr_assert_eq(restarts(&w), 0);
+    vj_plan_free(p);
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 2));
+    pod = find_pod(&w, "j-worker-1-r0");
+    cJSON_DetachItemViaPointer(w.pods, pod);
+    cJSON_Delete(pod);
+    vj_plan_free(step(&w, NOW + 3));
+    cr_assert_eq(restarts(&w), 1, "Running: a vanished pod restarts the gang");
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    world_free(&w);
+}
+
+Test(decide, all_succeeded_with_cleanpodpolicy_running_keeps_finished_pods)
+{
+    world w = running_job(NULL);
+    set_all_phase(&w, "Succeeded");
+    vj_plan *p = step(&w, NOW + 100);
+    cr_assert_str_eq(phase_of(&w), "Succeeded");
+    cr_assert_str_eq(cond_field(&w, "Succeeded", "status"), "True");
+    cr_assert_str_eq(st_get(&w, "completionTime")->valuestring, "2023-11-14T22:15:00Z");
+    cr_assert_eq(p->n_deletes, 0);
+    cr_assert_eq(cJSON_GetObjectItem(st_get(&w, "replicas"), "succeeded")->valueint, 2);
+    cr_assert(has_event(p, "ViTJobSucceeded"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, cleanpodpolicy_all_deletes_every_pod_and_none_keeps_running_ones)
+{
+    world w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"All\"}");
+    set_all_phase(&w, "Succeeded");
+    vj_plan *p = step(&w, NOW + 100);
+    cr_assert_eq(p->n_deletes, 2);
+    vj_plan_free(p);
+    world_free(&w);
+
+    /* None: a pod still Running at success (say rank 1 lags) is kept. */
+    w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"None\"}");
+    set_all_phase(&w, "Succeeded");
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(w.job, "status"), "phase", cJSON_CreateString("Succeeded"));
+    set_phase(&w, "j-worker-1-r0", "Running");
+    p = step(&w, NOW + 100);
+    cr_assert_eq(p->n_deletes, 0);
+    vj_plan_free(p);
+    world_free(&w);
+
+    /* Running: the same pod is deleted. */
+    w = running_job(NULL);
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(w.job, "status"), "phase", cJSON_CreateString("Succeeded"));
+    p = step(&w, NOW + 100);
+    cr_assert_eq(p->n_deletes, 2);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, last_transition_time_kept_while_status_unchanged)
+{
+    world w = running_job(NULL);
+    const char *t0 = cond_field(&w, "Running", "lastTransitionTime");
+    cr_assert_str_eq(t0, "2023-11-14T22:13:30Z");
+    set_exit(&w, "j-worker-0-r0", 1);
+    vj_plan_free(step(&w, NOW + 100));
+    const char *c0 = cond_field(&w, "Created", "lastTransitionTime");
+    cr_assert_str_eq(c0, "2023-11-14T22:13:20Z", "Created stays True: its time is kept");
+    const char *r1 = cond_field(&w, "Restarting", "lastTransitionTime");
+    cr_assert_str_eq(r1, "2023-11-14T22:15:00Z");
+    /* A second failure while still Restarting: True -> True keeps the time. */
+    set_exit(&w, "j-worker-0-r1", 1);
+    vj_plan_free(step(&w, NOW + 200));
+    cr_assert_str_eq(cond_field(&w, "Restarting", "lastTransitionTime"), "2023-11-14T22:15:00Z");
+    cr_assert_eq(restarts(&w), 2);
+    world_free(&w);
+}
+
+Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_without_spending_backoff)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    cJSON *spec = cJSON_GetObjectItem(w.job, "spec");
+    cJSON_AddBoolToObject(spec, "suspend", 1);
+    vj_plan *p = step(&w, NOW + 50);
+    cr_assert_eq(p->n_deletes, 2);
+    cr_assert_str_eq(phase_of(&w), "Suspended");
+    cr_assert_str_eq(cond_field(&w, "Suspended", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "Running", "status"), "False");
+    cr_assert(has_event(p, "Suspended"));
+    vj_plan_free(p);
+    cJSON_ReplaceItemInObject(spec, "suspend", cJSON_CreateFalse());
+    p = step(&w, NOW + 60);
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert_eq(n_pods_of_gen(&w, 1, 0), 2);
+    cr_assert_str_eq(cond_field(&w, "Suspended", "status"), "False");
+    cr_assert_str_eq(st_get(&w, "startTime")->valuestring, "2023-11-14T22:14:20Z",
+                     "the deadline counts from the resume");
+    cr_assert(has_event(p, "Resumed"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, job_created_suspended_starts_at_generation_zero_on_resume)
+{
+    world w = mk("\"suspend\":true", NULL);
+    vj_plan *p = step(&w, NOW);
+    cr_assert_str_eq(phase_of(&w), "Suspended");
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(w.job, "spec"), "suspend", cJSON_CreateFalse());
+    vj_plan_free(step(&w, NOW + 5));
+    cr_assert_not_null(find_pod(&w, "j-worker-0-r0"));
+    cr_assert_eq(restarts(&w), 0);
+    world_free(&w);
+}
+
+Test(decide, active_deadline_requeues_then_fails_with_DeadlineExceeded_and_deletes_pods)
+{
+    world w = running_job("\"runPolicy\":{\"activeDeadlineSeconds\":100,\"cleanPodPolicy\":\"None\"}");
+    vj_plan *p = decide_at(&w, NOW + 40);
+    cr_assert_eq(p->requeue_after, 60);
+    vj_plan_free(p);
+    p = step(&w, NOW + 100);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "DeadlineExceeded");
+    cr_assert_eq(p->n_deletes, 2, "running pods go even with cleanPodPolicy None");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, ttl_requeues_until_completion_plus_ttl_then_deletes_the_job)
+{
+    world w = running_job("\"runPolicy\":{\"ttlSecondsAfterFinished\":300}");
+    set_all_phase(&w, "Succeeded");
+    vj_plan *p = step(&w, NOW + 100);
+    cr_assert_eq(p->requeue_after, 300);
+    cr_assert_eq(p->delete_job, 0);
+    vj_plan_free(p);
+    p = decide_at(&w, NOW + 350);
+    cr_assert_eq(p->requeue_after, 50);
+    cr_assert(vj_plan_is_empty(p));
+    vj_plan_free(p);
+    p = decide_at(&w, NOW + 400);
+    cr_assert_eq(p->delete_job, 1);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, finished_job_is_stable_and_a_deleting_job_gets_an_empty_plan)
+{
+    world w = running_job(NULL);
+    set_exit(&w, "j-worker-0-r0", 2);
+    vj_plan_free(step(&w, NOW + 20));
+    vj_plan *p = decide_at(&w, NOW + 25);
+    cr_assert(vj_plan_is_empty(p), "nothing to do while the deleted rank terminates");
+    cr_assert_eq(p->requeue_after, 25, "requeued at its deletionTimestamp");
+    vj_plan_free(p);
+    p = step(&w, NOW + 5000);
+    cr_assert(deletes(p, "j-worker-1-r0", 1), "stuck in Terminating: forced");
+    cr_assert_eq(p->n_deletes, 1);
+    cr_assert_null(p->status_patch, "a finished job's status is frozen");
+    vj_plan_free(p);
+    cJSON_AddStringToObject(cJSON_GetObjectItem(w.job, "metadata"), "deletionTimestamp", "2023-11-14T22:20:00Z");
+    p = decide_at(&w, NOW + 5000);
+    cr_assert(vj_plan_is_empty(p));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, pods_of_other_jobs_are_ignored)
+{
+    world w = running_job(NULL);
+    cJSON_AddItemToArray(w.pods, cJSON_Parse("{\"metadata\":{\"name\":\"other-worker-0-r0\",\"labels\":{"
+                                             "\"vitjob.dev/job-name\":\"other\",\"vitjob.dev/rank\":\"0\","
+                                             "\"vitjob.dev/restart\":\"0\"}},\"status\":{\"phase\":\"Failed\"}}"));
+    vj_plan *p = decide_at(&w, NOW + 20);
+    cr_assert(vj_plan_is_empty(p));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, lost_restart_status_write_is_recovered_from_pod_generation)
+{
+    world w = running_job(NULL);
+    /* Pods of generation 1 exist but status still says 0. */
+    cJSON_Delete(w.pods);
+    w.pods = cJSON_CreateArray();
+    add_pod(&w, 0, 1, "Running", NULL, NULL);
+    add_pod(&w, 1, 1, "Running", NULL, NULL);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, time_strings_round_trip)
+{
+    char ts[VJ_TIME_LEN];
+    long long t;
+    vj_time_format(NOW, ts);
+    cr_assert_str_eq(ts, "2023-11-14T22:13:20Z");
+    cr_assert_eq(vj_time_parse(ts, &t), 0);
+    cr_assert_eq(t, NOW);
+    cr_assert_eq(vj_time_parse("2023-11-14T23:13:20.5+01:00", &t), 0);
+    cr_assert_eq(t, NOW);
+    cr_assert_eq(vj_time_parse("yesterday", &t), -1);
+}

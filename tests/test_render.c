@@ -1,0 +1,264 @@
+/* tests/test_render.c - operator/render.c: the ConfigMap, Service and worker
+ * Pods of a ViTJob (design.md's operator <-> worker contract), template
+ * overrides, and vj_render_matches. */
+#include "render.h"
+
+#include "config.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cJSON *job_with(const char *spec_extra)
+{
+    char buf[8192];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\","
+             "\"metadata\":{\"name\":\"vit\",\"namespace\":\"ml\",\"uid\":\"uid-7\"},"
+             "\"spec\":{\"replicas\":4,\"image\":\"ghcr.io/x/vitjob-worker:1\","
+             "\"runPolicy\":{\"backoffLimit\":2},\"suspend\":false,"
+             "\"model\":{\"preset\":\"fmnist_tiny\"},\"data\":{\"augment\":true},"
+             "\"training\":{\"steps\":10,\"globalBatchSize\":256,\"microBatchSize\":32}%s%s}}",
+             spec_extra ? "," : "", spec_extra ? spec_extra : "");
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j, "bad JSON: %s", buf);
+    return j;
+}
+
+static cJSON *at(cJSON *o, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = buf, *dot; o && k; k = dot ? dot + 1 : NULL) {
+        dot = strchr(k, '.');
+        if (dot)
+            *dot = '\0';
+        if (cJSON_IsArray(o))
+            o = cJSON_GetArrayItem(o, atoi(k));
+        else
+            o = cJSON_GetObjectItemCaseSensitive(o, k);
+    }
+    return o;
+}
+
+static const char *str_at(cJSON *o, const char *path)
+{
+    cJSON *v = at(o, path);
+    cr_assert(cJSON_IsString(v), "%s is not a string", path);
+    return v->valuestring;
+}
+
+static const char *env_of(cJSON *pod, const char *name)
+{
+    cJSON *e;
+    cJSON_ArrayForEach(e, at(pod, "spec.containers.0.env"))
+    {
+        if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, name) == 0) {
+            cJSON *v = cJSON_GetObjectItem(e, "value");
+            return v ? v->valuestring : "<valueFrom>";
+        }
+    }
+    return NULL;
+}
+
+static cJSON *pod(cJSON *job, int rank, int gen)
+{
+    char err[256] = "";
+    cJSON *p = vj_render_pod(job, rank, gen, err, sizeof err);
+    cr_assert_not_null(p, "%s", err);
+    return p;
+}
+
+Test(render, pod_name_hostname_subdomain_labels_and_owner_follow_the_contract)
+{
+    cJSON *j = job_with(NULL);
+    cJSON *p = pod(j, 3, 2);
+    cr_assert_str_eq(str_at(p, "metadata.name"), "vit-worker-3-r2");
+    cr_assert_str_eq(str_at(p, "metadata.namespace"), "ml");
+    cr_assert_str_eq(str_at(p, "spec.hostname"), "vit-worker-3");
+    cr_assert_str_eq(str_at(p, "spec.subdomain"), "vit");
+    cJSON *labels = at(p, "metadata.labels");
+    cr_assert_str_eq(cJSON_GetObjectItem(labels, "vitjob.dev/job-name")->valuestring, "vit");
+    cr_assert_str_eq(cJSON_GetObjectItem(labels, "vitjob.dev/rank")->valuestring, "3");
+    cr_assert_str_eq(cJSON_GetObjectItem(labels, "vitjob.dev/restart")->valuestring, "2");
+    cr_assert_str_eq(str_at(p, "metadata.ownerReferences.0.kind"), "ViTJob");
+    cr_assert_str_eq(str_at(p, "metadata.ownerReferences.0.uid"), "uid-7");
+    cr_assert(cJSON_IsTrue(at(p, "metadata.ownerReferences.0.controller")));
+    cr_assert(cJSON_IsTrue(at(p, "metadata.ownerReferences.0.blockOwnerDeletion")));
+    cr_assert_str_eq(str_at(p, "spec.restartPolicy"), "Never");
+    cr_assert_str_eq(str_at(p, "spec.serviceAccountName"), "vitjob-worker");
+    cr_assert_eq(cJSON_GetArraySize(at(p, "spec.containers")), 1);
+    cr_assert_str_eq(str_at(p, "spec.containers.0.name"), "worker");
+    cr_assert_str_eq(str_at(p, "spec.containers.0.image"), "ghcr.io/x/vitjob-worker:1");
+    char *cmd = cJSON_PrintUnformatted(at(p, "spec.containers.0.command"));
+    cr_assert_str_eq(cmd, "[\"vitjob-worker\",\"train\",\"--config\",\"/etc/vitjob/config.json\"]");
+    free(cmd);
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+Test(render, pod_env_contract_and_config_mount)
+{
+    cJSON *j = job_with("\"gpusPerReplica\":2");
+    cJSON *p = pod(j, 1, 5);
+    cr_assert_str_eq(env_of(p, "VITJOB_NAME"), "vit");
+    cr_assert_str_eq(env_of(p, "VITJOB_NAMESPACE"), "ml");
+    cr_assert_str_eq(env_of(p, "VITJOB_RANK"), "1");
+    cr_assert_str_eq(env_of(p, "VITJOB_WORLD_SIZE"), "4");
+    cr_assert_str_eq(env_of(p, "VITJOB_LOCAL_RANKS"), "2");
+    cr_assert_str_eq(env_of(p, "VITJOB_RDZV_ENDPOINT"), "vit-worker-0.vit.ml.svc:29400");
+    cr_assert_str_eq(env_of(p, "VITJOB_RESTART"), "5");
+    cr_assert_null(env_of(p, "AWS_ACCESS_KEY_ID"), "no secret, no credentials");
+    cr_assert_str_eq(str_at(p, "spec.containers.0.volumeMounts.0.mountPath"), "/etc/vitjob");
+    cr_assert_str_eq(str_at(p, "spec.containers.0.volumeMounts.0.name"), "config");
+    cr_assert_str_eq(str_at(p, "spec.volumes.0.name"), "config");
+    cr_assert_str_eq(str_at(p, "spec.volumes.0.configMap.name"), "vit-config");
+    cr_assert_str_eq(cJSON_GetObjectItem(at(p, "spec.containers.0.resources.limits"), "nvidia.com/gpu")->valuestring, "2");
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+Test(render, cpu_pod_has_one_local_rank_and_no_gpu_limit)
+{
+    cJSON *j = job_with(NULL);
+    cJSON *p = pod(j, 0, 0);
+    cr_assert_str_eq(env_of(p, "VITJOB_LOCAL_RANKS"), "1");
+    cr_assert_null(at(p, "spec.containers.0.resources"));
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+Test(render, credentials_secret_becomes_aws_env_from_secret_key_refs)
+{
+    cJSON *j = job_with("\"checkpoint\":{\"uri\":\"s3://b/ck\",\"credentialsSecret\":\"s3-creds\"}");
+    cJSON *p = pod(j, 0, 0);
+    const char *names[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_SESSION_TOKEN"};
+    for (int i = 0; i < 4; i++) {
+        cJSON *e;
+        int found = 0;
+        cJSON_ArrayForEach(e, at(p, "spec.containers.0.env"))
+        {
+            if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, names[i]) != 0)
+                continue;
+            found = 1;
+            cJSON *ref = at(e, "valueFrom.secretKeyRef");
+            cr_assert_str_eq(cJSON_GetObjectItem(ref, "name")->valuestring, "s3-creds");
+            cr_assert_str_eq(cJSON_GetObjectItem(ref, "key")->valuestring, names[i]);
+            cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(ref, "optional")), i >= 2,
+                         "%s optional only for region and session token", names[i]);
+        }
+        cr_assert(found, "%s missing", names[i]);
+    }
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+Test(render, template_overrides_are_merged_and_gpu_limit_wins)
+{
+    cJSON *j = job_with("\"gpusPerReplica\":1,\"template\":{"
+                        "\"resources\":{\"requests\":{\"cpu\":\"4\",\"memory\":\"16Gi\",\"nvidia.com/gpu\":\"8\"},"
+                        "\"limits\":{\"memory\":\"32Gi\",\"nvidia.com/gpu\":\"8\"}},"
+                        "\"nodeSelector\":{\"gpu\":\"h100\"},"
+                        "\"tolerations\":[{\"key\":\"gpu\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}],"
+                        "\"schedulerName\":\"volcano\",\"priorityClassName\":\"high\"}");
+    cJSON *p = pod(j, 0, 0);
+    cJSON *lim = at(p, "spec.containers.0.resources.limits");
+    cJSON *req = at(p, "spec.containers.0.resources.requests");
+    cr_assert_str_eq(cJSON_GetObjectItem(lim, "memory")->valuestring, "32Gi");
+    cr_assert_str_eq(cJSON_GetObjectItem(lim, "nvidia.com/gpu")->valuestring, "1");
+    cr_assert_str_eq(cJSON_GetObjectItem(req, "nvidia.com/gpu")->valuestring, "1");
+    cr_assert_str_eq(cJSON_GetObjectItem(req, "cpu")->valuestring, "4");
+    cr_assert_str_eq(str_at(p, "spec.nodeSelector.gpu"), "h100");
+    cr_assert_str_eq(str_at(p, "spec.tolerations.0.key"), "gpu");
+    cr_assert_str_eq(str_at(p, "spec.schedulerName"), "volcano");
+    cr_assert_str_eq(str_at(p, "spec.priorityClassName"), "high");
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+Test(render, configmap_holds_the_worker_part_and_the_worker_accepts_it)
+{
+    cJSON *j = job_with(NULL);
+    char err[512] = "";
+    cJSON *cm = vj_render_configmap(j, err, sizeof err);
+    cr_assert_not_null(cm, "%s", err);
+    cr_assert_str_eq(str_at(cm, "metadata.name"), "vit-config");
+    cr_assert_str_eq(str_at(cm, "kind"), "ConfigMap");
+    const char *text = cJSON_GetObjectItem(at(cm, "data"), "config.json")->valuestring;
+    cJSON *doc = cJSON_Parse(text);
+    cr_assert_not_null(doc);
+    cr_assert_not_null(cJSON_GetObjectItem(doc, "model"));
+    cr_assert_not_null(cJSON_GetObjectItem(doc, "training"));
+    cr_assert_null(cJSON_GetObjectItem(doc, "replicas"), "operator keys stay out");
+    cr_assert_null(cJSON_GetObjectItem(doc, "runPolicy"));
+    cJSON_Delete(doc);
+    vit_job_config cfg;
+    config_defaults(&cfg);
+    cr_assert_eq(config_load_string(&cfg, text, strlen(text), "cm", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg.training.global_batch_size, 256);
+    cr_assert_eq(cfg.data.augment, 1);
+    cJSON_Delete(cm);
+    cJSON_Delete(j);
+}
+
+Test(render, service_is_headless_with_rdzv_port_and_not_ready_addresses)
+{
+    cJSON *j = job_with(NULL);
+    char err[256];
+    cJSON *s = vj_render_service(j, err, sizeof err);
+    cr_assert_not_null(s);
+    cr_assert_str_eq(str_at(s, "metadata.name"), "vit");
+    cr_assert_str_eq(str_at(s, "spec.clusterIP"), "None");
+    cr_assert(cJSON_IsTrue(at(s, "spec.publishNotReadyAddresses")));
+    cr_assert_str_eq(cJSON_GetObjectItem(at(s, "spec.selector"), "vitjob.dev/job-name")->valuestring, "vit");
+    cr_assert_str_eq(str_at(s, "spec.ports.0.name"), "rdzv");
+    cr_assert_eq(at(s, "spec.ports.0.port")->valueint, 29400);
+    cr_assert_str_eq(str_at(s, "metadata.ownerReferences.0.name"), "vit");
+    cJSON_Delete(s);
+    cJSON_Delete(j);
+}
+
+Test(render, matches_ignores_server_defaults_but_not_real_differences)
+{
+    cJSON *j = job_with(NULL);
+    char err[256];
+    cJSON *s = vj_render_service(j, err, sizeof err);
+    cJSON *live = cJSON_Duplicate(s, 1);
+    cJSON_AddStringToObject(at(live, "spec"), "sessionAffinity", "None");
+    cJSON_AddStringToObject(at(live, "metadata"), "resourceVersion", "12");
+    cr_assert(vj_render_matches(live, s), "server defaults are not a difference");
+    cJSON_ReplaceItemInObject(at(live, "spec"), "clusterIP", cJSON_CreateString("10.0.0.1"));
+    cr_assert_not(vj_render_matches(live, s));
+    cJSON_Delete(live);
+    cJSON_Delete(s);
+
+    cJSON *cm = vj_render_configmap(j, err, sizeof err);
+    live = cJSON_Duplicate(cm, 1);
+    cr_assert(vj_render_matches(live, cm));
+    cJSON_ReplaceItemInObject(at(live, "data"), "config.json", cJSON_CreateString("{}"));
+    cr_assert_not(vj_render_matches(live, cm), "a changed spec changes the ConfigMap");
+    cJSON_Delete(live);
+    cJSON_Delete(cm);
+
+    cJSON *p = pod(j, 0, 0);
+    live = cJSON_Duplicate(p, 1);
+    cJSON_AddItemToObject(live, "status", cJSON_Parse("{\"phase\":\"Running\"}"));
+    cJSON_AddStringToObject(at(live, "spec"), "nodeName", "n1");
+    cr_assert(vj_render_matches(live, p));
+    cJSON_ReplaceItemInObject(at(live, "spec.containers.0"), "image", cJSON_CreateString("other:2"));
+    cr_assert_not(vj_render_matches(live, p));
+    cJSON_Delete(live);
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+Test(render, not_a_vitjob_is_an_error_with_a_message)
+{
+    cJSON *j = cJSON_Parse("{\"spec\":{}}");
+    char err[256] = "";
+    cr_assert_null(vj_render_pod(j, 0, 0, err, sizeof err));
+    cr_assert(strstr(err, "metadata.name"));
+    cJSON_Delete(j);
+}
