@@ -9,6 +9,7 @@
  * usage: vitjob-operator [--kubeconfig FILE] [--namespace NS] [--metrics-addr :8080]
  *                        [--leader-elect] [--lease-namespace NS] [--identity ID]
  *                        [--workers N] [--log-level info]
+ *                        [--lease-duration 15] [--renew-deadline 10] [--retry-period 2]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -89,7 +90,9 @@ static void usage(FILE *to)
     fprintf(to, "usage: vitjob-operator [--kubeconfig FILE] [--namespace NS] "
                 "[--metrics-addr :8080]\n"
                 "                       [--leader-elect] [--lease-namespace NS] [--identity ID]\n"
-                "                       [--workers N] [--log-level debug|info|warn|error]\n");
+                "                       [--workers N] [--log-level debug|info|warn|error]\n"
+                "                       [--lease-duration 15] [--renew-deadline 10] "
+                "[--retry-period 2]\n");
 }
 
 int main(int argc, char **argv)
@@ -98,6 +101,7 @@ int main(int argc, char **argv)
     const char *ns = NULL, *metrics_addr = ":8080", *lease_ns = getenv("POD_NAMESPACE");
     char identity[256] = "";
     int elect = 0, workers = 2;
+    double lease_duration = 15, renew_deadline = 10, retry_period = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -108,6 +112,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--lease-namespace") && more) lease_ns = argv[++i];
         else if (!strcmp(a, "--identity") && more) snprintf(identity, sizeof identity, "%s", argv[++i]);
         else if (!strcmp(a, "--workers") && more) workers = atoi(argv[++i]);
+        else if (!strcmp(a, "--lease-duration") && more) lease_duration = atof(argv[++i]);
+        else if (!strcmp(a, "--renew-deadline") && more) renew_deadline = atof(argv[++i]);
+        else if (!strcmp(a, "--retry-period") && more) retry_period = atof(argv[++i]);
         else if (!strcmp(a, "--log-level") && more) {
             if (log_set_level_name(argv[++i]) != 0) {
                 LOG_ERROR("operator", "msg=\"--log-level: unknown level '%s'\"", argv[i]);
@@ -124,6 +131,12 @@ int main(int argc, char **argv)
     }
     if (workers < 1 || workers > 64) {
         LOG_ERROR("operator", "msg=\"--workers must be in [1, 64]\"");
+        return 2;
+    }
+    if (!(retry_period > 0 && retry_period < renew_deadline && renew_deadline < lease_duration)) {
+        LOG_ERROR("operator", "msg=\"need 0 < --retry-period < --renew-deadline < --lease-duration\" "
+                  "retry_period=%g renew_deadline=%g lease_duration=%g", retry_period,
+                  renew_deadline, lease_duration);
         return 2;
     }
     if (!identity[0]) {
@@ -165,7 +178,7 @@ int main(int argc, char **argv)
 
     leader_elector *le = NULL;
     leader_opts lo = {.ns = lease_ns, .name = "vitjob-operator", .identity = identity,
-                      .lease_duration = 15, .renew_deadline = 10};
+                      .lease_duration = lease_duration, .renew_deadline = renew_deadline};
     if (elect && leader_new(client, &lo, &le) != 0) {
         LOG_ERROR("operator", "msg=\"out of memory\"");
         stop_requested = 1;
@@ -180,7 +193,7 @@ int main(int argc, char **argv)
         double now = mono_now();
         if (le && now >= next_try) {
             int leading = leader_try(le, now, &st);
-            next_try = now + 2.0; /* retry period */
+            next_try = now + retry_period;
             if (!leading && rctx.ctl) {
                 /* Lost the lease: stop acting at once; a restart rejoins as standby. */
                 LOG_ERROR("operator", "event=leadership_lost identity=%s", identity);

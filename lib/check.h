@@ -1,0 +1,44 @@
+/* lib/check.h - one way to check a library call's result and say where it failed.
+ *
+ * Owns: the format of "a library call failed" messages:
+ *     "FILE:LINE: EXPR: LIB error CODE: LIBRARY'S OWN ERROR STRING"
+ * Must not: abort, exit, log or allocate; it only writes into the caller's
+ * err buffer and hands the code back, so the caller keeps its `goto out` path.
+ *
+ * Every library gets one macro built on check_report():
+ *     if (CURL_CHECK(curl_easy_setopt(h, CURLOPT_URL, url), err, errlen)) goto out;
+ * CUDA, cuBLAS and NCCL variants join the same way (CUDA_CHECK with
+ * cudaGetErrorString, CUBLAS_CHECK with cublasGetStatusString, NCCL_CHECK with
+ * ncclGetErrorString) under their own #ifdef so this header stays includable
+ * from plain C builds.
+ */
+#ifndef VITJOB_CHECK_H
+#define VITJOB_CHECK_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* Formats the failure into err (when err and errlen are non-zero) and returns
+ * code unchanged. code == 0 is success: nothing is written, 0 is returned. */
+static inline int check_report(int code, const char *lib, const char *what, const char *expr,
+                               const char *file, int line, char *err, size_t errlen)
+{
+    if (code != 0 && err && errlen > 0)
+        snprintf(err, errlen, "%s:%d: %s: %s error %d: %s", file, line, expr, lib, code,
+                 what ? what : "(no message)");
+    return code;
+}
+
+#ifdef CURLINC_CURL_H /* <curl/curl.h> was included first */
+static inline int check_curl(CURLcode code, const char *expr, const char *file, int line,
+                             char *err, size_t errlen)
+{
+    if (code == CURLE_OK) return 0;
+    return check_report((int)code, "curl", curl_easy_strerror(code), expr, file, line, err,
+                        errlen);
+}
+/* Evaluates a CURLcode expression; 0 on success, else the CURLcode with err filled. */
+#define CURL_CHECK(expr, err, errlen) check_curl((expr), #expr, __FILE__, __LINE__, (err), (errlen))
+#endif
+
+#endif

@@ -1,0 +1,404 @@
+#!/usr/bin/python3
+# tests/cluster/test_operator.py: the vitjob-operator end to end against the
+# test API server (tests/cluster/apiserver), with the real kubectl where a user
+# would use it. There is no kubelet here: the tests play it, writing pod
+# phases and exit codes through the pods' /status subresource.
+#
+# What it proves: a ViTJob gets its ConfigMap, Service and pods (env, labels,
+# owner references); gang restarts on retryable exits, permanent exits fail,
+# backoffLimit is enforced and disruptions do not spend it; success, suspend
+# and resume, deadline, TTL; deleting the job removes its children; invalid
+# specs fail naming the field; no duplicated pods across an operator restart;
+# leader election (only the leader acts, the standby takes over); an API
+# server restart under the operator and 410 relists; /metrics and probes; the
+# token never appears in the logs.
+# Run: /usr/bin/python3 -m unittest tests/cluster/test_operator.py
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import HERE, ServerProcess  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+OPERATOR = os.path.join(BUILD, "bin", "vitjob-operator")
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"
+PODS = "/api/v1/namespaces/default/pods"
+
+
+def body(r):
+    """The parsed JSON body of a harness Response."""
+    return r.body if isinstance(r.body, (dict, list)) else json.loads(r.body)
+
+
+def wait_for(what, fn, timeout=15.0, interval=0.1):
+    """Polls fn until it returns a truthy value; fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+
+class Operator:
+    """One vitjob-operator process."""
+
+    def __init__(self, server, tmp, name="op", args=()):
+        self.log_path = os.path.join(tmp, name + ".log")
+        self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen([OPERATOR, "--kubeconfig", server.kubeconfig,
+                                      "--metrics-addr", "127.0.0.1:0"] + list(args),
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = int(wait_for("operator metrics port", lambda: self._port(), 10))
+
+    def _port(self):
+        with open(self.log_path) as f:
+            m = re.findall(r"metrics_port=(\d+)", f.read())
+        return m[-1] if m else None
+
+    def text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def job_doc(name, replicas=2, **spec):
+    doc = {"apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob", "metadata": {"name": name},
+           "spec": {"replicas": replicas, "image": "ghcr.io/vitjob/vitjob-worker:test",
+                    "model": {"preset": "fmnist_tiny"},
+                    "training": {"steps": 10, "globalBatchSize": 128, "microBatchSize": 64,
+                                 "optimizer": {"warmupSteps": 1}}}}
+    doc["spec"].update(spec)
+    return doc
+
+
+class Base(unittest.TestCase):
+    server_args = ()
+    operator_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(OPERATOR):
+            raise unittest.SkipTest("operator not built: " + OPERATOR)
+        cls.tmp = tempfile.mkdtemp(prefix="operator-test-")
+        cls.server = ServerProcess(os.path.join(cls.tmp, "state"), args=cls.server_args)
+        cls.c = cls.server.client()
+        cls.env = dict(os.environ, KUBECONFIG=cls.server.kubeconfig, HOME=cls.tmp)
+        r = cls.kubectl(["apply", "-f", os.path.join(ROOT, "manifests")])
+        assert r.returncode == 0, r.stderr
+        cls.ops = [Operator(cls.server, cls.tmp, "op", cls.operator_args)]
+
+    @classmethod
+    def tearDownClass(cls):
+        for op in cls.ops:
+            op.stop()
+        cls.server.stop()
+        if not os.environ.get("KEEP_TMP"):
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def kubectl(cls, args, stdin=None):
+        return subprocess.run([KUBECTL] + args, input=stdin, capture_output=True, text=True,
+                              env=cls.env, timeout=30)
+
+    # --- helpers -------------------------------------------------------------
+    def apply(self, doc):
+        r = self.kubectl(["apply", "-f", "-"], stdin=json.dumps(doc))
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def job(self, name):
+        r = self.c.get(VJ + "/" + name)
+        return body(r) if r.status == 200 else None
+
+    def status(self, name):
+        j = self.job(name)
+        return (j or {}).get("status", {})
+
+    def pods(self, name):
+        r = self.c.get(PODS + "?labelSelector=vitjob.dev/job-name%3D" + name)
+        items = body(r)["items"]
+        return sorted(items, key=lambda p: p["metadata"]["name"])
+
+    def live_pod_names(self, name):
+        return [p["metadata"]["name"] for p in self.pods(name)
+                if not p["metadata"].get("deletionTimestamp")]
+
+    def wait_pods(self, name, names, timeout=15):
+        return wait_for("pods %s" % names, lambda: self.live_pod_names(name) == names or None,
+                        timeout)
+
+    def wait_phase(self, name, phase, timeout=15):
+        return wait_for("%s phase %s" % (name, phase),
+                        lambda: self.status(name).get("phase") == phase and self.status(name),
+                        timeout)
+
+    def set_pod(self, pod, phase, exit_code=None, reason=None, conditions=None):
+        st = {"phase": phase}
+        if exit_code is not None:
+            st["containerStatuses"] = [{"name": "worker", "state": {"terminated": {
+                "exitCode": exit_code, "reason": "Error" if exit_code else "Completed"}}}]
+        if reason:
+            st["reason"] = reason
+        if conditions:
+            st["conditions"] = conditions
+        r = self.c.patch(PODS + "/" + pod + "/status", {"status": st})
+        self.assertEqual(r.status, 200, r)
+
+    def run_all(self, name, gen=0, replicas=2):
+        for rank in range(replicas):
+            self.set_pod("%s-worker-%d-r%d" % (name, rank, gen), "Running")
+        self.wait_phase(name, "Running")
+
+
+class ReconcileTest(Base):
+    def test_vitjob_gets_configmap_service_and_pods_with_env_labels_and_owner_refs(self):
+        self.apply(job_doc("basic"))
+        self.wait_pods("basic", ["basic-worker-0-r0", "basic-worker-1-r0"])
+        uid = self.job("basic")["metadata"]["uid"]
+        cm = body(self.c.get("/api/v1/namespaces/default/configmaps/basic-config"))
+        cfg = json.loads(cm["data"]["config.json"])
+        self.assertEqual(cfg["model"]["preset"], "fmnist_tiny")
+        svc = body(self.c.get("/api/v1/namespaces/default/services/basic"))
+        self.assertEqual(svc["spec"]["clusterIP"], "None")
+        pod = self.pods("basic")[1]
+        self.assertEqual(pod["metadata"]["labels"]["vitjob.dev/rank"], "1")
+        self.assertEqual(pod["metadata"]["labels"]["vitjob.dev/restart"], "0")
+        self.assertEqual(pod["metadata"]["ownerReferences"][0]["uid"], uid)
+        self.assertEqual(pod["spec"]["hostname"], "basic-worker-1")
+        self.assertEqual(pod["spec"]["subdomain"], "basic")
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        self.assertEqual(env["VITJOB_RANK"], "1")
+        self.assertEqual(env["VITJOB_WORLD_SIZE"], "2")
+        self.assertEqual(env["VITJOB_RESTART"], "0")
+        self.assertEqual(env["VITJOB_RDZV_ENDPOINT"], "basic-worker-0.basic.default.svc:29400")
+        self.assertEqual(self.status("basic")["phase"], "Pending")
+        self.run_all("basic")
+        out = self.kubectl(["get", "vj", "basic"]).stdout
+        self.assertIn("Running", out)
+
+    def test_retryable_exit_code_gives_a_gang_restart_with_the_next_generation(self):
+        self.apply(job_doc("retry"))
+        self.wait_pods("retry", ["retry-worker-0-r0", "retry-worker-1-r0"])
+        self.run_all("retry")
+        self.set_pod("retry-worker-1-r0", "Failed", exit_code=1)
+        self.wait_pods("retry", ["retry-worker-0-r1", "retry-worker-1-r1"])
+        st = self.wait_phase("retry", "Restarting")
+        self.assertEqual(st["restarts"], 1)
+        cond = {c["type"]: c for c in st["conditions"]}
+        self.assertEqual(cond["Restarting"]["status"], "True")
+        ev = self.kubectl(["get", "events", "--field-selector", "involvedObject.name=retry"]).stdout
+        self.assertIn("Restarting", ev)
+        self.run_all("retry", gen=1)
+
+    def test_permanent_exit_code_fails_the_job_without_retry(self):
+        self.apply(job_doc("perm"))
+        self.wait_pods("perm", ["perm-worker-0-r0", "perm-worker-1-r0"])
+        self.run_all("perm")
+        self.set_pod("perm-worker-0-r0", "Failed", exit_code=2)
+        st = self.wait_phase("perm", "Failed")
+        self.assertEqual(st.get("restarts", 0), 0)
+        failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+        self.assertEqual(failed["status"], "True")
+        time.sleep(1)
+        self.assertFalse([n for n in self.live_pod_names("perm") if n.endswith("-r1")])
+
+    def test_backoff_limit_is_enforced_and_a_disruption_does_not_spend_it(self):
+        self.apply(job_doc("backoff", runPolicy={"backoffLimit": 1}))
+        self.wait_pods("backoff", ["backoff-worker-0-r0", "backoff-worker-1-r0"])
+        self.run_all("backoff")
+        # an eviction: restart without spending the limit
+        self.set_pod("backoff-worker-0-r0", "Failed", reason="Evicted")
+        self.wait_pods("backoff", ["backoff-worker-0-r1", "backoff-worker-1-r1"])
+        self.run_all("backoff", gen=1)
+        # a real failure: spends the one allowed retry
+        self.set_pod("backoff-worker-1-r1", "Failed", exit_code=1)
+        self.wait_pods("backoff", ["backoff-worker-0-r2", "backoff-worker-1-r2"])
+        self.run_all("backoff", gen=2)
+        # another: past the limit
+        self.set_pod("backoff-worker-1-r2", "Failed", exit_code=1)
+        st = self.wait_phase("backoff", "Failed")
+        self.assertEqual(st["restarts"], 2)
+        self.assertEqual(st["disruptionRestarts"], 1)
+        reasons = [c.get("reason") for c in st["conditions"] if c["type"] == "Failed"]
+        self.assertEqual(reasons, ["BackoffLimitExceeded"])
+
+    def test_all_pods_succeeded_gives_succeeded(self):
+        self.apply(job_doc("done"))
+        self.wait_pods("done", ["done-worker-0-r0", "done-worker-1-r0"])
+        self.run_all("done")
+        for r in range(2):
+            self.set_pod("done-worker-%d-r0" % r, "Succeeded", exit_code=0)
+        st = self.wait_phase("done", "Succeeded")
+        self.assertIn("completionTime", st)
+
+    def test_suspend_deletes_pods_and_resume_creates_them_again(self):
+        self.apply(job_doc("susp"))
+        self.wait_pods("susp", ["susp-worker-0-r0", "susp-worker-1-r0"])
+        self.run_all("susp")
+        r = self.c.patch(VJ + "/susp", {"spec": {"suspend": True}})
+        self.assertEqual(r.status, 200, r)
+        self.wait_phase("susp", "Suspended")
+        self.wait_pods("susp", [])
+        r = self.c.patch(VJ + "/susp", {"spec": {"suspend": False}})
+        self.assertEqual(r.status, 200, r)
+        names = wait_for("resumed pods", lambda: len(self.live_pod_names("susp")) == 2
+                         and self.live_pod_names("susp"))
+        self.assertTrue(all(n.endswith("-r1") for n in names), names)
+
+    def test_active_deadline_fails_the_job(self):
+        self.apply(job_doc("deadline", runPolicy={"activeDeadlineSeconds": 2}))
+        self.wait_pods("deadline", ["deadline-worker-0-r0", "deadline-worker-1-r0"])
+        self.run_all("deadline")
+        st = self.wait_phase("deadline", "Failed", timeout=20)
+        reasons = [c.get("reason") for c in st["conditions"] if c["type"] == "Failed"]
+        self.assertEqual(reasons, ["DeadlineExceeded"])
+
+    def test_ttl_deletes_the_finished_job(self):
+        self.apply(job_doc("ttl", runPolicy={"ttlSecondsAfterFinished": 1}))
+        self.wait_pods("ttl", ["ttl-worker-0-r0", "ttl-worker-1-r0"])
+        for r in range(2):
+            self.set_pod("ttl-worker-%d-r0" % r, "Succeeded", exit_code=0)
+        wait_for("ttl deletion", lambda: self.c.get(VJ + "/ttl").status == 404, 20)
+
+    def test_deleting_the_vitjob_removes_its_children(self):
+        self.apply(job_doc("gone"))
+        self.wait_pods("gone", ["gone-worker-0-r0", "gone-worker-1-r0"])
+        r = self.kubectl(["delete", "vj", "gone"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.wait_pods("gone", [])
+        wait_for("configmap gone", lambda: self.c.get(
+            "/api/v1/namespaces/default/configmaps/gone-config").status == 404)
+
+    def test_semantically_invalid_spec_fails_with_a_condition_naming_the_field(self):
+        doc = job_doc("bad-dims")
+        doc["spec"]["model"] = {"preset": "fmnist_tiny", "dim": 66}
+        self.apply(doc)
+        st = self.wait_phase("bad-dims", "Failed")
+        failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+        self.assertIn("model.dim=66", failed["message"])
+        self.assertIn("model.heads=4", failed["message"])
+        self.assertEqual(self.live_pod_names("bad-dims"), [])
+
+    def test_metrics_and_probes_answer(self):
+        port = self.ops[0].port
+        body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
+        text = body.decode()
+        self.assertIn("vitjob_reconcile_total", text)
+        self.assertIn("vitjob_reconcile_duration_seconds_bucket", text)
+        self.assertIn("vitjob_api_requests_total", text)
+        self.assertIn("vitjob_workqueue_depth", text)
+        for path in ("/healthz", "/readyz"):
+            r = urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5)
+            self.assertEqual(r.status, 200)
+
+    def test_zz_token_never_appears_in_the_logs(self):
+        self.assertNotIn(self.server.token, self.ops[0].text())
+
+
+class OperatorRestartTest(Base):
+    def test_operator_restart_mid_run_does_not_duplicate_pods(self):
+        doc = job_doc("dup", replicas=3)
+        doc["spec"]["training"]["globalBatchSize"] = 192  # 3 ranks x 64
+        self.apply(doc)
+        self.wait_pods("dup", ["dup-worker-0-r0", "dup-worker-1-r0", "dup-worker-2-r0"])
+        self.ops[0].stop()
+        self.ops[0] = Operator(self.server, self.tmp, "op2")
+        self.apply(job_doc("dup2"))
+        self.wait_pods("dup2", ["dup2-worker-0-r0", "dup2-worker-1-r0"])
+        self.assertEqual(self.live_pod_names("dup"),
+                         ["dup-worker-0-r0", "dup-worker-1-r0", "dup-worker-2-r0"])
+        self.assertEqual(len(self.pods("dup")), 3)
+
+    def test_api_server_restart_under_the_operator_loses_no_work(self):
+        self.apply(job_doc("before"))
+        self.wait_pods("before", ["before-worker-0-r0", "before-worker-1-r0"])
+        port = self.server.port
+        self.server.stop()
+        time.sleep(1)
+        self.__class__.server = ServerProcess(os.path.join(self.tmp, "state"), port=port)
+        self.__class__.c = self.server.client()
+        self.apply(job_doc("after"))
+        self.wait_pods("after", ["after-worker-0-r0", "after-worker-1-r0"], timeout=40)
+        self.assertEqual(len(self.pods("before")), 2)
+
+
+class WatchGoneTest(Base):
+    # a history of 20 events: a watch that falls behind gets 410 and relists
+    server_args = ("--history", "20")
+
+    def test_too_old_resource_version_makes_the_operator_relist_and_carry_on(self):
+        self.apply(job_doc("early"))
+        self.wait_pods("early", ["early-worker-0-r0", "early-worker-1-r0"])
+        op = self.ops[0]
+        # Freeze the operator, cut its watches (server restart), and move the
+        # history past its resourceVersions: its next watch gets 410 Gone.
+        op.proc.send_signal(signal.SIGSTOP)
+        try:
+            port = self.server.port
+            self.server.stop()
+            self.__class__.server = ServerProcess(os.path.join(self.tmp, "state"), port=port,
+                                                  args=self.server_args)
+            self.__class__.c = self.server.client()
+            for i in range(30):
+                self.c.post("/api/v1/namespaces/default/configmaps",
+                            {"metadata": {"name": "noise-%d" % i,
+                                          "labels": {"vitjob.dev/job-name": "noise"}}})
+            self.apply(job_doc("late"))
+        finally:
+            op.proc.send_signal(signal.SIGCONT)
+        self.wait_pods("late", ["late-worker-0-r0", "late-worker-1-r0"], timeout=30)
+        wait_for("a relist in the log", lambda: "event=relist" in op.text(), 10)
+        self.assertEqual(len(self.pods("early")), 2)
+
+
+class LeaderElectionTest(Base):
+    operator_args = ("--leader-elect", "--lease-namespace", "default", "--lease-duration", "3",
+                     "--renew-deadline", "2", "--retry-period", "0.5")
+
+    def test_only_the_leader_acts_and_the_standby_takes_over_when_it_dies(self):
+        wait_for("first leader", lambda: "event=controller_started" in self.ops[0].text())
+        second = Operator(self.server, self.tmp, "op-b", self.operator_args)
+        self.ops.append(second)
+        self.apply(job_doc("led"))
+        self.wait_pods("led", ["led-worker-0-r0", "led-worker-1-r0"])
+        time.sleep(1.5)
+        self.assertNotIn("event=controller_started", second.text())
+        self.assertNotIn("event=created", second.text())
+        lease = body(self.c.get(
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases/vitjob-operator"))
+        self.assertNotEqual(lease["spec"]["holderIdentity"], "")
+        # the leader dies without releasing: the standby waits out the lease
+        t0 = time.monotonic()
+        self.ops[0].stop(signal.SIGKILL)
+        wait_for("standby takes over", lambda: "event=controller_started" in second.text(), 10)
+        self.assertLess(time.monotonic() - t0, 8)
+        self.apply(job_doc("led2"))
+        self.wait_pods("led2", ["led2-worker-0-r0", "led2-worker-1-r0"])
+
+
+if __name__ == "__main__":
+    unittest.main()
