@@ -85,8 +85,8 @@ static const char *str_at(const cJSON *obj, const char *a, const char *b)
 }
 
 /* Builds the spec we want the Lease to have. */
-static cJSON *lease_spec(const leader_elector *le, const char *holder, int duration,
-                         const char *acquire, const char *renew, int transitions)
+static cJSON *lease_spec(const char *holder, int duration, const char *acquire, const char *renew,
+                         int transitions)
 {
     cJSON *spec = cJSON_CreateObject();
     cJSON_AddStringToObject(spec, "holderIdentity", holder);
@@ -94,7 +94,6 @@ static cJSON *lease_spec(const leader_elector *le, const char *holder, int durat
     cJSON_AddStringToObject(spec, "acquireTime", acquire);
     cJSON_AddStringToObject(spec, "renewTime", renew);
     cJSON_AddNumberToObject(spec, "leaseTransitions", transitions);
-    (void)le;
     return spec;
 }
 
@@ -126,7 +125,7 @@ int leader_try(leader_elector *le, double now, kube_status *st)
         cJSON *meta = cJSON_AddObjectToObject(obj, "metadata");
         cJSON_AddStringToObject(meta, "name", le->name);
         cJSON_AddStringToObject(meta, "namespace", le->ns);
-        cJSON_AddItemToObject(obj, "spec", lease_spec(le, le->identity, (int)le->lease_duration,
+        cJSON_AddItemToObject(obj, "spec", lease_spec(le->identity, (int)le->lease_duration,
                                                       when, when, 0));
         cJSON *created = NULL;
         rc = kube_create(le->c, coll, obj, &created, st);
@@ -142,7 +141,8 @@ int leader_try(leader_elector *le, double now, kube_status *st)
     }
 
     observe(le, lease, now);
-    const char *holder = str_at(lease, "spec", "holderIdentity");
+    char holder[256]; /* a copy: the lease is replaced and freed below */
+    snprintf(holder, sizeof holder, "%s", str_at(lease, "spec", "holderIdentity"));
     const cJSON *dur = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(lease, "spec"),
                                                         "leaseDurationSeconds");
     double duration = cJSON_IsNumber(dur) ? dur->valuedouble : le->lease_duration;
@@ -157,7 +157,7 @@ int leader_try(leader_elector *le, double now, kube_status *st)
                                                        "leaseTransitions");
     int transitions = cJSON_IsNumber(tr) ? tr->valueint : 0;
     const char *acquire = ours ? str_at(lease, "spec", "acquireTime") : when;
-    cJSON *spec = lease_spec(le, le->identity, (int)le->lease_duration, acquire[0] ? acquire : when,
+    cJSON *spec = lease_spec(le->identity, (int)le->lease_duration, acquire[0] ? acquire : when,
                              when, ours ? transitions : transitions + 1);
     cJSON_ReplaceItemInObject(lease, "spec", spec);
     cJSON *updated = NULL;
@@ -188,7 +188,7 @@ int leader_release(leader_elector *le, kube_status *st)
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(lease, "spec"),
                                                        "leaseTransitions");
     cJSON_ReplaceItemInObject(lease, "spec",
-                              lease_spec(le, "", 1, when, when, cJSON_IsNumber(tr) ? tr->valueint : 0));
+                              lease_spec("", 1, when, when, cJSON_IsNumber(tr) ? tr->valueint : 0));
     rc = kube_update(le->c, le->path, lease, NULL, st);
     cJSON_Delete(lease);
     if (rc == KUBE_OK) {

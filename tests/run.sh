@@ -8,9 +8,11 @@
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
-#   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, and
-#                                                    the real kubectl against it
-#   the same C suites, the worker CLI and the reference check under ASan + UBSan
+#   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, the
+#                                                    real kubectl against it, and the
+#                                                    operator end to end
+#   the same C suites, the worker CLI, the reference check and the operator end
+#   to end under ASan + UBSan
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -57,11 +59,12 @@ bats_suite() {
   if [ "$f" -ne 0 ]; then failures+=("$name"); grep -A12 '^not ok' "$log" | head -60; fi
 }
 
-# unittest_suite NAME FILE: a Python unittest module, counted from its summary
+# unittest_suite NAME FILE [VAR=value...]: a Python unittest module, counted
+# from its summary
 unittest_suite() {
-  local name=$1 file=$2
+  local name=$1 file=$2; shift 2
   local log=$WORK/${name//\//_}.log
-  "$PY" "$file" -v > "$log" 2>&1
+  env "$@" "$PY" "$file" -v > "$log" 2>&1
   local rc=$? ran f
   ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' "$log" | tail -1)
   ran=${ran:-0}
@@ -100,13 +103,15 @@ script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --quiet
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
-unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py
+unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"
+unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"
 
 if [ -d "$ASAN/tests" ]; then
   for t in "$ASAN"/tests/test_*; do criterion_suite "asan/unit/$(basename "$t")" "$t"; done
   bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
     --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --quiet
+  unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"
 else
   failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"
 fi

@@ -117,6 +117,11 @@ class Base(unittest.TestCase):
         for op in cls.ops:
             op.stop()
         cls.server.stop()
+        # a sanitizer report in any operator's log fails the class (BUILD=build/asan)
+        reports = [op.log_path for op in cls.ops
+                   if re.search(r"Sanitizer|runtime error", op.text())]
+        if reports:
+            raise AssertionError("sanitizer reports in " + ", ".join(reports))
         if not os.environ.get("KEEP_TMP"):
             shutil.rmtree(cls.tmp, ignore_errors=True)
 
