@@ -4,7 +4,8 @@
 #   make            binaries in build/bin, tests in build/tests
 #   make test       the whole test suite (normal build, then ASan + UBSan)
 #   make demo       trains a small ViT on Fashion-MNIST on the CPU
-#   make bench      the CPU benchmark against PyTorch (a table, not a test)
+#   make bench      the CPU engine against PyTorch, and the operator against the
+#                   test API server (tables, not tests)
 #   make gpu-test   CUDA ops against the CPU ops (needs a GPU; see README)
 #   make asan       the same programs built with AddressSanitizer + UBSan
 #   make clean
@@ -99,8 +100,10 @@ demo: deps
 	$(BUILD)/bin/vitjob-worker train --set training.exportPath=$(BUILD)/demo/model.safetensors
 
 bench: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/sgemm_rate
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/sgemm_rate \
+		$(BUILD)/bin/vitjob-operator
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
+	/usr/bin/python3 bench/operator_bench.py --build $(BUILD)
 
 gpu-test:
 	@echo "gpu-test: the CUDA backend is not in this build yet (issue 5); nothing to run"

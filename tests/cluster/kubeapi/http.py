@@ -43,6 +43,9 @@ class Server(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out as separate writes: without TCP_NODELAY, Nagle
+    # holds the body until the client ACKs the headers (40 ms delayed ACK)
+    disable_nagle_algorithm = True
     server_version = "vitjob-test-apiserver"
 
     def log_message(self, fmt, *args):
