@@ -8,7 +8,7 @@ PACKAGES=(
   libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev libsleef-dev
   libcriterion-dev bats libmicrohttpd-dev uthash-dev
   dataset-fashion-mnist python3-torch
-  python3-jsonschema python3-yaml openssl
+  python3-jsonschema python3-yaml openssl iproute2
 )
 
 missing=()
