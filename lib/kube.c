@@ -202,6 +202,20 @@ static void status_from_body(kube_client *c, kube_status *st, long code, const c
     cJSON_Delete(j);
 }
 
+static kube_observer_fn observer;
+static void *observer_user;
+
+void kube_set_observer(kube_observer_fn fn, void *user)
+{
+    observer = fn;
+    observer_user = user;
+}
+
+static void observe(const char *method, int code)
+{
+    if (observer) observer(observer_user, method, code);
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -236,12 +250,14 @@ int kube_request(kube_client *c, const char *method, const char *path, const cha
     if (http_request(c->http, method, url, headers, body, body ? strlen(body) : 0, c->timeout_ms,
                      &resp, err, sizeof err)) {
         LOG_DEBUG("kube", "method=%s path=\"%s\" error=\"%s\"", method, path, err);
+        observe(method, 0);
         st_set(st, 0, "Transport", "%s", err);
         rc = KUBE_ERR_TRANSPORT;
         goto out;
     }
     LOG_DEBUG("kube", "method=%s path=\"%s\" status=%ld ms=%.1f", method, path, resp.status,
               now_ms() - t0);
+    observe(method, (int)resp.status);
     if (resp.status < 200 || resp.status >= 300) {
         status_from_body(c, st, resp.status, method, path, resp.body);
         rc = KUBE_ERR_HTTP;
@@ -427,6 +443,7 @@ int kube_stream(kube_client *c, http_client *h, const char *path, long timeout_m
     const char *headers[3] = {"Accept: application/json", auth[0] ? auth : NULL, NULL};
     int r = http_stream(h, url, headers, timeout_ms, cb, user, stop, &status, &ebody, err,
                         sizeof err);
+    observe("WATCH", (int)status);
     if (r == 1) {
         st_set(st, (int)status, "Stopped", "watch stopped");
         rc = KUBE_WATCH_STOPPED;

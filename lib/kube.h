@@ -94,6 +94,13 @@ typedef struct {
 int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSON **items,
               char *rv, size_t rvlen, kube_status *st);
 
+/* Called after every request and every watch connection of every client in
+ * the process, with the method and the HTTP status (0: no answer), e.g. to
+ * count API requests by code. Set it once, before clients are used; fn must
+ * be thread-safe. NULL removes it. */
+typedef void (*kube_observer_fn)(void *user, const char *method, int http_code);
+void kube_set_observer(kube_observer_fn fn, void *user);
+
 /* True for a 404 (controller-runtime: NotFound is success for deletes). */
 int kube_is_not_found(const kube_status *st);
 

@@ -25,7 +25,7 @@ struct controller {
     wq *queue;
     pthread_t *workers;
     int n_workers;
-    metrics_counter *m_reconcile, *m_api, *m_created, *m_succeeded, *m_failed, *m_restarted;
+    metrics_counter *m_reconcile, *m_created, *m_succeeded, *m_failed, *m_restarted;
     metrics_histogram *m_duration;
     metrics_gauge *m_depth;
 };
@@ -65,13 +65,6 @@ static void on_child(void *user, const char *type, const cJSON *obj)
 
 /* ---- applying a plan ------------------------------------------------------ */
 
-static void count_api(controller *c, const kube_status *st, int rc)
-{
-    char code[16];
-    snprintf(code, sizeof code, "%d", rc == KUBE_OK ? 200 : st->http_code);
-    metrics_counter_add(c->m_api, 1, code);
-}
-
 static const char *collection_of(const char *kind)
 {
     if (strcmp(kind, "Pod") == 0) return "pods";
@@ -83,7 +76,7 @@ static const char *collection_of(const char *kind)
 
 /* Creates obj in ns; AlreadyExists is success (our names are deterministic,
  * so a lagging cache only costs a 409). */
-static int create_child(controller *c, kube_client *k, const char *ns, const cJSON *obj,
+static int create_child(kube_client *k, const char *ns, const cJSON *obj,
                         kube_status *st)
 {
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
@@ -95,7 +88,6 @@ static int create_child(controller *c, kube_client *k, const char *ns, const cJS
         return KUBE_ERR_INVALID;
     }
     int rc = kube_create(k, path, obj, NULL, st);
-    count_api(c, st, rc);
     if (rc != KUBE_OK && st->http_code == 409) return KUBE_OK;
     if (rc == KUBE_OK)
         LOG_INFO("reconcile", "event=created kind=%s namespace=%s name=%s", kind->valuestring, ns,
@@ -103,7 +95,7 @@ static int create_child(controller *c, kube_client *k, const char *ns, const cJS
     return rc;
 }
 
-static int emit_event(controller *c, kube_client *k, const cJSON *job, const vj_event *ev,
+static int emit_event(kube_client *k, const cJSON *job, const vj_event *ev,
                       kube_status *st)
 {
     const char *ns = meta_str(job, "namespace"), *name = meta_str(job, "name");
@@ -136,7 +128,7 @@ static int emit_event(controller *c, kube_client *k, const cJSON *job, const vj_
     cJSON_AddNumberToObject(e, "count", 1);
     cJSON_AddItemToObject(e, "source", cJSON_CreateObject());
     cJSON_AddStringToObject(cJSON_GetObjectItem(e, "source"), "component", "vitjob-operator");
-    int rc = create_child(c, k, ns, e, st);
+    int rc = create_child(k, ns, e, st);
     cJSON_Delete(e);
     LOG_INFO("reconcile", "event=emitted namespace=%s job=%s type=%s reason=%s", ns, name,
              ev->type, ev->reason);
@@ -172,7 +164,6 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         char path[512];
         kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, "status");
         int rc = kube_merge_patch(k, path, p->status_patch, NULL, &st);
-        count_api(c, &st, rc);
         if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK; /* deleted meanwhile */
         KEEP(rc);
         const char *phase = patched_phase(p);
@@ -189,7 +180,6 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         char path[512];
         kube_path(path, sizeof path, "/api/v1", ns, "pods", p->deletes[i].name, NULL);
         int rc = kube_delete(k, path, p->deletes[i].force ? 0 : -1, NULL, NULL, &st);
-        count_api(c, &st, rc);
         if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK;
         if (rc == KUBE_OK)
             LOG_INFO("reconcile", "event=deleted kind=Pod namespace=%s name=%s force=%d", ns,
@@ -197,13 +187,12 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         KEEP(rc);
     }
     const cJSON *obj;
-    cJSON_ArrayForEach(obj, p->creates) KEEP(create_child(c, k, ns, obj, &st));
-    for (size_t i = 0; i < p->n_events; i++) KEEP(emit_event(c, k, job, &p->events[i], &st));
+    cJSON_ArrayForEach(obj, p->creates) KEEP(create_child(k, ns, obj, &st));
+    for (size_t i = 0; i < p->n_events; i++) KEEP(emit_event(k, job, &p->events[i], &st));
     if (p->delete_job) {
         char path[512];
         kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, NULL);
         int rc = kube_delete(k, path, -1, "Background", NULL, &st);
-        count_api(c, &st, rc);
         if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK;
         if (rc == KUBE_OK)
             LOG_INFO("reconcile", "event=deleted kind=ViTJob namespace=%s name=%s reason=ttl", ns,
@@ -232,7 +221,6 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
     cJSON *job = NULL;
     kube_status st;
     int rc = kube_get(k, path, &job, &st);
-    count_api(c, &st, rc);
     if (rc != KUBE_OK) {
         if (kube_is_not_found(&st)) return REC_DONE; /* deleted: children go by GC */
         LOG_WARN("reconcile", "key=%s event=get_failed code=%d msg=\"%s\"", key, st.http_code,
@@ -332,9 +320,6 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
                                           sizeof merr, 0);
     c->m_depth = metrics_gauge_new(m, "vitjob_workqueue_depth", "Keys waiting in the work queue.",
                                    merr, sizeof merr, 0);
-    c->m_api = metrics_counter_new(m, "vitjob_api_requests_total",
-                                   "Kubernetes API requests by HTTP status code.", merr,
-                                   sizeof merr, 1, "code");
     c->m_created = metrics_counter_new(m, "vitjob_jobs_created_total", "ViTJobs taken on.", merr,
                                        sizeof merr, 0);
     c->m_succeeded = metrics_counter_new(m, "vitjob_jobs_succeeded_total", "ViTJobs succeeded.",
@@ -343,7 +328,7 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
                                       sizeof merr, 0);
     c->m_restarted = metrics_counter_new(m, "vitjob_jobs_restarted_total",
                                          "Gang restarts of ViTJobs.", merr, sizeof merr, 0);
-    if (!c->queue || !c->m_reconcile || !c->m_duration || !c->m_depth || !c->m_api ||
+    if (!c->queue || !c->m_reconcile || !c->m_duration || !c->m_depth ||
         !c->m_created || !c->m_succeeded || !c->m_failed || !c->m_restarted) {
         snprintf(err, errlen, "controller: cannot set up queue or metrics: %s", merr);
         goto fail;

@@ -93,7 +93,7 @@ static void requeue(ctx *c, long long secs)
         c->plan->requeue_after = secs;
 }
 
-static void event(ctx *c, const char *type, const char *reason, const char *fmt, const char *msg)
+static void event(ctx *c, const char *type, const char *reason, const char *msg)
 {
     vj_plan *p = c->plan;
     if (p->n_events == c->cap_ev) {
@@ -109,7 +109,7 @@ static void event(ctx *c, const char *type, const char *reason, const char *fmt,
     vj_event *e = &p->events[p->n_events++];
     snprintf(e->type, sizeof e->type, "%s", type);
     snprintf(e->reason, sizeof e->reason, "%s", reason);
-    snprintf(e->message, sizeof e->message, fmt ? fmt : "%s", msg ? msg : "");
+    snprintf(e->message, sizeof e->message, "%s", msg ? msg : "");
 }
 
 static void delete_pod(ctx *c, pod_info *pi, int force)
@@ -307,11 +307,11 @@ static void finish_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, int
     if (success) {
         set_cond(c, ds->conds, "Succeeded", "True", reason, msg, 0);
         clear_conds(c, ds->conds, "ViTJobSucceeded", msg, running_types);
-        event(c, "Normal", reason, NULL, msg);
+        event(c, "Normal", reason, msg);
     } else {
         set_cond(c, ds->conds, "Failed", "True", reason, msg, 0);
         clear_conds(c, ds->conds, "ViTJobFailed", msg, running_types);
-        event(c, "Warning", reason, NULL, msg);
+        event(c, "Warning", reason, msg);
     }
     /* Frozen counts of the last generation, as it ends. */
     ds->active = ds->succeeded = ds->failed = 0;
@@ -376,7 +376,7 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
             ds->start = -1;
             phase_restarting = 0;
         }
-        event(c, "Normal", "Resumed", NULL, msg);
+        event(c, "Normal", "Resumed", msg);
     }
 
     /* Current generation by rank; everything else goes. */
@@ -473,7 +473,7 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
         set_cond(c, ds->conds, "Restarting", "True",
                  disruption ? "Disruption" : "RetryableFailure", m2, 0);
         clear_conds(c, ds->conds, "ViTJobRestarting", m2, running_types);
-        event(c, "Warning", "Restarting", NULL, m2);
+        event(c, "Warning", "Restarting", m2);
         for (int r = 0; r < R; r++)
             create_generation_pod(c, r, ds->gen);
         ds->phase = "Restarting";
@@ -500,6 +500,8 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
         ds->phase = "Running";
         snprintf(msg, sizeof msg, "all %d pods of generation %d are running", R, ds->gen);
         set_cond(c, ds->conds, "Running", "True", "ViTJobRunning", msg, 0);
+        if (!str_eq(cur_phase, "Running")) /* an event for every phase change */
+            event(c, "Normal", "Running", msg);
         if (cond_true(ds->conds, "Restarting"))
             set_cond(c, ds->conds, "Restarting", "False", "ViTJobRunning", msg, 1);
     } else {
@@ -523,7 +525,7 @@ static void suspend_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, co
     set_cond(c, ds->conds, "Suspended", "True", "ViTJobSuspended", msg, 0);
     clear_conds(c, ds->conds, "ViTJobSuspended", msg, types);
     if (!str_eq(cur_phase, "Suspended"))
-        event(c, "Normal", "Suspended", NULL, msg);
+        event(c, "Normal", "Suspended", msg);
     ds->active = ds->succeeded = ds->failed = 0;
     ds->set_replicas = 1;
 }
@@ -649,6 +651,8 @@ int vj_decide(const cJSON *job, const cJSON *pods_json, int have_configmap, int 
     if (!terminal) {
         char msg[512], verr[480];
         snprintf(msg, sizeof msg, "ViTJob %s/%s is created", js.ns, js.name);
+        if (!cond_true(ds.conds, "Created"))
+            event(&c, "Normal", "Created", msg);
         set_cond(&c, ds.conds, "Created", "True", "ViTJobCreated", msg, 0);
         if (ds.phase == NULL)
             ds.phase = "Pending";

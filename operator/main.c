@@ -52,6 +52,15 @@ static int make_client(void *user, kube_client **out, kube_status *st)
     return kube_client_new(cfg, out, st);
 }
 
+/* Every API request of every client, by status code (0 = no answer). */
+static void count_request(void *user, const char *method, int code)
+{
+    (void)method;
+    char c[16];
+    snprintf(c, sizeof c, "%d", code);
+    metrics_counter_add(user, 1, c);
+}
+
 static double mono_now(void)
 {
     struct timespec ts;
@@ -165,6 +174,12 @@ int main(int argc, char **argv)
     ready_ctx rctx = {NULL, 0, elect};
     httpd *http = NULL;
     char err[512];
+    metrics_counter *api = metrics ? metrics_counter_new(metrics, "vitjob_api_requests_total",
+                                                         "Kubernetes API requests by HTTP status "
+                                                         "code (0: no answer).",
+                                                         err, sizeof err, 1, "code")
+                                   : NULL;
+    if (api) kube_set_observer(count_request, api);
     httpd_config hc = {.addr = metrics_addr, .metrics = metrics, .ready = ready,
                        .ready_arg = &rctx, .liveness_timeout_s = 30};
     if (!metrics || httpd_start(&http, &hc, err, sizeof err) != 0) {

@@ -292,6 +292,24 @@ Test(decide, phase_stays_pending_until_all_pods_run_then_running)
     world_free(&w);
 }
 
+Test(decide, phase_changes_emit_one_event_each_created_then_running)
+{
+    world w = mk(NULL, NULL);
+    vj_plan *p = step(&w, NOW);
+    cr_assert(has_event(p, "Created"), "no Created event for a new job");
+    vj_plan_free(p);
+    set_phase(&w, "j-worker-0-r0", "Running");
+    set_phase(&w, "j-worker-1-r0", "Running");
+    p = step(&w, NOW + 1);
+    cr_assert(has_event(p, "Running"), "no Running event on Pending -> Running");
+    cr_assert(!has_event(p, "Created"), "Created emitted twice");
+    vj_plan_free(p);
+    p = step(&w, NOW + 2);
+    cr_assert_eq(p->n_events, 0, "a steady Running job emits events");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
 Test(decide, missing_configmap_and_service_are_recreated_alone)
 {
     world w = running_job(NULL);

@@ -314,7 +314,10 @@ class ReconcileTest(Base):
         text = body.decode()
         self.assertIn("vitjob_reconcile_total", text)
         self.assertIn("vitjob_reconcile_duration_seconds_bucket", text)
-        self.assertIn("vitjob_api_requests_total", text)
+        # every client's requests are counted by code: lists/gets, creates
+        self.assertRegex(text, r'vitjob_api_requests_total\{code="200"\} [1-9]')
+        self.assertRegex(text, r'vitjob_api_requests_total\{code="201"\} [1-9]')
+        self.assertRegex(text, r'vitjob_jobs_created_total [1-9]')
         self.assertIn("vitjob_workqueue_depth", text)
         for path in ("/healthz", "/readyz"):
             r = urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5)
