@@ -328,18 +328,20 @@ class ReconcileTest(Base):
 
 
 class OperatorRestartTest(Base):
-    def test_operator_restart_mid_run_does_not_duplicate_pods(self):
+    def test_operator_killed_mid_reconcile_and_restarted_does_not_duplicate_pods(self):
         doc = job_doc("dup", replicas=3)
         doc["spec"]["training"]["globalBatchSize"] = 192  # 3 ranks x 64
         self.apply(doc)
-        self.wait_pods("dup", ["dup-worker-0-r0", "dup-worker-1-r0", "dup-worker-2-r0"])
-        self.ops[0].stop()
+        # kill it as soon as it has started creating the job's children
+        wait_for("first child", lambda: self.c.get(
+            "/api/v1/namespaces/default/configmaps/dup-config").status == 200, 10, 0.01)
+        self.ops[0].stop(signal.SIGKILL)
         self.ops[0] = Operator(self.server, self.tmp, "op2")
+        self.wait_pods("dup", ["dup-worker-0-r0", "dup-worker-1-r0", "dup-worker-2-r0"])
         self.apply(job_doc("dup2"))
         self.wait_pods("dup2", ["dup2-worker-0-r0", "dup2-worker-1-r0"])
-        self.assertEqual(self.live_pod_names("dup"),
-                         ["dup-worker-0-r0", "dup-worker-1-r0", "dup-worker-2-r0"])
         self.assertEqual(len(self.pods("dup")), 3)
+        self.assertEqual(self.status("dup").get("restarts", 0), 0)
 
     def test_api_server_restart_under_the_operator_loses_no_work(self):
         self.apply(job_doc("before"))
