@@ -66,13 +66,6 @@ void kube_config_http_options(const kube_config *c, http_options *o)
 
 /* ---------------------------------------------------------------- helpers */
 
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
 
 static int b64val(int ch)
 {
@@ -300,7 +293,7 @@ int kube_config_load_kubeconfig_string(const char *text, size_t len, const char 
     int rc = -1;
     cJSON *root = NULL;
     kube_config *c = calloc(1, sizeof *c);
-    if (!c || !(c->source = xstrdup(origin))) goto oom;
+    if (!c || !(c->source = strdup(origin))) goto oom;
     if (parse_yaml(text, len, origin, &root, err, errlen)) goto out;
 
     const char *ctx_name = str_at(root, "current-context");
@@ -329,11 +322,11 @@ int kube_config_load_kubeconfig_string(const char *text, size_t len, const char 
         snprintf(err, errlen, "%s: clusters[%s].cluster.server is missing", origin, cluster_name);
         goto out;
     }
-    if (!(c->server = xstrdup(server))) goto oom;
+    if (!(c->server = strdup(server))) goto oom;
     size_t sl = strlen(c->server);
     while (sl > 0 && c->server[sl - 1] == '/') c->server[--sl] = '\0';
     const char *ns = str_at(ctx, "namespace");
-    if (ns && !(c->ns = xstrdup(ns))) goto oom;
+    if (ns && !(c->ns = strdup(ns))) goto oom;
 
     char where[256];
     snprintf(where, sizeof where, "clusters[%s].cluster", cluster_name);
@@ -366,11 +359,11 @@ int kube_config_load_kubeconfig_string(const char *text, size_t len, const char 
         }
         const char *tok = str_at(user, "token"), *tokfile = str_at(user, "tokenFile");
         if (tok) {
-            if (!(c->token = xstrdup(tok))) goto oom;
+            if (!(c->token = strdup(tok))) goto oom;
         } else if (tokfile) {
             char path[4096];
             if (resolve_path(origin, tokfile, path, sizeof path) ||
-                !(c->token_file = xstrdup(path)))
+                !(c->token_file = strdup(path)))
                 goto oom;
         }
     }
@@ -408,7 +401,7 @@ int kube_config_in_cluster(const char *root, kube_config **out, char *err, size_
     int rc = -1;
     char path[4096], server[512];
     kube_config *c = calloc(1, sizeof *c);
-    if (!c || !(c->source = xstrdup(root))) goto oom;
+    if (!c || !(c->source = strdup(root))) goto oom;
     /* An IPv6 literal needs brackets in a URL. */
     int v6 = strchr(host, ':') != NULL;
     if (snprintf(server, sizeof server, "https://%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "",
@@ -416,7 +409,7 @@ int kube_config_in_cluster(const char *root, kube_config **out, char *err, size_
         snprintf(err, errlen, "in-cluster config: KUBERNETES_SERVICE_HOST too long");
         goto out;
     }
-    if (!(c->server = xstrdup(server))) goto oom;
+    if (!(c->server = strdup(server))) goto oom;
     snprintf(path, sizeof path, "%s/ca.crt", root);
     if (read_file(path, &c->ca, &c->ca_len, err, errlen)) goto out;
     snprintf(path, sizeof path, "%s/namespace", root);
@@ -428,7 +421,7 @@ int kube_config_in_cluster(const char *root, kube_config **out, char *err, size_
         c->ns = ns;
     }
     snprintf(path, sizeof path, "%s/token", root);
-    if (!(c->token_file = xstrdup(path))) goto oom;
+    if (!(c->token_file = strdup(path))) goto oom;
     /* Fail now, not on the first request, if the token cannot be read. */
     char tok[TOKEN_MAX];
     int trc = kube_config_token(c, tok, sizeof tok, err, errlen);

@@ -8,6 +8,8 @@
  */
 #include "httpd.h"
 
+#include "util.h"
+
 #include "log.h"
 
 #include <arpa/inet.h>
@@ -44,16 +46,6 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---------------------------------------------------------------- socket */
 
@@ -86,7 +78,7 @@ static int listen_on(const char *addr, int *port_out, char *err, size_t errlen)
 {
     char host[200], port[8];
     if (!addr || split_addr(addr, host, sizeof host, port, sizeof port) != 0) {
-        seterr(err, errlen, "httpd: bad listen address \"%s\" (want host:port or :port)",
+        err_printf(err, errlen, "httpd: bad listen address \"%s\" (want host:port or :port)",
                addr ? addr : "(null)");
         return -1;
     }
@@ -96,12 +88,12 @@ static int listen_on(const char *addr, int *port_out, char *err, size_t errlen)
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
     if (gai != 0) {
-        seterr(err, errlen, "httpd: resolving \"%s\": %s", addr, gai_strerror(gai));
+        err_printf(err, errlen, "httpd: resolving \"%s\": %s", addr, gai_strerror(gai));
         return -1;
     }
     int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
     if (fd < 0) {
-        seterr(err, errlen, "httpd: socket for \"%s\": %s", addr, strerror(errno));
+        err_printf(err, errlen, "httpd: socket for \"%s\": %s", addr, strerror(errno));
         freeaddrinfo(res);
         return -1;
     }
@@ -125,7 +117,7 @@ static int listen_on(const char *addr, int *port_out, char *err, size_t errlen)
     freeaddrinfo(res);
     return fd;
 fail:
-    seterr(err, errlen, "httpd: %s \"%s\": %s", step, addr, strerror(errno));
+    err_printf(err, errlen, "httpd: %s \"%s\": %s", step, addr, strerror(errno));
     close(fd);
     freeaddrinfo(res);
     return -1;
@@ -218,12 +210,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 int httpd_start(httpd **out, const httpd_config *cfg, char *err, size_t errlen)
 {
     if (!out || !cfg) {
-        seterr(err, errlen, "httpd: NULL argument");
+        err_printf(err, errlen, "httpd: NULL argument");
         return -1;
     }
     httpd *h = calloc(1, sizeof *h);
     if (!h) {
-        seterr(err, errlen, "httpd: out of memory");
+        err_printf(err, errlen, "httpd: out of memory");
         return -1;
     }
     h->cfg = *cfg;
@@ -243,7 +235,7 @@ int httpd_start(httpd **out, const httpd_config *cfg, char *err, size_t errlen)
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
                                  MHD_OPTION_END);
     if (!h->daemon) {
-        seterr(err, errlen, "httpd: starting libmicrohttpd on \"%s\" failed", h->addr);
+        err_printf(err, errlen, "httpd: starting libmicrohttpd on \"%s\" failed", h->addr);
         close(fd);
         free(h);
         return -1;

@@ -17,15 +17,6 @@ struct informer {
     atomic_int synced, lists;
 };
 
-static char *dup_s(const char *s)
-{
-    if (!s) return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 static void sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -109,9 +100,9 @@ int informer_start(const informer_opts *opts, informer **out)
     informer *inf = calloc(1, sizeof *inf);
     if (!inf) return -1;
     inf->o = *opts;
-    inf->name = dup_s(opts->name);
-    inf->path = dup_s(opts->path);
-    inf->selector = dup_s(opts->label_selector);
+    inf->name = strdup(opts->name);
+    inf->path = strdup(opts->path);
+    inf->selector = opts->label_selector ? strdup(opts->label_selector) : NULL;
     if (!inf->name || !inf->path || (opts->label_selector && !inf->selector) ||
         pthread_create(&inf->thread, NULL, run, inf) != 0) {
         free(inf->name);

@@ -20,22 +20,14 @@ struct leader_elector {
     double last_renew; /* our last successful renewal; < 0 = never */
 };
 
-static char *dup_s(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 int leader_new(kube_client *c, const leader_opts *o, leader_elector **out)
 {
     leader_elector *le = calloc(1, sizeof *le);
     if (!le) return -1;
     le->c = c;
-    le->ns = dup_s(o->ns);
-    le->name = dup_s(o->name);
-    le->identity = dup_s(o->identity);
+    le->ns = strdup(o->ns);
+    le->name = strdup(o->name);
+    le->identity = strdup(o->identity);
     le->lease_duration = o->lease_duration;
     le->renew_deadline = o->renew_deadline;
     le->last_renew = -1e300;

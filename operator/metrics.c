@@ -7,6 +7,8 @@
  */
 #include "metrics.h"
 
+#include "util.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -56,24 +58,7 @@ struct metrics_registry {
 
 /* ---------------------------------------------------------------- helpers */
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s);
-    char *d = malloc(n + 1);
-    if (d) memcpy(d, s, n + 1);
-    return d;
-}
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static int valid_metric_name(const char *s)
 {
@@ -173,7 +158,7 @@ static struct series *series_get(struct family *f, const char *const *values)
     s->values = calloc((size_t)f->n_labels + 1, sizeof *s->values);
     if (!s->values) goto fail;
     for (int i = 0; i < f->n_labels; i++)
-        if (!(s->values[i] = dup_str(values[i]))) goto fail;
+        if (!(s->values[i] = strdup(values[i]))) goto fail;
     if (f->type == FAM_HISTOGRAM) {
         s->buckets = calloc((size_t)f->n_bounds + 1, sizeof *s->buckets);
         if (!s->buckets) goto fail;
@@ -192,15 +177,15 @@ static struct family *family_new(metrics_registry *reg, enum family_type type, c
                                  char *err, size_t errlen, int n_labels, va_list ap)
 {
     if (!reg) {
-        seterr(err, errlen, "metrics: NULL registry");
+        err_printf(err, errlen, "metrics: NULL registry");
         return NULL;
     }
     if (!valid_metric_name(name)) {
-        seterr(err, errlen, "metrics: invalid metric name \"%s\"", name ? name : "(null)");
+        err_printf(err, errlen, "metrics: invalid metric name \"%s\"", name ? name : "(null)");
         return NULL;
     }
     if (n_labels < 0 || n_labels > METRICS_MAX_LABELS) {
-        seterr(err, errlen, "metrics: %s: %d labels (at most %d)", name, n_labels,
+        err_printf(err, errlen, "metrics: %s: %d labels (at most %d)", name, n_labels,
                METRICS_MAX_LABELS);
         return NULL;
     }
@@ -208,13 +193,13 @@ static struct family *family_new(metrics_registry *reg, enum family_type type, c
     for (int i = 0; i < n_labels; i++) {
         names[i] = va_arg(ap, const char *);
         if (!valid_label_name(names[i]) || (type == FAM_HISTOGRAM && strcmp(names[i], "le") == 0)) {
-            seterr(err, errlen, "metrics: %s: invalid label name \"%s\"", name,
+            err_printf(err, errlen, "metrics: %s: invalid label name \"%s\"", name,
                    names[i] ? names[i] : "(null)");
             return NULL;
         }
         for (int j = 0; j < i; j++) {
             if (strcmp(names[i], names[j]) == 0) {
-                seterr(err, errlen, "metrics: %s: duplicate label name \"%s\"", name, names[i]);
+                err_printf(err, errlen, "metrics: %s: duplicate label name \"%s\"", name, names[i]);
                 return NULL;
             }
         }
@@ -225,13 +210,13 @@ static struct family *family_new(metrics_registry *reg, enum family_type type, c
             n_bounds = metrics_default_buckets_len;
         }
         if (n_bounds < 0 || n_bounds > METRICS_MAX_BUCKETS) {
-            seterr(err, errlen, "metrics: %s: %d buckets (1 to %d)", name, n_bounds,
+            err_printf(err, errlen, "metrics: %s: %d buckets (1 to %d)", name, n_bounds,
                    METRICS_MAX_BUCKETS);
             return NULL;
         }
         for (int i = 0; i < n_bounds; i++) {
             if (!isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
-                seterr(err, errlen,
+                err_printf(err, errlen,
                        "metrics: %s: bucket %d (%g) is not finite and above the one before",
                        name, i, bounds[i]);
                 return NULL;
@@ -244,12 +229,12 @@ static struct family *family_new(metrics_registry *reg, enum family_type type, c
     f->reg = reg;
     f->type = type;
     f->n_labels = n_labels;
-    f->name = dup_str(name);
-    f->help = dup_str(help ? help : "");
+    f->name = strdup(name);
+    f->help = strdup(help ? help : "");
     f->label_names = calloc((size_t)n_labels + 1, sizeof *f->label_names);
     if (!f->name || !f->help || !f->label_names) goto oom;
     for (int i = 0; i < n_labels; i++)
-        if (!(f->label_names[i] = dup_str(names[i]))) goto oom;
+        if (!(f->label_names[i] = strdup(names[i]))) goto oom;
     if (type == FAM_HISTOGRAM) {
         f->bounds = malloc((size_t)n_bounds * sizeof *f->bounds);
         if (!f->bounds) goto oom;
@@ -263,7 +248,7 @@ static struct family *family_new(metrics_registry *reg, enum family_type type, c
     for (struct family *g = reg->head; g; g = g->next) {
         if (strcmp(g->name, name) == 0) {
             pthread_mutex_unlock(&reg->mu);
-            seterr(err, errlen, "metrics: %s: already registered", name);
+            err_printf(err, errlen, "metrics: %s: already registered", name);
             family_free(f);
             return NULL;
         }
@@ -274,7 +259,7 @@ static struct family *family_new(metrics_registry *reg, enum family_type type, c
     pthread_mutex_unlock(&reg->mu);
     return f;
 oom:
-    seterr(err, errlen, "metrics: %s: out of memory", name);
+    err_printf(err, errlen, "metrics: %s: out of memory", name);
     family_free(f);
     return NULL;
 }

@@ -1,0 +1,13 @@
+/* lib/util.h - the few helpers every module wants.
+ * Owns: writing a formatted message into a caller's error buffer.
+ * Must not: allocate or log. */
+#ifndef VITJOB_UTIL_H
+#define VITJOB_UTIL_H
+
+#include <stddef.h>
+
+/* vsnprintf into err; does nothing when err is NULL or errlen is 0. */
+void err_printf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
