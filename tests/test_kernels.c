@@ -349,7 +349,7 @@ Test(kernels, model_gradient_of_every_tensor_matches_finite_differences_of_the_l
                        .heads = 2, .mlp_ratio = 2.0, .num_classes = 3};
     char err[256];
     md_ctx c = {.B = 3};
-    cr_assert_eq(model_new(&c.m, &mc, 3, ops_cpu(), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_new(&c.m, &mc, 3, 0, ops_cpu(), err, sizeof err), 0, "%s", err);
     float *p = model_params(c.m);
     for (size_t i = 0; i < model_num_params(c.m); i++) p[i] = 0.3f * rng_normal(&R);
     c.img = rnd(3 * 2 * 64, 1);
@@ -374,7 +374,7 @@ Test(kernels, model_layout_uses_timm_names_shapes_and_decay_groups)
                        .heads = 2, .mlp_ratio = 4.0, .num_classes = 10};
     char err[256];
     vit_model *m;
-    cr_assert_eq(model_new(&m, &mc, 2, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&m, &mc, 2, 0, ops_cpu(), err, sizeof err), 0);
     cr_assert_eq(model_num_tensors(m), 4 + 12 * 2 + 4);
     cr_assert_str_eq(model_tensor_at(m, 0)->name, "cls_token");
     cr_assert_str_eq(model_tensor_at(m, 1)->name, "pos_embed");
@@ -388,4 +388,34 @@ Test(kernels, model_layout_uses_timm_names_shapes_and_decay_groups)
     cr_assert_str_eq(last->name, "head.bias");
     cr_assert_eq(last->offset + last->numel, model_num_params(m));
     model_free(m);
+}
+
+Test(kernels, activation_checkpointing_gives_identical_gradients_with_less_memory, .init = setup)
+{
+    model_config mc = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16, .depth = 3,
+                       .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
+    char err[256];
+    vit_model *plain, *ckpt;
+    cr_assert_eq(model_new(&plain, &mc, 4, 0, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&ckpt, &mc, 4, 1, ops_cpu(), err, sizeof err), 0);
+    model_init_random(plain, 3);
+    memcpy(model_params(ckpt), model_params(plain), model_num_params(plain) * sizeof(float));
+    float *img = rnd(4 * 64, 1);
+    int t[4] = {0, 4, 2, 1};
+    vit_model *ms[2] = {plain, ckpt};
+    float loss[2];
+    for (int i = 0; i < 2; i++) {
+        model_zero_grads(ms[i]);
+        loss[i] = model_forward(ms[i], img, t, 4);
+        model_backward(ms[i], t, 0.25f);
+    }
+    cr_assert(loss[0] == loss[1], "loss %.9g vs %.9g", loss[0], loss[1]);
+    cr_assert(memcmp(model_grads(plain), model_grads(ckpt),
+                     model_num_params(plain) * sizeof(float)) == 0,
+              "gradients differ with activation checkpointing");
+    cr_assert(model_activation_bytes(ckpt) < model_activation_bytes(plain), "%zu vs %zu",
+              model_activation_bytes(ckpt), model_activation_bytes(plain));
+    model_free(plain);
+    model_free(ckpt);
+    free(img);
 }

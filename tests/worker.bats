@@ -184,3 +184,16 @@ copy_dataset() {
   [ "$st" -ne 0 ] && [ "$st" -ne 2 ] && [ "$st" -ne 3 ]
   grep -q "stopped by signal" "$TMP/log"
 }
+
+@test "activation checkpointing gives a bit-identical loss trajectory with less activation memory" {
+  args=(--set training.steps=8 --set training.optimizer.warmupSteps=2 --set training.exportPath=
+        --set training.threads=1)
+  "$WORKER" train "${args[@]}" --metrics "$TMP/a.jsonl" 2> "$TMP/a.log" > /dev/null
+  "$WORKER" train "${args[@]}" --set training.activationCheckpointing=true \
+    --metrics "$TMP/b.jsonl" 2> "$TMP/b.log" > /dev/null
+  cmp <(grep '"loss"' "$TMP/a.jsonl") <(grep '"loss"' "$TMP/b.jsonl")
+  a=$(sed -n 's/.*activation_mib=\([0-9.]*\).*/\1/p' "$TMP/a.log")
+  b=$(sed -n 's/.*activation_mib=\([0-9.]*\).*/\1/p' "$TMP/b.log")
+  echo "activations: plain $a MiB, checkpointed $b MiB"
+  awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a / 2) }'
+}

@@ -122,9 +122,6 @@ static int cmd_train(int argc, char **argv)
     }
     if (strcmp(cfg.training.device, "auto") == 0)
         LOG_INFO("worker", "event=device device=cpu reason=\"no CUDA backend in this build\"");
-    if (cfg.training.activation_checkpointing)
-        LOG_WARN("worker", "msg=\"training.activationCheckpointing is not implemented on the CPU "
-                 "backend yet; all activations are kept\"");
     if (cfg.checkpoint.uri[0])
         LOG_WARN("worker", "msg=\"checkpoint.uri is set but checkpoints are not in this build "
                  "yet; none will be written\" uri=%s", cfg.checkpoint.uri);

@@ -28,6 +28,7 @@ typedef struct { /* activations of one block, (B,T,.) each */
 struct vit_model {
     const vit_ops *ops;
     int S, P, C, D, L, NH, H, K, T, N, max_batch, B;
+    int ckpt;                   /* activation checkpointing: one shared block_acts */
     size_t n_params;
     float *params, *grads;
     model_tensor *tensors;
@@ -117,7 +118,7 @@ static size_t carve(vit_model *m, float *base)
     TAKE(m->patches, B * N * CPP);
     TAKE(m->patch_out, B * N * D);
     for (int l = 0; l <= m->L; l++) TAKE(m->res[l], B * T * D);
-    for (int l = 0; l < m->L; l++) {
+    for (int l = 0; l < (m->ckpt ? 1 : m->L); l++) {
         block_acts *a = &m->blk[l];
         TAKE(a->ln1, B * T * D);
         TAKE(a->ln1_mean, B * T);
@@ -152,8 +153,8 @@ static size_t carve(vit_model *m, float *base)
     return off;
 }
 
-int model_new(vit_model **out, const model_config *mc, int max_batch, const vit_ops *ops,
-              char *err, size_t errlen)
+int model_new(vit_model **out, const model_config *mc, int max_batch,
+              int activation_checkpointing, const vit_ops *ops, char *err, size_t errlen)
 {
     vit_model *m = calloc(1, sizeof *m);
     if (!m) goto oom;
@@ -169,6 +170,7 @@ int model_new(vit_model **out, const model_config *mc, int max_batch, const vit_
     m->N = (m->S / m->P) * (m->S / m->P);
     m->T = m->N + 1;
     m->max_batch = max_batch;
+    m->ckpt = activation_checkpointing != 0;
     m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
@@ -257,11 +259,64 @@ void model_init_random(vit_model *m, uint64_t seed)
 
 void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_params); }
 
+/* The activations block l uses: its own, or the one shared buffer set when
+ * activations are checkpointed. */
+static block_acts *acts_of(vit_model *m, int l) { return &m->blk[m->ckpt ? 0 : l]; }
+
+/* Block l: res[l] -> res[l+1], keeping what its backward needs in a. */
+static void block_forward(vit_model *m, int l, block_acts *a, int B)
+{
+    const vit_ops *ops = m->ops;
+    const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
+    const float *x = m->res[l];
+    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, P_(m, BT(m, l, BT_NORM1_W)),
+                           P_(m, BT(m, l, BT_NORM1_B)), BT_, D);
+    ops->matmul_forward(a->qkv, a->ln1, P_(m, BT(m, l, BT_QKV_W)), P_(m, BT(m, l, BT_QKV_B)),
+                        BT_, D, 3 * D);
+    ops->attention_forward(a->atty, a->att, a->qkv, B, T, D, NH);
+    /* proj output goes to res2 first, then the residual is added in place */
+    ops->matmul_forward(a->res2, a->atty, P_(m, BT(m, l, BT_PROJ_W)), P_(m, BT(m, l, BT_PROJ_B)),
+                        BT_, D, D);
+    ops->residual_forward(a->res2, a->res2, x, (size_t)BT_ * D);
+    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P_(m, BT(m, l, BT_NORM2_W)),
+                           P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
+    ops->matmul_forward(a->fc1, a->ln2, P_(m, BT(m, l, BT_FC1_W)), P_(m, BT(m, l, BT_FC1_B)),
+                        BT_, D, H);
+    ops->gelu_forward(a->gelu, a->fc1, (size_t)BT_ * H);
+    float *y = m->res[l + 1];
+    ops->matmul_forward(y, a->gelu, P_(m, BT(m, l, BT_FC2_W)), P_(m, BT(m, l, BT_FC2_B)), BT_, H,
+                        D);
+    ops->residual_forward(y, y, a->res2, (size_t)BT_ * D);
+}
+
+/* dres holds d(block output); each LayerNorm backward adds its branch,
+ * which is the residual add's backward. On return dres = d(block input). */
+static void block_backward(vit_model *m, int l, block_acts *a, int B)
+{
+    const vit_ops *ops = m->ops;
+    const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
+    ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)), m->dres,
+                         a->gelu, P_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
+    ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
+    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
+                         m->dbuf_h, a->ln2, P_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
+    ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM2_W)), G_(m, BT(m, l, BT_NORM2_B)),
+                            m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
+                            a->ln2_rstd, BT_, D);
+    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
+                         m->dres, a->atty, P_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
+    ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
+    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)), m->dqkv,
+                         a->ln1, P_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
+    ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM1_W)), G_(m, BT(m, l, BT_NORM1_B)),
+                            m->dbuf_d, m->res[l], P_(m, BT(m, l, BT_NORM1_W)), a->ln1_mean,
+                            a->ln1_rstd, BT_, D);
+}
+
 float model_forward(vit_model *m, const float *images, const int *targets, int B)
 {
     const vit_ops *ops = m->ops;
-    const int T = m->T, D = m->D, H = m->H, NH = m->NH, K = m->K, CPP = m->C * m->P * m->P;
-    const int BT_ = B * T;
+    const int T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
     m->B = B;
 
     ops->patchify(m->patches, images, B, m->C, m->S, m->P);
@@ -269,28 +324,7 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
                         B * m->N, CPP, D);
     ops->embed_forward(m->res[0], m->patch_out, P_(m, m->t_cls), P_(m, m->t_pos), B, T, D);
 
-    for (int l = 0; l < m->L; l++) {
-        block_acts *a = &m->blk[l];
-        const float *x = m->res[l];
-        ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, P_(m, BT(m, l, BT_NORM1_W)),
-                               P_(m, BT(m, l, BT_NORM1_B)), BT_, D);
-        ops->matmul_forward(a->qkv, a->ln1, P_(m, BT(m, l, BT_QKV_W)), P_(m, BT(m, l, BT_QKV_B)),
-                            BT_, D, 3 * D);
-        ops->attention_forward(a->atty, a->att, a->qkv, B, T, D, NH);
-        /* proj output goes to res2 first, then the residual is added in place */
-        ops->matmul_forward(a->res2, a->atty, P_(m, BT(m, l, BT_PROJ_W)),
-                            P_(m, BT(m, l, BT_PROJ_B)), BT_, D, D);
-        ops->residual_forward(a->res2, a->res2, x, (size_t)BT_ * D);
-        ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
-                               P_(m, BT(m, l, BT_NORM2_W)), P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
-        ops->matmul_forward(a->fc1, a->ln2, P_(m, BT(m, l, BT_FC1_W)), P_(m, BT(m, l, BT_FC1_B)),
-                            BT_, D, H);
-        ops->gelu_forward(a->gelu, a->fc1, (size_t)BT_ * H);
-        float *y = m->res[l + 1];
-        ops->matmul_forward(y, a->gelu, P_(m, BT(m, l, BT_FC2_W)), P_(m, BT(m, l, BT_FC2_B)),
-                            BT_, H, D);
-        ops->residual_forward(y, y, a->res2, (size_t)BT_ * D);
-    }
+    for (int l = 0; l < m->L; l++) block_forward(m, l, acts_of(m, l), B);
 
     /* Final norm on the class tokens only: identical output and gradients
      * to timm's norm over all tokens followed by x[:, 0]. */
@@ -308,9 +342,7 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
 void model_backward(vit_model *m, const int *targets, float dloss)
 {
     const vit_ops *ops = m->ops;
-    const int B = m->B, T = m->T, D = m->D, H = m->H, NH = m->NH, K = m->K,
-              CPP = m->C * m->P * m->P;
-    const int BT_ = B * T;
+    const int B = m->B, T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
 
     ops->crossentropy_backward(m->dlogits, m->probs, targets, dloss, B, K);
     ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
@@ -318,29 +350,15 @@ void model_backward(vit_model *m, const int *targets, float dloss)
     ops->zero(m->dcls, (size_t)B * D);
     ops->layernorm_backward(m->dcls, G_(m, m->t_norm_w), G_(m, m->t_norm_b), m->dlnf, m->cls,
                             P_(m, m->t_norm_w), m->lnf_mean, m->lnf_rstd, B, D);
-    ops->zero(m->dres, (size_t)BT_ * D);
+    ops->zero(m->dres, (size_t)B * T * D);
     ops->scatter_cls_backward(m->dres, m->dcls, B, T, D);
 
     /* dres holds d(block output); each LayerNorm backward adds its branch,
      * which is the residual add's backward. */
     for (int l = m->L - 1; l >= 0; l--) {
-        block_acts *a = &m->blk[l];
-        ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)),
-                             m->dres, a->gelu, P_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
-        ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
-        ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
-                             m->dbuf_h, a->ln2, P_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
-        ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM2_W)), G_(m, BT(m, l, BT_NORM2_B)),
-                                m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
-                                a->ln2_rstd, BT_, D);
-        ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
-                             m->dres, a->atty, P_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
-        ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
-        ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)),
-                             m->dqkv, a->ln1, P_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
-        ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM1_W)), G_(m, BT(m, l, BT_NORM1_B)),
-                                m->dbuf_d, m->res[l], P_(m, BT(m, l, BT_NORM1_W)), a->ln1_mean,
-                                a->ln1_rstd, BT_, D);
+        block_acts *a = acts_of(m, l);
+        if (m->ckpt) block_forward(m, l, a, B); /* recompute from the kept input res[l] */
+        block_backward(m, l, a, B);
     }
 
     ops->embed_backward(m->dpatch_out, G_(m, m->t_cls), G_(m, m->t_pos), m->dres, B, T, D);

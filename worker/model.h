@@ -35,10 +35,13 @@ typedef struct vit_model vit_model;
 
 /* Builds a model for batches of at most max_batch images. Parameters and
  * gradients are zeroed; call model_init_random or model_load_safetensors.
+ * With activation_checkpointing, only each block's input is kept from the
+ * forward pass and the backward recomputes the block (one block's
+ * activations are allocated instead of depth's); gradients are identical.
  * On success *out is the caller's, freed with model_free. Returns 0 or
  * VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
-int model_new(vit_model **out, const model_config *mc, int max_batch, const vit_ops *ops,
-              char *err, size_t errlen);
+int model_new(vit_model **out, const model_config *mc, int max_batch,
+              int activation_checkpointing, const vit_ops *ops, char *err, size_t errlen);
 void model_free(vit_model *m); /* accepts NULL */
 
 /* Dims (borrowed views). */

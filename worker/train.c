@@ -113,7 +113,7 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
     }
     long total = tc->steps > 0 ? tc->steps : (long)tc->epochs * steps_per_epoch;
 
-    rc = model_new(&model, mc, micro, ops, err, errlen);
+    rc = model_new(&model, mc, micro, tc->activation_checkpointing, ops, err, errlen);
     if (rc) goto out;
     if (mc->init[0]) {
         if (model_load_safetensors(model, mc->init, err, errlen) != 0) {

@@ -69,7 +69,7 @@ int main(int argc, char **argv)
     const vit_ops *ops = ops_cpu();
     ops_cpu_set_threads(cfg.training.threads);
     vit_model *m = NULL;
-    if (model_new(&m, mc, B, ops, err, sizeof err)) return fail(err);
+    if (model_new(&m, mc, B, cfg.training.activation_checkpointing, ops, err, sizeof err)) return fail(err);
     if (model_load_safetensors(m, init, err, sizeof err)) return fail(err);
     optim *o = NULL;
     if (optim_new(&o, m, &cfg.training.optimizer, steps, err, sizeof err)) return fail(err);
