@@ -40,6 +40,7 @@ static const vit_ops cpu_ops = {
     .gelu_forward = gelu_forward_cpu,
     .gelu_backward = gelu_backward_cpu,
     .zero = zero_cpu,
+    .round_bf16 = round_bf16_cpu,
     .residual_forward = residual_forward_cpu,
     .gather_cls = gather_cls_cpu,
     .scatter_cls_backward = scatter_cls_backward_cpu,

@@ -349,7 +349,7 @@ Test(kernels, model_gradient_of_every_tensor_matches_finite_differences_of_the_l
                        .heads = 2, .mlp_ratio = 2.0, .num_classes = 3};
     char err[256];
     md_ctx c = {.B = 3};
-    cr_assert_eq(model_new(&c.m, &mc, 3, 0, ops_cpu(), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_new(&c.m, &mc, 3, NULL, ops_cpu(), err, sizeof err), 0, "%s", err);
     float *p = model_params(c.m);
     for (size_t i = 0; i < model_num_params(c.m); i++) p[i] = 0.3f * rng_normal(&R);
     c.img = rnd(3 * 2 * 64, 1);
@@ -374,7 +374,7 @@ Test(kernels, model_layout_uses_timm_names_shapes_and_decay_groups)
                        .heads = 2, .mlp_ratio = 4.0, .num_classes = 10};
     char err[256];
     vit_model *m;
-    cr_assert_eq(model_new(&m, &mc, 2, 0, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&m, &mc, 2, NULL, ops_cpu(), err, sizeof err), 0);
     cr_assert_eq(model_num_tensors(m), 4 + 12 * 2 + 4);
     cr_assert_str_eq(model_tensor_at(m, 0)->name, "cls_token");
     cr_assert_str_eq(model_tensor_at(m, 1)->name, "pos_embed");
@@ -396,8 +396,8 @@ Test(kernels, activation_checkpointing_gives_identical_gradients_with_less_memor
                        .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
     char err[256];
     vit_model *plain, *ckpt;
-    cr_assert_eq(model_new(&plain, &mc, 4, 0, ops_cpu(), err, sizeof err), 0);
-    cr_assert_eq(model_new(&ckpt, &mc, 4, 1, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&plain, &mc, 4, NULL, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&ckpt, &mc, 4, &(model_options){.activation_checkpointing = 1}, ops_cpu(), err, sizeof err), 0);
     model_init_random(plain, 3);
     memcpy(model_params(ckpt), model_params(plain), model_num_params(plain) * sizeof(float));
     float *img = rnd(4 * 64, 1);
@@ -417,5 +417,63 @@ Test(kernels, activation_checkpointing_gives_identical_gradients_with_less_memor
               model_activation_bytes(ckpt), model_activation_bytes(plain));
     model_free(plain);
     model_free(ckpt);
+    free(img);
+}
+
+Test(kernels, round_bf16_rounds_to_nearest_even_and_keeps_nan_and_inf)
+{
+    const float one = 1.0f, ulp = 1.0f / 128; /* bf16 spacing at 1 */
+    float x[10] = {one,
+                   one + ulp / 2,              /* tie: to even (1) */
+                   one + 3 * ulp / 2,          /* tie: to even (1 + 2 ulp) */
+                   one + ulp / 2 + ulp / 64,   /* above the tie: up */
+                   -(one + 3 * ulp / 2),       /* sign symmetric */
+                   3.4e38f,                    /* past bf16's largest: inf */
+                   INFINITY, NAN, 1e-40f, 0.1f};
+    round_bf16_cpu(x, 10);
+    cr_assert_eq(x[0], one);
+    cr_assert_eq(x[1], one);
+    cr_assert_eq(x[2], one + 2 * ulp);
+    cr_assert_eq(x[3], one + ulp);
+    cr_assert_eq(x[4], -(one + 2 * ulp));
+    cr_assert(isinf(x[5]) && x[5] > 0);
+    cr_assert(isinf(x[6]));
+    cr_assert(isnan(x[7]));
+    cr_assert(x[8] > 0 && x[8] < 1e-39f, "denormals are kept, rounded: %g", x[8]);
+    cr_assert_eq(x[9], 0.10009765625f); /* 0.1 in bf16 */
+}
+
+Test(kernels, bf16_mixed_gradients_track_fp32_within_bf16_precision, .init = setup)
+{
+    model_config mc = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16, .depth = 2,
+                       .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
+    char err[256];
+    vit_model *f32, *b16;
+    cr_assert_eq(model_new(&f32, &mc, 4, NULL, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&b16, &mc, 4, &(model_options){.bf16 = 1}, ops_cpu(), err, sizeof err), 0);
+    model_init_random(f32, 4);
+    model_init_random(b16, 4);
+    float *img = rnd(4 * 64, 1);
+    int t[4] = {0, 4, 2, 1};
+    vit_model *ms[2] = {f32, b16};
+    float loss[2];
+    for (int i = 0; i < 2; i++) {
+        model_zero_grads(ms[i]);
+        loss[i] = model_forward(ms[i], img, t, 4);
+        model_backward(ms[i], t, 0.25f);
+    }
+    size_t n = model_num_params(f32);
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)model_grads(f32)[i] - model_grads(b16)[i];
+        diff += d * d;
+        ref += (double)model_grads(f32)[i] * model_grads(f32)[i];
+    }
+    double rel = sqrt(diff / ref);
+    cr_assert(fabsf(loss[0] - loss[1]) < 0.02f * loss[0], "loss %g vs %g", loss[0], loss[1]);
+    cr_assert(rel < 0.05, "bf16 gradients are %.3g away from fp32 (relative)", rel);
+    cr_assert(rel > 1e-5, "bf16-mixed changed nothing (relative difference %.3g)", rel);
+    model_free(f32);
+    model_free(b16);
     free(img);
 }

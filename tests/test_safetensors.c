@@ -117,7 +117,7 @@ static vit_model *tiny(int dim)
                        .heads = 2, .mlp_ratio = 2.0, .num_classes = 3};
     vit_model *m;
     char err[256];
-    cr_assert_eq(model_new(&m, &mc, 2, 0, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&m, &mc, 2, NULL, ops_cpu(), err, sizeof err), 0);
     model_init_random(m, 5);
     return m;
 }

@@ -197,3 +197,15 @@ copy_dataset() {
   echo "activations: plain $a MiB, checkpointed $b MiB"
   awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a / 2) }'
 }
+
+@test "bf16-mixed on the CPU tracks the fp32 losses for 20 steps within 0.1 (and differs from them)" {
+  args=(--set training.steps=20 --set training.optimizer.warmupSteps=3 --set training.exportPath=
+        --set training.threads=2)
+  "$WORKER" train "${args[@]}" --metrics "$TMP/f.jsonl" 2>/dev/null >/dev/null
+  "$WORKER" train "${args[@]}" --set training.precision=bf16-mixed --metrics "$TMP/b.jsonl" 2>/dev/null >/dev/null
+  loss() { sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$1"; }
+  paste <(loss "$TMP/f.jsonl") <(loss "$TMP/b.jsonl") > "$TMP/pairs"
+  [ "$(wc -l < "$TMP/pairs")" -eq 20 ]
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; if (d > 0) differ = 1 }
+       END { printf "max |fp32 - bf16| = %g\n", m; exit !(m < 0.1 && differ) }' "$TMP/pairs"
+}

@@ -114,12 +114,6 @@ static int cmd_train(int argc, char **argv)
         rc = VITJOB_EXIT_CONFIG;
         goto fail;
     }
-    if (strcmp(cfg.training.precision, "bf16-mixed") == 0) {
-        snprintf(err, sizeof err, "training.precision=bf16-mixed: the CPU backend of this build "
-                 "runs fp32 only; set training.precision=fp32");
-        rc = VITJOB_EXIT_CONFIG;
-        goto fail;
-    }
     if (strcmp(cfg.training.device, "auto") == 0)
         LOG_INFO("worker", "event=device device=cpu reason=\"no CUDA backend in this build\"");
     if (cfg.checkpoint.uri[0])

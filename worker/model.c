@@ -29,6 +29,8 @@ struct vit_model {
     const vit_ops *ops;
     int S, P, C, D, L, NH, H, K, T, N, max_batch, B;
     int ckpt;                   /* activation checkpointing: one shared block_acts */
+    int bf16;                   /* bf16-mixed: matmul weights, activations rounded to bf16 */
+    float *params_lp;           /* bf16 copy of the parameters (values rounded), or NULL */
     size_t n_params;
     float *params, *grads;
     model_tensor *tensors;
@@ -101,6 +103,16 @@ static void build_layout(vit_model *m)
 
 static inline float *P_(vit_model *m, int t) { return m->params + m->tensors[t].offset; }
 static inline float *G_(vit_model *m, int t) { return m->grads + m->tensors[t].offset; }
+/* A matmul weight or bias as the matmul reads it: the bf16 copy in bf16-mixed. */
+static inline float *W_(vit_model *m, int t)
+{
+    return (m->bf16 ? m->params_lp : m->params) + m->tensors[t].offset;
+}
+/* Where the GPU stores a tensor in bf16, the CPU rounds it to bf16. */
+static inline void lowp(vit_model *m, float *x, size_t n)
+{
+    if (m->bf16) m->ops->round_bf16(x, n);
+}
 static inline int BT(const vit_model *m, int l, int i) { return m->t_block0 + l * BT_COUNT + i; }
 
 /* Carves the activation arena; with base NULL only counts. */
@@ -154,7 +166,7 @@ static size_t carve(vit_model *m, float *base)
 }
 
 int model_new(vit_model **out, const model_config *mc, int max_batch,
-              int activation_checkpointing, const vit_ops *ops, char *err, size_t errlen)
+              const model_options *opts, const vit_ops *ops, char *err, size_t errlen)
 {
     vit_model *m = calloc(1, sizeof *m);
     if (!m) goto oom;
@@ -170,7 +182,8 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
     m->N = (m->S / m->P) * (m->S / m->P);
     m->T = m->N + 1;
     m->max_batch = max_batch;
-    m->ckpt = activation_checkpointing != 0;
+    m->ckpt = opts && opts->activation_checkpointing;
+    m->bf16 = opts && opts->bf16;
     m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
@@ -178,6 +191,7 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
     build_layout(m);
     m->params = calloc(m->n_params, sizeof(float));
     m->grads = calloc(m->n_params, sizeof(float));
+    if (m->bf16 && !(m->params_lp = calloc(m->n_params, sizeof(float)))) goto oom;
     m->arena_floats = carve(m, NULL);
     m->arena = calloc(m->arena_floats, sizeof(float));
     if (!m->params || !m->grads || !m->arena) goto oom;
@@ -199,6 +213,7 @@ void model_free(vit_model *m)
     free(m->blk);
     free(m->params);
     free(m->grads);
+    free(m->params_lp);
     free(m->arena);
     free(m);
 }
@@ -255,6 +270,19 @@ void model_init_random(vit_model *m, uint64_t seed)
             fill_trunc_normal(p, t->numel, 0.02f, &r);
         } /* biases stay 0 */
     }
+    model_params_changed(m);
+}
+
+void model_params_changed(vit_model *m)
+{
+    if (!m->bf16) return;
+    /* the bf16 copy of what matmuls read; LayerNorm, cls and pos stay fp32 */
+    memcpy(m->params_lp, m->params, m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        int fp32 = i == m->t_cls || i == m->t_pos || strstr(t->name, "norm") != NULL;
+        if (!fp32) m->ops->round_bf16(m->params_lp + t->offset, t->numel);
+    }
 }
 
 void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_params); }
@@ -271,21 +299,30 @@ static void block_forward(vit_model *m, int l, block_acts *a, int B)
     const float *x = m->res[l];
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, P_(m, BT(m, l, BT_NORM1_W)),
                            P_(m, BT(m, l, BT_NORM1_B)), BT_, D);
-    ops->matmul_forward(a->qkv, a->ln1, P_(m, BT(m, l, BT_QKV_W)), P_(m, BT(m, l, BT_QKV_B)),
+    lowp(m, a->ln1, (size_t)BT_ * D);
+    ops->matmul_forward(a->qkv, a->ln1, W_(m, BT(m, l, BT_QKV_W)), W_(m, BT(m, l, BT_QKV_B)),
                         BT_, D, 3 * D);
+    lowp(m, a->qkv, (size_t)BT_ * 3 * D);
     ops->attention_forward(a->atty, a->att, a->qkv, B, T, D, NH);
+    lowp(m, a->att, (size_t)B * NH * T * T);
+    lowp(m, a->atty, (size_t)BT_ * D);
     /* proj output goes to res2 first, then the residual is added in place */
-    ops->matmul_forward(a->res2, a->atty, P_(m, BT(m, l, BT_PROJ_W)), P_(m, BT(m, l, BT_PROJ_B)),
+    ops->matmul_forward(a->res2, a->atty, W_(m, BT(m, l, BT_PROJ_W)), W_(m, BT(m, l, BT_PROJ_B)),
                         BT_, D, D);
+    lowp(m, a->res2, (size_t)BT_ * D); /* the projection's output; the residual stays fp32 */
     ops->residual_forward(a->res2, a->res2, x, (size_t)BT_ * D);
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P_(m, BT(m, l, BT_NORM2_W)),
                            P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
-    ops->matmul_forward(a->fc1, a->ln2, P_(m, BT(m, l, BT_FC1_W)), P_(m, BT(m, l, BT_FC1_B)),
+    lowp(m, a->ln2, (size_t)BT_ * D);
+    ops->matmul_forward(a->fc1, a->ln2, W_(m, BT(m, l, BT_FC1_W)), W_(m, BT(m, l, BT_FC1_B)),
                         BT_, D, H);
+    lowp(m, a->fc1, (size_t)BT_ * H);
     ops->gelu_forward(a->gelu, a->fc1, (size_t)BT_ * H);
+    lowp(m, a->gelu, (size_t)BT_ * H);
     float *y = m->res[l + 1];
-    ops->matmul_forward(y, a->gelu, P_(m, BT(m, l, BT_FC2_W)), P_(m, BT(m, l, BT_FC2_B)), BT_, H,
+    ops->matmul_forward(y, a->gelu, W_(m, BT(m, l, BT_FC2_W)), W_(m, BT(m, l, BT_FC2_B)), BT_, H,
                         D);
+    lowp(m, y, (size_t)BT_ * D);
     ops->residual_forward(y, y, a->res2, (size_t)BT_ * D);
 }
 
@@ -296,18 +333,24 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     const vit_ops *ops = m->ops;
     const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
     ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)), m->dres,
-                         a->gelu, P_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
+                         a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
+    lowp(m, m->dbuf_h, (size_t)BT_ * H);
     ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
+    lowp(m, m->dbuf_h, (size_t)BT_ * H);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
-                         m->dbuf_h, a->ln2, P_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
+                         m->dbuf_h, a->ln2, W_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
+    lowp(m, m->dbuf_d, (size_t)BT_ * D);
     ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM2_W)), G_(m, BT(m, l, BT_NORM2_B)),
                             m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
                             a->ln2_rstd, BT_, D);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
-                         m->dres, a->atty, P_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
+                         m->dres, a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
+    lowp(m, m->dbuf_d, (size_t)BT_ * D);
     ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
+    lowp(m, m->dqkv, (size_t)BT_ * 3 * D);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)), m->dqkv,
-                         a->ln1, P_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
+                         a->ln1, W_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
+    lowp(m, m->dbuf_d, (size_t)BT_ * D);
     ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM1_W)), G_(m, BT(m, l, BT_NORM1_B)),
                             m->dbuf_d, m->res[l], P_(m, BT(m, l, BT_NORM1_W)), a->ln1_mean,
                             a->ln1_rstd, BT_, D);
@@ -320,8 +363,10 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
     m->B = B;
 
     ops->patchify(m->patches, images, B, m->C, m->S, m->P);
-    ops->matmul_forward(m->patch_out, m->patches, P_(m, m->t_patch_w), P_(m, m->t_patch_b),
+    lowp(m, m->patches, (size_t)B * m->N * CPP);
+    ops->matmul_forward(m->patch_out, m->patches, W_(m, m->t_patch_w), W_(m, m->t_patch_b),
                         B * m->N, CPP, D);
+    lowp(m, m->patch_out, (size_t)B * m->N * D);
     ops->embed_forward(m->res[0], m->patch_out, P_(m, m->t_cls), P_(m, m->t_pos), B, T, D);
 
     for (int l = 0; l < m->L; l++) block_forward(m, l, acts_of(m, l), B);
@@ -331,7 +376,9 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
     ops->gather_cls(m->cls, m->res[m->L], B, T, D);
     ops->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->cls, P_(m, m->t_norm_w),
                            P_(m, m->t_norm_b), B, D);
-    ops->matmul_forward(m->logits, m->lnf, P_(m, m->t_head_w), P_(m, m->t_head_b), B, D, K);
+    lowp(m, m->lnf, (size_t)B * D);
+    ops->matmul_forward(m->logits, m->lnf, W_(m, m->t_head_w), W_(m, m->t_head_b), B, D, K);
+    lowp(m, m->logits, (size_t)B * K); /* the loss itself is fp32 */
     if (!targets) return 0.0f;
     ops->crossentropy_forward(m->losses, m->probs, m->logits, targets, B, K);
     double sum = 0.0;
@@ -345,8 +392,10 @@ void model_backward(vit_model *m, const int *targets, float dloss)
     const int B = m->B, T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
 
     ops->crossentropy_backward(m->dlogits, m->probs, targets, dloss, B, K);
+    lowp(m, m->dlogits, (size_t)B * K);
     ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
-                         P_(m, m->t_head_w), B, D, K);
+                         W_(m, m->t_head_w), B, D, K);
+    lowp(m, m->dlnf, (size_t)B * D);
     ops->zero(m->dcls, (size_t)B * D);
     ops->layernorm_backward(m->dcls, G_(m, m->t_norm_w), G_(m, m->t_norm_b), m->dlnf, m->cls,
                             P_(m, m->t_norm_w), m->lnf_mean, m->lnf_rstd, B, D);
@@ -362,6 +411,7 @@ void model_backward(vit_model *m, const int *targets, float dloss)
     }
 
     ops->embed_backward(m->dpatch_out, G_(m, m->t_cls), G_(m, m->t_pos), m->dres, B, T, D);
+    lowp(m, m->dpatch_out, (size_t)B * m->N * D);
     ops->matmul_backward(NULL, G_(m, m->t_patch_w), G_(m, m->t_patch_b), m->dpatch_out,
-                         m->patches, P_(m, m->t_patch_w), B * m->N, CPP, D);
+                         m->patches, W_(m, m->t_patch_w), B * m->N, CPP, D);
 }

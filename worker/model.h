@@ -33,15 +33,29 @@ typedef struct {
 
 typedef struct vit_model vit_model;
 
+typedef struct {
+    int activation_checkpointing; /* keep block inputs only; recompute in backward */
+    int bf16;                     /* bf16-mixed (see model_params_changed) */
+} model_options;
+
 /* Builds a model for batches of at most max_batch images. Parameters and
  * gradients are zeroed; call model_init_random or model_load_safetensors.
- * With activation_checkpointing, only each block's input is kept from the
- * forward pass and the backward recomputes the block (one block's
- * activations are allocated instead of depth's); gradients are identical.
+ * opts may be NULL (fp32, all activations kept). With
+ * activation_checkpointing, only each block's input is kept from the forward
+ * pass and the backward recomputes the block (one block's activations are
+ * allocated instead of depth's); gradients are identical.
+ * With bf16 (FAIR's recipe): the fp32 parameters are the master weights;
+ * matmuls read a bf16 copy of their weights and biases; LayerNorm weights,
+ * statistics, cls_token, pos_embed, the residual stream, gradients of the
+ * parameters and the loss stay fp32; every activation the GPU engine stores
+ * in bf16 (LayerNorm outputs, matmul outputs, q/k/v, attention
+ * probabilities and output, GELU output, logits, and the activation
+ * gradients between ops) is rounded to bf16 (nearest even) where it is
+ * stored, so the CPU runs the same arithmetic as the GPU's storage.
  * On success *out is the caller's, freed with model_free. Returns 0 or
  * VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
 int model_new(vit_model **out, const model_config *mc, int max_batch,
-              int activation_checkpointing, const vit_ops *ops, char *err, size_t errlen);
+              const model_options *opts, const vit_ops *ops, char *err, size_t errlen);
 void model_free(vit_model *m); /* accepts NULL */
 
 /* Dims (borrowed views). */
@@ -79,5 +93,8 @@ const float *model_losses(const vit_model *m);
  * ACCUMULATES into the gradients, so micro-batches add up. */
 void model_backward(vit_model *m, const int *targets, float dloss);
 void model_zero_grads(vit_model *m);
+/* Refreshes the bf16 copy of the parameters after they changed (init, load,
+ * an optimizer step); a no-op in fp32. */
+void model_params_changed(vit_model *m);
 
 #endif

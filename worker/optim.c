@@ -74,5 +74,6 @@ optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
                           t->numel, (float)r.lr, (float)o->oc.beta1, (float)o->oc.beta2,
                           (float)o->oc.eps, t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
     }
+    model_params_changed(m); /* the GPU's AdamW writes the bf16 copy in the same pass */
     return r;
 }

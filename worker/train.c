@@ -113,13 +113,16 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
     }
     long total = tc->steps > 0 ? tc->steps : (long)tc->epochs * steps_per_epoch;
 
-    rc = model_new(&model, mc, micro, tc->activation_checkpointing, ops, err, errlen);
+    model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
+                           .bf16 = strcmp(tc->precision, "bf16-mixed") == 0};
+    rc = model_new(&model, mc, micro, &mopts, ops, err, errlen);
     if (rc) goto out;
     if (mc->init[0]) {
         if (model_load_safetensors(model, mc->init, err, errlen) != 0) {
             rc = VITJOB_EXIT_CONFIG;
             goto out;
         }
+        model_params_changed(model);
         LOG_INFO("train", "event=init_loaded path=%s", mc->init);
     } else {
         model_init_random(model, tc->seed);

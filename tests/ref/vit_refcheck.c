@@ -69,8 +69,11 @@ int main(int argc, char **argv)
     const vit_ops *ops = ops_cpu();
     ops_cpu_set_threads(cfg.training.threads);
     vit_model *m = NULL;
-    if (model_new(&m, mc, B, cfg.training.activation_checkpointing, ops, err, sizeof err)) return fail(err);
+    model_options mopts = {.activation_checkpointing = cfg.training.activation_checkpointing,
+                           .bf16 = strcmp(cfg.training.precision, "bf16-mixed") == 0};
+    if (model_new(&m, mc, B, &mopts, ops, err, sizeof err)) return fail(err);
     if (model_load_safetensors(m, init, err, sizeof err)) return fail(err);
+    model_params_changed(m);
     optim *o = NULL;
     if (optim_new(&o, m, &cfg.training.optimizer, steps, err, sizeof err)) return fail(err);
 

@@ -1,0 +1,31 @@
+/* kernels/bf16.c - CPU emulation of bf16 storage.
+ * Owns: rounding fp32 values to the nearest bf16 (8 exponent bits, 7
+ * mantissa bits), ties to even, as the GPU's __float2bfloat16_rn does; NaN
+ * stays NaN, infinities stay infinite, values past bf16's range round to
+ * infinity. Values keep their fp32 storage.
+ * Must not: decide where bf16 is stored (the model does, model.h). */
+#include "ops.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static inline float round_one(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) {
+        if (u & 0x007fffffu) u |= 0x00400000u; /* NaN: keep it a (quiet) NaN */
+    } else {
+        u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    }
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// x (n) = bf16(x), in place
+void round_bf16_cpu(float *x, size_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] = round_one(x[i]);
+}
