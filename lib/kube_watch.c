@@ -261,7 +261,9 @@ int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts
             rc = KUBE_WATCH_GONE;
             break;
         }
-        if (rc == KUBE_WATCH_STOPPED) break;
+        /* an ERROR event or a bad line ends the stream from our side too:
+         * that is a failure to retry with backoff, not a requested stop */
+        if (rc == KUBE_WATCH_STOPPED && !w.error_event) break;
         if (rc == KUBE_ERR_HTTP && (st->http_code == 400 || st->http_code == 401 ||
                                     st->http_code == 403 || st->http_code == 404)) {
             LOG_WARN("kube", "msg=\"watch failed\" path=\"%s\" code=%d reason=%s", path,

@@ -79,6 +79,7 @@ static const char *collection_of(const char *kind)
 static int create_child(kube_client *k, const char *ns, const cJSON *obj,
                         kube_status *st)
 {
+    memset(st, 0, sizeof *st);
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
     const char *coll = cJSON_IsString(kind) ? collection_of(kind->valuestring) : NULL;
     char path[512];
@@ -143,9 +144,10 @@ static const char *patched_phase(const vj_plan *p)
 }
 
 /* Applies the plan in decide.h's order: status first (the new generation is
- * recorded before its pods exist), deletes, creates, events, the job itself.
- * Returns KUBE_OK or the first error (the rest is still attempted: every
- * step is idempotent and the next reconcile repeats it). */
+ * recorded before its pods exist; if that write fails nothing else is done),
+ * deletes, creates, events, the job itself. Returns KUBE_OK or the first
+ * error (after the status, the rest is still attempted: every step is
+ * idempotent and the next reconcile repeats it). */
 static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_plan *p,
                       kube_status *first)
 {
@@ -164,8 +166,11 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         char path[512];
         kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, "status");
         int rc = kube_merge_patch(k, path, p->status_patch, NULL, &st);
-        if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK; /* deleted meanwhile */
-        KEEP(rc);
+        if (rc != KUBE_OK && kube_is_not_found(&st)) return KUBE_OK; /* deleted meanwhile */
+        if (rc != KUBE_OK) { /* nothing else before the status (new generation) is recorded */
+            *first = st;
+            return rc;
+        }
         const char *phase = patched_phase(p);
         if (rc == KUBE_OK && phase) {
             if (strcmp(phase, "Succeeded") == 0) metrics_counter_add(c->m_succeeded, 1);
@@ -205,6 +210,16 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
 
 /* ---- reconcile ---------------------------------------------------------- */
 
+/* Whether the leadership (if elected) still covers a write now. */
+static int may_act(const controller *c)
+{
+    if (!c->o.leading_until_ms) return 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return now_ms < atomic_load(c->o.leading_until_ms);
+}
+
 typedef enum { REC_DONE, REC_REQUEUE, REC_ERROR } rec_result;
 
 static rec_result reconcile(controller *c, kube_client *k, const char *key, double *requeue_s)
@@ -238,6 +253,9 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
     if (!pods || vj_decide(job, pods, cm != NULL, svc != NULL, (long long)time(NULL), &plan, err,
                            sizeof err) != 0) {
         LOG_ERROR("reconcile", "key=%s msg=\"%s\"", key, pods ? err : "out of memory");
+        result = REC_ERROR;
+    } else if (!may_act(c)) {
+        LOG_WARN("reconcile", "key=%s event=skipped reason=\"not (or no longer) the leader\"", key);
         result = REC_ERROR;
     } else {
         kube_status first;
@@ -274,6 +292,13 @@ static void *worker(void *arg)
         if (!k && c->o.factory(c->o.factory_user, &k, &st) != KUBE_OK) {
             LOG_ERROR("reconcile", "msg=\"cannot make a client: %s\"", st.message);
             struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        /* Never decide on half-filled caches: an empty pod cache would read
+         * as "every pod was lost" and restart a running gang. */
+        if (!controller_synced(c)) {
+            struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
             continue;
         }
@@ -358,10 +383,14 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
             goto fail;
         }
     }
-    c->n_workers = o->workers > 0 ? o->workers : 1;
-    c->workers = calloc((size_t)c->n_workers, sizeof *c->workers);
-    if (!c->workers) goto fail;
-    for (int i = 0; i < c->n_workers; i++) {
+    int n_workers = o->workers > 0 ? o->workers : 1;
+    c->workers = calloc((size_t)n_workers, sizeof *c->workers);
+    if (!c->workers) {
+        snprintf(err, errlen, "controller: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n_workers; i++) {
+        c->n_workers = i + 1;
         if (pthread_create(&c->workers[i], NULL, worker, c) != 0) {
             c->n_workers = i;
             snprintf(err, errlen, "controller: cannot start worker %d", i);

@@ -14,6 +14,7 @@
 #define VITJOB_CONTROLLER_H
 
 #include <signal.h>
+#include <stdatomic.h>
 
 #include "informer.h"
 #include "metrics.h"
@@ -25,6 +26,9 @@ typedef struct {
     int workers;                   /* reconcile threads, >= 1 */
     metrics_registry *metrics;     /* borrowed */
     const volatile sig_atomic_t *stop;
+    /* With leader election: until when (CLOCK_MONOTONIC ms) we may act; a
+     * worker makes no write after it. NULL = always. */
+    const atomic_llong *leading_until_ms;
 } controller_opts;
 
 typedef struct controller controller;

@@ -17,10 +17,13 @@ struct informer {
     atomic_int synced, lists;
 };
 
-static void sleep_s(double s)
+/* Sleeps s seconds in 0.1 s slices, returning early when *stop is set. */
+static void sleep_s(const informer *inf, double s)
 {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
+    for (double left = s; left > 0 && !*inf->o.stop; left -= 0.1) {
+        struct timespec ts = {0, (long)((left < 0.1 ? left : 0.1) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static int on_event(const char *type, const cJSON *obj, void *user)
@@ -52,7 +55,7 @@ static void *run(void *arg)
         if (!c && inf->o.factory(inf->o.factory_user, &c, &st) != KUBE_OK) {
             LOG_ERROR("informer", "resource=%s msg=\"cannot make a client: %s\"", inf->name,
                       st.message);
-            sleep_s(backoff);
+            sleep_s(inf, backoff);
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
             continue;
         }
@@ -63,11 +66,10 @@ static void *run(void *arg)
         if (kube_list(c, inf->path, &lo, &items, rv, sizeof rv, &st) != KUBE_OK) {
             LOG_WARN("informer", "resource=%s event=list_failed code=%d msg=\"%s\" retry_s=%.1f",
                      inf->name, st.http_code, st.message, backoff);
-            sleep_s(backoff);
+            sleep_s(inf, backoff);
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
             continue;
         }
-        backoff = 0.2;
         cJSON *listed = cJSON_Duplicate(items, 1), *removed = NULL;
         cache_replace(inf->o.cache, items, &removed);
         atomic_fetch_add(&inf->lists, 1);
@@ -84,12 +86,17 @@ static void *run(void *arg)
         /* watch until 410 Gone (relist) or stop */
         kube_watch_opts wo = {.label_selector = inf->selector, .timeout_seconds = 300};
         int rc = kube_watch_run(c, inf->path, &wo, rv, sizeof rv, on_event, inf, inf->o.stop, &st);
+        if (rc == KUBE_WATCH_GONE || rc == KUBE_OK) backoff = 0.2;
         if (rc == KUBE_WATCH_GONE)
             LOG_INFO("informer", "resource=%s event=relist reason=\"resourceVersion too old\"",
                      inf->name);
-        else if (rc != KUBE_WATCH_STOPPED && rc != KUBE_OK)
-            LOG_WARN("informer", "resource=%s event=watch_ended code=%d msg=\"%s\"", inf->name,
-                     st.http_code, st.message);
+        else if (rc != KUBE_WATCH_STOPPED) {
+            /* e.g. 403 on watch while list works: relist, but not in a hot loop */
+            LOG_WARN("informer", "resource=%s event=watch_ended code=%d msg=\"%s\" retry_s=%.1f",
+                     inf->name, st.http_code, st.message, backoff);
+            sleep_s(inf, backoff);
+            backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+        }
     }
     kube_client_free(c);
     return NULL;

@@ -53,6 +53,8 @@ void leader_free(leader_elector *le)
 
 const char *leader_observed_holder(const leader_elector *le) { return le->observed_holder; }
 
+double leader_valid_until(const leader_elector *le) { return le->last_renew + le->renew_deadline; }
+
 int leader_is_leader(const leader_elector *le, double now)
 {
     return now - le->last_renew < le->renew_deadline;

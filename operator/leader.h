@@ -37,6 +37,9 @@ int leader_try(leader_elector *le, double now, kube_status *st);
 /* Whether we lead at time now: the last successful renewal is younger than
  * renew_deadline. */
 int leader_is_leader(const leader_elector *le, double now);
+/* The time (same clock as `now`) until which the last successful renewal lets
+ * us act: last renewal + renew_deadline; in the past when we do not lead. */
+double leader_valid_until(const leader_elector *le);
 /* On shutdown: if we lead, hand the Lease back (empty holder, 1 s duration)
  * so that another replica takes over at once. Returns 0 or a kube_err. */
 int leader_release(leader_elector *le, kube_status *st);

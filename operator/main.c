@@ -11,7 +11,9 @@
  *                        [--workers N] [--log-level info]
  *                        [--lease-duration 15] [--renew-deadline 10] [--retry-period 2]
  */
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,9 @@
 #include "log.h"
 
 static volatile sig_atomic_t stop_requested;
+/* With --leader-elect: until when (monotonic ms) this replica may act; the
+ * reconcile workers check it before every write. */
+static atomic_llong leading_until_ms;
 
 static void on_signal(int sig)
 {
@@ -74,24 +79,27 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
+/* Shared with the HTTP thread (the readiness callback). */
 typedef struct {
-    controller *ctl;
-    int leading;
+    controller *_Atomic ctl; /* set once started; cleared before it is freed */
+    atomic_int leading;
     int elect;
+    pthread_mutex_t lock;    /* held while the HTTP thread looks into ctl */
 } ready_ctx;
 
 static int ready(void *arg, char *why, size_t whylen)
 {
     ready_ctx *r = arg;
-    if (r->elect && !r->leading) {
+    if (r->elect && !atomic_load(&r->leading)) {
         snprintf(why, whylen, "standby: not the leader");
         return 1; /* a standby replica is healthy and ready to take over */
     }
-    if (!r->ctl || !controller_synced(r->ctl)) {
-        snprintf(why, whylen, "informer caches not synced");
-        return 0;
-    }
-    return 1;
+    pthread_mutex_lock(&r->lock);
+    controller *c = atomic_load(&r->ctl);
+    int synced = c && controller_synced(c);
+    pthread_mutex_unlock(&r->lock);
+    if (!synced) snprintf(why, whylen, "informer caches not synced");
+    return synced;
 }
 
 static void usage(FILE *to)
@@ -171,7 +179,8 @@ int main(int argc, char **argv)
     }
 
     metrics_registry *metrics = metrics_registry_new();
-    ready_ctx rctx = {NULL, 0, elect};
+    ready_ctx rctx = {.ctl = NULL, .leading = 0, .elect = elect,
+                      .lock = PTHREAD_MUTEX_INITIALIZER};
     httpd *http = NULL;
     char err[512];
     metrics_counter *api = metrics ? metrics_counter_new(metrics, "vitjob_api_requests_total",
@@ -200,37 +209,52 @@ int main(int argc, char **argv)
     }
 
     controller_opts co = {.factory = make_client, .factory_user = &fctx, .namespace = ns,
-                          .workers = workers, .metrics = metrics, .stop = &stop_requested};
+                          .workers = workers, .metrics = metrics, .stop = &stop_requested,
+                          .leading_until_ms = le ? &leading_until_ms : NULL};
+    /* Lease calls must fail well inside the renew deadline, so that a replica
+     * whose API calls hang stops acting before a standby may take over. */
+    if (le) {
+        double t = (renew_deadline - retry_period) / 2;
+        kube_client_set_timeout(client, (long)((t < 5 ? t : 5) * 1000));
+    }
     int exit_code = 0;
     double next_try = 0;
     while (!stop_requested) {
         httpd_heartbeat(http);
         double now = mono_now();
         if (le && now >= next_try) {
-            int leading = leader_try(le, now, &st);
+            leader_try(le, now, &st);
+            now = mono_now(); /* the calls may have taken a while: judge with a fresh clock */
+            int leading = leader_is_leader(le, now);
             next_try = now + retry_period;
-            if (!leading && rctx.ctl) {
+            if (!leading && atomic_load(&rctx.ctl)) {
                 /* Lost the lease: stop acting at once; a restart rejoins as standby. */
                 LOG_ERROR("operator", "event=leadership_lost identity=%s", identity);
                 exit_code = 1;
                 break;
             }
-            rctx.leading = leading;
+            atomic_store(&rctx.leading, leading);
+            atomic_store(&leading_until_ms,
+                         leading ? (long long)(leader_valid_until(le) * 1000) : 0);
         }
-        if ((!le || rctx.leading) && !rctx.ctl) {
-            if (controller_start(&co, &rctx.ctl, err, sizeof err) != 0) {
+        if ((!le || atomic_load(&rctx.leading)) && !atomic_load(&rctx.ctl)) {
+            controller *ctl = NULL;
+            if (controller_start(&co, &ctl, err, sizeof err) != 0) {
                 LOG_ERROR("operator", "msg=\"%s\"", err);
-                rctx.ctl = NULL;
                 exit_code = 1;
                 break;
             }
+            atomic_store(&rctx.ctl, ctl);
             LOG_INFO("operator", "event=controller_started identity=%s", identity);
         }
         sleep_s(0.2);
     }
     stop_requested = 1;
-    controller_join(rctx.ctl);
-    if (le && rctx.leading) leader_release(le, &st);
+    pthread_mutex_lock(&rctx.lock);
+    controller *ctl = atomic_exchange(&rctx.ctl, NULL);
+    pthread_mutex_unlock(&rctx.lock);
+    controller_join(ctl);
+    if (le && atomic_load(&rctx.leading)) leader_release(le, &st);
     leader_free(le);
     httpd_stop(http);
     metrics_registry_free(metrics);

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1014,6 +1015,93 @@ Test(kube_api, request_to_a_server_that_never_answers_times_out)
     cr_assert_lt(secs, 2.0);
     kube_client_free(c);
     close(s);
+}
+
+/* A plain-HTTP server thread that answers every request with one watch
+ * ERROR event (code 500) and closes; it counts the connections. */
+typedef struct {
+    int sock;
+    int connections;
+} error_server;
+
+static void *serve_errors(void *arg)
+{
+    error_server *es = arg;
+    static const char body[] =
+        "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":500,"
+        "\"reason\":\"InternalError\",\"message\":\"etcd hiccup\"}}\n";
+    char resp[512], req[4096];
+    int n = snprintf(resp, sizeof resp,
+                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     sizeof body - 1, body);
+    for (;;) {
+        int c = accept(es->sock, NULL, NULL);
+        if (c < 0) return NULL; /* the test closed the socket */
+        if (read(c, req, sizeof req) > 0) {
+            __atomic_add_fetch(&es->connections, 1, __ATOMIC_SEQ_CST);
+            if (write(c, resp, (size_t)n) < 0) { /* the client went away */ }
+        }
+        close(c);
+    }
+}
+
+static volatile sig_atomic_t stop_after_retries;
+
+static int no_event(const char *type, const cJSON *obj, void *user)
+{
+    (void)type, (void)obj, (void)user;
+    return 0;
+}
+
+static void *stop_when_retried(void *arg)
+{
+    error_server *es = arg;
+    for (int i = 0; i < 1000 && __atomic_load_n(&es->connections, __ATOMIC_SEQ_CST) < 3; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    stop_after_retries = 1;
+    return NULL;
+}
+
+Test(kube_api, watch_error_event_is_retried_with_backoff_not_treated_as_a_stop, .timeout = 30)
+{
+    error_server es = {.sock = socket(AF_INET, SOCK_STREAM, 0)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(es.sock, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(es.sock, 8), 0);
+    socklen_t al = sizeof a;
+    getsockname(es.sock, (struct sockaddr *)&a, &al);
+    pthread_t t;
+    pthread_create(&t, NULL, serve_errors, &es);
+    char text[512], err[ERRLEN];
+    snprintf(text, sizeof text,
+             "clusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:%d\n"
+             "contexts:\n- name: x\n  context:\n    cluster: c\n"
+             "current-context: x\n", ntohs(a.sin_port));
+    kube_config *cfg = NULL;
+    kube_client *c = NULL;
+    kube_status st;
+    cr_assert_eq(kube_config_load_kubeconfig_string(text, strlen(text), "mem", &cfg, err,
+                                                    sizeof err), 0, "%s", err);
+    cr_assert_eq(kube_client_new(cfg, &c, &st), KUBE_OK);
+    /* stop from another thread once the client has come back three times */
+    stop_after_retries = 0;
+    kube_watch_opts o = {.backoff_initial_ms = 20, .backoff_max_ms = 50};
+    char rv[64] = "5";
+    pthread_t stopper;
+    pthread_create(&stopper, NULL, stop_when_retried, &es);
+    int rc = kube_watch_run(c, NS "/pods", &o, rv, sizeof rv, no_event, NULL,
+                            &stop_after_retries, &st);
+    pthread_join(stopper, NULL);
+    cr_assert_eq(rc, KUBE_WATCH_STOPPED, "rc=%d reason=%s msg=%s", rc, st.reason, st.message);
+    cr_assert_geq(__atomic_load_n(&es.connections, __ATOMIC_SEQ_CST), 3,
+                  "the watch gave up after an ERROR event instead of reconnecting");
+    kube_client_free(c);
+    shutdown(es.sock, SHUT_RDWR);
+    close(es.sock);
+    pthread_join(t, NULL);
 }
 
 /* ============================== own servers: 410 Gone and restart mid-watch */
