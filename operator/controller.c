@@ -9,6 +9,7 @@
 
 #include "cache.h"
 #include "decide.h"
+#include "render.h"
 #include "log.h"
 #include "workqueue.h"
 
@@ -210,6 +211,64 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
 
 /* ---- reconcile ---------------------------------------------------------- */
 
+/* Whether obj is controlled by the object with this uid. A child of an
+ * earlier job of the same name (deleted, not yet collected) is not ours. */
+static int owned_by(const cJSON *obj, const char *uid)
+{
+    const cJSON *refs = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "ownerReferences");
+    const cJSON *r;
+    cJSON_ArrayForEach(r, refs) {
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "uid");
+        if (cJSON_IsString(u) && uid && strcmp(u->valuestring, uid) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Drops from pods (in place) the ones another incarnation of the job owns. */
+static void keep_owned(cJSON *pods, const char *uid)
+{
+    for (int i = cJSON_GetArraySize(pods) - 1; i >= 0; i--)
+        if (!owned_by(cJSON_GetArrayItem(pods, i), uid)) cJSON_DeleteItemFromArray(pods, i);
+}
+
+/* A child (ConfigMap or Service) that exists but is not as desired: one
+ * owned by an earlier incarnation is deleted (recreated next round), our
+ * own is updated in place. Returns 1 if it is usable as it is. */
+static int settle_child(kube_client *k, const cJSON *job, cJSON *have, const char *resource,
+                        cJSON *(*render)(const cJSON *, char *, size_t))
+{
+    const char *ns = meta_str(job, "namespace"), *uid = meta_str(job, "uid");
+    char path[512], err[256];
+    kube_status st;
+    kube_path(path, sizeof path, "/api/v1", ns, resource, meta_str(have, "name"), NULL);
+    if (!owned_by(have, uid)) {
+        LOG_INFO("reconcile", "event=deleted kind=%s namespace=%s name=%s reason=stale-owner",
+                 resource, ns, meta_str(have, "name"));
+        kube_delete(k, path, -1, NULL, NULL, &st);
+        return 0;
+    }
+    cJSON *want = render(job, err, sizeof err);
+    if (!want) return 1; /* an invalid spec: decide reports it */
+    int ok = vj_render_matches(have, want);
+    if (!ok) {
+        /* replace, conditional on the version we saw */
+        const char *rv = meta_str(have, "resourceVersion");
+        cJSON *meta = cJSON_GetObjectItemCaseSensitive(want, "metadata");
+        if (rv) cJSON_AddStringToObject(meta, "resourceVersion", rv);
+        if (strcmp(resource, "services") == 0) { /* clusterIP is immutable: keep the server's */
+            cJSON *spec = cJSON_GetObjectItemCaseSensitive(have, "spec");
+            cJSON_ReplaceItemInObject(want, "spec", cJSON_Duplicate(spec, 1));
+        }
+        if (kube_update(k, path, want, NULL, &st) == KUBE_OK)
+            LOG_INFO("reconcile", "event=updated kind=%s namespace=%s name=%s", resource, ns,
+                     meta_str(have, "name"));
+        ok = 1;
+    }
+    cJSON_Delete(want);
+    return ok;
+}
+
 /* Whether the leadership (if elected) still covers a write now. */
 static int may_act(const controller *c)
 {
@@ -247,10 +306,14 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
     snprintf(cm_name, sizeof cm_name, "%s-config", name);
     cJSON *cm = cache_get(c->cache[INF_CONFIGMAPS], ns, cm_name);
     cJSON *svc = cache_get(c->cache[INF_SERVICES], ns, name);
+    const char *uid = meta_str(job, "uid");
+    if (pods) keep_owned(pods, uid);
+    int have_cm = cm && settle_child(k, job, cm, "configmaps", vj_render_configmap);
+    int have_svc = svc && settle_child(k, job, svc, "services", vj_render_service);
     vj_plan *plan = NULL;
     char err[512];
     rec_result result = REC_DONE;
-    if (!pods || vj_decide(job, pods, cm != NULL, svc != NULL, (long long)time(NULL), &plan, err,
+    if (!pods || vj_decide(job, pods, have_cm, have_svc, (long long)time(NULL), &plan, err,
                            sizeof err) != 0) {
         LOG_ERROR("reconcile", "key=%s msg=\"%s\"", key, pods ? err : "out of memory");
         result = REC_ERROR;

@@ -146,8 +146,21 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
         set_err(err, errlen, "spec: missing");
         return -1;
     }
-    if (js->replicas < 1) {
-        snprintf(err, errlen, "spec.replicas=%d: must be >= 1", js->replicas);
+    if (js->replicas < 1 || js->replicas > VJ_MAX_REPLICAS) {
+        snprintf(err, errlen, "spec.replicas=%d: must be in [1, %d]", js->replicas,
+                 VJ_MAX_REPLICAS);
+        return -1;
+    }
+    /* <job>-worker-<rank> is a pod hostname and <job> a Service name and a
+     * label value: DNS labels of at most 63 characters. */
+    char last_rank[16];
+    int digits = snprintf(last_rank, sizeof last_rank, "%d", js->replicas - 1);
+    size_t max_name = 63 - strlen("-worker-") - (size_t)digits;
+    if (js->name && strlen(js->name) > max_name) {
+        snprintf(err, errlen,
+                 "metadata.name=\"%s\" is %zu characters; with %d replicas at most %zu fit "
+                 "(pod hostnames <name>-worker-<rank> are DNS labels of 63)",
+                 js->name, strlen(js->name), js->replicas, max_name);
         return -1;
     }
     if (js->gpus < 0 || js->gpus > 64) {

@@ -12,6 +12,9 @@
 #ifndef VITJOB_JOBSPEC_H
 #define VITJOB_JOBSPEC_H
 
+/* The most pods one ViTJob may ask for (also the CRD's maximum). */
+#define VJ_MAX_REPLICAS 4096
+
 #include <cjson/cJSON.h>
 #include <stddef.h>
 

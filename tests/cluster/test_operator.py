@@ -308,6 +308,14 @@ class ReconcileTest(Base):
         self.assertIn("model.heads=4", failed["message"])
         self.assertEqual(self.live_pod_names("bad-dims"), [])
 
+    def test_a_name_too_long_for_pod_hostnames_fails_naming_metadata_name(self):
+        name = "n" * 60  # 60 + len("-worker-1") > 63
+        self.apply(job_doc(name))
+        st = self.wait_phase(name, "Failed")
+        failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+        self.assertIn("metadata.name", failed["message"])
+        self.assertEqual(self.live_pod_names(name), [])
+
     def test_metrics_and_probes_answer(self):
         port = self.ops[0].port
         body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
