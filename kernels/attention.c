@@ -17,12 +17,25 @@
 #include <omp.h>
 #endif
 
-size_t ops_cpu_attention_scratch_floats(int T)
+/* Per thread: the softmax gradient (T, T), a transposed head (hd, T), a
+ * scaled query (hd). */
+static size_t per_thread(int T, int hd) { return (size_t)T * T + (size_t)hd * T + (size_t)hd; }
+
+static int thread_id(void)
 {
 #ifdef _OPENMP
-    return (size_t)T * T * (size_t)omp_get_max_threads();
+    return omp_get_thread_num();
 #else
-    return (size_t)T * T;
+    return 0;
+#endif
+}
+
+size_t ops_cpu_attention_scratch_floats(int T, int hd)
+{
+#ifdef _OPENMP
+    return per_thread(T, hd) * (size_t)omp_get_max_threads();
+#else
+    return per_thread(T, hd);
 #endif
 }
 
@@ -54,14 +67,16 @@ static void transpose_head(float *dst, const float *src, int T, int hd, int C3)
 }
 
 // qkv (B,T,3D) -> out (B,T,D), att (B,NH,T,T)
-void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int D, int NH)
+void attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B, int T,
+                           int D, int NH)
 {
     const int hd = D / NH, C3 = 3 * D;
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float kt[hd * T], qs[hd]; /* this head's keys (hd, T); a scaled query */
+            float *mine = scratch + per_thread(T, hd) * (size_t)thread_id();
+            float *kt = mine + (size_t)T * T, *qs = kt + (size_t)hd * T; /* keys (hd, T); query */
             const float *base = qkv + (size_t)b * T * C3 + h * hd;
             transpose_head(kt, base + D, T, hd, C3);
             float *p = att + ((size_t)b * NH + h) * T * T;
@@ -87,7 +102,7 @@ void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int 
     }
 }
 
-// dout (B,T,D), qkv, att -> dqkv (B,T,3D) overwritten; scratch T*T per thread
+// dout (B,T,D), qkv, att -> dqkv (B,T,3D) overwritten
 void attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
                             const float *att, int B, int T, int D, int NH)
 {
@@ -96,12 +111,8 @@ void attention_backward_cpu(float *dqkv, float *scratch, const float *dout, cons
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-#ifdef _OPENMP
-            float *ds = scratch + (size_t)omp_get_thread_num() * T * T;
-#else
-            float *ds = scratch;
-#endif
-            float vt[hd * T]; /* this head's values, (hd, T) */
+            float *ds = scratch + per_thread(T, hd) * (size_t)thread_id();
+            float *vt = ds + (size_t)T * T; /* this head's values, (hd, T) */
             const float *base = qkv + (size_t)b * T * C3 + h * hd;
             const float *dbase_out = dout + (size_t)b * T * D + h * hd;
             float *dbase = dqkv + (size_t)b * T * C3 + h * hd;

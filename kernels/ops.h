@@ -61,12 +61,12 @@ typedef struct vit_ops {
     /* Non-causal multi-head self-attention on timm's qkv layout:
      * qkv (B,T,3D) with q at [0,D), k at [D,2D), v at [2D,3D), head h at
      * columns h*hd..h*hd+hd-1 of each, hd = D/NH, scale hd^-0.5.
-     * out (B,T,D) (heads concatenated), att (B,NH,T,T) softmax probabilities. */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int D,
-                              int NH);
-    /* dqkv (B,T,3D) overwritten. scratch: at least attention_scratch_floats(T)
-     * floats per thread the backend uses (the CPU backend needs
-     * T*T*omp_get_max_threads()). */
+     * out (B,T,D) (heads concatenated), att (B,NH,T,T) softmax probabilities.
+     * scratch: ops_cpu_attention_scratch_floats(T, hd) floats (the CPU
+     * backend's per-thread transposes; kept off the threads' stacks). */
+    void (*attention_forward)(float *out, float *att, float *scratch, const float *qkv, int B,
+                              int T, int D, int NH);
+    /* dqkv (B,T,3D) overwritten; scratch as for the forward. */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int D, int NH);
 
@@ -120,8 +120,9 @@ const vit_ops *ops_cpu(void);
  * Returns the count in force. */
 int ops_cpu_set_threads(int n);
 
-/* Floats of attention scratch the CPU backend needs for T tokens. */
-size_t ops_cpu_attention_scratch_floats(int T);
+/* Floats of attention scratch the CPU backend needs for T tokens and head
+ * width hd, for all its threads (call after ops_cpu_set_threads). */
+size_t ops_cpu_attention_scratch_floats(int T, int hd);
 
 /* The CPU ops, exported so that tests can call them one by one. */
 void patchify_cpu(float *patches, const float *img, int B, int C, int S, int P);
@@ -138,7 +139,8 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *in
 void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C);
-void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int D, int NH);
+void attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B, int T,
+                           int D, int NH);
 void attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
                             const float *att, int B, int T, int D, int NH);
 void gelu_forward_cpu(float *out, const float *inp, size_t n);

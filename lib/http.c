@@ -165,14 +165,23 @@ static void transport_error(http_client *c, CURLcode rc, const char *method, con
              curl_easy_strerror(rc), c->curl_err[0] ? ": " : "", c->curl_err);
 }
 
+/* A response body larger than this is refused: a list page or object the
+ * operator cannot sensibly hold (the API server's own limit is far lower). */
+#define HTTP_MAX_BODY ((size_t)256 << 20)
+
 typedef struct {
     char *p;
     size_t len, cap;
-    int oom;
+    int oom;      /* out of memory, or the body passed HTTP_MAX_BODY */
+    int too_big;
 } buf;
 
 static int buf_add(buf *b, const char *d, size_t n)
 {
+    if (b->len + n > HTTP_MAX_BODY) {
+        b->oom = b->too_big = 1;
+        return -1;
+    }
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1) cap *= 2;
@@ -237,7 +246,11 @@ int http_request(http_client *c, const char *method, const char *url, const char
     }
     CURLcode cc = curl_easy_perform(c->h);
     if (b.oom) {
-        snprintf(err, errlen, "%s %s: out of memory reading the response", method, url);
+        if (b.too_big)
+            snprintf(err, errlen, "%s %s: response body larger than %zu MiB", method, url,
+                     HTTP_MAX_BODY >> 20);
+        else
+            snprintf(err, errlen, "%s %s: out of memory reading the response", method, url);
         goto out;
     }
     if (cc != CURLE_OK) {

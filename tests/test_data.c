@@ -214,3 +214,29 @@ Test(data, augmentation_is_deterministic_and_off_means_plain_normalisation)
     cr_assert(differs, "augmentation never changed the image in 8 epochs");
     dataset_free(d);
 }
+
+Test(data, epochs_end_at_optimizer_step_boundaries_whatever_the_micro_batch)
+{
+    good_split("train", 10);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), 0);
+    /* global batch 4 in micro-batches of 2 or of 4: the same samples per step */
+    int seen[2][3][4];
+    for (int v = 0; v < 2; v++) {
+        int micro = v ? 4 : 2;
+        data_loader l;
+        data_loader_init(&l, d, 3, 0);
+        float img[4 * 784];
+        for (int step = 0; step < 3; step++) {
+            data_loader_begin_step(&l, 4);
+            for (int k = 0; k < 4; k += micro) data_loader_next(&l, micro, img, &seen[v][step][k]);
+            if (step < 2) cr_assert_eq(l.epoch, 0);
+        }
+        cr_assert_eq(l.epoch, 1, "step 3 starts epoch 1 (2 samples were left, not 4)");
+        data_loader_free(&l);
+    }
+    cr_assert(memcmp(seen[0], seen[1], sizeof seen[0]) == 0,
+              "micro-batch size changed which samples a step sees");
+    dataset_free(d);
+}

@@ -155,11 +155,11 @@ Test(kernels, layernorm_output_has_zero_mean_unit_variance_with_unit_affine, .in
 }
 
 /* ---- attention ---- */
-typedef struct { float *out, *att, *qkv; int B, T, D, NH; } at_ctx;
+typedef struct { float *out, *att, *scratch, *qkv; int B, T, D, NH; } at_ctx;
 static void at_fwd(void *p)
 {
     at_ctx *c = p;
-    attention_forward_cpu(c->out, c->att, c->qkv, c->B, c->T, c->D, c->NH);
+    attention_forward_cpu(c->out, c->att, c->scratch, c->qkv, c->B, c->T, c->D, c->NH);
 }
 
 Test(kernels, attention_backward_matches_finite_differences, .init = setup)
@@ -168,7 +168,8 @@ Test(kernels, attention_backward_matches_finite_differences, .init = setup)
     size_t nq = 2 * 5 * 24, no = 2 * 5 * 8;
     c.qkv = rnd(nq, 1), c.out = calloc(no, 4), c.att = calloc(2 * 2 * 25, 4);
     float *r = rnd(no, 1), *dqkv = rnd(nq, 1);
-    float *scratch = calloc(ops_cpu_attention_scratch_floats(5), 4);
+    float *scratch = calloc(ops_cpu_attention_scratch_floats(5, 4), 4);
+    c.scratch = scratch;
     at_fwd(&c);
     attention_backward_cpu(dqkv, scratch, r, c.qkv, c.att, c.B, c.T, c.D, c.NH);
     check_fd("dqkv", c.qkv, nq, dqkv, at_fwd, &c, c.out, r, no, 1e-2f, 5e-3f);
@@ -179,7 +180,9 @@ Test(kernels, attention_rows_are_probabilities_and_non_causal, .init = setup)
 {
     int B = 1, T = 6, D = 4, NH = 2;
     float *qkv = rnd(B * T * 3 * D, 2), out[24], att[72];
-    attention_forward_cpu(out, att, qkv, B, T, D, NH);
+    float *scratch = calloc(ops_cpu_attention_scratch_floats(T, D / NH), 4);
+    attention_forward_cpu(out, att, scratch, qkv, B, T, D, NH);
+    free(scratch);
     for (int row = 0; row < NH * T; row++) {
         double s = 0;
         for (int j = 0; j < T; j++) s += att[row * T + j];

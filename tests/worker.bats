@@ -209,3 +209,20 @@ copy_dataset() {
   awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; if (d > 0) differ = 1 }
        END { printf "max |fp32 - bf16| = %g\n", m; exit !(m < 0.1 && differ) }' "$TMP/pairs"
 }
+
+@test "SIGTERM during the test-set evaluation stops it promptly with a retryable exit code" {
+  # fmnist_small's 10k-image evaluation takes many seconds on 2 cores
+  "$WORKER" train --set model.preset=fmnist_small --set training.steps=1 \
+    --set training.optimizer.warmupSteps=0 --set training.exportPath= --set training.logInterval=1 \
+    2> "$TMP/log" > /dev/null &
+  pid=$!
+  for i in $(seq 1 600); do grep -q "step=1/1" "$TMP/log" && break; sleep 0.1; done
+  grep -q "step=1/1" "$TMP/log"
+  sleep 0.5
+  kill -TERM $pid
+  t0=$(date +%s)
+  wait $pid && st=0 || st=$?
+  [ "$st" -eq 1 ]
+  [ $(( $(date +%s) - t0 )) -le 5 ]
+  grep -q "during the final evaluation" "$TMP/log"
+}

@@ -79,6 +79,10 @@ static int read_idx(const char *dir, const char *base, int ndims, uint32_t *dims
             goto out;
         }
         total *= dims[i];
+        if (total > ((size_t)1 << 34)) { /* 16 GiB of pixels: not a data set we load whole */
+            snprintf(err, errlen, "%s: IDX dimensions too large (more than 2^34 bytes)", path);
+            goto out;
+        }
     }
     *data = malloc(total);
     if (!*data) {
@@ -200,6 +204,11 @@ void data_loader_seek(data_loader *l, long epoch, long index)
     l->epoch = epoch;
     l->index = index;
     shuffle_epoch(l);
+}
+
+void data_loader_begin_step(data_loader *l, int G)
+{
+    if (l->index + G > l->d->n) data_loader_seek(l, l->epoch + 1, 0);
 }
 
 void data_loader_next(data_loader *l, int B, float *images, int *labels)

@@ -50,6 +50,9 @@ int data_loader_init(data_loader *l, const dataset *d, uint64_t seed, int augmen
 void data_loader_free(data_loader *l);
 /* Moves to a position (epoch, index), e.g. when resuming. */
 void data_loader_seek(data_loader *l, long epoch, long index);
+/* At the start of an optimizer step of G samples: if fewer than G are left
+ * in this epoch, the next epoch starts (drop-last at step granularity). */
+void data_loader_begin_step(data_loader *l, int G);
 /* The next B samples, in order; an epoch ends when fewer than B samples are
  * left (drop-last), and the next epoch's shuffle starts. */
 void data_loader_next(data_loader *l, int B, float *images, int *labels);

@@ -16,7 +16,7 @@
 
 #define VITJOB_VERSION "0.1.0"
 
-static volatile int stop_requested;
+static volatile sig_atomic_t stop_requested;
 
 static void on_signal(int sig)
 {

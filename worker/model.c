@@ -160,7 +160,7 @@ static size_t carve(vit_model *m, float *base)
     TAKE(m->dlogits, B * K);
     TAKE(m->dlnf, B * D);
     TAKE(m->dcls, B * D);
-    TAKE(m->att_scratch, ops_cpu_attention_scratch_floats(m->T));
+    TAKE(m->att_scratch, ops_cpu_attention_scratch_floats(m->T, m->D / m->NH));
 #undef TAKE
     return off;
 }
@@ -303,7 +303,7 @@ static void block_forward(vit_model *m, int l, block_acts *a, int B)
     ops->matmul_forward(a->qkv, a->ln1, W_(m, BT(m, l, BT_QKV_W)), W_(m, BT(m, l, BT_QKV_B)),
                         BT_, D, 3 * D);
     lowp(m, a->qkv, (size_t)BT_ * 3 * D);
-    ops->attention_forward(a->atty, a->att, a->qkv, B, T, D, NH);
+    ops->attention_forward(a->atty, a->att, m->att_scratch, a->qkv, B, T, D, NH);
     lowp(m, a->att, (size_t)B * NH * T * T);
     lowp(m, a->atty, (size_t)BT_ * D);
     /* proj output goes to res2 first, then the residual is added in place */

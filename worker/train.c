@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,14 +35,21 @@ typedef struct {
     double accuracy, loss;
 } eval_result;
 
-/* Accuracy and mean loss over the whole split, in batches of B. */
-static eval_result evaluate(vit_model *m, const dataset *d, int B, float *images, int *labels)
+/* Accuracy and mean loss over the whole split, in batches of B; stops early
+ * (stopped = 1) when *stop is set, so that SIGTERM is honoured promptly. */
+static eval_result evaluate(vit_model *m, const dataset *d, int B, float *images, int *labels,
+                            const volatile sig_atomic_t *stop, int *stopped)
 {
     const int K = model_num_classes(m);
     const size_t img = (size_t)d->rows * d->cols;
     long correct = 0;
     double loss_sum = 0.0;
+    *stopped = 0;
     for (int start = 0; start < d->n; start += B) {
+        if (stop && *stop) {
+            *stopped = 1;
+            break;
+        }
         int n = d->n - start < B ? d->n - start : B;
         for (int b = 0; b < n; b++) {
             dataset_image(d, start + b, 0, 0, 0, images + b * img);
@@ -66,9 +74,11 @@ static eval_result evaluate(vit_model *m, const dataset *d, int B, float *images
  * metrics file, a JSON line. */
 static eval_result evaluate_and_report(vit_model *m, const dataset *test, int B, float *images,
                                        int *labels, long step, double train_seconds,
-                                       FILE *metrics)
+                                       FILE *metrics, const volatile sig_atomic_t *stop,
+                                       int *stopped)
 {
-    eval_result ev = evaluate(m, test, B, images, labels);
+    eval_result ev = evaluate(m, test, B, images, labels, stop, stopped);
+    if (*stopped) return ev;
     LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", step,
              ev.accuracy, ev.loss, train_seconds);
     if (metrics)
@@ -104,6 +114,12 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         rc = VITJOB_EXIT_CONFIG;
         goto out;
     }
+    if (test->rows != train->rows || test->cols != train->cols) {
+        snprintf(err, errlen, "%s: test images are %dx%d but training images are %dx%d",
+                 cfg->data.uri, test->rows, test->cols, train->rows, train->cols);
+        rc = VITJOB_EXIT_DATA;
+        goto out;
+    }
     long steps_per_epoch = train->n / tc->global_batch_size;
     if (steps_per_epoch < 1) {
         snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
@@ -112,6 +128,12 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         goto out;
     }
     long total = tc->steps > 0 ? tc->steps : (long)tc->epochs * steps_per_epoch;
+    if (tc->optimizer.warmup_steps > total) {
+        snprintf(err, errlen, "training.optimizer.warmupSteps=%d exceeds the %ld steps of "
+                 "training.epochs=%d", tc->optimizer.warmup_steps, total, tc->epochs);
+        rc = VITJOB_EXIT_CONFIG;
+        goto out;
+    }
 
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
                            .bf16 = strcmp(tc->precision, "bf16-mixed") == 0};
@@ -166,6 +188,9 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         double t0 = now_seconds();
         model_zero_grads(model);
         double loss = 0.0;
+        /* epochs end at optimizer-step (global batch) boundaries, so that a
+         * step never mixes two epochs whatever the micro-batch size */
+        data_loader_begin_step(&loader, tc->global_batch_size);
         for (int a = 0; a < accum; a++) {
             data_loader_next(&loader, micro, images, labels);
             loss += model_forward(model, images, labels, micro) * (double)micro;
@@ -202,13 +227,27 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
             t_interval = now_seconds();
         }
         if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
-            evaluate_and_report(model, test, micro, images, labels, step + 1, t_train, metrics);
+            int stopped;
+            evaluate_and_report(model, test, micro, images, labels, step + 1, t_train, metrics,
+                                opt->stop_flag, &stopped);
+            if (stopped) {
+                snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
+                         step + 1);
+                rc = VITJOB_EXIT_FAILURE;
+                goto out;
+            }
             t_interval = now_seconds(); /* keep eval time out of the rate */
         }
     }
 
-    eval_result ev =
-        evaluate_and_report(model, test, micro, images, labels, total, t_train, metrics);
+    int stopped;
+    eval_result ev = evaluate_and_report(model, test, micro, images, labels, total, t_train,
+                                         metrics, opt->stop_flag, &stopped);
+    if (stopped) {
+        snprintf(err, errlen, "stopped by signal during the final evaluation");
+        rc = VITJOB_EXIT_FAILURE;
+        goto out;
+    }
     if (tc->export_path[0]) {
         if (model_save_safetensors(model, mc, tc->export_path, err, errlen) != 0) {
             rc = VITJOB_EXIT_FAILURE;

@@ -7,13 +7,15 @@
 #ifndef VITJOB_TRAIN_H
 #define VITJOB_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "config.h"
 
 typedef struct {
     const char *metrics_path; /* NULL, or a JSON-lines file of per-step metrics */
-    volatile int *stop_flag;  /* set by a signal handler; checked between steps */
+    volatile sig_atomic_t *stop_flag; /* set by a signal handler; checked between steps
+                                         and between evaluation batches */
 } train_options;
 
 /* Trains as cfg says (already validated) on the CPU backend. Prints progress
