@@ -23,9 +23,9 @@ static inline float round_one(float x)
     return x;
 }
 
-// x (n) = bf16(x), in place
-void round_bf16_cpu(float *x, size_t n)
+// in (n) -> out (n) = bf16(in); out may be in
+void round_bf16_cpu(float *out, const float *in, size_t n)
 {
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) x[i] = round_one(x[i]);
+    for (size_t i = 0; i < n; i++) out[i] = round_one(in[i]);
 }

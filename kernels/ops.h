@@ -78,10 +78,10 @@ typedef struct vit_ops {
     /* x (n) = 0. */
     void (*zero)(float *x, size_t n);
 
-    /* bf16 storage: x (n) = bf16(x), round to nearest even (NaN and Inf kept).
-     * The CPU emulates it on fp32 storage; a backend that stores bf16 tensors
-     * natively rounds in its stores and makes this a no-op. */
-    void (*round_bf16)(float *x, size_t n);
+    /* bf16 storage: out (n) = bf16(in), round to nearest even (NaN and Inf
+     * kept); out may be in. The CPU emulates it on fp32 storage; a backend
+     * that stores bf16 tensors natively rounds in its stores (and copies). */
+    void (*round_bf16)(float *out, const float *in, size_t n);
 
     /* out = a + b, elementwise over n. */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
@@ -146,7 +146,7 @@ void attention_backward_cpu(float *dqkv, float *scratch, const float *dout, cons
 void gelu_forward_cpu(float *out, const float *inp, size_t n);
 void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t n);
 void zero_cpu(float *x, size_t n);
-void round_bf16_cpu(float *x, size_t n);
+void round_bf16_cpu(float *out, const float *in, size_t n);
 void residual_forward_cpu(float *out, const float *a, const float *b, size_t n);
 void gather_cls_cpu(float *out, const float *x, int B, int T, int D);
 void scatter_cls_backward_cpu(float *dx, const float *dcls, int B, int T, int D);

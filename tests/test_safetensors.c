@@ -179,3 +179,15 @@ Test(safetensors, loading_weights_with_a_missing_or_extra_tensor_names_it)
     free(ts);
     model_free(m);
 }
+
+Test(safetensors, shapes_that_wrap_the_element_count_or_fractional_offsets_are_refused)
+{
+    float x[1] = {1};
+    write_raw("{\"x\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
+              "\"data_offsets\":[0,0]}}", x, 4);
+    expect_open_error("'x'");
+    write_raw("{\"x\":{\"dtype\":\"F32\",\"shape\":[1e30],\"data_offsets\":[0,4]}}", x, 4);
+    expect_open_error("bad shape");
+    write_raw("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0.5,4.5]}}", x, 4);
+    expect_open_error("integers");
+}

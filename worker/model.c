@@ -46,6 +46,7 @@ struct vit_model {
     float *cls, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *losses; /* head */
     /* backward scratch */
     float *dres, *dbuf_d, *dqkv, *dbuf_h, *dpatch_out, *dlogits, *dlnf, *dcls, *att_scratch;
+    float *dres_lp; /* bf16-mixed: dres as the matmuls read it (rounded copy) */
 };
 
 static void add_tensor(vit_model *m, const char *name, int ndim, const int *shape, int decay)
@@ -111,7 +112,7 @@ static inline float *W_(vit_model *m, int t)
 /* Where the GPU stores a tensor in bf16, the CPU rounds it to bf16. */
 static inline void lowp(vit_model *m, float *x, size_t n)
 {
-    if (m->bf16) m->ops->round_bf16(x, n);
+    if (m->bf16) m->ops->round_bf16(x, x, n);
 }
 static inline int BT(const vit_model *m, int l, int i) { return m->t_block0 + l * BT_COUNT + i; }
 
@@ -153,6 +154,7 @@ static size_t carve(vit_model *m, float *base)
     TAKE(m->probs, B * K);
     TAKE(m->losses, B);
     TAKE(m->dres, B * T * D);
+    TAKE(m->dres_lp, m->bf16 ? B * T * D : 0);
     TAKE(m->dbuf_d, B * T * D);
     TAKE(m->dqkv, B * T * 3 * D);
     TAKE(m->dbuf_h, B * T * H);
@@ -281,11 +283,20 @@ void model_params_changed(vit_model *m)
     for (int i = 0; i < m->n_tensors; i++) {
         const model_tensor *t = &m->tensors[i];
         int fp32 = i == m->t_cls || i == m->t_pos || strstr(t->name, "norm") != NULL;
-        if (!fp32) m->ops->round_bf16(m->params_lp + t->offset, t->numel);
+        if (!fp32) m->ops->round_bf16(m->params_lp + t->offset, m->params_lp + t->offset, t->numel);
     }
 }
 
 void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_params); }
+
+/* The residual gradient as a matmul reads it: bf16 in bf16-mixed (the
+ * residual itself stays fp32), the fp32 buffer otherwise. */
+static const float *dout_of_residual(vit_model *m, int n)
+{
+    if (!m->bf16) return m->dres;
+    m->ops->round_bf16(m->dres_lp, m->dres, (size_t)n);
+    return m->dres_lp;
+}
 
 /* The activations block l uses: its own, or the one shared buffer set when
  * activations are checkpointed. */
@@ -332,8 +343,9 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
 {
     const vit_ops *ops = m->ops;
     const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
-    ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)), m->dres,
-                         a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
+    ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)),
+                         dout_of_residual(m, BT_ * D), a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H,
+                         D);
     lowp(m, m->dbuf_h, (size_t)BT_ * H);
     ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
     lowp(m, m->dbuf_h, (size_t)BT_ * H);
@@ -344,7 +356,8 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
                             m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
                             a->ln2_rstd, BT_, D);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
-                         m->dres, a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
+                         dout_of_residual(m, BT_ * D), a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_,
+                         D, D);
     lowp(m, m->dbuf_d, (size_t)BT_ * D);
     ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
     lowp(m, m->dqkv, (size_t)BT_ * 3 * D);

@@ -50,8 +50,10 @@ typedef struct {
  * parameters and the loss stay fp32; every activation the GPU engine stores
  * in bf16 (LayerNorm outputs, matmul outputs, q/k/v, attention
  * probabilities and output, GELU output, logits, and the activation
- * gradients between ops) is rounded to bf16 (nearest even) where it is
- * stored, so the CPU runs the same arithmetic as the GPU's storage.
+ * gradients between ops, including the residual gradient as the matmuls
+ * read it) is rounded to bf16 (nearest even) where it is stored, so the CPU
+ * runs the same arithmetic as the GPU's storage. Known difference to a fused
+ * GPU attention: P.V uses the fp32 probabilities; the stored ones are bf16.
  * On success *out is the caller's, freed with model_free. Returns 0 or
  * VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
 int model_new(vit_model **out, const model_config *mc, int max_batch,

@@ -210,15 +210,29 @@ int st_open(st_file **out, const char *path, char *err, size_t errlen)
         }
         t->dtype = (st_dtype)d;
         t->ndim = 0;
+        double elems = 1;
         for (cJSON *s = shape->child; s; s = s->next) {
-            if (!cJSON_IsNumber(s) || s->valuedouble < 0) {
+            /* integral, and small enough that the element count cannot wrap */
+            if (!cJSON_IsNumber(s) || s->valuedouble < 0 || s->valuedouble > 9007199254740992.0 ||
+                s->valuedouble != (double)(int64_t)s->valuedouble) {
                 snprintf(err, errlen, "%s: tensor '%s': bad shape", path, e->string);
                 goto fail;
             }
             t->shape[t->ndim++] = (int64_t)s->valuedouble;
+            elems *= s->valuedouble;
         }
-        double b = cJSON_GetArrayItem(offs, 0)->valuedouble,
-               en = cJSON_GetArrayItem(offs, 1)->valuedouble;
+        if (elems * (double)dtype_sizes[t->dtype] > (double)data_len) {
+            snprintf(err, errlen, "%s: tensor '%s': shape larger than the file", path, e->string);
+            goto fail;
+        }
+        const cJSON *ob = cJSON_GetArrayItem(offs, 0), *oe = cJSON_GetArrayItem(offs, 1);
+        if (!cJSON_IsNumber(ob) || !cJSON_IsNumber(oe) ||
+            ob->valuedouble != (double)(int64_t)ob->valuedouble ||
+            oe->valuedouble != (double)(int64_t)oe->valuedouble) {
+            snprintf(err, errlen, "%s: tensor '%s': data_offsets must be integers", path, e->string);
+            goto fail;
+        }
+        double b = ob->valuedouble, en = oe->valuedouble;
         if (b < 0 || en < b || en > (double)data_len ||
             (size_t)(en - b) != numel(t) * dtype_sizes[t->dtype]) {
             snprintf(err, errlen, "%s: tensor '%s': data_offsets [%.0f, %.0f] do not fit its "
