@@ -1,6 +1,7 @@
 /* lib/kube.c - see kube.h. Owns the kube_client (config + one http_client);
  * must not log or report the bearer token. */
 #include "kube.h"
+#include "util.h"
 
 #include "log.h"
 
@@ -88,6 +89,13 @@ int kube_client_http_new(kube_client *c, http_client **out, kube_status *st)
         return KUBE_ERR_INVALID;
     }
     return KUBE_OK;
+}
+
+const char *kube_meta_str(const cJSON *obj, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), field);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 int kube_is_not_found(const kube_status *st) { return st && st->http_code == 404; }
@@ -216,13 +224,6 @@ static void observe(const char *method, int code)
     if (observer) observer(observer_user, method, code);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 int kube_request(kube_client *c, const char *method, const char *path, const char *content_type,
                  const char *body, cJSON **out, kube_status *st)
 {
@@ -246,7 +247,7 @@ int kube_request(kube_client *c, const char *method, const char *path, const cha
     if (body) headers[nh++] = ctype;
     if (auth[0]) headers[nh++] = auth;
     headers[nh] = NULL;
-    double t0 = now_ms();
+    double t0 = 1e3 * mono_seconds();
     if (http_request(c->http, method, url, headers, body, body ? strlen(body) : 0, c->timeout_ms,
                      &resp, err, sizeof err)) {
         LOG_DEBUG("kube", "method=%s path=\"%s\" error=\"%s\"", method, path, err);
@@ -256,7 +257,7 @@ int kube_request(kube_client *c, const char *method, const char *path, const cha
         goto out;
     }
     LOG_DEBUG("kube", "method=%s path=\"%s\" status=%ld ms=%.1f", method, path, resp.status,
-              now_ms() - t0);
+              1e3 * mono_seconds() - t0);
     observe(method, (int)resp.status);
     if (resp.status < 200 || resp.status >= 300) {
         status_from_body(c, st, resp.status, method, path, resp.body);

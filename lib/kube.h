@@ -101,6 +101,9 @@ int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSO
 typedef void (*kube_observer_fn)(void *user, const char *method, int http_code);
 void kube_set_observer(kube_observer_fn fn, void *user);
 
+/* obj.metadata.<field> when it is a string, else NULL (borrowed from obj). */
+const char *kube_meta_str(const cJSON *obj, const char *field);
+
 /* True for a 404 (controller-runtime: NotFound is success for deletes). */
 int kube_is_not_found(const kube_status *st);
 

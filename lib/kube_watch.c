@@ -2,6 +2,7 @@
  * client per kube_watch_run (kept alive across reconnects); must not log the
  * token (kube_stream keeps it inside kube.c). */
 #include "kube_watch.h"
+#include "util.h"
 
 #include "log.h"
 
@@ -188,13 +189,6 @@ static double jitter(void)
     return 0.5 + 0.5 * (double)(jitter_state >> 11) / 9007199254740992.0;
 }
 
-static double mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts, char *rv,
                    size_t rvlen, kube_watch_cb cb, void *user, const volatile sig_atomic_t *stop,
                    kube_status *st)
@@ -243,7 +237,7 @@ int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts
         }
         watch_state w = {.lines = lines, .cb = cb, .user = user, .rv = rv, .rvlen = rvlen};
         kube_lines_reset(lines);
-        double t0 = mono_ms();
+        double t0 = 1e3 * mono_seconds();
         LOG_DEBUG("kube", "msg=\"watch connecting\" path=\"%s\" rv=\"%s\" attempt=%d", path, rv,
                   attempt);
         /* The server ends the stream after timeout_seconds; give it slack. */
@@ -273,7 +267,7 @@ int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts
         if (rc == KUBE_ERR_INVALID) break;
         /* Retry. A healthy stream that simply ended reconnects at once. */
         int healthy = rc == KUBE_OK && !w.error_event &&
-                      (w.events > 0 || mono_ms() - t0 >= 1000.0);
+                      (w.events > 0 || 1e3 * mono_seconds() - t0 >= 1000.0);
         if (healthy) {
             backoff = o.backoff_initial_ms;
             attempt = 0;

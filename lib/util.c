@@ -3,6 +3,14 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
+
+double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 void err_printf(char *err, size_t errlen, const char *fmt, ...)
 {

@@ -1,10 +1,14 @@
 /* lib/util.h - the few helpers every module wants.
- * Owns: writing a formatted message into a caller's error buffer.
+ * Owns: writing a formatted message into a caller's error buffer, and the
+ * monotonic clock every module times things with.
  * Must not: allocate or log. */
 #ifndef VITJOB_UTIL_H
 #define VITJOB_UTIL_H
 
 #include <stddef.h>
+
+/* Seconds on CLOCK_MONOTONIC (for durations and deadlines, never wall time). */
+double mono_seconds(void);
 
 /* vsnprintf into err; does nothing when err is NULL or errlen is 0. */
 void err_printf(char *err, size_t errlen, const char *fmt, ...)

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <uthash.h>
 
+#include "kube.h"
+
 typedef struct {
     char *key;       /* "namespace/name" */
     cJSON *obj;
@@ -52,13 +54,6 @@ void cache_free(obj_cache *c)
     free(c);
 }
 
-static const char *meta_str(const cJSON *obj, const char *field)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), field);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 /* "ns/name" (cluster-scoped objects: "/name"); caller frees. */
 static char *make_key(const char *ns, const char *name)
 {
@@ -70,11 +65,11 @@ static char *make_key(const char *ns, const char *name)
 
 static entry *new_entry(cJSON *obj)
 {
-    const char *name = meta_str(obj, "name");
+    const char *name = kube_meta_str(obj, "name");
     if (!name) return NULL;
     entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
-    e->key = make_key(meta_str(obj, "namespace"), name);
+    e->key = make_key(kube_meta_str(obj, "namespace"), name);
     if (!e->key) {
         free(e);
         return NULL;
@@ -181,7 +176,7 @@ static int label_matches(const cJSON *obj, const char *key, const char *value)
 static int by_name(const void *a, const void *b)
 {
     const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
-    const char *nx = meta_str(x, "name"), *ny = meta_str(y, "name");
+    const char *nx = kube_meta_str(x, "name"), *ny = kube_meta_str(y, "name");
     return strcmp(nx ? nx : "", ny ? ny : "");
 }
 
@@ -196,7 +191,7 @@ cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *val
     if (picked) {
         entry *e, *tmp;
         HASH_ITER(hh, c->table, e, tmp) {
-            const char *ons = meta_str(e->obj, "namespace");
+            const char *ons = kube_meta_str(e->obj, "namespace");
             if (ns && (!ons || strcmp(ons, ns) != 0)) continue;
             if (!label_matches(e->obj, key, value)) continue;
             cJSON *copy = cJSON_Duplicate(e->obj, 1);

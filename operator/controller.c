@@ -10,6 +10,7 @@
 #include "cache.h"
 #include "decide.h"
 #include "render.h"
+#include "util.h"
 #include "log.h"
 #include "workqueue.h"
 
@@ -33,13 +34,6 @@ struct controller {
 
 /* ---- keys ---------------------------------------------------------------- */
 
-static const char *meta_str(const cJSON *obj, const char *field)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), field);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static void enqueue(controller *c, const char *ns, const char *name)
 {
     if (!ns || !name) return;
@@ -51,7 +45,7 @@ static void enqueue(controller *c, const char *ns, const char *name)
 static void on_job(void *user, const char *type, const cJSON *obj)
 {
     (void)type;
-    enqueue(user, meta_str(obj, "namespace"), meta_str(obj, "name"));
+    enqueue(user, kube_meta_str(obj, "namespace"), kube_meta_str(obj, "name"));
 }
 
 /* A child changed: its owner job is the key (the label says which). */
@@ -61,7 +55,7 @@ static void on_child(void *user, const char *type, const cJSON *obj)
     const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
     const cJSON *job = cJSON_GetObjectItemCaseSensitive(labels, JOB_LABEL);
-    if (cJSON_IsString(job)) enqueue(user, meta_str(obj, "namespace"), job->valuestring);
+    if (cJSON_IsString(job)) enqueue(user, kube_meta_str(obj, "namespace"), job->valuestring);
 }
 
 /* ---- applying a plan ------------------------------------------------------ */
@@ -93,14 +87,14 @@ static int create_child(kube_client *k, const char *ns, const cJSON *obj,
     if (rc != KUBE_OK && st->http_code == 409) return KUBE_OK;
     if (rc == KUBE_OK)
         LOG_INFO("reconcile", "event=created kind=%s namespace=%s name=%s", kind->valuestring, ns,
-                 meta_str(obj, "name") ? meta_str(obj, "name") : "");
+                 kube_meta_str(obj, "name") ? kube_meta_str(obj, "name") : "");
     return rc;
 }
 
 static int emit_event(kube_client *k, const cJSON *job, const vj_event *ev,
                       kube_status *st)
 {
-    const char *ns = meta_str(job, "namespace"), *name = meta_str(job, "name");
+    const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
     char when[32], ename[320];
     time_t now = time(NULL);
     struct tm tm;
@@ -121,7 +115,7 @@ static int emit_event(kube_client *k, const cJSON *job, const vj_event *ev,
     cJSON_AddStringToObject(io, "kind", "ViTJob");
     cJSON_AddStringToObject(io, "name", name);
     cJSON_AddStringToObject(io, "namespace", ns);
-    if (meta_str(job, "uid")) cJSON_AddStringToObject(io, "uid", meta_str(job, "uid"));
+    if (kube_meta_str(job, "uid")) cJSON_AddStringToObject(io, "uid", kube_meta_str(job, "uid"));
     cJSON_AddStringToObject(e, "type", ev->type);
     cJSON_AddStringToObject(e, "reason", ev->reason);
     cJSON_AddStringToObject(e, "message", ev->message);
@@ -152,7 +146,7 @@ static const char *patched_phase(const vj_plan *p)
 static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_plan *p,
                       kube_status *first)
 {
-    const char *ns = meta_str(job, "namespace"), *name = meta_str(job, "name");
+    const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
     kube_status st;
     int result = KUBE_OK;
 #define KEEP(rc_)                                    \
@@ -238,13 +232,13 @@ static void keep_owned(cJSON *pods, const char *uid)
 static int settle_child(kube_client *k, const cJSON *job, cJSON *have, const char *resource,
                         cJSON *(*render)(const cJSON *, char *, size_t))
 {
-    const char *ns = meta_str(job, "namespace"), *uid = meta_str(job, "uid");
+    const char *ns = kube_meta_str(job, "namespace"), *uid = kube_meta_str(job, "uid");
     char path[512], err[256];
     kube_status st;
-    kube_path(path, sizeof path, "/api/v1", ns, resource, meta_str(have, "name"), NULL);
+    kube_path(path, sizeof path, "/api/v1", ns, resource, kube_meta_str(have, "name"), NULL);
     if (!owned_by(have, uid)) {
         LOG_INFO("reconcile", "event=deleted kind=%s namespace=%s name=%s reason=stale-owner",
-                 resource, ns, meta_str(have, "name"));
+                 resource, ns, kube_meta_str(have, "name"));
         kube_delete(k, path, -1, NULL, NULL, &st);
         return 0;
     }
@@ -253,7 +247,7 @@ static int settle_child(kube_client *k, const cJSON *job, cJSON *have, const cha
     int ok = vj_render_matches(have, want);
     if (!ok) {
         /* replace, conditional on the version we saw */
-        const char *rv = meta_str(have, "resourceVersion");
+        const char *rv = kube_meta_str(have, "resourceVersion");
         cJSON *meta = cJSON_GetObjectItemCaseSensitive(want, "metadata");
         if (rv) cJSON_AddStringToObject(meta, "resourceVersion", rv);
         if (strcmp(resource, "services") == 0) { /* clusterIP is immutable: keep the server's */
@@ -262,7 +256,7 @@ static int settle_child(kube_client *k, const cJSON *job, cJSON *have, const cha
         }
         if (kube_update(k, path, want, NULL, &st) == KUBE_OK)
             LOG_INFO("reconcile", "event=updated kind=%s namespace=%s name=%s", resource, ns,
-                     meta_str(have, "name"));
+                     kube_meta_str(have, "name"));
         ok = 1;
     }
     cJSON_Delete(want);
@@ -273,10 +267,7 @@ static int settle_child(kube_client *k, const cJSON *job, cJSON *have, const cha
 static int may_act(const controller *c)
 {
     if (!c->o.leading_until_ms) return 1;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    return now_ms < atomic_load(c->o.leading_until_ms);
+    return (long long)(mono_seconds() * 1000) < atomic_load(c->o.leading_until_ms);
 }
 
 typedef enum { REC_DONE, REC_REQUEUE, REC_ERROR } rec_result;
@@ -306,7 +297,7 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
     snprintf(cm_name, sizeof cm_name, "%s-config", name);
     cJSON *cm = cache_get(c->cache[INF_CONFIGMAPS], ns, cm_name);
     cJSON *svc = cache_get(c->cache[INF_SERVICES], ns, name);
-    const char *uid = meta_str(job, "uid");
+    const char *uid = kube_meta_str(job, "uid");
     if (pods) keep_owned(pods, uid);
     int have_cm = cm && settle_child(k, job, cm, "configmaps", vj_render_configmap);
     int have_svc = svc && settle_child(k, job, svc, "services", vj_render_service);
@@ -339,13 +330,6 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
     return result;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *worker(void *arg)
 {
     controller *c = arg;
@@ -367,9 +351,9 @@ static void *worker(void *arg)
         }
         char *key = NULL;
         if (wq_get(c->queue, &key, 0.5) != 0 || !key) continue;
-        double t0 = mono_now(), requeue = 0;
+        double t0 = mono_seconds(), requeue = 0;
         rec_result r = reconcile(c, k, key, &requeue);
-        metrics_histogram_observe(c->m_duration, mono_now() - t0);
+        metrics_histogram_observe(c->m_duration, mono_seconds() - t0);
         static const char *const names[] = {"done", "requeue", "error"};
         metrics_counter_add(c->m_reconcile, 1, names[r]);
         if (r == REC_ERROR) {

@@ -31,12 +31,8 @@ static int on_event(const char *type, const cJSON *obj, void *user)
     informer *inf = user;
     if (strcmp(type, "BOOKMARK") == 0) return 0;
     if (strcmp(type, "DELETED") == 0) {
-        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
-        const cJSON *ns = cJSON_GetObjectItemCaseSensitive(meta, "namespace");
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(meta, "name");
-        if (cJSON_IsString(name))
-            cache_remove(inf->o.cache, cJSON_IsString(ns) ? ns->valuestring : NULL,
-                         name->valuestring);
+        const char *name = kube_meta_str(obj, "name");
+        if (name) cache_remove(inf->o.cache, kube_meta_str(obj, "namespace"), name);
     } else {
         cJSON *copy = cJSON_Duplicate(obj, 1);
         if (copy) cache_put(inf->o.cache, copy);

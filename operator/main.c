@@ -25,6 +25,7 @@
 #include "kube.h"
 #include "leader.h"
 #include "log.h"
+#include "util.h"
 
 static volatile sig_atomic_t stop_requested;
 /* With --leader-elect: until when (monotonic ms) this replica may act; the
@@ -64,13 +65,6 @@ static void count_request(void *user, const char *method, int code)
     char c[16];
     snprintf(c, sizeof c, "%d", code);
     metrics_counter_add(user, 1, c);
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void sleep_s(double s)
@@ -221,10 +215,10 @@ int main(int argc, char **argv)
     double next_try = 0;
     while (!stop_requested) {
         httpd_heartbeat(http);
-        double now = mono_now();
+        double now = mono_seconds();
         if (le && now >= next_try) {
             leader_try(le, now, &st);
-            now = mono_now(); /* the calls may have taken a while: judge with a fresh clock */
+            now = mono_seconds(); /* the calls may have taken a while: judge with a fresh clock */
             int leading = leader_is_leader(le, now);
             next_try = now + retry_period;
             if (!leading && atomic_load(&rctx.ctl)) {

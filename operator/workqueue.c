@@ -13,6 +13,7 @@
  *   failures    the rate limiter's count for the key
  */
 #include "workqueue.h"
+#include "util.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -52,13 +53,6 @@ struct wq {
 };
 
 /* ---------------------------------------------------------------- time */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static struct timespec to_timespec(double t)
 {
@@ -289,7 +283,7 @@ static int add_after_locked(wq *q, const char *key, double seconds)
     if (!(seconds > 0)) { /* NaN too */
         rc = add_locked(q, e);
     } else {
-        rc = delay_locked(q, e, now_s() + seconds);
+        rc = delay_locked(q, e, mono_seconds() + seconds);
     }
     maybe_release(q, e);
     return rc;
@@ -418,11 +412,11 @@ int wq_num_requeues(wq *q, const char *key)
 int wq_get(wq *q, char **key, double timeout_s)
 {
     if (!q || !key) return WQ_EINVAL;
-    double deadline = timeout_s < 0 ? -1 : now_s() + timeout_s;
+    double deadline = timeout_s < 0 ? -1 : mono_seconds() + timeout_s;
     int rc;
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        double now = now_s();
+        double now = mono_seconds();
         promote_due(q, now);
         if (q->fifo_len > 0) {
             struct entry *e = q->fifo[q->fifo_head];
@@ -476,7 +470,7 @@ void wq_done(wq *q, const char *key)
                 /* Out of memory: retry through the heap, whose promotion marks
                  * it dirty again (lost only if the heap cannot grow either). */
                 e->dirty = 0;
-                delay_locked(q, e, now_s() + 0.01);
+                delay_locked(q, e, mono_seconds() + 0.01);
             }
         }
         maybe_release(q, e);
@@ -488,7 +482,7 @@ size_t wq_len(wq *q)
 {
     if (!q) return 0;
     pthread_mutex_lock(&q->mu);
-    promote_due(q, now_s());
+    promote_due(q, mono_seconds());
     size_t n = q->fifo_len;
     pthread_mutex_unlock(&q->mu);
     return n;
@@ -498,7 +492,7 @@ size_t wq_len_delayed(wq *q)
 {
     if (!q) return 0;
     pthread_mutex_lock(&q->mu);
-    promote_due(q, now_s());
+    promote_due(q, mono_seconds());
     size_t n = q->heap_len;
     pthread_mutex_unlock(&q->mu);
     return n;

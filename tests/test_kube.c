@@ -982,26 +982,42 @@ Test(kube_api, in_cluster_config_reaches_the_server_and_follows_token_rotation)
     rm_rf(dir);
 }
 
-Test(kube_api, request_to_a_server_that_never_answers_times_out)
+/* A TCP socket listening on 127.0.0.1 at a free port (written to *port). */
+static int loopback_listener(int *port)
 {
-    /* A listening socket nobody accepts on: TCP connects, TLS never starts. */
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(s, 4), 0);
+    cr_assert_eq(listen(s, 8), 0);
     socklen_t al = sizeof a;
     getsockname(s, (struct sockaddr *)&a, &al);
+    *port = ntohs(a.sin_port);
+    return s;
+}
+
+/* A client for scheme://127.0.0.1:port without credentials; caller frees. */
+static kube_client *client_at(const char *scheme, int port)
+{
     char text[512], err[ERRLEN];
     snprintf(text, sizeof text,
-             "clusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:%d\n"
+             "clusters:\n- name: c\n  cluster:\n    server: %s://127.0.0.1:%d\n"
              "contexts:\n- name: x\n  context:\n    cluster: c\n"
-             "current-context: x\n", ntohs(a.sin_port));
+             "current-context: x\n", scheme, port);
     kube_config *cfg = NULL;
     kube_client *c = NULL;
     kube_status st;
     cr_assert_eq(kube_config_load_kubeconfig_string(text, strlen(text), "mem", &cfg, err,
                                                     sizeof err), 0, "%s", err);
     cr_assert_eq(kube_client_new(cfg, &c, &st), KUBE_OK);
+    return c;
+}
+
+Test(kube_api, request_to_a_server_that_never_answers_times_out)
+{
+    /* A listening socket nobody accepts on: TCP connects, TLS never starts. */
+    int port, s = loopback_listener(&port);
+    kube_client *c = client_at("https", port);
+    kube_status st;
     kube_client_set_timeout(c, 300);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1067,25 +1083,12 @@ static void *stop_when_retried(void *arg)
 
 Test(kube_api, watch_error_event_is_retried_with_backoff_not_treated_as_a_stop, .timeout = 30)
 {
-    error_server es = {.sock = socket(AF_INET, SOCK_STREAM, 0)};
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(es.sock, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(es.sock, 8), 0);
-    socklen_t al = sizeof a;
-    getsockname(es.sock, (struct sockaddr *)&a, &al);
+    int port;
+    error_server es = {.sock = loopback_listener(&port)};
     pthread_t t;
     pthread_create(&t, NULL, serve_errors, &es);
-    char text[512], err[ERRLEN];
-    snprintf(text, sizeof text,
-             "clusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:%d\n"
-             "contexts:\n- name: x\n  context:\n    cluster: c\n"
-             "current-context: x\n", ntohs(a.sin_port));
-    kube_config *cfg = NULL;
-    kube_client *c = NULL;
+    kube_client *c = client_at("http", port);
     kube_status st;
-    cr_assert_eq(kube_config_load_kubeconfig_string(text, strlen(text), "mem", &cfg, err,
-                                                    sizeof err), 0, "%s", err);
-    cr_assert_eq(kube_client_new(cfg, &c, &st), KUBE_OK);
     /* stop from another thread once the client has come back three times */
     stop_after_retries = 0;
     kube_watch_opts o = {.backoff_initial_ms = 20, .backoff_max_ms = 50};

@@ -15,13 +15,7 @@
 #include "model.h"
 #include "model_io.h"
 #include "optim.h"
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "util.h"
 
 
 static double peak_rss_mib(void)
@@ -178,14 +172,14 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
     const float dloss = 1.0f / (float)tc->global_batch_size;
     double t_train = 0.0, interval_loss = 0.0, last_loss = 0.0;
     long interval_steps = 0, images_done = 0;
-    double t_interval = now_seconds();
+    double t_interval = mono_seconds();
     for (long step = 0; step < total; step++) {
         if (opt->stop_flag && *opt->stop_flag) {
             snprintf(err, errlen, "stopped by signal at step %ld", step);
             rc = VITJOB_EXIT_FAILURE;
             goto out;
         }
-        double t0 = now_seconds();
+        double t0 = mono_seconds();
         model_zero_grads(model);
         double loss = 0.0;
         /* epochs end at optimizer-step (global batch) boundaries, so that a
@@ -198,7 +192,7 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         }
         loss /= tc->global_batch_size;
         optim_result res = optim_step(opt_state, model, ops, step);
-        t_train += now_seconds() - t0;
+        t_train += mono_seconds() - t0;
         images_done += tc->global_batch_size;
         if (!isfinite(loss)) {
             snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
@@ -214,7 +208,7 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
                     step + 1, loss, res.lr, res.grad_norm);
         int last = step + 1 == total;
         if ((step + 1) % tc->log_interval == 0 || last) {
-            double t = now_seconds(), rate = interval_steps * tc->global_batch_size /
+            double t = mono_seconds(), rate = interval_steps * tc->global_batch_size /
                                               (t - t_interval);
             double eta = (double)(total - step - 1) * tc->global_batch_size / rate;
             LOG_INFO("train",
@@ -224,7 +218,7 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
                      interval_loss / interval_steps, res.lr, res.grad_norm, rate, eta);
             interval_loss = 0.0;
             interval_steps = 0;
-            t_interval = now_seconds();
+            t_interval = mono_seconds();
         }
         if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
             int stopped;
@@ -236,7 +230,7 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
                 rc = VITJOB_EXIT_FAILURE;
                 goto out;
             }
-            t_interval = now_seconds(); /* keep eval time out of the rate */
+            t_interval = mono_seconds(); /* keep eval time out of the rate */
         }
     }
 
