@@ -7,9 +7,9 @@
 
 #include <math.h>
 
-// p, m, v, g (n): one step, t 1-based
-void adamw_update_cpu(float *p, float *m, float *v, const float *g, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, long t)
+// p, m, v, g (n): one step, t 1-based; p_lp (n, may be NULL) = the new p
+void adamw_update_cpu(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, long t)
 {
     const double bc1 = 1.0 - pow(beta1, (double)t);
     const double bc2 = 1.0 - pow(beta2, (double)t);
@@ -25,5 +25,6 @@ void adamw_update_cpu(float *p, float *m, float *v, const float *g, size_t n, fl
         v[i] = vi;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = p[i] * decay - step_size * mi / denom;
+        if (p_lp) p_lp[i] = p[i];
     }
 }

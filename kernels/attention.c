@@ -30,12 +30,14 @@ static int thread_id(void)
 #endif
 }
 
-size_t ops_cpu_attention_scratch_floats(int T, int hd)
+size_t ops_cpu_attention_scratch_bytes(int B, int T, int D, int NH)
 {
+    (void)B;
+    const int hd = D / NH;
 #ifdef _OPENMP
-    return per_thread(T, hd) * (size_t)omp_get_max_threads();
+    return per_thread(T, hd) * (size_t)omp_get_max_threads() * sizeof(float);
 #else
-    return per_thread(T, hd);
+    return per_thread(T, hd) * sizeof(float);
 #endif
 }
 
@@ -67,7 +69,7 @@ static void transpose_head(float *dst, const float *src, int T, int hd, int C3)
 }
 
 // qkv (B,T,3D) -> out (B,T,D), att (B,NH,T,T)
-void attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B, int T,
+void attention_forward_cpu(float *out, float *att, void *scratch, const float *qkv, int B, int T,
                            int D, int NH)
 {
     const int hd = D / NH, C3 = 3 * D;
@@ -75,7 +77,7 @@ void attention_forward_cpu(float *out, float *att, float *scratch, const float *
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float *mine = scratch + per_thread(T, hd) * (size_t)thread_id();
+            float *mine = (float *)scratch + per_thread(T, hd) * (size_t)thread_id();
             float *kt = mine + (size_t)T * T, *qs = kt + (size_t)hd * T; /* keys (hd, T); query */
             const float *base = qkv + (size_t)b * T * C3 + h * hd;
             transpose_head(kt, base + D, T, hd, C3);
@@ -103,7 +105,7 @@ void attention_forward_cpu(float *out, float *att, float *scratch, const float *
 }
 
 // dout (B,T,D), qkv, att -> dqkv (B,T,3D) overwritten
-void attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
+void attention_backward_cpu(float *dqkv, void *scratch, const float *dout, const float *qkv,
                             const float *att, int B, int T, int D, int NH)
 {
     const int hd = D / NH, C3 = 3 * D;
@@ -111,7 +113,7 @@ void attention_backward_cpu(float *dqkv, float *scratch, const float *dout, cons
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float *ds = scratch + per_thread(T, hd) * (size_t)thread_id();
+            float *ds = (float *)scratch + per_thread(T, hd) * (size_t)thread_id();
             float *vt = ds + (size_t)T * T; /* this head's values, (hd, T) */
             const float *base = qkv + (size_t)b * T * C3 + h * hd;
             const float *dbase_out = dout + (size_t)b * T * D + h * hd;

@@ -1,9 +1,10 @@
-/* kernels/bf16.c - CPU emulation of bf16 storage.
+/* kernels/bf16.c - CPU storage ops: bf16 emulation, copies, zeroing.
  * Owns: rounding fp32 values to the nearest bf16 (8 exponent bits, 7
  * mantissa bits), ties to even, as the GPU's __float2bfloat16_rn does; NaN
  * stays NaN, infinities stay infinite, values past bf16's range round to
  * infinity. Values keep their fp32 storage.
- * Must not: decide where bf16 is stored (the model does, model.h). */
+ * Must not: decide where bf16 is stored (the op table's floatX arguments
+ * do, ops.h; the cpu-bf16 table in ops_cpu.c applies it). */
 #include "ops.h"
 
 #include <stdint.h>
@@ -28,4 +29,13 @@ void round_bf16_cpu(float *out, const float *in, size_t n)
 {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) out[i] = round_one(in[i]);
+}
+
+// x (n) = 0
+void zero_cpu(float *x, size_t n) { memset(x, 0, sizeof(float) * n); }
+
+// in (n) -> out (n); out may be in
+void copy_cpu(float *out, const float *in, size_t n)
+{
+    if (out != in) memmove(out, in, sizeof(float) * n);
 }

@@ -17,6 +17,22 @@ void matmul_forward_cpu(float *out, const float *inp, const float *w, const floa
                 bias ? 1.0f : 0.0f, out, OC);
 }
 
+// res (N,OC), inp (N,IC), w (OC,IC), bias (OC) -> out (N,OC) = res + inp @ w^T + bias
+void matmul_forward_residual_cpu(float *out, const float *inp, const float *w,
+                                 const float *bias, const float *res, int N, int IC, int OC)
+{
+    if (out != res) memcpy(out, res, sizeof(float) * (size_t)N * OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 1.0f,
+                out, OC);
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float *row = out + (size_t)n * OC;
+            for (int o = 0; o < OC; o++) row[o] += bias[o];
+        }
+    }
+}
+
 // dout (N,OC) -> dinp (N,IC) overwritten, dw (OC,IC) +=, dbias (OC) +=
 void matmul_backward_cpu(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int IC, int OC)

@@ -2,9 +2,13 @@
  *
  * Owns: the signature of every op the model calls. The model code
  * (worker/model.c) is written once against `vit_ops`; each backend fills the
- * table: the CPU reference (kernels/NAME.c, C + CBLAS) now, CUDA (kernels/NAME.cu)
- * with the same names and argument order.
- * Must not: allocate memory; every buffer is passed in by the caller.
+ * table: the CPU reference (kernels/NAME.c, C + CBLAS) and CUDA (kernels/NAME.cu,
+ * cuBLASLt + kernels), each in fp32 and bf16-mixed, with the same names and
+ * argument order. The model never touches memory the ops own except through
+ * alloc/upload/download.
+ * Must not: allocate memory inside an op; every buffer is passed in by the
+ * caller, through the backend's alloc (a backend may keep a fixed workspace
+ * of its own, e.g. cuBLASLt's).
  *
  * Conventions (llm.c's): outputs first, then const inputs, then sizes.
  * Shapes are in the comments, row-major. B = batch, T = tokens (1 + N
@@ -25,36 +29,72 @@
 
 #define VIT_LN_EPS 1e-6f
 
+/* floatX: a tensor that bf16-mixed stores in bf16 (matmul inputs and
+ * outputs, q/k/v, attention probabilities, GELU in and out, logits and the
+ * activation gradients between them). Declared float, the CPU's storage: the
+ * CPU backends keep fp32 storage (cpu-bf16 rounds every floatX it writes to
+ * bf16, nearest even); the cuda-bf16 backend stores __nv_bfloat16 at the
+ * address. So never index a floatX buffer outside a backend: offsets and
+ * sizes go through vit_ops.floatx_bytes. Tensors declared float are fp32 on
+ * every backend (the residual stream, LayerNorm statistics and weights,
+ * master parameters, gradients, optimizer state, losses). */
+typedef float floatX;
+
 typedef struct vit_ops {
-    const char *name;
+    const char *name;     /* "cpu", "cpu-bf16", "cuda", "cuda-bf16" */
+    int bf16;             /* floatX tensors hold bf16 values */
+    size_t floatx_bytes;  /* bytes of one floatX element: 4, or 2 on cuda-bf16 */
+
+    /* Memory the ops read and write: host memory on the CPU, device memory on
+     * CUDA. alloc returns zeroed memory or NULL (out of memory); the caller
+     * owns it and gives it back with release (which accepts NULL). upload and
+     * download copy to and from host memory; download returns when the data
+     * is there (it waits for the ops queued before it). */
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes);
+    /* Sticky error: 0 while every op has succeeded; else non-zero with the
+     * first failure (file, line, the library's own message) in err. After a
+     * failure the ops do nothing; the caller stops and exits. */
+    int (*status)(char *err, size_t errlen);
+    /* Waits until every op queued so far has finished (timing, profiling). */
+    void (*synchronize)(void);
+    /* Bytes of attention scratch for (B,T,D,NH). */
+    size_t (*attention_scratch_bytes)(int B, int T, int D, int NH);
 
     /* Patches of a batch of images, as rows for a matmul (im2col without
-     * overlap). img (B,C,S,S) -> patches (B*N, C*P*P), N = (S/P)^2, patch
+     * overlap). img (B,C,S,S) fp32 -> patches (B*N, C*P*P), N = (S/P)^2, patch
      * index n = py*(S/P)+px, column c*P*P + ky*P + kx (Conv2d weight order). */
-    void (*patchify)(float *patches, const float *img, int B, int C, int S, int P);
+    void (*patchify)(floatX *patches, const float *img, int B, int C, int S, int P);
 
     /* out (N,OC) = inp (N,IC) @ w^T (w is (OC,IC)) + bias (OC, may be NULL). */
-    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
+    void (*matmul_forward)(floatX *out, const floatX *inp, const floatX *w, const floatX *bias,
                            int N, int IC, int OC);
+    /* out (N,OC) = res (N,OC) + inp @ w^T + bias, all in fp32 (the product is
+     * not rounded before the residual add); bias (OC) fp32, may be NULL;
+     * out may be res. The residual branch's last matmul fused with the add. */
+    void (*matmul_forward_residual)(float *out, const floatX *inp, const floatX *w,
+                                    const float *bias, const float *res, int N, int IC, int OC);
     /* dinp (N,IC) = dout @ w (overwritten; skipped if dinp is NULL),
      * dw (OC,IC) += dout^T @ inp, dbias (OC) += sum_rows dout (if non-NULL). */
-    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC);
+    void (*matmul_backward)(floatX *dinp, float *dw, float *dbias, const floatX *dout,
+                            const floatX *inp, const floatX *w, int N, int IC, int OC);
 
     /* x (B,T,D): x[b,0] = cls + pos[0]; x[b,1+n] = patch_out[b,n] + pos[1+n].
      * patch_out (B,T-1,D), cls (D), pos (T,D). */
-    void (*embed_forward)(float *x, const float *patch_out, const float *cls, const float *pos,
+    void (*embed_forward)(float *x, const floatX *patch_out, const float *cls, const float *pos,
                           int B, int T, int D);
     /* dpatch_out (B,T-1,D) overwritten; dcls (D), dpos (T,D) accumulated. */
-    void (*embed_backward)(float *dpatch_out, float *dcls, float *dpos, const float *dx,
+    void (*embed_backward)(floatX *dpatch_out, float *dcls, float *dpos, const float *dx,
                            int B, int T, int D);
 
     /* LayerNorm over the last dim, eps VIT_LN_EPS, fp32 statistics.
      * inp (N,C) -> out (N,C), mean (N), rstd (N); w, b (C). */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+    void (*layernorm_forward)(floatX *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
     /* dinp (N,C) +=, dw (C) +=, db (C) +=. */
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const floatX *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
 
@@ -62,45 +102,41 @@ typedef struct vit_ops {
      * qkv (B,T,3D) with q at [0,D), k at [D,2D), v at [2D,3D), head h at
      * columns h*hd..h*hd+hd-1 of each, hd = D/NH, scale hd^-0.5.
      * out (B,T,D) (heads concatenated), att (B,NH,T,T) softmax probabilities.
-     * scratch: ops_cpu_attention_scratch_floats(T, hd) floats (the CPU
-     * backend's per-thread transposes; kept off the threads' stacks). */
-    void (*attention_forward)(float *out, float *att, float *scratch, const float *qkv, int B,
+     * scratch: attention_scratch_bytes(B,T,D,NH) bytes, the backend's own. */
+    void (*attention_forward)(floatX *out, floatX *att, void *scratch, const floatX *qkv, int B,
                               int T, int D, int NH);
     /* dqkv (B,T,3D) overwritten; scratch as for the forward. */
-    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int D, int NH);
+    void (*attention_backward)(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
+                               const floatX *att, int B, int T, int D, int NH);
 
     /* Exact GELU: 0.5 x (1 + erf(x / sqrt 2)), elementwise over n. */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    /* dinp = dout * gelu'(inp), overwritten. */
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(floatX *out, const floatX *inp, size_t n);
+    /* dinp = dout * gelu'(inp), overwritten; dinp may be dout. */
+    void (*gelu_backward)(floatX *dinp, const floatX *inp, const floatX *dout, size_t n);
 
     /* x (n) = 0. */
     void (*zero)(float *x, size_t n);
-
-    /* bf16 storage: out (n) = bf16(in), round to nearest even (NaN and Inf
-     * kept); out may be in. The CPU emulates it on fp32 storage; a backend
-     * that stores bf16 tensors natively rounds in its stores (and copies). */
-    void (*round_bf16)(float *out, const float *in, size_t n);
-
-    /* out = a + b, elementwise over n. */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* out (n) = in stored as floatX (rounded to bf16 where floatX is bf16). */
+    void (*to_floatx)(floatX *out, const float *in, size_t n);
+    /* out (n) = in as fp32 (exact). */
+    void (*to_float)(float *out, const floatX *in, size_t n);
 
     /* Rows of a strided tensor: out (B,D) = x[b, 0, :] for x (B,T,D). */
     void (*gather_cls)(float *out, const float *x, int B, int T, int D);
     /* dx (B,T,D): dx[b,0,:] += dcls[b,:], other rows untouched. */
     void (*scatter_cls_backward)(float *dx, const float *dcls, int B, int T, int D);
 
-    /* Softmax cross-entropy. logits (B,K), targets (B) in [0,K) ->
+    /* Softmax cross-entropy in fp32. logits (B,K), targets (B) in [0,K) ->
      * losses (B) = -log softmax(logits)[target], probs (B,K). */
-    void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
+    void (*crossentropy_forward)(float *losses, float *probs, const floatX *logits,
                                  const int *targets, int B, int K);
     /* dlogits (B,K) = (probs - onehot(target)) * dloss, overwritten;
      * dloss is d(total loss)/d(each sample's loss), e.g. 1/global_batch. */
-    void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
+    void (*crossentropy_backward)(floatX *dlogits, const float *probs, const int *targets,
                                   float dloss, int B, int K);
 
-    /* Sum of squares of g (n), deterministic (fixed chunking, double partials). */
+    /* Sum of squares of g (n), deterministic (fixed partition, double
+     * partials, no atomics); waits for the result. */
     double (*sum_squares)(const float *g, size_t n);
     /* g *= s, elementwise. */
     void (*scale)(float *g, float s, size_t n);
@@ -108,26 +144,40 @@ typedef struct vit_ops {
     /* One AdamW step on fp32 master params (PyTorch's torch.optim.AdamW):
      * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
-     * t is the 1-based step count. */
-    void (*adamw_update)(float *p, float *m, float *v, const float *g, size_t n, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, long t);
+     * t is the 1-based step count. With p_lp non-NULL the new p is also
+     * stored there as floatX (the matmuls' bf16 copy), in the same pass. */
+    void (*adamw_update)(float *p, floatX *p_lp, float *m, float *v, const float *g, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         long t);
 } vit_ops;
 
-/* The CPU reference backend; borrowed, static lifetime. */
+/* The CPU reference backend (fp32); borrowed, static lifetime. */
 const vit_ops *ops_cpu(void);
+/* The CPU backend emulating bf16-mixed: the same ops, every floatX output
+ * rounded to bf16 (nearest even) where the GPU stores bf16. Borrowed. */
+const vit_ops *ops_cpu_bf16(void);
+/* The CUDA backend (kernels/ops_cuda.cu) on the process's current GPU,
+ * fp32 or bf16-mixed; initialised on first call. NULL, with one line saying
+ * why in err, when this build has no CUDA backend or no usable GPU exists.
+ * Borrowed, static lifetime. */
+const vit_ops *ops_cuda(int bf16, char *err, size_t errlen);
+/* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */
+size_t ops_cuda_peak_bytes(void);
 
 /* Sets the CPU backend's thread count (OpenBLAS and OpenMP); 0 = all cores.
  * Returns the count in force. */
 int ops_cpu_set_threads(int n);
 
-/* Floats of attention scratch the CPU backend needs for T tokens and head
- * width hd, for all its threads (call after ops_cpu_set_threads). */
-size_t ops_cpu_attention_scratch_floats(int T, int hd);
+/* Bytes of attention scratch the CPU backend needs, for all its threads
+ * (call after ops_cpu_set_threads). */
+size_t ops_cpu_attention_scratch_bytes(int B, int T, int D, int NH);
 
-/* The CPU ops, exported so that tests can call them one by one. */
+/* The CPU ops, exported so that tests can call them one by one (fp32). */
 void patchify_cpu(float *patches, const float *img, int B, int C, int S, int P);
 void matmul_forward_cpu(float *out, const float *inp, const float *w, const float *bias,
                         int N, int IC, int OC);
+void matmul_forward_residual_cpu(float *out, const float *inp, const float *w,
+                                 const float *bias, const float *res, int N, int IC, int OC);
 void matmul_backward_cpu(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int IC, int OC);
 void embed_forward_cpu(float *x, const float *patch_out, const float *cls, const float *pos,
@@ -139,15 +189,15 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *in
 void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C);
-void attention_forward_cpu(float *out, float *att, float *scratch, const float *qkv, int B, int T,
+void attention_forward_cpu(float *out, float *att, void *scratch, const float *qkv, int B, int T,
                            int D, int NH);
-void attention_backward_cpu(float *dqkv, float *scratch, const float *dout, const float *qkv,
+void attention_backward_cpu(float *dqkv, void *scratch, const float *dout, const float *qkv,
                             const float *att, int B, int T, int D, int NH);
 void gelu_forward_cpu(float *out, const float *inp, size_t n);
 void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t n);
 void zero_cpu(float *x, size_t n);
+void copy_cpu(float *out, const float *in, size_t n);
 void round_bf16_cpu(float *out, const float *in, size_t n);
-void residual_forward_cpu(float *out, const float *a, const float *b, size_t n);
 void gather_cls_cpu(float *out, const float *x, int B, int T, int D);
 void scatter_cls_backward_cpu(float *dx, const float *dcls, int B, int T, int D);
 void crossentropy_forward_cpu(float *losses, float *probs, const float *logits,
@@ -156,7 +206,7 @@ void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *ta
                                float dloss, int B, int K);
 double sum_squares_cpu(const float *g, size_t n);
 void scale_cpu(float *g, float s, size_t n);
-void adamw_update_cpu(float *p, float *m, float *v, const float *g, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, long t);
+void adamw_update_cpu(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, long t);
 
 #endif

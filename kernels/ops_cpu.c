@@ -1,9 +1,13 @@
 /* kernels/ops_cpu.c - the CPU backend's op table and thread control.
- * Owns: which function fills each slot of vit_ops for the CPU, and the
- * thread count of OpenBLAS and OpenMP. Must not: contain math. */
+ * Owns: which function fills each slot of vit_ops for the CPU, in fp32
+ * ("cpu") and in bf16-mixed emulation ("cpu-bf16": the same ops, each floatX
+ * output rounded to bf16), host memory for the ops, and the thread count of
+ * OpenBLAS and OpenMP. Must not: contain math beyond those roundings. */
 #include "ops.h"
 
 #include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -26,29 +30,147 @@ int ops_cpu_set_threads(int n)
     return n;
 }
 
+/* ---- memory: host memory ---- */
+
+static void *cpu_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void cpu_release(void *p) { free(p); }
+static void cpu_copy_bytes(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+static int cpu_status(char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    return 0; /* the CPU ops cannot fail */
+}
+static void cpu_synchronize(void) {}
+
+/* ---- bf16-mixed emulation: every floatX output rounded where the GPU
+ * stores bf16 (inputs already are: they were outputs, or the rounded copy
+ * of the weights) ---- */
+
+static void bf_patchify(float *patches, const float *img, int B, int C, int S, int P)
+{
+    patchify_cpu(patches, img, B, C, S, P);
+    round_bf16_cpu(patches, patches, (size_t)B * (S / P) * (S / P) * C * P * P);
+}
+static void bf_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                              int N, int IC, int OC)
+{
+    matmul_forward_cpu(out, inp, w, bias, N, IC, OC);
+    round_bf16_cpu(out, out, (size_t)N * OC);
+}
+static void bf_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                               const float *inp, const float *w, int N, int IC, int OC)
+{
+    matmul_backward_cpu(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+    if (dinp) round_bf16_cpu(dinp, dinp, (size_t)N * IC);
+}
+static void bf_embed_backward(float *dpatch_out, float *dcls, float *dpos, const float *dx,
+                              int B, int T, int D)
+{
+    embed_backward_cpu(dpatch_out, dcls, dpos, dx, B, T, D);
+    round_bf16_cpu(dpatch_out, dpatch_out, (size_t)B * (T - 1) * D);
+}
+static void bf_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, int C)
+{
+    layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);
+    round_bf16_cpu(out, out, (size_t)N * C);
+}
+/* Known difference to the GPU: P.V here uses the fp32 probabilities, the
+ * GPU the stored bf16 ones. */
+static void bf_attention_forward(float *out, float *att, void *scratch, const float *qkv, int B,
+                                 int T, int D, int NH)
+{
+    attention_forward_cpu(out, att, scratch, qkv, B, T, D, NH);
+    round_bf16_cpu(att, att, (size_t)B * NH * T * T);
+    round_bf16_cpu(out, out, (size_t)B * T * D);
+}
+static void bf_attention_backward(float *dqkv, void *scratch, const float *dout,
+                                  const float *qkv, const float *att, int B, int T, int D, int NH)
+{
+    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, D, NH);
+    round_bf16_cpu(dqkv, dqkv, (size_t)B * T * 3 * D);
+}
+static void bf_gelu_forward(float *out, const float *inp, size_t n)
+{
+    gelu_forward_cpu(out, inp, n);
+    round_bf16_cpu(out, out, n);
+}
+static void bf_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    gelu_backward_cpu(dinp, inp, dout, n);
+    round_bf16_cpu(dinp, dinp, n);
+}
+static void bf_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                     float dloss, int B, int K)
+{
+    crossentropy_backward_cpu(dlogits, probs, targets, dloss, B, K);
+    round_bf16_cpu(dlogits, dlogits, (size_t)B * K);
+}
+static void bf_adamw_update(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            long t)
+{
+    adamw_update_cpu(p, p_lp, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t);
+    if (p_lp) round_bf16_cpu(p_lp, p_lp, n);
+}
+
+#define CPU_COMMON                                        \
+    .alloc = cpu_alloc, .release = cpu_release,           \
+    .upload = cpu_copy_bytes, .download = cpu_copy_bytes, \
+    .status = cpu_status, .synchronize = cpu_synchronize, \
+    .attention_scratch_bytes = ops_cpu_attention_scratch_bytes, \
+    .matmul_forward_residual = matmul_forward_residual_cpu, \
+    .embed_forward = embed_forward_cpu,                   \
+    .layernorm_backward = layernorm_backward_cpu,         \
+    .zero = zero_cpu,                                     \
+    .to_float = copy_cpu,                                 \
+    .gather_cls = gather_cls_cpu,                         \
+    .scatter_cls_backward = scatter_cls_backward_cpu,     \
+    .crossentropy_forward = crossentropy_forward_cpu,     \
+    .sum_squares = sum_squares_cpu,                       \
+    .scale = scale_cpu
+
 static const vit_ops cpu_ops = {
     .name = "cpu",
+    .bf16 = 0,
+    .floatx_bytes = sizeof(float),
+    CPU_COMMON,
     .patchify = patchify_cpu,
     .matmul_forward = matmul_forward_cpu,
     .matmul_backward = matmul_backward_cpu,
-    .embed_forward = embed_forward_cpu,
     .embed_backward = embed_backward_cpu,
     .layernorm_forward = layernorm_forward_cpu,
-    .layernorm_backward = layernorm_backward_cpu,
     .attention_forward = attention_forward_cpu,
     .attention_backward = attention_backward_cpu,
     .gelu_forward = gelu_forward_cpu,
     .gelu_backward = gelu_backward_cpu,
-    .zero = zero_cpu,
-    .round_bf16 = round_bf16_cpu,
-    .residual_forward = residual_forward_cpu,
-    .gather_cls = gather_cls_cpu,
-    .scatter_cls_backward = scatter_cls_backward_cpu,
-    .crossentropy_forward = crossentropy_forward_cpu,
+    .to_floatx = copy_cpu,
     .crossentropy_backward = crossentropy_backward_cpu,
-    .sum_squares = sum_squares_cpu,
-    .scale = scale_cpu,
     .adamw_update = adamw_update_cpu,
 };
 
+static const vit_ops cpu_bf16_ops = {
+    .name = "cpu-bf16",
+    .bf16 = 1,
+    .floatx_bytes = sizeof(float), /* fp32 storage holding bf16 values */
+    CPU_COMMON,
+    .patchify = bf_patchify,
+    .matmul_forward = bf_matmul_forward,
+    .matmul_backward = bf_matmul_backward,
+    .embed_backward = bf_embed_backward,
+    .layernorm_forward = bf_layernorm_forward,
+    .attention_forward = bf_attention_forward,
+    .attention_backward = bf_attention_backward,
+    .gelu_forward = bf_gelu_forward,
+    .gelu_backward = bf_gelu_backward,
+    .to_floatx = round_bf16_cpu,
+    .crossentropy_backward = bf_crossentropy_backward,
+    .adamw_update = bf_adamw_update,
+};
+
 const vit_ops *ops_cpu(void) { return &cpu_ops; }
+const vit_ops *ops_cpu_bf16(void) { return &cpu_bf16_ops; }

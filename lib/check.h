@@ -41,4 +41,41 @@ static inline int check_curl(CURLcode code, const char *expr, const char *file, 
 #define CURL_CHECK(expr, err, errlen) check_curl((expr), #expr, __FILE__, __LINE__, (err), (errlen))
 #endif
 
+#if defined(__CUDA_RUNTIME_H__) || defined(__CUDACC__) /* <cuda_runtime.h> was included first */
+static inline int check_cuda(cudaError_t code, const char *expr, const char *file, int line,
+                             char *err, size_t errlen)
+{
+    if (code == cudaSuccess) return 0;
+    return check_report((int)code, "cuda", cudaGetErrorString(code), expr, file, line, err,
+                        errlen);
+}
+/* Evaluates a cudaError_t expression; 0 on success, else the code with err filled. */
+#define CUDA_CHECK(expr, err, errlen) check_cuda((expr), #expr, __FILE__, __LINE__, (err), (errlen))
+#endif
+
+#ifdef CUBLAS_API_H_ /* <cublas_v2.h> was included first (also for cuBLASLt statuses) */
+static inline int check_cublas(cublasStatus_t code, const char *expr, const char *file, int line,
+                               char *err, size_t errlen)
+{
+    if (code == CUBLAS_STATUS_SUCCESS) return 0;
+    return check_report((int)code, "cublas", cublasGetStatusString(code), expr, file, line, err,
+                        errlen);
+}
+/* Evaluates a cublasStatus_t expression (cuBLAS or cuBLASLt). */
+#define CUBLAS_CHECK(expr, err, errlen) \
+    check_cublas((expr), #expr, __FILE__, __LINE__, (err), (errlen))
+#endif
+
+#ifdef NCCL_H_ /* <nccl.h> was included first */
+static inline int check_nccl(ncclResult_t code, const char *expr, const char *file, int line,
+                             char *err, size_t errlen)
+{
+    if (code == ncclSuccess) return 0;
+    return check_report((int)code, "nccl", ncclGetErrorString(code), expr, file, line, err,
+                        errlen);
+}
+/* Evaluates an ncclResult_t expression. */
+#define NCCL_CHECK(expr, err, errlen) check_nccl((expr), #expr, __FILE__, __LINE__, (err), (errlen))
+#endif
+
 #endif

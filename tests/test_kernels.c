@@ -168,7 +168,7 @@ Test(kernels, attention_backward_matches_finite_differences, .init = setup)
     size_t nq = 2 * 5 * 24, no = 2 * 5 * 8;
     c.qkv = rnd(nq, 1), c.out = calloc(no, 4), c.att = calloc(2 * 2 * 25, 4);
     float *r = rnd(no, 1), *dqkv = rnd(nq, 1);
-    float *scratch = calloc(ops_cpu_attention_scratch_floats(5, 4), 4);
+    float *scratch = calloc(ops_cpu_attention_scratch_bytes(1, 5, 4, 1), 1);
     c.scratch = scratch;
     at_fwd(&c);
     attention_backward_cpu(dqkv, scratch, r, c.qkv, c.att, c.B, c.T, c.D, c.NH);
@@ -180,7 +180,7 @@ Test(kernels, attention_rows_are_probabilities_and_non_causal, .init = setup)
 {
     int B = 1, T = 6, D = 4, NH = 2;
     float *qkv = rnd(B * T * 3 * D, 2), out[24], att[72];
-    float *scratch = calloc(ops_cpu_attention_scratch_floats(T, D / NH), 4);
+    float *scratch = calloc(ops_cpu_attention_scratch_bytes(B, T, D, NH), 1);
     attention_forward_cpu(out, att, scratch, qkv, B, T, D, NH);
     free(scratch);
     for (int row = 0; row < NH * T; row++) {
@@ -318,9 +318,10 @@ Test(kernels, adamw_matches_torch_formula_on_known_values)
     /* One step of torch.optim.AdamW(lr=0.1, betas=(0.9,0.999), eps=1e-8,
      * weight_decay=0.5) from p=1, g=0.2: p = 1*(1-0.05) - 0.1*sign = 0.85
      * (m_hat = g, sqrt(v_hat) = |g|). */
-    float p = 1.0f, m = 0, v = 0, g = 0.2f;
-    adamw_update_cpu(&p, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.5f, 1);
+    float p = 1.0f, m = 0, v = 0, g = 0.2f, p_lp = -1;
+    adamw_update_cpu(&p, &p_lp, &m, &v, &g, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.5f, 1);
     cr_assert_float_eq(p, 0.85f, 1e-6);
+    cr_assert_eq(p_lp, p, "the low-precision copy is written in the same pass");
     cr_assert_float_eq(m, 0.02f, 1e-7);
     cr_assert_float_eq(v, 0.00004f, 1e-9);
 }
@@ -360,7 +361,7 @@ Test(kernels, model_gradient_of_every_tensor_matches_finite_differences_of_the_l
     c.t = t;
     md_fwd(&c);
     model_zero_grads(c.m);
-    model_backward(c.m, t, 1.0f / 3);
+    model_backward(c.m, 1.0f / 3);
     float one = 1.0f;
     for (int i = 0; i < model_num_tensors(c.m); i++) {
         const model_tensor *tt = model_tensor_at(c.m, i);
@@ -393,16 +394,17 @@ Test(kernels, model_layout_uses_timm_names_shapes_and_decay_groups)
     model_free(m);
 }
 
-Test(kernels, activation_checkpointing_gives_identical_gradients_with_less_memory, .init = setup)
+static void check_ckpt_identical(const vit_ops *ops)
 {
     model_config mc = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16, .depth = 3,
                        .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
     char err[256];
     vit_model *plain, *ckpt;
-    cr_assert_eq(model_new(&plain, &mc, 4, NULL, ops_cpu(), err, sizeof err), 0);
-    cr_assert_eq(model_new(&ckpt, &mc, 4, &(model_options){.activation_checkpointing = 1}, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&plain, &mc, 4, NULL, ops, err, sizeof err), 0);
+    cr_assert_eq(model_new(&ckpt, &mc, 4, &(model_options){.activation_checkpointing = 1}, ops,
+                           err, sizeof err), 0);
     model_init_random(plain, 3);
-    memcpy(model_params(ckpt), model_params(plain), model_num_params(plain) * sizeof(float));
+    model_write_params(ckpt, model_params(plain));
     float *img = rnd(4 * 64, 1);
     int t[4] = {0, 4, 2, 1};
     vit_model *ms[2] = {plain, ckpt};
@@ -410,17 +412,61 @@ Test(kernels, activation_checkpointing_gives_identical_gradients_with_less_memor
     for (int i = 0; i < 2; i++) {
         model_zero_grads(ms[i]);
         loss[i] = model_forward(ms[i], img, t, 4);
-        model_backward(ms[i], t, 0.25f);
+        model_backward(ms[i], 0.25f);
     }
-    cr_assert(loss[0] == loss[1], "loss %.9g vs %.9g", loss[0], loss[1]);
+    cr_assert(loss[0] == loss[1], "%s: loss %.9g vs %.9g", ops->name, loss[0], loss[1]);
     cr_assert(memcmp(model_grads(plain), model_grads(ckpt),
                      model_num_params(plain) * sizeof(float)) == 0,
-              "gradients differ with activation checkpointing");
+              "%s: gradients differ with activation checkpointing", ops->name);
     cr_assert(model_activation_bytes(ckpt) < model_activation_bytes(plain), "%zu vs %zu",
               model_activation_bytes(ckpt), model_activation_bytes(plain));
     model_free(plain);
     model_free(ckpt);
     free(img);
+}
+
+Test(kernels, activation_checkpointing_gives_identical_gradients_with_less_memory, .init = setup)
+{
+    check_ckpt_identical(ops_cpu());
+}
+
+Test(kernels, activation_checkpointing_gives_identical_gradients_in_bf16_mixed, .init = setup)
+{
+    check_ckpt_identical(ops_cpu_bf16());
+}
+
+Test(kernels, cpu_bf16_stores_every_floatx_activation_as_a_bf16_value, .init = setup)
+{
+    model_config mc = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16, .depth = 2,
+                       .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
+    char err[256];
+    vit_model *m;
+    cr_assert_eq(model_new(&m, &mc, 4, NULL, ops_cpu_bf16(), err, sizeof err), 0);
+    model_init_random(m, 9);
+    float *img = rnd(4 * 64, 1);
+    int t[4] = {0, 4, 2, 1};
+    model_forward(m, img, t, 4);
+    const float *z = model_logits(m);
+    float r[20];
+    round_bf16_cpu(r, z, 20);
+    cr_assert(memcmp(r, z, sizeof r) == 0, "logits are not bf16 values");
+    float fp = 0;
+    for (int i = 0; i < 20; i++) fp += fabsf(z[i]);
+    cr_assert(fp > 0, "logits are all zero");
+    /* the matmuls' copy of a weight is the rounded master */
+    int w = model_find_tensor(m, "blocks.0.mlp.fc1.weight");
+    const model_tensor *tw = model_tensor_at(m, w);
+    const float *lp = model_params_lp(m, w);
+    cr_assert(lp != NULL);
+    cr_assert_null(model_params_lp(m, model_find_tensor(m, "blocks.0.norm1.weight")));
+    float *want = malloc(sizeof(float) * tw->numel);
+    round_bf16_cpu(want, model_params(m) + tw->offset, tw->numel);
+    cr_assert(memcmp(want, lp, sizeof(float) * tw->numel) == 0);
+    cr_assert(memcmp(want, model_params(m) + tw->offset, sizeof(float) * tw->numel) != 0,
+              "the master weights are not fp32 any more");
+    free(want);
+    free(img);
+    model_free(m);
 }
 
 Test(kernels, round_bf16_rounds_to_nearest_even_and_keeps_nan_and_inf)
@@ -453,7 +499,7 @@ Test(kernels, bf16_mixed_gradients_track_fp32_within_bf16_precision, .init = set
     char err[256];
     vit_model *f32, *b16;
     cr_assert_eq(model_new(&f32, &mc, 4, NULL, ops_cpu(), err, sizeof err), 0);
-    cr_assert_eq(model_new(&b16, &mc, 4, &(model_options){.bf16 = 1}, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&b16, &mc, 4, NULL, ops_cpu_bf16(), err, sizeof err), 0);
     model_init_random(f32, 4);
     model_init_random(b16, 4);
     float *img = rnd(4 * 64, 1);
@@ -463,7 +509,7 @@ Test(kernels, bf16_mixed_gradients_track_fp32_within_bf16_precision, .init = set
     for (int i = 0; i < 2; i++) {
         model_zero_grads(ms[i]);
         loss[i] = model_forward(ms[i], img, t, 4);
-        model_backward(ms[i], t, 0.25f);
+        model_backward(ms[i], 0.25f);
     }
     size_t n = model_num_params(f32);
     double diff = 0, ref = 0;

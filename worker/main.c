@@ -108,14 +108,6 @@ static int cmd_train(int argc, char **argv)
         rc = VITJOB_EXIT_CONFIG;
         goto fail;
     }
-    if (strcmp(cfg.training.device, "cuda") == 0) {
-        snprintf(err, sizeof err, "training.device=cuda: this build has no CUDA backend; "
-                 "use device cpu or auto");
-        rc = VITJOB_EXIT_CONFIG;
-        goto fail;
-    }
-    if (strcmp(cfg.training.device, "auto") == 0)
-        LOG_INFO("worker", "event=device device=cpu reason=\"no CUDA backend in this build\"");
     if (cfg.checkpoint.uri[0])
         LOG_WARN("worker", "msg=\"checkpoint.uri is set but checkpoints are not in this build "
                  "yet; none will be written\" uri=%s", cfg.checkpoint.uri);

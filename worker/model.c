@@ -15,38 +15,49 @@ enum { /* per-block tensors, in timm's order */
 };
 
 typedef struct { /* activations of one block, (B,T,.) each */
-    float *ln1, *ln1_mean, *ln1_rstd; /* LayerNorm 1 out, stats */
-    float *qkv;                       /* (B,T,3D) */
-    float *att;                       /* (B,NH,T,T) probabilities */
-    float *atty;                      /* attention out before proj (B,T,D) */
-    float *res2;                      /* x + attn branch (B,T,D) */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fc1;                       /* (B,T,H) pre-GELU */
-    float *gelu;                      /* (B,T,H) */
+    floatX *ln1;                      /* LayerNorm 1 out */
+    float *ln1_mean, *ln1_rstd;       /* its statistics */
+    floatX *qkv;                      /* (B,T,3D) */
+    floatX *att;                      /* (B,NH,T,T) probabilities */
+    floatX *atty;                     /* attention out before proj (B,T,D) */
+    float *res2;                      /* x + attn branch (B,T,D), fp32 */
+    floatX *ln2;
+    float *ln2_mean, *ln2_rstd;
+    floatX *fc1;                      /* (B,T,H) pre-GELU */
+    floatX *gelu;                     /* (B,T,H) */
 } block_acts;
 
 struct vit_model {
     const vit_ops *ops;
     int S, P, C, D, L, NH, H, K, T, N, max_batch, B;
     int ckpt;                   /* activation checkpointing: one shared block_acts */
-    int bf16;                   /* bf16-mixed: matmul weights, activations rounded to bf16 */
-    float *params_lp;           /* bf16 copy of the parameters (values rounded), or NULL */
+    int bf16;                   /* bf16-mixed (ops->bf16): matmuls read params_lp */
+    size_t xb;                  /* bytes of a floatX element (ops->floatx_bytes) */
+    floatX *params_lp;          /* bf16 copy of the matmul parameters, or NULL */
     size_t n_params;
-    float *params, *grads;
+    float *params, *grads;      /* fp32 master parameters and their gradients */
     model_tensor *tensors;
     int n_tensors;
     /* index of the first tensor of each part */
     int t_cls, t_pos, t_patch_w, t_patch_b, t_block0, t_norm_w, t_norm_b, t_head_w, t_head_b;
 
-    float *arena; /* every activation buffer lives in it */
-    size_t arena_floats;
-    float *patches, *patch_out; /* (B*N, C*P*P), (B*N, D) */
+    void *arena; /* every activation buffer lives in it (backend memory) */
+    size_t arena_bytes;
+    float *images;              /* (B,C,S,S) the batch, uploaded */
+    int *targets;               /* (B) its labels, uploaded */
+    floatX *patches, *patch_out; /* (B*N, C*P*P), (B*N, D) */
     float **res;                /* L+1 residual streams (B,T,D): input of block l */
     block_acts *blk;
-    float *cls, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *losses; /* head */
+    float *cls, *lnf_mean, *lnf_rstd, *probs, *losses; /* head */
+    floatX *lnf, *logits;
+    float *logits_f32;          /* logits as fp32, for the host copy */
     /* backward scratch */
-    float *dres, *dbuf_d, *dqkv, *dbuf_h, *dpatch_out, *dlogits, *dlnf, *dcls, *att_scratch;
-    float *dres_lp; /* bf16-mixed: dres as the matmuls read it (rounded copy) */
+    float *dres, *dcls;
+    floatX *dbuf_d, *dqkv, *dbuf_h, *dpatch_out, *dlogits, *dlnf;
+    floatX *dres_lp;            /* bf16-mixed: dres as the matmuls read it (rounded copy) */
+    void *att_scratch;
+    /* host copies */
+    float *logits_host, *losses_host;
 };
 
 static void add_tensor(vit_model *m, const char *name, int ndim, const int *shape, int decay)
@@ -104,65 +115,71 @@ static void build_layout(vit_model *m)
 
 static inline float *P_(vit_model *m, int t) { return m->params + m->tensors[t].offset; }
 static inline float *G_(vit_model *m, int t) { return m->grads + m->tensors[t].offset; }
-/* A matmul weight or bias as the matmul reads it: the bf16 copy in bf16-mixed. */
-static inline float *W_(vit_model *m, int t)
+/* A matmul weight or bias as the matmul reads it: the bf16 copy in
+ * bf16-mixed (floatX elements: offsets in bytes), the master otherwise. */
+static inline floatX *W_(vit_model *m, int t)
 {
-    return (m->bf16 ? m->params_lp : m->params) + m->tensors[t].offset;
+    if (!m->bf16) return m->params + m->tensors[t].offset;
+    return (floatX *)((char *)m->params_lp + m->tensors[t].offset * m->xb);
 }
-/* Where the GPU stores a tensor in bf16, the CPU rounds it to bf16. */
-static inline void lowp(vit_model *m, float *x, size_t n)
+/* Tensors that stay fp32 in bf16-mixed: LayerNorm, cls_token, pos_embed. */
+static int stays_fp32(const vit_model *m, int t)
 {
-    if (m->bf16) m->ops->round_bf16(x, x, n);
+    return t == m->t_cls || t == m->t_pos || strstr(m->tensors[t].name, "norm") != NULL;
 }
 static inline int BT(const vit_model *m, int l, int i) { return m->t_block0 + l * BT_COUNT + i; }
 
-/* Carves the activation arena; with base NULL only counts. */
-static size_t carve(vit_model *m, float *base)
+/* Carves the activation arena (byte offsets; floatX tensors take xb bytes
+ * an element); with base NULL only counts. */
+static size_t carve(vit_model *m, void *base)
 {
     const size_t B = (size_t)m->max_batch, T = (size_t)m->T, D = (size_t)m->D,
                  H = (size_t)m->H, NH = (size_t)m->NH, K = (size_t)m->K, N = (size_t)m->N,
-                 CPP = (size_t)m->C * m->P * m->P;
+                 CPP = (size_t)m->C * m->P * m->P, F = sizeof(float), X = m->xb;
     size_t off = 0;
-#define TAKE(ptr, count)                                   \
-    do {                                                   \
-        if (base) (ptr) = base + off;                      \
-        off += ((size_t)(count) + 15) & ~(size_t)15;       \
+#define TAKE(ptr, count, esize)                                     \
+    do {                                                            \
+        if (base) (ptr) = (void *)((char *)base + off);             \
+        off += ((size_t)(count) * (esize) + 255) & ~(size_t)255;    \
     } while (0)
-    TAKE(m->patches, B * N * CPP);
-    TAKE(m->patch_out, B * N * D);
-    for (int l = 0; l <= m->L; l++) TAKE(m->res[l], B * T * D);
+    TAKE(m->images, B * m->C * m->S * m->S, F);
+    TAKE(m->targets, B, sizeof(int));
+    TAKE(m->patches, B * N * CPP, X);
+    TAKE(m->patch_out, B * N * D, X);
+    for (int l = 0; l <= m->L; l++) TAKE(m->res[l], B * T * D, F);
     for (int l = 0; l < (m->ckpt ? 1 : m->L); l++) {
         block_acts *a = &m->blk[l];
-        TAKE(a->ln1, B * T * D);
-        TAKE(a->ln1_mean, B * T);
-        TAKE(a->ln1_rstd, B * T);
-        TAKE(a->qkv, B * T * 3 * D);
-        TAKE(a->att, B * NH * T * T);
-        TAKE(a->atty, B * T * D);
-        TAKE(a->res2, B * T * D);
-        TAKE(a->ln2, B * T * D);
-        TAKE(a->ln2_mean, B * T);
-        TAKE(a->ln2_rstd, B * T);
-        TAKE(a->fc1, B * T * H);
-        TAKE(a->gelu, B * T * H);
+        TAKE(a->ln1, B * T * D, X);
+        TAKE(a->ln1_mean, B * T, F);
+        TAKE(a->ln1_rstd, B * T, F);
+        TAKE(a->qkv, B * T * 3 * D, X);
+        TAKE(a->att, B * NH * T * T, X);
+        TAKE(a->atty, B * T * D, X);
+        TAKE(a->res2, B * T * D, F);
+        TAKE(a->ln2, B * T * D, X);
+        TAKE(a->ln2_mean, B * T, F);
+        TAKE(a->ln2_rstd, B * T, F);
+        TAKE(a->fc1, B * T * H, X);
+        TAKE(a->gelu, B * T * H, X);
     }
-    TAKE(m->cls, B * D);
-    TAKE(m->lnf, B * D);
-    TAKE(m->lnf_mean, B);
-    TAKE(m->lnf_rstd, B);
-    TAKE(m->logits, B * K);
-    TAKE(m->probs, B * K);
-    TAKE(m->losses, B);
-    TAKE(m->dres, B * T * D);
-    TAKE(m->dres_lp, m->bf16 ? B * T * D : 0);
-    TAKE(m->dbuf_d, B * T * D);
-    TAKE(m->dqkv, B * T * 3 * D);
-    TAKE(m->dbuf_h, B * T * H);
-    TAKE(m->dpatch_out, B * N * D);
-    TAKE(m->dlogits, B * K);
-    TAKE(m->dlnf, B * D);
-    TAKE(m->dcls, B * D);
-    TAKE(m->att_scratch, ops_cpu_attention_scratch_floats(m->T, m->D / m->NH));
+    TAKE(m->cls, B * D, F);
+    TAKE(m->lnf, B * D, X);
+    TAKE(m->lnf_mean, B, F);
+    TAKE(m->lnf_rstd, B, F);
+    TAKE(m->logits, B * K, X);
+    TAKE(m->logits_f32, B * K, F);
+    TAKE(m->probs, B * K, F);
+    TAKE(m->losses, B, F);
+    TAKE(m->dres, B * T * D, F);
+    TAKE(m->dres_lp, m->bf16 ? B * T * D : 0, X);
+    TAKE(m->dbuf_d, B * T * D, X);
+    TAKE(m->dqkv, B * T * 3 * D, X);
+    TAKE(m->dbuf_h, B * T * H, X);
+    TAKE(m->dpatch_out, B * N * D, X);
+    TAKE(m->dlogits, B * K, X);
+    TAKE(m->dlnf, B * D, X);
+    TAKE(m->dcls, B * D, F);
+    TAKE(m->att_scratch, m->ops->attention_scratch_bytes(m->max_batch, m->T, m->D, m->NH), 1);
 #undef TAKE
     return off;
 }
@@ -185,24 +202,28 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
     m->T = m->N + 1;
     m->max_batch = max_batch;
     m->ckpt = opts && opts->activation_checkpointing;
-    m->bf16 = opts && opts->bf16;
+    m->bf16 = ops->bf16;
+    m->xb = ops->floatx_bytes;
     m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
-    if (!m->tensors || !m->res || !m->blk) goto oom;
+    m->logits_host = calloc((size_t)max_batch * m->K, sizeof(float));
+    m->losses_host = calloc((size_t)max_batch, sizeof(float));
+    if (!m->tensors || !m->res || !m->blk || !m->logits_host || !m->losses_host) goto oom;
     build_layout(m);
-    m->params = calloc(m->n_params, sizeof(float));
-    m->grads = calloc(m->n_params, sizeof(float));
-    if (m->bf16 && !(m->params_lp = calloc(m->n_params, sizeof(float)))) goto oom;
-    m->arena_floats = carve(m, NULL);
-    m->arena = calloc(m->arena_floats, sizeof(float));
+    m->params = ops->alloc(m->n_params * sizeof(float));
+    m->grads = ops->alloc(m->n_params * sizeof(float));
+    if (m->bf16 && !(m->params_lp = ops->alloc(m->n_params * m->xb))) goto oom;
+    m->arena_bytes = carve(m, NULL);
+    m->arena = ops->alloc(m->arena_bytes);
     if (!m->params || !m->grads || !m->arena) goto oom;
     carve(m, m->arena);
     *out = m;
     return 0;
 oom:
-    snprintf(err, errlen, "model: out of memory for dim=%d depth=%d batch=%d", mc->dim,
-             mc->depth, max_batch);
+    snprintf(err, errlen, "model: out of %s memory for dim=%d depth=%d batch=%d (%s backend)",
+             strncmp(ops->name, "cuda", 4) == 0 ? "GPU" : "host", mc->dim, mc->depth, max_batch,
+             ops->name);
     model_free(m);
     return VITJOB_EXIT_FAILURE;
 }
@@ -210,13 +231,17 @@ oom:
 void model_free(vit_model *m)
 {
     if (!m) return;
+    if (m->ops) {
+        m->ops->release(m->params);
+        m->ops->release(m->grads);
+        m->ops->release(m->params_lp);
+        m->ops->release(m->arena);
+    }
     free(m->tensors);
     free(m->res);
     free(m->blk);
-    free(m->params);
-    free(m->grads);
-    free(m->params_lp);
-    free(m->arena);
+    free(m->logits_host);
+    free(m->losses_host);
     free(m);
 }
 
@@ -224,13 +249,48 @@ int model_tokens(const vit_model *m) { return m->T; }
 int model_num_classes(const vit_model *m) { return m->K; }
 int model_image_floats(const vit_model *m) { return m->C * m->S * m->S; }
 size_t model_num_params(const vit_model *m) { return m->n_params; }
-size_t model_activation_bytes(const vit_model *m) { return m->arena_floats * sizeof(float); }
+size_t model_activation_bytes(const vit_model *m) { return m->arena_bytes; }
+const vit_ops *model_ops(const vit_model *m) { return m->ops; }
 float *model_params(vit_model *m) { return m->params; }
 float *model_grads(vit_model *m) { return m->grads; }
 int model_num_tensors(const vit_model *m) { return m->n_tensors; }
 const model_tensor *model_tensor_at(const vit_model *m, int i) { return &m->tensors[i]; }
-const float *model_logits(const vit_model *m) { return m->logits; }
-const float *model_losses(const vit_model *m) { return m->losses; }
+const float *model_losses(const vit_model *m) { return m->losses_host; }
+
+const float *model_logits(vit_model *m)
+{
+    const size_t n = (size_t)m->B * m->K;
+    m->ops->to_float(m->logits_f32, m->logits, n);
+    m->ops->download(m->logits_host, m->logits_f32, n * sizeof(float));
+    return m->logits_host;
+}
+
+floatX *model_params_lp(vit_model *m, int t)
+{
+    if (!m->bf16 || stays_fp32(m, t)) return NULL;
+    return W_(m, t);
+}
+
+void model_read_params(vit_model *m, float *host)
+{
+    m->ops->download(host, m->params, m->n_params * sizeof(float));
+}
+
+void model_write_params(vit_model *m, const float *host)
+{
+    m->ops->upload(m->params, host, m->n_params * sizeof(float));
+    model_params_changed(m);
+}
+
+void model_read_grads(vit_model *m, float *host)
+{
+    m->ops->download(host, m->grads, m->n_params * sizeof(float));
+}
+
+int model_status(const vit_model *m, char *err, size_t errlen)
+{
+    return m->ops->status(err, errlen);
+}
 
 int model_find_tensor(const vit_model *m, const char *name)
 {
@@ -250,14 +310,15 @@ static void fill_trunc_normal(float *x, size_t n, float std, rng_state *r)
     }
 }
 
-void model_init_random(vit_model *m, uint64_t seed)
+int model_init_random(vit_model *m, uint64_t seed)
 {
+    float *host = calloc(m->n_params, sizeof(float));
+    if (!host) return -1;
     rng_state r;
     rng_seed(&r, seed, 0x1a17, 0);
-    memset(m->params, 0, m->n_params * sizeof(float));
     for (int i = 0; i < m->n_tensors; i++) {
         const model_tensor *t = &m->tensors[i];
-        float *p = m->params + t->offset;
+        float *p = host + t->offset;
         const char *dot = strrchr(t->name, '.');
         if (i == m->t_cls) {
             for (size_t j = 0; j < t->numel; j++) p[j] = 1e-6f * rng_normal(&r);
@@ -272,29 +333,27 @@ void model_init_random(vit_model *m, uint64_t seed)
             fill_trunc_normal(p, t->numel, 0.02f, &r);
         } /* biases stay 0 */
     }
-    model_params_changed(m);
+    model_write_params(m, host);
+    free(host);
+    return 0;
 }
 
 void model_params_changed(vit_model *m)
 {
     if (!m->bf16) return;
     /* the bf16 copy of what matmuls read; LayerNorm, cls and pos stay fp32 */
-    memcpy(m->params_lp, m->params, m->n_params * sizeof(float));
-    for (int i = 0; i < m->n_tensors; i++) {
-        const model_tensor *t = &m->tensors[i];
-        int fp32 = i == m->t_cls || i == m->t_pos || strstr(t->name, "norm") != NULL;
-        if (!fp32) m->ops->round_bf16(m->params_lp + t->offset, m->params_lp + t->offset, t->numel);
-    }
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!stays_fp32(m, i)) m->ops->to_floatx(W_(m, i), P_(m, i), m->tensors[i].numel);
 }
 
 void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_params); }
 
 /* The residual gradient as a matmul reads it: bf16 in bf16-mixed (the
  * residual itself stays fp32), the fp32 buffer otherwise. */
-static const float *dout_of_residual(vit_model *m, int n)
+static const floatX *dout_of_residual(vit_model *m, int n)
 {
     if (!m->bf16) return m->dres;
-    m->ops->round_bf16(m->dres_lp, m->dres, (size_t)n);
+    m->ops->to_floatx(m->dres_lp, m->dres, (size_t)n);
     return m->dres_lp;
 }
 
@@ -302,7 +361,8 @@ static const float *dout_of_residual(vit_model *m, int n)
  * activations are checkpointed. */
 static block_acts *acts_of(vit_model *m, int l) { return &m->blk[m->ckpt ? 0 : l]; }
 
-/* Block l: res[l] -> res[l+1], keeping what its backward needs in a. */
+/* Block l: res[l] -> res[l+1], keeping what its backward needs in a. The
+ * two residual adds are fused into the matmuls that end each branch. */
 static void block_forward(vit_model *m, int l, block_acts *a, int B)
 {
     const vit_ops *ops = m->ops;
@@ -310,31 +370,18 @@ static void block_forward(vit_model *m, int l, block_acts *a, int B)
     const float *x = m->res[l];
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, P_(m, BT(m, l, BT_NORM1_W)),
                            P_(m, BT(m, l, BT_NORM1_B)), BT_, D);
-    lowp(m, a->ln1, (size_t)BT_ * D);
     ops->matmul_forward(a->qkv, a->ln1, W_(m, BT(m, l, BT_QKV_W)), W_(m, BT(m, l, BT_QKV_B)),
                         BT_, D, 3 * D);
-    lowp(m, a->qkv, (size_t)BT_ * 3 * D);
     ops->attention_forward(a->atty, a->att, m->att_scratch, a->qkv, B, T, D, NH);
-    lowp(m, a->att, (size_t)B * NH * T * T);
-    lowp(m, a->atty, (size_t)BT_ * D);
-    /* proj output goes to res2 first, then the residual is added in place */
-    ops->matmul_forward(a->res2, a->atty, W_(m, BT(m, l, BT_PROJ_W)), W_(m, BT(m, l, BT_PROJ_B)),
-                        BT_, D, D);
-    lowp(m, a->res2, (size_t)BT_ * D); /* the projection's output; the residual stays fp32 */
-    ops->residual_forward(a->res2, a->res2, x, (size_t)BT_ * D);
+    ops->matmul_forward_residual(a->res2, a->atty, W_(m, BT(m, l, BT_PROJ_W)),
+                                 P_(m, BT(m, l, BT_PROJ_B)), x, BT_, D, D);
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P_(m, BT(m, l, BT_NORM2_W)),
                            P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
-    lowp(m, a->ln2, (size_t)BT_ * D);
     ops->matmul_forward(a->fc1, a->ln2, W_(m, BT(m, l, BT_FC1_W)), W_(m, BT(m, l, BT_FC1_B)),
                         BT_, D, H);
-    lowp(m, a->fc1, (size_t)BT_ * H);
     ops->gelu_forward(a->gelu, a->fc1, (size_t)BT_ * H);
-    lowp(m, a->gelu, (size_t)BT_ * H);
-    float *y = m->res[l + 1];
-    ops->matmul_forward(y, a->gelu, W_(m, BT(m, l, BT_FC2_W)), W_(m, BT(m, l, BT_FC2_B)), BT_, H,
-                        D);
-    lowp(m, y, (size_t)BT_ * D);
-    ops->residual_forward(y, y, a->res2, (size_t)BT_ * D);
+    ops->matmul_forward_residual(m->res[l + 1], a->gelu, W_(m, BT(m, l, BT_FC2_W)),
+                                 P_(m, BT(m, l, BT_FC2_B)), a->res2, BT_, H, D);
 }
 
 /* dres holds d(block output); each LayerNorm backward adds its branch,
@@ -346,24 +393,18 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)),
                          dout_of_residual(m, BT_ * D), a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H,
                          D);
-    lowp(m, m->dbuf_h, (size_t)BT_ * H);
     ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
-    lowp(m, m->dbuf_h, (size_t)BT_ * H);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
                          m->dbuf_h, a->ln2, W_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
-    lowp(m, m->dbuf_d, (size_t)BT_ * D);
     ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM2_W)), G_(m, BT(m, l, BT_NORM2_B)),
                             m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
                             a->ln2_rstd, BT_, D);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
                          dout_of_residual(m, BT_ * D), a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_,
                          D, D);
-    lowp(m, m->dbuf_d, (size_t)BT_ * D);
     ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
-    lowp(m, m->dqkv, (size_t)BT_ * 3 * D);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)), m->dqkv,
                          a->ln1, W_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
-    lowp(m, m->dbuf_d, (size_t)BT_ * D);
     ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM1_W)), G_(m, BT(m, l, BT_NORM1_B)),
                             m->dbuf_d, m->res[l], P_(m, BT(m, l, BT_NORM1_W)), a->ln1_mean,
                             a->ln1_rstd, BT_, D);
@@ -375,11 +416,11 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
     const int T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
     m->B = B;
 
-    ops->patchify(m->patches, images, B, m->C, m->S, m->P);
-    lowp(m, m->patches, (size_t)B * m->N * CPP);
+    ops->upload(m->images, images, sizeof(float) * (size_t)B * m->C * m->S * m->S);
+    if (targets) ops->upload(m->targets, targets, sizeof(int) * (size_t)B);
+    ops->patchify(m->patches, m->images, B, m->C, m->S, m->P);
     ops->matmul_forward(m->patch_out, m->patches, W_(m, m->t_patch_w), W_(m, m->t_patch_b),
                         B * m->N, CPP, D);
-    lowp(m, m->patch_out, (size_t)B * m->N * D);
     ops->embed_forward(m->res[0], m->patch_out, P_(m, m->t_cls), P_(m, m->t_pos), B, T, D);
 
     for (int l = 0; l < m->L; l++) block_forward(m, l, acts_of(m, l), B);
@@ -389,26 +430,23 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
     ops->gather_cls(m->cls, m->res[m->L], B, T, D);
     ops->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->cls, P_(m, m->t_norm_w),
                            P_(m, m->t_norm_b), B, D);
-    lowp(m, m->lnf, (size_t)B * D);
     ops->matmul_forward(m->logits, m->lnf, W_(m, m->t_head_w), W_(m, m->t_head_b), B, D, K);
-    lowp(m, m->logits, (size_t)B * K); /* the loss itself is fp32 */
     if (!targets) return 0.0f;
-    ops->crossentropy_forward(m->losses, m->probs, m->logits, targets, B, K);
+    ops->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, B, K);
+    ops->download(m->losses_host, m->losses, sizeof(float) * (size_t)B);
     double sum = 0.0;
-    for (int b = 0; b < B; b++) sum += m->losses[b];
+    for (int b = 0; b < B; b++) sum += m->losses_host[b];
     return (float)(sum / B);
 }
 
-void model_backward(vit_model *m, const int *targets, float dloss)
+void model_backward(vit_model *m, float dloss)
 {
     const vit_ops *ops = m->ops;
     const int B = m->B, T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
 
-    ops->crossentropy_backward(m->dlogits, m->probs, targets, dloss, B, K);
-    lowp(m, m->dlogits, (size_t)B * K);
+    ops->crossentropy_backward(m->dlogits, m->probs, m->targets, dloss, B, K);
     ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
                          W_(m, m->t_head_w), B, D, K);
-    lowp(m, m->dlnf, (size_t)B * D);
     ops->zero(m->dcls, (size_t)B * D);
     ops->layernorm_backward(m->dcls, G_(m, m->t_norm_w), G_(m, m->t_norm_b), m->dlnf, m->cls,
                             P_(m, m->t_norm_w), m->lnf_mean, m->lnf_rstd, B, D);
@@ -424,7 +462,6 @@ void model_backward(vit_model *m, const int *targets, float dloss)
     }
 
     ops->embed_backward(m->dpatch_out, G_(m, m->t_cls), G_(m, m->t_pos), m->dres, B, T, D);
-    lowp(m, m->dpatch_out, (size_t)B * m->N * D);
     ops->matmul_backward(NULL, G_(m, m->t_patch_w), G_(m, m->t_patch_b), m->dpatch_out,
                          m->patches, W_(m, m->t_patch_w), B * m->N, CPP, D);
 }

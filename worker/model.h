@@ -35,25 +35,23 @@ typedef struct vit_model vit_model;
 
 typedef struct {
     int activation_checkpointing; /* keep block inputs only; recompute in backward */
-    int bf16;                     /* bf16-mixed (see model_params_changed) */
 } model_options;
 
-/* Builds a model for batches of at most max_batch images. Parameters and
- * gradients are zeroed; call model_init_random or model_load_safetensors.
- * opts may be NULL (fp32, all activations kept). With
- * activation_checkpointing, only each block's input is kept from the forward
- * pass and the backward recomputes the block (one block's activations are
- * allocated instead of depth's); gradients are identical.
- * With bf16 (FAIR's recipe): the fp32 parameters are the master weights;
- * matmuls read a bf16 copy of their weights and biases; LayerNorm weights,
- * statistics, cls_token, pos_embed, the residual stream, gradients of the
- * parameters and the loss stay fp32; every activation the GPU engine stores
- * in bf16 (LayerNorm outputs, matmul outputs, q/k/v, attention
- * probabilities and output, GELU output, logits, and the activation
- * gradients between ops, including the residual gradient as the matmuls
- * read it) is rounded to bf16 (nearest even) where it is stored, so the CPU
- * runs the same arithmetic as the GPU's storage. Known difference to a fused
- * GPU attention: P.V uses the fp32 probabilities; the stored ones are bf16.
+/* Builds a model for batches of at most max_batch images, on the backend
+ * `ops` (borrowed; it outlives the model): parameters, gradients and
+ * activations live in the backend's memory. Parameters and gradients are
+ * zeroed; call model_init_random or model_load_safetensors.
+ * opts may be NULL (all activations kept). With activation_checkpointing,
+ * only each block's input is kept from the forward pass and the backward
+ * recomputes the block (one block's activations are allocated instead of
+ * depth's); gradients are identical.
+ * Precision is the backend's (ops->bf16). In bf16-mixed (FAIR's recipe) the
+ * fp32 parameters are the master weights; matmuls read a bf16 copy of their
+ * weights and biases (the two matmuls that end a residual branch add their
+ * bias in fp32, fused with the residual add); LayerNorm weights and
+ * statistics, cls_token, pos_embed, the residual stream and its gradient,
+ * parameter gradients and the loss stay fp32; every other activation and
+ * activation gradient is floatX (ops.h), i.e. bf16.
  * On success *out is the caller's, freed with model_free. Returns 0 or
  * VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
 int model_new(vit_model **out, const model_config *mc, int max_batch,
@@ -66,10 +64,22 @@ int model_num_classes(const vit_model *m);
 int model_image_floats(const vit_model *m); /* C*S*S per image */
 size_t model_num_params(const vit_model *m);
 size_t model_activation_bytes(const vit_model *m);
+const vit_ops *model_ops(const vit_model *m);
 
-/* The flat buffers: borrowed, valid until model_free. */
+/* The flat fp32 buffers, in the backend's memory (host memory only on the
+ * CPU backends): borrowed, valid until model_free. Hand them to the ops;
+ * read or write them from the host through the three copies below. */
 float *model_params(vit_model *m);
 float *model_grads(vit_model *m);
+/* The bf16 copy of tensor t that matmuls read, or NULL (fp32 precision, or
+ * a tensor that stays fp32): borrowed, for the optimizer's fused write. */
+floatX *model_params_lp(vit_model *m, int t);
+/* Host copies of all n_params values; write_params refreshes the bf16 copy. */
+void model_read_params(vit_model *m, float *host);
+void model_write_params(vit_model *m, const float *host);
+void model_read_grads(vit_model *m, float *host);
+/* The backend's sticky error (ops.h): 0, or non-zero with the message in err. */
+int model_status(const vit_model *m, char *err, size_t errlen);
 int model_num_tensors(const vit_model *m);
 const model_tensor *model_tensor_at(const vit_model *m, int i);
 /* Index of a tensor by timm name, or -1. */
@@ -78,22 +88,25 @@ int model_find_tensor(const vit_model *m, const char *name);
 /* timm's default init ('' mode): Linear weights trunc-normal std 0.02 and zero
  * bias, LayerNorm weight 1 bias 0, pos_embed trunc-normal 0.02, cls_token
  * normal 1e-6, patch conv like PyTorch's Conv2d default (uniform +-1/sqrt(fan_in)).
- * Deterministic in seed. */
-void model_init_random(vit_model *m, uint64_t seed);
+ * Deterministic in seed (the same values on every backend). Returns 0, or
+ * -1 when host memory for the staging copy runs out. */
+int model_init_random(vit_model *m, uint64_t seed);
 
-/* Forward on B <= max_batch images (B,C,S,S). With targets, computes the
- * per-sample losses and returns their mean; without (NULL), returns 0 and
- * only the logits are valid. */
+/* Forward on B <= max_batch images (B,C,S,S), host memory (copied to the
+ * backend). With targets (host), computes the per-sample losses and
+ * returns their mean; without (NULL), returns 0 and only the logits are
+ * valid. */
 float model_forward(vit_model *m, const float *images, const int *targets, int B);
-/* Logits (B,K) of the last forward: borrowed. */
-const float *model_logits(const vit_model *m);
-/* Per-sample losses (B) of the last forward with targets: borrowed. */
+/* Logits (B,K) of the last forward, copied to host memory as fp32:
+ * borrowed, valid until the next call. */
+const float *model_logits(vit_model *m);
+/* Per-sample losses (B) of the last forward with targets, host: borrowed. */
 const float *model_losses(const vit_model *m);
 
 /* Backward of the last forward (which must have had targets), with
  * d(total loss)/d(each sample loss) = dloss (1 / global batch for a mean).
  * ACCUMULATES into the gradients, so micro-batches add up. */
-void model_backward(vit_model *m, const int *targets, float dloss);
+void model_backward(vit_model *m, float dloss);
 void model_zero_grads(vit_model *m);
 /* Refreshes the bf16 copy of the parameters after they changed (init, load,
  * an optimizer step); a no-op in fp32. */

@@ -16,7 +16,13 @@ int model_save_safetensors(vit_model *m, const model_config *mc, const char *pat
         snprintf(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    const float *params = model_params(m);
+    float *params = malloc(sizeof(float) * model_num_params(m));
+    if (!params) {
+        free(ts);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    model_read_params(m, params);
     for (int i = 0; i < n; i++) {
         const model_tensor *t = model_tensor_at(m, i);
         ts[i].name = t->name;
@@ -35,6 +41,7 @@ int model_save_safetensors(vit_model *m, const model_config *mc, const char *pat
                           "timm.VisionTransformer(class_token, pre-norm, qkv_bias)"};
     int rc = st_write(path, ts, n, meta, 3, err, errlen);
     free(ts);
+    free(params);
     return rc;
 }
 
@@ -43,6 +50,12 @@ int model_load_safetensors(vit_model *m, const char *path, char *err, size_t err
     st_file *f = NULL;
     if (st_open(&f, path, err, errlen) != 0) return -1;
     int rc = -1, n = model_num_tensors(m);
+    /* staged on the host; the model changes only once every tensor checked out */
+    float *host = malloc(sizeof(float) * model_num_params(m));
+    if (!host) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto out;
+    }
     for (int i = 0; i < n; i++) {
         const model_tensor *t = model_tensor_at(m, i);
         const st_tensor *s = st_find(f, t->name);
@@ -68,7 +81,7 @@ int model_load_safetensors(vit_model *m, const char *path, char *err, size_t err
                      t->name, got, want);
             goto out;
         }
-        memcpy(model_params(m) + t->offset, s->data, t->numel * sizeof(float));
+        memcpy(host + t->offset, s->data, t->numel * sizeof(float));
     }
     if (st_count(f) != n) {
         for (int i = 0; i < st_count(f); i++) {
@@ -79,8 +92,10 @@ int model_load_safetensors(vit_model *m, const char *path, char *err, size_t err
             }
         }
     }
+    model_write_params(m, host);
     rc = 0;
 out:
+    free(host);
     st_close(f);
     return rc;
 }

@@ -9,6 +9,7 @@
 #define M_PI_VALUE 3.14159265358979323846
 
 struct optim {
+    const vit_ops *ops; /* m and v live in its memory */
     optimizer_config oc;
     long total_steps;
     size_t n;
@@ -32,11 +33,12 @@ int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long 
 {
     optim *o = calloc(1, sizeof *o);
     if (o) {
+        o->ops = model_ops(m);
         o->oc = *oc;
         o->total_steps = total_steps;
         o->n = model_num_params(m);
-        o->m = calloc(o->n, sizeof(float));
-        o->v = calloc(o->n, sizeof(float));
+        o->m = o->ops->alloc(o->n * sizeof(float));
+        o->v = o->ops->alloc(o->n * sizeof(float));
     }
     if (!o || !o->m || !o->v) {
         snprintf(err, errlen, "optimizer: out of memory for %zu parameters", model_num_params(m));
@@ -50,8 +52,10 @@ int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long 
 void optim_free(optim *o)
 {
     if (!o) return;
-    free(o->m);
-    free(o->v);
+    if (o->ops) {
+        o->ops->release(o->m);
+        o->ops->release(o->v);
+    }
     free(o);
 }
 
@@ -70,10 +74,11 @@ optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
     r.lr = optim_lr_at(&o->oc, step, o->total_steps);
     for (int i = 0; i < model_num_tensors(m); i++) {
         const model_tensor *t = model_tensor_at(m, i);
-        ops->adamw_update(p + t->offset, o->m + t->offset, o->v + t->offset, g + t->offset,
-                          t->numel, (float)r.lr, (float)o->oc.beta1, (float)o->oc.beta2,
-                          (float)o->oc.eps, t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
+        /* the bf16 copy of the matmul weights is written in the same pass */
+        ops->adamw_update(p + t->offset, model_params_lp(m, i), o->m + t->offset,
+                          o->v + t->offset, g + t->offset, t->numel, (float)r.lr,
+                          (float)o->oc.beta1, (float)o->oc.beta2, (float)o->oc.eps,
+                          t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
     }
-    model_params_changed(m); /* the GPU's AdamW writes the bf16 copy in the same pass */
     return r;
 }

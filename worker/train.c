@@ -81,11 +81,61 @@ static eval_result evaluate_and_report(vit_model *m, const dataset *test, int B,
     return ev;
 }
 
+int train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
+                       size_t errlen)
+{
+    const int bf16 = strcmp(tc->precision, "bf16-mixed") == 0;
+    const vit_ops *cpu = bf16 ? ops_cpu_bf16() : ops_cpu();
+    if (strcmp(tc->device, "cpu") == 0) {
+        *out = cpu;
+        return 0;
+    }
+    char why[512] = "";
+    const vit_ops *gpu = ops_cuda(bf16, why, sizeof why);
+    if (gpu) {
+        *out = gpu;
+        return 0;
+    }
+    if (strcmp(tc->device, "cuda") == 0) {
+        snprintf(err, errlen, "training.device=cuda: %s; use training.device=cpu or auto", why);
+        return VITJOB_EXIT_CONFIG;
+    }
+    LOG_INFO("train", "event=device device=cpu reason=\"%s\"", why);
+    *out = cpu;
+    return 0;
+}
+
+/* Tensor cores want matrix dims that are multiples of 8; say which are not. */
+static void report_dims(const model_config *mc, const vit_ops *ops)
+{
+    const struct {
+        const char *name;
+        int value;
+    } dims[] = {{"model.dim", mc->dim},
+                {"mlpHidden", config_mlp_hidden(mc)},
+                {"model.numClasses", mc->num_classes},
+                {"patchFeatures(channels*patchSize^2)",
+                 mc->channels * mc->patch_size * mc->patch_size},
+                {"headDim", mc->dim / mc->heads}};
+    char list[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].value % 8 != 0 && used < sizeof list)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s=%d", used ? "," : "",
+                                     dims[i].name, dims[i].value);
+    if (!list[0]) return;
+    if (strncmp(ops->name, "cuda", 4) == 0)
+        LOG_WARN("train", "event=dims_not_multiple_of_8 dims=%s msg=\"slower tensor-core matmuls\"",
+                 list);
+    else
+        LOG_INFO("train", "event=dims_not_multiple_of_8 dims=%s", list);
+}
+
 int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const model_config *mc = &cfg->model;
     const training_config *tc = &cfg->training;
-    const vit_ops *ops = ops_cpu();
+    const vit_ops *ops = NULL;
     dataset *train = NULL, *test = NULL;
     vit_model *model = NULL;
     optim *opt_state = NULL;
@@ -129,8 +179,10 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         goto out;
     }
 
-    model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
-                           .bf16 = strcmp(tc->precision, "bf16-mixed") == 0};
+    rc = train_pick_backend(&ops, tc, err, errlen);
+    if (rc) goto out;
+    report_dims(mc, ops);
+    model_options mopts = {.activation_checkpointing = tc->activation_checkpointing};
     rc = model_new(&model, mc, micro, &mopts, ops, err, errlen);
     if (rc) goto out;
     if (mc->init[0]) {
@@ -138,10 +190,11 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
             rc = VITJOB_EXIT_CONFIG;
             goto out;
         }
-        model_params_changed(model);
         LOG_INFO("train", "event=init_loaded path=%s", mc->init);
-    } else {
-        model_init_random(model, tc->seed);
+    } else if (model_init_random(model, tc->seed) != 0) {
+        snprintf(err, errlen, "out of host memory for the initial weights");
+        rc = VITJOB_EXIT_FAILURE;
+        goto out;
     }
     rc = optim_new(&opt_state, model, &tc->optimizer, total, err, errlen);
     if (rc) goto out;
@@ -163,9 +216,10 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
     }
 
     LOG_INFO("train",
-             "event=start backend=%s threads=%d params=%zu activation_mib=%.1f tokens=%d "
+             "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d params=%zu activation_mib=%.1f tokens=%d "
              "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
-             ops->name, threads, model_num_params(model),
+             ops->name, ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing, threads,
+             model_num_params(model),
              model_activation_bytes(model) / 1048576.0, model_tokens(model), total,
              steps_per_epoch, tc->global_batch_size, micro, accum);
 
@@ -188,11 +242,15 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         for (int a = 0; a < accum; a++) {
             data_loader_next(&loader, micro, images, labels);
             loss += model_forward(model, images, labels, micro) * (double)micro;
-            model_backward(model, labels, dloss);
+            model_backward(model, dloss);
         }
         loss /= tc->global_batch_size;
         optim_result res = optim_step(opt_state, model, ops, step);
         t_train += mono_seconds() - t0;
+        if (model_status(model, err, errlen)) {
+            rc = VITJOB_EXIT_FAILURE; /* a GPU fault: retryable from the last checkpoint */
+            goto out;
+        }
         images_done += tc->global_batch_size;
         if (!isfinite(loss)) {
             snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "ops.h"
 
 typedef struct {
     const char *metrics_path; /* NULL, or a JSON-lines file of per-step metrics */
@@ -21,6 +22,13 @@ typedef struct {
 /* Trains as cfg says (already validated) on the CPU backend. Prints progress
  * to stderr and a one-line JSON summary to stdout. Returns a VITJOB_EXIT_*
  * code; on failure the message is in err. */
+/* The op table for training.device and training.precision: cpu is the CPU
+ * backend; cuda the GPU's, or VITJOB_EXIT_CONFIG with one line saying why
+ * none is usable; auto the GPU's when one is usable, else the CPU's (logged).
+ * *out is borrowed (static lifetime). */
+int train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
+                       size_t errlen);
+
 int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen);
 
 

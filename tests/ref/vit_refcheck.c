@@ -66,11 +66,11 @@ int main(int argc, char **argv)
     float *images = malloc(sizeof(float) * B * img_floats);
     memcpy(images, timg->data, sizeof(float) * B * img_floats);
 
-    const vit_ops *ops = ops_cpu();
+    const vit_ops *ops =
+        strcmp(cfg.training.precision, "bf16-mixed") == 0 ? ops_cpu_bf16() : ops_cpu();
     ops_cpu_set_threads(cfg.training.threads);
     vit_model *m = NULL;
-    model_options mopts = {.activation_checkpointing = cfg.training.activation_checkpointing,
-                           .bf16 = strcmp(cfg.training.precision, "bf16-mixed") == 0};
+    model_options mopts = {.activation_checkpointing = cfg.training.activation_checkpointing};
     if (model_new(&m, mc, B, &mopts, ops, err, sizeof err)) return fail(err);
     if (model_load_safetensors(m, init, err, sizeof err)) return fail(err);
     model_params_changed(m);
@@ -90,7 +90,7 @@ int main(int argc, char **argv)
         double loss = 0.0;
         for (int b0 = 0; b0 < B; b0 += micro) {
             loss += model_forward(m, images + b0 * img_floats, labels + b0, micro) * (double)micro;
-            model_backward(m, labels + b0, 1.0f / B);
+            model_backward(m, 1.0f / B);
         }
         if (s == 0) memcpy(grads0, model_grads(m), sizeof(float) * n);
         if (s == steps) break;

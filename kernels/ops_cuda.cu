@@ -1,0 +1,227 @@
+/* kernels/ops_cuda.cu - the CUDA backend's op tables, context and memory.
+ *
+ * Owns: initialising the one GPU of this process (stream, cuBLAS and
+ * cuBLASLt handles, cuBLASLt's workspace), the sticky error, device memory
+ * (alloc/release/upload/download, with a peak count for benchmarks), the
+ * backend's scratch, and which CUDA function fills each slot of vit_ops, for
+ * fp32 ("cuda") and bf16-mixed ("cuda-bf16").
+ * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
+ * process per GPU, the launcher sets CUDA_VISIBLE_DEVICES / LOCAL_RANK and
+ * the process uses its current device.
+ */
+#include "cuda_common.cuh"
+
+#include <stdio.h>
+#include <string.h>
+
+cuda_ctx g_cuda;
+
+int cuda_note(int rc)
+{
+    if (rc != 0) g_cuda.failed = 1; /* CU_ERRBUF kept the first message */
+    return rc;
+}
+
+/* ---- memory: sizes kept per pointer for the peak count ---- */
+
+enum { MAX_ALLOCS = 4096 };
+static struct {
+    void *p;
+    size_t bytes;
+} allocs[MAX_ALLOCS];
+static size_t live_bytes, peak_bytes;
+
+static void track(void *p, size_t bytes)
+{
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (!allocs[i].p) {
+            allocs[i].p = p;
+            allocs[i].bytes = bytes;
+            break;
+        }
+    }
+    live_bytes += bytes;
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+}
+
+static void untrack(void *p)
+{
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].p == p) {
+            live_bytes -= allocs[i].bytes;
+            allocs[i].p = NULL;
+            return;
+        }
+    }
+}
+
+static void *cuda_alloc(size_t bytes)
+{
+    if (g_cuda.failed) return NULL;
+    void *p = NULL;
+    if (bytes == 0) bytes = 1;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is the caller's to report, not sticky */
+        return NULL;
+    }
+    if (CU_TRY(cudaMemsetAsync(p, 0, bytes, g_cuda.stream)) ||
+        CU_TRY(cudaStreamSynchronize(g_cuda.stream))) {
+        cudaFree(p);
+        return NULL;
+    }
+    track(p, bytes);
+    return p;
+}
+
+static void cuda_release(void *p)
+{
+    if (!p) return;
+    /* ops queued on the stream may still read it */
+    (void)cudaStreamSynchronize(g_cuda.stream);
+    untrack(p);
+    (void)cudaFree(p);
+}
+
+static void cuda_upload(void *dst, const void *src, size_t bytes)
+{
+    CU_GUARD();
+    if (bytes == 0) return;
+    /* synchronous: the caller may reuse its host buffer at once */
+    if (CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream))) return;
+    CU_TRY(cudaStreamSynchronize(g_cuda.stream));
+}
+
+static void cuda_download(void *dst, const void *src, size_t bytes)
+{
+    if (g_cuda.failed) {
+        memset(dst, 0, bytes); /* defined contents; status() says why */
+        return;
+    }
+    if (bytes > 0)
+        CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream));
+    CU_TRY(cudaStreamSynchronize(g_cuda.stream));
+}
+
+static void cuda_synchronize(void)
+{
+    CU_GUARD();
+    CU_TRY(cudaStreamSynchronize(g_cuda.stream));
+}
+
+static int cuda_status(char *err, size_t errlen)
+{
+    if (!g_cuda.failed) {
+        /* surface asynchronous kernel faults too */
+        cudaError_t e = cudaPeekAtLastError();
+        if (e != cudaSuccess) CU_TRY(e);
+    }
+    if (!g_cuda.failed) return 0;
+    if (err && errlen) snprintf(err, errlen, "%s", g_cuda.err);
+    return 1;
+}
+
+void *cuda_scratch(size_t bytes)
+{
+    if (g_cuda.failed) return NULL;
+    if (bytes <= g_cuda.scratch_bytes) return g_cuda.scratch;
+    if (g_cuda.scratch) {
+        if (CU_TRY(cudaStreamSynchronize(g_cuda.stream))) return NULL;
+        untrack(g_cuda.scratch);
+        cudaFree(g_cuda.scratch);
+        g_cuda.scratch = NULL;
+        g_cuda.scratch_bytes = 0;
+    }
+    size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    if (CU_TRY(cudaMalloc(&g_cuda.scratch, want))) {
+        g_cuda.scratch = NULL;
+        return NULL;
+    }
+    track(g_cuda.scratch, want);
+    g_cuda.scratch_bytes = want;
+    return g_cuda.scratch;
+}
+
+extern "C" size_t ops_cuda_peak_bytes(void) { return peak_bytes; }
+
+/* ---- the tables ---- */
+
+#define CUDA_TABLE(NAME, X, BF16)                                          \
+    {                                                                      \
+        NAME, BF16, sizeof(X),                                             \
+        cuda_alloc, cuda_release, cuda_upload, cuda_download, cuda_status, \
+        cuda_synchronize, attention_scratch_bytes_cuda<X>,                 \
+        patchify_cuda<X>,                                                  \
+        matmul_forward_cuda<X>,                                            \
+        matmul_forward_residual_cuda<X>,                                   \
+        matmul_backward_cuda<X>,                                           \
+        embed_forward_cuda<X>,                                             \
+        embed_backward_cuda<X>,                                            \
+        layernorm_forward_cuda<X>,                                         \
+        layernorm_backward_cuda<X>,                                        \
+        attention_forward_cuda<X>,                                         \
+        attention_backward_cuda<X>,                                        \
+        gelu_forward_cuda<X>,                                              \
+        gelu_backward_cuda<X>,                                             \
+        zero_cuda,                                                         \
+        to_floatx_cuda<X>,                                                 \
+        to_float_cuda<X>,                                                  \
+        gather_cls_cuda,                                                   \
+        scatter_cls_backward_cuda,                                         \
+        crossentropy_forward_cuda<X>,                                      \
+        crossentropy_backward_cuda<X>,                                     \
+        sum_squares_cuda,                                                  \
+        scale_cuda,                                                        \
+        adamw_update_cuda<X>,                                              \
+    }
+
+/* Positional on purpose: C++17 has no designated initializers, and a slot
+ * out of order fails to compile because every slot's type differs. */
+static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0);
+static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1);
+
+/* cuBLASLt's workspace: what its heuristics ask for on sm_90 at ViT sizes. */
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+static int cuda_init(char *err, size_t errlen)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(err, errlen, "no usable CUDA GPU: %s",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices");
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (CUDA_CHECK(cudaGetDevice(&g_cuda.device), err, errlen) ||
+        CUDA_CHECK(cudaDeviceGetAttribute(&g_cuda.sm_count, cudaDevAttrMultiProcessorCount,
+                                          g_cuda.device), err, errlen) ||
+        CUDA_CHECK(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking), err,
+                   errlen) ||
+        CUBLAS_CHECK(cublasCreate(&g_cuda.blas), err, errlen) ||
+        CUBLAS_CHECK(cublasSetStream(g_cuda.blas, g_cuda.stream), err, errlen) ||
+        /* default math: CUBLAS_COMPUTE_32F on fp32 data stays fp32 (no TF32) */
+        CUBLAS_CHECK(cublasSetMathMode(g_cuda.blas, CUBLAS_DEFAULT_MATH), err, errlen) ||
+        CUBLAS_CHECK(cublasLtCreate(&g_cuda.lt), err, errlen) ||
+        CUDA_CHECK(cudaMalloc(&g_cuda.lt_workspace, LT_WORKSPACE_BYTES), err, errlen))
+        return -1;
+    g_cuda.lt_workspace_bytes = LT_WORKSPACE_BYTES;
+    track(g_cuda.lt_workspace, LT_WORKSPACE_BYTES);
+    g_cuda.ready = 1;
+    return 0;
+}
+
+extern "C" const vit_ops *ops_cuda(int bf16_mixed, char *err, size_t errlen)
+{
+    static int tried, ok;
+    static char why[512];
+    if (!tried) {
+        tried = 1;
+        ok = cuda_init(why, sizeof why) == 0;
+    }
+    if (!ok) {
+        snprintf(err, errlen, "%s", why);
+        return NULL;
+    }
+    return bf16_mixed ? &cuda_bf16_ops : &cuda_fp32_ops;
+}
