@@ -6,7 +6,8 @@
 #   make demo       trains a small ViT on Fashion-MNIST on the CPU
 #   make bench      the CPU engine against PyTorch, and the operator against the
 #                   test API server (tables, not tests)
-#   make gpu-test   CUDA ops against the CPU ops (needs a GPU; see README)
+#   make gpu-test   CUDA ops against the CPU ops, bf16 GPU training (needs a GPU)
+#   make bench-gpu  the GPU engine against PyTorch/timm on the same GPU
 #   make asan       the same programs built with AddressSanitizer + UBSan
 #   make clean
 
@@ -24,12 +25,31 @@ BLAS_DIR   ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_CFLAGS = -I/usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 
+# The CUDA backend is built whenever nvcc exists (it does on every
+# development and CI machine, in /usr/local/cuda): sm_80 and sm_90 code plus
+# sm_90 PTX. The binaries then run on machines with or without a GPU; without
+# one, device: cuda fails at start with one line and exit code 2. Its objects
+# are shared by the normal and the sanitizer trees (nvcc output is not
+# instrumented either way). NVCC= (empty) builds without it.
+NVCC    ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDA_BUILD ?= $(BUILD)/cuda
+ifneq ($(strip $(NVCC)),)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRC   := $(wildcard kernels/*.cu)
+CUDA_DEFS  := -DVITJOB_WITH_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCC_FLAGS ?= -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror \
+              -Werror all-warnings -Ilib -Ikernels
+endif
+CUDA_OBJ    = $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
+
 WARN    := -Wall -Wextra -Werror
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 INC     := -Ilib -Ikernels -Iworker -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
-ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) -MMD -MP
-LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -fopenmp
+ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
+LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) $(CUDA_LIBS) -lsleef -lm -fopenmp
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 LIB_SRC     := $(wildcard lib/*.c)
@@ -39,12 +59,13 @@ OPERATOR_SRC:= $(filter-out operator/main.c,$(wildcard operator/*.c))
 CORE_SRC    := $(LIB_SRC) $(KERNEL_SRC) $(WORKER_SRC) $(OPERATOR_SRC)
 TEST_SRC    := $(wildcard tests/test_*.c)
 
-CORE_OBJ    = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+CORE_OBJ    = $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_OBJ)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
+              $(BUILD)/bin/gpu_bench \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test demo bench gpu-test asan clean deps
+.PHONY: all test demo bench bench-gpu gpu-test asan clean deps
 .SECONDARY:
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 all: $(BINS) $(TEST_BINS)
@@ -52,10 +73,20 @@ all: $(BINS) $(TEST_BINS)
 # V=1 shows the full command lines.
 Q := $(if $(V),,@)
 
-$(BUILD)/obj/%.o: %.c
+# Objects are rebuilt when the flags change (e.g. nvcc appears or goes).
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW    = $(ALL_CFLAGS) | $(NVCC) $(NVCC_FLAGS) | $(CUDA_SRC)
+$(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<  ($(BUILD))")
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(CUDA_BUILD)/%.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/bin/vitjob-worker: $(CORE_OBJ) $(BUILD)/obj/worker/main.o
 	@mkdir -p $(dir $@)
@@ -77,6 +108,11 @@ $(BUILD)/bin/sgemm_rate: $(CORE_OBJ) $(BUILD)/obj/bench/sgemm_rate.o
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
+$(BUILD)/bin/gpu_bench: $(CORE_OBJ) $(BUILD)/obj/bench/gpu_bench.o
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
@@ -84,7 +120,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 
 # The sanitizer build: same sources, its own tree.
 asan:
-	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CFLAGS="$(ASAN_FLAGS)" all
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CUDA_BUILD=$(CUDA_BUILD) CFLAGS="$(ASAN_FLAGS)" all
 
 deps:
 	@scripts/deps.sh
@@ -105,10 +141,21 @@ bench: deps
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
 	/usr/bin/python3 bench/operator_bench.py --build $(BUILD)
 
-gpu-test:
-	@echo "gpu-test: the CUDA backend is not in this build yet (issue 5); nothing to run"
+# Every CUDA op against the CPU op, and bf16 training on the GPU against the
+# CPU (tests/test_gpu_*.c; `make test` runs them too, and they skip, saying
+# why, where no GPU exists).
+gpu-test: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_gpu_train
+	$(BUILD)/tests/test_gpu_ops --verbose
+	$(BUILD)/tests/test_gpu_train --verbose
+
+# The GPU engine against PyTorch + timm (eager and torch.compile) on the
+# same GPU, in one run (bench/gpu_vs_torch.py; needs a GPU, torch and timm).
+bench-gpu: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/gpu_bench
+	python3 bench/gpu_vs_torch.py --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) $(CUDA_BUILD) -name '*.d' 2>/dev/null)

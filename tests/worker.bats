@@ -99,7 +99,7 @@ worker() { run "$WORKER" "$@"; }
   [[ "$output" == *"--bogus"* ]]
 }
 
-@test "device cuda on a build without CUDA exits 2 with one clear line" {
+@test "device cuda without a usable GPU exits 2 with one clear line" {
   worker train --set training.device=cuda "${FAST[@]}"
   [ "$status" -eq 2 ]
   [[ "$output" == *"training.device=cuda"* ]]

@@ -1,0 +1,338 @@
+/* kernels/attention.cu - CUDA non-causal multi-head self-attention.
+ *
+ * Owns: scores = q k^T * hd^-0.5, row softmax (max subtracted, fp32 math),
+ * out = p v on timm's qkv layout (see ops.h), and the backward through all
+ * three, for fp32 and bf16-mixed (X). llm.c's plan: split the heads out of
+ * qkv into contiguous (B,NH,T,hd) tensors, do every product as one cuBLAS
+ * strided-batched GEMM over the B*NH heads, and the softmax (and its
+ * backward) as one warp per row.
+ * Must not: project q, k, v or the output (matmuls in the model), allocate
+ * (everything lives in the caller's scratch, attention_scratch_bytes_cuda),
+ * keep anything in scratch between forward and backward (the backward
+ * recomputes its own copies from qkv and att), or use float atomics.
+ *
+ * Scratch layout (one layout for forward and backward; every sub-buffer
+ * starts at a multiple of 256 bytes from the scratch base; E = B*T*D
+ * elements = B*NH*T*hd, S = B*NH*T*T elements):
+ *   q   X[E]      (B,NH,T,hd)   both
+ *   k   X[E]      (B,NH,T,hd)   both
+ *   v   X[E]      (B,NH,T,hd)   both
+ *   y   X[E]      (B,NH,T,hd)   forward: att @ v; backward: dy (dout split)
+ *   s32 float[S]  (B,NH,T,T)    forward: scaled scores; backward: dP = dy v^T
+ *   sX  X[S]      (B,NH,T,T)    backward: dS = P (dP - rowsum(P dP))
+ *   dq  X[E], dk X[E], dv X[E]  (B,NH,T,hd)  backward
+ *
+ * dS is stored as X (bf16 in bf16-mixed), not fp32: cublasGemmStridedBatchedEx
+ * needs A and B of one type, and dQ = dS k, dK = dS^T q multiply it with the
+ * bf16 q and k; an fp32 dS would need fp32 copies of q and k and fp32 GEMMs.
+ * Rounding dS to bf16 costs a relative 2^-9 per element, far inside bf16's
+ * tolerance, and is what llm.c (and bf16 autocast) do. In fp32 it is fp32.
+ * The score scale is applied as the GEMMs' alpha (scores, dQ, dK) rather
+ * than folded into q or dS; the same math as kernels/attention.c.
+ */
+#include "cuda_common.cuh"
+
+#include <math.h>
+#include <stdio.h>
+
+#define ATT_THREADS 256 /* 8 warps: 8 softmax rows per block */
+
+/* ------------------------------------------------------------------------ */
+/* Kernels.                                                                 */
+
+/* Split heads: for each (b,h,t,e) with D = NH*hd,
+ *   q[b,h,t,e] = src[(b*T + t)*ld + h*hd + e]
+ *   k[...]     = src[... + D]       (when k != NULL)
+ *   v[...]     = src[... + 2D]      (when v != NULL)
+ * qkv (B,T,3D): ld = 3D with q, k, v; dout (B,T,D): ld = D with q only. */
+template <typename X>
+static __global__ void split_heads_kernel(X *q, X *k, X *v, const X *src, int B, int T, int NH,
+                                          int hd, int ld)
+{
+    const size_t n = (size_t)B * NH * T * hd;
+    const size_t D = (size_t)NH * hd;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t e = i % hd;
+        size_t r = i / hd;
+        const size_t t = r % T;
+        r /= T;
+        const size_t h = r % NH;
+        const size_t b = r / NH;
+        const size_t o = (b * T + t) * (size_t)ld + h * hd + e;
+        q[i] = src[o];
+        if (k) k[i] = src[o + D];
+        if (v) v[i] = src[o + 2 * D];
+    }
+}
+
+/* Merge heads, the inverse: dst[(b*T + t)*ld + h*hd + e] = q[b,h,t,e], and
+ * at +D, +2D from k, v when non-NULL. Over all (b,h,t,e) this writes every
+ * column of dst's rows: [0,D) from q, [D,2D) from k, [2D,3D) from v. */
+template <typename X>
+static __global__ void merge_heads_kernel(X *dst, const X *q, const X *k, const X *v, int B,
+                                          int T, int NH, int hd, int ld)
+{
+    const size_t n = (size_t)B * NH * T * hd;
+    const size_t D = (size_t)NH * hd;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t e = i % hd;
+        size_t r = i / hd;
+        const size_t t = r % T;
+        r /= T;
+        const size_t h = r % NH;
+        const size_t b = r / NH;
+        const size_t o = (b * T + t) * (size_t)ld + h * hd + e;
+        dst[o] = q[i];
+        if (k) dst[o + D] = k[i];
+        if (v) dst[o + 2 * D] = v[i];
+    }
+}
+
+/* att[row, :] = softmax(s[row, :]) over T columns, one warp per row (rows =
+ * B*NH*T). fp32 math: max subtracted, expf, 1/sum multiplied (as the CPU). */
+template <typename X>
+static __global__ void softmax_forward_kernel(X *att, const float *s, size_t rows, int T)
+{
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return; /* warp-uniform: whole warps leave together */
+    const float *x = s + row * (size_t)T;
+    X *y = att + row * (size_t)T;
+    float m = -INFINITY;
+    for (int j = lane; j < T; j += 32) m = fmaxf(m, x[j]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int j = lane; j < T; j += 32) sum += expf(x[j] - m);
+    sum = warp_sum(sum);
+    const float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
+    for (int j = lane; j < T; j += 32) y[j] = stx<X>(expf(x[j] - m) * inv);
+}
+
+/* Softmax backward, one warp per row: ds_j = p_j (dp_j - sum_k p_k dp_k),
+ * p from att (as stored: the rounded bf16 values in bf16-mixed), fp32 math. */
+template <typename X>
+static __global__ void softmax_backward_kernel(X *ds, const float *dp, const X *att, size_t rows,
+                                               int T)
+{
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const X *p = att + row * (size_t)T;
+    const float *g = dp + row * (size_t)T;
+    X *o = ds + row * (size_t)T;
+    float dot = 0.0f;
+    for (int j = lane; j < T; j += 32) dot += ldx(p[j]) * g[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += 32) o[j] = stx<X>(ldx(p[j]) * (g[j] - dot));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row-major strided-batched GEMM on g_cuda.blas (bound to g_cuda.stream).  */
+
+/* For each batch i < batch (A_i = A + i*sA elements, likewise B, C):
+ *   C_i (M,N) = alpha * op(A_i) (M,K) . op(B_i) (K,N) + beta * C_i,
+ * all row-major: A_i is stored (M,K) with row stride lda when !ta, (K,M)
+ * when ta; B_i is stored (K,N) with row stride ldb when !tb, (N,K) when tb;
+ * C_i is (M,N) with row stride ldc.
+ *
+ * cuBLAS is column-major, and a row-major (R,C) matrix with row stride ld is
+ * exactly the column-major (C,R) matrix with leading dimension ld, i.e. its
+ * transpose. So cuBLAS computes C^T (N,M) = op(B)^T (N,K) . op(A)^T (K,M):
+ *   - first operand is B: its column-major view is B^T when !tb (op N gives
+ *     op(B)^T = B^T) and the stored (N,K)'s transpose, op(B), when tb (op T
+ *     gives op(B)^T); so transa = tb, lda' = ldb;
+ *   - second operand is A, likewise: transb = ta, ldb' = lda;
+ *   - m' = N, n' = M, k' = K, ldc' = ldc.
+ * The leading dimensions satisfy cuBLAS's bounds exactly when the row-major
+ * ones are at least the row lengths (lda >= K or M, ldb >= N or K, ldc >= N).
+ * A and B have type xt, C type ct; fp32 scalars and accumulation
+ * (CUBLAS_COMPUTE_32F: pure fp32 for fp32 inputs, no TF32). */
+static int gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const void *A, int lda,
+                   long long sA, const void *B, int ldb, long long sB, float beta, void *C,
+                   int ldc, long long sC, int batch, cudaDataType_t xt, cudaDataType_t ct)
+{
+    return CUBLAS_TRY(cublasGemmStridedBatchedEx(
+        g_cuda.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+        &alpha, B, xt, ldb, sB, A, xt, lda, sA, &beta, C, ct, ldc, sC, batch, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scratch.                                                                 */
+
+template <typename X> struct att_scratch {
+    X *q, *k, *v, *y;
+    float *s32;
+    X *sX;
+    X *dq, *dk, *dv;
+};
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Byte offsets of the layout above; returns the total. */
+template <typename X> static size_t att_offsets(size_t off[9], int B, int T, int D, int NH)
+{
+    const size_t E = (size_t)B * T * D;              /* = B*NH*T*hd */
+    const size_t S = (size_t)B * NH * T * (size_t)T; /* B*NH*T*T */
+    const size_t ex = align256(E * sizeof(X));
+    size_t at = 0;
+    off[0] = at, at += ex;                          /* q */
+    off[1] = at, at += ex;                          /* k */
+    off[2] = at, at += ex;                          /* v */
+    off[3] = at, at += ex;                          /* y / dy */
+    off[4] = at, at += align256(S * sizeof(float)); /* s32 */
+    off[5] = at, at += align256(S * sizeof(X));     /* sX */
+    off[6] = at, at += ex;                          /* dq */
+    off[7] = at, at += ex;                          /* dk */
+    off[8] = at, at += ex;                          /* dv */
+    return at;
+}
+
+template <typename X>
+static void att_carve(att_scratch<X> *L, void *scratch, int B, int T, int D, int NH)
+{
+    size_t off[9];
+    att_offsets<X>(off, B, T, D, NH);
+    char *base = (char *)scratch;
+    L->q = (X *)(base + off[0]);
+    L->k = (X *)(base + off[1]);
+    L->v = (X *)(base + off[2]);
+    L->y = (X *)(base + off[3]);
+    L->s32 = (float *)(base + off[4]);
+    L->sX = (X *)(base + off[5]);
+    L->dq = (X *)(base + off[6]);
+    L->dk = (X *)(base + off[7]);
+    L->dv = (X *)(base + off[8]);
+}
+
+template <typename X> size_t attention_scratch_bytes_cuda(int B, int T, int D, int NH)
+{
+    if (B <= 0 || T <= 0 || D <= 0 || NH <= 0) return 0;
+    size_t off[9];
+    return att_offsets<X>(off, B, T, D, NH);
+}
+
+/* Shapes and scratch the kernels rely on; records an error otherwise.
+ * Returns 0 when there is nothing to do or an error, 1 to go on. */
+static int att_check(const char *op, void *scratch, int B, int T, int D, int NH)
+{
+    if (B <= 0 || T <= 0) return 0;
+    const char *why = NULL;
+    if (NH <= 0 || D <= 0 || D % NH != 0) why = "D must be a positive multiple of NH";
+    else if (!scratch) why = "scratch is NULL";
+    if (!why) return 1;
+    if (!g_cuda.failed)
+        snprintf(g_cuda.err, sizeof g_cuda.err, "%s:%d: %s(B=%d T=%d D=%d NH=%d): %s", __FILE__,
+                 __LINE__, op, B, T, D, NH, why);
+    cuda_note((int)cudaErrorInvalidValue);
+    if (!g_cuda.failed) g_cuda.failed = 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The ops.                                                                 */
+
+// qkv (B,T,3D) -> out (B,T,D), att (B,NH,T,T)
+template <typename X>
+void attention_forward_cuda(floatX *out_, floatX *att_, void *scratch, const floatX *qkv_, int B,
+                            int T, int D, int NH)
+{
+    CU_GUARD();
+    if (!att_check("attention_forward", scratch, B, T, D, NH)) return;
+    X *out = (X *)out_, *att = (X *)att_;
+    const X *qkv = (const X *)qkv_;
+    const int hd = D / NH, BH = B * NH;
+    const long long sh = (long long)T * hd, ss = (long long)T * T; /* per-head strides */
+    const size_t E = (size_t)B * T * D, rows = (size_t)BH * T;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const cudaDataType_t xt = cuda_type<X>::value;
+    cudaStream_t st = g_cuda.stream;
+    att_scratch<X> L;
+    att_carve<X>(&L, scratch, B, T, D, NH);
+
+    /* q, k, v (B,NH,T,hd) from qkv (B,T,3D) */
+    split_heads_kernel<X><<<cuda_blocks(E, ATT_THREADS), ATT_THREADS, 0, st>>>(
+        L.q, L.k, L.v, qkv, B, T, NH, hd, 3 * D);
+    if (CU_LAUNCHED()) return;
+    /* s32 (T,T) = scale * q (T,hd) . k^T, fp32 out */
+    if (gemm_rm(false, true, T, T, hd, scale, L.q, hd, sh, L.k, hd, sh, 0.0f, L.s32, T, ss, BH,
+                xt, CUDA_R_32F))
+        return;
+    /* att = softmax rows of s32 */
+    softmax_forward_kernel<X><<<(unsigned)((rows + 7) / 8), ATT_THREADS, 0, st>>>(att, L.s32,
+                                                                                   rows, T);
+    if (CU_LAUNCHED()) return;
+    /* y (T,hd) = att (T,T) . v (T,hd) */
+    if (gemm_rm(false, false, T, hd, T, 1.0f, att, T, ss, L.v, hd, sh, 0.0f, L.y, hd, sh, BH, xt,
+                xt))
+        return;
+    /* out (B,T,D), head h at columns h*hd.. */
+    merge_heads_kernel<X><<<cuda_blocks(E, ATT_THREADS), ATT_THREADS, 0, st>>>(
+        out, L.y, (const X *)NULL, (const X *)NULL, B, T, NH, hd, D);
+    CU_LAUNCHED();
+}
+
+// dout (B,T,D), qkv, att -> dqkv (B,T,3D) overwritten
+template <typename X>
+void attention_backward_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
+                             const floatX *qkv_, const floatX *att_, int B, int T, int D, int NH)
+{
+    CU_GUARD();
+    if (!att_check("attention_backward", scratch, B, T, D, NH)) return;
+    X *dqkv = (X *)dqkv_;
+    const X *dout = (const X *)dout_, *qkv = (const X *)qkv_, *att = (const X *)att_;
+    const int hd = D / NH, BH = B * NH;
+    const long long sh = (long long)T * hd, ss = (long long)T * T;
+    const size_t E = (size_t)B * T * D, rows = (size_t)BH * T;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const cudaDataType_t xt = cuda_type<X>::value;
+    cudaStream_t st = g_cuda.stream;
+    att_scratch<X> L;
+    att_carve<X>(&L, scratch, B, T, D, NH);
+    X *dy = L.y;
+
+    /* q, k, v from qkv; dy (B,NH,T,hd) from dout (B,T,D) */
+    split_heads_kernel<X><<<cuda_blocks(E, ATT_THREADS), ATT_THREADS, 0, st>>>(
+        L.q, L.k, L.v, qkv, B, T, NH, hd, 3 * D);
+    if (CU_LAUNCHED()) return;
+    split_heads_kernel<X><<<cuda_blocks(E, ATT_THREADS), ATT_THREADS, 0, st>>>(
+        dy, (X *)NULL, (X *)NULL, dout, B, T, NH, hd, D);
+    if (CU_LAUNCHED()) return;
+    /* dP (T,T) = dy (T,hd) . v^T, fp32 out */
+    if (gemm_rm(false, true, T, T, hd, 1.0f, dy, hd, sh, L.v, hd, sh, 0.0f, L.s32, T, ss, BH, xt,
+                CUDA_R_32F))
+        return;
+    /* dV (T,hd) = att^T (T,T) . dy (T,hd); att stored (T,T), row stride T */
+    if (gemm_rm(true, false, T, hd, T, 1.0f, att, T, ss, dy, hd, sh, 0.0f, L.dv, hd, sh, BH, xt,
+                xt))
+        return;
+    /* dS = P (dP - rowsum(P dP)) */
+    softmax_backward_kernel<X><<<(unsigned)((rows + 7) / 8), ATT_THREADS, 0, st>>>(L.sX, L.s32,
+                                                                                    att, rows, T);
+    if (CU_LAUNCHED()) return;
+    /* dQ (T,hd) = scale * dS (T,T) . k (T,hd) */
+    if (gemm_rm(false, false, T, hd, T, scale, L.sX, T, ss, L.k, hd, sh, 0.0f, L.dq, hd, sh, BH,
+                xt, xt))
+        return;
+    /* dK (T,hd) = scale * dS^T (T,T) . q (T,hd) */
+    if (gemm_rm(true, false, T, hd, T, scale, L.sX, T, ss, L.q, hd, sh, 0.0f, L.dk, hd, sh, BH,
+                xt, xt))
+        return;
+    /* dqkv (B,T,3D): every element, from dq, dk, dv */
+    merge_heads_kernel<X><<<cuda_blocks(E, ATT_THREADS), ATT_THREADS, 0, st>>>(
+        dqkv, L.dq, L.dk, L.dv, B, T, NH, hd, 3 * D);
+    CU_LAUNCHED();
+}
+
+template size_t attention_scratch_bytes_cuda<float>(int, int, int, int);
+template size_t attention_scratch_bytes_cuda<bf16>(int, int, int, int);
+template void attention_forward_cuda<float>(floatX *, floatX *, void *, const floatX *, int, int,
+                                            int, int);
+template void attention_forward_cuda<bf16>(floatX *, floatX *, void *, const floatX *, int, int,
+                                           int, int);
+template void attention_backward_cuda<float>(floatX *, void *, const floatX *, const floatX *,
+                                             const floatX *, int, int, int, int);
+template void attention_backward_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
+                                            const floatX *, int, int, int, int);

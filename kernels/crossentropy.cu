@@ -1,0 +1,105 @@
+/* kernels/crossentropy.cu - CUDA: softmax cross-entropy on logits.
+ * Owns: the GPU versions of kernels/crossentropy.c: one block per row, fp32
+ * max-subtracted exponentials, their sum in double (fixed reduction tree:
+ * deterministic), probs = e * (float)(1/sum), loss = log(sum) - (z[t] - max)
+ * in double; the fused gradient (probs - onehot) * dloss stored as X.
+ * Must not: average over the batch (the caller's dloss does).
+ */
+#include "cuda_common.cuh"
+
+#define CE_THREADS 256
+#define CE_WARPS (CE_THREADS / 32)
+
+static __device__ __forceinline__ double warp_sum_double(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// logits (B,K) X, targets (B) -> losses (B), probs (B,K); one block per row
+template <typename X>
+static __global__ void crossentropy_forward_kernel(float *losses, float *probs, const X *logits,
+                                                   const int *targets, int K)
+{
+    __shared__ float s_max[CE_WARPS];
+    __shared__ double s_sum[CE_WARPS];
+    const int b = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const X *z = logits + (size_t)b * K;
+    float *p = probs + (size_t)b * K;
+
+    float mx = -INFINITY;
+    for (int k = tid; k < K; k += CE_THREADS) mx = fmaxf(mx, ldx(z[k]));
+    mx = warp_max(mx);
+    if (lane == 0) s_max[warp] = mx;
+    __syncthreads();
+    mx = s_max[0];
+    for (int i = 1; i < CE_WARPS; i++) mx = fmaxf(mx, s_max[i]);
+
+    double sum = 0.0;
+    for (int k = tid; k < K; k += CE_THREADS) {
+        const float e = expf(ldx(z[k]) - mx);
+        p[k] = e;
+        sum += (double)e;
+    }
+    sum = warp_sum_double(sum);
+    if (lane == 0) s_sum[warp] = sum;
+    __syncthreads();
+    sum = s_sum[0];
+    for (int i = 1; i < CE_WARPS; i++) sum += s_sum[i]; /* every thread: the same order */
+
+    const float inv = (float)(1.0 / sum);
+    for (int k = tid; k < K; k += CE_THREADS) p[k] *= inv; /* this thread's own writes */
+    if (tid == 0) {
+        const int t = targets[b];
+        losses[b] = (t >= 0 && t < K) ? (float)(log(sum) - (double)(ldx(z[t]) - mx))
+                                      : __int_as_float(0x7fc00000); /* NaN: bad target */
+    }
+}
+
+// probs (B,K), targets (B) -> dlogits (B,K) = (probs - onehot) * dloss as X
+template <typename X>
+static __global__ void crossentropy_backward_kernel(X *dlogits, const float *probs,
+                                                    const int *targets, float dloss,
+                                                    size_t total, int K)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t b = i / (size_t)K;
+        const int k = (int)(i % (size_t)K);
+        const float onehot = k == targets[b] ? 1.0f : 0.0f;
+        dlogits[i] = stx<X>((probs[i] - onehot) * dloss);
+    }
+}
+
+template <typename X>
+void crossentropy_forward_cuda(float *losses, float *probs, const floatX *logits,
+                               const int *targets, int B, int K)
+{
+    CU_GUARD();
+    if (B <= 0 || K <= 0) return;
+    crossentropy_forward_kernel<X><<<(unsigned)B, CE_THREADS, 0, g_cuda.stream>>>(
+        losses, probs, (const X *)logits, targets, K);
+    CU_LAUNCHED();
+}
+
+template <typename X>
+void crossentropy_backward_cuda(floatX *dlogits, const float *probs, const int *targets,
+                                float dloss, int B, int K)
+{
+    CU_GUARD();
+    if (B <= 0 || K <= 0) return;
+    const size_t total = (size_t)B * K;
+    const unsigned threads = 256;
+    crossentropy_backward_kernel<X><<<cuda_blocks(total, threads), threads, 0, g_cuda.stream>>>(
+        (X *)dlogits, probs, targets, dloss, total, K);
+    CU_LAUNCHED();
+}
+
+template void crossentropy_forward_cuda<float>(float *, float *, const floatX *, const int *,
+                                               int, int);
+template void crossentropy_forward_cuda<bf16>(float *, float *, const floatX *, const int *, int,
+                                              int);
+template void crossentropy_backward_cuda<float>(floatX *, const float *, const int *, float, int,
+                                                int);
+template void crossentropy_backward_cuda<bf16>(floatX *, const float *, const int *, float, int,
+                                               int);

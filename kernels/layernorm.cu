@@ -1,0 +1,161 @@
+/* kernels/layernorm.cu - CUDA: LayerNorm over the last dim and its backward.
+ * Owns: the GPU versions of kernels/layernorm.c: fp32 statistics, two passes
+ * over a row (mean, then the variance of x - mean), rstd = 1/sqrtf(var+eps);
+ * the backward that accumulates into the residual-stream gradient; dw and db
+ * summed deterministically without atomics (rows in fixed chunks chosen from
+ * N alone, each chunk summed in row order per column into cuda_scratch, then
+ * the chunk partials added in chunk order).
+ * Must not: fuse the residual add; use float atomics.
+ */
+#include "cuda_common.cuh"
+
+#define LN_THREADS 256          /* 8 warps, one row each */
+#define LN_ROWS (LN_THREADS / 32)
+#define LN_MAX_CHUNKS 256       /* row chunks of the dw/db partials */
+#define LN_COL_THREADS 128
+
+// inp (N,C) -> out (N,C) as X, mean (N), rstd (N); one warp per row
+template <typename X>
+static __global__ void layernorm_forward_kernel(X *out, float *mean, float *rstd,
+                                                const float *inp, const float *w, const float *b,
+                                                int N, int C)
+{
+    const int row = blockIdx.x * LN_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return; /* whole warps leave together: the shuffles stay full */
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int i = lane; i < C; i += 32) s += x[i];
+    const float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        const float d = x[i] - m;
+        v += d * d;
+    }
+    const float var = warp_sum(v) / (float)C;
+    const float rs = 1.0f / sqrtf(var + VIT_LN_EPS);
+    X *y = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) y[i] = stx<X>((x[i] - m) * rs * w[i] + b[i]);
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = rs;
+    }
+}
+
+// dout (N,C) X -> dinp (N,C) +=; one warp per row
+template <typename X>
+static __global__ void layernorm_backward_dinp_kernel(float *dinp, const X *dout,
+                                                      const float *inp, const float *w,
+                                                      const float *mean, const float *rstd,
+                                                      int N, int C)
+{
+    const int row = blockIdx.x * LN_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    const X *dy = dout + (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    /* dxhat = dy * w; dx = s * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
+    float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        const float xhat = (x[i] - m) * s, dxhat = ldx(dy[i]) * w[i];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+    }
+    sum_dxhat = warp_sum(sum_dxhat) / (float)C;
+    sum_dxhat_xhat = warp_sum(sum_dxhat_xhat) / (float)C;
+    float *dx = dinp + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) {
+        const float xhat = (x[i] - m) * s, dxhat = ldx(dy[i]) * w[i];
+        dx[i] += s * (dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
+    }
+}
+
+// per (chunk, column): pw[chunk*C + c] = sum over the chunk's rows, in order, of
+// dout*(x-mean)*rstd; pb likewise of dout. grid (ceil(C/LN_COL_THREADS), nchunks)
+template <typename X>
+static __global__ void layernorm_backward_partials_kernel(float *pw, float *pb, const X *dout,
+                                                          const float *inp, const float *mean,
+                                                          const float *rstd, int N, int C,
+                                                          int rows_per_chunk)
+{
+    const int c = blockIdx.x * LN_COL_THREADS + threadIdx.x, chunk = blockIdx.y;
+    if (c >= C) return;
+    const int r0 = chunk * rows_per_chunk;
+    const int r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+    float acc_w = 0.0f, acc_b = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        const size_t k = (size_t)r * C + c;
+        const float dy = ldx(dout[k]);
+        acc_w += dy * (inp[k] - mean[r]) * rstd[r];
+        acc_b += dy;
+    }
+    pw[(size_t)chunk * C + c] = acc_w;
+    pb[(size_t)chunk * C + c] = acc_b;
+}
+
+// dw (C) +=, db (C) += the chunk partials, chunks in order; one thread per column
+static __global__ void layernorm_backward_reduce_kernel(float *dw, float *db, const float *pw,
+                                                        const float *pb, int nchunks, int C)
+{
+    const int c = blockIdx.x * LN_COL_THREADS + threadIdx.x;
+    if (c >= C) return;
+    float acc_w = dw[c], acc_b = db[c];
+    for (int k = 0; k < nchunks; k++) {
+        acc_w += pw[(size_t)k * C + c];
+        acc_b += pb[(size_t)k * C + c];
+    }
+    dw[c] = acc_w;
+    db[c] = acc_b;
+}
+
+template <typename X>
+void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *inp,
+                            const float *w, const float *b, int N, int C)
+{
+    CU_GUARD();
+    if (N <= 0 || C <= 0) return;
+    const unsigned blocks = (unsigned)((N - 1) / LN_ROWS + 1);
+    layernorm_forward_kernel<X><<<blocks, LN_THREADS, 0, g_cuda.stream>>>(
+        (X *)out, mean, rstd, inp, w, b, N, C);
+    CU_LAUNCHED();
+}
+
+template <typename X>
+void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *dout,
+                             const float *inp, const float *w, const float *mean,
+                             const float *rstd, int N, int C)
+{
+    CU_GUARD();
+    if (N <= 0 || C <= 0) return;
+    const X *dy = (const X *)dout;
+    /* the chunking depends on N only: the same bits for the same inputs */
+    const int rows_per_chunk = (N - 1) / LN_MAX_CHUNKS + 1;
+    const int nchunks = (N - 1) / rows_per_chunk + 1; /* <= LN_MAX_CHUNKS */
+    float *pw = (float *)cuda_scratch(sizeof(float) * 2 * (size_t)nchunks * C);
+    if (!pw) return;
+    float *pb = pw + (size_t)nchunks * C;
+
+    const unsigned row_blocks = (unsigned)((N - 1) / LN_ROWS + 1);
+    layernorm_backward_dinp_kernel<X><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>(
+        dinp, dy, inp, w, mean, rstd, N, C);
+    if (CU_LAUNCHED()) return;
+
+    const unsigned col_blocks = (unsigned)((C - 1) / LN_COL_THREADS + 1);
+    const dim3 grid(col_blocks, (unsigned)nchunks);
+    layernorm_backward_partials_kernel<X><<<grid, LN_COL_THREADS, 0, g_cuda.stream>>>(
+        pw, pb, dy, inp, mean, rstd, N, C, rows_per_chunk);
+    if (CU_LAUNCHED()) return;
+    layernorm_backward_reduce_kernel<<<col_blocks, LN_COL_THREADS, 0, g_cuda.stream>>>(
+        dw, db, pw, pb, nchunks, C);
+    CU_LAUNCHED();
+}
+
+template void layernorm_forward_cuda<float>(floatX *, float *, float *, const float *,
+                                            const float *, const float *, int, int);
+template void layernorm_forward_cuda<bf16>(floatX *, float *, float *, const float *,
+                                           const float *, const float *, int, int);
+template void layernorm_backward_cuda<float>(float *, float *, float *, const floatX *,
+                                             const float *, const float *, const float *,
+                                             const float *, int, int);
+template void layernorm_backward_cuda<bf16>(float *, float *, float *, const floatX *,
+                                            const float *, const float *, const float *,
+                                            const float *, int, int);
