@@ -1,0 +1,535 @@
+/* bench/gpu_bench.c - the GPU engine's training throughput, the number
+ * `make bench-gpu` (bench/gpu_vs_torch.py) sets against PyTorch + timm.
+ *
+ * Owns: timing the trainer's full step (zero_grads, forward, backward,
+ * optim_step: grad clip + AdamW; one micro-batch = the global batch) on a
+ * preset model with random init and one fixed synthetic batch (random images
+ * and labels made once on the host; model_forward uploads them every step,
+ * as the trainer does), on ops_cuda (or the CPU, for a smoke test); the model
+ * FLOP count and MFU; the backend's peak memory; and, with --profile, a
+ * per-op time table from a copy of the op table whose slots time the real op
+ * between two synchronizes.
+ * Must not: assert a time (not a test), or touch files, data sets or the
+ * network.
+ *
+ * Model FLOPs per image = 3 x forward, forward = the matmuls and the two
+ * attention products: patch embed 2*N*(C*P*P)*D, per block
+ * 2*T*(3D*D + D*D + 2*D*H) + 2*2*T*T*D, head 2*D*K (T = N + 1). MFU =
+ * achieved FLOP/s over --peak-tflops (default 989.4: H100/H200 SXM, dense
+ * bf16).
+ *
+ * usage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] [--warmup 5]
+ *                  [--precision bf16-mixed|fp32] [--ckpt] [--device cuda|cpu]
+ *                  [--threads N] [--grad-clip 1.0] [--peak-tflops 989.4]
+ *                  [--profile] [--json]
+ * Exit: 0; 1 a failure while running (out of memory, a GPU fault, a
+ * non-finite loss), message on stderr; 2 bad arguments, or --device cuda
+ * where this build or machine has no usable GPU (one line saying why).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "config.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "rng.h"
+#include "util.h"
+
+#define DEFAULT_PEAK_TFLOPS 989.4 /* H100/H200 SXM, dense bf16 tensor cores */
+
+typedef struct {
+    const char *model, *precision, *device;
+    int batch, steps, warmup, ckpt, threads, profile, json, peak_given;
+    double grad_clip, peak_tflops;
+} bench_args;
+
+/* ---- the profiling op table --------------------------------------------
+ * A copy of the real table whose compute and copy slots call the real op
+ * between two synchronizes and add the wall time to a row keyed by op name
+ * (and, for matmuls and attention, by shape, with the FLOPs done). Rows only
+ * accumulate while prof_on is set (the timed steps). */
+
+typedef struct {
+    char op[32];
+    char shape[48]; /* "" or the dims: matmul N x IC x OC, attention B x T x D x NH */
+    long calls;
+    double seconds, flops;
+} prof_row;
+
+enum { PROF_MAX_ROWS = 128 };
+static prof_row prof_rows[PROF_MAX_ROWS + 1]; /* the last: "(other)", once the rest are taken */
+static int prof_n, prof_on;
+static const vit_ops *prof_real;
+
+static double prof_begin(void)
+{
+    prof_real->synchronize();
+    return mono_seconds();
+}
+
+static void prof_end(const char *op, const char *shape, double flops, double t0)
+{
+    prof_real->synchronize();
+    const double dt = mono_seconds() - t0;
+    if (!prof_on) return;
+    int i = 0;
+    while (i < prof_n && (strcmp(prof_rows[i].op, op) != 0 || strcmp(prof_rows[i].shape, shape)))
+        i++;
+    if (i == PROF_MAX_ROWS) {
+        snprintf(prof_rows[i].op, sizeof prof_rows[i].op, "(other)");
+    } else if (i == prof_n) {
+        prof_n++;
+        snprintf(prof_rows[i].op, sizeof prof_rows[i].op, "%s", op);
+        snprintf(prof_rows[i].shape, sizeof prof_rows[i].shape, "%s", shape);
+    }
+    prof_rows[i].calls++;
+    prof_rows[i].seconds += dt;
+    prof_rows[i].flops += flops;
+}
+
+/* A slot with no shape of interest: PARAMS is its parameter list, ARGS the
+ * same names as a call. */
+#define PROF_WRAP(NAME, PARAMS, ARGS)          \
+    static void prof_##NAME PARAMS             \
+    {                                          \
+        const double t0 = prof_begin();        \
+        prof_real->NAME ARGS;                  \
+        prof_end(#NAME, "", 0.0, t0);          \
+    }
+
+PROF_WRAP(upload, (void *dst, const void *src, size_t bytes), (dst, src, bytes))
+PROF_WRAP(download, (void *dst, const void *src, size_t bytes), (dst, src, bytes))
+PROF_WRAP(patchify, (floatX *patches, const float *img, int B, int C, int S, int P),
+          (patches, img, B, C, S, P))
+PROF_WRAP(embed_forward,
+          (float *x, const floatX *po, const float *cls, const float *pos, int B, int T, int D),
+          (x, po, cls, pos, B, T, D))
+PROF_WRAP(embed_backward,
+          (floatX *dpo, float *dcls, float *dpos, const float *dx, int B, int T, int D),
+          (dpo, dcls, dpos, dx, B, T, D))
+PROF_WRAP(layernorm_forward,
+          (floatX *out, float *mean, float *rstd, const float *inp, const float *w,
+           const float *b, int N, int C),
+          (out, mean, rstd, inp, w, b, N, C))
+PROF_WRAP(layernorm_backward,
+          (float *dinp, float *dw, float *db, const floatX *dout, const float *inp,
+           const float *w, const float *mean, const float *rstd, int N, int C),
+          (dinp, dw, db, dout, inp, w, mean, rstd, N, C))
+PROF_WRAP(gelu_forward, (floatX *out, const floatX *inp, size_t n), (out, inp, n))
+PROF_WRAP(gelu_backward, (floatX *dinp, const floatX *inp, const floatX *dout, size_t n),
+          (dinp, inp, dout, n))
+PROF_WRAP(zero, (float *x, size_t n), (x, n))
+PROF_WRAP(to_floatx, (floatX *out, const float *in, size_t n), (out, in, n))
+PROF_WRAP(to_float, (float *out, const floatX *in, size_t n), (out, in, n))
+PROF_WRAP(gather_cls, (float *out, const float *x, int B, int T, int D), (out, x, B, T, D))
+PROF_WRAP(scatter_cls_backward, (float *dx, const float *dcls, int B, int T, int D),
+          (dx, dcls, B, T, D))
+PROF_WRAP(crossentropy_forward,
+          (float *losses, float *probs, const floatX *logits, const int *targets, int B, int K),
+          (losses, probs, logits, targets, B, K))
+PROF_WRAP(crossentropy_backward,
+          (floatX *dlogits, const float *probs, const int *targets, float dloss, int B, int K),
+          (dlogits, probs, targets, dloss, B, K))
+PROF_WRAP(scale, (float *g, float s, size_t n), (g, s, n))
+PROF_WRAP(adamw_update,
+          (float *p, floatX *p_lp, float *m, float *v, const float *g, size_t n, float lr,
+           float b1, float b2, float eps, float wd, long t),
+          (p, p_lp, m, v, g, n, lr, b1, b2, eps, wd, t))
+
+static void shape3(char *s, size_t len, long a, long b, long c)
+{
+    snprintf(s, len, "%ldx%ldx%ld", a, b, c);
+}
+
+static void prof_matmul_forward(floatX *out, const floatX *inp, const floatX *w,
+                                const floatX *bias, int N, int IC, int OC)
+{
+    char s[48];
+    shape3(s, sizeof s, N, IC, OC);
+    const double t0 = prof_begin();
+    prof_real->matmul_forward(out, inp, w, bias, N, IC, OC);
+    prof_end("matmul_forward", s, 2.0 * N * IC * OC, t0);
+}
+
+static void prof_matmul_forward_residual(float *out, const floatX *inp, const floatX *w,
+                                         const float *bias, const float *res, int N, int IC,
+                                         int OC)
+{
+    char s[48];
+    shape3(s, sizeof s, N, IC, OC);
+    const double t0 = prof_begin();
+    prof_real->matmul_forward_residual(out, inp, w, bias, res, N, IC, OC);
+    prof_end("matmul_forward_residual", s, 2.0 * N * IC * OC, t0);
+}
+
+static void prof_matmul_backward(floatX *dinp, float *dw, float *dbias, const floatX *dout,
+                                 const floatX *inp, const floatX *w, int N, int IC, int OC)
+{
+    char s[48];
+    shape3(s, sizeof s, N, IC, OC);
+    const double t0 = prof_begin();
+    prof_real->matmul_backward(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+    prof_end("matmul_backward", s, (dinp ? 4.0 : 2.0) * N * IC * OC, t0);
+}
+
+static void prof_attention_forward(floatX *out, floatX *att, void *scratch, const floatX *qkv,
+                                   int B, int T, int D, int NH)
+{
+    char s[48];
+    snprintf(s, sizeof s, "%dx%dx%dx%d", B, T, D, NH);
+    const double t0 = prof_begin();
+    prof_real->attention_forward(out, att, scratch, qkv, B, T, D, NH);
+    prof_end("attention_forward", s, 4.0 * B * T * T * D, t0); /* QK^T, PV */
+}
+
+static void prof_attention_backward(floatX *dqkv, void *scratch, const floatX *dout,
+                                    const floatX *qkv, const floatX *att, int B, int T, int D,
+                                    int NH)
+{
+    char s[48];
+    snprintf(s, sizeof s, "%dx%dx%dx%d", B, T, D, NH);
+    const double t0 = prof_begin();
+    prof_real->attention_backward(dqkv, scratch, dout, qkv, att, B, T, D, NH);
+    prof_end("attention_backward", s, 8.0 * B * T * T * D, t0); /* dP, dV, dQ, dK */
+}
+
+static double prof_sum_squares(const float *g, size_t n)
+{
+    const double t0 = prof_begin();
+    const double r = prof_real->sum_squares(g, n);
+    prof_end("sum_squares", "", 0.0, t0);
+    return r;
+}
+
+/* The real table with its compute and copy slots timed (alloc, release,
+ * status, synchronize and the scratch size pass through). */
+static const vit_ops *prof_wrap(const vit_ops *real)
+{
+    static vit_ops t;
+    prof_real = real;
+    t = *real;
+    t.upload = prof_upload;
+    t.download = prof_download;
+    t.patchify = prof_patchify;
+    t.matmul_forward = prof_matmul_forward;
+    t.matmul_forward_residual = prof_matmul_forward_residual;
+    t.matmul_backward = prof_matmul_backward;
+    t.embed_forward = prof_embed_forward;
+    t.embed_backward = prof_embed_backward;
+    t.layernorm_forward = prof_layernorm_forward;
+    t.layernorm_backward = prof_layernorm_backward;
+    t.attention_forward = prof_attention_forward;
+    t.attention_backward = prof_attention_backward;
+    t.gelu_forward = prof_gelu_forward;
+    t.gelu_backward = prof_gelu_backward;
+    t.zero = prof_zero;
+    t.to_floatx = prof_to_floatx;
+    t.to_float = prof_to_float;
+    t.gather_cls = prof_gather_cls;
+    t.scatter_cls_backward = prof_scatter_cls_backward;
+    t.crossentropy_forward = prof_crossentropy_forward;
+    t.crossentropy_backward = prof_crossentropy_backward;
+    t.sum_squares = prof_sum_squares;
+    t.scale = prof_scale;
+    t.adamw_update = prof_adamw_update;
+    return &t;
+}
+
+static int prof_cmp(const void *a, const void *b)
+{
+    const double x = ((const prof_row *)a)->seconds, y = ((const prof_row *)b)->seconds;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* ---- the benchmark ---- */
+
+static void usage_exit(const char *why)
+{
+    fprintf(stderr,
+            "gpu_bench: %s\nusage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] "
+            "[--warmup 5] [--precision bf16-mixed|fp32] [--ckpt] [--device cuda|cpu] "
+            "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--json]\n",
+            why);
+    exit(VITJOB_EXIT_CONFIG);
+}
+
+static long parse_long(const char *flag, const char *s, long lo, long hi)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) {
+        char why[160];
+        snprintf(why, sizeof why, "%s needs an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+        usage_exit(why);
+    }
+    return v;
+}
+
+static double parse_double(const char *flag, const char *s, double lo)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !isfinite(v) || v < lo) {
+        char why[160];
+        snprintf(why, sizeof why, "%s needs a number >= %g, got '%s'", flag, lo, s);
+        usage_exit(why);
+    }
+    return v;
+}
+
+static bench_args parse_args(int argc, char **argv)
+{
+    bench_args a = {.model = "vit_b16", .precision = "bf16-mixed", .device = "cuda",
+                    .batch = 128, .steps = 20, .warmup = 5, .grad_clip = 1.0,
+                    .peak_tflops = DEFAULT_PEAK_TFLOPS};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        const int has_value = i + 1 < argc;
+#define VALUE() (has_value ? argv[++i] : (usage_exit("a flag needs a value"), ""))
+        if (strcmp(f, "--model") == 0) a.model = VALUE();
+        else if (strcmp(f, "--batch") == 0) a.batch = (int)parse_long(f, VALUE(), 1, 1 << 16);
+        else if (strcmp(f, "--steps") == 0) a.steps = (int)parse_long(f, VALUE(), 1, 1000000);
+        else if (strcmp(f, "--warmup") == 0) a.warmup = (int)parse_long(f, VALUE(), 0, 1000000);
+        else if (strcmp(f, "--threads") == 0) a.threads = (int)parse_long(f, VALUE(), 0, 4096);
+        else if (strcmp(f, "--precision") == 0) a.precision = VALUE();
+        else if (strcmp(f, "--device") == 0) a.device = VALUE();
+        else if (strcmp(f, "--grad-clip") == 0) a.grad_clip = parse_double(f, VALUE(), 0.0);
+        else if (strcmp(f, "--peak-tflops") == 0) {
+            a.peak_tflops = parse_double(f, VALUE(), 1e-9);
+            a.peak_given = 1;
+        } else if (strcmp(f, "--ckpt") == 0) a.ckpt = 1;
+        else if (strcmp(f, "--profile") == 0) a.profile = 1;
+        else if (strcmp(f, "--json") == 0) a.json = 1;
+        else {
+            char why[160];
+            snprintf(why, sizeof why, "unknown argument '%s'", f);
+            usage_exit(why);
+        }
+#undef VALUE
+    }
+    if (strcmp(a.precision, "bf16-mixed") != 0 && strcmp(a.precision, "fp32") != 0)
+        usage_exit("--precision is bf16-mixed or fp32");
+    if (strcmp(a.device, "cuda") != 0 && strcmp(a.device, "cpu") != 0)
+        usage_exit("--device is cuda or cpu");
+    return a;
+}
+
+/* The module docstring's rule: 3 x (forward matmuls + attention products). */
+static double model_flops_per_image(const model_config *mc)
+{
+    const double C = mc->channels, P = mc->patch_size, D = mc->dim, K = mc->num_classes,
+                 H = config_mlp_hidden(mc), N = (double)(mc->image_size / mc->patch_size) *
+                                                 (mc->image_size / mc->patch_size),
+                 T = N + 1;
+    const double block = 2.0 * T * (3 * D * D + D * D + 2 * D * H) + 2.0 * 2.0 * T * T * D;
+    return 3.0 * (2.0 * N * (C * P * P) * D + mc->depth * block + 2.0 * D * K);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    const double t_start = mono_seconds();
+    const bench_args a = parse_args(argc, argv);
+    char err[1024] = "";
+
+    vit_job_config cfg;
+    config_defaults(&cfg);
+    if (config_preset(&cfg.model, a.model) != 0) {
+        fprintf(stderr, "gpu_bench: unknown --model '%s' (a preset of worker/config.h: vit_ti16 "
+                        "vit_s16 vit_b16 vit_l16 vit_h14 vit_g14 fmnist_tiny fmnist_small)\n",
+                a.model);
+        return VITJOB_EXIT_CONFIG;
+    }
+    const model_config *mc = &cfg.model;
+    optimizer_config oc = cfg.training.optimizer; /* AdamW, betas, eps, wd 0.05: the trainer's */
+    oc.lr = 1e-4;                                 /* constant: the rate only has to stay sane */
+    oc.warmup_steps = 0;
+    snprintf(oc.schedule, sizeof oc.schedule, "constant");
+    oc.grad_clip = a.grad_clip;
+
+    const int bf16 = strcmp(a.precision, "bf16-mixed") == 0, on_gpu = strcmp(a.device, "cuda") == 0;
+    const vit_ops *real;
+    int threads = 0;
+    if (on_gpu) {
+        real = ops_cuda(bf16, err, sizeof err);
+        if (!real) {
+            fprintf(stderr, "gpu_bench: --device cuda: %s\n", err);
+            return VITJOB_EXIT_CONFIG;
+        }
+    } else {
+        threads = ops_cpu_set_threads(a.threads);
+        real = bf16 ? ops_cpu_bf16() : ops_cpu();
+    }
+    const vit_ops *ops = a.profile ? prof_wrap(real) : real;
+
+    vit_model *m = NULL;
+    optim *o = NULL;
+    float *images = NULL;
+    int *labels = NULL;
+    double *step_s = NULL;
+    int rc = VITJOB_EXIT_FAILURE;
+    const model_options mopts = {.activation_checkpointing = a.ckpt};
+    const long total = (long)a.warmup + a.steps;
+    if (model_new(&m, mc, a.batch, &mopts, ops, err, sizeof err) != 0) goto out;
+    if (model_init_random(m, cfg.training.seed) != 0) {
+        snprintf(err, sizeof err, "out of host memory for the initial weights");
+        goto out;
+    }
+    if (optim_new(&o, m, &oc, total, err, sizeof err) != 0) goto out;
+
+    /* The synthetic batch: pixels ~ N(0,1) (normalised images), uniform labels. */
+    const size_t n_img = (size_t)a.batch * model_image_floats(m);
+    images = malloc(n_img * sizeof *images);
+    labels = malloc((size_t)a.batch * sizeof *labels);
+    step_s = malloc((size_t)a.steps * sizeof *step_s);
+    if (!images || !labels || !step_s) {
+        snprintf(err, sizeof err, "out of host memory for the batch (%zu floats)", n_img);
+        goto out;
+    }
+    rng_state r;
+    rng_seed(&r, cfg.training.seed, 0xbe1c, 0);
+    for (size_t i = 0; i < n_img; i++) images[i] = rng_normal(&r);
+    for (int b = 0; b < a.batch; b++) labels[b] = (int)rng_below(&r, (uint64_t)mc->num_classes);
+
+    const double setup_s = mono_seconds() - t_start; /* backend, model, init, batch */
+    const float dloss = 1.0f / (float)a.batch;
+    double loss_first = 0.0, loss_last = 0.0, grad_norm = 0.0, timed = 0.0;
+    for (long step = 0; step < total; step++) {
+        const int is_timed = step >= a.warmup;
+        if (step == a.warmup) {
+            ops->synchronize();
+            if (model_status(m, err, sizeof err)) goto out;
+            prof_on = 1; /* the profile counts the timed steps only */
+        }
+        const double t0 = mono_seconds();
+        model_zero_grads(m);
+        const float loss = model_forward(m, images, labels, a.batch);
+        model_backward(m, dloss);
+        const optim_result res = optim_step(o, m, ops, step);
+        ops->synchronize();
+        const double dt = mono_seconds() - t0;
+        if (model_status(m, err, sizeof err)) goto out;
+        if (!isfinite(loss)) {
+            snprintf(err, sizeof err, "loss is %f at step %ld: the engine is broken", loss, step);
+            goto out;
+        }
+        if (step == 0) loss_first = loss;
+        loss_last = loss;
+        grad_norm = res.grad_norm;
+        if (is_timed) {
+            step_s[step - a.warmup] = dt;
+            timed += dt;
+        }
+    }
+    prof_on = 0;
+    if (prof_rows[PROF_MAX_ROWS].calls) prof_n = PROF_MAX_ROWS + 1;
+
+    const double flops_img = model_flops_per_image(mc);
+    const double ips = a.batch * a.steps / timed, ms_step = 1e3 * timed / a.steps;
+    const double tflops = ips * flops_img / 1e12;
+    const int have_peak = on_gpu || a.peak_given;
+    const double mfu = have_peak ? tflops / a.peak_tflops : 0.0;
+    qsort(step_s, (size_t)a.steps, sizeof *step_s, cmp_double);
+    const int mid = a.steps / 2;
+    const double ms_median =
+        1e3 * (a.steps % 2 ? step_s[mid] : 0.5 * (step_s[mid - 1] + step_s[mid]));
+    const double ms_min = 1e3 * step_s[0], ms_max = 1e3 * step_s[a.steps - 1];
+    const size_t peak_dev = on_gpu ? ops_cuda_peak_bytes() : 0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double rss_mib = (double)ru.ru_maxrss / 1024.0;
+    qsort(prof_rows, (size_t)prof_n, sizeof prof_rows[0], prof_cmp);
+    double ops_s = 0.0;
+    for (int i = 0; i < prof_n; i++) ops_s += prof_rows[i].seconds;
+
+    if (a.json) {
+        printf("{\"impl\":\"vitjob\",\"model\":\"%s\",\"backend\":\"%s\",\"precision\":\"%s\","
+               "\"device\":\"%s\",\"batch\":%d,\"steps\":%d,\"warmup\":%d,\"ckpt\":%d,"
+               "\"threads\":%d,\"grad_clip\":%g,\"params\":%zu,\"tokens\":%d,"
+               "\"flops_per_image\":%.6e,\"images_per_sec\":%.3f,\"ms_per_step\":%.4f,"
+               "\"ms_per_step_median\":%.4f,\"ms_per_step_min\":%.4f,\"ms_per_step_max\":%.4f,"
+               "\"tflops\":%.4f,\"peak_tflops\":%.6g,\"mfu\":",
+               a.model, real->name, a.precision, a.device, a.batch, a.steps, a.warmup, a.ckpt,
+               threads, a.grad_clip, model_num_params(m), model_tokens(m), flops_img, ips,
+               ms_step, ms_median, ms_min, ms_max, tflops, a.peak_tflops);
+        if (have_peak) printf("%.6f", mfu);
+        else printf("null");
+        printf(",\"peak_device_bytes\":%zu,\"peak_rss_mib\":%.1f,\"loss_first\":%.6f,"
+               "\"loss_last\":%.6f,\"grad_norm_last\":%.6g,\"setup_s\":%.3f,\"profiled\":%s",
+               peak_dev, rss_mib, loss_first, loss_last, grad_norm, setup_s,
+               a.profile ? "true" : "false");
+        if (a.profile) {
+            printf(",\"profile_ops_ms\":%.4f,\"profile\":[", 1e3 * ops_s);
+            for (int i = 0; i < prof_n; i++)
+                printf("%s{\"op\":\"%s\",\"shape\":\"%s\",\"calls\":%ld,\"ms\":%.4f,"
+                       "\"flops\":%.6e}",
+                       i ? "," : "", prof_rows[i].op, prof_rows[i].shape, prof_rows[i].calls,
+                       1e3 * prof_rows[i].seconds, prof_rows[i].flops);
+            printf("]");
+        }
+        printf("}\n");
+    } else {
+        printf("gpu_bench: %s on %s (%s%s), batch %d, %d timed steps after %d warm-up%s\n",
+               a.model, real->name, a.precision, a.ckpt ? ", activation checkpointing" : "",
+               a.batch, a.steps, a.warmup,
+               a.profile ? " [PROFILED: every op between two synchronizes; not the throughput]"
+                         : "");
+        printf("  params %.2fM, tokens %d, model FLOPs/image %.2f G "
+               "(3 x forward matmuls + attention)\n",
+               model_num_params(m) / 1e6, model_tokens(m), flops_img / 1e9);
+        printf("  img/s        %10.1f\n", ips);
+        printf("  ms/step      %10.2f  (median %.2f, min %.2f, max %.2f)\n", ms_step, ms_median,
+               ms_min, ms_max);
+        printf("  TFLOP/s      %10.2f\n", tflops);
+        if (have_peak)
+            printf("  MFU          %9.1f%%  of %.1f TFLOP/s peak\n", 100.0 * mfu, a.peak_tflops);
+        else
+            printf("  MFU                 n/a  (CPU; give --peak-tflops)\n");
+        if (on_gpu)
+            printf("  peak memory  %10.2f GiB (device, all allocations through the backend)\n",
+                   peak_dev / 1073741824.0);
+        printf("  peak RSS     %10.1f MiB (host)\n", rss_mib);
+        printf("  loss         %.4f -> %.4f (random labels; ln K = %.4f), last grad norm %.4g\n",
+               loss_first, loss_last, log((double)mc->num_classes), grad_norm);
+        printf("  setup        %10.1f s (backend, model, random init, batch; not timed)\n",
+               setup_s);
+        if (a.profile) {
+            printf("\nper-op time over the %d timed steps (matmul shapes N x IC x OC, "
+                   "attention B x T x D x NH):\n",
+                   a.steps);
+            printf("  %-24s %-18s %7s %10s %9s %7s %8s\n", "op", "shape", "calls", "total ms",
+                   "ms/step", "% step", "TFLOP/s");
+            for (int i = 0; i < prof_n; i++) {
+                const prof_row *p = &prof_rows[i];
+                printf("  %-24s %-18s %7ld %10.2f %9.3f %6.1f%%", p->op, p->shape, p->calls,
+                       1e3 * p->seconds, 1e3 * p->seconds / a.steps, 100.0 * p->seconds / timed);
+                if (p->flops > 0) printf(" %8.1f\n", p->flops / p->seconds / 1e12);
+                else printf(" %8s\n", "");
+            }
+            printf("  %-24s %-18s %7s %10.2f %9.3f %6.1f%%\n", "(all ops)", "", "", 1e3 * ops_s,
+                   1e3 * ops_s / a.steps, 100.0 * ops_s / timed);
+            printf("  %-24s %-18s %7s %10.2f %9.3f %6.1f%%\n", "(outside ops: host, syncs)", "",
+                   "", 1e3 * (timed - ops_s), 1e3 * (timed - ops_s) / a.steps,
+                   100.0 * (timed - ops_s) / timed);
+        }
+    }
+    fflush(stdout);
+    rc = 0;
+out:
+    if (rc != 0) fprintf(stderr, "gpu_bench: %s\n", err[0] ? err : "failed");
+    free(images);
+    free(labels);
+    free(step_s);
+    optim_free(o);
+    model_free(m);
+    return rc;
+}
