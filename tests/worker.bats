@@ -99,10 +99,28 @@ worker() { run "$WORKER" "$@"; }
   [[ "$output" == *"--bogus"* ]]
 }
 
+# A GPU the driver can see (then the two no-GPU tests below do not apply).
+have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
+
 @test "device cuda without a usable GPU exits 2 with one clear line" {
+  if have_gpu; then skip "a GPU is visible here"; fi
   worker train --set training.device=cuda "${FAST[@]}"
   [ "$status" -eq 2 ]
   [[ "$output" == *"training.device=cuda"* ]]
+}
+
+@test "device auto without a usable GPU trains on the CPU and logs why" {
+  if have_gpu; then skip "a GPU is visible here"; fi
+  worker train --set training.device=auto "${FAST[@]}"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"event=device device=cpu reason="* ]]
+  [[ "$output" == *"event=start backend=cpu "* ]]
+}
+
+@test "bf16-mixed on the CPU runs the cpu-bf16 backend" {
+  worker train --set training.device=cpu --set training.precision=bf16-mixed "${FAST[@]}"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"event=start backend=cpu-bf16 precision=bf16-mixed "* ]]
 }
 
 @test "missing dataset directory exits 3 naming the file" {
