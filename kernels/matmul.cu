@@ -78,6 +78,27 @@ template <typename X> void colsum_add_cuda(float *out, const X *in, int N, int C
     CU_LAUNCHED();
 }
 
+/* out (N,OC) = bias broadcast to every row, plus res (fp32) when res is
+ * non-NULL; elementwise, so out may be res. The bias epilogue's stand-in for
+ * a bias pointer that is not 16-byte aligned (see lt_matmul). */
+template <typename O, typename Bt>
+static __global__ void bias_rows_kernel(O *out, const Bt *bias, const float *res, size_t total,
+                                        int OC)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = ldx(bias[i % (size_t)OC]);
+        if (res) v = res[i] + v;
+        out[i] = stx<O>(v);
+    }
+}
+
+/* cuBLASLt's alignment preferences cover A, B, C and D but not the epilogue's
+ * bias pointer, and kernels assuming a 16-byte aligned bias have been seen to
+ * fault ("misaligned address") on a bias sliced from a larger buffer, as the
+ * model's are (aligned only when the dims are multiples of 8). */
+#define LT_BIAS_ALIGN 16
+
 /* ------------------------------------------------------------------------ */
 /* cuBLASLt plans: descriptor, layouts and the heuristic's algorithm.       */
 
@@ -145,8 +166,9 @@ static void lt_plan_destroy(lt_plan *p)
 }
 
 /* Builds descriptor, layouts and algorithm for the key already in p. The
- * bias pointer is set here too (the heuristic reads its alignment) and again
- * before every run. Returns 0 on success; on failure the error is recorded
+ * bias pointer is set here too (the heuristic may read its alignment; the
+ * ops only pass 16-byte aligned ones, LT_BIAS_ALIGN) and again before every
+ * run. Returns 0 on success; on failure the error is recorded
  * and p holds nothing to destroy. */
 static int lt_plan_build(lt_plan *p, const void *bias)
 {
@@ -308,6 +330,17 @@ void matmul_forward_cuda(floatX *out, const floatX *inp, const floatX *w, const 
 {
     CU_GUARD();
     if (N <= 0 || OC <= 0 || IC <= 0) return;
+    if (bias && ptr_align(bias) < LT_BIAS_ALIGN) {
+        /* out = bias rows, then out += product (C = D = out, beta 1): one
+         * rounding to X, as the epilogue */
+        const size_t total = (size_t)N * OC;
+        bias_rows_kernel<X, X><<<cuda_blocks(total, 256), 256, 0, g_cuda.stream>>>(
+            (X *)out, (const X *)bias, (const float *)NULL, total, OC);
+        if (CU_LAUNCHED()) return;
+        lt_matmul(LT_FWD, cuda_type<X>::value, N, IC, OC, (const void *)w, (const void *)inp,
+                  (const void *)out, (void *)out, NULL, 1.0f);
+        return;
+    }
     /* D = out (X), C = out with beta 0 (not read). */
     lt_matmul(LT_FWD, cuda_type<X>::value, N, IC, OC, (const void *)w, (const void *)inp,
               (const void *)out, (void *)out, (const void *)bias, 0.0f);
@@ -319,6 +352,16 @@ void matmul_forward_residual_cuda(float *out, const floatX *inp, const floatX *w
 {
     CU_GUARD();
     if (N <= 0 || OC <= 0 || IC <= 0) return;
+    if (bias && ptr_align(bias) < LT_BIAS_ALIGN) {
+        /* out = res + bias rows (fp32), then out += product (C = D = out) */
+        const size_t total = (size_t)N * OC;
+        bias_rows_kernel<float, float><<<cuda_blocks(total, 256), 256, 0, g_cuda.stream>>>(
+            out, bias, res, total, OC);
+        if (CU_LAUNCHED()) return;
+        lt_matmul(LT_FWD_RES, cuda_type<X>::value, N, IC, OC, (const void *)w,
+                  (const void *)inp, (const void *)out, (void *)out, NULL, 1.0f);
+        return;
+    }
     /* D = out (fp32) = res (C, fp32, beta 1) + w^T-product + bias (fp32).
      * out == res is cuBLASLt's in-place case (same layout for C and D). */
     lt_matmul(LT_FWD_RES, cuda_type<X>::value, N, IC, OC, (const void *)w, (const void *)inp,

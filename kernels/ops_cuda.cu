@@ -193,8 +193,24 @@ static int cuda_init(char *err, size_t errlen)
         (void)cudaGetLastError();
         return -1;
     }
+    int cc_major = 0, cc_minor = 0;
     if (CUDA_CHECK(cudaGetDevice(&g_cuda.device), err, errlen) ||
-        CUDA_CHECK(cudaDeviceGetAttribute(&g_cuda.sm_count, cudaDevAttrMultiProcessorCount,
+        CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor,
+                                          g_cuda.device), err, errlen) ||
+        CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor,
+                                          g_cuda.device), err, errlen))
+        return -1;
+    /* The build has sm_80 and sm_90 code (and sm_90 PTX), and bf16 GEMMs need
+     * sm_80: on an older GPU every kernel launch would fail at the first op,
+     * mid-run, as if the GPU had faulted. Say so at start instead. */
+    if (cc_major < 8) {
+        snprintf(err, errlen,
+                 "no usable CUDA GPU: device %d has compute capability %d.%d, this build needs "
+                 "8.0 or newer (sm_80+)",
+                 g_cuda.device, cc_major, cc_minor);
+        return -1;
+    }
+    if (CUDA_CHECK(cudaDeviceGetAttribute(&g_cuda.sm_count, cudaDevAttrMultiProcessorCount,
                                           g_cuda.device), err, errlen) ||
         CUDA_CHECK(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking), err,
                    errlen) ||

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/run.sh BUILD - runs every test suite of vitjob against the build tree
 # BUILD (default: build) and its sanitizer twin BUILD/asan, and prints one
-# line per suite and a closing "N passed, N failed" line. Exits non-zero if
-# anything failed.
+# line per suite and a closing "N passed, N failed" line (", N skipped (why)"
+# added where Criterion tests skipped, e.g. the GPU suites without a GPU:
+# skipped tests are not counted as passed). Exits non-zero if anything failed.
 #
 #   unit (C, Criterion):   tests/test_*.c            kernels, config, data
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
@@ -21,14 +22,23 @@ PY=/usr/bin/python3
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-passed=0 failed=0 failures=()
+passed=0 failed=0 skipped=0 failures=()
 note() { printf '%-44s %s\n' "$1" "$2"; }
 
-# criterion_suite NAME BINARY [sanitized]: counts from Criterion's synthesis line
+# criterion_suite NAME BINARY [sanitized]: counts from Criterion's synthesis line,
+# skips from its TAP report (the synthesis line leaves skipped tests out of
+# every count, Passing included)
 criterion_suite() {
-  local name=$1 bin=$2 log=$WORK/${1//\//_}.log
-  "$bin" --no-early-exit -j2 > "$log" 2>&1
+  local name=$1 bin=$2 log=$WORK/${1//\//_}.log tap=$WORK/${1//\//_}.tap
+  "$bin" --no-early-exit -j2 --tap="$tap" > "$log" 2>&1
   local rc=$?
+  local s why=""
+  s=$(grep -ac '# SKIP' "$tap" 2>/dev/null); s=${s:-0}
+  if [ "$s" -gt 0 ]; then
+    why=$(sed -n 's/.*# SKIP //p' "$tap" | sort | uniq -c | sort -rn | head -1 | sed 's/^ *[0-9]* //')
+    why=", $s skipped ($why)"
+    skipped=$((skipped + s))
+  fi
   local synth; synth=$(grep -a 'Synthesis:' "$log" | tail -1)
   local p f c
   p=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$synth")
@@ -41,7 +51,7 @@ criterion_suite() {
   fi
   if [ -z "$synth" ] || [ "$rc" -ne 0 ] && [ $((f + c)) -eq 0 ]; then f=$((f + 1)); fi
   passed=$((passed + p)); failed=$((failed + f + c))
-  note "$name" "$p passed, $((f + c)) failed"
+  note "$name" "$p passed, $((f + c)) failed$why"
   if [ $((f + c)) -ne 0 ]; then failures+=("$name"); grep -aE 'FAIL|CRASH|Assertion|Sanitizer|runtime error|ERROR' "$log" | head -20; fi
 }
 
@@ -118,5 +128,5 @@ fi
 
 echo "elapsed: $(( $(date +%s) - start ))s"
 [ ${#failures[@]} -eq 0 ] || echo "failed suites: ${failures[*]}"
-echo "tests: $passed passed, $failed failed"
+echo "tests: $passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped")"
 [ "$failed" -eq 0 ]

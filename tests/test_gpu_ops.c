@@ -1,0 +1,912 @@
+/* tests/test_gpu_ops.c - every CUDA op against the CPU op, on fresh random
+ * inputs, for both CUDA tables: "cuda" (fp32; suite `cuda`) and "cuda-bf16"
+ * (bf16-mixed; suite `cuda_bf16`). Every test skips, saying why, where
+ * ops_cuda() finds no GPU (or this build has no CUDA backend).
+ *
+ * How a check works:
+ *   - inputs are random host fp32 values; on the bf16 table they are rounded
+ *     to bf16 first (round_bf16_cpu), so that the GPU (which stores floatX
+ *     inputs as bf16) and the CPU read exactly the same values;
+ *   - outputs are poisoned with NaN before the GPU op (an upload, plus
+ *     to_floatx for floatX), so an element the op forgets to write fails;
+ *     outputs that ACCUMULATE (ops.h) start from the same random values on
+ *     both sides instead;
+ *   - after every op, ops->status must be 0;
+ *   - the error is normwise: max|gpu - cpu| / max|cpu| (any NaN or infinity
+ *     fails), against
+ *       TOL_FP32 = 1e-5 on the fp32 table, and on either table for outputs
+ *         that are fp32 and computed from identical values by fp32 math
+ *         in our own kernels (LayerNorm statistics and gradients, embedding
+ *         and bias-gradient sums, cross-entropy, AdamW): ops.h keeps those
+ *         fp32 in bf16-mixed, so bf16 rounding there is a bug;
+ *       TOL_BF16 = 1e-2 on the bf16 table for floatX outputs and for
+ *         anything that goes through a bf16 GEMM (tensor cores accumulate in
+ *         fp32 but not necessarily in the CPU's order or rounding);
+ *       exact equality for data movement and single IEEE operations per
+ *         element (patchify, embed_forward's one add, the dpatch copy,
+ *         gather/scatter of the class token, zero, scale, to_floatx/to_float).
+ * Reference per op on the bf16 table: the fp32 CPU op on the same
+ * (bf16-valued) inputs, unless a comment says otherwise. The GPU rounds a
+ * floatX output once, to nearest: against the unrounded fp32 value that is
+ * at most half a bf16 ulp, 2^-8 = 0.39% of max|cpu| normwise, leaving the
+ * rest of the 1% for the op's own arithmetic. The cpu-bf16 table (the same
+ * value rounded) agrees on most elements but differs by a whole ulp (up to
+ * 2^-7 = 0.78%) wherever the two fp32 values straddle a rounding midpoint,
+ * so it is the closer reference only for exact checks of data movement.
+ * (With the CPU tables standing in for the CUDA ones, cpu-bf16 for
+ * cuda-bf16, every 1e-2 check here measured at most 0.0034.) */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "rng.h"
+
+#define TOL_FP32 1e-5
+#define TOL_BF16 1e-2
+
+enum { F32 = 0, FX = 1 }; /* a device buffer of fp32, or of floatX (bf16 on cuda-bf16) */
+
+static rng_state R;
+
+/* The CUDA table (bf16-mixed or fp32), or skip the test saying why. */
+static const vit_ops *gpu_or_skip(int bf16)
+{
+    static char why[512];
+    why[0] = '\0';
+    const vit_ops *g = ops_cuda(bf16, why, sizeof why);
+    if (!g) cr_skip_test("no CUDA GPU: %s", why);
+    rng_seed(&R, 20240601u + (uint64_t)bf16, 0x6770, 0);
+    ops_cpu_set_threads(2);
+    return g;
+}
+
+/* Tolerance for floatX outputs and bf16 GEMMs on this table (see above). */
+static double tol_x(const vit_ops *g) { return g->bf16 ? TOL_BF16 : TOL_FP32; }
+
+/* ---- buffers: every test's host and device buffers, freed by release_all
+ * (at the end of each case, and as the tests' .fini after a failure) ---- */
+
+enum { MAX_BUFS = 96 };
+static void *host_bufs[MAX_BUFS], *dev_bufs[MAX_BUFS];
+static int n_host, n_dev;
+static const vit_ops *dev_ops; /* the table dev_bufs came from */
+
+static void release_all(void)
+{
+    for (int i = 0; i < n_host; i++) free(host_bufs[i]);
+    for (int i = 0; i < n_dev; i++) dev_ops->release(dev_bufs[i]);
+    n_host = n_dev = 0;
+}
+
+static void *hbuf_bytes(size_t bytes)
+{
+    cr_assert(n_host < MAX_BUFS, "test bug: more than %d host buffers", MAX_BUFS);
+    void *p = malloc(bytes ? bytes : 1);
+    cr_assert(p != NULL, "out of host memory (%zu bytes)", bytes);
+    host_bufs[n_host++] = p;
+    return p;
+}
+static float *hbuf(size_t n) { return hbuf_bytes(n * sizeof(float)); }
+
+static void status_ok(const vit_ops *g, const char *what)
+{
+    char err[512] = "";
+    int rc = g->status(err, sizeof err);
+    cr_assert(rc == 0, "%s: %s failed: %s", g->name, what, err);
+}
+
+/* Zeroed device memory for n elements of kind F32 or FX. */
+static void *dev_alloc(const vit_ops *g, size_t n, int kind)
+{
+    cr_assert(n_dev < MAX_BUFS, "test bug: more than %d device buffers", MAX_BUFS);
+    size_t bytes = n * (kind == FX ? g->floatx_bytes : sizeof(float));
+    void *p = g->alloc(bytes);
+    cr_assert(p != NULL, "%s: alloc of %zu bytes failed", g->name, bytes);
+    dev_ops = g;
+    dev_bufs[n_dev++] = p;
+    return p;
+}
+
+/* dev (n elements of kind) = host (fp32): upload, and to_floatx for FX
+ * (exact when host holds bf16 values, or on the fp32 table). */
+static void dev_write(const vit_ops *g, void *dev, const float *host, size_t n, int kind)
+{
+    if (kind == F32) {
+        g->upload(dev, host, n * sizeof(float));
+        status_ok(g, "upload");
+        return;
+    }
+    float *tmp = g->alloc(n * sizeof(float));
+    cr_assert(tmp != NULL, "%s: alloc of a staging buffer failed", g->name);
+    g->upload(tmp, host, n * sizeof(float));
+    g->to_floatx(dev, tmp, n);
+    g->release(tmp);
+    status_ok(g, "upload + to_floatx");
+}
+
+/* A new device buffer holding host[0..n) as kind. */
+static void *dev_from_host(const vit_ops *g, const float *host, size_t n, int kind)
+{
+    void *d = dev_alloc(g, n, kind);
+    dev_write(g, d, host, n, kind);
+    return d;
+}
+
+/* A new host fp32 copy of a device buffer (to_float first for FX). */
+static float *host_from_dev(const vit_ops *g, const void *dev, size_t n, int kind)
+{
+    float *h = hbuf(n);
+    if (kind == F32) {
+        g->download(h, dev, n * sizeof(float));
+    } else {
+        float *tmp = g->alloc(n * sizeof(float));
+        cr_assert(tmp != NULL, "%s: alloc of a staging buffer failed", g->name);
+        g->to_float(tmp, dev, n);
+        g->download(h, tmp, n * sizeof(float));
+        g->release(tmp);
+    }
+    status_ok(g, "to_float + download");
+    return h;
+}
+
+/* Fills a device buffer with NaN, so that unwritten elements fail. */
+static void poison(const vit_ops *g, void *dev, size_t n, int kind)
+{
+    float *nan = malloc(n * sizeof(float));
+    cr_assert(nan != NULL);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    dev_write(g, dev, nan, n, kind);
+    free(nan);
+}
+
+/* A new poisoned device output. */
+static void *dev_out(const vit_ops *g, size_t n, int kind)
+{
+    void *d = dev_alloc(g, n, kind);
+    poison(g, d, n, kind);
+    return d;
+}
+
+/* n host values offset + scale * N(0,1), bf16-representable on the bf16
+ * table (both sides then read the same values). */
+static float *rnd_in(const vit_ops *g, size_t n, float scale, float offset)
+{
+    float *x = hbuf(n);
+    for (size_t i = 0; i < n; i++) x[i] = offset + scale * rng_normal(&R);
+    if (g->bf16) round_bf16_cpu(x, x, n);
+    return x;
+}
+
+static float *copy_of(const float *x, size_t n)
+{
+    float *y = hbuf(n);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+/* max|gpu - cpu| / max|cpu| (absolute when cpu is all zero); infinity if
+ * either side has a NaN or infinity. *worst: the index that decided it. */
+static double rel_err(const float *gpu, const float *cpu, size_t n, size_t *worst)
+{
+    double maxref = 0, maxdiff = 0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(gpu[i]) || !isfinite(cpu[i])) {
+            *worst = i;
+            return INFINITY;
+        }
+        double d = fabs((double)gpu[i] - (double)cpu[i]);
+        if (fabs((double)cpu[i]) > maxref) maxref = fabs((double)cpu[i]);
+        if (d > maxdiff) maxdiff = d, *worst = i;
+    }
+    return maxdiff / (maxref > 0 ? maxref : 1.0);
+}
+
+static void expect_close(const vit_ops *g, const char *what, const float *gpu, const float *cpu,
+                         size_t n, double tol)
+{
+    size_t at;
+    double e = rel_err(gpu, cpu, n, &at);
+    cr_assert(e <= tol,
+              "%s %s: normwise relative error %.3g > %.3g (worst at [%zu] of %zu: gpu %.9g, "
+              "cpu %.9g)",
+              g->name, what, e, tol, at, n, gpu[at], cpu[at]);
+}
+
+/* Bit-exact equality (NaN never equals anything). */
+static void expect_same(const vit_ops *g, const char *what, const float *gpu, const float *cpu,
+                        size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cr_assert(gpu[i] == cpu[i] && signbit(gpu[i]) == signbit(cpu[i]),
+                  "%s %s: element [%zu] of %zu is %.9g, want exactly %.9g", g->name, what, i, n,
+                  gpu[i], cpu[i]);
+}
+
+/* The CPU table that rounds floatX outputs as the GPU table stores them
+ * (used only for the exact checks of data movement). */
+static const vit_ops *cpu_like(const vit_ops *g) { return g->bf16 ? ops_cpu_bf16() : ops_cpu(); }
+
+/* Two tests per check: one per CUDA table. */
+#define GPU_TESTS(name, check)                                                 \
+    Test(cuda, name, .fini = release_all) { check(gpu_or_skip(0)); }          \
+    Test(cuda_bf16, name, .fini = release_all) { check(gpu_or_skip(1)); }
+
+/* Matrix shapes (N, IC, OC): two with dims that are not multiples of 8
+ * (vector widths, cuBLASLt alignment), one a ViT-S-ish qkv projection. */
+static const int MM_SHAPES[][3] = {{37, 24, 40}, {50, 72, 10}, {394, 192, 576}};
+#define N_MM_SHAPES (sizeof MM_SHAPES / sizeof MM_SHAPES[0])
+
+/* ------------------------------------------------------------------------ */
+/* patchify: a permutation of the image (rounded to floatX): exact. Reference
+ * the cpu-like table (cpu-bf16 rounds the patches as the GPU stores them). */
+
+static void patchify_case(const vit_ops *g, int B, int C, int S, int P)
+{
+    char what[96];
+    snprintf(what, sizeof what, "patchify B=%d C=%d S=%d P=%d", B, C, S, P);
+    size_t nimg = (size_t)B * C * S * S, npat = nimg; /* P divides S: same count */
+    float *img = rnd_in(g, nimg, 1, 0), *want = hbuf(npat);
+    cpu_like(g)->patchify(want, img, B, C, S, P);
+    float *d_img = dev_from_host(g, img, nimg, F32);
+    floatX *d_pat = dev_out(g, npat, FX);
+    g->patchify(d_pat, d_img, B, C, S, P);
+    status_ok(g, what);
+    expect_same(g, what, host_from_dev(g, d_pat, npat, FX), want, npat);
+    release_all();
+}
+
+static void check_patchify(const vit_ops *g)
+{
+    patchify_case(g, 2, 3, 32, 4);
+    patchify_case(g, 3, 1, 28, 7);
+    patchify_case(g, 1, 3, 224, 16);
+}
+GPU_TESTS(patchify_writes_exactly_the_cpu_patches, check_patchify)
+
+/* ------------------------------------------------------------------------ */
+/* matmul_forward: out (floatX) = inp @ w^T [+ bias]; the bf16 GEMM rounds
+ * once at the end: fp32 CPU reference, tol_x. */
+
+static void matmul_forward_case(const vit_ops *g, int N, int IC, int OC, int with_bias)
+{
+    char what[96];
+    snprintf(what, sizeof what, "matmul_forward N=%d IC=%d OC=%d %s", N, IC, OC,
+             with_bias ? "bias" : "no bias");
+    size_t no = (size_t)N * OC;
+    float *inp = rnd_in(g, (size_t)N * IC, 1, 0);
+    float *w = rnd_in(g, (size_t)OC * IC, 1.0f / sqrtf((float)IC), 0);
+    float *bias = with_bias ? rnd_in(g, OC, 0.5f, 0) : NULL;
+    float *want = hbuf(no);
+    matmul_forward_cpu(want, inp, w, bias, N, IC, OC);
+    floatX *d_out = dev_out(g, no, FX);
+    g->matmul_forward(d_out, dev_from_host(g, inp, (size_t)N * IC, FX),
+                      dev_from_host(g, w, (size_t)OC * IC, FX),
+                      bias ? dev_from_host(g, bias, OC, FX) : NULL, N, IC, OC);
+    status_ok(g, what);
+    expect_close(g, what, host_from_dev(g, d_out, no, FX), want, no, tol_x(g));
+    release_all();
+}
+
+static void check_matmul_forward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_MM_SHAPES; s++)
+        for (int bias = 0; bias <= 1; bias++)
+            matmul_forward_case(g, MM_SHAPES[s][0], MM_SHAPES[s][1], MM_SHAPES[s][2], bias);
+}
+GPU_TESTS(matmul_forward_matches_cpu_with_and_without_bias, check_matmul_forward)
+
+/* ------------------------------------------------------------------------ */
+/* matmul_forward_residual: out (fp32) = res + inp @ w^T [+ bias (fp32)],
+ * out == res in place or a separate (poisoned) out, in which case res must
+ * be untouched. fp32 output but a bf16 GEMM: tol_x. */
+
+static void matmul_residual_case(const vit_ops *g, int N, int IC, int OC, int with_bias,
+                                 int in_place)
+{
+    char what[128];
+    snprintf(what, sizeof what, "matmul_forward_residual N=%d IC=%d OC=%d %s %s", N, IC, OC,
+             with_bias ? "bias" : "no bias", in_place ? "out == res" : "out != res");
+    size_t no = (size_t)N * OC;
+    float *inp = rnd_in(g, (size_t)N * IC, 1, 0);
+    float *w = rnd_in(g, (size_t)OC * IC, 1.0f / sqrtf((float)IC), 0);
+    float *bias = with_bias ? rnd_in(g, OC, 0.5f, 0) : NULL;
+    float *res = rnd_in(g, no, 1, 0), *want = hbuf(no);
+    matmul_forward_residual_cpu(want, inp, w, bias, res, N, IC, OC);
+    float *d_res = dev_from_host(g, res, no, F32);
+    float *d_out = in_place ? d_res : dev_out(g, no, F32);
+    g->matmul_forward_residual(d_out, dev_from_host(g, inp, (size_t)N * IC, FX),
+                               dev_from_host(g, w, (size_t)OC * IC, FX),
+                               bias ? dev_from_host(g, bias, OC, F32) : NULL, d_res, N, IC, OC);
+    status_ok(g, what);
+    expect_close(g, what, host_from_dev(g, d_out, no, F32), want, no, tol_x(g));
+    if (!in_place) {
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s: res must be untouched", what);
+        expect_same(g, sub, host_from_dev(g, d_res, no, F32), res, no);
+    }
+    release_all();
+}
+
+static void check_matmul_residual(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_MM_SHAPES; s++)
+        for (int bias = 0; bias <= 1; bias++)
+            for (int in_place = 0; in_place <= 1; in_place++)
+                matmul_residual_case(g, MM_SHAPES[s][0], MM_SHAPES[s][1], MM_SHAPES[s][2], bias,
+                                     in_place);
+}
+GPU_TESTS(matmul_forward_residual_matches_cpu_in_place_and_out_of_place, check_matmul_residual)
+
+/* ------------------------------------------------------------------------ */
+/* matmul_backward: dinp (floatX, overwritten: poisoned) = dout @ w; dw
+ * (fp32, GEMM) += dout^T @ inp; dbias (fp32, a column sum of dout in our
+ * own kernel) += sum_rows dout. Variants: everything; dinp NULL (dw and
+ * dbias still right); dbias NULL (left untouched). */
+
+enum { MB_ALL, MB_NO_DINP, MB_NO_DBIAS };
+
+static void matmul_backward_case(const vit_ops *g, int N, int IC, int OC, int variant)
+{
+    static const char *vname[] = {"dinp+dw+dbias", "dinp NULL", "dbias NULL"};
+    char what[128];
+    snprintf(what, sizeof what, "matmul_backward N=%d IC=%d OC=%d %s", N, IC, OC,
+             vname[variant]);
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *dout = rnd_in(g, (size_t)N * OC, 1, 0), *inp = rnd_in(g, ni, 1, 0);
+    float *w = rnd_in(g, nw, 1.0f / sqrtf((float)IC), 0);
+    float *dw0 = rnd_in(g, nw, 1, 0), *db0 = rnd_in(g, OC, 1, 0);
+    float *want_dinp = hbuf(ni), *want_dw = copy_of(dw0, nw), *want_db = copy_of(db0, OC);
+    matmul_backward_cpu(variant == MB_NO_DINP ? NULL : want_dinp, want_dw,
+                        variant == MB_NO_DBIAS ? NULL : want_db, dout, inp, w, N, IC, OC);
+    floatX *d_dinp = variant == MB_NO_DINP ? NULL : dev_out(g, ni, FX);
+    float *d_dw = dev_from_host(g, dw0, nw, F32), *d_db = dev_from_host(g, db0, OC, F32);
+    g->matmul_backward(d_dinp, d_dw, variant == MB_NO_DBIAS ? NULL : d_db,
+                       dev_from_host(g, dout, (size_t)N * OC, FX), dev_from_host(g, inp, ni, FX),
+                       dev_from_host(g, w, nw, FX), N, IC, OC);
+    status_ok(g, what);
+    char sub[160];
+    if (d_dinp) {
+        snprintf(sub, sizeof sub, "%s: dinp", what);
+        expect_close(g, sub, host_from_dev(g, d_dinp, ni, FX), want_dinp, ni, tol_x(g));
+    }
+    snprintf(sub, sizeof sub, "%s: dw (accumulated)", what);
+    expect_close(g, sub, host_from_dev(g, d_dw, nw, F32), want_dw, nw, tol_x(g));
+    snprintf(sub, sizeof sub, "%s: dbias (accumulated)", what);
+    if (variant == MB_NO_DBIAS)
+        expect_same(g, sub, host_from_dev(g, d_db, OC, F32), db0, OC);
+    else
+        expect_close(g, sub, host_from_dev(g, d_db, OC, F32), want_db, OC, TOL_FP32);
+    release_all();
+}
+
+static void check_matmul_backward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_MM_SHAPES; s++)
+        for (int v = MB_ALL; v <= MB_NO_DBIAS; v++)
+            matmul_backward_case(g, MM_SHAPES[s][0], MM_SHAPES[s][1], MM_SHAPES[s][2], v);
+}
+GPU_TESTS(matmul_backward_matches_cpu_and_accumulates_dw_dbias_also_with_null_dinp,
+          check_matmul_backward)
+
+/* ------------------------------------------------------------------------ */
+/* Embeddings. embed_forward: one fp32 add per element (patch_out's floatX
+ * values are exact in fp32): exact. embed_backward: dpatch_out is a copy of
+ * dx rows (rounded to floatX; the inputs are bf16 values, so exact; cpu-like
+ * reference), dcls and dpos sums over the batch in fp32: TOL_FP32. */
+
+static const int EMB_SHAPES[][3] = {{2, 197, 64}, {3, 5, 7}, {32, 65, 64}};
+#define N_EMB_SHAPES (sizeof EMB_SHAPES / sizeof EMB_SHAPES[0])
+
+static void check_embed_forward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_EMB_SHAPES; s++) {
+        int B = EMB_SHAPES[s][0], T = EMB_SHAPES[s][1], D = EMB_SHAPES[s][2];
+        char what[96];
+        snprintf(what, sizeof what, "embed_forward B=%d T=%d D=%d", B, T, D);
+        size_t nx = (size_t)B * T * D, np = (size_t)B * (T - 1) * D;
+        float *po = rnd_in(g, np, 1, 0), *cls = rnd_in(g, D, 1, 0);
+        float *pos = rnd_in(g, (size_t)T * D, 0.5f, 0), *want = hbuf(nx);
+        embed_forward_cpu(want, po, cls, pos, B, T, D);
+        float *d_x = dev_out(g, nx, F32);
+        g->embed_forward(d_x, dev_from_host(g, po, np, FX), dev_from_host(g, cls, D, F32),
+                         dev_from_host(g, pos, (size_t)T * D, F32), B, T, D);
+        status_ok(g, what);
+        expect_same(g, what, host_from_dev(g, d_x, nx, F32), want, nx);
+        release_all();
+    }
+}
+GPU_TESTS(embed_forward_adds_class_token_and_positions_exactly, check_embed_forward)
+
+static void check_embed_backward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_EMB_SHAPES; s++) {
+        int B = EMB_SHAPES[s][0], T = EMB_SHAPES[s][1], D = EMB_SHAPES[s][2];
+        char what[96], sub[128];
+        snprintf(what, sizeof what, "embed_backward B=%d T=%d D=%d", B, T, D);
+        size_t nx = (size_t)B * T * D, np = (size_t)B * (T - 1) * D, npos = (size_t)T * D;
+        float *dx = rnd_in(g, nx, 1, 0), *dcls0 = rnd_in(g, D, 1, 0);
+        float *dpos0 = rnd_in(g, npos, 1, 0);
+        float *want_dp = hbuf(np), *want_dcls = copy_of(dcls0, D);
+        float *want_dpos = copy_of(dpos0, npos);
+        cpu_like(g)->embed_backward(want_dp, want_dcls, want_dpos, dx, B, T, D);
+        floatX *d_dp = dev_out(g, np, FX);
+        float *d_dcls = dev_from_host(g, dcls0, D, F32), *d_dpos = dev_from_host(g, dpos0, npos, F32);
+        g->embed_backward(d_dp, d_dcls, d_dpos, dev_from_host(g, dx, nx, F32), B, T, D);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: dpatch_out", what);
+        expect_same(g, sub, host_from_dev(g, d_dp, np, FX), want_dp, np);
+        snprintf(sub, sizeof sub, "%s: dcls (accumulated)", what);
+        expect_close(g, sub, host_from_dev(g, d_dcls, D, F32), want_dcls, D, TOL_FP32);
+        snprintf(sub, sizeof sub, "%s: dpos (accumulated)", what);
+        expect_close(g, sub, host_from_dev(g, d_dpos, npos, F32), want_dpos, npos, TOL_FP32);
+        release_all();
+    }
+}
+GPU_TESTS(embed_backward_copies_dpatch_and_accumulates_dcls_dpos, check_embed_backward)
+
+/* ------------------------------------------------------------------------ */
+/* LayerNorm. Forward: out floatX (tol_x), mean and rstd fp32 (TOL_FP32);
+ * inputs with a mean offset of 3 so that a one-pass variance would show.
+ * Backward: every output fp32 from fp32 math (dout's floatX values are
+ * exact): TOL_FP32, dinp/dw/db accumulated onto random values. Widths below
+ * a warp, odd, ViT-sized and wider than 8 warps' worth. */
+
+static const int LN_SHAPES[][2] = {{394, 192}, {37, 24}, {5, 7}, {3, 1000}};
+#define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
+
+static void check_layernorm_forward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_LN_SHAPES; s++) {
+        int N = LN_SHAPES[s][0], C = LN_SHAPES[s][1];
+        char what[96], sub[128];
+        snprintf(what, sizeof what, "layernorm_forward N=%d C=%d", N, C);
+        size_t n = (size_t)N * C;
+        float *inp = rnd_in(g, n, 2, 3), *w = rnd_in(g, C, 0.2f, 1), *b = rnd_in(g, C, 0.2f, 0);
+        float *want = hbuf(n), *want_mean = hbuf(N), *want_rstd = hbuf(N);
+        layernorm_forward_cpu(want, want_mean, want_rstd, inp, w, b, N, C);
+        floatX *d_out = dev_out(g, n, FX);
+        float *d_mean = dev_out(g, N, F32), *d_rstd = dev_out(g, N, F32);
+        g->layernorm_forward(d_out, d_mean, d_rstd, dev_from_host(g, inp, n, F32),
+                             dev_from_host(g, w, C, F32), dev_from_host(g, b, C, F32), N, C);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: out", what);
+        expect_close(g, sub, host_from_dev(g, d_out, n, FX), want, n, tol_x(g));
+        snprintf(sub, sizeof sub, "%s: mean", what);
+        expect_close(g, sub, host_from_dev(g, d_mean, N, F32), want_mean, N, TOL_FP32);
+        snprintf(sub, sizeof sub, "%s: rstd", what);
+        expect_close(g, sub, host_from_dev(g, d_rstd, N, F32), want_rstd, N, TOL_FP32);
+        release_all();
+    }
+}
+GPU_TESTS(layernorm_forward_matches_cpu_output_mean_and_rstd, check_layernorm_forward)
+
+static void check_layernorm_backward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_LN_SHAPES; s++) {
+        int N = LN_SHAPES[s][0], C = LN_SHAPES[s][1];
+        char what[96], sub[128];
+        snprintf(what, sizeof what, "layernorm_backward N=%d C=%d", N, C);
+        size_t n = (size_t)N * C;
+        float *inp = rnd_in(g, n, 2, 3), *w = rnd_in(g, C, 0.2f, 1), *b = rnd_in(g, C, 0.2f, 0);
+        float *out = hbuf(n), *mean = hbuf(N), *rstd = hbuf(N);
+        layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C); /* statistics both sides use */
+        float *dout = rnd_in(g, n, 1, 0);
+        float *dinp0 = rnd_in(g, n, 1, 0), *dw0 = rnd_in(g, C, 1, 0), *db0 = rnd_in(g, C, 1, 0);
+        float *want_dinp = copy_of(dinp0, n), *want_dw = copy_of(dw0, C), *want_db = copy_of(db0, C);
+        layernorm_backward_cpu(want_dinp, want_dw, want_db, dout, inp, w, mean, rstd, N, C);
+        float *d_dinp = dev_from_host(g, dinp0, n, F32), *d_dw = dev_from_host(g, dw0, C, F32);
+        float *d_db = dev_from_host(g, db0, C, F32);
+        g->layernorm_backward(d_dinp, d_dw, d_db, dev_from_host(g, dout, n, FX),
+                              dev_from_host(g, inp, n, F32), dev_from_host(g, w, C, F32),
+                              dev_from_host(g, mean, N, F32), dev_from_host(g, rstd, N, F32), N,
+                              C);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: dinp (accumulated)", what);
+        expect_close(g, sub, host_from_dev(g, d_dinp, n, F32), want_dinp, n, TOL_FP32);
+        snprintf(sub, sizeof sub, "%s: dw (accumulated)", what);
+        expect_close(g, sub, host_from_dev(g, d_dw, C, F32), want_dw, C, TOL_FP32);
+        snprintf(sub, sizeof sub, "%s: db (accumulated)", what);
+        expect_close(g, sub, host_from_dev(g, d_db, C, F32), want_db, C, TOL_FP32);
+        release_all();
+    }
+}
+GPU_TESTS(layernorm_backward_matches_cpu_and_accumulates_dinp_dw_db, check_layernorm_backward)
+
+/* ------------------------------------------------------------------------ */
+/* Attention, ViT-S/16-ish (B=2, T=197, D=64, NH=4) and odd (B=3, T=5, D=8,
+ * NH=2: T below a warp, hd=4). Scratch from the GPU table's own
+ * attention_scratch_bytes. Forward: out and att floatX, tol_x against the
+ * fp32 CPU op (the GPU's P.V reads the bf16 probabilities, the CPU's the
+ * fp32 ones: a 2^-9 relative perturbation per term, well inside 1%).
+ * Backward: the same att goes to both sides (the CPU's probabilities,
+ * rounded to bf16 on the bf16 table, as the GPU would have stored them);
+ * dqkv floatX, tol_x (the GPU also rounds dS to bf16, 2^-9 per term). */
+
+static const int ATT_SHAPES[][4] = {{2, 197, 64, 4}, {3, 5, 8, 2}};
+#define N_ATT_SHAPES (sizeof ATT_SHAPES / sizeof ATT_SHAPES[0])
+
+static void check_attention_forward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_ATT_SHAPES; s++) {
+        int B = ATT_SHAPES[s][0], T = ATT_SHAPES[s][1], D = ATT_SHAPES[s][2];
+        int NH = ATT_SHAPES[s][3];
+        char what[96], sub[128];
+        snprintf(what, sizeof what, "attention_forward B=%d T=%d D=%d NH=%d", B, T, D, NH);
+        size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, na = (size_t)B * NH * T * T;
+        float *qkv = rnd_in(g, nq, 1, 0), *want = hbuf(no), *want_att = hbuf(na);
+        void *cpu_scratch = hbuf_bytes(ops_cpu_attention_scratch_bytes(B, T, D, NH));
+        attention_forward_cpu(want, want_att, cpu_scratch, qkv, B, T, D, NH);
+        size_t sb = g->attention_scratch_bytes(B, T, D, NH);
+        void *scratch = dev_alloc(g, sb / sizeof(float) + 1, F32);
+        floatX *d_out = dev_out(g, no, FX), *d_att = dev_out(g, na, FX);
+        g->attention_forward(d_out, d_att, scratch, dev_from_host(g, qkv, nq, FX), B, T, D, NH);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: out", what);
+        expect_close(g, sub, host_from_dev(g, d_out, no, FX), want, no, tol_x(g));
+        snprintf(sub, sizeof sub, "%s: att", what);
+        expect_close(g, sub, host_from_dev(g, d_att, na, FX), want_att, na, tol_x(g));
+        release_all();
+    }
+}
+GPU_TESTS(attention_forward_matches_cpu_output_and_probabilities, check_attention_forward)
+
+static void check_attention_backward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_ATT_SHAPES; s++) {
+        int B = ATT_SHAPES[s][0], T = ATT_SHAPES[s][1], D = ATT_SHAPES[s][2];
+        int NH = ATT_SHAPES[s][3];
+        char what[96];
+        snprintf(what, sizeof what, "attention_backward B=%d T=%d D=%d NH=%d", B, T, D, NH);
+        size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, na = (size_t)B * NH * T * T;
+        float *qkv = rnd_in(g, nq, 1, 0), *dout = rnd_in(g, no, 1, 0);
+        float *out = hbuf(no), *att = hbuf(na), *want = hbuf(nq);
+        void *cpu_scratch = hbuf_bytes(ops_cpu_attention_scratch_bytes(B, T, D, NH));
+        attention_forward_cpu(out, att, cpu_scratch, qkv, B, T, D, NH);
+        if (g->bf16) round_bf16_cpu(att, att, na);
+        attention_backward_cpu(want, cpu_scratch, dout, qkv, att, B, T, D, NH);
+        size_t sb = g->attention_scratch_bytes(B, T, D, NH);
+        void *scratch = dev_alloc(g, sb / sizeof(float) + 1, F32);
+        floatX *d_dqkv = dev_out(g, nq, FX);
+        g->attention_backward(d_dqkv, scratch, dev_from_host(g, dout, no, FX),
+                              dev_from_host(g, qkv, nq, FX), dev_from_host(g, att, na, FX), B, T,
+                              D, NH);
+        status_ok(g, what);
+        expect_close(g, what, host_from_dev(g, d_dqkv, nq, FX), want, nq, tol_x(g));
+        release_all();
+    }
+}
+GPU_TESTS(attention_backward_matches_cpu_dqkv, check_attention_backward)
+
+/* ------------------------------------------------------------------------ */
+/* GELU (exact erf form), floatX in and out: tol_x. Sizes that are not
+ * multiples of any vector width. Backward both into a separate dinp and in
+ * place (dinp == dout, which ops.h allows). */
+
+static const size_t GELU_SIZES[] = {4099, 65539};
+
+static void check_gelu_forward(const vit_ops *g)
+{
+    for (size_t s = 0; s < 2; s++) {
+        size_t n = GELU_SIZES[s];
+        char what[64];
+        snprintf(what, sizeof what, "gelu_forward n=%zu", n);
+        float *inp = rnd_in(g, n, 3, 0), *want = hbuf(n);
+        gelu_forward_cpu(want, inp, n);
+        floatX *d_out = dev_out(g, n, FX);
+        g->gelu_forward(d_out, dev_from_host(g, inp, n, FX), n);
+        status_ok(g, what);
+        expect_close(g, what, host_from_dev(g, d_out, n, FX), want, n, tol_x(g));
+        release_all();
+    }
+}
+GPU_TESTS(gelu_forward_matches_cpu, check_gelu_forward)
+
+static void check_gelu_backward(const vit_ops *g)
+{
+    for (size_t s = 0; s < 2; s++) {
+        for (int in_place = 0; in_place <= 1; in_place++) {
+            size_t n = GELU_SIZES[s];
+            char what[80];
+            snprintf(what, sizeof what, "gelu_backward n=%zu %s", n,
+                     in_place ? "dinp == dout" : "dinp != dout");
+            float *inp = rnd_in(g, n, 3, 0), *dout = rnd_in(g, n, 1, 0), *want = hbuf(n);
+            gelu_backward_cpu(want, inp, dout, n);
+            floatX *d_dout = dev_from_host(g, dout, n, FX);
+            floatX *d_dinp = in_place ? d_dout : dev_out(g, n, FX);
+            g->gelu_backward(d_dinp, dev_from_host(g, inp, n, FX), d_dout, n);
+            status_ok(g, what);
+            expect_close(g, what, host_from_dev(g, d_dinp, n, FX), want, n, tol_x(g));
+            release_all();
+        }
+    }
+}
+GPU_TESTS(gelu_backward_matches_cpu_in_place_and_not, check_gelu_backward)
+
+/* ------------------------------------------------------------------------ */
+/* to_floatx then to_float: on bf16 exactly round_bf16_cpu (nearest even,
+ * ties, overflow to infinity, subnormals kept, NaN stays NaN), on fp32 the
+ * same bits. Random values over a wide exponent range, exact ties, and the
+ * special values. Not through dev_from_host (that uses the ops under test). */
+
+static void check_floatx_round_trip(const vit_ops *g)
+{
+    const size_t n = 100003;
+    float *x = hbuf(n), *want = hbuf(n), *got = hbuf(n);
+    const float ulp1 = 1.0f / 128; /* bf16 spacing at 1 */
+    const float special[] = {0.0f, -0.0f, 1.0f, 1.0f + ulp1 / 2, 1.0f + 3 * ulp1 / 2,
+                             -(1.0f + 3 * ulp1 / 2), 1.0f + ulp1 / 2 + ulp1 / 64, 3.4e38f,
+                             -3.4e38f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, 1.17549435e-38f,
+                             0.1f, 65504.0f, 1e-45f};
+    const size_t ns = sizeof special / sizeof special[0];
+    for (size_t i = 0; i < n; i++) {
+        if (i < ns) {
+            x[i] = special[i];
+        } else if (i % 3 == 0) { /* an exact tie: the 16 dropped bits are 0x8000 */
+            uint32_t u = (uint32_t)rng_u64(&R);
+            u = (u & 0xffff0000u) | 0x8000u;
+            if (((u >> 23) & 0xff) == 0xff) u &= ~(1u << 30); /* not inf/NaN */
+            memcpy(&x[i], &u, 4);
+        } else {
+            /* 2^-140 .. 2^126: subnormals, and a few overflows to infinity */
+            x[i] = rng_normal(&R) * ldexpf(1.0f, (int)rng_below(&R, 267) - 140);
+        }
+    }
+    if (g->bf16)
+        round_bf16_cpu(want, x, n);
+    else
+        memcpy(want, x, n * sizeof(float));
+    float *d_in = dev_alloc(g, n, F32), *d_back = dev_alloc(g, n, F32);
+    floatX *d_x = dev_alloc(g, n, FX);
+    g->upload(d_in, x, n * sizeof(float));
+    g->to_floatx(d_x, d_in, n);
+    status_ok(g, "to_floatx");
+    g->to_float(d_back, d_x, n);
+    status_ok(g, "to_float");
+    g->download(got, d_back, n * sizeof(float));
+    status_ok(g, "download");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a, b, in;
+        memcpy(&a, &got[i], 4);
+        memcpy(&b, &want[i], 4);
+        memcpy(&in, &x[i], 4);
+        if (isnan(want[i]))
+            cr_assert(isnan(got[i]), "%s to_floatx/to_float [%zu]: NaN became %.9g", g->name, i,
+                      got[i]);
+        else
+            cr_assert(a == b,
+                      "%s to_floatx/to_float [%zu]: %.9g (0x%08x) gave %.9g (0x%08x), want %.9g "
+                      "(0x%08x)",
+                      g->name, i, x[i], (unsigned)in, got[i], (unsigned)a,
+                      want[i], (unsigned)b);
+    }
+    release_all();
+}
+GPU_TESTS(to_floatx_then_to_float_equals_round_bf16_cpu_bit_for_bit, check_floatx_round_trip)
+
+/* ------------------------------------------------------------------------ */
+/* zero, gather_cls, scatter_cls_backward, scale: fp32 data movement or one
+ * rounding per element, the same kernels on both tables: exact. */
+
+static void check_zero(const vit_ops *g)
+{
+    const size_t n = 100003;
+    float *d = dev_out(g, n, F32);
+    g->zero(d, n);
+    status_ok(g, "zero");
+    float *got = host_from_dev(g, d, n, F32), *want = hbuf(n);
+    zero_cpu(want, n);
+    expect_same(g, "zero n=100003", got, want, n);
+    release_all();
+}
+GPU_TESTS(zero_writes_positive_zero_everywhere, check_zero)
+
+static void check_gather_cls(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_EMB_SHAPES; s++) {
+        int B = EMB_SHAPES[s][0], T = EMB_SHAPES[s][1], D = EMB_SHAPES[s][2];
+        char what[96];
+        snprintf(what, sizeof what, "gather_cls B=%d T=%d D=%d", B, T, D);
+        size_t nx = (size_t)B * T * D, no = (size_t)B * D;
+        float *x = rnd_in(g, nx, 1, 0), *want = hbuf(no);
+        gather_cls_cpu(want, x, B, T, D);
+        float *d_out = dev_out(g, no, F32);
+        g->gather_cls(d_out, dev_from_host(g, x, nx, F32), B, T, D);
+        status_ok(g, what);
+        expect_same(g, what, host_from_dev(g, d_out, no, F32), want, no);
+        release_all();
+    }
+}
+GPU_TESTS(gather_cls_copies_token_zero_exactly, check_gather_cls)
+
+static void check_scatter_cls(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_EMB_SHAPES; s++) {
+        int B = EMB_SHAPES[s][0], T = EMB_SHAPES[s][1], D = EMB_SHAPES[s][2];
+        char what[96];
+        snprintf(what, sizeof what, "scatter_cls_backward B=%d T=%d D=%d", B, T, D);
+        size_t nx = (size_t)B * T * D, nc = (size_t)B * D;
+        float *dx0 = rnd_in(g, nx, 1, 0), *dcls = rnd_in(g, nc, 1, 0), *want = copy_of(dx0, nx);
+        scatter_cls_backward_cpu(want, dcls, B, T, D);
+        float *d_dx = dev_from_host(g, dx0, nx, F32);
+        g->scatter_cls_backward(d_dx, dev_from_host(g, dcls, nc, F32), B, T, D);
+        status_ok(g, what);
+        expect_same(g, what, host_from_dev(g, d_dx, nx, F32), want, nx);
+        release_all();
+    }
+}
+GPU_TESTS(scatter_cls_backward_adds_to_token_zero_only, check_scatter_cls)
+
+static void check_scale(const vit_ops *g)
+{
+    const size_t n = 100003;
+    const float s = 0.37f;
+    float *x = rnd_in(g, n, 1, 0), *want = copy_of(x, n);
+    scale_cpu(want, s, n);
+    float *d = dev_from_host(g, x, n, F32);
+    g->scale(d, s, n);
+    status_ok(g, "scale");
+    expect_same(g, "scale n=100003", host_from_dev(g, d, n, F32), want, n);
+    release_all();
+}
+GPU_TESTS(scale_multiplies_every_element_exactly, check_scale)
+
+/* ------------------------------------------------------------------------ */
+/* Cross-entropy. Forward: losses and probs fp32 from floatX logits by fp32
+ * math: TOL_FP32 on both tables. Backward: dlogits floatX: tol_x, from the
+ * CPU's probabilities on both sides. Targets live in device memory. Shapes
+ * with K below, at and far above a warp. */
+
+static const int CE_SHAPES[][2] = {{32, 10}, {7, 1000}, {5, 37}};
+#define N_CE_SHAPES (sizeof CE_SHAPES / sizeof CE_SHAPES[0])
+
+static int *targets_for(const vit_ops *g, int B, int K, int **host)
+{
+    int *t = hbuf_bytes((size_t)B * sizeof(int));
+    for (int b = 0; b < B; b++) t[b] = (int)rng_below(&R, (uint64_t)K);
+    t[0] = 0, t[B - 1] = K - 1; /* both ends of the range */
+    _Static_assert(sizeof(int) == sizeof(float), "targets are allocated as fp32 elements");
+    int *d = dev_alloc(g, (size_t)B, F32);
+    g->upload(d, t, (size_t)B * sizeof(int));
+    status_ok(g, "upload targets");
+    *host = t;
+    return d;
+}
+
+static void check_crossentropy_forward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_CE_SHAPES; s++) {
+        int B = CE_SHAPES[s][0], K = CE_SHAPES[s][1];
+        char what[96], sub[128];
+        snprintf(what, sizeof what, "crossentropy_forward B=%d K=%d", B, K);
+        size_t nl = (size_t)B * K;
+        int *t;
+        int *d_t = targets_for(g, B, K, &t);
+        float *logits = rnd_in(g, nl, 3, 0), *want_l = hbuf(B), *want_p = hbuf(nl);
+        crossentropy_forward_cpu(want_l, want_p, logits, t, B, K);
+        float *d_l = dev_out(g, B, F32), *d_p = dev_out(g, nl, F32);
+        g->crossentropy_forward(d_l, d_p, dev_from_host(g, logits, nl, FX), d_t, B, K);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: losses", what);
+        expect_close(g, sub, host_from_dev(g, d_l, B, F32), want_l, B, TOL_FP32);
+        snprintf(sub, sizeof sub, "%s: probs", what);
+        expect_close(g, sub, host_from_dev(g, d_p, nl, F32), want_p, nl, TOL_FP32);
+        release_all();
+    }
+}
+GPU_TESTS(crossentropy_forward_matches_cpu_losses_and_probs, check_crossentropy_forward)
+
+static void check_crossentropy_backward(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_CE_SHAPES; s++) {
+        int B = CE_SHAPES[s][0], K = CE_SHAPES[s][1];
+        char what[96];
+        snprintf(what, sizeof what, "crossentropy_backward B=%d K=%d", B, K);
+        size_t nl = (size_t)B * K;
+        int *t;
+        int *d_t = targets_for(g, B, K, &t);
+        float *logits = rnd_in(g, nl, 3, 0), *losses = hbuf(B), *probs = hbuf(nl);
+        crossentropy_forward_cpu(losses, probs, logits, t, B, K);
+        const float dloss = 1.0f / (float)B;
+        float *want = hbuf(nl);
+        crossentropy_backward_cpu(want, probs, t, dloss, B, K);
+        floatX *d_dl = dev_out(g, nl, FX);
+        g->crossentropy_backward(d_dl, dev_from_host(g, probs, nl, F32), d_t, dloss, B, K);
+        status_ok(g, what);
+        expect_close(g, what, host_from_dev(g, d_dl, nl, FX), want, nl, tol_x(g));
+        release_all();
+    }
+}
+GPU_TESTS(crossentropy_backward_matches_cpu, check_crossentropy_backward)
+
+/* ------------------------------------------------------------------------ */
+/* sum_squares: fp32 squares summed in double, in different orders on the
+ * two sides: relative 1e-9 (double rounding over 1e6 terms is ~1e-12).
+ * Deterministic: two GPU calls give the same bits. Sizes below a block,
+ * odd, and many grids' worth. */
+
+static void check_sum_squares(const vit_ops *g)
+{
+    const size_t sizes[] = {1, 37, 1000003};
+    for (size_t s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float *x = rnd_in(g, n, 1, 0);
+        double want = sum_squares_cpu(x, n);
+        float *d = dev_from_host(g, x, n, F32);
+        double a = g->sum_squares(d, n);
+        status_ok(g, "sum_squares");
+        double b = g->sum_squares(d, n);
+        status_ok(g, "sum_squares");
+        cr_assert(fabs(a - want) <= 1e-9 * want,
+                  "%s sum_squares n=%zu: %.17g vs cpu %.17g (relative %.3g)", g->name, n, a, want,
+                  fabs(a - want) / want);
+        cr_assert(memcmp(&a, &b, sizeof a) == 0,
+                  "%s sum_squares n=%zu is not deterministic: %.17g then %.17g", g->name, n, a, b);
+        release_all();
+    }
+}
+GPU_TESTS(sum_squares_matches_cpu_to_1e_9_and_repeats_bit_for_bit, check_sum_squares)
+
+/* ------------------------------------------------------------------------ */
+/* AdamW: p, m, v fp32 on both tables (the same kernel): TOL_FP32, and the
+ * update p - p0 itself within 1e-3 normwise (the two sides' fp32 rounding of
+ * p, |p| < ~5, is ~5e-7 against updates ~1e-2, so a wrong formula cannot
+ * hide behind the size of p). With p_lp: it must hold exactly to_floatx(p)
+ * of the GPU's new p (compared through to_float, and on the host with
+ * round_bf16_cpu). Steps t = 1 and t = 7 (bias corrections). */
+
+static void adamw_case(const vit_ops *g, long t, int with_lp)
+{
+    char what[96], sub[128];
+    snprintf(what, sizeof what, "adamw_update t=%ld %s", t, with_lp ? "p_lp" : "p_lp NULL");
+    const size_t n = 100003;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
+    float *p0 = rnd_in(g, n, 1, 0), *m0 = rnd_in(g, n, 0.1f, 0), *v0 = hbuf(n);
+    float *grad = rnd_in(g, n, 0.1f, 0);
+    for (size_t i = 0; i < n; i++) v0[i] = 0.01f * (0.5f + rng_uniform(&R));
+    float *p = copy_of(p0, n), *m = copy_of(m0, n), *v = copy_of(v0, n);
+    adamw_update_cpu(p, NULL, m, v, grad, n, lr, b1, b2, eps, wd, t);
+    float *d_p = dev_from_host(g, p0, n, F32), *d_m = dev_from_host(g, m0, n, F32);
+    float *d_v = dev_from_host(g, v0, n, F32);
+    floatX *d_lp = with_lp ? dev_out(g, n, FX) : NULL;
+    g->adamw_update(d_p, d_lp, d_m, d_v, dev_from_host(g, grad, n, F32), n, lr, b1, b2, eps, wd,
+                    t);
+    status_ok(g, what);
+    float *gp = host_from_dev(g, d_p, n, F32);
+    snprintf(sub, sizeof sub, "%s: p", what);
+    expect_close(g, sub, gp, p, n, TOL_FP32);
+    snprintf(sub, sizeof sub, "%s: m", what);
+    expect_close(g, sub, host_from_dev(g, d_m, n, F32), m, n, TOL_FP32);
+    snprintf(sub, sizeof sub, "%s: v", what);
+    expect_close(g, sub, host_from_dev(g, d_v, n, F32), v, n, TOL_FP32);
+    float *du_gpu = hbuf(n), *du_cpu = hbuf(n);
+    for (size_t i = 0; i < n; i++) du_gpu[i] = gp[i] - p0[i], du_cpu[i] = p[i] - p0[i];
+    snprintf(sub, sizeof sub, "%s: the update p - p0", what);
+    expect_close(g, sub, du_gpu, du_cpu, n, 1e-3);
+    if (with_lp) {
+        floatX *d_conv = dev_alloc(g, n, FX);
+        g->to_floatx(d_conv, d_p, n);
+        status_ok(g, "to_floatx");
+        float *lp = host_from_dev(g, d_lp, n, FX), *conv = host_from_dev(g, d_conv, n, FX);
+        snprintf(sub, sizeof sub, "%s: p_lp vs to_floatx(p)", what);
+        expect_same(g, sub, lp, conv, n);
+        float *rounded = copy_of(gp, n);
+        if (g->bf16) round_bf16_cpu(rounded, rounded, n);
+        snprintf(sub, sizeof sub, "%s: p_lp vs round_bf16_cpu(p)", what);
+        expect_same(g, sub, lp, rounded, n);
+    }
+    release_all();
+}
+
+static void check_adamw(const vit_ops *g)
+{
+    adamw_case(g, 1, 0);
+    adamw_case(g, 1, 1);
+    adamw_case(g, 7, 0);
+    adamw_case(g, 7, 1);
+}
+GPU_TESTS(adamw_update_matches_cpu_and_p_lp_is_to_floatx_of_p, check_adamw)
