@@ -100,7 +100,10 @@ script_suite() {
 }
 
 start=$(date +%s)
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+# protect_shadow_gap=0: the CUDA driver maps memory where ASan's shadow gap
+# would be, so with a GPU present the sanitized binaries need it to start CUDA.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:protect_shadow_gap=0
+export LSAN_OPTIONS=suppressions=$PWD/tests/lsan-cuda.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t"; done

@@ -58,7 +58,7 @@ static const vit_ops *gpu_or_skip(int bf16)
     static char why[512];
     why[0] = '\0';
     const vit_ops *g = ops_cuda(bf16, why, sizeof why);
-    if (!g) cr_skip_test("no CUDA GPU: %s", why);
+    if (!g) cr_skip_test("%s", why);
     rng_seed(&R, 20240601u + (uint64_t)bf16, 0x6770, 0);
     ops_cpu_set_threads(2);
     return g;
