@@ -40,6 +40,19 @@
 /* ------------------------------------------------------------------------ */
 /* Kernels.                                                                 */
 
+/* Where element i of a (B,NH,T,hd) tensor lives in a (B,T,ld) one whose
+ * head h is at columns h*hd..h*hd+hd-1: (b*T + t)*ld + h*hd + e. */
+static __device__ __forceinline__ size_t head_offset(size_t i, int T, int NH, int hd, int ld)
+{
+    const size_t e = i % hd;
+    size_t r = i / hd;
+    const size_t t = r % T;
+    r /= T;
+    const size_t h = r % NH;
+    const size_t b = r / NH;
+    return (b * T + t) * (size_t)ld + h * hd + e;
+}
+
 /* Split heads: for each (b,h,t,e) with D = NH*hd,
  *   q[b,h,t,e] = src[(b*T + t)*ld + h*hd + e]
  *   k[...]     = src[... + D]       (when k != NULL)
@@ -53,13 +66,7 @@ static __global__ void split_heads_kernel(X *q, X *k, X *v, const X *src, int B,
     const size_t D = (size_t)NH * hd;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const size_t e = i % hd;
-        size_t r = i / hd;
-        const size_t t = r % T;
-        r /= T;
-        const size_t h = r % NH;
-        const size_t b = r / NH;
-        const size_t o = (b * T + t) * (size_t)ld + h * hd + e;
+        const size_t o = head_offset(i, T, NH, hd, ld);
         q[i] = src[o];
         if (k) k[i] = src[o + D];
         if (v) v[i] = src[o + 2 * D];
@@ -77,13 +84,7 @@ static __global__ void merge_heads_kernel(X *dst, const X *q, const X *k, const 
     const size_t D = (size_t)NH * hd;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const size_t e = i % hd;
-        size_t r = i / hd;
-        const size_t t = r % T;
-        r /= T;
-        const size_t h = r % NH;
-        const size_t b = r / NH;
-        const size_t o = (b * T + t) * (size_t)ld + h * hd + e;
+        const size_t o = head_offset(i, T, NH, hd, ld);
         dst[o] = q[i];
         if (k) dst[o + D] = k[i];
         if (v) dst[o + 2 * D] = v[i];
