@@ -27,9 +27,12 @@ BLAS_LIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 
 # The CUDA backend is built whenever nvcc exists (it does on every
 # development and CI machine, in /usr/local/cuda): sm_80 and sm_90 code plus
-# sm_90 PTX. The binaries then run on machines with or without a GPU; without
-# one, device: cuda fails at start with one line and exit code 2. Its objects
-# are shared by the normal and the sanitizer trees (nvcc output is not
+# sm_90 PTX, into the plugin $(BUILD)/lib/libvitjob_cuda.so, the only thing
+# linked against cuBLASLt, cuBLAS, NCCL and the CUDA runtime. The binaries
+# load it when a run asks for the GPU (kernels/ops_cuda_loader.c), so they
+# start on machines without NVIDIA's libraries; without a usable GPU,
+# device: cuda fails at start with one line and exit code 2. The objects are
+# shared by the normal and the sanitizer trees (nvcc output is not
 # instrumented either way). NVCC= (empty) builds without it.
 NVCC    ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CUDA_BUILD ?= $(BUILD)/cuda
@@ -37,10 +40,12 @@ ifneq ($(strip $(NVCC)),)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRC   := $(wildcard kernels/*.cu)
 CUDA_DEFS  := -DVITJOB_WITH_CUDA -I$(CUDA_HOME)/include
-CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
+CUDA_PLUGIN_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl
 CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
-NVCC_FLAGS ?= -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror \
+NVCC_FLAGS ?= -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror,-fPIC \
               -Werror all-warnings -Ilib -Ikernels
+CUDA_PLUGIN = $(BUILD)/lib/libvitjob_cuda.so
 endif
 CUDA_OBJ    = $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
 
@@ -49,7 +54,7 @@ CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 INC     := -Ilib -Ikernels -Iworker -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
-LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) $(CUDA_LIBS) -lsleef -lm -fopenmp
+LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -ldl -fopenmp
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 LIB_SRC     := $(wildcard lib/*.c)
@@ -59,7 +64,7 @@ OPERATOR_SRC:= $(filter-out operator/main.c,$(wildcard operator/*.c))
 CORE_SRC    := $(LIB_SRC) $(KERNEL_SRC) $(WORKER_SRC) $(OPERATOR_SRC)
 TEST_SRC    := $(wildcard tests/test_*.c)
 
-CORE_OBJ    = $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_OBJ)
+CORE_OBJ    = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
@@ -68,7 +73,7 @@ TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all test demo bench bench-gpu gpu-test asan clean deps
 .SECONDARY:
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
-all: $(BINS) $(TEST_BINS)
+all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN)
 
 # V=1 shows the full command lines.
 Q := $(if $(V),,@)
@@ -87,6 +92,14 @@ $(CUDA_BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+
+$(CUDA_PLUGIN): $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVLD    $@")
+	$(Q)$(NVCC) -shared $(CUDA_ARCH) $^ -o $@ $(CUDA_PLUGIN_LIBS)
+
+# the CUDA/cuBLAS/NCCL check macros are tested against the real libraries
+$(BUILD)/tests/test_check: LDLIBS += $(CUDA_LIBS)
 
 $(BUILD)/bin/vitjob-worker: $(CORE_OBJ) $(BUILD)/obj/worker/main.o
 	@mkdir -p $(dir $@)
@@ -131,7 +144,7 @@ test: deps
 	tests/run.sh $(BUILD)
 
 demo: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(CUDA_PLUGIN)
 	@mkdir -p $(BUILD)/demo
 	$(BUILD)/bin/vitjob-worker train --set training.exportPath=$(BUILD)/demo/model.safetensors
 
@@ -145,14 +158,15 @@ bench: deps
 # CPU (tests/test_gpu_*.c; `make test` runs them too, and they skip, saying
 # why, where no GPU exists).
 gpu-test: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_gpu_train
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_gpu_train \
+		$(CUDA_PLUGIN)
 	$(BUILD)/tests/test_gpu_ops --verbose
 	$(BUILD)/tests/test_gpu_train --verbose
 
 # The GPU engine against PyTorch + timm (eager and torch.compile) on the
 # same GPU, in one run (bench/gpu_vs_torch.py; needs a GPU, torch and timm).
 bench-gpu: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/gpu_bench
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/gpu_bench $(CUDA_PLUGIN)
 	python3 bench/gpu_vs_torch.py --build $(BUILD)
 
 clean:

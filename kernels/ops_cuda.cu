@@ -5,6 +5,8 @@
  * (alloc/release/upload/download, with a peak count for benchmarks), the
  * backend's scratch, and which CUDA function fills each slot of vit_ops, for
  * fp32 ("cuda") and bf16-mixed ("cuda-bf16").
+ * Built with the other .cu files into the plugin lib/libvitjob_cuda.so,
+ * loaded by kernels/ops_cuda_loader.c.
  * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
  * process per GPU, the launcher sets CUDA_VISIBLE_DEVICES / LOCAL_RANK and
  * the process uses its current device.
@@ -142,7 +144,7 @@ void *cuda_scratch(size_t bytes)
     return g_cuda.scratch;
 }
 
-extern "C" size_t ops_cuda_peak_bytes(void) { return peak_bytes; }
+extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 
 /* ---- the tables ---- */
 
@@ -227,7 +229,9 @@ static int cuda_init(char *err, size_t errlen)
     return 0;
 }
 
-extern "C" const vit_ops *ops_cuda(int bf16_mixed, char *err, size_t errlen)
+/* The plugin's entry points, found by kernels/ops_cuda_loader.c with dlsym
+ * (ops_cuda and ops_cuda_peak_bytes there). */
+extern "C" const vit_ops *vitjob_cuda_backend(int bf16_mixed, char *err, size_t errlen)
 {
     static int tried, ok;
     static char why[512];

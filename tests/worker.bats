@@ -117,6 +117,31 @@ have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null 
   [[ "$output" == *"event=start backend=cpu "* ]]
 }
 
+# A stand-in NVIDIA driver library with nothing in it: the CUDA runtime finds
+# libcuda.so.1 but no driver behind it.
+fake_driver() {
+  echo 'int vitjob_fake_driver;' > "$TMP/f.c"
+  cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$TMP/libcuda.so.1" "$TMP/f.c"
+}
+
+@test "device cuda with a driver library but no GPU loads the CUDA plugin, which says why" {
+  if have_gpu; then skip "a GPU is visible here"; fi
+  [ -f "$(dirname "$WORKER")/../lib/libvitjob_cuda.so" ] || skip "built without nvcc: no CUDA plugin"
+  fake_driver
+  LD_LIBRARY_PATH=$TMP worker train --set training.device=cuda "${FAST[@]}"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"training.device=cuda: no usable CUDA GPU: "* ]]
+  [[ "$output" != *"is not installed"* ]] # the plugin answered, not the loader
+}
+
+@test "device cuda with a missing CUDA plugin names the file it tried" {
+  if have_gpu; then skip "a GPU is visible here"; fi
+  fake_driver
+  LD_LIBRARY_PATH=$TMP VITJOB_CUDA_BACKEND=$TMP/none.so worker train --set training.device=cuda "${FAST[@]}"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"cannot load the CUDA backend $TMP/none.so"* ]]
+}
+
 @test "bf16-mixed on the CPU runs the cpu-bf16 backend" {
   worker train --set training.device=cpu --set training.precision=bf16-mixed "${FAST[@]}"
   [ "$status" -eq 0 ]

@@ -1,0 +1,110 @@
+/* kernels/ops_cuda_loader.c - ops_cuda(): finds and loads the CUDA backend.
+ *
+ * Owns: deciding whether a GPU backend can exist in this process and
+ * loading it. The CUDA backend (the kernels/NAME.cu files) is built as a plugin,
+ * lib/libvitjob_cuda.so beside bin/, linked against cuBLASLt, cuBLAS, NCCL
+ * and the CUDA runtime; the binaries themselves link none of them, so they
+ * start (and the operator runs) on machines without NVIDIA's libraries, and
+ * a CPU run never maps cuBLAS's half a gigabyte. Order of checks, each with
+ * its own one-line reason: built without nvcc; no NVIDIA driver
+ * (libcuda.so.1); the plugin missing or not loadable; then the plugin's own
+ * checks (a GPU, compute capability 8.0+, cuBLAS handles).
+ * Must not: run any CUDA call itself, or retry: the first answer is kept for
+ * the life of the process (a GPU does not appear mid-run).
+ *
+ * Plugin path: $VITJOB_CUDA_BACKEND when set, else ../lib/libvitjob_cuda.so
+ * relative to the running executable (build/bin, build/tests and an
+ * installed prefix all have lib/ beside them).
+ */
+#include "ops.h"
+
+#include <stdio.h>
+
+#ifdef VITJOB_WITH_CUDA
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The plugin's two entry points (kernels/ops_cuda.cu). */
+typedef const vit_ops *(*backend_fn)(int bf16, char *err, size_t errlen);
+typedef size_t (*peak_fn)(void);
+
+static int tried;
+static backend_fn backend;
+static peak_fn peak;
+static char why[PATH_MAX + 1024];
+
+static void plugin_path(char *out, size_t len) /* len: PATH_MAX */
+{
+    const char *env = getenv("VITJOB_CUDA_BACKEND");
+    if (env && env[0]) {
+        snprintf(out, len, "%s", env);
+        return;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        snprintf(out, len, "libvitjob_cuda.so"); /* the loader's search path */
+        return;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    if ((size_t)snprintf(out, len, "%s/../lib/libvitjob_cuda.so", exe) >= len)
+        snprintf(out, len, "libvitjob_cuda.so");
+}
+
+static void load(void)
+{
+    tried = 1;
+    /* No driver, no GPU: say so without loading cuBLAS. */
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!driver) {
+        snprintf(why, sizeof why, "no usable CUDA GPU: the NVIDIA driver (libcuda.so.1) is not "
+                 "installed");
+        return;
+    }
+    dlclose(driver);
+    char path[PATH_MAX];
+    plugin_path(path, sizeof path);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, sizeof why, "cannot load the CUDA backend %s: %s", path, e ? e : "?");
+        return;
+    }
+    /* POSIX's way to turn dlsym's object pointer into a function pointer */
+    *(void **)&backend = dlsym(h, "vitjob_cuda_backend");
+    *(void **)&peak = dlsym(h, "vitjob_cuda_peak_bytes");
+    if (!backend || !peak) {
+        snprintf(why, sizeof why, "%s is not a vitjob CUDA backend (entry points missing)", path);
+        backend = NULL;
+        peak = NULL;
+        dlclose(h);
+    } /* else kept loaded for the life of the process */
+}
+
+const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
+{
+    if (!tried) load();
+    if (!backend) {
+        snprintf(err, errlen, "%s", why);
+        return NULL;
+    }
+    return backend(bf16, err, errlen);
+}
+
+size_t ops_cuda_peak_bytes(void) { return peak ? peak() : 0; }
+
+#else
+const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
+{
+    (void)bf16;
+    snprintf(err, errlen, "this build has no CUDA backend (nvcc was not found when it was built)");
+    return NULL;
+}
+
+size_t ops_cuda_peak_bytes(void) { return 0; }
+#endif
