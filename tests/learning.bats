@@ -4,7 +4,8 @@
 # MNIST reaches at least 80% test accuracy (a broken model stays near 10%;
 # seen: 0.83-0.85); the exported safetensors file, loaded by timm's parameter
 # names into the PyTorch model (tests/ref/torch_vit.py), gives the same test
-# accuracy; and model.init starts training from such a file.
+# accuracy; model.init starts training from such a file; and the bf16-mixed
+# recipe with activation checkpointing learns as well.
 
 setup_file() {
   export BUILD=${BUILD:-build}
@@ -46,4 +47,16 @@ accuracy() { sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' "$1"; }
   got=$(echo "$output" | sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p')
   echo "trained $acc, restarted $got"
   awk -v a="$acc" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.002) }'
+}
+
+@test "bf16-mixed with activation checkpointing (the CPU's emulation of the GPU recipe) also reaches 80% in 600 steps" {
+  run "$WORKER" train --set training.device=cpu --set training.precision=bf16-mixed \
+    --set training.activationCheckpointing=true --set training.steps=600 \
+    --set training.optimizer.warmupSteps=50 --set training.optimizer.lr=3e-3 \
+    --set data.augment=false --set training.logInterval=100 --set training.exportPath=
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"event=start backend=cpu-bf16 precision=bf16-mixed activation_checkpointing=1 "* ]]
+  acc=$(echo "$output" | sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p')
+  echo "bf16-mixed test accuracy: $acc"
+  awk -v a="$acc" 'BEGIN { exit !(a >= 0.80) }'
 }
