@@ -116,12 +116,8 @@ $(BUILD)/bin/vit_refcheck: $(CORE_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/bin/sgemm_rate: $(CORE_OBJ) $(BUILD)/obj/bench/sgemm_rate.o
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
-
-$(BUILD)/bin/gpu_bench: $(CORE_OBJ) $(BUILD)/obj/bench/gpu_bench.o
+# the benchmark drivers: bench/NAME.c
+$(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench: $(BUILD)/bin/%: $(CORE_OBJ) $(BUILD)/obj/bench/%.o
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)

@@ -37,6 +37,7 @@
 #include "ops.h"
 #include "optim.h"
 #include "rng.h"
+#include "train.h"
 #include "util.h"
 
 #define DEFAULT_PEAK_TFLOPS 989.4 /* H100/H200 SXM, dense bf16 tensor cores */
@@ -356,19 +357,16 @@ int main(int argc, char **argv)
     snprintf(oc.schedule, sizeof oc.schedule, "constant");
     oc.grad_clip = a.grad_clip;
 
-    const int bf16 = strcmp(a.precision, "bf16-mixed") == 0, on_gpu = strcmp(a.device, "cuda") == 0;
+    /* the trainer's own choice of op table for this device and precision */
+    snprintf(cfg.training.device, sizeof cfg.training.device, "%s", a.device);
+    snprintf(cfg.training.precision, sizeof cfg.training.precision, "%s", a.precision);
     const vit_ops *real;
-    int threads = 0;
-    if (on_gpu) {
-        real = ops_cuda(bf16, err, sizeof err);
-        if (!real) {
-            fprintf(stderr, "gpu_bench: --device cuda: %s\n", err);
-            return VITJOB_EXIT_CONFIG;
-        }
-    } else {
-        threads = ops_cpu_set_threads(a.threads);
-        real = bf16 ? ops_cpu_bf16() : ops_cpu();
+    if (train_pick_backend(&real, &cfg.training, err, sizeof err) != 0) {
+        fprintf(stderr, "gpu_bench: %s\n", err);
+        return VITJOB_EXIT_CONFIG;
     }
+    const int on_gpu = real->gpu;
+    const int threads = on_gpu ? 0 : ops_cpu_set_threads(a.threads);
     const vit_ops *ops = a.profile ? prof_wrap(real) : real;
 
     vit_model *m = NULL;

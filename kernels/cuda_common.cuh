@@ -31,7 +31,6 @@ extern "C" {
 typedef __nv_bfloat16 bf16;
 
 struct cuda_ctx {
-    int ready;                 /* 1 once ops_cuda initialised it */
     int device, sm_count;
     cudaStream_t stream;       /* every op runs on it, in order */
     cublasHandle_t blas;       /* batched GEMMs (attention) */

@@ -42,6 +42,7 @@ typedef float floatX;
 
 typedef struct vit_ops {
     const char *name;     /* "cpu", "cpu-bf16", "cuda", "cuda-bf16" */
+    int gpu;              /* 1: the ops run on a GPU and alloc gives device memory */
     int bf16;             /* floatX tensors hold bf16 values */
     size_t floatx_bytes;  /* bytes of one floatX element: 4, or 2 on cuda-bf16 */
 

@@ -136,6 +136,7 @@ static void bf_adamw_update(float *p, float *p_lp, float *m, float *v, const flo
 
 static const vit_ops cpu_ops = {
     .name = "cpu",
+    .gpu = 0,
     .bf16 = 0,
     .floatx_bytes = sizeof(float),
     CPU_COMMON,
@@ -155,6 +156,7 @@ static const vit_ops cpu_ops = {
 
 static const vit_ops cpu_bf16_ops = {
     .name = "cpu-bf16",
+    .gpu = 0,
     .bf16 = 1,
     .floatx_bytes = sizeof(float), /* fp32 storage holding bf16 values */
     CPU_COMMON,

@@ -150,7 +150,7 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 
 #define CUDA_TABLE(NAME, X, BF16)                                          \
     {                                                                      \
-        NAME, BF16, sizeof(X),                                             \
+        NAME, 1, BF16, sizeof(X),                                          \
         cuda_alloc, cuda_release, cuda_upload, cuda_download, cuda_status, \
         cuda_synchronize, attention_scratch_bytes_cuda<X>,                 \
         patchify_cuda<X>,                                                  \
@@ -225,7 +225,6 @@ static int cuda_init(char *err, size_t errlen)
         return -1;
     g_cuda.lt_workspace_bytes = LT_WORKSPACE_BYTES;
     track(g_cuda.lt_workspace, LT_WORKSPACE_BYTES);
-    g_cuda.ready = 1;
     return 0;
 }
 

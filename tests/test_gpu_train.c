@@ -189,6 +189,19 @@ static void log_losses(const char *a_name, const float *a, const char *b_name, c
                     (double)a[s] - b[s]);
 }
 
+/* Every step's GPU loss within rel * cpu + abs of the CPU fp32 loss. */
+static void assert_tracks(const vit_ops *g, const float *gpu, const float *cpu, double rel,
+                          double abs_tol)
+{
+    log_losses(g->name, gpu, "cpu", cpu);
+    for (int s = 0; s < STEPS; s++) {
+        double bound = rel * cpu[s] + abs_tol;
+        cr_assert(fabs((double)gpu[s] - cpu[s]) <= bound,
+                  "step %d: %s loss %.7f vs cpu fp32 %.7f: |diff| %.3g > %.3g", s, g->name,
+                  gpu[s], cpu[s], fabs((double)gpu[s] - cpu[s]), bound);
+    }
+}
+
 /* (a) */
 Test(gpu_train, bf16_gpu_loss_tracks_fp32_cpu_within_1pct_plus_0_005_every_step_and_falls)
 {
@@ -198,13 +211,7 @@ Test(gpu_train, bf16_gpu_loss_tracks_fp32_cpu_within_1pct_plus_0_005_every_step_
     float gpu[STEPS], cpu[STEPS];
     train(g, &d, gpu, NULL);
     train(ops_cpu(), &d, cpu, NULL);
-    log_losses(g->name, gpu, "cpu", cpu);
-    for (int s = 0; s < STEPS; s++) {
-        double bound = TRACK_BF16_REL * cpu[s] + TRACK_BF16_ABS;
-        cr_assert(fabs((double)gpu[s] - cpu[s]) <= bound,
-                  "step %d: %s loss %.6f vs cpu fp32 %.6f: |diff| %.3g > %.3g", s, g->name,
-                  gpu[s], cpu[s], fabs((double)gpu[s] - cpu[s]), bound);
-    }
+    assert_tracks(g, gpu, cpu, TRACK_BF16_REL, TRACK_BF16_ABS);
     cr_assert(gpu[STEPS - 1] < FALL_RATIO * gpu[0],
               "%s: the loss did not fall: %.4f at step 0, %.4f at step %d (want < %.2fx)",
               g->name, gpu[0], gpu[STEPS - 1], STEPS - 1, FALL_RATIO);
@@ -244,13 +251,7 @@ Test(gpu_train, fp32_gpu_loss_tracks_fp32_cpu_within_1e_4_relative_every_step)
     float gpu[STEPS], cpu[STEPS];
     train(g, &d, gpu, NULL);
     train(ops_cpu(), &d, cpu, NULL);
-    log_losses(g->name, gpu, "cpu", cpu);
-    for (int s = 0; s < STEPS; s++) {
-        double bound = TRACK_FP32_REL * cpu[s];
-        cr_assert(fabs((double)gpu[s] - cpu[s]) <= bound,
-                  "step %d: %s loss %.7f vs cpu fp32 %.7f: |diff| %.3g > %.3g", s, g->name,
-                  gpu[s], cpu[s], fabs((double)gpu[s] - cpu[s]), bound);
-    }
+    assert_tracks(g, gpu, cpu, TRACK_FP32_REL, 0.0);
     cr_assert(gpu[STEPS - 1] < FALL_RATIO * gpu[0], "%s: the loss did not fall: %.4f -> %.4f",
               g->name, gpu[0], gpu[STEPS - 1]);
     free_data(&d);

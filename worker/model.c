@@ -31,8 +31,6 @@ struct vit_model {
     const vit_ops *ops;
     int S, P, C, D, L, NH, H, K, T, N, max_batch, B;
     int ckpt;                   /* activation checkpointing: one shared block_acts */
-    int bf16;                   /* bf16-mixed (ops->bf16): matmuls read params_lp */
-    size_t xb;                  /* bytes of a floatX element (ops->floatx_bytes) */
     floatX *params_lp;          /* bf16 copy of the matmul parameters, or NULL */
     size_t n_params;
     float *params, *grads;      /* fp32 master parameters and their gradients */
@@ -119,8 +117,8 @@ static inline float *G_(vit_model *m, int t) { return m->grads + m->tensors[t].o
  * bf16-mixed (floatX elements: offsets in bytes), the master otherwise. */
 static inline floatX *W_(vit_model *m, int t)
 {
-    if (!m->bf16) return m->params + m->tensors[t].offset;
-    return (floatX *)((char *)m->params_lp + m->tensors[t].offset * m->xb);
+    if (!m->ops->bf16) return m->params + m->tensors[t].offset;
+    return (floatX *)((char *)m->params_lp + m->tensors[t].offset * m->ops->floatx_bytes);
 }
 /* Tensors that stay fp32 in bf16-mixed: LayerNorm, cls_token, pos_embed. */
 static int stays_fp32(const vit_model *m, int t)
@@ -135,7 +133,7 @@ static size_t carve(vit_model *m, void *base)
 {
     const size_t B = (size_t)m->max_batch, T = (size_t)m->T, D = (size_t)m->D,
                  H = (size_t)m->H, NH = (size_t)m->NH, K = (size_t)m->K, N = (size_t)m->N,
-                 CPP = (size_t)m->C * m->P * m->P, F = sizeof(float), X = m->xb;
+                 CPP = (size_t)m->C * m->P * m->P, F = sizeof(float), X = m->ops->floatx_bytes;
     size_t off = 0;
 #define TAKE(ptr, count, esize)                                     \
     do {                                                            \
@@ -171,7 +169,7 @@ static size_t carve(vit_model *m, void *base)
     TAKE(m->probs, B * K, F);
     TAKE(m->losses, B, F);
     TAKE(m->dres, B * T * D, F);
-    TAKE(m->dres_lp, m->bf16 ? B * T * D : 0, X);
+    TAKE(m->dres_lp, m->ops->bf16 ? B * T * D : 0, X);
     TAKE(m->dbuf_d, B * T * D, X);
     TAKE(m->dqkv, B * T * 3 * D, X);
     TAKE(m->dbuf_h, B * T * H, X);
@@ -202,8 +200,6 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
     m->T = m->N + 1;
     m->max_batch = max_batch;
     m->ckpt = opts && opts->activation_checkpointing;
-    m->bf16 = ops->bf16;
-    m->xb = ops->floatx_bytes;
     m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
@@ -213,7 +209,7 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
     build_layout(m);
     m->params = ops->alloc(m->n_params * sizeof(float));
     m->grads = ops->alloc(m->n_params * sizeof(float));
-    if (m->bf16 && !(m->params_lp = ops->alloc(m->n_params * m->xb))) goto oom;
+    if (ops->bf16 && !(m->params_lp = ops->alloc(m->n_params * ops->floatx_bytes))) goto oom;
     m->arena_bytes = carve(m, NULL);
     m->arena = ops->alloc(m->arena_bytes);
     if (!m->params || !m->grads || !m->arena) goto oom;
@@ -222,7 +218,7 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
     return 0;
 oom:
     snprintf(err, errlen, "model: out of %s memory for dim=%d depth=%d batch=%d (%s backend)",
-             strncmp(ops->name, "cuda", 4) == 0 ? "GPU" : "host", mc->dim, mc->depth, max_batch,
+             ops->gpu ? "GPU" : "host", mc->dim, mc->depth, max_batch,
              ops->name);
     model_free(m);
     return VITJOB_EXIT_FAILURE;
@@ -267,7 +263,7 @@ const float *model_logits(vit_model *m)
 
 floatX *model_params_lp(vit_model *m, int t)
 {
-    if (!m->bf16 || stays_fp32(m, t)) return NULL;
+    if (!m->ops->bf16 || stays_fp32(m, t)) return NULL;
     return W_(m, t);
 }
 
@@ -275,6 +271,8 @@ void model_read_params(vit_model *m, float *host)
 {
     m->ops->download(host, m->params, m->n_params * sizeof(float));
 }
+
+static void model_params_changed(vit_model *m);
 
 void model_write_params(vit_model *m, const float *host)
 {
@@ -338,9 +336,11 @@ int model_init_random(vit_model *m, uint64_t seed)
     return 0;
 }
 
-void model_params_changed(vit_model *m)
+/* Refreshes the bf16 copy of the matmul parameters from the masters (the
+ * optimizer writes it itself, in its own pass); a no-op in fp32. */
+static void model_params_changed(vit_model *m)
 {
-    if (!m->bf16) return;
+    if (!m->ops->bf16) return;
     /* the bf16 copy of what matmuls read; LayerNorm, cls and pos stay fp32 */
     for (int i = 0; i < m->n_tensors; i++)
         if (!stays_fp32(m, i)) m->ops->to_floatx(W_(m, i), P_(m, i), m->tensors[i].numel);
@@ -352,7 +352,7 @@ void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_params); }
  * residual itself stays fp32), the fp32 buffer otherwise. */
 static const floatX *dout_of_residual(vit_model *m, int n)
 {
-    if (!m->bf16) return m->dres;
+    if (!m->ops->bf16) return m->dres;
     m->ops->to_floatx(m->dres_lp, m->dres, (size_t)n);
     return m->dres_lp;
 }

@@ -108,8 +108,5 @@ const float *model_losses(const vit_model *m);
  * ACCUMULATES into the gradients, so micro-batches add up. */
 void model_backward(vit_model *m, float dloss);
 void model_zero_grads(vit_model *m);
-/* Refreshes the bf16 copy of the parameters after they changed (init, load,
- * an optimizer step); a no-op in fp32. */
-void model_params_changed(vit_model *m);
 
 #endif

@@ -124,7 +124,7 @@ static void report_dims(const model_config *mc, const vit_ops *ops)
             used += (size_t)snprintf(list + used, sizeof list - used, "%s%s=%d", used ? "," : "",
                                      dims[i].name, dims[i].value);
     if (!list[0]) return;
-    if (strncmp(ops->name, "cuda", 4) == 0)
+    if (ops->gpu)
         LOG_WARN("train", "event=dims_not_multiple_of_8 dims=%s msg=\"slower tensor-core matmuls\"",
                  list);
     else

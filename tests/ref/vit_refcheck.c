@@ -73,7 +73,6 @@ int main(int argc, char **argv)
     model_options mopts = {.activation_checkpointing = cfg.training.activation_checkpointing};
     if (model_new(&m, mc, B, &mopts, ops, err, sizeof err)) return fail(err);
     if (model_load_safetensors(m, init, err, sizeof err)) return fail(err);
-    model_params_changed(m);
     optim *o = NULL;
     if (optim_new(&o, m, &cfg.training.optimizer, steps, err, sizeof err)) return fail(err);
 
