@@ -100,6 +100,22 @@ const char *kube_meta_str(const cJSON *obj, const char *field)
 
 int kube_is_not_found(const kube_status *st) { return st && st->http_code == 404; }
 
+int kube_is_permanent(const kube_status *st)
+{
+    if (st == NULL || st->http_code < 400 || st->http_code > 499)
+        return 0;
+    switch (st->http_code) {
+    case 401: /* credentials: a rotated token fixes it */
+    case 404: /* something it needs is gone or not there yet */
+    case 408: /* timeout */
+    case 409: /* conflict or already exists: read again and retry */
+    case 429: /* throttled */
+        return 0;
+    default:
+        return 1;
+    }
+}
+
 /* ------------------------------------------------------------------- paths */
 
 /* Percent-escapes everything but RFC 3986 unreserved characters. */

@@ -106,6 +106,10 @@ const char *kube_meta_str(const cJSON *obj, const char *field);
 
 /* True for a 404 (controller-runtime: NotFound is success for deletes). */
 int kube_is_not_found(const kube_status *st);
+/* True for an answer that sending the same request again cannot change: a
+ * 4xx other than 401, 404, 408, 409 and 429 (a 400 or 422 for an invalid
+ * object, a 403 from admission or authorization). */
+int kube_is_permanent(const kube_status *st);
 
 /* --- for kube_watch.c --------------------------------------------------------- */
 

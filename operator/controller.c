@@ -14,10 +14,31 @@
 #include "log.h"
 #include "workqueue.h"
 
-#define JOB_LABEL "vitjob.dev/job-name"
-#define VJ_PREFIX "/apis/vitjob.dev/v1alpha1"
+#define JOB_LABEL VJ_LABEL_JOB
+#define VJ_PREFIX "/apis/" VJ_API_VERSION
+#define RBAC_PREFIX "/apis/" VJ_RBAC_API
 
-enum { INF_JOBS, INF_PODS, INF_SERVICES, INF_CONFIGMAPS, INF_COUNT };
+/* The kinds the operator writes, where they live, and for the children other
+ * than pods and events how to render them; the order of the informers. */
+typedef struct {
+    const char *kind, *prefix, *resource;
+    cJSON *(*render)(const cJSON *job, char *err, size_t errlen);
+} kind_info;
+
+enum { INF_JOBS, INF_PODS, INF_CONFIGMAPS, INF_SERVICES, INF_SERVICEACCOUNTS, INF_ROLES,
+       INF_ROLEBINDINGS, INF_COUNT };
+
+static const kind_info KINDS[] = {
+    [INF_JOBS] = {"ViTJob", VJ_PREFIX, "vitjobs", NULL},
+    [INF_PODS] = {"Pod", "/api/v1", "pods", NULL},
+    [INF_CONFIGMAPS] = {"ConfigMap", "/api/v1", "configmaps", vj_render_configmap},
+    [INF_SERVICES] = {"Service", "/api/v1", "services", vj_render_service},
+    [INF_SERVICEACCOUNTS] = {"ServiceAccount", "/api/v1", "serviceaccounts",
+                             vj_render_service_account},
+    [INF_ROLES] = {"Role", RBAC_PREFIX, "roles", vj_render_role},
+    [INF_ROLEBINDINGS] = {"RoleBinding", RBAC_PREFIX, "rolebindings", vj_render_role_binding},
+    [INF_COUNT] = {"Event", "/api/v1", "events", NULL},
+};
 
 struct controller {
     controller_opts o;
@@ -60,12 +81,12 @@ static void on_child(void *user, const char *type, const cJSON *obj)
 
 /* ---- applying a plan ------------------------------------------------------ */
 
-static const char *collection_of(const char *kind)
+static const kind_info *kind_of(const cJSON *obj)
 {
-    if (strcmp(kind, "Pod") == 0) return "pods";
-    if (strcmp(kind, "Service") == 0) return "services";
-    if (strcmp(kind, "ConfigMap") == 0) return "configmaps";
-    if (strcmp(kind, "Event") == 0) return "events";
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+    for (size_t i = 0; cJSON_IsString(kind) && i < sizeof KINDS / sizeof KINDS[0]; i++)
+        if (strcmp(KINDS[i].kind, kind->valuestring) == 0)
+            return &KINDS[i];
     return NULL;
 }
 
@@ -75,18 +96,16 @@ static int create_child(kube_client *k, const char *ns, const cJSON *obj,
                         kube_status *st)
 {
     memset(st, 0, sizeof *st);
-    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
-    const char *coll = cJSON_IsString(kind) ? collection_of(kind->valuestring) : NULL;
+    const kind_info *ki = kind_of(obj);
     char path[512];
-    if (!coll || kube_path(path, sizeof path, "/api/v1", ns, coll, NULL, NULL) != 0) {
-        snprintf(st->message, sizeof st->message, "cannot create a %s",
-                 cJSON_IsString(kind) ? kind->valuestring : "(no kind)");
+    if (!ki || kube_path(path, sizeof path, ki->prefix, ns, ki->resource, NULL, NULL) != 0) {
+        snprintf(st->message, sizeof st->message, "cannot create an object of this kind");
         return KUBE_ERR_INVALID;
     }
     int rc = kube_create(k, path, obj, NULL, st);
     if (rc != KUBE_OK && st->http_code == 409) return KUBE_OK;
     if (rc == KUBE_OK)
-        LOG_INFO("reconcile", "event=created kind=%s namespace=%s name=%s", kind->valuestring, ns,
+        LOG_INFO("reconcile", "event=created kind=%s namespace=%s name=%s", ki->kind, ns,
                  kube_meta_str(obj, "name") ? kube_meta_str(obj, "name") : "");
     return rc;
 }
@@ -138,13 +157,31 @@ static const char *patched_phase(const vj_plan *p)
     return cJSON_IsString(phase) ? phase->valuestring : NULL;
 }
 
+/* What the API server refused for good (kube_is_permanent): the verb, kind
+ * and name, and its answer. */
+typedef struct {
+    int set;
+    char what[400];
+    kube_status st;
+} refusal;
+
+static void refused(refusal *r, const char *verb, const char *kind, const char *ns,
+                    const char *name, const kube_status *st)
+{
+    r->set = 1;
+    snprintf(r->what, sizeof r->what, "%s %s %s/%s", verb, kind, ns, name ? name : "");
+    r->st = *st;
+}
+
 /* Applies the plan in decide.h's order: status first (the new generation is
  * recorded before its pods exist; if that write fails nothing else is done),
  * deletes, creates, events, the job itself. Returns KUBE_OK or the first
  * error (after the status, the rest is still attempted: every step is
- * idempotent and the next reconcile repeats it). */
+ * idempotent and the next reconcile repeats it), except that a create the
+ * server refuses for good stops the creates (no pod without its Service)
+ * and is reported in *ref. */
 static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_plan *p,
-                      kube_status *first)
+                      kube_status *first, refusal *ref)
 {
     const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
     kube_status st;
@@ -187,7 +224,16 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         KEEP(rc);
     }
     const cJSON *obj;
-    cJSON_ArrayForEach(obj, p->creates) KEEP(create_child(k, ns, obj, &st));
+    cJSON_ArrayForEach(obj, p->creates) {
+        int rc = create_child(k, ns, obj, &st);
+        KEEP(rc);
+        if (rc != KUBE_OK && kube_is_permanent(&st)) {
+            const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+            refused(ref, "create", cJSON_IsString(kind) ? kind->valuestring : "object", ns,
+                    kube_meta_str(obj, "name"), &st);
+            break;
+        }
+    }
     for (size_t i = 0; i < p->n_events; i++) KEEP(emit_event(k, job, &p->events[i], &st));
     if (p->delete_job) {
         char path[512];
@@ -226,41 +272,51 @@ static void keep_owned(cJSON *pods, const char *uid)
         if (!owned_by(cJSON_GetArrayItem(pods, i), uid)) cJSON_DeleteItemFromArray(pods, i);
 }
 
-/* A child (ConfigMap or Service) that exists but is not as desired: one
- * owned by an earlier incarnation is deleted (recreated next round), our
- * own is updated in place. Returns 1 if it is usable as it is. */
-static int settle_child(kube_client *k, const cJSON *job, cJSON *have, const char *resource,
-                        cJSON *(*render)(const cJSON *, char *, size_t))
+/* Brings the job's child of this kind (ConfigMap, Service, or an identity
+ * object) to its desired state: one owned by an earlier incarnation of the
+ * job is deleted, as is one whose immutable fields differ (both are created
+ * anew next round); our own is patched in the fields the operator owns,
+ * keeping everybody else's labels and annotations. Returns 1 if it exists as
+ * desired, 0 if it does not (yet), -1 if the server refused the change for
+ * good (*ref). */
+static int settle_child(controller *c, kube_client *k, const cJSON *job, int inf, refusal *ref)
 {
+    const kind_info *ki = &KINDS[inf];
     const char *ns = kube_meta_str(job, "namespace"), *uid = kube_meta_str(job, "uid");
     char path[512], err[256];
     kube_status st;
-    kube_path(path, sizeof path, "/api/v1", ns, resource, kube_meta_str(have, "name"), NULL);
-    if (!owned_by(have, uid)) {
-        LOG_INFO("reconcile", "event=deleted kind=%s namespace=%s name=%s reason=stale-owner",
-                 resource, ns, kube_meta_str(have, "name"));
+    cJSON *want = ki->render(job, err, sizeof err);
+    if (!want) return 0; /* an invalid spec: decide reports it */
+    const char *name = kube_meta_str(want, "name");
+    cJSON *have = cache_get(c->cache[inf], ns, name);
+    int result = 0;
+    kube_path(path, sizeof path, ki->prefix, ns, ki->resource, name, NULL);
+    if (!have) goto out;
+    cJSON *patch = NULL;
+    vj_child_diff d = owned_by(have, uid) ? vj_render_diff(have, want, &patch) : VJ_CHILD_RECREATE;
+    if (d == VJ_CHILD_OK) {
+        result = 1;
+    } else if (d == VJ_CHILD_RECREATE) {
+        LOG_INFO("reconcile", "event=deleted kind=%s namespace=%s name=%s reason=%s", ki->kind,
+                 ns, name, owned_by(have, uid) ? "immutable-field" : "stale-owner");
         kube_delete(k, path, -1, NULL, NULL, &st);
-        return 0;
-    }
-    cJSON *want = render(job, err, sizeof err);
-    if (!want) return 1; /* an invalid spec: decide reports it */
-    int ok = vj_render_matches(have, want);
-    if (!ok) {
-        /* replace, conditional on the version we saw */
-        const char *rv = kube_meta_str(have, "resourceVersion");
-        cJSON *meta = cJSON_GetObjectItemCaseSensitive(want, "metadata");
-        if (rv) cJSON_AddStringToObject(meta, "resourceVersion", rv);
-        if (strcmp(resource, "services") == 0) { /* clusterIP is immutable: keep the server's */
-            cJSON *spec = cJSON_GetObjectItemCaseSensitive(have, "spec");
-            cJSON_ReplaceItemInObject(want, "spec", cJSON_Duplicate(spec, 1));
+    } else if (d == VJ_CHILD_PATCH) {
+        if (kube_merge_patch(k, path, patch, NULL, &st) == KUBE_OK) {
+            LOG_INFO("reconcile", "event=patched kind=%s namespace=%s name=%s", ki->kind, ns,
+                     name);
+            result = 1;
+        } else if (kube_is_permanent(&st)) {
+            refused(ref, "update", ki->kind, ns, name, &st);
+            result = -1;
+        } else {
+            result = 1; /* retried at the next reconcile; usable meanwhile */
         }
-        if (kube_update(k, path, want, NULL, &st) == KUBE_OK)
-            LOG_INFO("reconcile", "event=updated kind=%s namespace=%s name=%s", resource, ns,
-                     kube_meta_str(have, "name"));
-        ok = 1;
     }
+    cJSON_Delete(patch);
+out:
+    cJSON_Delete(have);
     cJSON_Delete(want);
-    return ok;
+    return result;
 }
 
 /* Whether the leadership (if elected) still covers a write now. */
@@ -293,19 +349,19 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
         return REC_ERROR;
     }
     cJSON *pods = cache_list(c->cache[INF_PODS], ns, JOB_LABEL, name);
-    char cm_name[300];
-    snprintf(cm_name, sizeof cm_name, "%s-config", name);
-    cJSON *cm = cache_get(c->cache[INF_CONFIGMAPS], ns, cm_name);
-    cJSON *svc = cache_get(c->cache[INF_SERVICES], ns, name);
     const char *uid = kube_meta_str(job, "uid");
     if (pods) keep_owned(pods, uid);
-    int have_cm = cm && settle_child(k, job, cm, "configmaps", vj_render_configmap);
-    int have_svc = svc && settle_child(k, job, svc, "services", vj_render_service);
+    refusal ref = {0};
+    vj_children have = {0};
+    int *flags[] = {&have.configmap, &have.service, &have.service_account, &have.role,
+                    &have.role_binding};
+    for (int i = INF_CONFIGMAPS; i <= INF_ROLEBINDINGS && !ref.set; i++)
+        *flags[i - INF_CONFIGMAPS] = settle_child(c, k, job, i, &ref) > 0;
     vj_plan *plan = NULL;
     char err[512];
     rec_result result = REC_DONE;
-    if (!pods || vj_decide(job, pods, have_cm, have_svc, (long long)time(NULL), &plan, err,
-                           sizeof err) != 0) {
+    long long now = (long long)time(NULL);
+    if (!pods || (!ref.set && vj_decide(job, pods, &have, now, &plan, err, sizeof err) != 0)) {
         LOG_ERROR("reconcile", "key=%s msg=\"%s\"", key, pods ? err : "out of memory");
         result = REC_ERROR;
     } else if (!may_act(c)) {
@@ -313,10 +369,24 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
         result = REC_ERROR;
     } else {
         kube_status first;
-        if (apply_plan(c, k, job, plan, &first) != KUBE_OK) {
+        if (!ref.set && apply_plan(c, k, job, plan, &first, &ref) != KUBE_OK && !ref.set) {
             LOG_WARN("reconcile", "key=%s event=apply_failed code=%d reason=%s msg=\"%s\"", key,
                      first.http_code, first.reason, first.message);
             result = REC_ERROR;
+        } else if (ref.set) {
+            /* Retrying cannot help: the job fails, saying what the server said. */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "cannot %s: %s", ref.what, ref.st.message);
+            LOG_ERROR("reconcile", "key=%s event=refused code=%d reason=%s msg=\"%s\"", key,
+                      ref.st.http_code, ref.st.reason, msg);
+            vj_plan_free(plan);
+            plan = NULL;
+            refusal again = {0};
+            if (vj_decide_failed(job, pods, strncmp(ref.what, "create", 6) == 0
+                                     ? "FailedCreate" : "FailedUpdate",
+                                 msg, now, &plan, err, sizeof err) != 0 ||
+                apply_plan(c, k, job, plan, &first, &again) != KUBE_OK)
+                result = REC_ERROR;
         } else if (plan->requeue_after > 0) {
             *requeue_s = (double)plan->requeue_after;
             result = REC_REQUEUE;
@@ -325,8 +395,6 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
     vj_plan_free(plan);
     cJSON_Delete(job);
     cJSON_Delete(pods);
-    cJSON_Delete(cm);
-    cJSON_Delete(svc);
     return result;
 }
 
@@ -405,28 +473,22 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
         snprintf(err, errlen, "controller: cannot set up queue or metrics: %s", merr);
         goto fail;
     }
-    static const struct {
-        const char *name, *prefix, *resource;
-        int child;
-    } kinds[INF_COUNT] = {{"vitjobs", VJ_PREFIX, "vitjobs", 0},
-                          {"pods", "/api/v1", "pods", 1},
-                          {"services", "/api/v1", "services", 1},
-                          {"configmaps", "/api/v1", "configmaps", 1}};
     for (int i = 0; i < INF_COUNT; i++) {
         char path[512];
         c->cache[i] = cache_new();
-        if (!c->cache[i] || kube_path(path, sizeof path, kinds[i].prefix,
-                                      c->ns[0] ? c->ns : NULL, kinds[i].resource, NULL, NULL)) {
+        if (!c->cache[i] || kube_path(path, sizeof path, KINDS[i].prefix,
+                                      c->ns[0] ? c->ns : NULL, KINDS[i].resource, NULL, NULL)) {
             snprintf(err, errlen, "controller: out of memory");
             goto fail;
         }
-        informer_opts io = {.name = kinds[i].name, .path = path,
-                            .label_selector = kinds[i].child ? JOB_LABEL : NULL,
-                            .cache = c->cache[i], .on_change = kinds[i].child ? on_child : on_job,
+        int child = i != INF_JOBS;
+        informer_opts io = {.name = KINDS[i].resource, .path = path,
+                            .label_selector = child ? JOB_LABEL : NULL,
+                            .cache = c->cache[i], .on_change = child ? on_child : on_job,
                             .user = c, .factory = o->factory, .factory_user = o->factory_user,
                             .stop = o->stop};
         if (informer_start(&io, &c->inf[i]) != 0) {
-            snprintf(err, errlen, "controller: cannot start the %s informer", kinds[i].name);
+            snprintf(err, errlen, "controller: cannot start the %s informer", KINDS[i].resource);
             goto fail;
         }
     }

@@ -354,16 +354,26 @@ static void create_generation_pod(ctx *c, int rank, int gen)
 
 /* The running job: start, watch, restart, finish. */
 static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const char *cur_phase,
-                    int have_cm, int have_svc)
+                    const vj_children *have)
 {
     const vj_jobspec *js = c->js;
     char msg[512], err[256];
     int R = js->replicas;
 
-    if (!have_cm)
+    /* What the pods need, before them (creates are applied in order): the
+     * config, the Service, and the identity when the job has its own. */
+    if (!have->configmap)
         create(c, render_or_fail(c, vj_render_configmap(c->job, err, sizeof err), err));
-    if (!have_svc)
+    if (!have->service)
         create(c, render_or_fail(c, vj_render_service(c->job, err, sizeof err), err));
+    if (!js->service_account) {
+        if (!have->service_account)
+            create(c, render_or_fail(c, vj_render_service_account(c->job, err, sizeof err), err));
+        if (!have->role)
+            create(c, render_or_fail(c, vj_render_role(c->job, err, sizeof err), err));
+        if (!have->role_binding)
+            create(c, render_or_fail(c, vj_render_role_binding(c->job, err, sizeof err), err));
+    }
 
     int phase_restarting = str_eq(cur_phase, "Restarting");
     if (str_eq(cur_phase, "Suspended")) {
@@ -593,8 +603,10 @@ static long long status_time(const cJSON *st, const char *key)
     return vj_time_parse(get_str(st, key), &t) == 0 ? t : -1;
 }
 
-int vj_decide(const cJSON *job, const cJSON *pods_json, int have_configmap, int have_service,
-              long long now, vj_plan **out, char *err, size_t errlen)
+/* vj_decide, or with fail_reason: vj_decide_failed. */
+static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *have,
+                  const char *fail_reason, const char *fail_msg, long long now, vj_plan **out,
+                  char *err, size_t errlen)
 {
     vj_jobspec js;
     if (vj_jobspec_parse(job, &js, err, errlen) != 0)
@@ -656,7 +668,10 @@ int vj_decide(const cJSON *job, const cJSON *pods_json, int have_configmap, int 
         set_cond(&c, ds.conds, "Created", "True", "ViTJobCreated", msg, 0);
         if (ds.phase == NULL)
             ds.phase = "Pending";
-        if (vj_jobspec_validate(&js, verr, sizeof verr) != 0) {
+        if (fail_reason) {
+            finish_job(&c, &ds, pods, n, 0, fail_reason, fail_msg);
+            clean_pods(&c, &ds, pods, n);
+        } else if (vj_jobspec_validate(&js, verr, sizeof verr) != 0) {
             snprintf(msg, sizeof msg, "invalid spec: %s", verr);
             finish_job(&c, &ds, pods, n, 0, "InvalidSpec", msg);
             clean_pods(&c, &ds, pods, n);
@@ -669,7 +684,7 @@ int vj_decide(const cJSON *job, const cJSON *pods_json, int have_configmap, int 
             finish_job(&c, &ds, pods, n, 0, "DeadlineExceeded", msg);
             clean_pods(&c, &ds, pods, n);
         } else {
-            run_job(&c, &ds, pods, n, cur_phase, have_configmap, have_service);
+            run_job(&c, &ds, pods, n, cur_phase, have);
             if (js.active_deadline > 0 && ds.start >= 0 && str_eq(ds.phase, "Failed") == 0 &&
                 str_eq(ds.phase, "Succeeded") == 0)
                 requeue(&c, ds.start + js.active_deadline - now);
@@ -698,6 +713,19 @@ done:
     }
     *out = plan;
     return 0;
+}
+
+int vj_decide(const cJSON *job, const cJSON *pods, const vj_children *have, long long now,
+              vj_plan **out, char *err, size_t errlen)
+{
+    return decide(job, pods, have, NULL, NULL, now, out, err, errlen);
+}
+
+int vj_decide_failed(const cJSON *job, const cJSON *pods, const char *reason,
+                     const char *message, long long now, vj_plan **out, char *err, size_t errlen)
+{
+    static const vj_children all = {1, 1, 1, 1, 1};
+    return decide(job, pods, &all, reason, message, now, out, err, errlen);
 }
 
 int vj_plan_is_empty(const vj_plan *p)

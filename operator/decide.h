@@ -48,14 +48,31 @@ typedef struct {
     long long requeue_after;/* seconds; 0 = no timed requeue */
 } vj_plan;
 
+/* Which of the job's other children exist (and are as desired). */
+typedef struct {
+    int configmap, service;                  /* <job>-config, <job> */
+    int service_account, role, role_binding; /* <job>-worker, the job's own identity */
+} vj_children;
+
 /* Computes the plan for `job` (the ViTJob as read from the API server) given
  * `pods` (a JSON array of its pods as listed, or NULL = none; pods not
- * labelled with this job's name are ignored), whether its ConfigMap and
- * Service exist, and `now` (seconds since the epoch).
+ * labelled with this job's name are ignored), which other children exist,
+ * and `now` (seconds since the epoch). Missing children are created before
+ * the pods, in the order ConfigMap, Service, ServiceAccount, Role,
+ * RoleBinding (the identity only when spec.template names no service
+ * account).
  * On success returns 0 and *out is a new plan (caller frees with
  * vj_plan_free); on failure (not a ViTJob, OOM) returns -1, *out untouched. */
-int vj_decide(const cJSON *job, const cJSON *pods, int have_configmap, int have_service,
-              long long now, vj_plan **out, char *err, size_t errlen);
+int vj_decide(const cJSON *job, const cJSON *pods, const vj_children *have, long long now,
+              vj_plan **out, char *err, size_t errlen);
+
+/* The plan that fails the job because the API server refused one of its
+ * children for good (a 4xx that retrying cannot fix): phase Failed,
+ * condition Failed with `reason` and `message` (which should quote the
+ * server), a Warning event, and the pods cleaned as for any failure. A job
+ * already finished gets no new status. Returns as vj_decide. */
+int vj_decide_failed(const cJSON *job, const cJSON *pods, const char *reason,
+                     const char *message, long long now, vj_plan **out, char *err, size_t errlen);
 
 /* 1 if the plan has nothing to do (no status change, creates, deletes, events
  * or job deletion; requeue_after does not count), else 0. */

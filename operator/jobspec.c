@@ -6,6 +6,8 @@
 #include "jobspec.h"
 
 #include "config.h"
+#include "kvalid.h"
+#include "template.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,47 +78,9 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
     s.suspend = cJSON_IsTrue(get(spec, "suspend"));
     const cJSON *t = get(spec, "template");
     s.tmpl = cJSON_IsObject(t) ? t : NULL;
+    const char *sa = get_str(s.tmpl, "serviceAccountName");
+    s.service_account = (sa && sa[0]) ? sa : NULL;
     *js = s;
-    return 0;
-}
-
-/* spec.template: the keys the operator merges into a pod, and their types. */
-static int validate_template(const cJSON *t, char *err, size_t errlen)
-{
-    if (t == NULL)
-        return 0;
-    for (const cJSON *ch = t->child; ch; ch = ch->next) {
-        const char *k = ch->string;
-        int ok;
-        if (strcmp(k, "resources") == 0 || strcmp(k, "nodeSelector") == 0)
-            ok = cJSON_IsObject(ch);
-        else if (strcmp(k, "tolerations") == 0)
-            ok = cJSON_IsArray(ch);
-        else if (strcmp(k, "schedulerName") == 0 || strcmp(k, "priorityClassName") == 0)
-            ok = cJSON_IsString(ch);
-        else {
-            snprintf(err, errlen,
-                     "spec.template.%s: unknown key (allowed: resources, nodeSelector, "
-                     "tolerations, schedulerName, priorityClassName)", k);
-            return -1;
-        }
-        if (!ok) {
-            snprintf(err, errlen, "spec.template.%s: wrong type (expected %s)", k,
-                     strcmp(k, "tolerations") == 0 ? "an array"
-                     : (strcmp(k, "schedulerName") == 0 || strcmp(k, "priorityClassName") == 0)
-                         ? "a string" : "an object");
-            return -1;
-        }
-    }
-    const cJSON *res = get(t, "resources");
-    for (const cJSON *ch = res ? res->child : NULL; ch; ch = ch->next) {
-        if ((strcmp(ch->string, "limits") != 0 && strcmp(ch->string, "requests") != 0) ||
-            !cJSON_IsObject(ch)) {
-            snprintf(err, errlen, "spec.template.resources.%s: expected limits or requests objects",
-                     ch->string);
-            return -1;
-        }
-    }
     return 0;
 }
 
@@ -151,8 +115,17 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
                  VJ_MAX_REPLICAS);
         return -1;
     }
-    /* <job>-worker-<rank> is a pod hostname and <job> a Service name and a
-     * label value: DNS labels of at most 63 characters. */
+    /* <job> is a Service name: a DNS-1035 label (a ViTJob's own name is only
+     * a DNS-1123 subdomain, so "1job" or "my.job" pass the API server). */
+    char why[160];
+    if (!kv_is_dns1035_label(js->name, why, sizeof why)) {
+        snprintf(err, errlen,
+                 "metadata.name=\"%s\": %s (it names the job's Service, which must be a "
+                 "DNS-1035 label: lower case letters, digits and '-', starting with a letter, "
+                 "ending with a letter or digit)", js->name, why);
+        return -1;
+    }
+    /* <job>-worker-<rank> is a pod hostname: a DNS label of at most 63. */
     char last_rank[16];
     int digits = snprintf(last_rank, sizeof last_rank, "%d", js->replicas - 1);
     size_t max_name = 63 - strlen("-worker-") - (size_t)digits;
@@ -171,7 +144,7 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
         set_err(err, errlen, "spec.image: missing or empty");
         return -1;
     }
-    if (validate_template(js->tmpl, err, errlen) != 0)
+    if (vj_template_validate(js->tmpl, js->gpus, err, errlen) != 0)
         return -1;
 
     /* The worker's own code, on exactly the document the worker will read. */

@@ -45,13 +45,16 @@ typedef struct {
     int suspend;                    /* spec.suspend */
     const cJSON *spec;              /* the spec object (NULL if absent) */
     const cJSON *tmpl;              /* spec.template (NULL if absent) */
+    const char *service_account;    /* spec.template.serviceAccountName; NULL = the operator
+                                       makes the job's own identity */
 } vj_jobspec;
 
 /* Reads the job into js. Fails only when the object is not a ViTJob at all
  * (no metadata.name); everything else is left to vj_jobspec_validate. */
 int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen);
 
-/* Validates what the schema cannot: replicas, image, template keys, and the
+/* Validates what the schema cannot: the name (a DNS-1035 label short enough
+ * for pod hostnames), replicas, image, spec.template (operator/template.h), and the
  * worker's part through config_load_string + config_validate with the job's
  * world size. On failure err holds the message (the worker's own for its keys). */
 int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen);

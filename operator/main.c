@@ -8,6 +8,7 @@
  *
  * usage: vitjob-operator [--kubeconfig FILE] [--namespace NS] [--metrics-addr :8080]
  *                        [--leader-elect] [--lease-namespace NS] [--identity ID]
+ *                        (identity: --identity, else $POD_NAME, else host_pid)
  *                        [--workers N] [--log-level info]
  *                        [--lease-duration 15] [--renew-deadline 10] [--retry-period 2]
  */
@@ -150,6 +151,12 @@ int main(int argc, char **argv)
                   renew_deadline, lease_duration);
         return 2;
     }
+    /* The leader-election identity: --identity, else the pod's name (the
+     * Deployment passes POD_NAME from the downward API: unique per pod and
+     * readable in the Lease), else host_pid outside Kubernetes. */
+    const char *pod_name = getenv("POD_NAME");
+    if (!identity[0] && pod_name && *pod_name)
+        snprintf(identity, sizeof identity, "%s", pod_name);
     if (!identity[0]) {
         char host[200] = "operator";
         gethostname(host, sizeof host - 1);

@@ -116,7 +116,7 @@ static cJSON *new_child(bld *b, const vj_jobspec *js, const char *api_version, c
     add_str(b, labels, VJ_LABEL_JOB, js->name);
     cJSON *owners = add_arr(b, meta, "ownerReferences");
     cJSON *ref = arr_push_obj(b, owners);
-    add_str(b, ref, "apiVersion", "vitjob.dev/v1alpha1");
+    add_str(b, ref, "apiVersion", VJ_API_VERSION);
     add_str(b, ref, "kind", "ViTJob");
     add_str(b, ref, "name", js->name);
     add_str(b, ref, "uid", js->uid);
@@ -136,6 +136,12 @@ static cJSON *finish(bld *b, cJSON *o, char *err, size_t errlen)
         return NULL;
     }
     return o;
+}
+
+int vj_render_identity_name(char *buf, size_t len, const char *job)
+{
+    int n = snprintf(buf, len, "%s-worker", job);
+    return (n < 0 || (size_t)n >= len) ? -1 : 0;
 }
 
 cJSON *vj_render_configmap(const cJSON *job, char *err, size_t errlen)
@@ -180,6 +186,98 @@ cJSON *vj_render_service(const cJSON *job, char *err, size_t errlen)
     add_num(&b, port, "targetPort", VJ_RDZV_PORT);
     add_str(&b, port, "protocol", "TCP");
     return finish(&b, o, err, errlen);
+}
+
+/* ServiceAccount, Role and RoleBinding <job>-worker: rank 0's identity,
+ * allowed to get and patch the status of this one ViTJob, nothing else. */
+static cJSON *identity_child(bld *b, const vj_jobspec *js, const char *api_version,
+                             const char *kind, char *err, size_t errlen)
+{
+    char name[VJ_NAME_LEN];
+    if (vj_render_identity_name(name, sizeof name, js->name) != 0) {
+        snprintf(err, errlen, "metadata.name is too long");
+        return NULL;
+    }
+    return new_child(b, js, api_version, kind, name, NULL);
+}
+
+cJSON *vj_render_service_account(const cJSON *job, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    bld b = {1};
+    cJSON *o = identity_child(&b, &js, "v1", "ServiceAccount", err, errlen);
+    return o ? finish(&b, o, err, errlen) : NULL;
+}
+
+cJSON *vj_render_role(const cJSON *job, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    bld b = {1};
+    cJSON *o = identity_child(&b, &js, VJ_RBAC_API, "Role", err, errlen);
+    if (o == NULL)
+        return NULL;
+    cJSON *rule = arr_push_obj(&b, add_arr(&b, o, "rules"));
+    arr_push_str(&b, add_arr(&b, rule, "apiGroups"), VJ_GROUP);
+    arr_push_str(&b, add_arr(&b, rule, "resources"), "vitjobs/status");
+    arr_push_str(&b, add_arr(&b, rule, "resourceNames"), js.name);
+    cJSON *verbs = add_arr(&b, rule, "verbs");
+    arr_push_str(&b, verbs, "get");
+    arr_push_str(&b, verbs, "patch");
+    return finish(&b, o, err, errlen);
+}
+
+cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    bld b = {1};
+    cJSON *o = identity_child(&b, &js, VJ_RBAC_API, "RoleBinding", err, errlen);
+    if (o == NULL)
+        return NULL;
+    const char *name = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(o, "metadata"), "name")->valuestring;
+    cJSON *ref = add_obj(&b, o, "roleRef");
+    add_str(&b, ref, "apiGroup", "rbac.authorization.k8s.io");
+    add_str(&b, ref, "kind", "Role");
+    add_str(&b, ref, "name", name);
+    cJSON *subj = arr_push_obj(&b, add_arr(&b, o, "subjects"));
+    add_str(&b, subj, "kind", "ServiceAccount");
+    add_str(&b, subj, "name", name);
+    add_str(&b, subj, "namespace", js.ns);
+    return finish(&b, o, err, errlen);
+}
+
+/* The restricted Pod Security Standard: non-root (the worker image's user
+ * 65532), RuntimeDefault seccomp, no privilege escalation, no capabilities.
+ * spec.template.securityContext / containerSecurityContext replace these. */
+static void pod_security_default(bld *b, cJSON *sc)
+{
+    add_bool(b, sc, "runAsNonRoot", 1);
+    add_num(b, sc, "runAsUser", VJ_WORKER_UID);
+    add_num(b, sc, "runAsGroup", VJ_WORKER_UID);
+    add_num(b, sc, "fsGroup", VJ_WORKER_UID);
+    add_str(b, add_obj(b, sc, "seccompProfile"), "type", "RuntimeDefault");
+}
+
+static void container_security_default(bld *b, cJSON *sc)
+{
+    add_bool(b, sc, "allowPrivilegeEscalation", 0);
+    arr_push_str(b, add_arr(b, add_obj(b, sc, "capabilities"), "drop"), "ALL");
+}
+
+static void add_security(bld *b, cJSON *parent, const char *key, const cJSON *tmpl,
+                         const char *tmpl_key, void (*dflt)(bld *, cJSON *))
+{
+    const cJSON *given = tmpl ? cJSON_GetObjectItemCaseSensitive(tmpl, tmpl_key) : NULL;
+    if (given)
+        add_dup(b, parent, key, given);
+    else
+        dflt(b, add_obj(b, parent, key));
 }
 
 static void add_env(bld *b, cJSON *env, const char *name, const char *value)
@@ -244,7 +342,7 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
 {
     vj_jobspec js;
     char name[VJ_NAME_LEN], host[VJ_NAME_LEN], cm[VJ_NAME_LEN], rdzv[2 * VJ_NAME_LEN];
-    char buf[32];
+    char ident[VJ_NAME_LEN], buf[32];
     if (vj_jobspec_parse(job, &js, err, errlen) != 0)
         return NULL;
     if (rank < 0 || restart < 0) {
@@ -255,7 +353,8 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     int n2 = snprintf(rdzv, sizeof rdzv, "%s-worker-0.%s.%s.svc:%d", js.name, js.name, js.ns,
                       VJ_RDZV_PORT);
     if (vj_render_pod_name(name, sizeof name, js.name, rank, restart) != 0 ||
-        vj_render_configmap_name(cm, sizeof cm, js.name) != 0 || n1 < 0 ||
+        vj_render_configmap_name(cm, sizeof cm, js.name) != 0 ||
+        vj_render_identity_name(ident, sizeof ident, js.name) != 0 || n1 < 0 ||
         (size_t)n1 >= sizeof host || n2 < 0 || (size_t)n2 >= sizeof rdzv) {
         snprintf(err, errlen, "metadata.name is too long");
         return NULL;
@@ -273,11 +372,21 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     add_str(&b, spec, "hostname", host);
     add_str(&b, spec, "subdomain", js.name);
     add_str(&b, spec, "restartPolicy", "Never");
-    add_str(&b, spec, "serviceAccountName", VJ_WORKER_SA);
+    if (js.service_account) {
+        add_str(&b, spec, "serviceAccountName", js.service_account);
+    } else {
+        /* The job's own identity; only rank 0 talks to the API server. */
+        add_str(&b, spec, "serviceAccountName", ident);
+        if (rank != 0)
+            add_bool(&b, spec, "automountServiceAccountToken", 0);
+    }
+    add_security(&b, spec, "securityContext", js.tmpl, "securityContext", pod_security_default);
 
     cJSON *c = arr_push_obj(&b, add_arr(&b, spec, "containers"));
-    add_str(&b, c, "name", "worker");
+    add_str(&b, c, "name", VJ_CONTAINER);
     add_str(&b, c, "image", js.image ? js.image : "");
+    add_security(&b, c, "securityContext", js.tmpl, "containerSecurityContext",
+                 container_security_default);
     cJSON *cmd = add_arr(&b, c, "command");
     arr_push_str(&b, cmd, "vitjob-worker");
     arr_push_str(&b, cmd, "train");
@@ -316,7 +425,7 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     add_str(&b, add_obj(&b, vol, "configMap"), "name", cm);
 
     static const char *const pod_keys[] = {"nodeSelector", "tolerations", "schedulerName",
-                                           "priorityClassName"};
+                                           "priorityClassName"}; /* as they are */
     for (size_t i = 0; js.tmpl && i < sizeof pod_keys / sizeof pod_keys[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(js.tmpl, pod_keys[i]);
         if (v)
@@ -325,7 +434,7 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     return finish(&b, o, err, errlen);
 }
 
-/* ------------------------------------------------------------------ match */
+/* ------------------------------------------------------------------- diff */
 
 /* desired ⊆ existing: objects by key (recursively), arrays element by element
  * with equal lengths, scalars equal. */
@@ -363,39 +472,79 @@ static const cJSON *path(const cJSON *o, const char *a, const char *b)
     return v;
 }
 
-static const cJSON *worker_container(const cJSON *pod)
+/* parent[key] as an object, added when absent. */
+static cJSON *obj_in(bld *b, cJSON *parent, const char *key)
 {
-    const cJSON *cs = path(pod, "spec", "containers");
-    const cJSON *c;
-    cJSON_ArrayForEach(c, cs)
-    {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
-        if (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0)
-            return c;
-    }
-    return NULL;
+    cJSON *o = parent ? cJSON_GetObjectItemCaseSensitive(parent, key) : NULL;
+    return o ? o : add_obj(b, parent, key);
 }
 
-int vj_render_matches(const cJSON *existing, const cJSON *desired)
+vj_child_diff vj_render_diff(const cJSON *existing, const cJSON *desired, cJSON **patch)
 {
+    *patch = NULL;
     const cJSON *kind = path(desired, "kind", NULL);
-    if (!cJSON_IsString(kind) || !subset(kind, path(existing, "kind", NULL)) ||
-        !subset(path(desired, "metadata", "name"), path(existing, "metadata", "name")) ||
-        !subset(path(desired, "metadata", "labels"), path(existing, "metadata", "labels")))
-        return 0;
-    if (strcmp(kind->valuestring, "ConfigMap") == 0)
-        return cJSON_Compare(path(desired, "data", NULL), path(existing, "data", NULL), 1);
-    if (strcmp(kind->valuestring, "Service") == 0)
-        return subset(path(desired, "spec", NULL), path(existing, "spec", NULL));
-    if (strcmp(kind->valuestring, "Pod") == 0) {
-        const cJSON *w = worker_container(desired), *h = worker_container(existing);
-        static const char *const keys[] = {"image", "command", "env"};
-        if (w == NULL || h == NULL)
-            return 0;
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-            if (!subset(path(w, keys[i], NULL), path(h, keys[i], NULL)))
-                return 0;
-        return 1;
+    if (!cJSON_IsString(kind))
+        return VJ_CHILD_ERROR;
+    const char *k = kind->valuestring;
+    /* immutable fields: only a new object can change them */
+    if (strcmp(k, "Service") == 0 &&
+        !subset(path(desired, "spec", "clusterIP"), path(existing, "spec", "clusterIP")))
+        return VJ_CHILD_RECREATE;
+    if (strcmp(k, "RoleBinding") == 0 &&
+        !subset(path(desired, "roleRef", NULL), path(existing, "roleRef", NULL)))
+        return VJ_CHILD_RECREATE;
+
+    bld b = {1};
+    cJSON *p = cJSON_CreateObject();
+    if (p == NULL)
+        return VJ_CHILD_ERROR;
+    /* our labels; everybody else's stay */
+    const cJSON *want_labels = path(desired, "metadata", "labels");
+    const cJSON *have_labels = path(existing, "metadata", "labels");
+    for (const cJSON *l = want_labels ? want_labels->child : NULL; l; l = l->next)
+        if (!subset(l, path(have_labels, l->string, NULL)))
+            add_dup(&b, obj_in(&b, obj_in(&b, p, "metadata"), "labels"), l->string, l);
+    if (strcmp(k, "ConfigMap") == 0) {
+        /* our key of data; keys others added stay */
+        const cJSON *want = path(desired, "data", NULL), *have = path(existing, "data", NULL);
+        for (const cJSON *d = want ? want->child : NULL; d; d = d->next)
+            if (!subset(d, path(have, d->string, NULL)))
+                add_dup(&b, obj_in(&b, p, "data"), d->string, d);
+    } else if (strcmp(k, "Service") == 0) {
+        /* the spec fields we set; the selector exactly ours (a key others
+         * added would select other pods), so theirs are removed (null) */
+        const cJSON *want = path(desired, "spec", NULL), *have = path(existing, "spec", NULL);
+        for (const cJSON *f = want ? want->child : NULL; f; f = f->next) {
+            if (strcmp(f->string, "selector") != 0) {
+                if (!subset(f, path(have, f->string, NULL)))
+                    add_dup(&b, obj_in(&b, p, "spec"), f->string, f);
+                continue;
+            }
+            const cJSON *hs = path(have, "selector", NULL);
+            for (const cJSON *e = f->child; e; e = e->next)
+                if (!subset(e, path(hs, e->string, NULL)))
+                    add_dup(&b, obj_in(&b, obj_in(&b, p, "spec"), "selector"), e->string, e);
+            for (const cJSON *e = hs ? hs->child : NULL; e; e = e->next)
+                if (!path(f, e->string, NULL) &&
+                    !cJSON_AddNullToObject(obj_in(&b, obj_in(&b, p, "spec"), "selector"),
+                                           e->string))
+                    b.ok = 0;
+        }
+    } else if (strcmp(k, "Role") == 0) {
+        if (!subset(path(desired, "rules", NULL), path(existing, "rules", NULL)))
+            add_dup(&b, p, "rules", path(desired, "rules", NULL));
+    } else if (strcmp(k, "RoleBinding") == 0) {
+        if (!subset(path(desired, "subjects", NULL), path(existing, "subjects", NULL)))
+            add_dup(&b, p, "subjects", path(desired, "subjects", NULL));
     }
-    return subset(desired, existing);
+    if (!b.ok) {
+        cJSON_Delete(p);
+        return VJ_CHILD_ERROR;
+    }
+    if (p->child == NULL) {
+        cJSON_Delete(p);
+        return VJ_CHILD_OK;
+    }
+    *patch = p;
+    return VJ_CHILD_PATCH;
 }

@@ -22,7 +22,11 @@
 #define VJ_RDZV_PORT 29400
 #define VJ_CONFIG_DIR "/etc/vitjob"
 #define VJ_CONFIG_FILE "config.json"
-#define VJ_WORKER_SA "vitjob-worker"
+#define VJ_GROUP "vitjob.dev"
+#define VJ_API_VERSION "vitjob.dev/v1alpha1"
+#define VJ_RBAC_API "rbac.authorization.k8s.io/v1"
+#define VJ_CONTAINER "worker"
+#define VJ_WORKER_UID 65532 /* the worker image's non-root user and group */
 #define VJ_NAME_LEN 320
 
 /* "<job>-worker-<rank>-r<restart>" into buf. Returns 0, -1 if it does not fit. */
@@ -30,6 +34,10 @@ int vj_render_pod_name(char *buf, size_t len, const char *job, int rank, int res
 
 /* "<job>-config". Returns 0, -1 if it does not fit. */
 int vj_render_configmap_name(char *buf, size_t len, const char *job);
+
+/* "<job>-worker": the job's ServiceAccount, Role and RoleBinding. Returns 0,
+ * -1 if it does not fit. */
+int vj_render_identity_name(char *buf, size_t len, const char *job);
 
 /* ConfigMap <job>-config: data."config.json" = {model, data, training,
  * checkpoint} of the spec (those present), owned by the job. */
@@ -39,18 +47,38 @@ cJSON *vj_render_configmap(const cJSON *job, char *err, size_t errlen);
  * named rdzv, publishNotReadyAddresses true, owned by the job. */
 cJSON *vj_render_service(const cJSON *job, char *err, size_t errlen);
 
+/* The worker identity of a job that names no service account in
+ * spec.template, all named <job>-worker and owned by the job: a
+ * ServiceAccount; a Role allowing get and patch of vitjobs/status for this
+ * job's name only; a RoleBinding of the one to the other. */
+cJSON *vj_render_service_account(const cJSON *job, char *err, size_t errlen);
+cJSON *vj_render_role(const cJSON *job, char *err, size_t errlen);
+cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen);
+
 /* Worker pod of `rank` in restart generation `restart` (see design.md):
  * name, hostname, subdomain, labels, owner reference, env contract, config
- * mount, GPU limit and spec.template overrides merged in. */
+ * mount, GPU limit, the service account (spec.template's, else the job's own
+ * identity, whose token only rank 0 mounts), security contexts that pass the
+ * restricted Pod Security Standard (spec.template.securityContext and
+ * .containerSecurityContext replace them) and spec.template overrides. */
 cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen);
 
-/* 1 if `existing` (as read from the API server, with its defaults and
- * status) matches `desired` (a vj_render_* result) closely enough that no
- * change is needed, else 0. Compared: the kind, name, the desired labels
- * (a subset), and per kind: ConfigMap data (exactly); Service spec fields the
- * operator sets (a subset: the server's defaults are ignored); Pod the
- * worker container's image, command and env (pods are immutable: a mismatch
- * means delete and recreate). */
-int vj_render_matches(const cJSON *existing, const cJSON *desired);
+typedef enum {
+    VJ_CHILD_OK = 0,   /* as desired: nothing to do */
+    VJ_CHILD_PATCH,    /* *patch: a JSON merge patch of the fields the operator owns */
+    VJ_CHILD_RECREATE, /* an immutable field differs (Service clusterIP, RoleBinding
+                          roleRef): delete it; the next reconcile creates it anew */
+    VJ_CHILD_ERROR,    /* desired has no kind, or out of memory */
+} vj_child_diff;
+
+/* Compares `existing` (as read from the API server: list items carry no
+ * kind or apiVersion, and the server adds defaults) with `desired` (a
+ * vj_render_* result, whose kind says what is compared). Owned fields: the
+ * operator's labels (others' labels and all annotations stay), and per kind
+ * ConfigMap data."config.json", Service spec fields the operator sets (the
+ * selector exactly), Role rules, RoleBinding subjects. *patch (caller frees
+ * with cJSON_Delete) is set only for VJ_CHILD_PATCH. Pods are never patched:
+ * they are immutable, and decide.c replaces them by generation. */
+vj_child_diff vj_render_diff(const cJSON *existing, const cJSON *desired, cJSON **patch);
 
 #endif

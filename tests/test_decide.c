@@ -17,7 +17,7 @@
 typedef struct {
     cJSON *job;
     cJSON *pods; /* array */
-    int have_cm, have_svc;
+    vj_children have;
     int job_deleted;
 } world;
 
@@ -107,7 +107,7 @@ static vj_plan *decide_at(world *w, long long now)
 {
     vj_plan *p = NULL;
     char err[256] = "";
-    cr_assert_eq(vj_decide(w->job, w->pods, w->have_cm, w->have_svc, now, &p, err, sizeof err), 0,
+    cr_assert_eq(vj_decide(w->job, w->pods, &w->have, now, &p, err, sizeof err), 0,
                  "decide: %s", err);
     cr_assert_not_null(p);
     return p;
@@ -149,10 +149,17 @@ static void apply(world *w, const vj_plan *p, long long now)
     {
         const char *kind = cJSON_GetObjectItem(obj, "kind")->valuestring;
         if (strcmp(kind, "ConfigMap") == 0) {
-            w->have_cm = 1;
+            w->have.configmap = 1;
         } else if (strcmp(kind, "Service") == 0) {
-            w->have_svc = 1;
+            w->have.service = 1;
+        } else if (strcmp(kind, "ServiceAccount") == 0) {
+            w->have.service_account = 1;
+        } else if (strcmp(kind, "Role") == 0) {
+            w->have.role = 1;
+        } else if (strcmp(kind, "RoleBinding") == 0) {
+            w->have.role_binding = 1;
         } else {
+            cr_assert_str_eq(kind, "Pod");
             cJSON *pod = cJSON_Duplicate(obj, 1);
             cJSON_AddItemToObject(pod, "status", cJSON_Parse("{\"phase\":\"Pending\"}"));
             cr_assert_null(find_pod(w, cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "name")->valuestring),
@@ -260,12 +267,18 @@ static world running_job(const char *spec_extra)
 
 /* ------------------------------------------------------------------ tests */
 
-Test(decide, new_job_creates_configmap_service_and_one_pod_per_rank_and_is_pending)
+Test(decide, new_job_creates_configmap_service_identity_then_one_pod_per_rank_and_is_pending)
 {
     world w = mk(NULL, NULL);
     vj_plan *p = step(&w, NOW);
-    cr_assert_eq(cJSON_GetArraySize(p->creates), 4);
-    cr_assert(w.have_cm && w.have_svc);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 7);
+    static const char *const order[] = {"ConfigMap", "Service", "ServiceAccount", "Role",
+                                        "RoleBinding", "Pod", "Pod"};
+    for (int i = 0; i < 7; i++)
+        cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(p->creates, i), "kind")->valuestring,
+                         order[i], "create %d: what the pods need comes first", i);
+    cr_assert(w.have.configmap && w.have.service && w.have.service_account && w.have.role &&
+              w.have.role_binding);
     cr_assert_not_null(find_pod(&w, "j-worker-0-r0"));
     cr_assert_not_null(find_pod(&w, "j-worker-1-r0"));
     cr_assert_str_eq(phase_of(&w), "Pending");
@@ -310,10 +323,47 @@ Test(decide, phase_changes_emit_one_event_each_created_then_running)
     world_free(&w);
 }
 
+Test(decide, a_job_naming_its_own_service_account_gets_no_identity_objects)
+{
+    world w = mk("\"template\":{\"serviceAccountName\":\"team-sa\"}", NULL);
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 4, "ConfigMap, Service, 2 pods");
+    cr_assert(!w.have.service_account && !w.have.role && !w.have.role_binding);
+    cJSON *pod = find_pod(&w, "j-worker-1-r0");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "serviceAccountName")->valuestring,
+                     "team-sa");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_child_refused_for_good_fails_the_job_with_the_servers_message_and_its_pods_go)
+{
+    world w = running_job(NULL);
+    vj_plan *p = NULL;
+    char err[256] = "";
+    cr_assert_eq(vj_decide_failed(w.job, w.pods, "FailedCreate",
+                                  "cannot create Service ns/j: Service \"j\" is invalid", NOW + 20,
+                                  &p, err, sizeof err), 0, "%s", err);
+    apply(&w, p, NOW + 20);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "FailedCreate");
+    cr_assert(strstr(cond_field(&w, "Failed", "message"), "Service \"j\" is invalid"));
+    cr_assert(has_event(p, "FailedCreate"));
+    cr_assert_eq(p->n_deletes, 2, "a failed job's running pods are deleted");
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
+    /* and it stays failed: a normal reconcile after it changes nothing */
+    p = step(&w, NOW + 21);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
 Test(decide, missing_configmap_and_service_are_recreated_alone)
 {
     world w = running_job(NULL);
-    w.have_cm = 0;
+    w.have.configmap = 0;
     vj_plan *p = step(&w, NOW + 20);
     cr_assert_eq(cJSON_GetArraySize(p->creates), 1);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(p->creates, 0), "kind")->valuestring, "ConfigMap");

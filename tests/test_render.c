@@ -1,6 +1,6 @@
 /* tests/test_render.c - operator/render.c: the ConfigMap, Service and worker
  * Pods of a ViTJob (design.md's operator <-> worker contract), template
- * overrides, and vj_render_matches. */
+ * overrides, the worker identity, security contexts, and vj_render_diff. */
 #include "render.h"
 
 #include "config.h"
@@ -88,7 +88,7 @@ Test(render, pod_name_hostname_subdomain_labels_and_owner_follow_the_contract)
     cr_assert(cJSON_IsTrue(at(p, "metadata.ownerReferences.0.controller")));
     cr_assert(cJSON_IsTrue(at(p, "metadata.ownerReferences.0.blockOwnerDeletion")));
     cr_assert_str_eq(str_at(p, "spec.restartPolicy"), "Never");
-    cr_assert_str_eq(str_at(p, "spec.serviceAccountName"), "vitjob-worker");
+    cr_assert_str_eq(str_at(p, "spec.serviceAccountName"), "vit-worker", "the job's own identity");
     cr_assert_eq(cJSON_GetArraySize(at(p, "spec.containers")), 1);
     cr_assert_str_eq(str_at(p, "spec.containers.0.name"), "worker");
     cr_assert_str_eq(str_at(p, "spec.containers.0.image"), "ghcr.io/x/vitjob-worker:1");
@@ -220,36 +220,148 @@ Test(render, service_is_headless_with_rdzv_port_and_not_ready_addresses)
     cJSON_Delete(j);
 }
 
-Test(render, matches_ignores_server_defaults_but_not_real_differences)
+/* An object as a real server lists it: no kind, no apiVersion. */
+static cJSON *as_listed(const cJSON *o)
+{
+    cJSON *live = cJSON_Duplicate(o, 1);
+    cJSON_DeleteItemFromObject(live, "kind");
+    cJSON_DeleteItemFromObject(live, "apiVersion");
+    cJSON_AddStringToObject(at(live, "metadata"), "resourceVersion", "12");
+    return live;
+}
+
+static vj_child_diff diff(const cJSON *live, const cJSON *want, char **patch_text)
+{
+    cJSON *patch = NULL;
+    vj_child_diff d = vj_render_diff(live, want, &patch);
+    *patch_text = patch ? cJSON_PrintUnformatted(patch) : NULL;
+    cr_assert_eq(patch != NULL, d == VJ_CHILD_PATCH, "a patch exactly when one is due");
+    cJSON_Delete(patch);
+    return d;
+}
+
+Test(render, diff_of_a_listed_child_without_kind_and_with_server_defaults_is_empty)
+{
+    cJSON *j = job_with(NULL);
+    char err[256], *pt = NULL;
+    cJSON *(*renders[])(const cJSON *, char *, size_t) = {
+        vj_render_service, vj_render_configmap, vj_render_service_account, vj_render_role,
+        vj_render_role_binding};
+    for (size_t i = 0; i < sizeof renders / sizeof renders[0]; i++) {
+        cJSON *want = renders[i](j, err, sizeof err);
+        cr_assert_not_null(want, "%s", err);
+        cJSON *live = as_listed(want);
+        cJSON_AddStringToObject(at(live, "metadata"), "uid", "child-uid");
+        if (at(live, "spec"))
+            cJSON_AddStringToObject(at(live, "spec"), "sessionAffinity", "None");
+        cr_assert_eq(diff(live, want, &pt), VJ_CHILD_OK, "%s: listed without kind is no difference (%s)",
+                     str_at(want, "kind"), pt ? pt : "");
+        cJSON_Delete(live);
+        cJSON_Delete(want);
+    }
+    cJSON_Delete(j);
+}
+
+Test(render, diff_patches_only_owned_fields_and_keeps_others_labels_and_annotations)
+{
+    cJSON *j = job_with(NULL);
+    char err[256], *pt = NULL;
+    cJSON *cm = vj_render_configmap(j, err, sizeof err);
+    cJSON *live = as_listed(cm);
+    cJSON_AddItemToObject(at(live, "metadata"), "annotations", cJSON_Parse("{\"owner-team\":\"ml\"}"));
+    cJSON_AddStringToObject(at(live, "metadata.labels"), "backup", "daily");
+    cJSON_AddStringToObject(at(live, "data"), "notes.txt", "theirs");
+    cr_assert_eq(diff(live, cm, &pt), VJ_CHILD_OK, "others' labels, annotations, data: %s", pt ? pt : "");
+    cJSON_ReplaceItemInObject(at(live, "data"), "config.json", cJSON_CreateString("{}"));
+    cJSON_ReplaceItemInObject(at(live, "metadata.labels"), "vitjob.dev/job-name", cJSON_CreateString("x"));
+    cr_assert_eq(diff(live, cm, &pt), VJ_CHILD_PATCH);
+    cJSON *patch = cJSON_Parse(pt);
+    cr_assert_str_eq(cJSON_GetObjectItem(at(patch, "metadata.labels"), "vitjob.dev/job-name")->valuestring,
+                     "vit");
+    cJSON_free(pt);
+    cr_assert_null(at(patch, "metadata.annotations"), "annotations are not ours");
+    cr_assert_null(cJSON_GetObjectItem(at(patch, "metadata.labels"), "backup"));
+    cr_assert_not_null(cJSON_GetObjectItem(at(patch, "data"), "config.json"));
+    cr_assert_null(cJSON_GetObjectItem(at(patch, "data"), "notes.txt"));
+    cJSON_Delete(patch);
+    cJSON_Delete(live);
+    cJSON_Delete(cm);
+    cJSON_Delete(j);
+}
+
+Test(render, diff_of_a_service_removes_foreign_selector_keys_and_recreates_for_cluster_ip)
+{
+    cJSON *j = job_with(NULL);
+    char err[256], *pt = NULL;
+    cJSON *s = vj_render_service(j, err, sizeof err);
+    cJSON *live = as_listed(s);
+    cJSON_AddStringToObject(at(live, "spec.selector"), "extra", "yes");
+    cr_assert_eq(diff(live, s, &pt), VJ_CHILD_PATCH);
+    cJSON *patch = cJSON_Parse(pt);
+    cJSON_free(pt);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(at(patch, "spec.selector"), "extra")),
+              "a foreign selector key is removed with null");
+    cJSON_Delete(patch);
+    cJSON_ReplaceItemInObject(at(live, "spec"), "clusterIP", cJSON_CreateString("10.0.0.1"));
+    cr_assert_eq(diff(live, s, &pt), VJ_CHILD_RECREATE, "clusterIP is immutable");
+    cJSON_Delete(live);
+    cJSON_Delete(s);
+    cJSON_Delete(j);
+}
+
+Test(render, identity_role_allows_only_get_and_patch_of_this_jobs_status)
 {
     cJSON *j = job_with(NULL);
     char err[256];
-    cJSON *s = vj_render_service(j, err, sizeof err);
-    cJSON *live = cJSON_Duplicate(s, 1);
-    cJSON_AddStringToObject(at(live, "spec"), "sessionAffinity", "None");
-    cJSON_AddStringToObject(at(live, "metadata"), "resourceVersion", "12");
-    cr_assert(vj_render_matches(live, s), "server defaults are not a difference");
-    cJSON_ReplaceItemInObject(at(live, "spec"), "clusterIP", cJSON_CreateString("10.0.0.1"));
-    cr_assert_not(vj_render_matches(live, s));
-    cJSON_Delete(live);
-    cJSON_Delete(s);
+    cJSON *sa = vj_render_service_account(j, err, sizeof err);
+    cJSON *role = vj_render_role(j, err, sizeof err);
+    cJSON *rb = vj_render_role_binding(j, err, sizeof err);
+    cr_assert_str_eq(str_at(sa, "metadata.name"), "vit-worker");
+    cr_assert_str_eq(str_at(sa, "metadata.namespace"), "ml");
+    cr_assert_str_eq(str_at(sa, "metadata.ownerReferences.0.uid"), "uid-7");
+    cr_assert_eq(cJSON_GetArraySize(at(role, "rules")), 1);
+    cr_assert_str_eq(str_at(role, "rules.0.apiGroups.0"), "vitjob.dev");
+    cr_assert_str_eq(str_at(role, "rules.0.resources.0"), "vitjobs/status");
+    cr_assert_eq(cJSON_GetArraySize(at(role, "rules.0.resources")), 1);
+    cr_assert_str_eq(str_at(role, "rules.0.resourceNames.0"), "vit");
+    cr_assert_eq(cJSON_GetArraySize(at(role, "rules.0.verbs")), 2);
+    cr_assert_str_eq(str_at(role, "rules.0.verbs.0"), "get");
+    cr_assert_str_eq(str_at(role, "rules.0.verbs.1"), "patch");
+    cr_assert_str_eq(str_at(rb, "roleRef.kind"), "Role");
+    cr_assert_str_eq(str_at(rb, "roleRef.name"), "vit-worker");
+    cr_assert_str_eq(str_at(rb, "subjects.0.kind"), "ServiceAccount");
+    cr_assert_str_eq(str_at(rb, "subjects.0.name"), "vit-worker");
+    cr_assert_str_eq(str_at(rb, "subjects.0.namespace"), "ml");
+    cJSON *p0 = pod(j, 0, 0), *p1 = pod(j, 1, 0);
+    cr_assert_str_eq(str_at(p0, "spec.serviceAccountName"), "vit-worker");
+    cr_assert_null(at(p0, "spec.automountServiceAccountToken"), "rank 0 reports: it gets the token");
+    cr_assert(cJSON_IsFalse(at(p1, "spec.automountServiceAccountToken")), "other ranks do not");
+    cJSON_Delete(p0);
+    cJSON_Delete(p1);
+    cJSON_Delete(sa);
+    cJSON_Delete(role);
+    cJSON_Delete(rb);
+    cJSON_Delete(j);
+}
 
-    cJSON *cm = vj_render_configmap(j, err, sizeof err);
-    live = cJSON_Duplicate(cm, 1);
-    cr_assert(vj_render_matches(live, cm));
-    cJSON_ReplaceItemInObject(at(live, "data"), "config.json", cJSON_CreateString("{}"));
-    cr_assert_not(vj_render_matches(live, cm), "a changed spec changes the ConfigMap");
-    cJSON_Delete(live);
-    cJSON_Delete(cm);
-
+Test(render, pods_pass_the_restricted_pod_security_standard_unless_the_template_says_otherwise)
+{
+    cJSON *j = job_with(NULL);
     cJSON *p = pod(j, 0, 0);
-    live = cJSON_Duplicate(p, 1);
-    cJSON_AddItemToObject(live, "status", cJSON_Parse("{\"phase\":\"Running\"}"));
-    cJSON_AddStringToObject(at(live, "spec"), "nodeName", "n1");
-    cr_assert(vj_render_matches(live, p));
-    cJSON_ReplaceItemInObject(at(live, "spec.containers.0"), "image", cJSON_CreateString("other:2"));
-    cr_assert_not(vj_render_matches(live, p));
-    cJSON_Delete(live);
+    cr_assert(cJSON_IsTrue(at(p, "spec.securityContext.runAsNonRoot")));
+    cr_assert_eq(at(p, "spec.securityContext.runAsUser")->valueint, 65532);
+    cr_assert_str_eq(str_at(p, "spec.securityContext.seccompProfile.type"), "RuntimeDefault");
+    cr_assert(cJSON_IsFalse(at(p, "spec.containers.0.securityContext.allowPrivilegeEscalation")));
+    cr_assert_str_eq(str_at(p, "spec.containers.0.securityContext.capabilities.drop.0"), "ALL");
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+    j = job_with("\"template\":{\"securityContext\":{\"runAsUser\":0},"
+                 "\"containerSecurityContext\":{\"privileged\":true}}");
+    p = pod(j, 0, 0);
+    cr_assert_eq(at(p, "spec.securityContext.runAsUser")->valueint, 0);
+    cr_assert_null(at(p, "spec.securityContext.runAsNonRoot"), "the template replaces the default");
+    cr_assert(cJSON_IsTrue(at(p, "spec.containers.0.securityContext.privileged")));
+    cr_assert_null(at(p, "spec.containers.0.securityContext.capabilities"));
     cJSON_Delete(p);
     cJSON_Delete(j);
 }

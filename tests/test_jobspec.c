@@ -1,0 +1,66 @@
+/* tests/test_jobspec.c - operator/jobspec.c: a ViTJob whose name or template
+ * a real API server would refuse in the job's children is invalid, naming
+ * the field. */
+#include "jobspec.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+
+static int validate(const char *name, const char *spec_extra, char *err, size_t errlen)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"team1\",\"uid\":\"u\"},"
+             "\"spec\":{\"replicas\":2,\"image\":\"img:1\",\"model\":{\"preset\":\"fmnist_tiny\"},"
+             "\"training\":{\"steps\":10,\"globalBatchSize\":128,\"microBatchSize\":64,"
+             "\"optimizer\":{\"warmupSteps\":1}}%s%s}}",
+             name, spec_extra ? "," : "", spec_extra ? spec_extra : "");
+    cJSON *job = cJSON_Parse(buf);
+    cr_assert_not_null(job);
+    vj_jobspec js;
+    err[0] = '\0';
+    int rc = vj_jobspec_parse(job, &js, err, errlen);
+    if (rc == 0)
+        rc = vj_jobspec_validate(&js, err, errlen);
+    cJSON_Delete(job);
+    return rc;
+}
+
+Test(jobspec, names_valid_for_a_vitjob_but_not_for_its_service_fail_naming_metadata_name)
+{
+    char err[512];
+    const char *bad[] = {"1job", "my.job"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(validate(bad[i], NULL, err, sizeof err), -1, "%s accepted", bad[i]);
+        char want[64];
+        snprintf(want, sizeof want, "metadata.name=\"%s\"", bad[i]);
+        cr_assert(strstr(err, want), "%s", err);
+        cr_assert(strstr(err, "DNS-1035"), "%s", err);
+    }
+    cr_assert_eq(validate("job1", NULL, err, sizeof err), 0, "%s", err);
+}
+
+Test(jobspec, template_values_are_validated_up_front)
+{
+    char err[512];
+    cr_assert_eq(validate("j", "\"template\":{\"resources\":{\"requests\":{\"cpu\":\"lots\"}}}", err,
+                          sizeof err), -1);
+    cr_assert(strstr(err, "spec.template.resources.requests.cpu=\"lots\""), "%s", err);
+}
+
+Test(jobspec, a_service_account_named_in_the_template_is_the_pods_identity)
+{
+    cJSON *job = cJSON_Parse("{\"metadata\":{\"name\":\"j\"},\"spec\":{\"template\":"
+                             "{\"serviceAccountName\":\"team-sa\"}}}");
+    vj_jobspec js;
+    char err[128];
+    cr_assert_eq(vj_jobspec_parse(job, &js, err, sizeof err), 0);
+    cr_assert_str_eq(js.service_account, "team-sa");
+    cJSON_Delete(job);
+    job = cJSON_Parse("{\"metadata\":{\"name\":\"j\"},\"spec\":{}}");
+    cr_assert_eq(vj_jobspec_parse(job, &js, err, sizeof err), 0);
+    cr_assert_null(js.service_account);
+    cJSON_Delete(job);
+}
