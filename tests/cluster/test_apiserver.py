@@ -375,8 +375,9 @@ class ApiServerTest(unittest.TestCase):
             token = body["metadata"].get("continue")
             if not token:
                 break
-            self.assertEqual(body["metadata"]["remainingItemCount"], 7 - len(seen))
-        self.assertEqual(seen, ["p-%d" % i for i in range(7)])
+            self.assertEqual(body["metadata"]["remainingItemCount"], 8 - len(seen))
+        # every namespace has the root CA ConfigMap, as on a real cluster
+        self.assertEqual(seen, ["kube-root-ca.crt"] + ["p-%d" % i for i in range(7)])
         self.assertEqual(pages, 3)
 
     def test_list_across_namespaces(self):

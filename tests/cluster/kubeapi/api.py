@@ -1,26 +1,24 @@
 # kubeapi/api.py: the semantics of the REST verbs on top of the store: object
 # metadata (uid, creationTimestamp, generation), optimistic concurrency (409),
 # the status subresource, patches, CRD registration and custom object
-# validation, deletion (deletionTimestamp, finalizers, grace periods) and the
-# garbage collector (ownerReferences, foreground/background/orphan, namespaces).
+# validation, the built-in types' validation (kubeapi/validation.py), the
+# admission a real server runs (ServiceAccount, Pod Security: kubeapi/
+# admission.py) and RBAC's escalation checks on roles and bindings, the
+# controllers a pod needs (a namespace's default ServiceAccount and
+# kube-root-ca.crt), deletion (deletionTimestamp, finalizers, grace periods)
+# and the garbage collector (ownerReferences, foreground/background/orphan,
+# namespaces).
 
 import base64
 import copy
 import datetime
 import json
 import random
-import re
-import string
 import threading
 import uuid
 
-from . import errors, patch, schema, selectors
+from . import admission, crdcheck, errors, patch, rbac, schema, selectors, validation
 from .resources import Registry
-
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-                 "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
-                 "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
 CRD_KEY = "customresourcedefinitions.apiextensions.k8s.io"
@@ -46,8 +44,11 @@ def _rest(obj):
 
 
 class Api:
-    def __init__(self, store):
+    def __init__(self, store, auth=None, ca_pem=""):
         self.store = store
+        self.auth = auth
+        self.authz = rbac.Authorizer(store)
+        self.ca_pem = ca_pem
         self.registry = Registry()
         self.gc_wake = threading.Event()
         self.stopping = threading.Event()
@@ -59,6 +60,8 @@ class Api:
             if self.store.get("namespaces", "", ns) is None:
                 self.create(ns_type, "v1", "", {"apiVersion": "v1", "kind": "Namespace",
                                                 "metadata": {"name": ns}}, {})
+            else:
+                self._namespace_controllers(ns)
 
     # --- helpers ----------------------------------------------------------------
 
@@ -80,8 +83,8 @@ class Api:
             raise errors.forbidden('%s "%s" is forbidden: unable to create new content in namespace %s '
                                    'because it is being terminated' % (errors.qualified(rtype), name, ns))
 
-    def _custom_checks(self, rtype, version, obj, params, name):
-        """Defaulting, pruning and schema validation of a custom object."""
+    def _custom_checks(self, rtype, version, obj, params, name, old=None):
+        """Defaulting, pruning, schema validation and the CEL rules of a custom object."""
         sch = rtype.schemas.get(version) or {}
         schema.apply_defaults(sch, obj)
         dropped = schema.prune(sch, obj, root=True)
@@ -90,6 +93,7 @@ class Api:
                                      % (rtype.kind, version, rtype.kind,
                                         ", ".join('unknown field "%s"' % d for d in dropped)))
         errs = schema.validate(sch, obj)
+        errs += schema.validate_rules(sch, obj, old, errs)
         if errs:
             raise errors.invalid(rtype.kind, rtype.group, name, errs)
         return ['unknown field "%s"' % d for d in dropped]
@@ -100,21 +104,59 @@ class Api:
         errs = []
         if not name:
             errs.append(("metadata.name", "FieldValueRequired", "Required value: name or generateName is required"))
-        elif not DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
-            errs.append(("metadata.name", "FieldValueInvalid", 'Invalid value: "%s": %s' % (name, SUBDOMAIN_MSG)))
+        elif rtype.crd:
+            errs += validation.subdomain_errs("metadata.name", name)
+        else:
+            errs += validation.name_errs(rtype, name)
+        for k, v in (meta.get("labels") or {}).items():
+            errs += validation.qualified_name_errs("metadata.labels", k)
+            errs += validation.label_value_errs("metadata.labels", v)
         if rtype.resource == "pods" and not (obj.get("spec") or {}).get("containers"):
             errs.append(("spec.containers", "FieldValueRequired", "Required value"))
-        if rtype.resource == "customresourcedefinitions" and name:
-            spec = obj.get("spec") or {}
-            want = "%s.%s" % ((spec.get("names") or {}).get("plural", ""), spec.get("group", ""))
-            if name != want:
-                errs.append(("metadata.name", "FieldValueInvalid",
-                             'Invalid value: "%s": must be spec.names.plural+"."+spec.group' % name))
-            if not spec.get("versions"):
-                errs.append(("spec.versions", "FieldValueInvalid",
-                             "Invalid value: null: must have exactly one version marked as storage version"))
+        elif not rtype.crd:
+            errs += validation.validate_builtin(rtype, obj)
+        if rtype.resource == "namespaces":
+            errs += admission.namespace_label_errs(meta.get("labels") or {})
+        if rtype.key == CRD_KEY and name and not errs:
+            errs = crdcheck.validate_crd(obj)
         if errs:
             raise errors.invalid(rtype.kind, rtype.group, name, errs)
+
+    def _escalation(self, rtype, obj, ns, user):
+        """RBAC's own check on roles and bindings: grant only what you hold."""
+        if user is None or rtype.group != rbac.RBAC_GROUP:
+            return
+        name = obj["metadata"].get("name", "")
+        if rtype.resource in ("roles", "clusterroles"):
+            if not self.authz.may_escalate(user, ns, rtype.resource):
+                self.authz.confirm_no_escalation(user, ns, obj.get("rules") or [], rtype.resource, name)
+        elif rtype.resource in ("rolebindings", "clusterrolebindings"):
+            ref = obj.get("roleRef") or {}
+            if not self.authz.may_bind(user, ns, ref):
+                self.authz.confirm_no_escalation(user, ns, self.authz.role_ref_rules(ref, ns),
+                                                 rtype.resource, name)
+
+    def _namespace_controllers(self, ns):
+        """What the controller manager puts in every namespace: the default
+        ServiceAccount and the kube-root-ca.crt ConfigMap."""
+        if self.store.get("serviceaccounts", ns, "default") is None:
+            self.create(self.registry.by_key("serviceaccounts"), "v1", ns,
+                        {"metadata": {"name": "default"}}, {})
+        if self.store.get("configmaps", ns, "kube-root-ca.crt") is None:
+            self.create(self.registry.by_key("configmaps"), "v1", ns,
+                        {"metadata": {"name": "kube-root-ca.crt",
+                                      "annotations": {"kubernetes.io/description": (
+                                          "Contains a CA bundle that can be used to verify the "
+                                          "kube-apiserver when using internal endpoints such as the "
+                                          "internal service IP or kubernetes.default.svc. No other usage "
+                                          "is guaranteed across distributions of Kubernetes clusters.")}},
+                         "data": {"ca.crt": self.ca_pem}}, {})
+
+    def token_request(self, ns, name, body):
+        sa = self.store.get("serviceaccounts", ns, name)
+        if sa is None:
+            raise errors.not_found(self.registry.by_key("serviceaccounts"), name)
+        return self.auth.token_request(sa, body)
 
     def _builtin_defaults(self, rtype, obj, creating):
         spec = obj.get("spec")
@@ -193,7 +235,7 @@ class Api:
 
     # --- create ---------------------------------------------------------------------
 
-    def create(self, rtype, version, ns, body, params):
+    def create(self, rtype, version, ns, body, params, user=None):
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         want = rtype.api_version(version)
@@ -218,6 +260,12 @@ class Api:
         for k in SERVER_META:
             meta.pop(k, None)
         normalize_meta(meta)
+        if rtype.resource == "pods":
+            validation.check_quantities(rtype.kind, version, obj)
+        self._escalation(rtype, obj, ns, user)
+        if rtype.resource == "pods":
+            self._check_namespace(rtype, ns, meta.get("name", ""), creating=True)
+            admission.service_account(self.store, obj, ns)
         self._validate_meta(rtype, obj)
         if rtype.status and rtype.crd:
             obj.pop("status", None)
@@ -225,6 +273,8 @@ class Api:
         if rtype.crd:
             warnings = self._custom_checks(rtype, version, obj, params, meta["name"])
         self._builtin_defaults(rtype, obj, creating=True)
+        if rtype.resource == "pods":
+            warnings += admission.pod_security(self.store, obj, ns)
         if rtype.key == CRD_KEY:
             self._crd_status(obj)
         meta["uid"] = str(uuid.uuid4())
@@ -240,18 +290,20 @@ class Api:
             out = self.store.put(rtype.key, obj, dry_run=dry)
             if rtype.key == CRD_KEY and not dry:
                 self.registry.add_crd(out)
+            if rtype.resource == "namespaces" and not dry:
+                self._namespace_controllers(meta["name"])
         return self.present(rtype, version, out), warnings
 
     # --- update and patch -------------------------------------------------------------
 
-    def update(self, rtype, version, ns, name, body, params, subresource=None):
+    def update(self, rtype, version, ns, name, body, params, subresource=None, user=None):
         with self.store.lock:
             old = self.store.get(rtype.key, self._ns(rtype, ns), name)
             if old is None:
                 raise errors.not_found(rtype, name)
-            return self._update(rtype, version, old, body, params, subresource)
+            return self._update(rtype, version, old, body, params, subresource, user)
 
-    def patch(self, rtype, version, ns, name, ctype, body, params, subresource=None):
+    def patch(self, rtype, version, ns, name, ctype, body, params, subresource=None, user=None):
         ctype = (ctype or "").split(";")[0].strip()
         with self.store.lock:
             old = self.store.get(rtype.key, self._ns(rtype, ns), name)
@@ -268,9 +320,9 @@ class Api:
                 raise errors.unsupported_media_type(ctype)
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
-            return self._update(rtype, version, old, new, params, subresource)
+            return self._update(rtype, version, old, new, params, subresource, user)
 
-    def _update(self, rtype, version, old, body, params, subresource):
+    def _update(self, rtype, version, old, body, params, subresource, user=None):
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         name = old["metadata"]["name"]
@@ -289,7 +341,7 @@ class Api:
             else:
                 new.pop("status", None)
             if rtype.crd:
-                warnings = self._custom_checks(rtype, version, new, params, name)
+                warnings = self._custom_checks(rtype, version, new, params, name, old)
         else:
             new = copy.deepcopy(body)
             meta = new.setdefault("metadata", {})
@@ -312,9 +364,13 @@ class Api:
                         "Forbidden: no new finalizers can be added if the object is being deleted, found new "
                         "finalizers []string{%s}" % ", ".join('"%s"' % f for f in sorted(added)))])
             normalize_meta(meta)
+            if rtype.resource == "pods":
+                validation.check_quantities(rtype.kind, version, new)
+            if _rest(new) != _rest(old):
+                self._escalation(rtype, new, old["metadata"].get("namespace", ""), user)
             self._validate_meta(rtype, new)
             if rtype.crd:
-                warnings = self._custom_checks(rtype, version, new, params, name)
+                warnings = self._custom_checks(rtype, version, new, params, name, old)
             self._builtin_defaults(rtype, new, creating=False)
             if rtype.key == CRD_KEY:
                 self._crd_status(new)

@@ -51,6 +51,10 @@ def resource_list(registry, group, version):
         if rt.status:
             resources.append({"name": rt.resource + "/status", "singularName": "", "namespaced": rt.namespaced,
                               "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+        if rt.resource == "serviceaccounts":
+            resources.append({"name": "serviceaccounts/token", "singularName": "", "namespaced": True,
+                              "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                              "verbs": ["create"]})
     gv = version if not group else group + "/" + version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
 

@@ -59,6 +59,19 @@ def forbidden(message):
     return ApiError(403, "Forbidden", message)
 
 
+def forbidden_named(resource, group, name, why):
+    """apierrors.NewForbidden: '<resource>[.<group>] "<name>" is forbidden: <why>'
+    (no name: '<resource> is forbidden: <why>'); details name the resource."""
+    q = resource + "." + group if group else resource
+    msg = ('%s "%s" is forbidden: %s' % (q, name, why)) if name else ("%s is forbidden: %s" % (q, why))
+    d = {"kind": resource}
+    if name:
+        d["name"] = name
+    if group:
+        d["group"] = group
+    return ApiError(403, "Forbidden", msg, d)
+
+
 def unauthorized():
     return ApiError(401, "Unauthorized", "Unauthorized")
 

@@ -172,3 +172,28 @@ def _numeric(s, v, path, errs):
     if "multipleOf" in s and s["multipleOf"] and (v / s["multipleOf"]) % 1:
         errs.append((path, "FieldValueInvalid", "Invalid value: %s: %s in body should be a multiple of %s"
                      % (fmt_value(v), path, fmt_value(s["multipleOf"]))))
+
+
+# --- CEL rules -----------------------------------------------------------------------
+
+def validate_rules(schema, obj, old=None, errs_so_far=()):
+    """The x-kubernetes-validations errors of obj (kubeapi/cel.py). As on the
+    real server, rules are not run on an object with type errors: one error
+    says so instead."""
+    from . import cel
+    if not _has_rules(schema):
+        return []
+    if any(reason == "FieldValueTypeInvalid" for _, reason, _ in errs_so_far):
+        return [("", "FieldValueInvalid", "Invalid value: \"null\": some validation rules were not checked "
+                 "because the object was invalid; correct the existing errors to complete validation")]
+    return cel.validate(schema, obj, old, "")
+
+
+def _has_rules(s):
+    if not isinstance(s, dict):
+        return False
+    if s.get("x-kubernetes-validations"):
+        return True
+    subs = list((s.get("properties") or {}).values())
+    subs += [s[k] for k in ("items", "additionalProperties") if isinstance(s.get(k), dict)]
+    return any(_has_rules(x) for x in subs)

@@ -29,6 +29,7 @@ class Store:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.objects = {}                      # (tkey, ns, name) -> obj
+        self.by_type = {}                      # tkey -> {(ns, name): obj}, the same objects
         self.history = collections.deque()     # Event, oldest first
         self.history_max = history
         self.compacted = 0                     # every event with rv > compacted is kept
@@ -46,6 +47,7 @@ class Store:
     def _load(self):
         for tkey, ns, name, data in self.db.execute("SELECT tkey, ns, name, data FROM objects"):
             self.objects[(tkey, ns, name)] = json.loads(data)
+            self.by_type.setdefault(tkey, {})[(ns, name)] = self.objects[(tkey, ns, name)]
         for k, v in self.db.execute("SELECT k, v FROM meta"):
             if k == "rv":
                 self.rv = v
@@ -80,6 +82,17 @@ class Store:
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return items, rv
 
+    def peek(self, tkey, ns, name):
+        """The stored object itself, not a copy: read it, never change it."""
+        with self.lock:
+            return self.objects.get((tkey, ns, name))
+
+    def scan(self, tkey, ns=None):
+        """The stored objects of one type (in one namespace if ns), not copies:
+        read them, never change them. A snapshot list, safe to iterate."""
+        with self.lock:
+            return [o for (n, _), o in self.by_type.get(tkey, {}).items() if ns is None or n == ns]
+
     def keys(self):
         with self.lock:
             return list(self.objects.keys())
@@ -101,6 +114,7 @@ class Store:
             meta["resourceVersion"] = str(self.rv)
             stored = copy.deepcopy(obj)
             self.objects[key] = stored
+            self.by_type.setdefault(tkey, {})[key[1:]] = stored
             self._record("ADDED" if old is None else "MODIFIED", key, stored, old)
             self.db.execute("INSERT OR REPLACE INTO objects VALUES (?,?,?,?)",
                             key + (json.dumps(stored),))
@@ -117,6 +131,7 @@ class Store:
             if dry_run:
                 return copy.deepcopy(old)
             del self.objects[key]
+            self.by_type.get(tkey, {}).pop(key[1:], None)
             self.rv += 1
             gone = copy.deepcopy(old)
             gone["metadata"]["resourceVersion"] = str(self.rv)

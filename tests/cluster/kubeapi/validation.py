@@ -1,0 +1,309 @@
+# kubeapi/validation.py: what a real server's validation of the built-in
+# types refuses in the objects this project writes, with its wording: name
+# formats (DNS-1123 subdomains for most objects, DNS-1035 labels for
+# Services, DNS-1123 labels for pod hostnames and subdomains, container
+# names), resource quantities (a 400 at decoding, as Go's Quantity
+# unmarshalling fails), requests above limits, extended resources,
+# tolerations, node selectors, service account names, and RBAC objects.
+# Must not: change the object (defaulting lives in api.py).
+
+import re
+
+from . import errors
+
+LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_LABEL = re.compile("^" + LABEL_FMT + "$")
+DNS1123_SUBDOMAIN = re.compile("^" + LABEL_FMT + r"(\." + LABEL_FMT + ")*$")
+DNS1035_LABEL = re.compile("^[a-z]([-a-z0-9]*[a-z0-9])?$")
+QNAME_PART = re.compile("^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+QUANTITY_REGEX = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                 "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+                 "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+             "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
+             "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+               "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+               "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+QNAME_MSG = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+             "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+             "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+LABEL_VALUE_MSG = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+                   "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+                   "'my_value',  or '12345', regex used for validation is "
+                   "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+
+
+def q(v):
+    """A value as Go's field errors quote it."""
+    return '"%s"' % str(v).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def subdomain_errs(path, v):
+    errs = []
+    if len(v) > 253:
+        errs.append((path, "FieldValueInvalid", "Invalid value: %s: must be no more than 253 characters" % q(v)))
+    if not DNS1123_SUBDOMAIN.match(v):
+        errs.append((path, "FieldValueInvalid", "Invalid value: %s: %s" % (q(v), SUBDOMAIN_MSG)))
+    return errs
+
+
+def label_errs(path, v, dns1035=False):
+    errs = []
+    if len(v) > 63:
+        errs.append((path, "FieldValueInvalid", "Invalid value: %s: must be no more than 63 characters" % q(v)))
+    if not (DNS1035_LABEL if dns1035 else DNS1123_LABEL).match(v):
+        errs.append((path, "FieldValueInvalid", "Invalid value: %s: %s" % (q(v), DNS1035_MSG if dns1035 else LABEL_MSG)))
+    return errs
+
+
+def qualified_name_errs(path, v):
+    name, prefix = v, None
+    if "/" in v:
+        prefix, _, name = v.partition("/")
+        if "/" in name:
+            return [(path, "FieldValueInvalid", "Invalid value: %s: a qualified name must consist of alphanumeric "
+                     "characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. "
+                     "'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+                     "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' "
+                     "(e.g. 'example.com/MyName')" % q(v))]
+        if not prefix:
+            return [(path, "FieldValueInvalid", "Invalid value: %s: prefix part must be non-empty" % q(v))]
+        if not DNS1123_SUBDOMAIN.match(prefix) or len(prefix) > 253:
+            return [(path, "FieldValueInvalid", "Invalid value: %s: prefix part %s" % (q(v), SUBDOMAIN_MSG))]
+    if not name:
+        return [(path, "FieldValueInvalid", "Invalid value: %s: name part must be non-empty" % q(v))]
+    if len(name) > 63:
+        return [(path, "FieldValueInvalid", "Invalid value: %s: name part must be no more than 63 characters" % q(v))]
+    if not QNAME_PART.match(name):
+        return [(path, "FieldValueInvalid", "Invalid value: %s: %s" % (q(v), QNAME_MSG))]
+    return []
+
+
+def label_value_errs(path, v):
+    if v == "" or (len(v) <= 63 and QNAME_PART.match(v)):
+        return []
+    if len(v) > 63:
+        return [(path, "FieldValueInvalid", "Invalid value: %s: must be no more than 63 characters" % q(v))]
+    return [(path, "FieldValueInvalid", "Invalid value: %s: %s" % (q(v), LABEL_VALUE_MSG))]
+
+
+# --- quantities ----------------------------------------------------------------
+
+_SUFFIX = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "E": 1e18, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_QTY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
+
+
+def parse_quantity(v):
+    """A quantity's value, or None when Go's ParseQuantity refuses it."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if not isinstance(v, str):
+        return None
+    m = _QTY.match(v)
+    if not m:
+        return None
+    num, suffix = float(m.group(1) + m.group(2)), m.group(3)
+    if suffix in _SUFFIX:
+        return num * _SUFFIX[suffix]
+    m2 = re.match(r"^[eE]([+-]?[0-9]+)$", suffix)
+    if m2:
+        return num * 10.0 ** int(m2.group(1))
+    return None
+
+
+def check_quantities(kind, version, obj):
+    """The 400 a real server answers when a quantity does not decode."""
+    spec = obj.get("spec") or {}
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        for part in ("limits", "requests"):
+            for val in ((c.get("resources") or {}).get(part) or {}).values():
+                if parse_quantity(val) is None:
+                    raise errors.bad_request('%s in version "%s" cannot be handled as a %s: quantities must match '
+                                             "the regular expression '%s'" % (kind, version, kind, QUANTITY_REGEX))
+
+
+def _standard_resource(name):
+    return name in ("cpu", "memory", "ephemeral-storage", "pods", "storage") or name.startswith("hugepages-") \
+        or "/" in name
+
+
+def _extended(name):
+    return "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
+
+
+def _fmt_q(v):
+    return v if isinstance(v, str) else ("%d" % v if float(v).is_integer() else str(v))
+
+
+def container_resource_errs(path, res):
+    errs = []
+    limits, requests = (res or {}).get("limits") or {}, (res or {}).get("requests") or {}
+    for part, m in (("limits", limits), ("requests", requests)):
+        for k, v in m.items():
+            p = "%s.%s[%s]" % (path, part, k)
+            e = qualified_name_errs(p, k)
+            if not e and not _standard_resource(k):
+                e = [(p, "FieldValueInvalid", "Invalid value: %s: must be a standard resource for containers" % q(k))]
+            errs += e
+            val = parse_quantity(v)
+            if val is not None and val < 0:
+                errs.append((p, "FieldValueInvalid", "Invalid value: %s: must be greater than or equal to 0"
+                             % q(_fmt_q(v))))
+            if val is not None and _extended(k) and not float(val).is_integer():
+                errs.append((p, "FieldValueInvalid", "Invalid value: %s: must be an integer" % q(_fmt_q(v))))
+    for k, v in requests.items():
+        rv, lv = parse_quantity(v), parse_quantity(limits.get(k)) if k in limits else None
+        p = "%s.requests[%s]" % (path, k)
+        if _extended(k):
+            if k not in limits:
+                errs.append(("%s.limits" % path, "FieldValueRequired",
+                             "Required value: Limit must be set for non overcommitable resources"))
+            elif rv != lv:
+                errs.append((p, "FieldValueInvalid", "Invalid value: %s: must be equal to %s limit of %s"
+                             % (q(_fmt_q(v)), k, _fmt_q(limits[k]))))
+        elif lv is not None and rv is not None and rv > lv:
+            errs.append((p, "FieldValueInvalid", "Invalid value: %s: must be less than or equal to %s limit of %s"
+                         % (q(_fmt_q(v)), k, _fmt_q(limits[k]))))
+    return errs
+
+
+# --- kinds ---------------------------------------------------------------------
+
+def toleration_errs(path, tols):
+    errs = []
+    for i, t in enumerate(tols or []):
+        p = "%s[%d]" % (path, i)
+        key, op, val, eff = t.get("key", ""), t.get("operator", ""), t.get("value", ""), t.get("effect", "")
+        if key:
+            errs += qualified_name_errs(p + ".key", key)
+        if not key and op != "Exists":
+            errs.append((p + ".operator", "FieldValueInvalid", "Invalid value: %s: operator must be Exists when "
+                         "`key` is empty, which means \"match all values and all keys\"" % q(op)))
+        if op == "Exists" and val:
+            errs.append((p + ".operator", "FieldValueInvalid",
+                         "Invalid value: %s: value must be empty when `operator` is 'Exists'" % q(val)))
+        elif op in ("Equal", ""):
+            errs += label_value_errs(p + ".value", val)
+        elif op not in ("Equal", "Exists", ""):
+            errs.append((p + ".operator", "FieldValueNotSupported", 'Unsupported value: %s: supported values: '
+                         '"Equal", "Exists"' % q(op)))
+        if t.get("tolerationSeconds") is not None and eff != "NoExecute":
+            errs.append((p + ".effect", "FieldValueInvalid", "Invalid value: %s: effect must be 'NoExecute' when "
+                         "`tolerationSeconds` is set" % q(eff)))
+        if eff not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+            errs.append((p + ".effect", "FieldValueNotSupported", 'Unsupported value: %s: supported values: '
+                         '"NoSchedule", "PreferNoSchedule", "NoExecute"' % q(eff)))
+    return errs
+
+
+def pod_errs(obj):
+    spec = obj.get("spec") or {}
+    errs = []
+    for f in ("hostname", "subdomain"):
+        if spec.get(f):
+            errs += label_errs("spec." + f, spec[f])
+    if spec.get("serviceAccountName"):
+        errs += subdomain_errs("spec.serviceAccountName", spec["serviceAccountName"])
+    for f in ("priorityClassName", "schedulerName"):
+        if spec.get(f):
+            errs += subdomain_errs("spec." + f, spec[f])
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        errs += qualified_name_errs("spec.nodeSelector", k) + label_value_errs("spec.nodeSelector", v)
+    errs += toleration_errs("spec.tolerations", spec.get("tolerations"))
+    for i, c in enumerate(spec.get("containers") or []):
+        p = "spec.containers[%d]" % i
+        if not c.get("name"):
+            errs.append((p + ".name", "FieldValueRequired", "Required value"))
+        else:
+            errs += label_errs(p + ".name", c["name"])
+        if not c.get("image"):
+            errs.append((p + ".image", "FieldValueRequired", "Required value"))
+        errs += container_resource_errs(p + ".resources", c.get("resources"))
+    return errs
+
+
+def role_errs(obj):
+    errs = []
+    for i, r in enumerate(obj.get("rules") or []):
+        p = "rules[%d]" % i
+        if not r.get("verbs"):
+            errs.append((p + ".verbs", "FieldValueRequired", "Required value: verbs must contain at least one value"))
+        if r.get("nonResourceURLs"):
+            if obj.get("kind") == "Role" or "namespace" in obj.get("metadata", {}):
+                errs.append((p + ".nonResourceURLs", "FieldValueInvalid", "Invalid value: %s: namespaced rules "
+                             "cannot apply to non-resource URLs" % q(r["nonResourceURLs"])))
+        elif not r.get("apiGroups") or not r.get("resources"):
+            if not r.get("apiGroups"):
+                errs.append((p + ".apiGroups", "FieldValueRequired", "Required value: resource rules must supply "
+                             "at least one api group"))
+            if not r.get("resources"):
+                errs.append((p + ".resources", "FieldValueRequired", "Required value: resource rules must supply "
+                             "at least one resource"))
+    return errs
+
+
+def binding_errs(obj):
+    errs = []
+    ref = obj.get("roleRef") or {}
+    if ref.get("apiGroup") != "rbac.authorization.k8s.io":
+        errs.append(("roleRef.apiGroup", "FieldValueNotSupported", 'Unsupported value: %s: supported values: '
+                     '"rbac.authorization.k8s.io"' % q(ref.get("apiGroup", ""))))
+    kinds = ("Role", "ClusterRole") if "namespace" in obj.get("metadata", {}) else ("ClusterRole",)
+    if ref.get("kind") not in kinds:
+        errs.append(("roleRef.kind", "FieldValueNotSupported", "Unsupported value: %s: supported values: %s"
+                     % (q(ref.get("kind", "")), ", ".join(q(k) for k in kinds))))
+    if not ref.get("name"):
+        errs.append(("roleRef.name", "FieldValueRequired", "Required value"))
+    for i, s in enumerate(obj.get("subjects") or []):
+        p = "subjects[%d]" % i
+        if s.get("kind") == "ServiceAccount":
+            if s.get("apiGroup"):
+                errs.append((p + ".apiGroup", "FieldValueNotSupported", 'Unsupported value: %s: supported values: '
+                             '""' % q(s["apiGroup"])))
+            if not s.get("namespace") and "namespace" not in obj.get("metadata", {}):
+                errs.append((p + ".namespace", "FieldValueRequired", "Required value"))
+        elif s.get("kind") not in ("User", "Group"):
+            errs.append((p + ".kind", "FieldValueNotSupported", 'Unsupported value: %s: supported values: '
+                         '"ServiceAccount", "User", "Group"' % q(s.get("kind", ""))))
+        if not s.get("name"):
+            errs.append((p + ".name", "FieldValueRequired", "Required value"))
+    return errs
+
+
+def name_errs(rtype, name):
+    """metadata.name as the type's own name validation judges it: Services are
+    DNS-1035 labels, namespaces DNS-1123 labels, RBAC objects path segments,
+    everything else DNS-1123 subdomains."""
+    r = rtype.resource
+    if r == "services":
+        return label_errs("metadata.name", name, dns1035=True)
+    if r == "namespaces":
+        return label_errs("metadata.name", name)
+    if r in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
+        for bad in ("/", "%"):
+            if bad in name:
+                return [("metadata.name", "FieldValueInvalid", "Invalid value: %s: may not contain '%s'"
+                         % (q(name), bad))]
+        if name in (".", ".."):
+            return [("metadata.name", "FieldValueInvalid", "Invalid value: %s: may not be '%s'" % (q(name), name))]
+        return []
+    return subdomain_errs("metadata.name", name)
+
+
+def validate_builtin(rtype, obj):
+    """422 field errors of a built-in object (after the name check)."""
+    r = rtype.resource
+    if r == "pods":
+        return pod_errs(obj)
+    if r in ("roles", "clusterroles"):
+        return role_errs(obj)
+    if r in ("rolebindings", "clusterrolebindings"):
+        return binding_errs(obj)
+    return []
