@@ -66,9 +66,16 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _raw_body(self):
+        """The request body, read once (an error answered before the body was
+        read must still consume it, or it would be taken for the next request)."""
+        if self._body is None:
+            n = int(self.headers.get("Content-Length") or 0)
+            self._body = self.rfile.read(n) if n else b""
+        return self._body
+
     def _read_body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(n) if n else b""
+        raw = self._raw_body()
         if not raw:
             return None
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -83,18 +90,21 @@ class Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
         path = url.path.rstrip("/") or "/"
+        self._body = None
         try:
             self.user = self.server.api.auth.authenticate(self.headers.get("Authorization", ""))
             if self.user is None and path not in UNAUTHENTICATED:
                 raise errors.unauthorized()
             self._route(method, path, params)
         except errors.ApiError as e:
+            self._raw_body()
             self._send_json(e.code, e.status())
         except (ConnectionError, ssl.SSLError):
             self.close_connection = True
         except Exception as e:  # a bug in the server: answer 500, keep serving
             import traceback
             traceback.print_exc()
+            self._raw_body()
             self._send_json(500, errors.ApiError(500, "InternalError", "internal error: %r" % (e,)).status())
 
     def do_GET(self):
