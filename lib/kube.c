@@ -27,6 +27,7 @@ static void st_set(kube_status *st, int code, const char *reason, const char *fm
 {
     if (!st) return;
     st->http_code = code;
+    st->server_message[0] = '\0';
     snprintf(st->reason, sizeof st->reason, "%s", reason);
     va_list ap;
     va_start(ap, fmt);
@@ -40,6 +41,7 @@ static void st_ok(kube_status *st, int code)
     st->http_code = code;
     st->reason[0] = '\0';
     st->message[0] = '\0';
+    st->server_message[0] = '\0';
 }
 
 int kube_client_new(kube_config *cfg, kube_client **out, kube_status *st)
@@ -223,6 +225,7 @@ static void status_from_body(kube_client *c, kube_status *st, long code, const c
                method, path, r, text, kube_config_source(c->cfg));
     else
         st_set(st, (int)code, r, "%s %s: %ld %s: %s", method, path, code, r, text);
+    snprintf(st->server_message, sizeof st->server_message, "%s", text);
     cJSON_Delete(j);
 }
 

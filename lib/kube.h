@@ -37,7 +37,10 @@ typedef struct {
     int http_code;     /* 0 when no HTTP response arrived */
     char reason[64];   /* Status.reason ("NotFound", "Conflict", "AlreadyExists", "Invalid",
                           "Unauthorized", "Expired", ...), or "Transport" / "Invalid" */
-    char message[512]; /* Status.message, or the transport error; never holds the token */
+    char message[512]; /* what failed, for logs: "METHOD PATH: CODE REASON: " + Status.message,
+                          or the transport error; never holds the token */
+    char server_message[400]; /* Status.message alone, as the server wrote it ("" if none),
+                                 e.g. for a condition a user reads */
 } kube_status;
 
 typedef struct kube_client kube_client;

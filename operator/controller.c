@@ -376,7 +376,8 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
         } else if (ref.set) {
             /* Retrying cannot help: the job fails, saying what the server said. */
             char msg[1024];
-            snprintf(msg, sizeof msg, "cannot %s: %s", ref.what, ref.st.message);
+            snprintf(msg, sizeof msg, "cannot %s: %s", ref.what,
+                     ref.st.server_message[0] ? ref.st.server_message : ref.st.message);
             LOG_ERROR("reconcile", "key=%s event=refused code=%d reason=%s msg=\"%s\"", key,
                       ref.st.http_code, ref.st.reason, msg);
             vj_plan_free(plan);

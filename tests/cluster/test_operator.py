@@ -4,8 +4,18 @@
 # would use it. There is no kubelet here: the tests play it, writing pod
 # phases and exit codes through the pods' /status subresource.
 #
-# What it proves: a ViTJob gets its ConfigMap, Service and pods (env, labels,
-# owner references); gang restarts on retryable exits, permanent exits fail,
+# The operator runs on its own ServiceAccount's token (kubectl create token
+# vitjob-operator -n vitjob-system), so the server's RBAC judges every call it
+# makes against manifests/01-rbac.yaml, as on a real cluster.
+#
+# What it proves: a ViTJob gets its ConfigMap, Service, worker identity and
+# pods (env, labels, owner references), also in a namespace that enforces the
+# restricted Pod Security Standard, where the worker's own token may patch
+# its job's status and nothing else; labels and annotations others add to
+# the children survive operator restarts; names and template values a real
+# server would refuse in the children, and children it refuses for good, fail
+# the job with a condition instead of a retry loop; POD_NAME is the leader
+# identity; gang restarts on retryable exits, permanent exits fail,
 # backoffLimit is enforced and disruptions do not spend it; success, suspend
 # and resume, deadline, TTL; deleting the job removes its children; invalid
 # specs fail naming the field; no duplicated pods across an operator restart;
@@ -35,6 +45,12 @@ OPERATOR = os.path.join(BUILD, "bin", "vitjob-operator")
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"
 PODS = "/api/v1/namespaces/default/pods"
+RBAC_REFUSAL = 'User "system:serviceaccount:vitjob-system:vitjob-operator" cannot'
+
+
+def vj_path(ns, name="", sub=""):
+    return "/apis/vitjob.dev/v1alpha1/namespaces/%s/vitjobs%s%s" % (ns, "/" + name if name else "",
+                                                                    "/" + sub if sub else "")
 
 
 def body(r):
@@ -54,15 +70,30 @@ def wait_for(what, fn, timeout=15.0, interval=0.1):
     raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
 
 
-class Operator:
-    """One vitjob-operator process."""
+def operator_kubeconfig(server, tmp, env):
+    """A kubeconfig with the operator's own service-account token, as the
+    operator pod would have it, made with `kubectl create token`."""
+    r = subprocess.run([KUBECTL, "create", "token", "vitjob-operator", "-n", "vitjob-system",
+                        "--duration=4h"], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    token = r.stdout.strip()
+    with open(server.kubeconfig) as f:
+        text = f.read()
+    path = os.path.join(tmp, "operator-kubeconfig")
+    with open(path, "w") as f:
+        f.write(text.replace(server.token, token))
+    return path, token
 
-    def __init__(self, server, tmp, name="op", args=()):
+
+class Operator:
+    """One vitjob-operator process, on the operator's own token."""
+
+    def __init__(self, server, tmp, name="op", args=(), env=None):
         self.log_path = os.path.join(tmp, name + ".log")
         self.log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([OPERATOR, "--kubeconfig", server.kubeconfig,
+        self.proc = subprocess.Popen([OPERATOR, "--kubeconfig", os.path.join(tmp, "operator-kubeconfig"),
                                       "--metrics-addr", "127.0.0.1:0"] + list(args),
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.port = int(wait_for("operator metrics port", lambda: self._port(), 10))
 
     def _port(self):
@@ -110,6 +141,7 @@ class Base(unittest.TestCase):
         cls.env = dict(os.environ, KUBECONFIG=cls.server.kubeconfig, HOME=cls.tmp)
         r = cls.kubectl(["apply", "-f", os.path.join(ROOT, "manifests")])
         assert r.returncode == 0, r.stderr
+        cls.op_kubeconfig, cls.op_token = operator_kubeconfig(cls.server, cls.tmp, cls.env)
         cls.ops = [Operator(cls.server, cls.tmp, "op", cls.operator_args)]
 
     @classmethod
@@ -122,6 +154,10 @@ class Base(unittest.TestCase):
                    if re.search(r"Sanitizer|runtime error", op.text())]
         if reports:
             raise AssertionError("sanitizer reports in " + ", ".join(reports))
+        # every call the operator made was allowed by manifests/01-rbac.yaml
+        refused = [op.log_path for op in cls.ops if RBAC_REFUSAL in op.text()]
+        if refused:
+            raise AssertionError("the operator's RBAC refused a call: see " + ", ".join(refused))
         if not os.environ.get("KEEP_TMP"):
             shutil.rmtree(cls.tmp, ignore_errors=True)
 
@@ -333,6 +369,149 @@ class ReconcileTest(Base):
 
     def test_zz_token_never_appears_in_the_logs(self):
         self.assertNotIn(self.server.token, self.ops[0].text())
+        self.assertNotIn(self.op_token, self.ops[0].text())
+        self.assertNotIn(self.op_token.split(".")[2], self.ops[0].text())
+
+
+
+
+class IdentityAndPodSecurityTest(Base):
+    NS = "team1"
+
+    def setUp(self):
+        if self.c.get("/api/v1/namespaces/" + self.NS).status == 404:
+            for args in (["create", "namespace", self.NS],
+                         ["label", "namespace", self.NS, "pod-security.kubernetes.io/enforce=restricted"]):
+                r = self.kubectl(args)
+                self.assertEqual(r.returncode, 0, r.stderr)
+
+    def ns_pods(self, name):
+        r = self.c.get("/api/v1/namespaces/%s/pods?labelSelector=vitjob.dev/job-name%%3D%s" % (self.NS, name))
+        return sorted(body(r)["items"], key=lambda p: p["metadata"]["name"])
+
+    def test_job_in_a_restricted_namespace_gets_pods_an_identity_and_a_token_that_patches_only_its_status(self):
+        for name in ("secure", "other"):
+            doc = job_doc(name)
+            doc["metadata"]["namespace"] = self.NS
+            self.apply(doc)
+        pods = wait_for("pods in a restricted namespace", lambda: len(self.ns_pods("secure")) == 2
+                        and self.ns_pods("secure"))
+        uid = body(self.c.get(vj_path(self.NS, "secure")))["metadata"]["uid"]
+        for path in ("/api/v1/namespaces/team1/serviceaccounts/secure-worker",
+                     "/apis/rbac.authorization.k8s.io/v1/namespaces/team1/roles/secure-worker",
+                     "/apis/rbac.authorization.k8s.io/v1/namespaces/team1/rolebindings/secure-worker"):
+            r = self.c.get(path)
+            self.assertEqual(r.status, 200, path)
+            self.assertEqual(body(r)["metadata"]["ownerReferences"][0]["uid"], uid, path)
+        rank0, rank1 = pods
+        self.assertEqual(rank0["spec"]["serviceAccountName"], "secure-worker")
+        self.assertTrue(any(v["name"].startswith("kube-api-access-") for v in rank0["spec"]["volumes"]),
+                        "rank 0 gets the token it reports with")
+        self.assertFalse(any(v["name"].startswith("kube-api-access-") for v in rank1["spec"]["volumes"]),
+                         "other ranks get no token")
+        r = self.kubectl(["create", "token", "secure-worker", "-n", self.NS])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        worker = self.server.client(token=r.stdout.strip())
+        r = worker.patch(vj_path(self.NS, "secure", "status"), {"status": {"progress": {"step": 5, "loss": 1.5}}})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(body(self.c.get(vj_path(self.NS, "secure")))["status"]["progress"]["step"], 5)
+        r = worker.patch(vj_path(self.NS, "other", "status"), {"status": {"progress": {"step": 5}}})
+        self.assertEqual(r.status, 403, r)
+        self.assertEqual(r.body["message"], 'vitjobs.vitjob.dev "other" is forbidden: User '
+                         '"system:serviceaccount:team1:secure-worker" cannot patch resource "vitjobs/status" in API '
+                         'group "vitjob.dev" in the namespace "team1"')
+        self.assertEqual(worker.patch(vj_path(self.NS, "secure"), {"spec": {"suspend": True}}).status, 403)
+        self.assertEqual(worker.get("/api/v1/namespaces/team1/pods").status, 403)
+        self.assertEqual(worker.get("/api/v1/namespaces/team1/secrets").status, 403)
+
+    def test_a_pod_that_breaks_the_restricted_standard_is_refused_and_fails_the_job_with_the_servers_words(self):
+        doc = job_doc("rooty", template={"containerSecurityContext": {"runAsUser": 0}})
+        doc["metadata"]["namespace"] = self.NS
+        self.apply(doc)
+        st = wait_for("rooty failed", lambda: (body(self.c.get(vj_path(self.NS, "rooty"))).get("status") or {})
+                      .get("phase") == "Failed" and body(self.c.get(vj_path(self.NS, "rooty")))["status"])
+        failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+        self.assertEqual(failed["reason"], "FailedCreate")
+        self.assertIn('violates PodSecurity "restricted:latest"', failed["message"])
+        self.assertIn("allowPrivilegeEscalation != false", failed["message"])
+        self.assertEqual(self.ns_pods("rooty"), [])
+
+
+class ChildrenTest(Base):
+    def test_labels_and_annotations_others_add_to_children_survive_an_operator_restart(self):
+        self.apply(job_doc("keep"))
+        self.wait_pods("keep", ["keep-worker-0-r0", "keep-worker-1-r0"])
+        paths = ["/api/v1/namespaces/default/configmaps/keep-config", "/api/v1/namespaces/default/services/keep",
+                 "/api/v1/namespaces/default/serviceaccounts/keep-worker",
+                 "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/keep-worker",
+                 "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/keep-worker"]
+        for p in paths:
+            r = self.c.patch(p, {"metadata": {"labels": {"backup": "daily"},
+                                              "annotations": {"owner-team": "ml"}}})
+            self.assertEqual(r.status, 200, r)
+        versions = {p: body(self.c.get(p))["metadata"]["resourceVersion"] for p in paths}
+        self.ops[0].stop()
+        self.ops[0] = Operator(self.server, self.tmp, "op-restarted")
+        # the restarted operator has relisted and reconciled: a new job proves it
+        self.apply(job_doc("keep2"))
+        self.wait_pods("keep2", ["keep2-worker-0-r0", "keep2-worker-1-r0"])
+        time.sleep(1)
+        for p in paths:
+            meta = body(self.c.get(p))["metadata"]
+            self.assertEqual(meta["labels"].get("backup"), "daily", p)
+            self.assertEqual(meta.get("annotations", {}).get("owner-team"), "ml", p)
+            self.assertEqual(meta["resourceVersion"], versions[p], "%s was written again" % p)
+
+    def test_a_changed_spec_patches_the_configmap_keeping_others_labels(self):
+        self.apply(job_doc("grow"))
+        self.wait_pods("grow", ["grow-worker-0-r0", "grow-worker-1-r0"])
+        cm = "/api/v1/namespaces/default/configmaps/grow-config"
+        self.c.patch(cm, {"metadata": {"labels": {"backup": "daily"}}})
+        self.c.patch(VJ + "/grow", {"spec": {"training": {"steps": 20}}})
+        got = wait_for("config patched", lambda: json.loads(body(self.c.get(cm))["data"]["config.json"])
+                       ["training"]["steps"] == 20 and body(self.c.get(cm)))
+        self.assertEqual(got["metadata"]["labels"]["backup"], "daily")
+        self.assertIn("event=patched kind=ConfigMap", self.ops[0].text())
+
+    def test_names_valid_for_a_vitjob_but_not_for_its_service_fail_the_job_without_children(self):
+        for name in ("1job", "my.job"):
+            self.apply(job_doc(name))
+            st = self.wait_phase(name, "Failed")
+            failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+            self.assertEqual(failed["reason"], "InvalidSpec")
+            self.assertIn('metadata.name="%s"' % name, failed["message"])
+            self.assertIn("DNS-1035", failed["message"])
+            self.assertEqual(self.pods(name), [])
+            self.assertEqual(self.c.get("/api/v1/namespaces/default/services/" + name).status, 404)
+
+    def test_template_values_a_pod_would_refuse_are_refused_at_apply_or_fail_the_job(self):
+        doc = job_doc("lots", template={"resources": {"requests": {"cpu": "lots"}}})
+        r = self.kubectl(["apply", "-f", "-"], stdin=json.dumps(doc))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('The ViTJob "lots" is invalid: spec.template.resources.requests.cpu: Invalid value: '
+                      '"lots": spec.template.resources.requests.cpu in body should match', r.stderr)
+        self.apply(job_doc("greedy", template={"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}))
+        st = self.wait_phase("greedy", "Failed")
+        failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+        self.assertEqual(failed["reason"], "InvalidSpec")
+        self.assertIn("spec.template.resources.requests.cpu: must be less than or equal to the cpu limit",
+                      failed["message"])
+        self.assertEqual(self.pods("greedy"), [])
+
+    def test_a_child_the_server_refuses_for_good_fails_the_job_once_with_its_message(self):
+        self.apply(job_doc("nosa", template={"serviceAccountName": "missing-sa"}))
+        st = self.wait_phase("nosa", "Failed")
+        failed = [c for c in st["conditions"] if c["type"] == "Failed"][0]
+        self.assertEqual(failed["reason"], "FailedCreate")
+        self.assertIn('cannot create Pod default/nosa-worker-0-r0: pods "nosa-worker-0-r0" is forbidden: error '
+                      'looking up service account default/missing-sa: serviceaccount "missing-sa" not found',
+                      failed["message"])
+        ev = self.kubectl(["get", "events", "--field-selector", "involvedObject.name=nosa"]).stdout
+        self.assertIn("FailedCreate", ev)
+        time.sleep(2)
+        refusals = [line for line in self.ops[0].text().splitlines() if "event=refused" in line and "nosa" in line]
+        self.assertEqual(len(refusals), 1, "a refusal is not retried: %s" % refusals)
+        self.assertEqual(self.live_pod_names("nosa"), [])
 
 
 class OperatorRestartTest(Base):
@@ -399,7 +578,8 @@ class LeaderElectionTest(Base):
 
     def test_only_the_leader_acts_and_the_standby_takes_over_when_it_dies(self):
         wait_for("first leader", lambda: "event=controller_started" in self.ops[0].text())
-        second = Operator(self.server, self.tmp, "op-b", self.operator_args)
+        second = Operator(self.server, self.tmp, "op-b", self.operator_args,
+                          env=dict(os.environ, POD_NAME="vitjob-operator-7d9f-b"))
         self.ops.append(second)
         self.apply(job_doc("led"))
         self.wait_pods("led", ["led-worker-0-r0", "led-worker-1-r0"])
@@ -416,6 +596,10 @@ class LeaderElectionTest(Base):
         self.assertLess(time.monotonic() - t0, 8)
         self.apply(job_doc("led2"))
         self.wait_pods("led2", ["led2-worker-0-r0", "led2-worker-1-r0"])
+        # POD_NAME (the Deployment's downward API) is the leader identity
+        lease = body(self.c.get(
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases/vitjob-operator"))
+        self.assertEqual(lease["spec"]["holderIdentity"], "vitjob-operator-7d9f-b")
 
 
 if __name__ == "__main__":
