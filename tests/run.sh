@@ -9,7 +9,8 @@
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
-#   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, the
+#   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
+#                                                    real server refuses (parity), the
 #                                                    real kubectl against it, and the
 #                                                    operator end to end
 #   the same C suites, the worker CLI, the reference check and the operator end
@@ -116,6 +117,7 @@ script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --quiet
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
+unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity.py
 unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"
 unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"
 

@@ -236,6 +236,26 @@ class KubectlTest(unittest.TestCase):
                 self.assertEqual(self.c.get("/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs/" + name).status,
                                  404)
 
+    def test_create_secret_generic_and_other_protobuf_bodies_work_as_on_a_real_cluster(self):
+        """kubectl's typed clients send protobuf: the GPU example's own command."""
+        self.kubectl_ok(["create", "secret", "generic", "s3-creds", "--from-literal=AWS_ACCESS_KEY_ID=AKIA1",
+                         "--from-literal=AWS_SECRET_ACCESS_KEY=s3cr3t"])
+        got = self.c.get(NS + "/secrets/s3-creds").body
+        self.assertEqual(got["data"], {"AWS_ACCESS_KEY_ID": "QUtJQTE=", "AWS_SECRET_ACCESS_KEY": "czNjcjN0"})
+        self.assertEqual(got["type"], "Opaque")
+        self.kubectl_ok(["create", "configmap", "settings", "--from-literal=a=1"])
+        self.assertEqual(self.c.get(NS + "/configmaps/settings").body["data"], {"a": "1"})
+        self.kubectl_ok(["create", "serviceaccount", "robot"])
+        self.kubectl_ok(["create", "role", "pod-reader", "--verb=get,list", "--resource=pods"])
+        self.kubectl_ok(["create", "rolebinding", "robot-reads", "--role=pod-reader",
+                         "--serviceaccount=default:robot"])
+        token = self.kubectl_ok(["create", "token", "robot"]).strip()
+        self.assertEqual(self.kubectl(["--token", token, "get", "pods"]).returncode, 0)
+        r = self.kubectl(["--token", token, "get", "secrets"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('secrets is forbidden: User "system:serviceaccount:default:robot" cannot list resource '
+                      '"secrets" in API group "" in the namespace "default"', r.stderr)
+
     def test_kubectl_with_wrong_token_is_unauthorized(self):
         bad = os.path.join(self.tmp, "bad-kubeconfig")
         with open(self.server.kubeconfig) as f:
@@ -332,6 +352,18 @@ class ProjectManifestsTest(unittest.TestCase):
             ("missing-image", {"image": None}, "spec.image: Required value"),
             ("out-of-range", {"model": {"dim": 0}}, "spec.model.dim"),
             ("bad-enum", {"training": {"precision": "fp16"}}, 'spec.training.precision: Unsupported value: "fp16"'),
+            # the CRD's CEL rules, as a real server evaluates them
+            ("dims", {"model": {"dim": 66, "heads": 4}},
+             'spec.model: Invalid value: "object": model.dim must be divisible by model.heads'),
+            ("warmup", {"training": {"steps": 10, "optimizer": {"warmupSteps": 50}}},
+             'spec.training: Invalid value: "object": training.optimizer.warmupSteps must not exceed '
+             "training.steps"),
+            ("batch", {"replicas": 3},
+             'spec: Invalid value: "object": training.globalBatchSize must be divisible by'),
+            ("zero-replicas", {"replicas": 0},
+             "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
+            ("bad-quantity", {"template": {"resources": {"limits": {"memory": "lots"}}}},
+             "spec.template.resources.limits.memory"),
         ]
         for name, change, message in cases:
             with self.subTest(name=name):
@@ -346,6 +378,7 @@ class ProjectManifestsTest(unittest.TestCase):
                 self.assertNotEqual(r.returncode, 0)
                 self.assertIn('The ViTJob "%s" is invalid' % name, r.stderr)
                 self.assertIn(message, r.stderr)
+                self.assertNotIn("evaluating rule", r.stderr, "a rule of the CRD failed to evaluate")
 
 
 if __name__ == "__main__":
