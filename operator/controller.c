@@ -161,15 +161,18 @@ static const char *patched_phase(const vj_plan *p)
  * and name, and its answer. */
 typedef struct {
     int set;
-    char what[400];
+    const char *reason; /* the Failed condition's: FailedCreate or FailedUpdate */
+    char what[400];     /* "create Pod ns/name" */
     kube_status st;
 } refusal;
 
-static void refused(refusal *r, const char *verb, const char *kind, const char *ns,
-                    const char *name, const kube_status *st)
+static void refused(refusal *r, int create, const char *kind, const char *ns, const char *name,
+                    const kube_status *st)
 {
     r->set = 1;
-    snprintf(r->what, sizeof r->what, "%s %s %s/%s", verb, kind, ns, name ? name : "");
+    r->reason = create ? "FailedCreate" : "FailedUpdate";
+    snprintf(r->what, sizeof r->what, "%s %s %s/%s", create ? "create" : "update", kind, ns,
+             name ? name : "");
     r->st = *st;
 }
 
@@ -229,7 +232,7 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         KEEP(rc);
         if (rc != KUBE_OK && kube_is_permanent(&st)) {
             const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
-            refused(ref, "create", cJSON_IsString(kind) ? kind->valuestring : "object", ns,
+            refused(ref, 1, cJSON_IsString(kind) ? kind->valuestring : "object", ns,
                     kube_meta_str(obj, "name"), &st);
             break;
         }
@@ -306,7 +309,7 @@ static int settle_child(controller *c, kube_client *k, const cJSON *job, int inf
                      name);
             result = 1;
         } else if (kube_is_permanent(&st)) {
-            refused(ref, "update", ki->kind, ns, name, &st);
+            refused(ref, 0, ki->kind, ns, name, &st);
             result = -1;
         } else {
             result = 1; /* retried at the next reconcile; usable meanwhile */
@@ -327,6 +330,26 @@ static int may_act(const controller *c)
 }
 
 typedef enum { REC_DONE, REC_REQUEUE, REC_ERROR } rec_result;
+
+/* Retrying cannot help: the job fails, saying what the server said. */
+static rec_result fail_refused(controller *c, kube_client *k, const char *key, const cJSON *job,
+                               const cJSON *pods, const refusal *ref, long long now)
+{
+    char msg[1024], err[512];
+    snprintf(msg, sizeof msg, "cannot %s: %s", ref->what,
+             ref->st.server_message[0] ? ref->st.server_message : ref->st.message);
+    LOG_ERROR("reconcile", "key=%s event=refused code=%d reason=%s msg=\"%s\"", key,
+              ref->st.http_code, ref->st.reason, msg);
+    vj_plan *plan = NULL;
+    kube_status first;
+    refusal again = {0};
+    rec_result r = REC_DONE;
+    if (vj_decide_failed(job, pods, ref->reason, msg, now, &plan, err, sizeof err) != 0 ||
+        apply_plan(c, k, job, plan, &first, &again) != KUBE_OK)
+        r = REC_ERROR;
+    vj_plan_free(plan);
+    return r;
+}
 
 static rec_result reconcile(controller *c, kube_client *k, const char *key, double *requeue_s)
 {
@@ -369,25 +392,13 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
         result = REC_ERROR;
     } else {
         kube_status first;
-        if (!ref.set && apply_plan(c, k, job, plan, &first, &ref) != KUBE_OK && !ref.set) {
+        int applied = ref.set ? KUBE_OK : apply_plan(c, k, job, plan, &first, &ref);
+        if (ref.set) {
+            result = fail_refused(c, k, key, job, pods, &ref, now);
+        } else if (applied != KUBE_OK) {
             LOG_WARN("reconcile", "key=%s event=apply_failed code=%d reason=%s msg=\"%s\"", key,
                      first.http_code, first.reason, first.message);
             result = REC_ERROR;
-        } else if (ref.set) {
-            /* Retrying cannot help: the job fails, saying what the server said. */
-            char msg[1024];
-            snprintf(msg, sizeof msg, "cannot %s: %s", ref.what,
-                     ref.st.server_message[0] ? ref.st.server_message : ref.st.message);
-            LOG_ERROR("reconcile", "key=%s event=refused code=%d reason=%s msg=\"%s\"", key,
-                      ref.st.http_code, ref.st.reason, msg);
-            vj_plan_free(plan);
-            plan = NULL;
-            refusal again = {0};
-            if (vj_decide_failed(job, pods, strncmp(ref.what, "create", 6) == 0
-                                     ? "FailedCreate" : "FailedUpdate",
-                                 msg, now, &plan, err, sizeof err) != 0 ||
-                apply_plan(c, k, job, plan, &first, &again) != KUBE_OK)
-                result = REC_ERROR;
         } else if (plan->requeue_after > 0) {
             *requeue_s = (double)plan->requeue_after;
             result = REC_REQUEUE;

@@ -1205,3 +1205,17 @@ Test(kube_server, watch_resumes_after_server_restart_on_the_same_port_without_lo
     cr_assert_str_eq(r.names[2], "rs-3");
     cr_assert_str_eq(r.types[1], "ADDED");
 }
+
+Test(kube, permanent_errors_are_the_4xx_answers_that_retrying_cannot_fix)
+{
+    static const struct { int code; int permanent; } cases[] = {
+        {400, 1}, {403, 1}, {405, 1}, {415, 1}, {422, 1},  /* invalid object, admission, RBAC */
+        {401, 0}, {404, 0}, {408, 0}, {409, 0}, {429, 0},  /* token, missing, timeout, conflict, throttle */
+        {500, 0}, {503, 0}, {0, 0}, {200, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kube_status st = {.http_code = cases[i].code};
+        cr_assert_eq(kube_is_permanent(&st), cases[i].permanent, "HTTP %d", cases[i].code);
+    }
+    cr_assert_not(kube_is_permanent(NULL));
+}

@@ -15,7 +15,6 @@
 # Must not: look at anything but the pod and its namespace.
 
 import random
-import string
 
 from . import errors
 
@@ -52,7 +51,7 @@ def service_account(store, pod, ns):
     containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
     if any(m.get("mountPath") == SA_MOUNT for c in containers for m in c.get("volumeMounts") or []):
         return
-    vol = "kube-api-access-" + "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+    vol = "kube-api-access-" + "".join(random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
     spec.setdefault("volumes", []).append({"name": vol, "projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},

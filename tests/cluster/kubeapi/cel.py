@@ -135,7 +135,8 @@ def _collect(s, v, old, path, out):
 
 
 def _rule_string(rule):
-    return rule.get("rule", "").strip()
+    """ruleErrorString: the rule's message if it has one, else its text."""
+    return (rule.get("message") or rule.get("rule", "")).strip()
 
 
 def validate(s, v, old, path=""):
@@ -156,10 +157,15 @@ def validate(s, v, old, path=""):
     errs = []
     for (rule, sub, val, o, p), res in zip(work, results):
         word = _type_word(sub, val)
-        fpath = p + rule.get("fieldPath", "") if rule.get("fieldPath") else p
+        node = p or "<nil>"      # rules at the root report a nil path
+        fpath = node + rule["fieldPath"] if rule.get("fieldPath") else node
         if "error" in res:
-            errs.append((fpath, "FieldValueInvalid", 'Invalid value: "%s": %s evaluating rule: %s'
-                         % (word, res["error"], _rule_string(rule))))
+            if res["error"].startswith("no such overload"):
+                why = ("'%s': call arguments did not match a supported operator, function or macro signature "
+                       "for rule: %s" % (res["error"], _rule_string(rule)))
+            else:
+                why = "%s evaluating rule: %s" % (res["error"], _rule_string(rule))
+            errs.append((node, "FieldValueInvalid", 'Invalid value: "%s": %s' % (word, why)))
             continue
         if res.get("value") is True:
             continue
@@ -167,7 +173,7 @@ def validate(s, v, old, path=""):
             errs.append((fpath, "FieldValueInvalid", 'Invalid value: "%s": rule did not evaluate to a bool: %s'
                          % (word, _rule_string(rule))))
             continue
-        msg = res.get("message") or rule.get("message") or "failed rule: %s" % _rule_string(rule)
+        msg = (res.get("message") or rule.get("message") or "failed rule: %s" % rule.get("rule", "")).strip()
         reason = rule.get("reason", "FieldValueInvalid")
         if reason == "FieldValueForbidden":
             errs.append((fpath, reason, "Forbidden: " + msg))

@@ -122,7 +122,7 @@ class Authorizer:
                 resource, RBAC_GROUP, name,
                 "user %s (groups=%s) is attempting to grant RBAC permissions not currently held:\n%s"
                 % (_goq(user.name), "[" + " ".join(_goq(g) for g in user.groups) + "]",
-                   "\n".join(_compact(r) for r in missing)))
+                   "\n".join(_compact_rules(missing))))
 
     def may_bind(self, user, ns, role_ref):
         """The `bind` verb on the referenced role."""
@@ -186,13 +186,31 @@ def _covers(owner, r):
 
 
 def _compact(r):
+    """rbacv1helpers.CompactString: Go's %q of each []string, e.g. ["get" "list"]."""
     parts = []
     for key, label in (("apiGroups", "APIGroups"), ("resources", "Resources"),
-                       ("resourceNames", "ResourceNames"), ("nonResourceURLs", "NonResourceURLs"),
+                       ("nonResourceURLs", "NonResourceURLs"), ("resourceNames", "ResourceNames"),
                        ("verbs", "Verbs")):
         if r.get(key):
-            parts.append("%s:[%s]" % (label, ", ".join(_goq(v) for v in r[key])))
+            parts.append("%s:[%s]" % (label, " ".join(_goq(v) for v in r[key])))
     return "{" + ", ".join(parts) + "}"
+
+
+def _compact_rules(atoms):
+    """CompactRules: atoms that share one group and resource (and at most one
+    name) become one rule with their verbs in order; lines sorted."""
+    merged, order = {}, []
+    for a in atoms:
+        if "nonResourceURLs" in a:
+            key = ("url", a["nonResourceURLs"][0], a["verbs"][0])
+        else:
+            key = (a["apiGroups"][0], a["resources"][0], tuple(a.get("resourceNames") or []))
+        if key in merged and key[0] != "url":
+            merged[key]["verbs"].append(a["verbs"][0])
+        else:
+            merged[key] = {k: list(v) for k, v in a.items()}
+            order.append(key)
+    return sorted(_compact(merged[k]) for k in order)
 
 
 def forbidden(user, a):

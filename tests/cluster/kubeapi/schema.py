@@ -178,13 +178,15 @@ def _numeric(s, v, path, errs):
 
 def validate_rules(schema, obj, old=None, errs_so_far=()):
     """The x-kubernetes-validations errors of obj (kubeapi/cel.py). As on the
-    real server, rules are not run on an object with type errors: one error
-    says so instead."""
+    real server (1.29+), rules are not run on an object with type, required,
+    too-long, too-many or unsupported-value errors: one error says so instead."""
     from . import cel
     if not _has_rules(schema):
         return []
-    if any(reason == "FieldValueTypeInvalid" for _, reason, _ in errs_so_far):
-        return [("", "FieldValueInvalid", "Invalid value: \"null\": some validation rules were not checked "
+    blocking = ("FieldValueTypeInvalid", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany",
+                "FieldValueNotSupported")
+    if any(reason in blocking for _, reason, _ in errs_so_far):
+        return [("<nil>", "FieldValueInvalid", "Invalid value: \"null\": some validation rules were not checked "
                  "because the object was invalid; correct the existing errors to complete validation")]
     return cel.validate(schema, obj, old, "")
 

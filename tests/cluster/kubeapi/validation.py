@@ -52,6 +52,8 @@ def subdomain_errs(path, v):
 
 
 def label_errs(path, v, dns1035=False):
+    if not dns1035 and "." in v and DNS1123_SUBDOMAIN.match(v) and len(v) <= 253:
+        return [(path, "FieldValueInvalid", "Invalid value: %s: must not contain dots" % q(v))]
     errs = []
     if len(v) > 63:
         errs.append((path, "FieldValueInvalid", "Invalid value: %s: must be no more than 63 characters" % q(v)))
@@ -160,7 +162,7 @@ def container_resource_errs(path, res):
                 errs.append((p, "FieldValueInvalid", "Invalid value: %s: must be an integer" % q(_fmt_q(v))))
     for k, v in requests.items():
         rv, lv = parse_quantity(v), parse_quantity(limits.get(k)) if k in limits else None
-        p = "%s.requests[%s]" % (path, k)
+        p = "%s.requests" % path
         if _extended(k):
             if k not in limits:
                 errs.append(("%s.limits" % path, "FieldValueRequired",
@@ -187,10 +189,13 @@ def toleration_errs(path, tols):
             errs.append((p + ".operator", "FieldValueInvalid", "Invalid value: %s: operator must be Exists when "
                          "`key` is empty, which means \"match all values and all keys\"" % q(op)))
         if op == "Exists" and val:
+            secs = t.get("tolerationSeconds")
+            gostruct = ('core.Toleration{Key:%s, Operator:"Exists", Value:%s, Effect:%s, TolerationSeconds:%s}'
+                        % (q(key), q(val), q(eff), "(*int64)(nil)" if secs is None else "(*int64)(%d)" % secs))
             errs.append((p + ".operator", "FieldValueInvalid",
-                         "Invalid value: %s: value must be empty when `operator` is 'Exists'" % q(val)))
+                         "Invalid value: %s: value must be empty when `operator` is 'Exists'" % gostruct))
         elif op in ("Equal", ""):
-            errs += label_value_errs(p + ".value", val)
+            errs += label_value_errs(p + ".operator", val)   # sic: the real server names .operator
         elif op not in ("Equal", "Exists", ""):
             errs.append((p + ".operator", "FieldValueNotSupported", 'Unsupported value: %s: supported values: '
                          '"Equal", "Exists"' % q(op)))
