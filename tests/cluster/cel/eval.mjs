@@ -47,7 +47,7 @@ function wording(err) {
   if (/modulus by zero|modulo by zero|remainder by zero/i.test(text)) return "modulus by zero";
   if (/division by zero|divide by zero/i.test(text)) return "division by zero";
   if (/overflow/i.test(text)) return "integer overflow";
-  if (/no such overload|no matching overload|unsupported/i.test(text)) return "no such overload";
+  if (/no such overload|no matching overload|unbound function|unsupported/i.test(text)) return "no such overload";
   return text;
 }
 
