@@ -190,66 +190,56 @@ cJSON *vj_render_service(const cJSON *job, char *err, size_t errlen)
 
 /* ServiceAccount, Role and RoleBinding <job>-worker: rank 0's identity,
  * allowed to get and patch the status of this one ViTJob, nothing else. */
-static cJSON *identity_child(bld *b, const vj_jobspec *js, const char *api_version,
-                             const char *kind, char *err, size_t errlen)
+typedef enum { ID_SERVICE_ACCOUNT, ID_ROLE, ID_ROLE_BINDING } identity_part;
+
+static cJSON *render_identity(const cJSON *job, identity_part part, char *err, size_t errlen)
 {
+    static const char *const kinds[] = {"ServiceAccount", "Role", "RoleBinding"};
+    vj_jobspec js;
     char name[VJ_NAME_LEN];
-    if (vj_render_identity_name(name, sizeof name, js->name) != 0) {
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    if (vj_render_identity_name(name, sizeof name, js.name) != 0) {
         snprintf(err, errlen, "metadata.name is too long");
         return NULL;
     }
-    return new_child(b, js, api_version, kind, name, NULL);
+    bld b = {1};
+    cJSON *o = new_child(&b, &js, part == ID_SERVICE_ACCOUNT ? "v1" : VJ_RBAC_API, kinds[part], name,
+                         NULL);
+    if (part == ID_ROLE) {
+        cJSON *rule = arr_push_obj(&b, add_arr(&b, o, "rules"));
+        arr_push_str(&b, add_arr(&b, rule, "apiGroups"), VJ_GROUP);
+        arr_push_str(&b, add_arr(&b, rule, "resources"), "vitjobs/status");
+        arr_push_str(&b, add_arr(&b, rule, "resourceNames"), js.name);
+        cJSON *verbs = add_arr(&b, rule, "verbs");
+        arr_push_str(&b, verbs, "get");
+        arr_push_str(&b, verbs, "patch");
+    } else if (part == ID_ROLE_BINDING) {
+        cJSON *ref = add_obj(&b, o, "roleRef");
+        add_str(&b, ref, "apiGroup", "rbac.authorization.k8s.io");
+        add_str(&b, ref, "kind", "Role");
+        add_str(&b, ref, "name", name);
+        cJSON *subj = arr_push_obj(&b, add_arr(&b, o, "subjects"));
+        add_str(&b, subj, "kind", "ServiceAccount");
+        add_str(&b, subj, "name", name);
+        add_str(&b, subj, "namespace", js.ns);
+    }
+    return finish(&b, o, err, errlen);
 }
 
 cJSON *vj_render_service_account(const cJSON *job, char *err, size_t errlen)
 {
-    vj_jobspec js;
-    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
-        return NULL;
-    bld b = {1};
-    cJSON *o = identity_child(&b, &js, "v1", "ServiceAccount", err, errlen);
-    return o ? finish(&b, o, err, errlen) : NULL;
+    return render_identity(job, ID_SERVICE_ACCOUNT, err, errlen);
 }
 
 cJSON *vj_render_role(const cJSON *job, char *err, size_t errlen)
 {
-    vj_jobspec js;
-    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
-        return NULL;
-    bld b = {1};
-    cJSON *o = identity_child(&b, &js, VJ_RBAC_API, "Role", err, errlen);
-    if (o == NULL)
-        return NULL;
-    cJSON *rule = arr_push_obj(&b, add_arr(&b, o, "rules"));
-    arr_push_str(&b, add_arr(&b, rule, "apiGroups"), VJ_GROUP);
-    arr_push_str(&b, add_arr(&b, rule, "resources"), "vitjobs/status");
-    arr_push_str(&b, add_arr(&b, rule, "resourceNames"), js.name);
-    cJSON *verbs = add_arr(&b, rule, "verbs");
-    arr_push_str(&b, verbs, "get");
-    arr_push_str(&b, verbs, "patch");
-    return finish(&b, o, err, errlen);
+    return render_identity(job, ID_ROLE, err, errlen);
 }
 
 cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen)
 {
-    vj_jobspec js;
-    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
-        return NULL;
-    bld b = {1};
-    cJSON *o = identity_child(&b, &js, VJ_RBAC_API, "RoleBinding", err, errlen);
-    if (o == NULL)
-        return NULL;
-    const char *name = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(o, "metadata"), "name")->valuestring;
-    cJSON *ref = add_obj(&b, o, "roleRef");
-    add_str(&b, ref, "apiGroup", "rbac.authorization.k8s.io");
-    add_str(&b, ref, "kind", "Role");
-    add_str(&b, ref, "name", name);
-    cJSON *subj = arr_push_obj(&b, add_arr(&b, o, "subjects"));
-    add_str(&b, subj, "kind", "ServiceAccount");
-    add_str(&b, subj, "name", name);
-    add_str(&b, subj, "namespace", js.ns);
-    return finish(&b, o, err, errlen);
+    return render_identity(job, ID_ROLE_BINDING, err, errlen);
 }
 
 /* The restricted Pod Security Standard: non-root (the worker image's user
