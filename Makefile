@@ -17,6 +17,10 @@ ARCH    ?= -march=native
 PKGS    := libcjson yaml-0.1 zlib libcurl libmicrohttpd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# what each program links: the worker no HTTP server, the operator no BLAS,
+# SLEEF, OpenMP or zlib (and so neither does its container image)
+WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl 2>/dev/null)
+OPERATOR_PKG_LIBS = $(shell pkg-config --libs libcjson yaml-0.1 libcurl libmicrohttpd 2>/dev/null)
 # OpenBLAS built on OpenMP, so that its GEMM threads and our OpenMP loops share
 # one thread pool (with the pthread build, OpenMP's spinning workers and
 # OpenBLAS's threads fight over the cores: 10x slower on 2 cores). Both
@@ -51,20 +55,28 @@ CUDA_OBJ    = $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
 
 WARN    := -Wall -Wextra -Werror
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
-INC     := -Ilib -Ikernels -Iworker -Ioperator
+# Each module sees lib/ and api/ and itself: worker/ and kernels/ never see
+# operator/, and operator/ never sees worker/ or kernels/. Tests see all.
+INC     := -Ilib -Iapi -Ikernels -Iworker -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
 LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -ldl -fopenmp
+WORKER_LDLIBS   = $(BLAS_LIBS) $(WORKER_PKG_LIBS) -lsleef -lm -ldl -fopenmp
+OPERATOR_LDLIBS = $(OPERATOR_PKG_LIBS) -lm -lpthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 LIB_SRC     := $(wildcard lib/*.c)
+API_SRC     := $(wildcard api/*.c)
 KERNEL_SRC  := $(wildcard kernels/*.c)
 WORKER_SRC  := $(filter-out worker/main.c,$(wildcard worker/*.c))
 OPERATOR_SRC:= $(filter-out operator/main.c,$(wildcard operator/*.c))
-CORE_SRC    := $(LIB_SRC) $(KERNEL_SRC) $(WORKER_SRC) $(OPERATOR_SRC)
+CORE_SRC    := $(LIB_SRC) $(API_SRC) $(KERNEL_SRC) $(WORKER_SRC) $(OPERATOR_SRC)
 TEST_SRC    := $(wildcard tests/test_*.c)
 
-CORE_OBJ    = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+CORE_OBJ     = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+SHARED_OBJ   = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(API_SRC:%.c=$(BUILD)/obj/%.o)
+WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c=$(BUILD)/obj/%.o)
+OPERATOR_OBJ = $(SHARED_OBJ) $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
@@ -88,6 +100,11 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@$(if $(Q),echo "  CC      $<  ($(BUILD))")
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+# the module boundaries, enforced by what each directory can include
+$(BUILD)/obj/lib/%.o $(BUILD)/obj/api/%.o: INC := -Ilib -Iapi
+$(BUILD)/obj/kernels/%.o $(BUILD)/obj/worker/%.o: INC := -Ilib -Iapi -Ikernels -Iworker
+$(BUILD)/obj/operator/%.o: INC := -Ilib -Iapi -Ioperator
+
 $(CUDA_BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
@@ -101,31 +118,29 @@ $(CUDA_PLUGIN): $(CUDA_OBJ)
 # the CUDA/cuBLAS/NCCL check macros are tested against the real libraries
 $(BUILD)/tests/test_check: LDLIBS += $(CUDA_LIBS)
 
-$(BUILD)/bin/vitjob-worker: $(CORE_OBJ) $(BUILD)/obj/worker/main.o
+# One link rule: every program is its objects and the libraries it uses.
+define link
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+	$(Q)$(CC) $(CSTD) $(CFLAGS) $^ -o $@ $(1)
+endef
 
-$(BUILD)/bin/vitjob-operator: $(CORE_OBJ) $(BUILD)/obj/operator/main.o
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+# the worker: lib + api + kernels + worker; the operator: lib + api + operator
+$(BUILD)/bin/vitjob-worker: $(WORKER_OBJ) $(BUILD)/obj/worker/main.o
+	$(call link,$(WORKER_LDLIBS))
 
-$(BUILD)/bin/vit_refcheck: $(CORE_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+$(BUILD)/bin/vitjob-operator: $(OPERATOR_OBJ) $(BUILD)/obj/operator/main.o
+	$(call link,$(OPERATOR_LDLIBS))
 
-# the benchmark drivers: bench/NAME.c
-$(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench: $(BUILD)/bin/%: $(CORE_OBJ) $(BUILD)/obj/bench/%.o
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+# the reference check and the benchmark drivers (bench/NAME.c) run the worker's code
+$(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
+	$(call link,$(WORKER_LDLIBS))
+
+$(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
+	$(call link,$(WORKER_LDLIBS))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+	$(call link,$(LDLIBS) -lcriterion)
 
 # The sanitizer build: same sources, its own tree.
 asan:

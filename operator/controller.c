@@ -14,7 +14,6 @@
 #include "log.h"
 #include "workqueue.h"
 
-#define JOB_LABEL VJ_LABEL_JOB
 #define VJ_PREFIX "/apis/" VJ_API_VERSION
 #define RBAC_PREFIX "/apis/" VJ_RBAC_API
 
@@ -29,7 +28,7 @@ enum { INF_JOBS, INF_PODS, INF_CONFIGMAPS, INF_SERVICES, INF_SERVICEACCOUNTS, IN
        INF_ROLEBINDINGS, INF_COUNT };
 
 static const kind_info KINDS[] = {
-    [INF_JOBS] = {"ViTJob", VJ_PREFIX, "vitjobs", NULL},
+    [INF_JOBS] = {VJ_KIND, VJ_PREFIX, VJ_RESOURCE, NULL},
     [INF_PODS] = {"Pod", "/api/v1", "pods", NULL},
     [INF_CONFIGMAPS] = {"ConfigMap", "/api/v1", "configmaps", vj_render_configmap},
     [INF_SERVICES] = {"Service", "/api/v1", "services", vj_render_service},
@@ -75,7 +74,7 @@ static void on_child(void *user, const char *type, const cJSON *obj)
     (void)type;
     const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
-    const cJSON *job = cJSON_GetObjectItemCaseSensitive(labels, JOB_LABEL);
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(labels, VJ_LABEL_JOB);
     if (cJSON_IsString(job)) enqueue(user, kube_meta_str(obj, "namespace"), job->valuestring);
 }
 
@@ -130,8 +129,8 @@ static int emit_event(kube_client *k, const cJSON *job, const vj_event *ev,
     cJSON_AddStringToObject(meta, "name", ename);
     cJSON_AddStringToObject(meta, "namespace", ns);
     cJSON *io = cJSON_AddObjectToObject(e, "involvedObject");
-    cJSON_AddStringToObject(io, "apiVersion", "vitjob.dev/v1alpha1");
-    cJSON_AddStringToObject(io, "kind", "ViTJob");
+    cJSON_AddStringToObject(io, "apiVersion", VJ_API_VERSION);
+    cJSON_AddStringToObject(io, "kind", VJ_KIND);
     cJSON_AddStringToObject(io, "name", name);
     cJSON_AddStringToObject(io, "namespace", ns);
     if (kube_meta_str(job, "uid")) cJSON_AddStringToObject(io, "uid", kube_meta_str(job, "uid"));
@@ -199,7 +198,7 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
     } while (0)
     if (p->status_patch) {
         char path[512];
-        kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, "status");
+        kube_path(path, sizeof path, VJ_PREFIX, ns, VJ_RESOURCE, name, "status");
         int rc = kube_merge_patch(k, path, p->status_patch, NULL, &st);
         if (rc != KUBE_OK && kube_is_not_found(&st)) return KUBE_OK; /* deleted meanwhile */
         if (rc != KUBE_OK) { /* nothing else before the status (new generation) is recorded */
@@ -240,7 +239,7 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
     for (size_t i = 0; i < p->n_events; i++) KEEP(emit_event(k, job, &p->events[i], &st));
     if (p->delete_job) {
         char path[512];
-        kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, NULL);
+        kube_path(path, sizeof path, VJ_PREFIX, ns, VJ_RESOURCE, name, NULL);
         int rc = kube_delete(k, path, -1, "Background", NULL, &st);
         if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK;
         if (rc == KUBE_OK)
@@ -361,7 +360,7 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
 
     /* The job fresh from the server: our own status writes must be seen. */
     char path[512];
-    kube_path(path, sizeof path, VJ_PREFIX, ns, "vitjobs", name, NULL);
+    kube_path(path, sizeof path, VJ_PREFIX, ns, VJ_RESOURCE, name, NULL);
     cJSON *job = NULL;
     kube_status st;
     int rc = kube_get(k, path, &job, &st);
@@ -371,7 +370,7 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
                  st.message);
         return REC_ERROR;
     }
-    cJSON *pods = cache_list(c->cache[INF_PODS], ns, JOB_LABEL, name);
+    cJSON *pods = cache_list(c->cache[INF_PODS], ns, VJ_LABEL_JOB, name);
     const char *uid = kube_meta_str(job, "uid");
     if (pods) keep_owned(pods, uid);
     refusal ref = {0};
@@ -495,7 +494,7 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
         }
         int child = i != INF_JOBS;
         informer_opts io = {.name = KINDS[i].resource, .path = path,
-                            .label_selector = child ? JOB_LABEL : NULL,
+                            .label_selector = child ? VJ_LABEL_JOB : NULL,
                             .cache = c->cache[i], .on_change = child ? on_child : on_job,
                             .user = c, .factory = o->factory, .factory_user = o->factory_user,
                             .stop = o->stop};

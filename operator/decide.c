@@ -169,7 +169,7 @@ static int worker_exit_code(const cJSON *pod)
     const cJSON *cs;
     cJSON_ArrayForEach(cs, get(get(pod, "status"), "containerStatuses"))
     {
-        if (!str_eq(get_str(cs, "name"), "worker"))
+        if (!str_eq(get_str(cs, "name"), VJ_CONTAINER))
             continue;
         const cJSON *code = get(get(get(cs, "state"), "terminated"), "exitCode");
         if (cJSON_IsNumber(code))
@@ -413,7 +413,8 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
         }
         if (pi->phase == PP_SUCCEEDED) {
             succeeded++;
-        } else if (pi->phase == PP_FAILED && (pi->exit_code == 2 || pi->exit_code == 3)) {
+        } else if (pi->phase == PP_FAILED && (pi->exit_code == VITJOB_EXIT_CONFIG ||
+                                              pi->exit_code == VITJOB_EXIT_DATA)) {
             if (permanent == NULL)
                 permanent = pi;
         } else if (pi->disruption || pi->deleting || pi->phase == PP_UNKNOWN) {
@@ -432,8 +433,8 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
     if (permanent) {
         int code = permanent->exit_code;
         snprintf(msg, sizeof msg, "pod %s exited with code %d (%s): permanent, not retried",
-                 permanent->name, code, code == 2 ? "bad config or spec" : "bad or missing data");
-        finish_job(c, ds, pods, n, 0, code == 2 ? "PermanentError" : "InvalidData", msg);
+                 permanent->name, code, code == VITJOB_EXIT_CONFIG ? "bad config or spec" : "bad or missing data");
+        finish_job(c, ds, pods, n, 0, code == VITJOB_EXIT_CONFIG ? "PermanentError" : "InvalidData", msg);
         clean_pods(c, ds, pods, n);
         free(slot);
         return;

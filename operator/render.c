@@ -18,7 +18,7 @@ int vj_render_pod_name(char *buf, size_t len, const char *job, int rank, int res
 
 int vj_render_configmap_name(char *buf, size_t len, const char *job)
 {
-    int n = snprintf(buf, len, "%s-config", job);
+    int n = snprintf(buf, len, "%s" VJ_CONFIGMAP_SUFFIX, job);
     return (n < 0 || (size_t)n >= len) ? -1 : 0;
 }
 
@@ -117,7 +117,7 @@ static cJSON *new_child(bld *b, const vj_jobspec *js, const char *api_version, c
     cJSON *owners = add_arr(b, meta, "ownerReferences");
     cJSON *ref = arr_push_obj(b, owners);
     add_str(b, ref, "apiVersion", VJ_API_VERSION);
-    add_str(b, ref, "kind", "ViTJob");
+    add_str(b, ref, "kind", VJ_KIND);
     add_str(b, ref, "name", js->name);
     add_str(b, ref, "uid", js->uid);
     add_bool(b, ref, "controller", 1);
@@ -140,7 +140,7 @@ static cJSON *finish(bld *b, cJSON *o, char *err, size_t errlen)
 
 int vj_render_identity_name(char *buf, size_t len, const char *job)
 {
-    int n = snprintf(buf, len, "%s-worker", job);
+    int n = snprintf(buf, len, "%s" VJ_IDENTITY_SUFFIX, job);
     return (n < 0 || (size_t)n >= len) ? -1 : 0;
 }
 
@@ -384,13 +384,13 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     arr_push_str(&b, cmd, VJ_CONFIG_DIR "/" VJ_CONFIG_FILE);
 
     cJSON *env = add_arr(&b, c, "env");
-    add_env(&b, env, "VITJOB_NAME", js.name);
-    add_env(&b, env, "VITJOB_NAMESPACE", js.ns);
-    add_env_int(&b, env, "VITJOB_RANK", rank);
-    add_env_int(&b, env, "VITJOB_WORLD_SIZE", js.replicas);
-    add_env_int(&b, env, "VITJOB_LOCAL_RANKS", js.local_ranks);
-    add_env(&b, env, "VITJOB_RDZV_ENDPOINT", rdzv);
-    add_env_int(&b, env, "VITJOB_RESTART", restart);
+    add_env(&b, env, VJ_ENV_NAME, js.name);
+    add_env(&b, env, VJ_ENV_NAMESPACE, js.ns);
+    add_env_int(&b, env, VJ_ENV_RANK, rank);
+    add_env_int(&b, env, VJ_ENV_REPLICAS, js.replicas);
+    add_env_int(&b, env, VJ_ENV_LOCAL_RANKS, js.local_ranks);
+    add_env(&b, env, VJ_ENV_RDZV_ENDPOINT, rdzv);
+    add_env_int(&b, env, VJ_ENV_RESTART, restart);
     if (js.credentials_secret) {
         /* The CRD: keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally
          * AWS_REGION and AWS_SESSION_TOKEN. */

@@ -16,17 +16,9 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
-#define VJ_LABEL_JOB "vitjob.dev/job-name"
-#define VJ_LABEL_RANK "vitjob.dev/rank"
-#define VJ_LABEL_RESTART "vitjob.dev/restart"
-#define VJ_RDZV_PORT 29400
-#define VJ_CONFIG_DIR "/etc/vitjob"
-#define VJ_CONFIG_FILE "config.json"
-#define VJ_GROUP "vitjob.dev"
-#define VJ_API_VERSION "vitjob.dev/v1alpha1"
+#include "contract.h"
+
 #define VJ_RBAC_API "rbac.authorization.k8s.io/v1"
-#define VJ_CONTAINER "worker"
-#define VJ_WORKER_UID 65532 /* the worker image's non-root user and group */
 #define VJ_NAME_LEN 320
 
 /* "<job>-worker-<rank>-r<restart>" into buf. Returns 0, -1 if it does not fit. */

@@ -7,6 +7,7 @@
 #
 #   unit (C, Criterion):   tests/test_*.c            kernels, config, data
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
+#   layout (bats):         tests/layout.bats         module boundaries, what each binary links
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
 #   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
@@ -109,6 +110,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t"; done
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
+bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
 # the same fp32 engine against PyTorch in float64: the 1e-4 bound holds

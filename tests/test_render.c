@@ -106,7 +106,7 @@ Test(render, pod_env_contract_and_config_mount)
     cr_assert_str_eq(env_of(p, "VITJOB_NAME"), "vit");
     cr_assert_str_eq(env_of(p, "VITJOB_NAMESPACE"), "ml");
     cr_assert_str_eq(env_of(p, "VITJOB_RANK"), "1");
-    cr_assert_str_eq(env_of(p, "VITJOB_WORLD_SIZE"), "4");
+    cr_assert_str_eq(env_of(p, "VITJOB_REPLICAS"), "4");
     cr_assert_str_eq(env_of(p, "VITJOB_LOCAL_RANKS"), "2");
     cr_assert_str_eq(env_of(p, "VITJOB_RDZV_ENDPOINT"), "vit-worker-0.vit.ml.svc:29400");
     cr_assert_str_eq(env_of(p, "VITJOB_RESTART"), "5");

@@ -67,7 +67,7 @@ worker() { run "$WORKER" "$@"; }
 }
 
 @test "world size from the environment counts in batch divisibility" {
-  VITJOB_WORLD_SIZE=3 worker train --set training.globalBatchSize=128 --set training.microBatchSize=64
+  VITJOB_REPLICAS=3 worker train --set training.globalBatchSize=128 --set training.microBatchSize=64
   [ "$status" -eq 2 ]
   [[ "$output" == *"globalBatchSize=128"* ]]
 }

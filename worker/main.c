@@ -1,7 +1,7 @@
 /* worker/main.c - the vitjob-worker command line.
  *
  * Owns: argument parsing, the environment contract of design.md
- * (VITJOB_WORLD_SIZE, VITJOB_LOCAL_RANKS, ...), backend selection, signal
+ * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), backend selection, signal
  * handling (handlers only set a flag) and the process exit code.
  * Must not: train or parse config files itself.
  */
@@ -40,7 +40,7 @@ static void usage(FILE *to)
 /* World size from the operator's env contract; 1 when run by hand. */
 static int env_world_size(int *world, char *err, size_t errlen)
 {
-    const char *names[2] = {"VITJOB_WORLD_SIZE", "VITJOB_LOCAL_RANKS"};
+    const char *names[2] = {VJ_ENV_REPLICAS, VJ_ENV_LOCAL_RANKS};
     long v[2] = {1, 1};
     for (int i = 0; i < 2; i++) {
         const char *s = getenv(names[i]);
@@ -104,7 +104,7 @@ static int cmd_train(int argc, char **argv)
     /* What this build can run. */
     if (cfg.world_size > 1) {
         snprintf(err, sizeof err, "world size %d: multi-process training is not in this build yet; "
-                 "run with VITJOB_WORLD_SIZE=1", cfg.world_size);
+                 "run with " VJ_ENV_REPLICAS "=1", cfg.world_size);
         rc = VITJOB_EXIT_CONFIG;
         goto fail;
     }

@@ -233,7 +233,7 @@ class ReconcileTest(Base):
         self.assertEqual(pod["spec"]["subdomain"], "basic")
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
         self.assertEqual(env["VITJOB_RANK"], "1")
-        self.assertEqual(env["VITJOB_WORLD_SIZE"], "2")
+        self.assertEqual(env["VITJOB_REPLICAS"], "2")
         self.assertEqual(env["VITJOB_RESTART"], "0")
         self.assertEqual(env["VITJOB_RDZV_ENDPOINT"], "basic-worker-0.basic.default.svc:29400")
         self.assertEqual(self.status("basic")["phase"], "Pending")

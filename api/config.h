@@ -1,4 +1,4 @@
-/* worker/config.h - the worker's training configuration.
+/* api/config.h - the ViTJob spec's worker part: the config of a training run.
  *
  * Owns: parsing the config file of design.md (JSON or YAML; either the bare
  * spec {model, data, training, checkpoint} or a whole ViTJob manifest, whose
@@ -15,13 +15,7 @@
 
 #include <stddef.h>
 
-/* Exit codes of design.md. */
-enum {
-    VITJOB_EXIT_OK = 0,
-    VITJOB_EXIT_FAILURE = 1,   /* retryable */
-    VITJOB_EXIT_CONFIG = 2,    /* bad config or spec: permanent */
-    VITJOB_EXIT_DATA = 3,      /* bad or missing data: permanent */
-};
+#include "contract.h"
 
 #define CONFIG_STR 512
 
@@ -84,7 +78,7 @@ typedef struct {
     data_config data;
     training_config training;
     checkpoint_config checkpoint;
-    int world_size;       /* from VITJOB_WORLD_SIZE * VITJOB_LOCAL_RANKS; 1 locally */
+    int world_size;       /* VITJOB_REPLICAS x VITJOB_LOCAL_RANKS; 1 locally */
 } vit_job_config;
 
 /* Fills `cfg` with the defaults (preset fmnist_tiny, Fashion-MNIST). */

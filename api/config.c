@@ -1,4 +1,4 @@
-/* worker/config.c - see config.h.
+/* api/config.c - see config.h.
  *
  * One static table (config_keys) describes every key of the config file: its
  * dotted camelCase path as in design.md, its type, its bounds and the field

@@ -1,0 +1,72 @@
+#!/usr/bin/env bats
+# tests/layout.bats - the module boundaries of the tree and of the binaries:
+# worker/ and kernels/ never include operator/ and operator/ never includes
+# worker/ or kernels/ (both use lib/ and api/); each program links only what
+# it uses (no BLAS, SLEEF or OpenMP in the operator, whose image would carry
+# them; no HTTP server in the worker), and neither carries the other's code.
+#
+# BUILD (default build) points at the build tree.
+
+setup() {
+  BUILD=${BUILD:-build}
+  cd "$BATS_TEST_DIRNAME/.."
+}
+
+# headers of a directory, as #include "name.h" would name them
+headers() { ls "$1"/*.h "$1"/*.cuh 2>/dev/null | xargs -n1 basename; }
+
+# prints the files under $1 that include a header of $2..., or nothing
+includes_of() {
+  local from=$1; shift
+  local h pattern=""
+  for dir in "$@"; do
+    for h in $(headers "$dir"); do pattern="$pattern|#include \"$h\""; done
+  done
+  grep -rlE "${pattern#|}" "$from" --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' || true
+}
+
+@test "operator/ includes nothing of worker/ or kernels/" {
+  run includes_of operator worker kernels
+  [ -z "$output" ] || { echo "$output"; false; }
+}
+
+@test "worker/ and kernels/ include nothing of operator/" {
+  run includes_of worker operator
+  [ -z "$output" ] || { echo "$output"; false; }
+  run includes_of kernels operator
+  [ -z "$output" ] || { echo "$output"; false; }
+}
+
+@test "lib/ and api/ include nothing of the programs" {
+  run includes_of lib worker kernels operator
+  [ -z "$output" ] || { echo "$output"; false; }
+  run includes_of api worker kernels operator
+  [ -z "$output" ] || { echo "$output"; false; }
+}
+
+@test "the operator links no BLAS, SLEEF or OpenMP runtime" {
+  run ldd "$BUILD/bin/vitjob-operator"
+  [ "$status" -eq 0 ]
+  [[ "$output" != *libopenblas* ]]
+  [[ "$output" != *libsleef* ]]
+  [[ "$output" != *libgomp* ]]
+  [[ "$output" == *libmicrohttpd* ]]
+}
+
+@test "the worker links no HTTP server" {
+  run ldd "$BUILD/bin/vitjob-worker"
+  [ "$status" -eq 0 ]
+  [[ "$output" != *libmicrohttpd* ]]
+  [[ "$output" == *libopenblas* ]]
+}
+
+@test "neither program carries the other's code" {
+  run nm --defined-only "$BUILD/bin/vitjob-worker"
+  [[ "$output" == *" train_run"* ]]
+  [[ "$output" != *" vj_decide"* ]]
+  [[ "$output" != *" controller_start"* ]]
+  run nm --defined-only "$BUILD/bin/vitjob-operator"
+  [[ "$output" == *" vj_decide"* ]]
+  [[ "$output" != *" train_run"* ]]
+  [[ "$output" != *" model_forward"* ]]
+}
