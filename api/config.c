@@ -1,7 +1,7 @@
 /* api/config.c - see config.h.
  *
  * One static table (config_keys) describes every key of the config file: its
- * dotted camelCase path as in design.md, its type, its bounds and the field
+ * dotted camelCase path as in docs/design.md, its type, its bounds and the field
  * it fills. Loading a file, applying `--set key=value`, validating and
  * printing the effective config all walk that table, so a key exists in all
  * four places or in none.

@@ -1,6 +1,6 @@
 /* api/config.h - the ViTJob spec's worker part: the config of a training run.
  *
- * Owns: parsing the config file of design.md (JSON or YAML; either the bare
+ * Owns: parsing the config file of docs/design.md (JSON or YAML; either the bare
  * spec {model, data, training, checkpoint} or a whole ViTJob manifest, whose
  * `spec` is used), `--set key=value` overrides, model presets, defaults and
  * validation. Configuration is table-driven: one row per key (dotted path,

@@ -2,7 +2,7 @@
  *
  * Owns: turning a ViTJob (cJSON as read from the API server) into the
  * ConfigMap, headless Service and worker Pods the operator wants to exist,
- * following design.md's operator <-> worker contract, and deciding whether an
+ * following docs/design.md's operator <-> worker contract, and deciding whether an
  * existing child is close enough to the desired one.
  * Must not: do I/O, read the clock, or decide WHICH children should exist
  * (that is decide.h); it renders whatever it is asked for.
@@ -47,7 +47,7 @@ cJSON *vj_render_service_account(const cJSON *job, char *err, size_t errlen);
 cJSON *vj_render_role(const cJSON *job, char *err, size_t errlen);
 cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen);
 
-/* Worker pod of `rank` in restart generation `restart` (see design.md):
+/* Worker pod of `rank` in restart generation `restart` (see docs/design.md):
  * name, hostname, subdomain, labels, owner reference, env contract, config
  * mount, GPU limit, the service account (spec.template's, else the job's own
  * identity, whose token only rank 0 mounts), security contexts that pass the

@@ -70,3 +70,12 @@ includes_of() {
   [[ "$output" != *" train_run"* ]]
   [[ "$output" != *" model_forward"* ]]
 }
+
+@test "nothing points outside the repository: the design is docs/design.md" {
+  local outside="\.\./sha""red"    # spelled apart so that this file does not match itself
+  run git grep -nE "$outside" -- . ':!tests/layout.bats'
+  [ -z "$output" ] || { echo "$output"; false; }
+  [ -f docs/design.md ]
+  run git grep -nE "[^/]design\.md|^design\.md" -- '*.c' '*.h' '*.cu' '*.py' '*.yaml' '*.md' ':!docs/design.md'
+  [ -z "$output" ] || { echo "every reference names docs/design.md:"; echo "$output"; false; }
+}

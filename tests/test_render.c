@@ -1,5 +1,5 @@
 /* tests/test_render.c - operator/render.c: the ConfigMap, Service and worker
- * Pods of a ViTJob (design.md's operator <-> worker contract), template
+ * Pods of a ViTJob (docs/design.md's operator <-> worker contract), template
  * overrides, the worker identity, security contexts, and vj_render_diff. */
 #include "render.h"
 

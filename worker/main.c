@@ -1,6 +1,6 @@
 /* worker/main.c - the vitjob-worker command line.
  *
- * Owns: argument parsing, the environment contract of design.md
+ * Owns: argument parsing, the environment contract of docs/design.md
  * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), backend selection, signal
  * handling (handlers only set a flag) and the process exit code.
  * Must not: train or parse config files itself.
@@ -32,7 +32,7 @@ static void usage(FILE *to)
             "       vitjob-worker version\n"
             "\n"
             "Trains a Vision Transformer as the config (JSON or YAML: the spec of a ViTJob,\n"
-            "or a whole ViTJob manifest) says. Keys are those of design.md, dotted:\n"
+            "or a whole ViTJob manifest) says. Keys are those of docs/design.md, dotted:\n"
             "  --set training.steps=200 --set model.preset=fmnist_small\n"
             "Exit codes: 0 done, 2 bad config, 3 bad or missing data, other: retryable.\n");
 }

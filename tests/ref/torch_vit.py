@@ -7,7 +7,7 @@ Owns, for the reference checks and the PyTorch benchmark peer:
     with timm's parameter names, so a state_dict moves between timm, this
     module and the C worker's exported safetensors unchanged.
   * param_groups_weight_decay: timm's AdamW parameter groups.
-  * lr_at: the learning-rate schedule of design.md (linear warmup, cosine).
+  * lr_at: the learning-rate schedule of docs/design.md (linear warmup, cosine).
   * clip_grad_norm: torch.nn.utils.clip_grad_norm_ (the C side mirrors it).
   * load_fashion_mnist: Debian's gzipped IDX files -> normalized float32.
 
