@@ -2,6 +2,8 @@
  * (callers must not pass them). */
 #include "log.h"
 
+#include "timefmt.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,16 +32,12 @@ void log_line(enum log_level level, const char *component, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
 
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    char when[32];
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    char when[TIMEFMT_LEN];
+    timefmt_now(when, 3);
     /* One write per line so that lines from several processes do not interleave. */
     char line[1200];
-    int n = snprintf(line, sizeof line, "ts=%s.%03ldZ level=%s comp=%s %s\n", when,
-                     ts.tv_nsec / 1000000L, level_names[level], component, msg);
+    int n = snprintf(line, sizeof line, "ts=%s level=%s comp=%s %s\n", when, level_names[level],
+                     component, msg);
     if (n > (int)sizeof line - 1) {
         n = (int)sizeof line - 1;
         line[n - 1] = '\n';

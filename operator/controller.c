@@ -10,6 +10,7 @@
 #include "cache.h"
 #include "decide.h"
 #include "render.h"
+#include "timefmt.h"
 #include "util.h"
 #include "log.h"
 #include "workqueue.h"
@@ -113,11 +114,8 @@ static int emit_event(kube_client *k, const cJSON *job, const vj_event *ev,
                       kube_status *st)
 {
     const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
-    char when[32], ename[320];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char when[TIMEFMT_LEN], ename[320];
+    timefmt_now(when, 0);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(ename, sizeof ename, "%s.%llx", name, (unsigned long long)ts.tv_sec * 1000000000ULL +

@@ -26,6 +26,8 @@
 #include "decide.h"
 
 #include "jobspec.h"
+#include "json.h"
+#include "timefmt.h"
 #include "render.h"
 
 #include <stdio.h>
@@ -56,17 +58,6 @@ typedef struct {
 } ctx;
 
 /* ---------------------------------------------------------------- helpers */
-
-static const cJSON *get(const cJSON *o, const char *key)
-{
-    return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-}
-
-static const char *get_str(const cJSON *o, const char *key)
-{
-    const cJSON *v = get(o, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
 
 static int str_eq(const char *a, const char *b)
 {
@@ -167,14 +158,14 @@ static void create(ctx *c, cJSON *obj)
 static int worker_exit_code(const cJSON *pod)
 {
     const cJSON *cs;
-    cJSON_ArrayForEach(cs, get(get(pod, "status"), "containerStatuses"))
+    cJSON_ArrayForEach(cs, json_get(json_get(pod, "status"), "containerStatuses"))
     {
-        if (!str_eq(get_str(cs, "name"), VJ_CONTAINER))
+        if (!str_eq(json_str(cs, "name"), VJ_CONTAINER))
             continue;
-        const cJSON *code = get(get(get(cs, "state"), "terminated"), "exitCode");
+        const cJSON *code = json_get(json_get(json_get(cs, "state"), "terminated"), "exitCode");
         if (cJSON_IsNumber(code))
             return code->valueint;
-        code = get(get(get(cs, "lastState"), "terminated"), "exitCode");
+        code = json_get(json_get(json_get(cs, "lastState"), "terminated"), "exitCode");
         return cJSON_IsNumber(code) ? code->valueint : -1;
     }
     return -1;
@@ -182,28 +173,28 @@ static int worker_exit_code(const cJSON *pod)
 
 static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info *pi)
 {
-    const cJSON *meta = get(pod, "metadata");
-    const cJSON *labels = get(meta, "labels");
+    const cJSON *meta = json_get(pod, "metadata");
+    const cJSON *labels = json_get(meta, "labels");
     memset(pi, 0, sizeof *pi);
-    pi->name = get_str(meta, "name");
-    if (pi->name == NULL || !str_eq(get_str(labels, VJ_LABEL_JOB), job) ||
-        parse_int_str(get_str(labels, VJ_LABEL_RANK), &pi->rank) != 0 ||
-        parse_int_str(get_str(labels, VJ_LABEL_RESTART), &pi->gen) != 0)
+    pi->name = json_str(meta, "name");
+    if (pi->name == NULL || !str_eq(json_str(labels, VJ_LABEL_JOB), job) ||
+        parse_int_str(json_str(labels, VJ_LABEL_RANK), &pi->rank) != 0 ||
+        parse_int_str(json_str(labels, VJ_LABEL_RESTART), &pi->gen) != 0)
         return -1;
-    const cJSON *st = get(pod, "status");
-    const char *phase = get_str(st, "phase");
+    const cJSON *st = json_get(pod, "status");
+    const char *phase = json_str(st, "phase");
     pi->phase = str_eq(phase, "Running")     ? PP_RUNNING
                 : str_eq(phase, "Succeeded") ? PP_SUCCEEDED
                 : str_eq(phase, "Failed")    ? PP_FAILED
                 : str_eq(phase, "Unknown")   ? PP_UNKNOWN
                                              : PP_PENDING;
-    const char *dts = get_str(meta, "deletionTimestamp");
+    const char *dts = json_str(meta, "deletionTimestamp");
     if (dts) {
         pi->deleting = 1;
-        if (vj_time_parse(dts, &pi->del_ts) != 0)
+        if (timefmt_parse(dts, &pi->del_ts) != 0)
             pi->del_ts = now;
     }
-    const char *reason = get_str(st, "reason");
+    const char *reason = json_str(st, "reason");
     static const char *const disruption_reasons[] = {"Evicted", "NodeLost", "Preempted", "Shutdown",
                                                      "NodeShutdown", "Terminated", NULL};
     for (int i = 0; disruption_reasons[i]; i++)
@@ -212,12 +203,12 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
     if (str_eq(reason, "NodeLost") || pi->phase == PP_UNKNOWN)
         pi->node_lost = 1;
     const cJSON *cond;
-    cJSON_ArrayForEach(cond, get(st, "conditions"))
+    cJSON_ArrayForEach(cond, json_get(st, "conditions"))
     {
-        if (str_eq(get_str(cond, "type"), "DisruptionTarget") &&
-            str_eq(get_str(cond, "status"), "True")) {
+        if (str_eq(json_str(cond, "type"), "DisruptionTarget") &&
+            str_eq(json_str(cond, "status"), "True")) {
             pi->disruption = 1;
-            if (str_eq(get_str(cond, "reason"), "DeletionByTaintManager"))
+            if (str_eq(json_str(cond, "reason"), "DeletionByTaintManager"))
                 pi->node_lost = 1;
         }
     }
@@ -232,23 +223,23 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
 static void set_cond(ctx *c, cJSON *conds, const char *type, const char *status,
                      const char *reason, const char *message, int only_if_present)
 {
-    char ts[VJ_TIME_LEN];
+    char ts[TIMEFMT_LEN];
     cJSON *cond = NULL, *it;
     cJSON_ArrayForEach(it, conds)
     {
-        if (str_eq(get_str(it, "type"), type)) {
+        if (str_eq(json_str(it, "type"), type)) {
             cond = it;
             break;
         }
     }
     if (cond == NULL && only_if_present)
         return;
-    const char *old_ltt = cond ? get_str(cond, "lastTransitionTime") : NULL;
-    int keep_time = cond && str_eq(get_str(cond, "status"), status) && old_ltt;
+    const char *old_ltt = cond ? json_str(cond, "lastTransitionTime") : NULL;
+    int keep_time = cond && str_eq(json_str(cond, "status"), status) && old_ltt;
     if (keep_time)
         snprintf(ts, sizeof ts, "%s", old_ltt);
     else
-        vj_time_format(c->now, ts);
+        timefmt_rfc3339(ts, c->now, 0, 0);
     cJSON *n = cJSON_CreateObject();
     if (n == NULL || !cJSON_AddStringToObject(n, "type", type) ||
         !cJSON_AddStringToObject(n, "status", status) ||
@@ -272,8 +263,8 @@ static int cond_true(const cJSON *conds, const char *type)
     const cJSON *it;
     cJSON_ArrayForEach(it, conds)
     {
-        if (str_eq(get_str(it, "type"), type))
-            return str_eq(get_str(it, "status"), "True");
+        if (str_eq(json_str(it, "type"), type))
+            return str_eq(json_str(it, "status"), "True");
     }
     return 0;
 }
@@ -548,13 +539,13 @@ static void diff_field(ctx *c, cJSON *patch, const cJSON *cur, const char *key, 
         c->ok = 0;
         return;
     }
-    if (cJSON_Compare(v, get(cur, key), 1) || !cJSON_AddItemToObject(patch, key, v))
+    if (cJSON_Compare(v, json_get(cur, key), 1) || !cJSON_AddItemToObject(patch, key, v))
         cJSON_Delete(v);
 }
 
 static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
 {
-    char ts[VJ_TIME_LEN];
+    char ts[TIMEFMT_LEN];
     cJSON *st = cJSON_CreateObject();
     if (st == NULL) {
         c->ok = 0;
@@ -576,11 +567,11 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
         diff_field(c, st, cur, "replicas", r);
     }
     if (ds->start >= 0) {
-        vj_time_format(ds->start, ts);
+        timefmt_rfc3339(ts, ds->start, 0, 0);
         diff_field(c, st, cur, "startTime", cJSON_CreateString(ts));
     }
     if (ds->completion >= 0) {
-        vj_time_format(ds->completion, ts);
+        timefmt_rfc3339(ts, ds->completion, 0, 0);
         diff_field(c, st, cur, "completionTime", cJSON_CreateString(ts));
     }
     diff_field(c, st, cur, "observedGeneration", cJSON_CreateNumber((double)c->js->generation));
@@ -601,7 +592,7 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
 static long long status_time(const cJSON *st, const char *key)
 {
     long long t;
-    return vj_time_parse(get_str(st, key), &t) == 0 ? t : -1;
+    return timefmt_parse(json_str(st, key), &t) == 0 ? t : -1;
 }
 
 /* vj_decide, or with fail_reason: vj_decide_failed. */
@@ -625,19 +616,19 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
     size_t n = 0;
 
     /* Being deleted: the garbage collector takes the children. */
-    if (get_str(get(job, "metadata"), "deletionTimestamp"))
+    if (json_str(json_get(job, "metadata"), "deletionTimestamp"))
         goto done;
 
-    const cJSON *st = get(job, "status");
-    const char *cur_phase = get_str(st, "phase");
-    const cJSON *v = get(st, "restarts");
+    const cJSON *st = json_get(job, "status");
+    const char *cur_phase = json_str(st, "phase");
+    const cJSON *v = json_get(st, "restarts");
     ds.gen = cJSON_IsNumber(v) ? v->valueint : 0;
-    v = get(st, "disruptionRestarts");
+    v = json_get(st, "disruptionRestarts");
     ds.disruptions = cJSON_IsNumber(v) ? v->valueint : 0;
     ds.start = status_time(st, "startTime");
     ds.completion = status_time(st, "completionTime");
     ds.phase = cur_phase;
-    const cJSON *conds = get(st, "conditions");
+    const cJSON *conds = json_get(st, "conditions");
     ds.conds = cJSON_IsArray(conds) ? cJSON_Duplicate(conds, 1) : cJSON_CreateArray();
     if (ds.conds == NULL) {
         c.ok = 0;

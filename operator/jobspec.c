@@ -1,11 +1,12 @@
 /* operator/jobspec.c - see jobspec.h.
  *
- * Owns: reading and validating a ViTJob spec, and status time strings.
+ * Owns: reading and validating a ViTJob spec.
  * Must not: do I/O or keep pointers beyond the job object it was given.
  */
 #include "jobspec.h"
 
 #include "config.h"
+#include "json.h"
 #include "kvalid.h"
 #include "template.h"
 
@@ -19,27 +20,10 @@ static void set_err(char *err, size_t errlen, const char *msg)
         snprintf(err, errlen, "%s", msg);
 }
 
-static const cJSON *get(const cJSON *o, const char *key)
-{
-    return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-}
-
-static const char *get_str(const cJSON *o, const char *key)
-{
-    const cJSON *v = get(o, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static long long get_int(const cJSON *o, const char *key, long long dflt)
-{
-    const cJSON *v = get(o, key);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : dflt;
-}
-
 int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
 {
-    const cJSON *meta = get(job, "metadata");
-    const char *name = get_str(meta, "name");
+    const cJSON *meta = json_get(job, "metadata");
+    const char *name = json_str(meta, "name");
     if (name == NULL || name[0] == '\0') {
         set_err(err, errlen, "ViTJob has no metadata.name");
         return -1;
@@ -47,38 +31,38 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
     vj_jobspec s;
     memset(&s, 0, sizeof s);
     s.name = name;
-    s.ns = get_str(meta, "namespace");
+    s.ns = json_str(meta, "namespace");
     if (s.ns == NULL || s.ns[0] == '\0')
         s.ns = "default";
-    s.uid = get_str(meta, "uid");
+    s.uid = json_str(meta, "uid");
     if (s.uid == NULL)
         s.uid = "";
-    s.generation = get_int(meta, "generation", 0);
+    s.generation = json_int(meta, "generation", 0);
 
-    const cJSON *spec = get(job, "spec");
+    const cJSON *spec = json_get(job, "spec");
     s.spec = cJSON_IsObject(spec) ? spec : NULL;
-    s.replicas = (int)get_int(spec, "replicas", 0);
-    s.gpus = (int)get_int(spec, "gpusPerReplica", 0);
+    s.replicas = (int)json_int(spec, "replicas", 0);
+    s.gpus = (int)json_int(spec, "gpusPerReplica", 0);
     s.local_ranks = s.gpus > 0 ? s.gpus : 1;
     s.world_size = s.replicas * s.local_ranks;
-    s.image = get_str(spec, "image");
-    const char *cs = get_str(get(spec, "checkpoint"), "credentialsSecret");
+    s.image = json_str(spec, "image");
+    const char *cs = json_str(json_get(spec, "checkpoint"), "credentialsSecret");
     s.credentials_secret = (cs && cs[0]) ? cs : NULL;
 
-    const cJSON *rp = get(spec, "runPolicy");
-    s.backoff_limit = (int)get_int(rp, "backoffLimit", 3);
-    s.active_deadline = get_int(rp, "activeDeadlineSeconds", -1);
-    s.ttl = get_int(rp, "ttlSecondsAfterFinished", -1);
-    const char *cpp = get_str(rp, "cleanPodPolicy");
+    const cJSON *rp = json_get(spec, "runPolicy");
+    s.backoff_limit = (int)json_int(rp, "backoffLimit", 3);
+    s.active_deadline = json_int(rp, "activeDeadlineSeconds", -1);
+    s.ttl = json_int(rp, "ttlSecondsAfterFinished", -1);
+    const char *cpp = json_str(rp, "cleanPodPolicy");
     s.clean_pod_policy = VJ_CLEAN_RUNNING;
     if (cpp && strcmp(cpp, "All") == 0)
         s.clean_pod_policy = VJ_CLEAN_ALL;
     else if (cpp && strcmp(cpp, "None") == 0)
         s.clean_pod_policy = VJ_CLEAN_NONE;
-    s.suspend = cJSON_IsTrue(get(spec, "suspend"));
-    const cJSON *t = get(spec, "template");
+    s.suspend = cJSON_IsTrue(json_get(spec, "suspend"));
+    const cJSON *t = json_get(spec, "template");
     s.tmpl = cJSON_IsObject(t) ? t : NULL;
-    const char *sa = get_str(s.tmpl, "serviceAccountName");
+    const char *sa = json_str(s.tmpl, "serviceAccountName");
     s.service_account = (sa && sa[0]) ? sa : NULL;
     *js = s;
     return 0;
@@ -91,7 +75,7 @@ cJSON *vj_jobspec_worker_config(const vj_jobspec *js)
     if (out == NULL)
         return NULL;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const cJSON *v = get(js->spec, keys[i]);
+        const cJSON *v = json_get(js->spec, keys[i]);
         if (v == NULL)
             continue;
         cJSON *dup = cJSON_Duplicate(v, 1);
@@ -172,70 +156,4 @@ out:
     free(cfg);
     free(text);
     return rc;
-}
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's). */
-static long long days_from_civil(long long y, unsigned m, unsigned d)
-{
-    y -= m <= 2;
-    long long era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (long long)doe - 719468;
-}
-
-void vj_time_format(long long t, char buf[VJ_TIME_LEN])
-{
-    long long days = t >= 0 ? t / 86400 : -((-t + 86399) / 86400);
-    long long secs = t - days * 86400;
-    /* civil_from_days */
-    long long z = days + 719468;
-    long long era = (z >= 0 ? z : z - 146096) / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    long long y = (long long)yoe + era * 400;
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    unsigned mp = (5 * doy + 2) / 153;
-    unsigned d = doy - (153 * mp + 2) / 5 + 1;
-    unsigned m = mp < 10 ? mp + 3 : mp - 9;
-    y += m <= 2;
-    if (y < 0 || y > 9999)
-        y = y < 0 ? 0 : 9999;
-    unsigned hs = (unsigned)(secs / 3600) % 24u, ms = (unsigned)(secs / 60) % 60u,
-             ss = (unsigned)secs % 60u;
-    snprintf(buf, VJ_TIME_LEN, "%04u-%02u-%02uT%02u:%02u:%02uZ", (unsigned)y % 10000u, m % 100u,
-             d % 100u, hs, ms, ss);
-}
-
-int vj_time_parse(const char *s, long long *out)
-{
-    int y, mo, d, h, mi, sec, n = 0;
-    if (s == NULL || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 ||
-        n != 19)
-        return -1;
-    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
-        return -1;
-    const char *p = s + n;
-    if (*p == '.' || *p == ',') {
-        p++;
-        while (*p >= '0' && *p <= '9')
-            p++;
-    }
-    long long off = 0;
-    if (*p == 'Z' || *p == 'z') {
-        p++;
-    } else if (*p == '+' || *p == '-') {
-        int oh, om, k = 0;
-        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) != 2 || k != 5)
-            return -1;
-        off = (oh * 3600LL + om * 60LL) * (*p == '+' ? 1 : -1);
-        p += 6;
-    } else {
-        return -1;
-    }
-    if (*p != '\0')
-        return -1;
-    *out = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600LL + mi * 60LL + sec - off;
-    return 0;
 }

@@ -1,9 +1,9 @@
 /* operator/jobspec.h - a ViTJob's spec as the operator reads it.
  *
  * Owns: reading the operator's keys of a ViTJob (cJSON as returned by the API
- * server) into a plain struct, validating the whole spec (the worker's part
- * through the worker's own config code, worker/config.h, so that operator and
- * worker can never disagree), and the RFC 3339 time strings of status.
+ * server) into a plain struct, and validating the whole spec (the worker's
+ * part through the spec table both programs share, api/config.h, so that
+ * operator and worker can never disagree).
  * Must not: do I/O, allocate anything the caller has to free, or log.
  *
  * Errors: functions return 0 on success and -1 on failure, with a one-line
@@ -18,7 +18,6 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
-#define VJ_TIME_LEN 32 /* "2024-01-02T03:04:05Z" + NUL, with room */
 
 typedef enum {
     VJ_CLEAN_RUNNING = 0, /* delete pods still pending or running (default) */
@@ -62,12 +61,5 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen);
 /* The worker's part of the spec ({model, data, training, checkpoint}, those
  * present) as a new object; caller frees with cJSON_Delete. NULL on OOM. */
 cJSON *vj_jobspec_worker_config(const vj_jobspec *js);
-
-/* Seconds since the epoch -> "YYYY-MM-DDTHH:MM:SSZ" (UTC). */
-void vj_time_format(long long t, char buf[VJ_TIME_LEN]);
-
-/* RFC 3339 ("...Z" or "...+hh:mm", fractional seconds ignored) -> seconds
- * since the epoch. Returns 0, or -1 if s is not such a time. */
-int vj_time_parse(const char *s, long long *out);
 
 #endif

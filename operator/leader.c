@@ -6,7 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "json.h"
 #include "log.h"
+#include "timefmt.h"
 
 struct leader_elector {
     kube_client *c;
@@ -60,22 +62,11 @@ int leader_is_leader(const leader_elector *le, double now)
     return now - le->last_renew < le->renew_deadline;
 }
 
-/* RFC 3339 with microseconds, UTC (a MicroTime). */
-static void micro_time(char *buf, size_t n)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    char base[32];
-    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, n, "%s.%06ldZ", base, ts.tv_nsec / 1000);
-}
-
+/* obj.a.b as a string, "" when absent. */
 static const char *str_at(const cJSON *obj, const char *a, const char *b)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, a), b);
-    return cJSON_IsString(v) ? v->valuestring : "";
+    const char *v = json_str(json_get(obj, a), b);
+    return v ? v : "";
 }
 
 /* Builds the spec we want the Lease to have. */
@@ -104,8 +95,8 @@ static void observe(leader_elector *le, const cJSON *lease, double now)
 
 int leader_try(leader_elector *le, double now, kube_status *st)
 {
-    char when[64];
-    micro_time(when, sizeof when);
+    char when[TIMEFMT_LEN];
+    timefmt_now(when, 6); /* a MicroTime */
     cJSON *lease = NULL;
     int rc = kube_get(le->c, le->path, &lease, st);
     if (rc != KUBE_OK && !kube_is_not_found(st)) return leader_is_leader(le, now);
@@ -177,8 +168,8 @@ int leader_release(leader_elector *le, kube_status *st)
         cJSON_Delete(lease);
         return KUBE_OK; /* not ours to release */
     }
-    char when[64];
-    micro_time(when, sizeof when);
+    char when[TIMEFMT_LEN];
+    timefmt_now(when, 6); /* a MicroTime */
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(lease, "spec"),
                                                        "leaseTransitions");
     cJSON_ReplaceItemInObject(lease, "spec",

@@ -6,6 +6,7 @@
 #include "render.h"
 
 #include "jobspec.h"
+#include "json.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -454,14 +455,6 @@ static int subset(const cJSON *want, const cJSON *have)
     return cJSON_Compare(want, have, 1);
 }
 
-static const cJSON *path(const cJSON *o, const char *a, const char *b)
-{
-    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, a) : NULL;
-    if (b && v)
-        v = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, b) : NULL;
-    return v;
-}
-
 /* parent[key] as an object, added when absent. */
 static cJSON *obj_in(bld *b, cJSON *parent, const char *key)
 {
@@ -472,16 +465,16 @@ static cJSON *obj_in(bld *b, cJSON *parent, const char *key)
 vj_child_diff vj_render_diff(const cJSON *existing, const cJSON *desired, cJSON **patch)
 {
     *patch = NULL;
-    const cJSON *kind = path(desired, "kind", NULL);
+    const cJSON *kind = json_at(desired, "kind", NULL);
     if (!cJSON_IsString(kind))
         return VJ_CHILD_ERROR;
     const char *k = kind->valuestring;
     /* immutable fields: only a new object can change them */
     if (strcmp(k, "Service") == 0 &&
-        !subset(path(desired, "spec", "clusterIP"), path(existing, "spec", "clusterIP")))
+        !subset(json_at(desired, "spec", "clusterIP"), json_at(existing, "spec", "clusterIP")))
         return VJ_CHILD_RECREATE;
     if (strcmp(k, "RoleBinding") == 0 &&
-        !subset(path(desired, "roleRef", NULL), path(existing, "roleRef", NULL)))
+        !subset(json_at(desired, "roleRef", NULL), json_at(existing, "roleRef", NULL)))
         return VJ_CHILD_RECREATE;
 
     bld b = {1};
@@ -489,43 +482,43 @@ vj_child_diff vj_render_diff(const cJSON *existing, const cJSON *desired, cJSON 
     if (p == NULL)
         return VJ_CHILD_ERROR;
     /* our labels; everybody else's stay */
-    const cJSON *want_labels = path(desired, "metadata", "labels");
-    const cJSON *have_labels = path(existing, "metadata", "labels");
+    const cJSON *want_labels = json_at(desired, "metadata", "labels");
+    const cJSON *have_labels = json_at(existing, "metadata", "labels");
     for (const cJSON *l = want_labels ? want_labels->child : NULL; l; l = l->next)
-        if (!subset(l, path(have_labels, l->string, NULL)))
+        if (!subset(l, json_at(have_labels, l->string, NULL)))
             add_dup(&b, obj_in(&b, obj_in(&b, p, "metadata"), "labels"), l->string, l);
     if (strcmp(k, "ConfigMap") == 0) {
         /* our key of data; keys others added stay */
-        const cJSON *want = path(desired, "data", NULL), *have = path(existing, "data", NULL);
+        const cJSON *want = json_at(desired, "data", NULL), *have = json_at(existing, "data", NULL);
         for (const cJSON *d = want ? want->child : NULL; d; d = d->next)
-            if (!subset(d, path(have, d->string, NULL)))
+            if (!subset(d, json_at(have, d->string, NULL)))
                 add_dup(&b, obj_in(&b, p, "data"), d->string, d);
     } else if (strcmp(k, "Service") == 0) {
         /* the spec fields we set; the selector exactly ours (a key others
          * added would select other pods), so theirs are removed (null) */
-        const cJSON *want = path(desired, "spec", NULL), *have = path(existing, "spec", NULL);
+        const cJSON *want = json_at(desired, "spec", NULL), *have = json_at(existing, "spec", NULL);
         for (const cJSON *f = want ? want->child : NULL; f; f = f->next) {
             if (strcmp(f->string, "selector") != 0) {
-                if (!subset(f, path(have, f->string, NULL)))
+                if (!subset(f, json_at(have, f->string, NULL)))
                     add_dup(&b, obj_in(&b, p, "spec"), f->string, f);
                 continue;
             }
-            const cJSON *hs = path(have, "selector", NULL);
+            const cJSON *hs = json_at(have, "selector", NULL);
             for (const cJSON *e = f->child; e; e = e->next)
-                if (!subset(e, path(hs, e->string, NULL)))
+                if (!subset(e, json_at(hs, e->string, NULL)))
                     add_dup(&b, obj_in(&b, obj_in(&b, p, "spec"), "selector"), e->string, e);
             for (const cJSON *e = hs ? hs->child : NULL; e; e = e->next)
-                if (!path(f, e->string, NULL) &&
+                if (!json_at(f, e->string, NULL) &&
                     !cJSON_AddNullToObject(obj_in(&b, obj_in(&b, p, "spec"), "selector"),
                                            e->string))
                     b.ok = 0;
         }
     } else if (strcmp(k, "Role") == 0) {
-        if (!subset(path(desired, "rules", NULL), path(existing, "rules", NULL)))
-            add_dup(&b, p, "rules", path(desired, "rules", NULL));
+        if (!subset(json_at(desired, "rules", NULL), json_at(existing, "rules", NULL)))
+            add_dup(&b, p, "rules", json_at(desired, "rules", NULL));
     } else if (strcmp(k, "RoleBinding") == 0) {
-        if (!subset(path(desired, "subjects", NULL), path(existing, "subjects", NULL)))
-            add_dup(&b, p, "subjects", path(desired, "subjects", NULL));
+        if (!subset(json_at(desired, "subjects", NULL), json_at(existing, "subjects", NULL)))
+            add_dup(&b, p, "subjects", json_at(desired, "subjects", NULL));
     }
     if (!b.ok) {
         cJSON_Delete(p);

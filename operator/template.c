@@ -5,6 +5,7 @@
  */
 #include "template.h"
 
+#include "json.h"
 #include "kvalid.h"
 #include "util.h"
 
@@ -315,10 +316,11 @@ static int resources(const cJSON *res, int gpus, char *err, size_t errlen)
 
 /* ------------------------------------------------------------- tolerations */
 
+/* o[key] as a string, "" when absent. */
 static const char *str_of(const cJSON *o, const char *key)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : "";
+    const char *v = json_str(o, key);
+    return v ? v : "";
 }
 
 static int tolerations(const cJSON *tols, char *err, size_t errlen)

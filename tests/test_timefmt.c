@@ -1,0 +1,40 @@
+/* tests/test_timefmt.c - lib/timefmt.c: RFC 3339 times in UTC, written as
+ * Kubernetes status, Leases and the logs need them and read back. */
+#include "timefmt.h"
+
+#include <criterion/criterion.h>
+
+#include <string.h>
+
+#define NOW 1700000000LL /* 2023-11-14T22:13:20Z */
+
+Test(timefmt, time_strings_round_trip)
+{
+    char ts[TIMEFMT_LEN];
+    long long t;
+    timefmt_rfc3339(ts, NOW, 0, 0);
+    cr_assert_str_eq(ts, "2023-11-14T22:13:20Z");
+    cr_assert_eq(timefmt_parse(ts, &t), 0);
+    cr_assert_eq(t, NOW);
+    cr_assert_eq(timefmt_parse("2023-11-14T23:13:20.5+01:00", &t), 0);
+    cr_assert_eq(t, NOW);
+    cr_assert_eq(timefmt_parse("yesterday", &t), -1);
+    cr_assert_eq(timefmt_parse(NULL, &t), -1);
+}
+
+Test(timefmt, fractions_for_logs_and_micro_times)
+{
+    char ts[TIMEFMT_LEN];
+    timefmt_rfc3339(ts, NOW, 123456789L, 3);
+    cr_assert_str_eq(ts, "2023-11-14T22:13:20.123Z");
+    timefmt_rfc3339(ts, NOW, 123456789L, 6);
+    cr_assert_str_eq(ts, "2023-11-14T22:13:20.123456Z");
+    timefmt_rfc3339(ts, 0, 0, 0);
+    cr_assert_str_eq(ts, "1970-01-01T00:00:00Z");
+    timefmt_rfc3339(ts, 951782400LL, 0, 0); /* a leap day */
+    cr_assert_str_eq(ts, "2000-02-29T00:00:00Z");
+    timefmt_now(ts, 6);
+    cr_assert_eq(strlen(ts), 27, "%s", ts);
+    long long t;
+    cr_assert_eq(timefmt_parse(ts, &t), 0);
+}
