@@ -13,6 +13,7 @@
  */
 #include "config.h"
 
+#include "buf.h"
 #include "log.h"
 
 #include <cjson/cJSON.h>
@@ -1104,41 +1105,16 @@ int config_load_file(vit_job_config *cfg, const char *path, char *err, size_t er
     if (path == NULL)
         return fail(&c, "cannot read config: no path given");
 
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return fail(&c, "cannot read config: %s", strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= FILE_MAX_BYTES) {
-                rc = fail(&c, "cannot read config: larger than %u MiB", FILE_MAX_BYTES >> 20);
-                goto out;
-            }
-            size_t ncap = cap ? cap * 2 : 4096;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                rc = fail(&c, "cannot read config: out of memory");
-                goto out;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                rc = fail(&c, "cannot read config: %s", strerror(errno ? errno : EIO));
-                goto out;
-            }
-            break;
-        }
+    buf text = {.max = FILE_MAX_BYTES};
+    int rc;
+    if (buf_read_file(&text, path) != 0) {
+        rc = errno == EFBIG ? fail(&c, "cannot read config: larger than %u MiB", FILE_MAX_BYTES >> 20)
+                            : fail(&c, "cannot read config: %s", strerror(errno));
+        goto out;
     }
-    rc = config_load_string(cfg, buf ? buf : "", len, path, err, errlen);
+    rc = config_load_string(cfg, text.data ? text.data : "", text.len, path, err, errlen);
 out:
-    free(buf);
-    fclose(f);
+    buf_free(&text);
     return rc;
 }
 

@@ -4,6 +4,7 @@
 
 #include "http.h"
 
+#include "buf.h"
 #include "check.h"
 
 #include <pthread.h>
@@ -169,39 +170,9 @@ static void transport_error(http_client *c, CURLcode rc, const char *method, con
  * operator cannot sensibly hold (the API server's own limit is far lower). */
 #define HTTP_MAX_BODY ((size_t)256 << 20)
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;      /* out of memory, or the body passed HTTP_MAX_BODY */
-    int too_big;
-} buf;
-
-static int buf_add(buf *b, const char *d, size_t n)
-{
-    if (b->len + n > HTTP_MAX_BODY) {
-        b->oom = b->too_big = 1;
-        return -1;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return -1;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
 static size_t write_buf(char *d, size_t sz, size_t n, void *user)
 {
-    return buf_add(user, d, sz * n) ? 0 : sz * n;
+    return buf_append(user, d, sz * n) ? 0 : sz * n;
 }
 
 typedef struct {
@@ -225,7 +196,7 @@ int http_request(http_client *c, const char *method, const char *url, const char
 {
     int rc = -1;
     struct curl_slist *hdrs = NULL;
-    buf b = {0};
+    buf b = {.max = HTTP_MAX_BODY};
     reader r = {body, body_len, 0};
     if (make_headers(headers, &hdrs, err, errlen)) return -1;
     if (setup(c, method, url, hdrs, timeout_ms > 0 ? timeout_ms : 30000, err, errlen)) goto out;
@@ -245,8 +216,8 @@ int http_request(http_client *c, const char *method, const char *url, const char
             goto out;
     }
     CURLcode cc = curl_easy_perform(c->h);
-    if (b.oom) {
-        if (b.too_big)
+    if (b.failed) {
+        if (b.over_max)
             snprintf(err, errlen, "%s %s: response body larger than %zu MiB", method, url,
                      HTTP_MAX_BODY >> 20);
         else
@@ -259,20 +230,18 @@ int http_request(http_client *c, const char *method, const char *url, const char
     }
     long status = 0;
     if (CURL_CHECK(curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status), err, errlen)) goto out;
-    if (!b.p && buf_add(&b, "", 0)) {
+    resp->len = b.len;
+    if ((resp->body = buf_take(&b)) == NULL) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
     resp->status = status;
-    resp->body = b.p;
-    resp->len = b.len;
-    b.p = NULL;
     rc = 0;
 out:
     /* The header list holds the bearer token: detach it before freeing. */
     curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdrs);
-    free(b.p);
+    buf_free(&b);
     return rc;
 }
 
@@ -300,7 +269,7 @@ static size_t write_stream(char *d, size_t sz, size_t n, void *user)
     size_t len = sz * n;
     if (s->status == 0) curl_easy_getinfo(s->c->h, CURLINFO_RESPONSE_CODE, &s->status);
     if (s->status < 200 || s->status >= 300) {
-        if (s->errbody.len < 65536 && buf_add(&s->errbody, d, len)) return 0;
+        if (s->errbody.len < 65536 && buf_append(&s->errbody, d, len)) return 0;
         return len;
     }
     if (s->cb(d, len, s->user)) {
@@ -344,7 +313,7 @@ int http_stream(http_client *c, const char *url, const char *const *headers, lon
         rc = 1;
         goto out;
     }
-    if (s.errbody.oom) {
+    if (s.errbody.failed) {
         snprintf(err, errlen, "GET %s: out of memory reading the error body", url);
         goto out;
     }
@@ -356,10 +325,8 @@ int http_stream(http_client *c, const char *url, const char *const *headers, lon
 out:
     curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdrs);
-    if (rc == 0 && error_body && s.errbody.p) {
-        *error_body = s.errbody.p;
-        s.errbody.p = NULL;
-    }
-    free(s.errbody.p);
+    if (rc == 0 && error_body && s.errbody.data)
+        *error_body = buf_take(&s.errbody);
+    buf_free(&s.errbody);
     return rc;
 }

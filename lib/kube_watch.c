@@ -2,6 +2,7 @@
  * client per kube_watch_run (kept alive across reconnects); must not log the
  * token (kube_stream keeps it inside kube.c). */
 #include "kube_watch.h"
+#include "buf.h"
 #include "util.h"
 
 #include "log.h"
@@ -16,15 +17,14 @@
 /* ---------------------------------------------------------------- lines */
 
 struct kube_lines {
-    char *buf;
-    size_t len, cap, max;
+    buf b; /* the line so far; b.max caps it */
 };
 
 int kube_lines_new(size_t max_line, kube_lines **out)
 {
     kube_lines *l = calloc(1, sizeof *l);
     if (!l) return -1;
-    l->max = max_line ? max_line : (size_t)64 << 20;
+    l->b.max = max_line ? max_line : (size_t)64 << 20;
     *out = l;
     return 0;
 }
@@ -32,40 +32,27 @@ int kube_lines_new(size_t max_line, kube_lines **out)
 void kube_lines_free(kube_lines *l)
 {
     if (!l) return;
-    free(l->buf);
+    buf_free(&l->b);
     free(l);
 }
 
-size_t kube_lines_pending(const kube_lines *l) { return l->len; }
-void kube_lines_reset(kube_lines *l) { l->len = 0; }
-
-static int lines_append(kube_lines *l, const char *d, size_t n)
-{
-    if (l->len + n > l->max) return -1;
-    if (l->len + n + 1 > l->cap) {
-        size_t cap = l->cap ? l->cap : 4096;
-        while (cap < l->len + n + 1) cap *= 2;
-        char *b = realloc(l->buf, cap);
-        if (!b) return -1;
-        l->buf = b;
-        l->cap = cap;
-    }
-    memcpy(l->buf + l->len, d, n);
-    l->len += n;
-    l->buf[l->len] = '\0';
-    return 0;
-}
+size_t kube_lines_pending(const kube_lines *l) { return l->b.len; }
+void kube_lines_reset(kube_lines *l) { buf_clear(&l->b); }
 
 static int emit(kube_lines *l, kube_line_cb cb, void *user)
 {
-    size_t n = l->len;
-    l->len = 0;
-    if (n > 0 && l->buf[n - 1] == '\r') n--;
+    size_t n = l->b.len;
+    char *line = l->b.data;
+    int r = 0;
+    if (n > 0 && line[n - 1] == '\r') n--;
     size_t i = 0;
-    while (i < n && (l->buf[i] == ' ' || l->buf[i] == '\t')) i++;
-    if (i == n) return 0;
-    l->buf[n] = '\0';
-    return cb(l->buf, n, user);
+    while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+    if (i < n) {
+        line[n] = '\0';
+        r = cb(line, n, user);
+    }
+    buf_clear(&l->b);
+    return r;
 }
 
 int kube_lines_feed(kube_lines *l, const char *data, size_t len, kube_line_cb cb, void *user)
@@ -73,8 +60,8 @@ int kube_lines_feed(kube_lines *l, const char *data, size_t len, kube_line_cb cb
     while (len > 0) {
         const char *nl = memchr(data, '\n', len);
         size_t take = nl ? (size_t)(nl - data) : len;
-        if (lines_append(l, data, take)) {
-            l->len = 0;
+        if (buf_append(&l->b, data, take)) {
+            buf_clear(&l->b);
             return -1;
         }
         if (!nl) break;

@@ -1,6 +1,8 @@
 /* lib/kubeconfig.c - see kubeconfig.h. Owns the parsed configuration and
  * copies of its secrets; must not log them or put them into messages. */
 #include "kubeconfig.h"
+#include "buf.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -116,38 +118,19 @@ int kube_base64_decode(const char *in, size_t len, char **out, size_t *out_len)
 /* Reads a whole file into a new NUL-terminated buffer. */
 static int read_file(const char *path, char **out, size_t *out_len, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    buf b = {0};
+    if (buf_read_file(&b, path) != 0) {
+        int e = errno;
+        buf_free(&b);
+        err_printf(err, errlen, "%s: %s: %s", path, e == ENOMEM ? "out of memory" : "cannot read",
+                   strerror(e));
         return -1;
     }
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        snprintf(err, errlen, "%s: %s", path, b ? "read error" : "out of memory");
-        free(b);
+    *out_len = b.len;
+    if ((*out = buf_take(&b)) == NULL) {
+        err_printf(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    b[n] = '\0';
-    *out = b;
-    *out_len = n;
     return 0;
 }
 

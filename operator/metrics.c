@@ -7,6 +7,8 @@
  */
 #include "metrics.h"
 
+#include "buf.h"
+
 #include "util.h"
 
 #include <math.h>
@@ -368,42 +370,7 @@ int metrics_histogram_observe(metrics_histogram *h, double value, ...)
 
 /* ---------------------------------------------------------------- rendering */
 
-struct sb {
-    char *buf;
-    size_t len, cap;
-    int oom;
-};
-
-static void sb_reserve(struct sb *b, size_t extra)
-{
-    if (b->oom || b->len + extra + 1 <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->buf, cap);
-    if (!p) {
-        b->oom = 1;
-        return;
-    }
-    b->buf = p;
-    b->cap = cap;
-}
-
-static void sb_putn(struct sb *b, const char *s, size_t n)
-{
-    sb_reserve(b, n);
-    if (b->oom) return;
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-static void sb_puts(struct sb *b, const char *s)
-{
-    sb_putn(b, s, strlen(s));
-}
-
-/* HELP text escapes backslash and newline; label values also the double quote. */
-static void sb_escaped(struct sb *b, const char *s, int quote)
+static void sb_escaped(buf *b, const char *s, int quote)
 {
     const char *run = s;
     for (; *s; s++) {
@@ -412,69 +379,69 @@ static void sb_escaped(struct sb *b, const char *s, int quote)
         else if (*s == '\n') rep = "\\n";
         else if (quote && *s == '"') rep = "\\\"";
         if (!rep) continue;
-        sb_putn(b, run, (size_t)(s - run));
-        sb_puts(b, rep);
+        buf_append(b, run, (size_t)(s - run));
+        buf_puts(b, rep);
         run = s + 1;
     }
-    sb_putn(b, run, (size_t)(s - run));
+    buf_append(b, run, (size_t)(s - run));
 }
 
-static void sb_value(struct sb *b, double v)
+static void sb_value(buf *b, double v)
 {
     char num[40];
-    if (metrics_format_value(num, sizeof num, v) < 0) b->oom = 1;
-    else sb_puts(b, num);
+    if (metrics_format_value(num, sizeof num, v) < 0) b->failed = 1;
+    else buf_puts(b, num);
 }
 
-static void sb_u64(struct sb *b, uint64_t v)
+static void sb_u64(buf *b, uint64_t v)
 {
     char num[24];
     snprintf(num, sizeof num, "%llu", (unsigned long long)v);
-    sb_puts(b, num);
+    buf_puts(b, num);
 }
 
 /* name{l1="v1",...[,le="x"]} ; suffix may be "" */
-static void sb_sample_name(struct sb *b, const struct family *f, const struct series *s,
+static void sb_sample_name(buf *b, const struct family *f, const struct series *s,
                            const char *suffix, const char *le)
 {
-    sb_puts(b, f->name);
-    sb_puts(b, suffix);
+    buf_puts(b, f->name);
+    buf_puts(b, suffix);
     if (f->n_labels == 0 && !le) return;
-    sb_puts(b, "{");
+    buf_puts(b, "{");
     for (int i = 0; i < f->n_labels; i++) {
-        if (i) sb_puts(b, ",");
-        sb_puts(b, f->label_names[i]);
-        sb_puts(b, "=\"");
+        if (i) buf_puts(b, ",");
+        buf_puts(b, f->label_names[i]);
+        buf_puts(b, "=\"");
         sb_escaped(b, s->values[i], 1);
-        sb_puts(b, "\"");
+        buf_puts(b, "\"");
     }
     if (le) {
-        if (f->n_labels) sb_puts(b, ",");
-        sb_puts(b, "le=\"");
-        sb_puts(b, le);
-        sb_puts(b, "\"");
+        if (f->n_labels) buf_puts(b, ",");
+        buf_puts(b, "le=\"");
+        buf_puts(b, le);
+        buf_puts(b, "\"");
     }
-    sb_puts(b, "}");
+    buf_puts(b, "}");
 }
 
-static void render_family(struct sb *b, const struct family *f)
+static void render_family(buf *b, const struct family *f)
 {
-    sb_puts(b, "# HELP ");
-    sb_puts(b, f->name);
-    sb_puts(b, " ");
+    buf_puts(b, "# HELP ");
+    buf_puts(b, f->name);
+    buf_puts(b, " ");
     sb_escaped(b, f->help, 0);
-    sb_puts(b, "\n# TYPE ");
-    sb_puts(b, f->name);
-    sb_puts(b, " ");
-    sb_puts(b, type_names[f->type]);
-    sb_puts(b, "\n");
+    buf_puts(b, "\n# TYPE ");
+    buf_puts(b, f->name);
+    buf_puts(b, " ");
+    buf_puts(b, type_names[f->type]);
+    buf_puts(b, "\n");
     for (size_t i = 0; i < f->n_series; i++) {
         const struct series *s = f->series[i];
         if (f->type != FAM_HISTOGRAM) {
             sb_sample_name(b, f, s, "", NULL);
-            sb_puts(b, " ");
+            buf_puts(b, " ");
             sb_value(b, s->value);
-            sb_puts(b, "\n");
+            buf_puts(b, "\n");
             continue;
         }
         uint64_t cum = 0;
@@ -484,35 +451,33 @@ static void render_family(struct sb *b, const struct family *f)
             else snprintf(le, sizeof le, "+Inf");
             cum += s->buckets[k];
             sb_sample_name(b, f, s, "_bucket", le);
-            sb_puts(b, " ");
+            buf_puts(b, " ");
             sb_u64(b, cum);
-            sb_puts(b, "\n");
+            buf_puts(b, "\n");
         }
         sb_sample_name(b, f, s, "_sum", NULL);
-        sb_puts(b, " ");
+        buf_puts(b, " ");
         sb_value(b, s->sum);
-        sb_puts(b, "\n");
+        buf_puts(b, "\n");
         sb_sample_name(b, f, s, "_count", NULL);
-        sb_puts(b, " ");
+        buf_puts(b, " ");
         sb_u64(b, s->count);
-        sb_puts(b, "\n");
+        buf_puts(b, "\n");
     }
 }
 
 char *metrics_render(metrics_registry *reg)
 {
     if (!reg) return NULL;
-    struct sb b = {0};
-    sb_reserve(&b, 0); /* an empty registry renders "" */
+    buf b = {0};
     pthread_mutex_lock(&reg->mu);
-    for (const struct family *f = reg->head; f && !b.oom; f = f->next) render_family(&b, f);
+    for (const struct family *f = reg->head; f && !b.failed; f = f->next) render_family(&b, f);
     pthread_mutex_unlock(&reg->mu);
-    if (b.oom) {
-        free(b.buf);
+    if (b.failed) {
+        buf_free(&b);
         return NULL;
     }
-    b.buf[b.len] = '\0';
-    return b.buf;
+    return buf_take(&b); /* an empty registry renders "" */
 }
 
 /* ---------------------------------------------------------------- registry */
