@@ -15,9 +15,10 @@
 
 #include "buf.h"
 #include "log.h"
+#include "util.h"
+#include "yaml_json.h"
 
 #include <cjson/cJSON.h>
-#include <yaml.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -29,7 +30,6 @@
 
 #define PATH_MAX_LEN 256            /* longest dotted key we look up */
 #define FILE_MAX_BYTES (16u << 20)  /* a config larger than this is a mistake */
-#define YAML_MAX_DEPTH 128
 #define JSON_EXACT_INT 9007199254740991.0 /* 2^53 - 1: largest integer a JSON number holds exactly */
 
 /* ------------------------------------------------------------------------ */
@@ -316,48 +316,6 @@ __attribute__((format(printf, 2, 3))) static int fail(const load_ctx *c, const c
     return VITJOB_EXIT_CONFIG;
 }
 
-/* A decimal number, in full: [+-] digits [. digits] [e [+-] digits]. No hex,
- * no inf/nan spellings of strtod (YAML's .inf/.nan are handled by the caller). */
-static int parse_decimal(const char *s, double *out)
-{
-    const char *p = s;
-    int digits = 0;
-    if (*p == '+' || *p == '-')
-        p++;
-    while (isdigit((unsigned char)*p)) {
-        p++;
-        digits++;
-    }
-    if (*p == '.') {
-        p++;
-        while (isdigit((unsigned char)*p)) {
-            p++;
-            digits++;
-        }
-    }
-    if (digits == 0)
-        return -1;
-    if (*p == 'e' || *p == 'E') {
-        p++;
-        if (*p == '+' || *p == '-')
-            p++;
-        int exp_digits = 0;
-        while (isdigit((unsigned char)*p)) {
-            p++;
-            exp_digits++;
-        }
-        if (exp_digits == 0)
-            return -1;
-    }
-    if (*p != '\0')
-        return -1;
-    char *end = NULL;
-    double d = strtod(s, &end);
-    if (end != p)
-        return -1;
-    *out = d;
-    return 0;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Table lookups and suggestions                                             */
@@ -791,172 +749,13 @@ static int apply_document(const load_ctx *c, vit_job_config *cfg, const cJSON *r
     return apply_section(c, cfg, spec, "");
 }
 
-/* ------------------------------------------------------------------------ */
-/* YAML -> cJSON                                                             */
-
-typedef struct {
-    cJSON *node; /* borrowed: owned by the tree */
-    char *key;   /* pending mapping key, owned */
-} yaml_frame;
-
-static int yaml_fail(const load_ctx *c, const yaml_mark_t *m, const char *problem)
-{
-    return fail(c, "invalid YAML at line %zu column %zu: %s", m->line + 1, m->column + 1, problem);
-}
-
-/* A scalar as YAML 1.1 resolves it: plain ones may be null, bool or number. */
-static cJSON *yaml_scalar(const yaml_event_t *ev)
-{
-    const char *s = (const char *)ev->data.scalar.value;
-    const char *tag = (const char *)ev->data.scalar.tag;
-    int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-    if (tag) /* !!str, "!" and custom tags: a string; the core tags resolve as plain */
-        plain = plain && (strcmp(tag, YAML_INT_TAG) == 0 || strcmp(tag, YAML_FLOAT_TAG) == 0 ||
-                          strcmp(tag, YAML_BOOL_TAG) == 0 || strcmp(tag, YAML_NULL_TAG) == 0);
-    if (!plain)
-        return cJSON_CreateString(s);
-
-    static const char *const nulls[] = {"", "~", "null", "Null", "NULL", NULL};
-    static const char *const trues[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
-                                        "on", "On", "ON", NULL};
-    static const char *const falses[] = {"false", "False", "FALSE", "no", "No", "NO",
-                                         "off", "Off", "OFF", NULL};
-    static const char *const infs[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", NULL};
-    static const char *const ninfs[] = {"-.inf", "-.Inf", "-.INF", NULL};
-    static const char *const nans[] = {".nan", ".NaN", ".NAN", NULL};
-    double d;
-    if (in_list(nulls, s))
-        return cJSON_CreateNull();
-    if (in_list(trues, s))
-        return cJSON_CreateTrue();
-    if (in_list(falses, s))
-        return cJSON_CreateFalse();
-    if (in_list(infs, s))
-        return cJSON_CreateNumber(HUGE_VAL);
-    if (in_list(ninfs, s))
-        return cJSON_CreateNumber(-HUGE_VAL);
-    if (in_list(nans, s))
-        return cJSON_CreateNumber(NAN);
-    /* 0123 is octal to YAML 1.1 (kubectl, PyYAML) and decimal to YAML 1.2:
-     * ambiguous, so it stays a string and fails the type check. */
-    const char *q = s + (*s == '+' || *s == '-');
-    if (q[0] == '0' && isdigit((unsigned char)q[1]) && !strpbrk(q, ".eE"))
-        return cJSON_CreateString(s);
-    if (parse_decimal(s, &d) == 0)
-        return cJSON_CreateNumber(d);
-    return cJSON_CreateString(s);
-}
-
-/* Hangs `node` under the innermost open container (or makes it the root).
- * Takes ownership of node in every case. */
-static int yaml_attach(const load_ctx *c, yaml_frame *stack, int depth, cJSON **root, cJSON *node)
-{
-    if (node == NULL)
-        return fail(c, "out of memory while reading YAML");
-    if (depth == 0) {
-        *root = node;
-        return 0;
-    }
-    yaml_frame *top = &stack[depth - 1];
-    cJSON_bool ok;
-    if (cJSON_IsArray(top->node)) {
-        ok = cJSON_AddItemToArray(top->node, node);
-    } else {
-        ok = cJSON_AddItemToObject(top->node, top->key, node);
-        free(top->key);
-        top->key = NULL;
-    }
-    if (!ok) {
-        cJSON_Delete(node);
-        return fail(c, "out of memory while reading YAML");
-    }
-    return 0;
-}
-
+/* YAML as the config reads it: YAML 1.1 scalars, no aliases (lib/yaml_json). */
 static int yaml_to_json(const load_ctx *c, const char *text, size_t len, cJSON **out)
 {
-    yaml_parser_t parser;
-    yaml_event_t ev;
-    yaml_frame stack[YAML_MAX_DEPTH];
-    int depth = 0, docs = 0, done = 0, rc = 0;
-    cJSON *root = NULL;
-
-    if (!yaml_parser_initialize(&parser))
-        return fail(c, "cannot initialize the YAML parser");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-
-    while (!done && rc == 0) {
-        if (!yaml_parser_parse(&parser, &ev)) {
-            rc = yaml_fail(c, &parser.problem_mark, parser.problem ? parser.problem : "syntax error");
-            break;
-        }
-        const yaml_mark_t *at = &ev.start_mark;
-        /* In a mapping, is this event the key? */
-        int want_key = depth > 0 && cJSON_IsObject(stack[depth - 1].node) &&
-                       stack[depth - 1].key == NULL;
-        switch (ev.type) {
-        case YAML_STREAM_END_EVENT:
-            done = 1;
-            break;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++docs > 1)
-                rc = yaml_fail(c, at, "a config holds one document, found a second one");
-            break;
-        case YAML_ALIAS_EVENT:
-            rc = yaml_fail(c, at, "aliases (*name) are not supported; write the value out");
-            break;
-        case YAML_SCALAR_EVENT:
-            if (strlen((const char *)ev.data.scalar.value) != ev.data.scalar.length) {
-                rc = yaml_fail(c, at, "a scalar contains a NUL byte");
-            } else if (want_key) {
-                stack[depth - 1].key =
-                    dup_range((const char *)ev.data.scalar.value, ev.data.scalar.length);
-                if (!stack[depth - 1].key)
-                    rc = fail(c, "out of memory while reading YAML");
-            } else {
-                rc = yaml_attach(c, stack, depth, &root, yaml_scalar(&ev));
-            }
-            break;
-        case YAML_MAPPING_START_EVENT:
-        case YAML_SEQUENCE_START_EVENT: {
-            if (want_key) {
-                rc = yaml_fail(c, at, "mapping keys must be plain scalars");
-                break;
-            }
-            if (depth == YAML_MAX_DEPTH) {
-                rc = yaml_fail(c, at, "nesting is too deep");
-                break;
-            }
-            cJSON *node = ev.type == YAML_MAPPING_START_EVENT ? cJSON_CreateObject()
-                                                              : cJSON_CreateArray();
-            rc = yaml_attach(c, stack, depth, &root, node);
-            if (rc == 0) {
-                stack[depth].node = node;
-                stack[depth].key = NULL;
-                depth++;
-            }
-            break;
-        }
-        case YAML_MAPPING_END_EVENT:
-        case YAML_SEQUENCE_END_EVENT:
-            depth--;
-            free(stack[depth].key);
-            stack[depth].key = NULL;
-            break;
-        default:
-            break;
-        }
-        yaml_event_delete(&ev);
-    }
-
-    while (depth > 0)
-        free(stack[--depth].key);
-    yaml_parser_delete(&parser);
-    if (rc) {
-        cJSON_Delete(root);
-        return rc;
-    }
-    *out = root;
+    static const yaml_json_opts opts = {.typed_scalars = 1, .aliases = 0};
+    char why[512];
+    if (yaml_json_parse(text, len, &opts, out, why, sizeof why) != 0)
+        return fail(c, "%s", why);
     return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "kubeconfig.h"
 #include "buf.h"
 #include "util.h"
+#include "yaml_json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -11,7 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <yaml.h>
 
 #define TOKEN_MAX 16384
 #define TOKEN_REREAD_SECONDS 60
@@ -144,68 +144,17 @@ static int resolve_path(const char *origin, const char *rel, char *buf, size_t b
     return snprintf(buf, buflen, "%.*s/%s", dirlen, dir, rel) >= (int)buflen ? -1 : 0;
 }
 
-/* ------------------------------------------------------- YAML -> cJSON tree */
-
-/* Mappings become objects, sequences arrays, every scalar a string. */
-static cJSON *yaml_to_json(yaml_document_t *doc, yaml_node_t *node, int depth)
-{
-    if (!node || depth > 64) return NULL;
-    switch (node->type) {
-    case YAML_SCALAR_NODE:
-        return cJSON_CreateString((const char *)node->data.scalar.value);
-    case YAML_SEQUENCE_NODE: {
-        cJSON *a = cJSON_CreateArray();
-        for (yaml_node_item_t *it = node->data.sequence.items.start;
-             a && it < node->data.sequence.items.top; it++) {
-            cJSON *v = yaml_to_json(doc, yaml_document_get_node(doc, *it), depth + 1);
-            if (!v) {
-                cJSON_Delete(a);
-                return NULL;
-            }
-            cJSON_AddItemToArray(a, v);
-        }
-        return a;
-    }
-    case YAML_MAPPING_NODE: {
-        cJSON *o = cJSON_CreateObject();
-        for (yaml_node_pair_t *p = node->data.mapping.pairs.start;
-             o && p < node->data.mapping.pairs.top; p++) {
-            yaml_node_t *k = yaml_document_get_node(doc, p->key);
-            if (!k || k->type != YAML_SCALAR_NODE) continue;
-            cJSON *v = yaml_to_json(doc, yaml_document_get_node(doc, p->value), depth + 1);
-            if (!v) {
-                cJSON_Delete(o);
-                return NULL;
-            }
-            cJSON_AddItemToObject(o, (const char *)k->data.scalar.value, v);
-        }
-        return o;
-    }
-    default:
-        return cJSON_CreateNull();
-    }
-}
-
 static int parse_yaml(const char *text, size_t len, const char *origin, cJSON **out, char *err,
                       size_t errlen)
 {
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) {
-        snprintf(err, errlen, "%s: cannot initialise the YAML parser", origin);
+    /* client-go's reading: every scalar a string, anchors and aliases allowed */
+    static const yaml_json_opts opts = {.typed_scalars = 0, .aliases = 1};
+    char why[512];
+    cJSON *j = NULL;
+    if (yaml_json_parse(text, len, &opts, &j, why, sizeof why) != 0) {
+        err_printf(err, errlen, "%s: %s", origin, why);
         return -1;
     }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &doc)) {
-        snprintf(err, errlen, "%s:%zu:%zu: invalid YAML: %s", origin, parser.problem_mark.line + 1,
-                 parser.problem_mark.column + 1, parser.problem ? parser.problem : "?");
-        yaml_parser_delete(&parser);
-        return -1;
-    }
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    cJSON *j = root ? yaml_to_json(&doc, root, 0) : NULL;
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         snprintf(err, errlen, "%s: not a kubeconfig (expected a YAML mapping)", origin);

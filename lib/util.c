@@ -1,8 +1,10 @@
 /* lib/util.c - see util.h. */
 #include "util.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 double mono_seconds(void)
@@ -19,4 +21,45 @@ void err_printf(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+int parse_decimal(const char *s, double *out)
+{
+    const char *p = s;
+    int digits = 0;
+    if (*p == '+' || *p == '-')
+        p++;
+    while (isdigit((unsigned char)*p)) {
+        p++;
+        digits++;
+    }
+    if (*p == '.') {
+        p++;
+        while (isdigit((unsigned char)*p)) {
+            p++;
+            digits++;
+        }
+    }
+    if (digits == 0)
+        return -1;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        int exp_digits = 0;
+        while (isdigit((unsigned char)*p)) {
+            p++;
+            exp_digits++;
+        }
+        if (exp_digits == 0)
+            return -1;
+    }
+    if (*p != '\0')
+        return -1;
+    char *end = NULL;
+    double d = strtod(s, &end);
+    if (end != p)
+        return -1;
+    *out = d;
+    return 0;
 }

@@ -1,6 +1,6 @@
 /* lib/util.h - the few helpers every module wants.
- * Owns: writing a formatted message into a caller's error buffer, and the
- * monotonic clock every module times things with.
+ * Owns: writing a formatted message into a caller's error buffer, the
+ * monotonic clock every module times things with, and reading a decimal.
  * Must not: allocate or log. */
 #ifndef VITJOB_UTIL_H
 #define VITJOB_UTIL_H
@@ -9,6 +9,10 @@
 
 /* Seconds on CLOCK_MONOTONIC (for durations and deadlines, never wall time). */
 double mono_seconds(void);
+
+/* A decimal number, in full: [+-] digits [. digits] [e [+-] digits]; no hex,
+ * no inf/nan spellings. Returns 0 with *out, or -1. */
+int parse_decimal(const char *s, double *out);
 
 /* vsnprintf into err; does nothing when err is NULL or errlen is 0. */
 void err_printf(char *err, size_t errlen, const char *fmt, ...)
