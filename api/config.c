@@ -1157,3 +1157,50 @@ out:
     cJSON_Delete(root);
     return out;
 }
+
+cJSON *config_describe(void)
+{
+    vit_job_config d;
+    config_defaults(&d);
+    cJSON *out = cJSON_CreateArray();
+    for (size_t i = 0; out && i < N_KEYS; i++) {
+        const config_key *k = &config_keys[i];
+        cJSON *row = cJSON_CreateObject();
+        if (!row || !cJSON_AddItemToArray(out, row)) {
+            cJSON_Delete(row);
+            cJSON_Delete(out);
+            return NULL;
+        }
+        static const char *const types[] = {
+            [KT_INT] = "integer", [KT_LONG] = "integer", [KT_U64] = "integer",
+            [KT_DOUBLE] = "number", [KT_BOOL] = "boolean", [KT_STRING] = "string",
+            [KT_ENUM] = "string", [KT_PAIR] = "array", [KT_PRESET] = "string"};
+        int ok = cJSON_AddStringToObject(row, "path", k->path) &&
+                 cJSON_AddStringToObject(row, "type", types[k->type]) != NULL;
+        if (k->type <= KT_DOUBLE || k->type == KT_PAIR) {
+            ok = ok && cJSON_AddNumberToObject(row, "minimum", k->min) &&
+                 cJSON_AddNumberToObject(row, "maximum", k->max) &&
+                 cJSON_AddBoolToObject(row, "exclusiveMinimum", (k->open & OPEN_MIN) != 0) &&
+                 cJSON_AddBoolToObject(row, "exclusiveMaximum", (k->open & OPEN_MAX) != 0);
+        }
+        if (k->type == KT_ENUM || k->type == KT_PRESET) {
+            cJSON *e = cJSON_AddArrayToObject(row, "enum");
+            if (k->type == KT_ENUM)
+                for (const char *const *c = k->choices; e && *c; c++)
+                    cJSON_AddItemToArray(e, cJSON_CreateString(*c));
+            else {
+                for (size_t p = 0; e && p < sizeof presets / sizeof presets[0]; p++)
+                    cJSON_AddItemToArray(e, cJSON_CreateString(presets[p].name));
+                cJSON_AddItemToArray(e, cJSON_CreateString(""));
+            }
+            ok = ok && e;
+        }
+        cJSON *v = field_to_json(&d, k, 0);
+        if (!ok || !v || !cJSON_AddItemToObject(row, "default", v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(out);
+            return NULL;
+        }
+    }
+    return out;
+}

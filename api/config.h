@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 
+#include <cjson/cJSON.h>
+
 #include "contract.h"
 
 #define CONFIG_STR 512
@@ -115,5 +117,12 @@ int config_mlp_hidden(const model_config *m);
 /* Prints the effective config as JSON (for logs and reproducibility).
  * Caller frees the result with free(). */
 char *config_to_json(const vit_job_config *cfg);
+
+/* The key table itself, for checks that the CRD and the README agree with it:
+ * an array of {path, type ("integer", "number", "boolean", "string",
+ * "array"), minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers
+ * and arrays of numbers), enum (strings from a fixed set), default (as
+ * config_defaults sets it)}. Caller frees with cJSON_Delete; NULL on OOM. */
+cJSON *config_describe(void);
 
 #endif

@@ -1,6 +1,10 @@
-/* tests/test_config.c - worker/config.c: loading JSON and YAML, manifests,
- * presets, --set overrides, type and range errors, validation, to_json. */
+/* tests/test_config.c - api/config.c: loading JSON and YAML, manifests,
+ * presets, --set overrides, type and range errors, validation, to_json, and
+ * the CRD (manifests/00-crd.yaml) agreeing with the spec table. */
 #include "config.h"
+
+#include "buf.h"
+#include "yaml_json.h"
 
 #include <criterion/criterion.h>
 
@@ -996,4 +1000,116 @@ Test(config, to_json_nests_keys_by_section_with_file_names)
     cr_assert(strstr(json, "\"betas\":[0.9,0.999]") != NULL, "%s", json);
     cr_assert(strstr(json, "\"model\":{\"preset\":\"fmnist_tiny\"") != NULL, "%s", json);
     free(json);
+}
+
+/* ---------------------------------------------------- the CRD agrees ---- */
+
+static const cJSON *crd_property(const cJSON *node, const char *path)
+{
+    char part[128];
+    for (const char *p = path; node && *p;) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        snprintf(part, sizeof part, "%.*s", (int)n, p);
+        node = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(node, "properties"),
+                                                part);
+        p += n + (dot != NULL);
+    }
+    return node;
+}
+
+static int same_json_value(const cJSON *a, const cJSON *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    if (cJSON_IsNumber(a) && cJSON_IsNumber(b))
+        return fabs(a->valuedouble - b->valuedouble) <= 1e-12 * fmax(1, fabs(a->valuedouble));
+    if (cJSON_IsArray(a) && cJSON_IsArray(b)) {
+        if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b))
+            return 0;
+        for (int i = 0; i < cJSON_GetArraySize(a); i++)
+            if (!same_json_value(cJSON_GetArrayItem(a, i), cJSON_GetArrayItem(b, i)))
+                return 0;
+        return 1;
+    }
+    return cJSON_Compare(a, b, 1);
+}
+
+/* Every CRD leaf under model, data, training and checkpoint, dotted. */
+static void crd_leaves(const cJSON *node, const char *prefix, char (*out)[128], int *n)
+{
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(node, "properties");
+    if (props == NULL) {
+        snprintf(out[(*n)++], 128, "%s", prefix);
+        return;
+    }
+    for (const cJSON *p = props->child; p; p = p->next) {
+        char path[128];
+        snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", p->string);
+        crd_leaves(p, path, out, n);
+    }
+}
+
+Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_table)
+{
+    buf text = {0};
+    cr_assert_eq(buf_read_file(&text, "manifests/00-crd.yaml"), 0, "run from the repository root");
+    cJSON *crd = NULL;
+    char err[256];
+    cr_assert_eq(yaml_json_parse(text.data, text.len, NULL, &crd, err, sizeof err), 0, "%s", err);
+    buf_free(&text);
+    const cJSON *spec = crd_property(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(crd, "spec"), "versions"), 0), "schema"),
+            "openAPIV3Schema"), "spec");
+    cr_assert_not_null(spec);
+    /* keys whose CRD schema has no default on purpose: the preset fills the
+     * model's dimensions, and an unset checkpoint location means none */
+    static const char *const no_default[] = {"model.imageSize", "model.patchSize", "model.channels",
+                                             "model.dim", "model.depth", "model.heads",
+                                             "model.mlpRatio", "model.numClasses", "checkpoint.uri",
+                                             "checkpoint.endpoint", "checkpoint.credentialsSecret",
+                                             NULL};
+    cJSON *table = config_describe();
+    cr_assert_not_null(table);
+    const cJSON *row;
+    int rows = 0;
+    cJSON_ArrayForEach(row, table) {
+        rows++;
+        const char *path = cJSON_GetObjectItem(row, "path")->valuestring;
+        const cJSON *prop = crd_property(spec, path);
+        cr_assert_not_null(prop, "%s: in the spec table, not in the CRD", path);
+        cr_assert_str_eq(cJSON_GetObjectItem(prop, "type")->valuestring,
+                         cJSON_GetObjectItem(row, "type")->valuestring, "%s: type", path);
+        const cJSON *bounds = strcmp(cJSON_GetObjectItem(row, "type")->valuestring, "array") == 0
+                                  ? cJSON_GetObjectItem(prop, "items") : prop;
+        static const char *const nums[] = {"minimum", "maximum"};
+        for (int i = 0; i < 2 && cJSON_GetObjectItem(row, nums[i]); i++)
+            cr_assert(same_json_value(cJSON_GetObjectItem(bounds, nums[i]), cJSON_GetObjectItem(row, nums[i])),
+                      "%s: %s differs between the CRD and the spec table", path, nums[i]);
+        static const char *const excl[] = {"exclusiveMinimum", "exclusiveMaximum"};
+        for (int i = 0; i < 2 && cJSON_GetObjectItem(row, excl[i]); i++)
+            cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(bounds, excl[i])),
+                         cJSON_IsTrue(cJSON_GetObjectItem(row, excl[i])), "%s: %s", path, excl[i]);
+        cr_assert(same_json_value(cJSON_GetObjectItem(prop, "enum"), cJSON_GetObjectItem(row, "enum")),
+                  "%s: the allowed values differ between the CRD and the spec table", path);
+        const cJSON *dflt = cJSON_GetObjectItem(prop, "default");
+        int exempt = 0;
+        for (const char *const *e = no_default; *e; e++)
+            exempt |= strcmp(*e, path) == 0;
+        if (exempt)
+            cr_assert_null(dflt, "%s: a CRD default would override the preset", path);
+        else
+            cr_assert(dflt && same_json_value(dflt, cJSON_GetObjectItem(row, "default")),
+                      "%s: the CRD's default differs from the spec table's", path);
+    }
+    /* and the other way: the CRD has no key the worker would refuse */
+    static char leaves[128][128];
+    int n = 0;
+    static const char *const sections[] = {"model", "data", "training", "checkpoint"};
+    for (int i = 0; i < 4; i++)
+        crd_leaves(crd_property(spec, sections[i]), sections[i], leaves, &n);
+    cr_assert_eq(n, rows, "the CRD has %d keys for the worker, the spec table %d", n, rows);
+    cJSON_Delete(table);
+    cJSON_Delete(crd);
 }
