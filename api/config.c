@@ -843,7 +843,7 @@ void config_defaults(vit_job_config *cfg)
     t->epochs = 2;
     t->global_batch_size = 128;
     t->micro_batch_size = 64;
-    set_str(t->precision, sizeof t->precision, "fp32"); /* bf16-mixed arrives with the GPU engine */
+    set_str(t->precision, sizeof t->precision, "fp32");
     set_str(t->sharding, sizeof t->sharding, "none");
     t->activation_checkpointing = 0;
     optimizer_config *o = &t->optimizer;

@@ -3,7 +3,8 @@
  * __float2bfloat16_rn, as round_bf16_cpu in kernels/bf16.c: NaN stays NaN,
  * overflow goes to infinity), to_float_cuda (X -> fp32, exact). For X = float
  * both are device-to-device copies.
- * Must not: decide where bf16 is stored (the model does).
+ * Must not: decide where bf16 is stored (the op table's floatX arguments
+ * do, ops.h; the cuda-bf16 table in ops_cuda.cu applies it).
  */
 #include "cuda_common.cuh"
 

@@ -5,7 +5,9 @@
 # added where Criterion tests skipped, e.g. the GPU suites without a GPU:
 # skipped tests are not counted as passed). Exits non-zero if anything failed.
 #
-#   unit (C, Criterion):   tests/test_*.c            kernels, config, data
+#   unit (C, Criterion):   tests/test_*.c            one per source file, named for it
+#                                                    (test_config.c: api/config.c, ...);
+#                                                    the GPU suites skip without a GPU
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references

@@ -1,9 +1,10 @@
 /* worker/main.c - the vitjob-worker command line.
  *
  * Owns: argument parsing, the environment contract of docs/design.md
- * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), backend selection, signal
- * handling (handlers only set a flag) and the process exit code.
- * Must not: train or parse config files itself.
+ * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), signal handling (handlers
+ * only set a flag) and the process exit code.
+ * Must not: train, pick a backend (worker/train.c) or parse config files
+ * itself (api/config.c).
  */
 #include <signal.h>
 #include <stdio.h>

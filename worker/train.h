@@ -19,9 +19,6 @@ typedef struct {
                                          and between evaluation batches */
 } train_options;
 
-/* Trains as cfg says (already validated) on the CPU backend. Prints progress
- * to stderr and a one-line JSON summary to stdout. Returns a VITJOB_EXIT_*
- * code; on failure the message is in err. */
 /* The op table for training.device and training.precision: cpu is the CPU
  * backend; cuda the GPU's, or VITJOB_EXIT_CONFIG with one line saying why
  * none is usable; auto the GPU's when one is usable, else the CPU's (logged).
@@ -29,6 +26,9 @@ typedef struct {
 int train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
                        size_t errlen);
 
+/* Trains as cfg says (already validated) on the backend train_pick_backend
+ * picks. Prints progress to stderr and a one-line JSON summary to stdout.
+ * Returns a VITJOB_EXIT_* code; on failure the message is in err. */
 int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen);
 
 
