@@ -1,6 +1,7 @@
 /* tests/test_check.c - the one check macro per library (lib/check.h) names
  * the file, the line, the expression and the library's own error string,
- * for CUDA, cuBLAS and NCCL (no GPU needed: only the error strings are used). */
+ * for libcurl, CUDA, cuBLAS and NCCL (no GPU needed: only the error strings
+ * are used). */
 #ifdef VITJOB_WITH_CUDA
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -9,6 +10,8 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <curl/curl.h>
 
 #include "check.h"
 
@@ -58,3 +61,19 @@ Test(check, cuda_cublas_nccl_checks_need_a_cuda_build)
     cr_skip_test("this build has no CUDA backend (nvcc was not found)");
 }
 #endif
+
+Test(check, curl_check_reports_file_line_expression_and_curls_own_message)
+{
+    char err[1024] = "";
+    int line = __LINE__ + 1;
+    int rc = CURL_CHECK(CURLE_COULDNT_CONNECT, err, sizeof err);
+    cr_assert_eq(rc, CURLE_COULDNT_CONNECT);
+    char want[64];
+    snprintf(want, sizeof want, "test_check.c:%d:", line);
+    cr_assert(strstr(err, want), "%s", err);
+    cr_assert(strstr(err, "CURLE_COULDNT_CONNECT"), "%s", err);
+    cr_assert(strstr(err, curl_easy_strerror(CURLE_COULDNT_CONNECT)), "%s", err);
+    err[0] = '\0';
+    cr_assert_eq(CURL_CHECK(CURLE_OK, err, sizeof err), 0);
+    cr_assert_str_eq(err, "", "success writes nothing");
+}
