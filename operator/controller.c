@@ -1,19 +1,18 @@
 /* operator/controller.c - see controller.h. */
 #include "controller.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cache.h"
+#include "runner.h"
 #include "decide.h"
 #include "render.h"
 #include "timefmt.h"
 #include "util.h"
 #include "log.h"
-#include "workqueue.h"
 
 #define VJ_PREFIX "/apis/" VJ_API_VERSION
 #define RBAC_PREFIX "/apis/" VJ_RBAC_API
@@ -40,44 +39,21 @@ static const kind_info KINDS[] = {
     [INF_COUNT] = {"Event", "/api/v1", "events", NULL},
 };
 
-struct controller {
-    controller_opts o;
-    char ns[256];
-    obj_cache *cache[INF_COUNT];
-    informer *inf[INF_COUNT];
-    wq *queue;
-    pthread_t *workers;
-    int n_workers;
-    metrics_counter *m_reconcile, *m_created, *m_succeeded, *m_failed, *m_restarted;
-    metrics_histogram *m_duration;
-    metrics_gauge *m_depth;
+static const runner_source SOURCES[INF_COUNT] = {
+    [INF_JOBS] = {VJ_PREFIX, VJ_RESOURCE},
+    [INF_PODS] = {"/api/v1", "pods"},
+    [INF_CONFIGMAPS] = {"/api/v1", "configmaps"},
+    [INF_SERVICES] = {"/api/v1", "services"},
+    [INF_SERVICEACCOUNTS] = {"/api/v1", "serviceaccounts"},
+    [INF_ROLES] = {RBAC_PREFIX, "roles"},
+    [INF_ROLEBINDINGS] = {RBAC_PREFIX, "rolebindings"},
 };
 
-/* ---- keys ---------------------------------------------------------------- */
-
-static void enqueue(controller *c, const char *ns, const char *name)
-{
-    if (!ns || !name) return;
-    char key[512];
-    snprintf(key, sizeof key, "%s/%s", ns, name);
-    wq_add(c->queue, key);
-}
-
-static void on_job(void *user, const char *type, const cJSON *obj)
-{
-    (void)type;
-    enqueue(user, kube_meta_str(obj, "namespace"), kube_meta_str(obj, "name"));
-}
-
-/* A child changed: its owner job is the key (the label says which). */
-static void on_child(void *user, const char *type, const cJSON *obj)
-{
-    (void)type;
-    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
-    const cJSON *job = cJSON_GetObjectItemCaseSensitive(labels, VJ_LABEL_JOB);
-    if (cJSON_IsString(job)) enqueue(user, kube_meta_str(obj, "namespace"), job->valuestring);
-}
+struct controller {
+    controller_opts o;
+    runner *run;
+    metrics_counter *m_created, *m_succeeded, *m_failed, *m_restarted;
+};
 
 /* ---- applying a plan ------------------------------------------------------ */
 
@@ -288,7 +264,7 @@ static int settle_child(controller *c, kube_client *k, const cJSON *job, int inf
     cJSON *want = ki->render(job, err, sizeof err);
     if (!want) return 0; /* an invalid spec: decide reports it */
     const char *name = kube_meta_str(want, "name");
-    cJSON *have = cache_get(c->cache[inf], ns, name);
+    cJSON *have = cache_get(runner_cache(c->run, inf), ns, name);
     int result = 0;
     kube_path(path, sizeof path, ki->prefix, ns, ki->resource, name, NULL);
     if (!have) goto out;
@@ -326,10 +302,9 @@ static int may_act(const controller *c)
     return (long long)(mono_seconds() * 1000) < atomic_load(c->o.leading_until_ms);
 }
 
-typedef enum { REC_DONE, REC_REQUEUE, REC_ERROR } rec_result;
 
 /* Retrying cannot help: the job fails, saying what the server said. */
-static rec_result fail_refused(controller *c, kube_client *k, const char *key, const cJSON *job,
+static run_result fail_refused(controller *c, kube_client *k, const char *key, const cJSON *job,
                                const cJSON *pods, const refusal *ref, long long now)
 {
     char msg[1024], err[512];
@@ -340,21 +315,21 @@ static rec_result fail_refused(controller *c, kube_client *k, const char *key, c
     vj_plan *plan = NULL;
     kube_status first;
     refusal again = {0};
-    rec_result r = REC_DONE;
-    if (vj_decide_failed(job, pods, ref->reason, msg, now, &plan, err, sizeof err) != 0 ||
-        apply_plan(c, k, job, plan, &first, &again) != KUBE_OK)
-        r = REC_ERROR;
+    run_result r = RUN_DONE;
+    if (vj_decide_failed(job, pods, ref->reason, msg, now, &plan, err, sizeof err) != 0)
+        r = RUN_ERROR;
+    else if (apply_plan(c, k, job, plan, &first, &again) != KUBE_OK)
+        r = kube_is_permanent(&first) ? RUN_TERMINAL : RUN_ERROR;
     vj_plan_free(plan);
     return r;
 }
 
-static rec_result reconcile(controller *c, kube_client *k, const char *key, double *requeue_s)
+static run_result reconcile(void *user, kube_client *k, const char *ns, const char *name,
+                            double *requeue_s)
 {
-    char ns[256], name[256];
-    const char *slash = strchr(key, '/');
-    if (!slash) return REC_DONE;
-    snprintf(ns, sizeof ns, "%.*s", (int)(slash - key), key);
-    snprintf(name, sizeof name, "%s", slash + 1);
+    controller *c = user;
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
 
     /* The job fresh from the server: our own status writes must be seen. */
     char path[512];
@@ -363,12 +338,12 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
     kube_status st;
     int rc = kube_get(k, path, &job, &st);
     if (rc != KUBE_OK) {
-        if (kube_is_not_found(&st)) return REC_DONE; /* deleted: children go by GC */
+        if (kube_is_not_found(&st)) return RUN_DONE; /* deleted: children go by GC */
         LOG_WARN("reconcile", "key=%s event=get_failed code=%d msg=\"%s\"", key, st.http_code,
                  st.message);
-        return REC_ERROR;
+        return RUN_ERROR;
     }
-    cJSON *pods = cache_list(c->cache[INF_PODS], ns, VJ_LABEL_JOB, name);
+    cJSON *pods = cache_list(runner_cache(c->run, INF_PODS), ns, VJ_LABEL_JOB, name);
     const char *uid = kube_meta_str(job, "uid");
     if (pods) keep_owned(pods, uid);
     refusal ref = {0};
@@ -379,14 +354,14 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
         *flags[i - INF_CONFIGMAPS] = settle_child(c, k, job, i, &ref) > 0;
     vj_plan *plan = NULL;
     char err[512];
-    rec_result result = REC_DONE;
+    run_result result = RUN_DONE;
     long long now = (long long)time(NULL);
     if (!pods || (!ref.set && vj_decide(job, pods, &have, now, &plan, err, sizeof err) != 0)) {
         LOG_ERROR("reconcile", "key=%s msg=\"%s\"", key, pods ? err : "out of memory");
-        result = REC_ERROR;
+        result = RUN_ERROR;
     } else if (!may_act(c)) {
         LOG_WARN("reconcile", "key=%s event=skipped reason=\"not (or no longer) the leader\"", key);
-        result = REC_ERROR;
+        result = RUN_ERROR;
     } else {
         kube_status first;
         int applied = ref.set ? KUBE_OK : apply_plan(c, k, job, plan, &first, &ref);
@@ -395,57 +370,17 @@ static rec_result reconcile(controller *c, kube_client *k, const char *key, doub
         } else if (applied != KUBE_OK) {
             LOG_WARN("reconcile", "key=%s event=apply_failed code=%d reason=%s msg=\"%s\"", key,
                      first.http_code, first.reason, first.message);
-            result = REC_ERROR;
+            /* e.g. the job's own status refused: retrying the same write cannot help */
+            result = kube_is_permanent(&first) ? RUN_TERMINAL : RUN_ERROR;
         } else if (plan->requeue_after > 0) {
             *requeue_s = (double)plan->requeue_after;
-            result = REC_REQUEUE;
+            result = RUN_REQUEUE;
         }
     }
     vj_plan_free(plan);
     cJSON_Delete(job);
     cJSON_Delete(pods);
     return result;
-}
-
-static void *worker(void *arg)
-{
-    controller *c = arg;
-    kube_client *k = NULL;
-    kube_status st;
-    while (!*c->o.stop && !wq_shutting_down(c->queue)) {
-        if (!k && c->o.factory(c->o.factory_user, &k, &st) != KUBE_OK) {
-            LOG_ERROR("reconcile", "msg=\"cannot make a client: %s\"", st.message);
-            struct timespec ts = {1, 0};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        /* Never decide on half-filled caches: an empty pod cache would read
-         * as "every pod was lost" and restart a running gang. */
-        if (!controller_synced(c)) {
-            struct timespec ts = {0, 20 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        char *key = NULL;
-        if (wq_get(c->queue, &key, 0.5) != 0 || !key) continue;
-        double t0 = mono_seconds(), requeue = 0;
-        rec_result r = reconcile(c, k, key, &requeue);
-        metrics_histogram_observe(c->m_duration, mono_seconds() - t0);
-        static const char *const names[] = {"done", "requeue", "error"};
-        metrics_counter_add(c->m_reconcile, 1, names[r]);
-        if (r == REC_ERROR) {
-            double delay = 0;
-            wq_add_rate_limited(c->queue, key, &delay);
-        } else {
-            wq_forget(c->queue, key);
-            if (r == REC_REQUEUE) wq_add_after(c->queue, key, requeue);
-        }
-        wq_done(c->queue, key);
-        metrics_gauge_set(c->m_depth, (double)wq_len(c->queue));
-        free(key);
-    }
-    kube_client_free(k);
-    return NULL;
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -458,17 +393,8 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
         return -1;
     }
     c->o = *o;
-    snprintf(c->ns, sizeof c->ns, "%s", o->namespace ? o->namespace : "");
-    c->queue = wq_new();
     metrics_registry *m = o->metrics;
-    char merr[256];
-    c->m_reconcile = metrics_counter_new(m, "vitjob_reconcile_total", "Reconciles by result.",
-                                         merr, sizeof merr, 1, "result");
-    c->m_duration = metrics_histogram_new(m, "vitjob_reconcile_duration_seconds",
-                                          "Time spent in one reconcile.", NULL, 0, merr,
-                                          sizeof merr, 0);
-    c->m_depth = metrics_gauge_new(m, "vitjob_workqueue_depth", "Keys waiting in the work queue.",
-                                   merr, sizeof merr, 0);
+    char merr[256] = "";
     c->m_created = metrics_counter_new(m, "vitjob_jobs_created_total", "ViTJobs taken on.", merr,
                                        sizeof merr, 0);
     c->m_succeeded = metrics_counter_new(m, "vitjob_jobs_succeeded_total", "ViTJobs succeeded.",
@@ -477,70 +403,31 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
                                       sizeof merr, 0);
     c->m_restarted = metrics_counter_new(m, "vitjob_jobs_restarted_total",
                                          "Gang restarts of ViTJobs.", merr, sizeof merr, 0);
-    if (!c->queue || !c->m_reconcile || !c->m_duration || !c->m_depth ||
-        !c->m_created || !c->m_succeeded || !c->m_failed || !c->m_restarted) {
-        snprintf(err, errlen, "controller: cannot set up queue or metrics: %s", merr);
-        goto fail;
+    if (!c->m_created || !c->m_succeeded || !c->m_failed || !c->m_restarted) {
+        snprintf(err, errlen, "controller: cannot set up metrics: %s", merr);
+        free(c);
+        return -1;
     }
-    for (int i = 0; i < INF_COUNT; i++) {
-        char path[512];
-        c->cache[i] = cache_new();
-        if (!c->cache[i] || kube_path(path, sizeof path, KINDS[i].prefix,
-                                      c->ns[0] ? c->ns : NULL, KINDS[i].resource, NULL, NULL)) {
-            snprintf(err, errlen, "controller: out of memory");
-            goto fail;
-        }
-        int child = i != INF_JOBS;
-        informer_opts io = {.name = KINDS[i].resource, .path = path,
-                            .label_selector = child ? VJ_LABEL_JOB : NULL,
-                            .cache = c->cache[i], .on_change = child ? on_child : on_job,
-                            .user = c, .factory = o->factory, .factory_user = o->factory_user,
-                            .stop = o->stop};
-        if (informer_start(&io, &c->inf[i]) != 0) {
-            snprintf(err, errlen, "controller: cannot start the %s informer", KINDS[i].resource);
-            goto fail;
-        }
-    }
-    int n_workers = o->workers > 0 ? o->workers : 1;
-    c->workers = calloc((size_t)n_workers, sizeof *c->workers);
-    if (!c->workers) {
-        snprintf(err, errlen, "controller: out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < n_workers; i++) {
-        c->n_workers = i + 1;
-        if (pthread_create(&c->workers[i], NULL, worker, c) != 0) {
-            c->n_workers = i;
-            snprintf(err, errlen, "controller: cannot start worker %d", i);
-            goto fail;
-        }
+    runner_opts ro = {.sources = SOURCES, .n_sources = INF_COUNT, .owner_label = VJ_LABEL_JOB,
+                      .reconcile = reconcile, .user = c, .factory = o->factory,
+                      .factory_user = o->factory_user, .namespace = o->namespace,
+                      .workers = o->workers, .metrics = o->metrics, .stop = o->stop};
+    if (runner_start(&ro, &c->run, err, errlen) != 0) {
+        free(c);
+        return -1;
     }
     *out = c;
     return 0;
-fail:
-    /* the caller's stop flag ends the threads we started */
-    *(volatile sig_atomic_t *)o->stop = 1;
-    controller_join(c);
-    return -1;
 }
 
 int controller_synced(const controller *c)
 {
-    for (int i = 0; i < INF_COUNT; i++)
-        if (!c->inf[i] || !informer_synced(c->inf[i])) return 0;
-    return 1;
+    return c && c->run && runner_synced(c->run);
 }
 
 void controller_join(controller *c)
 {
     if (!c) return;
-    if (c->queue) wq_shutdown(c->queue);
-    for (int i = 0; i < c->n_workers; i++) pthread_join(c->workers[i], NULL);
-    free(c->workers);
-    for (int i = 0; i < INF_COUNT; i++) {
-        informer_join(c->inf[i]);
-        cache_free(c->cache[i]);
-    }
-    wq_free(c->queue);
+    runner_join(c->run);
     free(c);
 }

@@ -1,18 +1,18 @@
-/* operator/controller.h - the ViTJob controller: informers, work queue and
- * reconcile workers.
+/* operator/controller.h - the ViTJob controller: what it watches and its
+ * reconcile, run by the generic runner (operator/runner.h).
  *
- * Owns: seven informers (vitjobs, and the pods, configmaps, services,
- * serviceaccounts, roles and rolebindings that carry the vitjob.dev/job-name
- * label) feeding caches and a de-duplicating, rate-limited work queue of
- * "namespace/name" keys; N worker threads running reconcile(key): read the
- * ViTJob fresh from the API server (the cache may lag our own status
- * writes), bring its ConfigMap, Service and identity to their desired state
- * (patching only the fields the operator owns), compute the plan
- * (operator/decide.c) and apply it with the smallest set of API calls.
- * Returns "done", "requeue after N" or an error (requeued with backoff). A
+ * Owns: the sources (vitjobs, and the pods, configmaps, services,
+ * serviceaccounts, roles and rolebindings labelled vitjob.dev/job-name) and
+ * reconcile(namespace, name): read the ViTJob fresh from the API server (the
+ * cache may lag our own status writes), bring its ConfigMap, Service and
+ * identity to their desired state (patching only the fields the operator
+ * owns), compute the plan (operator/decide.c) and apply it with the smallest
+ * set of API calls. Results: done, requeue after N, error (requeued with
+ * backoff), terminal (the job's own write refused for good: not requeued). A
  * child the API server refuses for good (kube_is_permanent: an invalid
  * object, a 403 from admission) fails the job with reason FailedCreate or
- * FailedUpdate and the server's message, and is not retried.
+ * FailedUpdate and the server's message, and is not retried. The jobs
+ * metrics (created, succeeded, failed, restarted).
  * Must not: keep state that cannot be rebuilt by relisting.
  */
 #ifndef VITJOB_CONTROLLER_H

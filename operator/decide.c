@@ -54,6 +54,7 @@ typedef struct {
     const cJSON *job;
     long long now;
     int ok;               /* 0 after an allocation failure */
+    char render_err[256]; /* the first child that could not be rendered, and why */
     size_t cap_del, cap_ev;
 } ctx;
 
@@ -329,176 +330,194 @@ static void clean_pods(ctx *c, const desired_status *ds, pod_info *pods, size_t 
     }
 }
 
-static cJSON *render_or_fail(ctx *c, cJSON *obj, const char *err)
+/* Adds a rendered child to the creates; a child that could not be rendered
+ * is carried with its message (render_err), and fails the job (decide()). */
+static void create_rendered(ctx *c, cJSON *obj, const char *err)
 {
-    (void)err;
-    if (obj == NULL)
+    if (obj) {
+        create(c, obj);
+    } else if (strstr(err, "out of memory")) {
         c->ok = 0;
-    return obj;
+    } else if (!c->render_err[0]) {
+        snprintf(c->render_err, sizeof c->render_err, "%s", err);
+    }
 }
 
 static void create_generation_pod(ctx *c, int rank, int gen)
 {
     char err[256];
-    create(c, render_or_fail(c, vj_render_pod(c->job, rank, gen, err, sizeof err), err));
+    create_rendered(c, vj_render_pod(c->job, rank, gen, err, sizeof err), err);
 }
 
-/* The running job: start, watch, restart, finish. */
-static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const char *cur_phase,
-                    const vj_children *have)
+/* What the pods need, before them (creates are applied in order): the
+ * config, the Service, and the identity when the job has its own. */
+static void ensure_children(ctx *c, const vj_children *have)
 {
-    const vj_jobspec *js = c->js;
-    char msg[512], err[256];
-    int R = js->replicas;
-
-    /* What the pods need, before them (creates are applied in order): the
-     * config, the Service, and the identity when the job has its own. */
+    char err[256];
     if (!have->configmap)
-        create(c, render_or_fail(c, vj_render_configmap(c->job, err, sizeof err), err));
+        create_rendered(c, vj_render_configmap(c->job, err, sizeof err), err);
     if (!have->service)
-        create(c, render_or_fail(c, vj_render_service(c->job, err, sizeof err), err));
-    if (!js->service_account) {
+        create_rendered(c, vj_render_service(c->job, err, sizeof err), err);
+    if (!c->js->service_account) {
         if (!have->service_account)
-            create(c, render_or_fail(c, vj_render_service_account(c->job, err, sizeof err), err));
+            create_rendered(c, vj_render_service_account(c->job, err, sizeof err), err);
         if (!have->role)
-            create(c, render_or_fail(c, vj_render_role(c->job, err, sizeof err), err));
+            create_rendered(c, vj_render_role(c->job, err, sizeof err), err);
         if (!have->role_binding)
-            create(c, render_or_fail(c, vj_render_role_binding(c->job, err, sizeof err), err));
+            create_rendered(c, vj_render_role_binding(c->job, err, sizeof err), err);
     }
+}
 
-    int phase_restarting = str_eq(cur_phase, "Restarting");
-    if (str_eq(cur_phase, "Suspended")) {
-        snprintf(msg, sizeof msg, "ViTJob %s/%s is resumed", js->ns, js->name);
-        set_cond(c, ds->conds, "Suspended", "False", "ViTJobResumed", msg, 1);
-        if (ds->start >= 0) {
-            /* Pods ran before: a fresh generation; resumes from the checkpoint. */
-            ds->gen++;
-            ds->disruptions++;
-            ds->start = -1;
-            phase_restarting = 0;
-        }
-        event(c, "Normal", "Resumed", msg);
+/* Leaving Suspended: a fresh generation when pods ran before (it resumes
+ * from the checkpoint), without spending backoffLimit. Returns whether the
+ * job still counts as restarting. */
+static int resume(ctx *c, desired_status *ds, const char *cur_phase)
+{
+    int restarting = str_eq(cur_phase, "Restarting");
+    if (!str_eq(cur_phase, "Suspended"))
+        return restarting;
+    char msg[512];
+    snprintf(msg, sizeof msg, "ViTJob %s/%s is resumed", c->js->ns, c->js->name);
+    set_cond(c, ds->conds, "Suspended", "False", "ViTJobResumed", msg, 1);
+    if (ds->start >= 0) {
+        ds->gen++;
+        ds->disruptions++;
+        ds->start = -1;
+        restarting = 0;
     }
+    event(c, "Normal", "Resumed", msg);
+    return restarting;
+}
 
-    /* Current generation by rank; everything else goes. */
-    pod_info **slot = calloc((size_t)R, sizeof *slot);
-    if (slot == NULL) {
+/* The current generation's pods by rank, and what they say together. */
+typedef struct {
+    pod_info **slot;                  /* [replicas]: the pod of each rank, or NULL */
+    int succeeded, running, missing, failed, disrupted;
+    pod_info *permanent, *first_bad;  /* the first permanent exit; the first failure to report */
+} generation;
+
+/* Slots the current generation (every other pod goes) and tallies it.
+ * Returns 0, or -1 out of memory. */
+static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, generation *g)
+{
+    int R = c->js->replicas;
+    memset(g, 0, sizeof *g);
+    g->slot = calloc((size_t)R, sizeof *g->slot);
+    if (g->slot == NULL) {
         c->ok = 0;
-        return;
+        return -1;
     }
     for (size_t i = 0; i < n; i++) {
         pod_info *pi = &pods[i];
-        if (pi->gen != ds->gen || pi->rank >= R || slot[pi->rank] != NULL)
+        if (pi->gen != ds->gen || pi->rank >= R || g->slot[pi->rank] != NULL)
             remove_pod(c, pi);
         else
-            slot[pi->rank] = pi;
+            g->slot[pi->rank] = pi;
     }
-
-    int succeeded = 0, running = 0, missing = 0, failed = 0, disrupted = 0;
-    pod_info *permanent = NULL, *first_bad = NULL;
     for (int r = 0; r < R; r++) {
-        pod_info *pi = slot[r];
+        pod_info *pi = g->slot[r];
         if (pi == NULL) {
-            missing++;
-            continue;
-        }
-        if (pi->phase == PP_SUCCEEDED) {
-            succeeded++;
+            g->missing++;
+        } else if (pi->phase == PP_SUCCEEDED) {
+            g->succeeded++;
         } else if (pi->phase == PP_FAILED && (pi->exit_code == VITJOB_EXIT_CONFIG ||
                                               pi->exit_code == VITJOB_EXIT_DATA)) {
-            if (permanent == NULL)
-                permanent = pi;
+            if (g->permanent == NULL)
+                g->permanent = pi;
         } else if (pi->disruption || pi->deleting || pi->phase == PP_UNKNOWN) {
-            disrupted++;
-            if (first_bad == NULL || !first_bad->disruption)
-                first_bad = pi;
+            g->disrupted++;
+            if (g->first_bad == NULL || !g->first_bad->disruption)
+                g->first_bad = pi;
         } else if (pi->phase == PP_FAILED) {
-            failed++;
-            if (first_bad == NULL)
-                first_bad = pi;
+            g->failed++;
+            if (g->first_bad == NULL)
+                g->first_bad = pi;
         } else if (pi->phase == PP_RUNNING) {
-            running++;
+            g->running++;
         }
     }
+    return 0;
+}
 
-    if (permanent) {
-        int code = permanent->exit_code;
-        snprintf(msg, sizeof msg, "pod %s exited with code %d (%s): permanent, not retried",
-                 permanent->name, code, code == VITJOB_EXIT_CONFIG ? "bad config or spec" : "bad or missing data");
-        finish_job(c, ds, pods, n, 0, code == VITJOB_EXIT_CONFIG ? "PermanentError" : "InvalidData", msg);
-        clean_pods(c, ds, pods, n);
-        free(slot);
-        return;
-    }
-    if (succeeded == R) {
-        snprintf(msg, sizeof msg, "all %d pods of generation %d succeeded", R, ds->gen);
-        finish_job(c, ds, pods, n, 1, "ViTJobSucceeded", msg);
-        clean_pods(c, ds, pods, n);
-        free(slot);
-        return;
-    }
+/* A worker exited 2 or 3: the job fails for good. */
+static void fail_permanent(ctx *c, desired_status *ds, pod_info *pods, size_t n,
+                           const pod_info *bad)
+{
+    char msg[512];
+    int code = bad->exit_code, config = code == VITJOB_EXIT_CONFIG;
+    snprintf(msg, sizeof msg, "pod %s exited with code %d (%s): permanent, not retried",
+             bad->name, code, config ? "bad config or spec" : "bad or missing data");
+    finish_job(c, ds, pods, n, 0, config ? "PermanentError" : "InvalidData", msg);
+    clean_pods(c, ds, pods, n);
+}
 
-    int lost = missing > 0 && str_eq(cur_phase, "Running");
-    if (disrupted || failed || lost) {
-        int disruption = disrupted > 0 || failed == 0;
-        if (first_bad == NULL)
-            snprintf(msg, sizeof msg, "%d pod(s) of generation %d disappeared", missing, ds->gen);
-        else if (first_bad->phase == PP_FAILED && !first_bad->disruption)
-            snprintf(msg, sizeof msg, "pod %s failed with exit code %d", first_bad->name,
-                     first_bad->exit_code);
-        else
-            snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
-                     "node lost)", first_bad->name);
-        int spent = ds->gen - ds->disruptions;
-        if (!disruption && spent >= js->backoff_limit) {
-            char m2[600];
-            snprintf(m2, sizeof m2, "%s; backoffLimit %d reached after %d restart(s)", msg,
-                     js->backoff_limit, spent);
-            for (int r = 0; r < R; r++)
-                if (slot[r] && !finished(slot[r]))
-                    remove_pod(c, slot[r]);
-            finish_job(c, ds, pods, n, 0, "BackoffLimitExceeded", m2);
-            clean_pods(c, ds, pods, n);
-            free(slot);
-            return;
-        }
+/* A pod failed, was disrupted or disappeared: the whole gang restarts as
+ * the next generation, or the job fails once backoffLimit is spent
+ * (disruptions do not spend it). */
+static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n,
+                            const generation *g)
+{
+    const vj_jobspec *js = c->js;
+    int R = js->replicas;
+    char msg[512], m2[600];
+    int disruption = g->disrupted > 0 || g->failed == 0;
+    const pod_info *bad = g->first_bad;
+    if (bad == NULL)
+        snprintf(msg, sizeof msg, "%d pod(s) of generation %d disappeared", g->missing, ds->gen);
+    else if (bad->phase == PP_FAILED && !bad->disruption)
+        snprintf(msg, sizeof msg, "pod %s failed with exit code %d", bad->name, bad->exit_code);
+    else
+        snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
+                 "node lost)", bad->name);
+    int spent = ds->gen - ds->disruptions;
+    if (!disruption && spent >= js->backoff_limit) {
+        snprintf(m2, sizeof m2, "%s; backoffLimit %d reached after %d restart(s)", msg,
+                 js->backoff_limit, spent);
         for (int r = 0; r < R; r++)
-            if (slot[r])
-                remove_pod(c, slot[r]);
-        ds->gen++;
-        if (disruption)
-            ds->disruptions++;
-        char m2[600];
-        snprintf(m2, sizeof m2, "%s; gang restart as generation %d (%s)", msg, ds->gen,
-                 disruption ? "disruption, backoffLimit not spent" : "retryable failure");
-        static const char *const running_types[] = {"Running", NULL};
-        set_cond(c, ds->conds, "Restarting", "True",
-                 disruption ? "Disruption" : "RetryableFailure", m2, 0);
-        clear_conds(c, ds->conds, "ViTJobRestarting", m2, running_types);
-        event(c, "Warning", "Restarting", m2);
-        for (int r = 0; r < R; r++)
-            create_generation_pod(c, r, ds->gen);
-        ds->phase = "Restarting";
-        ds->active = R;
-        ds->succeeded = ds->failed = 0;
-        ds->set_replicas = 1;
-        free(slot);
+            if (g->slot[r] && !finished(g->slot[r]))
+                remove_pod(c, g->slot[r]);
+        finish_job(c, ds, pods, n, 0, "BackoffLimitExceeded", m2);
+        clean_pods(c, ds, pods, n);
         return;
     }
+    for (int r = 0; r < R; r++)
+        if (g->slot[r])
+            remove_pod(c, g->slot[r]);
+    ds->gen++;
+    if (disruption)
+        ds->disruptions++;
+    snprintf(m2, sizeof m2, "%s; gang restart as generation %d (%s)", msg, ds->gen,
+             disruption ? "disruption, backoffLimit not spent" : "retryable failure");
+    static const char *const running_types[] = {"Running", NULL};
+    set_cond(c, ds->conds, "Restarting", "True", disruption ? "Disruption" : "RetryableFailure",
+             m2, 0);
+    clear_conds(c, ds->conds, "ViTJobRestarting", m2, running_types);
+    event(c, "Warning", "Restarting", m2);
+    for (int r = 0; r < R; r++)
+        create_generation_pod(c, r, ds->gen);
+    ds->phase = "Restarting";
+    ds->active = R;
+    ds->succeeded = ds->failed = 0;
+    ds->set_replicas = 1;
+}
 
-    /* Steady state: make sure every rank has its pod. */
-    int active = 0;
+/* Steady state: every rank has its pod; Running once all run. */
+static void keep_running(ctx *c, desired_status *ds, const generation *g, const char *cur_phase,
+                         int restarting)
+{
+    int R = c->js->replicas, active = 0;
+    char msg[512];
     for (int r = 0; r < R; r++) {
-        if (slot[r] == NULL) {
+        if (g->slot[r] == NULL) {
             create_generation_pod(c, r, ds->gen);
             active++;
-        } else if (!finished(slot[r])) {
+        } else if (!finished(g->slot[r])) {
             active++;
         }
     }
     if (ds->start < 0)
         ds->start = c->now;
-    if (running == R) {
+    if (g->running == R) {
         ds->phase = "Running";
         snprintf(msg, sizeof msg, "all %d pods of generation %d are running", R, ds->gen);
         set_cond(c, ds->conds, "Running", "True", "ViTJobRunning", msg, 0);
@@ -507,13 +526,36 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
         if (cond_true(ds->conds, "Restarting"))
             set_cond(c, ds->conds, "Restarting", "False", "ViTJobRunning", msg, 1);
     } else {
-        ds->phase = phase_restarting ? "Restarting" : "Pending";
+        ds->phase = restarting ? "Restarting" : "Pending";
     }
     ds->active = active;
-    ds->succeeded = succeeded;
+    ds->succeeded = g->succeeded;
     ds->failed = 0;
     ds->set_replicas = 1;
-    free(slot);
+}
+
+/* The running job: start, watch, restart, finish. */
+static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const char *cur_phase,
+                    const vj_children *have)
+{
+    ensure_children(c, have);
+    int restarting = resume(c, ds, cur_phase);
+    generation g;
+    if (tally(c, ds, pods, n, &g) != 0)
+        return;
+    if (g.permanent) {
+        fail_permanent(c, ds, pods, n, g.permanent);
+    } else if (g.succeeded == c->js->replicas) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "all %d pods of generation %d succeeded", c->js->replicas, ds->gen);
+        finish_job(c, ds, pods, n, 1, "ViTJobSucceeded", msg);
+        clean_pods(c, ds, pods, n);
+    } else if (g.disrupted || g.failed || (g.missing > 0 && str_eq(cur_phase, "Running"))) {
+        restart_or_fail(c, ds, pods, n, &g); /* a pod missing while Running was lost */
+    } else {
+        keep_running(c, ds, &g, cur_phase, restarting);
+    }
+    free(g.slot);
 }
 
 static void suspend_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const char *cur_phase)
@@ -685,6 +727,15 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
         clean_pods(&c, &ds, pods, n);
     }
 
+    if (c.render_err[0] && c.ok) {
+        /* a child that cannot be rendered: no creates, the job fails saying why */
+        char msg[512];
+        snprintf(msg, sizeof msg, "cannot render the job's children: %s", c.render_err);
+        while (cJSON_GetArraySize(plan->creates) > 0)
+            cJSON_DeleteItemFromArray(plan->creates, 0);
+        finish_job(&c, &ds, pods, n, 0, "InvalidSpec", msg);
+        clean_pods(&c, &ds, pods, n);
+    }
     terminal = str_eq(ds.phase, "Succeeded") || str_eq(ds.phase, "Failed");
     if (terminal && js.ttl >= 0 && ds.completion >= 0) {
         if (now >= ds.completion + js.ttl)

@@ -131,148 +131,228 @@ static void report_dims(const model_config *mc, const vit_ops *ops)
         LOG_INFO("train", "event=dims_not_multiple_of_8 dims=%s", list);
 }
 
-int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
+/* One training run: what train_run sets up, uses and frees. */
+typedef struct {
+    const vit_job_config *cfg;
+    const train_options *opt;
+    const vit_ops *ops;
+    dataset *train, *test;
+    vit_model *model;
+    optim *opt_state;
+    data_loader loader;
+    float *images; /* one micro-batch */
+    int *labels;
+    FILE *metrics; /* NULL without --metrics */
+    int threads, micro, accum;
+    long steps_per_epoch, total;
+    /* progress */
+    double t_train, last_loss;
+    long images_done;
+} run;
+
+/* The data sets, checked against the model, and the number of steps. */
+static int load_data(run *r, char *err, size_t errlen)
 {
+    const vit_job_config *cfg = r->cfg;
     const model_config *mc = &cfg->model;
     const training_config *tc = &cfg->training;
-    const vit_ops *ops = NULL;
-    dataset *train = NULL, *test = NULL;
-    vit_model *model = NULL;
-    optim *opt_state = NULL;
-    data_loader loader = {0};
-    float *images = NULL;
-    int *labels = NULL;
-    FILE *metrics = NULL;
-    int rc;
-
-    int threads = ops_cpu_set_threads(tc->threads);
-    const int micro = tc->micro_batch_size, accum = config_accum_steps(cfg);
-
-    rc = dataset_load_idx(&train, cfg->data.uri, "train", mc->num_classes, err, errlen);
-    if (rc) goto out;
-    rc = dataset_load_idx(&test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
-    if (rc) goto out;
-    if (train->rows != mc->image_size || train->cols != mc->image_size) {
+    int rc = dataset_load_idx(&r->train, cfg->data.uri, "train", mc->num_classes, err, errlen);
+    if (rc == 0)
+        rc = dataset_load_idx(&r->test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
+    if (rc)
+        return rc;
+    if (r->train->rows != mc->image_size || r->train->cols != mc->image_size) {
         snprintf(err, errlen, "%s: images are %dx%d but model.imageSize=%d", cfg->data.uri,
-                 train->rows, train->cols, mc->image_size);
-        rc = VITJOB_EXIT_CONFIG;
-        goto out;
+                 r->train->rows, r->train->cols, mc->image_size);
+        return VITJOB_EXIT_CONFIG;
     }
-    if (test->rows != train->rows || test->cols != train->cols) {
+    if (r->test->rows != r->train->rows || r->test->cols != r->train->cols) {
         snprintf(err, errlen, "%s: test images are %dx%d but training images are %dx%d",
-                 cfg->data.uri, test->rows, test->cols, train->rows, train->cols);
-        rc = VITJOB_EXIT_DATA;
-        goto out;
+                 cfg->data.uri, r->test->rows, r->test->cols, r->train->rows, r->train->cols);
+        return VITJOB_EXIT_DATA;
     }
-    long steps_per_epoch = train->n / tc->global_batch_size;
-    if (steps_per_epoch < 1) {
+    r->steps_per_epoch = r->train->n / tc->global_batch_size;
+    if (r->steps_per_epoch < 1) {
         snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
-                 tc->global_batch_size, train->n);
-        rc = VITJOB_EXIT_CONFIG;
-        goto out;
+                 tc->global_batch_size, r->train->n);
+        return VITJOB_EXIT_CONFIG;
     }
-    long total = tc->steps > 0 ? tc->steps : (long)tc->epochs * steps_per_epoch;
-    if (tc->optimizer.warmup_steps > total) {
+    r->total = tc->steps > 0 ? tc->steps : (long)tc->epochs * r->steps_per_epoch;
+    if (tc->optimizer.warmup_steps > r->total) {
         snprintf(err, errlen, "training.optimizer.warmupSteps=%d exceeds the %ld steps of "
-                 "training.epochs=%d", tc->optimizer.warmup_steps, total, tc->epochs);
-        rc = VITJOB_EXIT_CONFIG;
-        goto out;
+                 "training.epochs=%d", tc->optimizer.warmup_steps, r->total, tc->epochs);
+        return VITJOB_EXIT_CONFIG;
     }
+    return 0;
+}
 
-    rc = train_pick_backend(&ops, tc, err, errlen);
-    if (rc) goto out;
-    report_dims(mc, ops);
+/* The backend, the model with its first weights, the optimizer, the batch
+ * buffers, the data loader and the metrics file. */
+static int build(run *r, char *err, size_t errlen)
+{
+    const vit_job_config *cfg = r->cfg;
+    const model_config *mc = &cfg->model;
+    const training_config *tc = &cfg->training;
+    int rc = train_pick_backend(&r->ops, tc, err, errlen);
+    if (rc)
+        return rc;
+    report_dims(mc, r->ops);
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing};
-    rc = model_new(&model, mc, micro, &mopts, ops, err, errlen);
-    if (rc) goto out;
+    if ((rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != 0)
+        return rc;
     if (mc->init[0]) {
-        if (model_load_safetensors(model, mc->init, err, errlen) != 0) {
-            rc = VITJOB_EXIT_CONFIG;
-            goto out;
-        }
+        if (model_load_safetensors(r->model, mc->init, err, errlen) != 0)
+            return VITJOB_EXIT_CONFIG;
         LOG_INFO("train", "event=init_loaded path=%s", mc->init);
-    } else if (model_init_random(model, tc->seed) != 0) {
+    } else if (model_init_random(r->model, tc->seed) != 0) {
         snprintf(err, errlen, "out of host memory for the initial weights");
-        rc = VITJOB_EXIT_FAILURE;
-        goto out;
+        return VITJOB_EXIT_FAILURE;
     }
-    rc = optim_new(&opt_state, model, &tc->optimizer, total, err, errlen);
-    if (rc) goto out;
-    images = malloc(sizeof(float) * (size_t)micro * model_image_floats(model));
-    labels = malloc(sizeof(int) * (size_t)micro);
-    if (!images || !labels || data_loader_init(&loader, train, tc->seed, cfg->data.augment)) {
+    if ((rc = optim_new(&r->opt_state, r->model, &tc->optimizer, r->total, err, errlen)) != 0)
+        return rc;
+    r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
+    r->labels = malloc(sizeof(int) * (size_t)r->micro);
+    if (!r->images || !r->labels ||
+        data_loader_init(&r->loader, r->train, tc->seed, cfg->data.augment)) {
         snprintf(err, errlen, "out of memory for batch buffers");
+        return VITJOB_EXIT_FAILURE;
+    }
+    if (r->opt->metrics_path && (r->metrics = fopen(r->opt->metrics_path, "w")) == NULL) {
+        snprintf(err, errlen, "%s: cannot open metrics file: %s", r->opt->metrics_path,
+                 strerror(errno));
+        return VITJOB_EXIT_CONFIG;
+    }
+    return 0;
+}
+
+/* One optimizer step: the micro-batches of a global batch, accumulated.
+ * *loss is the global batch's mean loss. */
+static int train_step(run *r, long step, double *loss, optim_result *res, char *err,
+                      size_t errlen)
+{
+    const training_config *tc = &r->cfg->training;
+    const float dloss = 1.0f / (float)tc->global_batch_size;
+    double t0 = mono_seconds();
+    model_zero_grads(r->model);
+    *loss = 0.0;
+    /* epochs end at optimizer-step (global batch) boundaries, so that a step
+     * never mixes two epochs whatever the micro-batch size */
+    data_loader_begin_step(&r->loader, tc->global_batch_size);
+    for (int a = 0; a < r->accum; a++) {
+        data_loader_next(&r->loader, r->micro, r->images, r->labels);
+        *loss += model_forward(r->model, r->images, r->labels, r->micro) * (double)r->micro;
+        model_backward(r->model, dloss);
+    }
+    *loss /= tc->global_batch_size;
+    *res = optim_step(r->opt_state, r->model, r->ops, step);
+    r->t_train += mono_seconds() - t0;
+    if (model_status(r->model, err, errlen))
+        return VITJOB_EXIT_FAILURE; /* a GPU fault: retryable from the last checkpoint */
+    r->images_done += tc->global_batch_size;
+    if (!isfinite(*loss)) {
+        snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
+                 *loss, step);
+        return VITJOB_EXIT_FAILURE;
+    }
+    r->last_loss = *loss;
+    if (r->metrics)
+        fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g}\n",
+                step + 1, *loss, res->lr, res->grad_norm);
+    return 0;
+}
+
+/* The final evaluation, the export and the summary line. */
+static int finish(run *r, char *err, size_t errlen)
+{
+    const model_config *mc = &r->cfg->model;
+    const training_config *tc = &r->cfg->training;
+    int stopped;
+    eval_result ev = evaluate_and_report(r->model, r->test, r->micro, r->images, r->labels,
+                                         r->total, r->t_train, r->metrics, r->opt->stop_flag,
+                                         &stopped);
+    if (stopped) {
+        snprintf(err, errlen, "stopped by signal during the final evaluation");
+        return VITJOB_EXIT_FAILURE;
+    }
+    if (tc->export_path[0]) {
+        if (model_save_safetensors(r->model, mc, tc->export_path, err, errlen) != 0)
+            return VITJOB_EXIT_FAILURE;
+        LOG_INFO("train", "event=exported path=%s", tc->export_path);
+    }
+    double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
+    LOG_INFO("train",
+             "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f img_per_s=%.1f "
+             "train_seconds=%.1f peak_rss_mib=%.1f",
+             r->total, r->last_loss, ev.accuracy, ips, r->t_train, peak_rss_mib());
+    printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%.6f,"
+           "\"test_loss\":%.6f,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
+           "\"threads\":%d,\"peak_rss_mib\":%.1f}\n",
+           r->total, r->last_loss, ev.accuracy, ev.loss, ips, r->t_train,
+           model_num_params(r->model), r->threads, peak_rss_mib());
+    fflush(stdout);
+    return 0;
+}
+
+/* Frees what the run holds; a metrics file that fails to close fails the run. */
+static int run_free(run *r, int rc, char *err, size_t errlen)
+{
+    if (r->metrics && fclose(r->metrics) != 0 && rc == 0) {
+        snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(errno));
         rc = VITJOB_EXIT_FAILURE;
-        goto out;
     }
-    if (opt->metrics_path) {
-        metrics = fopen(opt->metrics_path, "w");
-        if (!metrics) {
-            snprintf(err, errlen, "%s: cannot open metrics file: %s", opt->metrics_path,
-                     strerror(errno));
-            rc = VITJOB_EXIT_CONFIG;
-            goto out;
-        }
-    }
+    data_loader_free(&r->loader);
+    free(r->images);
+    free(r->labels);
+    optim_free(r->opt_state);
+    model_free(r->model);
+    dataset_free(r->train);
+    dataset_free(r->test);
+    return rc;
+}
+
+int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
+{
+    const training_config *tc = &cfg->training;
+    run r = {.cfg = cfg, .opt = opt};
+    r.threads = ops_cpu_set_threads(tc->threads);
+    r.micro = tc->micro_batch_size;
+    r.accum = config_accum_steps(cfg);
+    int rc = load_data(&r, err, errlen);
+    if (rc == 0)
+        rc = build(&r, err, errlen);
+    if (rc)
+        return run_free(&r, rc, err, errlen);
 
     LOG_INFO("train",
              "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d params=%zu activation_mib=%.1f tokens=%d "
              "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
-             ops->name, ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing, threads,
-             model_num_params(model),
-             model_activation_bytes(model) / 1048576.0, model_tokens(model), total,
-             steps_per_epoch, tc->global_batch_size, micro, accum);
+             r.ops->name, r.ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing,
+             r.threads, model_num_params(r.model), model_activation_bytes(r.model) / 1048576.0,
+             model_tokens(r.model), r.total, r.steps_per_epoch, tc->global_batch_size, r.micro,
+             r.accum);
 
-    const float dloss = 1.0f / (float)tc->global_batch_size;
-    double t_train = 0.0, interval_loss = 0.0, last_loss = 0.0;
-    long interval_steps = 0, images_done = 0;
-    double t_interval = mono_seconds();
-    for (long step = 0; step < total; step++) {
+    double interval_loss = 0.0, t_interval = mono_seconds();
+    long interval_steps = 0;
+    for (long step = 0; step < r.total; step++) {
         if (opt->stop_flag && *opt->stop_flag) {
             snprintf(err, errlen, "stopped by signal at step %ld", step);
-            rc = VITJOB_EXIT_FAILURE;
-            goto out;
+            return run_free(&r, VITJOB_EXIT_FAILURE, err, errlen);
         }
-        double t0 = mono_seconds();
-        model_zero_grads(model);
-        double loss = 0.0;
-        /* epochs end at optimizer-step (global batch) boundaries, so that a
-         * step never mixes two epochs whatever the micro-batch size */
-        data_loader_begin_step(&loader, tc->global_batch_size);
-        for (int a = 0; a < accum; a++) {
-            data_loader_next(&loader, micro, images, labels);
-            loss += model_forward(model, images, labels, micro) * (double)micro;
-            model_backward(model, dloss);
-        }
-        loss /= tc->global_batch_size;
-        optim_result res = optim_step(opt_state, model, ops, step);
-        t_train += mono_seconds() - t0;
-        if (model_status(model, err, errlen)) {
-            rc = VITJOB_EXIT_FAILURE; /* a GPU fault: retryable from the last checkpoint */
-            goto out;
-        }
-        images_done += tc->global_batch_size;
-        if (!isfinite(loss)) {
-            snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
-                     loss, step);
-            rc = VITJOB_EXIT_FAILURE;
-            goto out;
-        }
+        double loss;
+        optim_result res;
+        if ((rc = train_step(&r, step, &loss, &res, err, errlen)) != 0)
+            return run_free(&r, rc, err, errlen);
         interval_loss += loss;
         interval_steps++;
-        last_loss = loss;
-        if (metrics)
-            fprintf(metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g}\n",
-                    step + 1, loss, res.lr, res.grad_norm);
-        int last = step + 1 == total;
+        int last = step + 1 == r.total;
         if ((step + 1) % tc->log_interval == 0 || last) {
-            double t = mono_seconds(), rate = interval_steps * tc->global_batch_size /
-                                              (t - t_interval);
-            double eta = (double)(total - step - 1) * tc->global_batch_size / rate;
+            double t = mono_seconds(),
+                   rate = interval_steps * tc->global_batch_size / (t - t_interval);
+            double eta = (double)(r.total - step - 1) * tc->global_batch_size / rate;
             LOG_INFO("train",
                      "step=%ld/%ld epoch=%.2f loss=%.4f lr=%.3e grad_norm=%.3f img_per_s=%.1f "
                      "eta_s=%.0f",
-                     step + 1, total, (double)images_done / train->n,
+                     step + 1, r.total, (double)r.images_done / r.train->n,
                      interval_loss / interval_steps, res.lr, res.grad_norm, rate, eta);
             interval_loss = 0.0;
             interval_steps = 0;
@@ -280,56 +360,15 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
         }
         if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
             int stopped;
-            evaluate_and_report(model, test, micro, images, labels, step + 1, t_train, metrics,
-                                opt->stop_flag, &stopped);
+            evaluate_and_report(r.model, r.test, r.micro, r.images, r.labels, step + 1, r.t_train,
+                                r.metrics, opt->stop_flag, &stopped);
             if (stopped) {
                 snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
                          step + 1);
-                rc = VITJOB_EXIT_FAILURE;
-                goto out;
+                return run_free(&r, VITJOB_EXIT_FAILURE, err, errlen);
             }
             t_interval = mono_seconds(); /* keep eval time out of the rate */
         }
     }
-
-    int stopped;
-    eval_result ev = evaluate_and_report(model, test, micro, images, labels, total, t_train,
-                                         metrics, opt->stop_flag, &stopped);
-    if (stopped) {
-        snprintf(err, errlen, "stopped by signal during the final evaluation");
-        rc = VITJOB_EXIT_FAILURE;
-        goto out;
-    }
-    if (tc->export_path[0]) {
-        if (model_save_safetensors(model, mc, tc->export_path, err, errlen) != 0) {
-            rc = VITJOB_EXIT_FAILURE;
-            goto out;
-        }
-        LOG_INFO("train", "event=exported path=%s", tc->export_path);
-    }
-    double ips = t_train > 0 ? images_done / t_train : 0.0;
-    LOG_INFO("train",
-             "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f img_per_s=%.1f "
-             "train_seconds=%.1f peak_rss_mib=%.1f",
-             total, last_loss, ev.accuracy, ips, t_train, peak_rss_mib());
-    printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%.6f,"
-           "\"test_loss\":%.6f,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
-           "\"threads\":%d,\"peak_rss_mib\":%.1f}\n",
-           total, last_loss, ev.accuracy, ev.loss, ips, t_train, model_num_params(model), threads,
-           peak_rss_mib());
-    fflush(stdout);
-    rc = 0;
-out:
-    if (metrics && fclose(metrics) != 0 && rc == 0) {
-        snprintf(err, errlen, "%s: write failed: %s", opt->metrics_path, strerror(errno));
-        rc = VITJOB_EXIT_FAILURE;
-    }
-    data_loader_free(&loader);
-    free(images);
-    free(labels);
-    optim_free(opt_state);
-    model_free(model);
-    dataset_free(train);
-    dataset_free(test);
-    return rc;
+    return run_free(&r, finish(&r, err, errlen), err, errlen);
 }

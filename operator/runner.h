@@ -1,0 +1,65 @@
+/* operator/runner.h - the generic controller runner, as controller-runtime's
+ * Controller: informers into caches, a de-duplicating rate-limited work queue
+ * of "namespace/name" keys of the primary kind, and N worker threads calling
+ * a reconciler.
+ *
+ * Owns: one informer and cache per source (sources[0] is the primary kind:
+ * its changes enqueue its own key; the other sources are owned objects whose
+ * `owner_label` names their primary, whose key they enqueue), the queue, the
+ * workers, waiting for synced caches before any reconcile, and what each
+ * result means: done (forgotten), requeue after N seconds, error (requeued
+ * with backoff), terminal (logged, forgotten, not requeued: retrying cannot
+ * help until the object changes). The metrics vitjob_reconcile_total{result},
+ * vitjob_reconcile_duration_seconds and vitjob_workqueue_depth.
+ * Must not: know what it reconciles, or keep state that cannot be rebuilt by
+ * relisting.
+ */
+#ifndef VITJOB_RUNNER_H
+#define VITJOB_RUNNER_H
+
+#include <signal.h>
+
+#include "cache.h"
+#include "informer.h"
+#include "metrics.h"
+
+typedef enum { RUN_DONE, RUN_REQUEUE, RUN_ERROR, RUN_TERMINAL } run_result;
+
+typedef struct {
+    const char *prefix;   /* "/api/v1" or "/apis/GROUP/VERSION" */
+    const char *resource; /* plural: "pods" */
+} runner_source;
+
+/* Reconciles ns/name with client k (the worker thread's own). *requeue_s is
+ * read when RUN_REQUEUE is returned. */
+typedef run_result (*runner_reconcile_fn)(void *user, kube_client *k, const char *ns,
+                                          const char *name, double *requeue_s);
+
+typedef struct {
+    const runner_source *sources; /* borrowed; sources[0] is the primary kind */
+    int n_sources;
+    const char *owner_label;      /* label of owned objects naming their primary */
+    runner_reconcile_fn reconcile;
+    void *user;
+    kube_client_factory factory;  /* a client per thread */
+    void *factory_user;
+    const char *namespace;        /* NULL or "" = all namespaces */
+    int workers;                  /* reconcile threads, >= 1 */
+    metrics_registry *metrics;    /* borrowed */
+    const volatile sig_atomic_t *stop;
+} runner_opts;
+
+typedef struct runner runner;
+
+/* Starts informers and workers. *out is set before any thread starts (the
+ * reconciler may use it at once); the caller ends it with runner_join after
+ * setting *stop. Returns 0, or -1 with a message in err and *out NULL. */
+int runner_start(const runner_opts *opts, runner **out, char *err, size_t errlen);
+/* The cache of source i (borrowed, valid until runner_join). */
+obj_cache *runner_cache(runner *r, int i);
+/* 1 when every informer has listed once. */
+int runner_synced(const runner *r);
+/* Stops the queue, waits for workers and informers, frees. Accepts NULL. */
+void runner_join(runner *r);
+
+#endif
