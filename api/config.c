@@ -64,7 +64,7 @@ enum key_type {
     KT_DOUBLE, /* double */
     KT_BOOL,   /* int, 0 or 1; needs a real boolean */
     KT_STRING, /* char[]; any string that fits */
-    KT_ENUM,   /* char[]; one of `choices` */
+    KT_ENUM,   /* an enum field; its value is the index of its spelling in `choices` */
     KT_PAIR,   /* two doubles (off, off2) given as a 2-element array */
     KT_PRESET, /* char[] model.preset; setting it applies the preset */
 };
@@ -91,7 +91,11 @@ typedef struct {
 #define ROW_DBL(p, f, lo, hi, open) {p, FIELD_T(f, double, KT_DOUBLE), AT(f), 0, lo, hi, open, NULL}
 #define ROW_BOOL(p, f) {p, FIELD_T(f, int, KT_BOOL), AT(f), 0, 0, 1, 0, NULL}
 #define ROW_STR(p, f) {p, FIELD_T(f, char *, KT_STRING), AT(f), 0, 0, 0, 0, NULL}
-#define ROW_ENUM(p, f, ch) {p, FIELD_T(f, char *, KT_ENUM), AT(f), 0, 0, 0, 0, ch}
+#define ENUM_T(f)                                                                          \
+    _Generic(((vit_job_config *)0)->f, data_format: KT_ENUM, precision_mode: KT_ENUM,       \
+             sharding_mode: KT_ENUM, optimizer_kind: KT_ENUM, lr_schedule: KT_ENUM,        \
+             device_kind: KT_ENUM)
+#define ROW_ENUM(p, f, ch) {p, ENUM_T(f), AT(f), 0, 0, 0, 0, ch}
 #define ROW_PAIR(p, f1, f2, lo, hi, open) \
     {p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), lo, hi, open, NULL}
 #define ROW_PRESET(p, f) {p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, NULL}
@@ -516,15 +520,22 @@ static int apply_value(const load_ctx *c, vit_job_config *cfg, const config_key 
             return fail(c, "%s: expected a boolean (true or false), got %s", k->path, got);
         *(int *)(void *)field = cJSON_IsTrue(v) ? 1 : 0;
         return 0;
+    case KT_ENUM: {
+        if (!cJSON_IsString(v))
+            return fail(c, "%s: expected a string, got %s", k->path, got);
+        for (int i = 0; k->choices[i]; i++)
+            if (strcmp(k->choices[i], v->valuestring) == 0) {
+                *(int *)(void *)field = i; /* enums of small values are int-sized */
+                return 0;
+            }
+        return fail_choices(c, k, v->valuestring);
+    }
     case KT_STRING:
-    case KT_ENUM:
     case KT_PRESET: {
         if (!cJSON_IsString(v))
             return fail(c, "%s: expected a string, got %s", k->path, got);
         const char *s = v->valuestring;
         size_t n = strlen(s);
-        if (k->type == KT_ENUM && !in_list(k->choices, s))
-            return fail_choices(c, k, s);
         if (n >= k->size)
             return fail(c, "%s: a string of %zu bytes is too long (at most %zu)", k->path, n,
                         k->size - 1);
@@ -591,8 +602,13 @@ static cJSON *field_to_json(const vit_job_config *cfg, const config_key *k, int 
     }
     case KT_BOOL:
         return cJSON_CreateBool(*(const int *)(const void *)field != 0);
+    case KT_ENUM: {
+        int v = *(const int *)(const void *)field, n = 0;
+        while (k->choices[n])
+            n++;
+        return cJSON_CreateString(v >= 0 && v < n ? k->choices[v] : "?");
+    }
     case KT_STRING:
-    case KT_ENUM:
     case KT_PRESET: {
         char *s = dup_range(field, strnlen(field, k->size - 1));
         if (!s)
@@ -834,7 +850,7 @@ void config_defaults(vit_job_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     config_preset(&cfg->model, "fmnist_tiny");
 
-    set_str(cfg->data.format, sizeof cfg->data.format, "fashion-mnist");
+    cfg->data.format = DATA_FASHION_MNIST;
     set_str(cfg->data.uri, sizeof cfg->data.uri, "file:///usr/share/datasets/fashion-mnist");
     cfg->data.augment = 0;
 
@@ -843,22 +859,22 @@ void config_defaults(vit_job_config *cfg)
     t->epochs = 2;
     t->global_batch_size = 128;
     t->micro_batch_size = 64;
-    set_str(t->precision, sizeof t->precision, "fp32");
-    set_str(t->sharding, sizeof t->sharding, "none");
+    t->precision = PRECISION_FP32;
+    t->sharding = SHARDING_NONE;
     t->activation_checkpointing = 0;
     optimizer_config *o = &t->optimizer;
-    set_str(o->name, sizeof o->name, "adamw");
+    o->name = OPTIMIZER_ADAMW;
     o->lr = 3e-3;
     o->weight_decay = 0.05;
     o->beta1 = 0.9;
     o->beta2 = 0.999;
     o->eps = 1e-8;
     o->warmup_steps = 50;
-    set_str(o->schedule, sizeof o->schedule, "cosine");
+    o->schedule = SCHEDULE_COSINE;
     o->min_lr = 0.0;
     o->grad_clip = 1.0;
     t->seed = 1234;
-    set_str(t->device, sizeof t->device, "auto");
+    t->device = DEVICE_AUTO;
     t->rendezvous_timeout_seconds = 300;
     t->threads = 0;
     t->log_interval = 50;
@@ -1046,7 +1062,7 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
     int rc = 0;
     for (size_t i = 0; i < N_KEYS && rc == 0; i++) {
         const config_key *k = &config_keys[i];
-        if ((k->type == KT_STRING || k->type == KT_ENUM || k->type == KT_PRESET) &&
+        if ((k->type == KT_STRING || k->type == KT_PRESET) &&
             memchr((const char *)cfg + k->off, '\0', k->size) == NULL) {
             rc = fail(&c, "%s: string is not NUL-terminated", k->path);
             break;
@@ -1075,9 +1091,9 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
                     m->dim, r, config_mlp_hidden(m));
     }
 
-    if (strcmp(cfg->data.format, "shards") == 0)
+    if (cfg->data.format == DATA_SHARDS)
         return fail(&c, "data.format=shards is not supported by this build yet");
-    if (strcmp(cfg->data.format, "fashion-mnist") == 0) {
+    if (cfg->data.format == DATA_FASHION_MNIST) {
         if (m->image_size != 28)
             return fail(&c, "model.imageSize=%d does not fit data.format=fashion-mnist: "
                             "Fashion-MNIST images are 28x28x1, so model.imageSize must be 28",
@@ -1203,4 +1219,17 @@ cJSON *config_describe(void)
         }
     }
     return out;
+}
+
+const char *config_enum_name(const char *path, int value)
+{
+    for (size_t i = 0; path && i < N_KEYS; i++) {
+        const config_key *k = &config_keys[i];
+        if (k->type != KT_ENUM || strcmp(k->path, path) != 0)
+            continue;
+        for (int j = 0; k->choices[j]; j++)
+            if (j == value)
+                return k->choices[j];
+    }
+    return "?";
 }

@@ -21,6 +21,15 @@
 
 #define CONFIG_STR 512
 
+/* The keys with a fixed set of values, as values: in each enum the order of
+ * the spellings in the spec table (api/config.c), which maps one to the other. */
+typedef enum { DATA_FASHION_MNIST, DATA_SHARDS } data_format;                  /* data.format */
+typedef enum { PRECISION_FP32, PRECISION_BF16_MIXED } precision_mode;          /* training.precision */
+typedef enum { SHARDING_NONE, SHARDING_GRAD_OP, SHARDING_FULL } sharding_mode; /* training.sharding */
+typedef enum { OPTIMIZER_ADAMW } optimizer_kind;                  /* training.optimizer.name */
+typedef enum { SCHEDULE_COSINE, SCHEDULE_CONSTANT } lr_schedule;  /* training.optimizer.schedule */
+typedef enum { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind; /* training.device */
+
 typedef struct {
     char preset[64];      /* "" or a preset name; applied before the explicit keys */
     int image_size;       /* input height = width, pixels */
@@ -35,16 +44,16 @@ typedef struct {
 } model_config;
 
 typedef struct {
-    char format[32];      /* "fashion-mnist" (only one so far) or "shards" */
+    data_format format;
     char uri[CONFIG_STR]; /* file:///dir or /dir */
     int augment;          /* random crop (pad 2) + horizontal flip */
 } data_config;
 
 typedef struct {
-    char name[16];        /* "adamw" */
+    optimizer_kind name;
     double lr, weight_decay, beta1, beta2, eps;
     int warmup_steps;
-    char schedule[16];    /* "cosine" | "constant" */
+    lr_schedule schedule;
     double min_lr;
     double grad_clip;     /* 0 = off */
 } optimizer_config;
@@ -54,12 +63,12 @@ typedef struct {
     int epochs;           /* used when steps == 0 */
     int global_batch_size;
     int micro_batch_size; /* per rank; accumulation fills the rest */
-    char precision[16];   /* "fp32" | "bf16-mixed" */
-    char sharding[16];    /* "none" | "grad-op" | "full" */
+    precision_mode precision;
+    sharding_mode sharding;
     int activation_checkpointing;
     optimizer_config optimizer;
     unsigned long long seed;
-    char device[8];       /* "cpu" | "cuda" | "auto" */
+    device_kind device;
     int rendezvous_timeout_seconds;
     int threads;          /* 0 = all cores */
     int log_interval;     /* steps between progress lines */
@@ -124,5 +133,9 @@ char *config_to_json(const vit_job_config *cfg);
  * and arrays of numbers), enum (strings from a fixed set), default (as
  * config_defaults sets it)}. Caller frees with cJSON_Delete; NULL on OOM. */
 cJSON *config_describe(void);
+
+/* The spelling of an enumerated key's value, e.g. ("training.precision",
+ * PRECISION_BF16_MIXED) -> "bf16-mixed"; "?" for an unknown key or value. */
+const char *config_enum_name(const char *path, int value);
 
 #endif

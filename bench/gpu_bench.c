@@ -354,12 +354,13 @@ int main(int argc, char **argv)
     optimizer_config oc = cfg.training.optimizer; /* AdamW, betas, eps, wd 0.05: the trainer's */
     oc.lr = 1e-4;                                 /* constant: the rate only has to stay sane */
     oc.warmup_steps = 0;
-    snprintf(oc.schedule, sizeof oc.schedule, "constant");
+    oc.schedule = SCHEDULE_CONSTANT;
     oc.grad_clip = a.grad_clip;
 
     /* the trainer's own choice of op table for this device and precision */
-    snprintf(cfg.training.device, sizeof cfg.training.device, "%s", a.device);
-    snprintf(cfg.training.precision, sizeof cfg.training.precision, "%s", a.precision);
+    cfg.training.device = strcmp(a.device, "cuda") == 0 ? DEVICE_CUDA : DEVICE_CPU;
+    cfg.training.precision =
+        strcmp(a.precision, "bf16-mixed") == 0 ? PRECISION_BF16_MIXED : PRECISION_FP32;
     const vit_ops *real;
     if (train_pick_backend(&real, &cfg.training, err, sizeof err) != 0) {
         fprintf(stderr, "gpu_bench: %s\n", err);

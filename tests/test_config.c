@@ -49,28 +49,28 @@ static void assert_config_eq(const vit_job_config *a, const vit_job_config *b)
     EQ_NUM(model.mlp_ratio);
     EQ_NUM(model.num_classes);
     EQ_STR(model.init);
-    EQ_STR(data.format);
+    EQ_NUM(data.format);
     EQ_STR(data.uri);
     EQ_NUM(data.augment);
     EQ_NUM(training.steps);
     EQ_NUM(training.epochs);
     EQ_NUM(training.global_batch_size);
     EQ_NUM(training.micro_batch_size);
-    EQ_STR(training.precision);
-    EQ_STR(training.sharding);
+    EQ_NUM(training.precision);
+    EQ_NUM(training.sharding);
     EQ_NUM(training.activation_checkpointing);
-    EQ_STR(training.optimizer.name);
+    EQ_NUM(training.optimizer.name);
     EQ_NUM(training.optimizer.lr);
     EQ_NUM(training.optimizer.weight_decay);
     EQ_NUM(training.optimizer.beta1);
     EQ_NUM(training.optimizer.beta2);
     EQ_NUM(training.optimizer.eps);
     EQ_NUM(training.optimizer.warmup_steps);
-    EQ_STR(training.optimizer.schedule);
+    EQ_NUM(training.optimizer.schedule);
     EQ_NUM(training.optimizer.min_lr);
     EQ_NUM(training.optimizer.grad_clip);
     EQ_NUM(training.seed);
-    EQ_STR(training.device);
+    EQ_NUM(training.device);
     EQ_NUM(training.rendezvous_timeout_seconds);
     EQ_NUM(training.threads);
     EQ_NUM(training.log_interval);
@@ -247,17 +247,17 @@ static void assert_is_full(const vit_job_config *c)
     cr_assert_eq(c->training.epochs, 0);
     cr_assert_eq(c->training.global_batch_size, 256);
     cr_assert_eq(c->training.micro_batch_size, 32);
-    cr_assert_str_eq(c->training.precision, "bf16-mixed");
-    cr_assert_str_eq(c->training.sharding, "grad-op");
+    cr_assert_eq(c->training.precision, PRECISION_BF16_MIXED);
+    cr_assert_eq(c->training.sharding, SHARDING_GRAD_OP);
     cr_assert_eq(c->training.activation_checkpointing, 1);
     cr_assert(c->training.optimizer.lr == 3e-4);
     cr_assert(c->training.optimizer.beta2 == 0.95);
     cr_assert(c->training.optimizer.eps == 1e-6);
     cr_assert(c->training.optimizer.min_lr == 1e-5);
     cr_assert(c->training.optimizer.grad_clip == 0.5);
-    cr_assert_str_eq(c->training.optimizer.schedule, "constant");
+    cr_assert_eq(c->training.optimizer.schedule, SCHEDULE_CONSTANT);
     cr_assert_eq(c->training.seed, 42);
-    cr_assert_str_eq(c->training.device, "cpu");
+    cr_assert_eq(c->training.device, DEVICE_CPU);
     cr_assert_eq(c->training.threads, 4);
     cr_assert_str_eq(c->checkpoint.uri, "s3://bucket/ckpt/job");
     cr_assert_str_eq(c->checkpoint.credentials_secret, "s3-creds");
@@ -284,27 +284,27 @@ Test(config, defaults_are_the_documented_values)
     cr_assert_eq(c.model.channels, 1);
     cr_assert_eq(c.model.dim, 64);
     cr_assert_eq(c.model.num_classes, 10);
-    cr_assert_str_eq(c.data.format, "fashion-mnist");
+    cr_assert_eq(c.data.format, DATA_FASHION_MNIST);
     cr_assert_str_eq(c.data.uri, "file:///usr/share/datasets/fashion-mnist");
     cr_assert_eq(c.data.augment, 0);
     cr_assert_eq(c.training.steps, 0);
     cr_assert_eq(c.training.epochs, 2);
     cr_assert_eq(c.training.global_batch_size, 128);
     cr_assert_eq(c.training.micro_batch_size, 64);
-    cr_assert_str_eq(c.training.precision, "fp32");
-    cr_assert_str_eq(c.training.sharding, "none");
+    cr_assert_eq(c.training.precision, PRECISION_FP32);
+    cr_assert_eq(c.training.sharding, SHARDING_NONE);
     cr_assert_eq(c.training.activation_checkpointing, 0);
-    cr_assert_str_eq(c.training.optimizer.name, "adamw");
+    cr_assert_eq(c.training.optimizer.name, OPTIMIZER_ADAMW);
     cr_assert(c.training.optimizer.lr == 3e-3);
     cr_assert(c.training.optimizer.weight_decay == 0.05);
     cr_assert(c.training.optimizer.beta1 == 0.9 && c.training.optimizer.beta2 == 0.999);
     cr_assert(c.training.optimizer.eps == 1e-8);
     cr_assert_eq(c.training.optimizer.warmup_steps, 50);
-    cr_assert_str_eq(c.training.optimizer.schedule, "cosine");
+    cr_assert_eq(c.training.optimizer.schedule, SCHEDULE_COSINE);
     cr_assert(c.training.optimizer.min_lr == 0.0);
     cr_assert(c.training.optimizer.grad_clip == 1.0);
     cr_assert_eq(c.training.seed, 1234);
-    cr_assert_str_eq(c.training.device, "auto");
+    cr_assert_eq(c.training.device, DEVICE_AUTO);
     cr_assert_eq(c.training.rendezvous_timeout_seconds, 300);
     cr_assert_eq(c.training.threads, 0);
     cr_assert_eq(c.training.log_interval, 50);
@@ -550,7 +550,7 @@ Test(config, examples_load_validate_and_describe_the_same_job)
     cr_assert_eq(config_validate(&y, err, sizeof err), 0, "%s", err);
     assert_config_eq(&y, &j);
     cr_assert_str_eq(y.model.preset, "fmnist_tiny");
-    cr_assert_str_eq(y.data.format, "fashion-mnist");
+    cr_assert_eq(y.data.format, DATA_FASHION_MNIST);
     cr_assert_gt(y.training.steps, 0);
 }
 
@@ -843,11 +843,11 @@ Test(config, validate_rechecks_fields_that_code_set_directly)
     c.training.micro_batch_size = 0;
     expect_invalid(&c, "training.microBatchSize=0 is out of range [1, 65536]", NULL);
     config_defaults(&c);
-    snprintf(c.training.device, sizeof c.training.device, "gpu");
-    expect_invalid(&c, "training.device=\"gpu\" is not one of cpu, cuda, auto", NULL);
+    c.training.device = (device_kind)7; /* no such value */
+    expect_invalid(&c, "training.device=\"?\" is not one of cpu, cuda, auto", NULL);
     config_defaults(&c);
-    memset(c.training.precision, 'x', sizeof c.training.precision);
-    expect_invalid(&c, "training.precision: string is not NUL-terminated", NULL);
+    memset(c.model.init, 'x', sizeof c.model.init);
+    expect_invalid(&c, "model.init: string is not NUL-terminated", NULL);
 }
 
 /* ---------------------------------------------------------------- --set */
@@ -890,7 +890,7 @@ Test(config, set_overrides_a_string_as_is_and_an_enum)
     set_ok(&c, "training.exportPath=");
     cr_assert_str_eq(c.data.uri, "s3://bucket/prefix?a=b");
     cr_assert_str_eq(c.checkpoint.credentials_secret, " spaced ");
-    cr_assert_str_eq(c.training.precision, "bf16-mixed");
+    cr_assert_eq(c.training.precision, PRECISION_BF16_MIXED);
     cr_assert_str_eq(c.training.export_path, "");
 }
 
@@ -1112,4 +1112,15 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
     cr_assert_eq(n, rows, "the CRD has %d keys for the worker, the spec table %d", n, rows);
     cJSON_Delete(table);
     cJSON_Delete(crd);
+}
+
+Test(config, enum_values_have_their_spellings)
+{
+    cr_assert_str_eq(config_enum_name("training.precision", PRECISION_BF16_MIXED), "bf16-mixed");
+    cr_assert_str_eq(config_enum_name("training.device", DEVICE_AUTO), "auto");
+    cr_assert_str_eq(config_enum_name("training.sharding", SHARDING_GRAD_OP), "grad-op");
+    cr_assert_str_eq(config_enum_name("training.optimizer.schedule", SCHEDULE_CONSTANT), "constant");
+    cr_assert_str_eq(config_enum_name("data.format", DATA_SHARDS), "shards");
+    cr_assert_str_eq(config_enum_name("training.device", 9), "?");
+    cr_assert_str_eq(config_enum_name("training.steps", 0), "?", "not an enumerated key");
 }

@@ -78,7 +78,7 @@ static optimizer_config adamw_config(void)
     optimizer_config oc = cfg.training.optimizer;
     oc.lr = 1e-3;
     oc.warmup_steps = 2;
-    snprintf(oc.schedule, sizeof oc.schedule, "cosine");
+    oc.schedule = SCHEDULE_COSINE;
     oc.min_lr = 0.0;
     oc.grad_clip = 1.0;
     return oc;

@@ -19,7 +19,7 @@ struct optim {
 double optim_lr_at(const optimizer_config *oc, long step, long total)
 {
     if (step < oc->warmup_steps) return oc->lr * (double)(step + 1) / oc->warmup_steps;
-    if (strcmp(oc->schedule, "cosine") == 0) {
+    if (oc->schedule == SCHEDULE_COSINE) {
         long span = total - oc->warmup_steps;
         double progress = (double)(step - oc->warmup_steps) / (double)(span > 1 ? span : 1);
         if (progress > 1.0) progress = 1.0;

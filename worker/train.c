@@ -84,9 +84,9 @@ static eval_result evaluate_and_report(vit_model *m, const dataset *test, int B,
 int train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
                        size_t errlen)
 {
-    const int bf16 = strcmp(tc->precision, "bf16-mixed") == 0;
+    const int bf16 = tc->precision == PRECISION_BF16_MIXED;
     const vit_ops *cpu = bf16 ? ops_cpu_bf16() : ops_cpu();
-    if (strcmp(tc->device, "cpu") == 0) {
+    if (tc->device == DEVICE_CPU) {
         *out = cpu;
         return 0;
     }
@@ -96,7 +96,7 @@ int train_pick_backend(const vit_ops **out, const training_config *tc, char *err
         *out = gpu;
         return 0;
     }
-    if (strcmp(tc->device, "cuda") == 0) {
+    if (tc->device == DEVICE_CUDA) {
         snprintf(err, errlen, "training.device=cuda: %s; use training.device=cpu or auto", why);
         return VITJOB_EXIT_CONFIG;
     }

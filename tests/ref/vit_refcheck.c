@@ -67,7 +67,7 @@ int main(int argc, char **argv)
     memcpy(images, timg->data, sizeof(float) * B * img_floats);
 
     const vit_ops *ops =
-        strcmp(cfg.training.precision, "bf16-mixed") == 0 ? ops_cpu_bf16() : ops_cpu();
+        cfg.training.precision == PRECISION_BF16_MIXED ? ops_cpu_bf16() : ops_cpu();
     ops_cpu_set_threads(cfg.training.threads);
     vit_model *m = NULL;
     model_options mopts = {.activation_checkpointing = cfg.training.activation_checkpointing};
