@@ -1124,3 +1124,60 @@ Test(config, enum_values_have_their_spellings)
     cr_assert_str_eq(config_enum_name("training.device", 9), "?");
     cr_assert_str_eq(config_enum_name("training.steps", 0), "?", "not an enumerated key");
 }
+
+/* The backticked words of one column of a Markdown table row ("\|" is not
+ * a column break), space-separated into out. */
+static void column_words(const char *line, int col, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    int c = -1;
+    for (const char *p = line; *p; p++) {
+        if (*p == '|' && (p == line || p[-1] != '\\')) {
+            c++;
+            continue;
+        }
+        if (c != col || *p != '`')
+            continue;
+        const char *end = strchr(p + 1, '`');
+        if (!end)
+            break;
+        size_t n = strlen(out);
+        snprintf(out + n, outlen - n, "%s%.*s", n ? " " : "", (int)(end - p - 1), p + 1);
+        p = end;
+    }
+}
+
+Test(config, the_readmes_config_reference_lists_each_enum_and_its_default_as_the_table)
+{
+    buf text = {0};
+    cr_assert_eq(buf_read_file(&text, "README.md"), 0, "run from the repository root");
+    cJSON *table = config_describe();
+    const cJSON *row;
+    int enums = 0;
+    cJSON_ArrayForEach(row, table) {
+        const cJSON *e = cJSON_GetObjectItem(row, "enum");
+        const char *path = cJSON_GetObjectItem(row, "path")->valuestring;
+        if (!e || strcmp(path, "model.preset") == 0)
+            continue;
+        enums++;
+        char head[160], want[256] = "", got[256], dflt[128];
+        snprintf(head, sizeof head, "\n| `%s` |", path);
+        const char *line = strstr(text.data, head);
+        cr_assert_not_null(line, "README.md has no config reference row for %s", path);
+        char one[512];
+        snprintf(one, sizeof one, "%.*s", (int)(strchr(line + 1, '\n') - line - 1), line + 1);
+        const cJSON *v;
+        cJSON_ArrayForEach(v, e) {
+            size_t n = strlen(want);
+            snprintf(want + n, sizeof want - n, "%s%s", n ? " " : "", v->valuestring);
+        }
+        column_words(one, 1, got, sizeof got);
+        cr_assert_str_eq(got, want, "README.md: the values of %s", path);
+        column_words(one, 2, dflt, sizeof dflt);
+        cr_assert_str_eq(dflt, cJSON_GetObjectItem(row, "default")->valuestring,
+                         "README.md: the default of %s", path);
+    }
+    cr_assert_eq(enums, 6);
+    cJSON_Delete(table);
+    buf_free(&text);
+}
