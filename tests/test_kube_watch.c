@@ -127,7 +127,7 @@ Test(kube_lines, callback_nonzero_stops_feeding_and_is_returned)
 
 /* ================================================ against the API server */
 
-TestSuite(kube_watch, .timeout = 30);
+TestSuite(kube_watch, .timeout = 60);
 
 
 Test(kube_watch, watch_delivers_added_modified_deleted_in_order_and_tracks_resource_version)
@@ -237,9 +237,8 @@ Test(kube_watch, stop_flag_set_by_a_signal_handler_ends_a_quiet_watch_within_a_s
 
 /* ============================== own servers: 410 Gone and restart mid-watch */
 
-TestSuite(kube_server, .timeout = 60);
 
-Test(kube_server, too_old_resource_version_is_reported_as_watch_gone)
+Test(kube_watch, too_old_resource_version_is_reported_as_watch_gone)
 {
     char dir[256], state[300];
     int port;
@@ -299,7 +298,7 @@ static void restart_on_first(int n, void *arg)
     create_cm(x->writer, "rs-3", "rs", "1");
 }
 
-Test(kube_server, watch_resumes_after_server_restart_on_the_same_port_without_losing_events)
+Test(kube_watch, watch_resumes_after_server_restart_on_the_same_port_without_losing_events)
 {
     char dir[256], state[300];
     make_tmpdir(dir, sizeof dir);
