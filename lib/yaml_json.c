@@ -104,20 +104,11 @@ static cJSON *typed_scalar(const yaml_event_t *ev)
     return cJSON_CreateString(v);
 }
 
-static char *dup_str(const char *v)
-{
-    size_t n = strlen(v);
-    char *d = malloc(n + 1);
-    if (d)
-        memcpy(d, v, n + 1);
-    return d;
-}
-
 static int remember(state *s, const yaml_mark_t *at, const char *name, cJSON *node)
 {
     if (s->n_anchors == MAX_ANCHORS)
         return fail_at(s, at, "too many anchors");
-    char *n = dup_str(name);
+    char *n = strdup(name);
     if (!n)
         return oom(s);
     s->anchors[s->n_anchors].name = n;
@@ -179,7 +170,7 @@ static int on_event(state *s, const yaml_event_t *ev, int *docs, int *done)
         if (strlen(v) != ev->data.scalar.length)
             return fail_at(s, at, "a scalar contains a NUL byte");
         if (want_key) {
-            top->key = dup_str(v);
+            top->key = strdup(v);
             return top->key ? 0 : oom(s);
         }
         cJSON *node = s->o->typed_scalars ? typed_scalar(ev) : cJSON_CreateString(v);
@@ -205,7 +196,7 @@ static int on_event(state *s, const yaml_event_t *ev, int *docs, int *done)
         f->node = node;
         f->key = NULL;
         f->anchor = NULL;
-        if (anchor_name && s->o->aliases && (f->anchor = dup_str(anchor_name)) == NULL)
+        if (anchor_name && s->o->aliases && (f->anchor = strdup(anchor_name)) == NULL)
             return oom(s);
         return 0;
     }

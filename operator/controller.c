@@ -20,7 +20,8 @@
 /* The kinds the operator writes, where they live, and for the children other
  * than pods and events how to render them; the order of the informers. */
 typedef struct {
-    const char *kind, *prefix, *resource;
+    const char *kind;
+    runner_source src; /* where it lives */
     cJSON *(*render)(const cJSON *job, char *err, size_t errlen);
 } kind_info;
 
@@ -28,29 +29,20 @@ enum { INF_JOBS, INF_PODS, INF_CONFIGMAPS, INF_SERVICES, INF_SERVICEACCOUNTS, IN
        INF_ROLEBINDINGS, INF_COUNT };
 
 static const kind_info KINDS[] = {
-    [INF_JOBS] = {VJ_KIND, VJ_PREFIX, VJ_RESOURCE, NULL},
-    [INF_PODS] = {"Pod", "/api/v1", "pods", NULL},
-    [INF_CONFIGMAPS] = {"ConfigMap", "/api/v1", "configmaps", vj_render_configmap},
-    [INF_SERVICES] = {"Service", "/api/v1", "services", vj_render_service},
-    [INF_SERVICEACCOUNTS] = {"ServiceAccount", "/api/v1", "serviceaccounts",
+    [INF_JOBS] = {VJ_KIND, {VJ_PREFIX, VJ_RESOURCE}, NULL},
+    [INF_PODS] = {"Pod", {"/api/v1", "pods"}, NULL},
+    [INF_CONFIGMAPS] = {"ConfigMap", {"/api/v1", "configmaps"}, vj_render_configmap},
+    [INF_SERVICES] = {"Service", {"/api/v1", "services"}, vj_render_service},
+    [INF_SERVICEACCOUNTS] = {"ServiceAccount", {"/api/v1", "serviceaccounts"},
                              vj_render_service_account},
-    [INF_ROLES] = {"Role", RBAC_PREFIX, "roles", vj_render_role},
-    [INF_ROLEBINDINGS] = {"RoleBinding", RBAC_PREFIX, "rolebindings", vj_render_role_binding},
-    [INF_COUNT] = {"Event", "/api/v1", "events", NULL},
-};
-
-static const runner_source SOURCES[INF_COUNT] = {
-    [INF_JOBS] = {VJ_PREFIX, VJ_RESOURCE},
-    [INF_PODS] = {"/api/v1", "pods"},
-    [INF_CONFIGMAPS] = {"/api/v1", "configmaps"},
-    [INF_SERVICES] = {"/api/v1", "services"},
-    [INF_SERVICEACCOUNTS] = {"/api/v1", "serviceaccounts"},
-    [INF_ROLES] = {RBAC_PREFIX, "roles"},
-    [INF_ROLEBINDINGS] = {RBAC_PREFIX, "rolebindings"},
+    [INF_ROLES] = {"Role", {RBAC_PREFIX, "roles"}, vj_render_role},
+    [INF_ROLEBINDINGS] = {"RoleBinding", {RBAC_PREFIX, "rolebindings"}, vj_render_role_binding},
+    [INF_COUNT] = {"Event", {"/api/v1", "events"}, NULL},
 };
 
 struct controller {
     controller_opts o;
+    runner_source sources[INF_COUNT]; /* KINDS' sources, in the runner's form */
     runner *run;
     metrics_counter *m_created, *m_succeeded, *m_failed, *m_restarted;
 };
@@ -74,7 +66,8 @@ static int create_child(kube_client *k, const char *ns, const cJSON *obj,
     memset(st, 0, sizeof *st);
     const kind_info *ki = kind_of(obj);
     char path[512];
-    if (!ki || kube_path(path, sizeof path, ki->prefix, ns, ki->resource, NULL, NULL) != 0) {
+    if (!ki ||
+        kube_path(path, sizeof path, ki->src.prefix, ns, ki->src.resource, NULL, NULL) != 0) {
         snprintf(st->message, sizeof st->message, "cannot create an object of this kind");
         return KUBE_ERR_INVALID;
     }
@@ -204,9 +197,8 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         int rc = create_child(k, ns, obj, &st);
         KEEP(rc);
         if (rc != KUBE_OK && kube_is_permanent(&st)) {
-            const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
-            refused(ref, 1, cJSON_IsString(kind) ? kind->valuestring : "object", ns,
-                    kube_meta_str(obj, "name"), &st);
+            const kind_info *ki = kind_of(obj);
+            refused(ref, 1, ki ? ki->kind : "object", ns, kube_meta_str(obj, "name"), &st);
             break;
         }
     }
@@ -266,7 +258,7 @@ static int settle_child(controller *c, kube_client *k, const cJSON *job, int inf
     const char *name = kube_meta_str(want, "name");
     cJSON *have = cache_get(runner_cache(c->run, inf), ns, name);
     int result = 0;
-    kube_path(path, sizeof path, ki->prefix, ns, ki->resource, name, NULL);
+    kube_path(path, sizeof path, ki->src.prefix, ns, ki->src.resource, name, NULL);
     if (!have) goto out;
     cJSON *patch = NULL;
     vj_child_diff d = owned_by(have, uid) ? vj_render_diff(have, want, &patch) : VJ_CHILD_RECREATE;
@@ -408,7 +400,9 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
         free(c);
         return -1;
     }
-    runner_opts ro = {.sources = SOURCES, .n_sources = INF_COUNT, .owner_label = VJ_LABEL_JOB,
+    for (int i = 0; i < INF_COUNT; i++)
+        c->sources[i] = KINDS[i].src;
+    runner_opts ro = {.sources = c->sources, .n_sources = INF_COUNT, .owner_label = VJ_LABEL_JOB,
                       .reconcile = reconcile, .user = c, .factory = o->factory,
                       .factory_user = o->factory_user, .namespace = o->namespace,
                       .workers = o->workers, .metrics = o->metrics, .stop = o->stop};
