@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include "buf.h"
+#include "file.h"
 #include "log.h"
 #include "util.h"
 #include "yaml_json.h"
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #define PATH_MAX_LEN 256            /* longest dotted key we look up */
+#define FILE_PATH_MAX 4096
 #define FILE_MAX_BYTES (16u << 20)  /* a config larger than this is a mistake */
 #define JSON_EXACT_INT 9007199254740991.0 /* 2^53 - 1: largest integer a JSON number holds exactly */
 
@@ -922,9 +924,12 @@ int config_load_file(vit_job_config *cfg, const char *path, char *err, size_t er
 
     buf text = {.max = FILE_MAX_BYTES};
     int rc;
-    if (buf_read_file(&text, path) != 0) {
-        rc = errno == EFBIG ? fail(&c, "cannot read config: larger than %u MiB", FILE_MAX_BYTES >> 20)
-                            : fail(&c, "cannot read config: %s", strerror(errno));
+    char why[FILE_PATH_MAX + 256];
+    if (file_read(&text, path, why, sizeof why) != 0) {
+        /* why names the path, as the origin of fail's message does */
+        size_t n = strlen(path);
+        const char *what = strncmp(why, path, n) == 0 && why[n] == ':' ? why + n + 2 : why;
+        rc = fail(&c, "cannot read config: %s", what);
         goto out;
     }
     rc = config_load_string(cfg, text.data ? text.data : "", text.len, path, err, errlen);

@@ -93,28 +93,3 @@ void buf_free(buf *b)
     memset(b, 0, sizeof *b);
     b->max = max;
 }
-
-int buf_read_file(buf *b, const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return -1;
-    char chunk[65536];
-    size_t got;
-    int rc = 0;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (buf_append(b, chunk, got) != 0) {
-            errno = b->over_max ? EFBIG : ENOMEM;
-            rc = -1;
-            break;
-        }
-    }
-    if (rc == 0 && ferror(f)) {
-        errno = errno ? errno : EIO;
-        rc = -1;
-    }
-    int saved = errno;
-    fclose(f);
-    errno = saved;
-    return rc;
-}

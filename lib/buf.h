@@ -1,8 +1,8 @@
 /* lib/buf.h - a growable byte buffer, always NUL-terminated.
  *
- * Owns: appending bytes and formatted text with doubling growth, an
- * optional size cap, and reading a whole file. Failures are sticky (like
- * ferror): append away, check `failed` once at the end.
+ * Owns: appending bytes and formatted text with doubling growth, and an
+ * optional size cap. Failures are sticky (like ferror): append away, check
+ * `failed` once at the end. Reading files into a buf is lib/file.c's.
  * Must not: log, or free anything but its own bytes.
  *
  * A zeroed buf is empty and valid: buf b = {0}; b.max = cap (0 = no cap).
@@ -34,9 +34,5 @@ char *buf_take(buf *b);
 void buf_clear(buf *b);
 /* Frees the bytes; the buf is empty and reusable (its max is kept). */
 void buf_free(buf *b);
-
-/* Appends the whole file at path. Returns 0, or -1 with errno set (ENOMEM
- * out of memory, EFBIG over max, else the error of fopen/fread). */
-int buf_read_file(buf *b, const char *path);
 
 #endif

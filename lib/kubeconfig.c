@@ -2,6 +2,7 @@
  * copies of its secrets; must not log them or put them into messages. */
 #include "kubeconfig.h"
 #include "buf.h"
+#include "file.h"
 #include "util.h"
 #include "yaml_json.h"
 
@@ -115,15 +116,12 @@ int kube_base64_decode(const char *in, size_t len, char **out, size_t *out_len)
     return 0;
 }
 
-/* Reads a whole file into a new NUL-terminated buffer. */
+/* Reads a whole regular file into a new NUL-terminated buffer. */
 static int read_file(const char *path, char **out, size_t *out_len, char *err, size_t errlen)
 {
     buf b = {0};
-    if (buf_read_file(&b, path) != 0) {
-        int e = errno;
+    if (file_read(&b, path, err, errlen) != 0) {
         buf_free(&b);
-        err_printf(err, errlen, "%s: %s: %s", path, e == ENOMEM ? "out of memory" : "cannot read",
-                   strerror(e));
         return -1;
     }
     *out_len = b.len;

@@ -45,27 +45,3 @@ Test(buf, the_cap_fails_the_append_stickily_until_cleared)
     buf_free(&b);
     cr_assert_eq(b.max, 8, "the cap survives free");
 }
-
-Test(buf, read_file_appends_the_whole_file_and_reports_errors_in_errno)
-{
-    char path[] = "/tmp/test_buf_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    for (int i = 0; i < 100000; i++)
-        fputc('a' + i % 26, f);
-    fclose(f);
-    buf b = {0};
-    cr_assert_eq(buf_read_file(&b, path), 0);
-    cr_assert_eq(b.len, 100000);
-    cr_assert_eq(b.data[26], 'a');
-    buf_free(&b);
-    buf small = {.max = 1000};
-    cr_assert_eq(buf_read_file(&small, path), -1);
-    cr_assert_eq(errno, EFBIG);
-    buf_free(&small);
-    unlink(path);
-    cr_assert_eq(buf_read_file(&b, path), -1);
-    cr_assert_eq(errno, ENOENT);
-    buf_free(&b);
-}

@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include "buf.h"
+#include "file.h"
 #include "yaml_json.h"
 
 #include <criterion/criterion.h>
@@ -708,7 +709,7 @@ Test(config, missing_file_reports_the_path_and_strerror)
     cr_assert_eq(config_load_file(&c, "/nonexistent-vitjob/job.yaml", err, sizeof err), VITJOB_EXIT_CONFIG);
     cr_assert_str_eq(err, "/nonexistent-vitjob/job.yaml: cannot read config: No such file or directory");
     cr_assert_eq(config_load_file(&c, "/tmp", err, sizeof err), VITJOB_EXIT_CONFIG);
-    cr_assert_str_eq(err, "/tmp: cannot read config: Is a directory");
+    cr_assert_str_eq(err, "/tmp: cannot read config: is a directory, not a regular file");
     assert_config_eq(&c, &before);
 }
 
@@ -1053,7 +1054,7 @@ static void crd_leaves(const cJSON *node, const char *prefix, char (*out)[128], 
 Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_table)
 {
     buf text = {0};
-    cr_assert_eq(buf_read_file(&text, "manifests/00-crd.yaml"), 0, "run from the repository root");
+    cr_assert_eq(file_read(&text, "manifests/00-crd.yaml", NULL, 0), 0, "run from the repository root");
     cJSON *crd = NULL;
     char err[256];
     cr_assert_eq(yaml_json_parse(text.data, text.len, NULL, &crd, err, sizeof err), 0, "%s", err);
@@ -1150,7 +1151,7 @@ static void column_words(const char *line, int col, char *out, size_t outlen)
 Test(config, the_readmes_config_reference_lists_each_enum_and_its_default_as_the_table)
 {
     buf text = {0};
-    cr_assert_eq(buf_read_file(&text, "README.md"), 0, "run from the repository root");
+    cr_assert_eq(file_read(&text, "README.md", NULL, 0), 0, "run from the repository root");
     cJSON *table = config_describe();
     const cJSON *row;
     int enums = 0;
