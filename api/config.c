@@ -306,7 +306,7 @@ static void describe(char *out, size_t n, const cJSON *v)
 __attribute__((format(printf, 2, 3))) static int fail(const load_ctx *c, const char *fmt, ...)
 {
     if (c->err == NULL || c->errlen == 0)
-        return VITJOB_EXIT_CONFIG;
+        return VJ_ERR_CONFIG;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -319,7 +319,7 @@ __attribute__((format(printf, 2, 3))) static int fail(const load_ctx *c, const c
     for (char *p = c->err; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = ' ';
-    return VITJOB_EXIT_CONFIG;
+    return VJ_ERR_CONFIG;
 }
 
 
@@ -1096,8 +1096,10 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
                     m->dim, r, config_mlp_hidden(m));
     }
 
-    if (cfg->data.format == DATA_SHARDS)
-        return fail(&c, "data.format=shards is not supported by this build yet");
+    if (cfg->data.format == DATA_SHARDS) {
+        fail(&c, "data.format=shards is not supported by this build yet");
+        return VJ_ERR_UNSUPPORTED;
+    }
     if (cfg->data.format == DATA_FASHION_MNIST) {
         if (m->image_size != 28)
             return fail(&c, "model.imageSize=%d does not fit data.format=fashion-mnist: "

@@ -7,7 +7,7 @@
  * type, bounds, default, target field).
  * Must not: touch data files, allocate model memory, or exit the process.
  *
- * Errors: every function returns 0 on success or a VITJOB_EXIT_* code, and
+ * Errors: every function returns 0 on success or a vj_err (api/exitcode.h), and
  * writes a one-line message naming the file, key and value into `err`.
  */
 #ifndef VITJOB_CONFIG_H
@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "contract.h"
+#include "exitcode.h"
 
 #define CONFIG_STR 512
 
@@ -97,7 +98,7 @@ void config_defaults(vit_job_config *cfg);
 
 /* Parses a JSON or YAML file (chosen by content, not by extension) into cfg,
  * on top of whatever cfg holds. Unknown keys, wrong types and out-of-range
- * values are errors. Returns 0 or VITJOB_EXIT_CONFIG. */
+ * values are errors. Returns 0 or VJ_ERR_CONFIG. */
 int config_load_file(vit_job_config *cfg, const char *path, char *err, size_t errlen);
 
 /* Parses the same document from memory; `origin` names it in messages. */
@@ -108,7 +109,7 @@ int config_load_string(vit_job_config *cfg, const char *text, size_t len,
 int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t errlen);
 
 /* Cross-field checks (dim % heads, imageSize % patchSize, batch divisibility,
- * ...). Call after all loads and sets. Returns 0 or VITJOB_EXIT_CONFIG. */
+ * ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
 
 /* Writes the preset's model dims into m (keeping m->init). Returns 0, or -1

@@ -165,7 +165,8 @@ const vit_ops *ops_cuda(int bf16, char *err, size_t errlen);
 /* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */
 size_t ops_cuda_peak_bytes(void);
 
-/* Sets the CPU backend's thread count (OpenBLAS and OpenMP); 0 = all cores.
+/* Sets the CPU backend's thread count (OpenBLAS and OpenMP); 0 = as many
+ * as the process may keep busy (lib/sysres.h: affinity and cgroup quota).
  * Returns the count in force. */
 int ops_cpu_set_threads(int n);
 

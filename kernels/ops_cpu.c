@@ -4,6 +4,7 @@
  * output rounded to bf16), host memory for the ops, and the thread count of
  * OpenBLAS and OpenMP. Must not: contain math beyond those roundings. */
 #include "ops.h"
+#include "sysres.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -19,10 +20,7 @@ void openblas_set_num_threads(int num_threads);
 
 int ops_cpu_set_threads(int n)
 {
-    if (n <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n = cores > 0 ? (int)cores : 1;
-    }
+    if (n <= 0) n = sysres_cpus("", 0, NULL, 0);
     openblas_set_num_threads(n);
 #ifdef _OPENMP
     omp_set_num_threads(n);

@@ -263,6 +263,27 @@ int file_check_output(const char *path, int *removed, char *err, size_t errlen)
     return 0;
 }
 
+int file_create(const char *path, char *err, size_t errlen)
+{
+    if (check_target(path, err, errlen) != 0) return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY |
+                            O_CLOEXEC, 0644);
+    if (fd < 0) {
+        err_printf(err, errlen, "%s: cannot create: %s", path,
+                   errno == ELOOP ? "is a symbolic link" : strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        err_printf(err, errlen, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 /* ---- atomic replacement ---- */
 
 struct file_atomic {

@@ -44,6 +44,11 @@ int file_read(buf *b, const char *path, char *err, size_t errlen);
  * Returns 0 or -1. */
 int file_check_output(const char *path, int *removed, char *err, size_t errlen);
 
+/* Creates or truncates path for writing a stream (a log of metrics), as a
+ * regular file only: a device, FIFO, directory or symbolic link is refused
+ * without being opened for writing. Returns the descriptor or -1. */
+int file_create(const char *path, char *err, size_t errlen);
+
 /* An atomic replacement of one file: write to file_atomic_fd(a), then
  * file_atomic_commit (fsync, rename over path, fsync the directory) or
  * file_atomic_abort (removes the temporary). Both free a. The target must

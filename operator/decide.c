@@ -25,6 +25,7 @@
  */
 #include "decide.h"
 
+#include "exitcode.h"
 #include "jobspec.h"
 #include "json.h"
 #include "timefmt.h"
@@ -420,8 +421,7 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
             g->missing++;
         } else if (pi->phase == PP_SUCCEEDED) {
             g->succeeded++;
-        } else if (pi->phase == PP_FAILED && (pi->exit_code == VITJOB_EXIT_CONFIG ||
-                                              pi->exit_code == VITJOB_EXIT_DATA)) {
+        } else if (pi->phase == PP_FAILED && vj_exit_permanent(pi->exit_code)) {
             if (g->permanent == NULL)
                 g->permanent = pi;
         } else if (pi->disruption || pi->deleting || pi->phase == PP_UNKNOWN) {

@@ -87,7 +87,7 @@ static void assert_config_eq(const vit_job_config *a, const vit_job_config *b)
 #undef EQ_STR
 }
 
-/* The load must fail with VITJOB_EXIT_CONFIG, a one-line message containing
+/* The load must fail with VJ_ERR_CONFIG, a one-line message containing
  * each of `needles`, and leave the config exactly as it was. */
 static void expect_load_error(const char *text, const char *origin, const char *n1, const char *n2)
 {
@@ -97,7 +97,7 @@ static void expect_load_error(const char *text, const char *origin, const char *
     cfg.training.steps = 77; /* a non-default value that a partial load could clobber */
     before = cfg;
     int rc = load(&cfg, text, origin, err);
-    cr_assert_eq(rc, VITJOB_EXIT_CONFIG, "rc=%d for:\n%s", rc, text);
+    cr_assert_eq(rc, VJ_ERR_CONFIG, "rc=%d for:\n%s", rc, text);
     cr_assert(strchr(err, '\n') == NULL, "message spans lines: %s", err);
     cr_assert(strstr(err, n1) != NULL, "message [%s] lacks [%s]", err, n1);
     if (n2)
@@ -110,7 +110,7 @@ static void expect_load_error_exact(const char *text, const char *origin, const 
     vit_job_config cfg;
     char err[ERRLEN] = "";
     config_defaults(&cfg);
-    cr_assert_eq(load(&cfg, text, origin, err), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(load(&cfg, text, origin, err), VJ_ERR_CONFIG);
     cr_assert_str_eq(err, msg);
 }
 
@@ -121,7 +121,7 @@ static void expect_set_error(const char *assignment, const char *n1, const char 
     config_defaults(&cfg);
     before = cfg;
     int rc = config_set(&cfg, assignment, err, sizeof err);
-    cr_assert_eq(rc, VITJOB_EXIT_CONFIG, "rc=%d for %s", rc, assignment);
+    cr_assert_eq(rc, VJ_ERR_CONFIG, "rc=%d for %s", rc, assignment);
     cr_assert(strstr(err, n1) != NULL, "message [%s] lacks [%s]", err, n1);
     if (n2)
         cr_assert(strstr(err, n2) != NULL, "message [%s] lacks [%s]", err, n2);
@@ -131,7 +131,7 @@ static void expect_set_error(const char *assignment, const char *n1, const char 
 static void expect_invalid(const vit_job_config *cfg, const char *n1, const char *n2)
 {
     char err[ERRLEN] = "";
-    cr_assert_eq(config_validate(cfg, err, sizeof err), VITJOB_EXIT_CONFIG, "validated");
+    cr_assert_eq(config_validate(cfg, err, sizeof err), VJ_ERR_CONFIG, "validated");
     cr_assert(strchr(err, '\n') == NULL, "message spans lines: %s", err);
     cr_assert(strstr(err, n1) != NULL, "message [%s] lacks [%s]", err, n1);
     if (n2)
@@ -706,9 +706,9 @@ Test(config, missing_file_reports_the_path_and_strerror)
     char err[ERRLEN] = "";
     config_defaults(&c);
     before = c;
-    cr_assert_eq(config_load_file(&c, "/nonexistent-vitjob/job.yaml", err, sizeof err), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(config_load_file(&c, "/nonexistent-vitjob/job.yaml", err, sizeof err), VJ_ERR_CONFIG);
     cr_assert_str_eq(err, "/nonexistent-vitjob/job.yaml: cannot read config: No such file or directory");
-    cr_assert_eq(config_load_file(&c, "/tmp", err, sizeof err), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(config_load_file(&c, "/tmp", err, sizeof err), VJ_ERR_CONFIG);
     cr_assert_str_eq(err, "/tmp: cannot read config: is a directory, not a regular file");
     assert_config_eq(&c, &before);
 }
@@ -739,7 +739,7 @@ Test(config, nul_byte_in_the_document_is_rejected)
     char err[ERRLEN] = "";
     config_defaults(&c);
     static const char doc[] = "training: {steps: 1}\0junk";
-    cr_assert_eq(config_load_string(&c, doc, sizeof doc - 1, "nul.yaml", err, sizeof err), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(config_load_string(&c, doc, sizeof doc - 1, "nul.yaml", err, sizeof err), VJ_ERR_CONFIG);
     cr_assert(strstr(err, "NUL byte at byte 20") != NULL, "%s", err);
 }
 
@@ -749,10 +749,10 @@ Test(config, errors_fit_small_buffers_and_tolerate_a_null_buffer)
     char tiny[8];
     config_defaults(&c);
     cr_assert_eq(config_load_string(&c, "training: {stpes: 1}", 20, "t.yaml", tiny, sizeof tiny),
-                 VITJOB_EXIT_CONFIG);
+                 VJ_ERR_CONFIG);
     cr_assert_str_eq(tiny, "t.yaml:");
-    cr_assert_eq(config_load_string(&c, "training: {stpes: 1}", 20, "t.yaml", NULL, 0), VITJOB_EXIT_CONFIG);
-    cr_assert_eq(config_set(&c, "nope=1", NULL, 0), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(config_load_string(&c, "training: {stpes: 1}", 20, "t.yaml", NULL, 0), VJ_ERR_CONFIG);
+    cr_assert_eq(config_set(&c, "nope=1", NULL, 0), VJ_ERR_CONFIG);
 }
 
 /* ---------------------------------------------------------------- validation */
@@ -761,7 +761,7 @@ Test(config, dim_not_divisible_by_heads_fails_validation)
 {
     vit_job_config c = load_ok("model: {dim: 100, heads: 3}\n");
     char err[ERRLEN] = "";
-    cr_assert_eq(config_validate(&c, err, sizeof err), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(config_validate(&c, err, sizeof err), VJ_ERR_CONFIG);
     cr_assert_str_eq(err, "model.dim=100 is not divisible by model.heads=3");
 }
 
@@ -809,10 +809,12 @@ Test(config, min_lr_above_lr_fails_validation)
     expect_invalid(&c, "training.optimizer.minLr=0.01", "training.optimizer.lr=0.001");
 }
 
-Test(config, shards_format_is_not_supported_yet)
+Test(config, shards_format_is_refused_as_unsupported_not_as_a_bad_value)
 {
     vit_job_config c = load_ok("data: {format: shards}\n");
-    expect_invalid(&c, "data.format=shards is not supported by this build yet", NULL);
+    char err[ERRLEN] = "";
+    cr_assert_eq(config_validate(&c, err, sizeof err), VJ_ERR_UNSUPPORTED);
+    cr_assert(strstr(err, "data.format=shards is not supported by this build yet"), "%s", err);
 }
 
 Test(config, fashion_mnist_needs_28x28x1_images_and_10_classes)
@@ -928,9 +930,9 @@ Test(config, set_rejects_bad_values_with_the_file_messages)
     vit_job_config c;
     char err[ERRLEN] = "";
     config_defaults(&c);
-    cr_assert_eq(config_set(&c, "training.steps=ten", err, sizeof err), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(config_set(&c, "training.steps=ten", err, sizeof err), VJ_ERR_CONFIG);
     cr_assert_str_eq(err, "--set: training.steps: expected an integer, got string \"ten\"");
-    cr_assert_eq(config_set(&c, "training.microBatchSize=0", err, sizeof err), VITJOB_EXIT_CONFIG);
+    cr_assert_eq(config_set(&c, "training.microBatchSize=0", err, sizeof err), VJ_ERR_CONFIG);
     cr_assert_str_eq(err, "--set: training.microBatchSize=0 is out of range [1, 65536]");
     expect_set_error("training.steps=1.5", "training.steps: expected an integer, got number 1.5", NULL);
     expect_set_error("training.steps=0x10", "expected an integer, got string \"0x10\"", NULL);

@@ -87,7 +87,7 @@ Test(data, missing_file_is_exit_3_naming_the_file)
 {
     dataset *d = NULL;
     char err[512];
-    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
     cr_assert(strstr(err, "train-images-idx3-ubyte") && strstr(err, dir), "%s", err);
 }
 
@@ -97,7 +97,7 @@ Test(data, truncated_images_are_exit_3_naming_the_file)
     write_idx("train-labels-idx1-ubyte", 0, 50, 0, 0, 0);
     dataset *d = NULL;
     char err[512];
-    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
     cr_assert(strstr(err, "train-images-idx3-ubyte.gz") && strstr(err, "truncated"), "%s", err);
 }
 
@@ -107,7 +107,7 @@ Test(data, wrong_magic_is_exit_3_with_both_magics)
     write_idx("train-labels-idx1-ubyte", 0, 50, 0, 0, 0);
     dataset *d = NULL;
     char err[512];
-    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
     cr_assert(strstr(err, "bad IDX magic 0x00000801") && strstr(err, "0x00000803"), "%s", err);
 }
 
@@ -117,7 +117,7 @@ Test(data, label_count_mismatch_is_exit_3)
     write_idx("train-labels-idx1-ubyte", 0, 49, 0, 0, 0);
     dataset *d = NULL;
     char err[512];
-    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
     cr_assert(strstr(err, "49 labels for 50 images"), "%s", err);
 }
 
@@ -126,8 +126,43 @@ Test(data, label_beyond_num_classes_is_exit_3)
     good_split("train", 50);
     dataset *d = NULL;
     char err[512];
-    cr_assert_eq(dataset_load_idx(&d, dir, "train", 5, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert_eq(dataset_load_idx(&d, dir, "train", 5, err, sizeof err), VJ_ERR_DATA);
     cr_assert(strstr(err, "not below model.numClasses=5"), "%s", err);
+}
+
+/* labels are 0..9: with model.numClasses=9 the label 9 indexes one past the
+ * head's last class */
+Test(data, a_label_equal_to_num_classes_is_refused)
+{
+    good_split("train", 50);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(dataset_load_idx(&d, dir, "train", 9, err, sizeof err), VJ_ERR_DATA);
+    cr_assert(strstr(err, "label 9 of sample 9 is not below model.numClasses=9"), "%s", err);
+    cr_assert_null(d);
+    cr_assert_eq(dataset_load_idx(&d, dir, "train", 10, err, sizeof err), 0, "%s", err);
+    dataset_free(d);
+}
+
+/* A FIFO or a directory where a data file should be: refused at once (a
+ * FIFO without a writer would block a reader forever). */
+Test(data, a_fifo_or_directory_as_a_data_file_is_refused_without_blocking, .timeout = 20)
+{
+    good_split("train", 50);
+    char path[300];
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    dataset *d = NULL;
+    char err[512];
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
+    cr_assert(strstr(err, "train-images-idx3-ubyte.gz: cannot open dataset file: is a FIFO"),
+              "%s", err);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
+    cr_assert(strstr(err, "is a directory, not a regular file"), "%s", err);
+    cr_assert_eq(rmdir(path), 0);
 }
 
 Test(data, garbage_that_is_not_gzip_or_idx_is_exit_3)
@@ -139,7 +174,7 @@ Test(data, garbage_that_is_not_gzip_or_idx_is_exit_3)
     fclose(f);
     dataset *d = NULL;
     char err[512];
-    cr_assert_eq(load(&d, err, sizeof err), VITJOB_EXIT_DATA);
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
     cr_assert(strstr(err, "train-images-idx3-ubyte"), "%s", err);
 }
 

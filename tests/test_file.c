@@ -277,3 +277,23 @@ Test(file, a_temporary_whose_writer_died_is_removed_by_the_next_check_and_a_live
     file_atomic_abort(other);
     cr_assert_eq(count_temporaries(), 0);
 }
+
+Test(file, a_stream_output_is_created_as_a_regular_file_and_nothing_else_is_opened)
+{
+    char err[512], *p = in_dir("metrics.jsonl");
+    int fd = file_create(p, err, sizeof err);
+    cr_assert_geq(fd, 0, "%s", err);
+    cr_assert_eq(file_write_all(fd, "a\n", 2), 0);
+    close(fd);
+    fd = file_create(p, err, sizeof err);
+    cr_assert_geq(fd, 0, "%s", err);
+    close(fd);
+    assert_contents(p, "");
+    cr_assert_eq(mkfifo(in_dir("fifo"), 0600), 0);
+    cr_assert_eq(file_create(in_dir("fifo"), err, sizeof err), -1);
+    cr_assert(strstr(err, "is a FIFO"), "%s", err);
+    cr_assert_eq(file_create("/dev/null", err, sizeof err), -1);
+    cr_assert_eq(symlink("metrics.jsonl", in_dir("link")), 0);
+    cr_assert_eq(file_create(in_dir("link"), err, sizeof err), -1);
+    cr_assert(strstr(err, "symbolic link"), "%s", err);
+}

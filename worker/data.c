@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "config.h"
+#include "file.h"
 #include "rng.h"
 
 void dataset_free(dataset *d)
@@ -33,13 +35,28 @@ static int gz_read_exact(gzFile gz, void *buf, size_t len)
     return 0;
 }
 
-/* Opens <dir>/<base>.gz, or <dir>/<base> if that does not exist. */
-static gzFile open_idx(const char *dir, const char *base, char *path, size_t pathlen)
+/* Opens <dir>/<base>.gz, or <dir>/<base> if that does not exist: only a
+ * regular file (a FIFO or device never blocks or feeds the loader). */
+static gzFile open_idx(const char *dir, const char *base, char *path, size_t pathlen, char *err,
+                       size_t errlen)
 {
     struct stat st;
     snprintf(path, pathlen, "%s/%s.gz", dir, base);
-    if (stat(path, &st) != 0) snprintf(path, pathlen, "%s/%s", dir, base);
-    return gzopen(path, "rb");
+    if (lstat(path, &st) != 0 && errno == ENOENT) snprintf(path, pathlen, "%s/%s", dir, base);
+    char why[1200];
+    int fd = file_open_regular(path, NULL, why, sizeof why);
+    if (fd < 0) {
+        size_t n = strlen(path); /* why starts with the path */
+        snprintf(err, errlen, "%s: cannot open dataset file: %s", path,
+                 strncmp(why, path, n) == 0 && why[n] == ':' ? why + n + 2 : why);
+        return NULL;
+    }
+    gzFile gz = gzdopen(fd, "rb");
+    if (!gz) {
+        snprintf(err, errlen, "%s: cannot open dataset file: out of memory", path);
+        close(fd);
+    }
+    return gz;
 }
 
 static uint32_t be32(const unsigned char *b)
@@ -52,13 +69,10 @@ static int read_idx(const char *dir, const char *base, int ndims, uint32_t *dims
                     uint8_t **data, char *err, size_t errlen)
 {
     char path[1024];
-    gzFile gz = open_idx(dir, base, path, sizeof path);
-    if (!gz) {
-        snprintf(err, errlen, "%s: cannot open dataset file: %s", path,
-                 errno ? strerror(errno) : "unknown error");
-        return VITJOB_EXIT_DATA;
-    }
-    int rc = VITJOB_EXIT_DATA;
+    gzFile gz = open_idx(dir, base, path, sizeof path, err, errlen);
+    if (!gz)
+        return VJ_ERR_DATA;
+    int rc = VJ_ERR_DATA;
     unsigned char hdr[16];
     *data = NULL;
     if (gz_read_exact(gz, hdr, 4 + 4 * (size_t)ndims) != 0) {
@@ -87,6 +101,7 @@ static int read_idx(const char *dir, const char *base, int ndims, uint32_t *dims
     *data = malloc(total);
     if (!*data) {
         snprintf(err, errlen, "%s: out of memory for %zu bytes", path, total);
+        rc = VJ_ERR_OUT_OF_MEMORY;
         goto out;
     }
     if (gz_read_exact(gz, *data, total) != 0) {
@@ -111,7 +126,7 @@ int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_
     dataset *d = calloc(1, sizeof *d);
     if (!d) {
         snprintf(err, errlen, "dataset: out of memory");
-        return VITJOB_EXIT_FAILURE;
+        return VJ_ERR_OUT_OF_MEMORY;
     }
     char base[64];
     uint32_t idims[3], ldims[1];
@@ -123,7 +138,7 @@ int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_
     if (rc) goto fail;
     if (idims[0] != ldims[0]) {
         snprintf(err, errlen, "%s/%s: %u labels for %u images", dir, base, ldims[0], idims[0]);
-        rc = VITJOB_EXIT_DATA;
+        rc = VJ_ERR_DATA;
         goto fail;
     }
     d->n = (int)idims[0];
@@ -133,7 +148,7 @@ int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_
         if (d->labels[i] >= max_label) {
             snprintf(err, errlen, "%s/%s: label %d of sample %d is not below model.numClasses=%d",
                      dir, base, d->labels[i], i, max_label);
-            rc = VITJOB_EXIT_DATA;
+            rc = VJ_ERR_DATA;
             goto fail;
         }
     }
@@ -188,7 +203,7 @@ int data_loader_init(data_loader *l, const dataset *d, uint64_t seed, int augmen
     l->seed = seed;
     l->augment = augment;
     l->perm = malloc(sizeof(int) * (size_t)d->n);
-    if (!l->perm) return VITJOB_EXIT_FAILURE;
+    if (!l->perm) return VJ_ERR_OUT_OF_MEMORY;
     shuffle_epoch(l);
     return 0;
 }

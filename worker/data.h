@@ -25,7 +25,8 @@ typedef struct {
  * <dir>/<split>-images-idx3-ubyte.gz and -labels-idx1-ubyte.gz (or without
  * .gz). Checks magic numbers, sizes, truncation and that labels < max_label.
  * On success *out is the caller's, freed with dataset_free. Returns 0 or
- * VITJOB_EXIT_DATA with a message naming the file in err. */
+ * a vj_err (VJ_ERR_DATA; VJ_ERR_OUT_OF_MEMORY) with a message naming the file
+ * in err. Only regular files are read (a FIFO or directory is refused). */
 int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_label,
                      char *err, size_t errlen);
 void dataset_free(dataset *d); /* accepts NULL */
@@ -45,7 +46,7 @@ typedef struct {
 } data_loader;
 
 /* A loader over d that shuffles every epoch from seed. Returns 0 or
- * VITJOB_EXIT_FAILURE (out of memory). Free with data_loader_free. */
+ * VJ_ERR_OUT_OF_MEMORY. Free with data_loader_free. */
 int data_loader_init(data_loader *l, const dataset *d, uint64_t seed, int augment);
 void data_loader_free(data_loader *l);
 /* Moves to a position (epoch, index), e.g. when resuming. */

@@ -1,45 +1,61 @@
 /* worker/main.c - the vitjob-worker command line.
  *
  * Owns: argument parsing, the environment contract of docs/design.md
- * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), signal handling (handlers
- * only set a flag) and the process exit code.
+ * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), the check of every output
+ * path before any work, signal handling (handlers only set a flag) and the
+ * process exit code, from the error class through api/exitcode.h.
  * Must not: train, pick a backend (worker/train.c) or parse config files
  * itself (api/config.c).
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
+#include "exitcode.h"
+#include "file.h"
 #include "log.h"
 #include "train.h"
 
 #define VITJOB_VERSION "0.1.0"
 
+/* The signal that asked the run to stop (SIGTERM, SIGINT), or 0. */
 static volatile sig_atomic_t stop_requested;
 
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
+static void on_signal(int sig) { stop_requested = sig; }
 
 static void usage(FILE *to)
 {
     fprintf(to,
             "usage: vitjob-worker train --config FILE [--set key=value ...] [--metrics FILE]\n"
             "                           [--log-level debug|info|warn|error]\n"
+            "       vitjob-worker exit-codes\n"
             "       vitjob-worker version\n"
             "\n"
             "Trains a Vision Transformer as the config (JSON or YAML: the spec of a ViTJob,\n"
             "or a whole ViTJob manifest) says. Keys are those of docs/design.md, dotted:\n"
             "  --set training.steps=200 --set model.preset=fmnist_small\n"
-            "Exit codes: 0 done, 2 bad config, 3 bad or missing data, other: retryable.\n");
+            "Exit codes: 0 done, 2 bad config, 3 bad or missing data, 128+N stopped by\n"
+            "signal N, other: retryable. `vitjob-worker exit-codes` lists every case.\n");
+}
+
+/* The table of api/exitcode.h, for users and for the tests that walk it. */
+static int cmd_exit_codes(void)
+{
+    size_t n;
+    const vj_err_row *t = vj_err_table(&n);
+    printf("%-5s %-10s %-14s %s\n", "CODE", "RETRIED", "CLASS", "MEANING");
+    printf("%-5d %-10s %-14s %s\n", VITJOB_EXIT_OK, "-", "ok", "training finished");
+    for (size_t i = 0; i < n; i++)
+        printf("%-5d %-10s %-14s %s\n", t[i].exit_code, t[i].permanent ? "no" : "yes", t[i].name,
+               t[i].meaning);
+    return 0;
 }
 
 /* World size from the operator's env contract; 1 when run by hand. */
-static int env_world_size(int *world, char *err, size_t errlen)
+static vj_err env_world_size(int *world, char *err, size_t errlen)
 {
     const char *names[2] = {VJ_ENV_REPLICAS, VJ_ENV_LOCAL_RANKS};
     long v[2] = {1, 1};
@@ -47,24 +63,59 @@ static int env_world_size(int *world, char *err, size_t errlen)
         const char *s = getenv(names[i]);
         if (!s || !*s) continue;
         char *end;
+        errno = 0;
         v[i] = strtol(s, &end, 10);
-        if (*end || v[i] < 1 || v[i] > 65536) {
+        if (*end || errno || v[i] < 1 || v[i] > 65536) {
             snprintf(err, errlen, "environment: %s=\"%s\" is not a count in [1, 65536]",
                      names[i], s);
-            return VITJOB_EXIT_CONFIG;
+            return VJ_ERR_ENVIRONMENT;
         }
     }
+    if (v[0] * v[1] > 65536) {
+        snprintf(err, errlen, "environment: %s=%ld x %s=%ld processes is more than 65536",
+                 names[0], v[0], names[1], v[1]);
+        return VJ_ERR_ENVIRONMENT;
+    }
     *world = (int)(v[0] * v[1]);
-    return 0;
+    return VJ_OK;
 }
 
-static int cmd_train(int argc, char **argv)
+/* Every output path, checked before any work: a run must not train for
+ * hours and then fail on a path it could have refused at once. */
+static vj_err check_outputs(const vit_job_config *cfg, const char *metrics, char *err,
+                            size_t errlen)
 {
-    char err[1024] = "";
+    const struct {
+        const char *what, *path;
+    } outs[] = {{"training.exportPath", cfg->training.export_path}, {"--metrics", metrics}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        if (!outs[i].path || !outs[i].path[0]) continue;
+        char why[900];
+        int removed = 0;
+        if (file_check_output(outs[i].path, &removed, why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s: %s", outs[i].what, why);
+            return VJ_ERR_OUTPUT;
+        }
+        if (removed)
+            LOG_INFO("worker", "event=removed_temporaries path=%s count=%d reason=\"left by a "
+                     "writer that died\"", outs[i].path, removed);
+    }
+    return VJ_OK;
+}
+
+static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
+{
     const char *config_path = NULL, *metrics = NULL;
-    int rc;
+    vj_err rc;
     static vit_job_config cfg;
     config_defaults(&cfg);
+
+    /* First, so that a SIGTERM while the config and data load is honoured. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 
     /* First pass: flags that do not depend on the config. */
     for (int i = 0; i < argc; i++) {
@@ -76,62 +127,50 @@ static int cmd_train(int argc, char **argv)
             metrics = argv[++i];
         } else if (strcmp(a, "--log-level") == 0 && has_value) {
             if (log_set_level_name(argv[++i]) != 0) {
-                LOG_ERROR("worker", "msg=\"--log-level: unknown level '%s'\"", argv[i]);
-                return VITJOB_EXIT_CONFIG;
+                snprintf(err, errlen, "--log-level: unknown level '%s'", argv[i]);
+                return VJ_ERR_USAGE;
             }
         } else if (strcmp(a, "--set") == 0 && has_value) {
             i++; /* applied after the file */
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
-            return 0;
+            return VJ_OK;
         } else {
-            LOG_ERROR("worker", "msg=\"train: unknown or incomplete argument '%s'\"", a);
             usage(stderr);
-            return VITJOB_EXIT_CONFIG;
+            snprintf(err, errlen, "train: unknown or incomplete argument '%s'", a);
+            return VJ_ERR_USAGE;
         }
     }
-    if (config_path && (rc = config_load_file(&cfg, config_path, err, sizeof err)) != 0) goto fail;
+    if (config_path && (rc = config_load_file(&cfg, config_path, err, errlen)) != 0) return rc;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
-            if ((rc = config_set(&cfg, argv[++i], err, sizeof err)) != 0) goto fail;
+            if ((rc = config_set(&cfg, argv[++i], err, errlen)) != 0) return rc;
         } else if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--metrics") == 0 ||
                    strcmp(argv[i], "--log-level") == 0) {
             i++;
         }
     }
-    if ((rc = env_world_size(&cfg.world_size, err, sizeof err)) != 0) goto fail;
-    if ((rc = config_validate(&cfg, err, sizeof err)) != 0) goto fail;
+    if ((rc = env_world_size(&cfg.world_size, err, errlen)) != 0) return rc;
+    if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
 
     /* What this build can run. */
     if (cfg.world_size > 1) {
-        snprintf(err, sizeof err, "world size %d: multi-process training is not in this build yet; "
+        snprintf(err, errlen, "world size %d: multi-process training is not in this build yet; "
                  "run with " VJ_ENV_REPLICAS "=1", cfg.world_size);
-        rc = VITJOB_EXIT_CONFIG;
-        goto fail;
+        return VJ_ERR_UNSUPPORTED;
     }
     if (cfg.checkpoint.uri[0])
         LOG_WARN("worker", "msg=\"checkpoint.uri is set but checkpoints are not in this build "
                  "yet; none will be written\" uri=%s", cfg.checkpoint.uri);
+    if ((rc = check_outputs(&cfg, metrics, err, errlen)) != VJ_OK) return rc;
 
     char *json = config_to_json(&cfg);
     if (json) {
         LOG_INFO("worker", "event=config version=%s config=%s", VITJOB_VERSION, json);
         free(json);
     }
-
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-
     train_options opt = {.metrics_path = metrics, .stop_flag = &stop_requested};
-    rc = train_run(&cfg, &opt, err, sizeof err);
-    if (rc) goto fail;
-    return 0;
-fail:
-    LOG_ERROR("worker", "exit_code=%d msg=\"%s\"", rc, err);
-    return rc;
+    return train_run(&cfg, &opt, err, errlen);
 }
 
 int main(int argc, char **argv)
@@ -140,7 +179,18 @@ int main(int argc, char **argv)
         usage(stderr);
         return VITJOB_EXIT_CONFIG;
     }
-    if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(argv[1], "train") == 0) {
+        char err[1024] = "";
+        vj_err e = cmd_train(argc - 2, argv + 2, err, sizeof err);
+        int code = vj_exit_code(e, stop_requested);
+        if (e != VJ_OK) {
+            const vj_err_row *row = vj_err_info(e);
+            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=\"%s\"", code,
+                      row ? row->name : "unknown", vj_exit_permanent(code) ? "no" : "yes", err);
+        }
+        return code;
+    }
+    if (strcmp(argv[1], "exit-codes") == 0) return cmd_exit_codes();
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("vitjob-worker %s\n", VITJOB_VERSION);
         return 0;
@@ -150,7 +200,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    LOG_ERROR("worker", "msg=\"unknown command '%s'\"", argv[1]);
+    LOG_ERROR("worker", "exit_code=%d class=usage msg=\"unknown command '%s'\"",
+              VITJOB_EXIT_CONFIG, argv[1]);
     usage(stderr);
     return VITJOB_EXIT_CONFIG;
 }

@@ -56,6 +56,9 @@ struct vit_model {
     void *att_scratch;
     /* host copies */
     float *logits_host, *losses_host;
+    const volatile sig_atomic_t *stop; /* checked between blocks */
+    int abandoned;                      /* the last pass stopped part-way ... */
+    char abandoned_at[64];              /* ... there, for the message */
 };
 
 static void add_tensor(vit_model *m, const char *name, int ndim, const int *shape, int decay)
@@ -182,11 +185,13 @@ static size_t carve(vit_model *m, void *base)
     return off;
 }
 
-int model_new(vit_model **out, const model_config *mc, int max_batch,
-              const model_options *opts, const vit_ops *ops, char *err, size_t errlen)
+/* Dims, the tensor layout and the arena's size: everything but the big
+ * buffers. Returns NULL when host memory for the small tables runs out. */
+static vit_model *plan(const model_config *mc, int max_batch, const model_options *opts,
+                       const vit_ops *ops)
 {
     vit_model *m = calloc(1, sizeof *m);
-    if (!m) goto oom;
+    if (!m) return NULL;
     m->ops = ops;
     m->S = mc->image_size;
     m->P = mc->patch_size;
@@ -200,28 +205,78 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
     m->T = m->N + 1;
     m->max_batch = max_batch;
     m->ckpt = opts && opts->activation_checkpointing;
+    m->stop = opts ? opts->stop : NULL;
     m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
     m->logits_host = calloc((size_t)max_batch * m->K, sizeof(float));
     m->losses_host = calloc((size_t)max_batch, sizeof(float));
-    if (!m->tensors || !m->res || !m->blk || !m->logits_host || !m->losses_host) goto oom;
+    if (!m->tensors || !m->res || !m->blk || !m->logits_host || !m->losses_host) {
+        model_free(m);
+        return NULL;
+    }
     build_layout(m);
+    m->arena_bytes = carve(m, NULL);
+    return m;
+}
+
+/* Backend bytes of a planned model: parameters, gradients, the bf16 copy
+ * and the activation arena. */
+static size_t backend_bytes(const vit_model *m)
+{
+    return m->n_params * (2 * sizeof(float) + (m->ops->bf16 ? m->ops->floatx_bytes : 0)) +
+           m->arena_bytes;
+}
+
+size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
+                          const vit_ops *ops, size_t *n_params)
+{
+    vit_model *m = plan(mc, max_batch, opts, ops);
+    if (!m) return 0;
+    size_t bytes = backend_bytes(m);
+    if (n_params) *n_params = m->n_params;
+    model_free(m);
+    return bytes;
+}
+
+int model_new(vit_model **out, const model_config *mc, int max_batch,
+              const model_options *opts, const vit_ops *ops, char *err, size_t errlen)
+{
+    vit_model *m = plan(mc, max_batch, opts, ops);
+    if (!m) {
+        snprintf(err, errlen, "model: out of host memory for its tables");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
     m->params = ops->alloc(m->n_params * sizeof(float));
     m->grads = ops->alloc(m->n_params * sizeof(float));
-    if (ops->bf16 && !(m->params_lp = ops->alloc(m->n_params * ops->floatx_bytes))) goto oom;
-    m->arena_bytes = carve(m, NULL);
+    if (ops->bf16) m->params_lp = ops->alloc(m->n_params * ops->floatx_bytes);
     m->arena = ops->alloc(m->arena_bytes);
-    if (!m->params || !m->grads || !m->arena) goto oom;
+    if (!m->params || !m->grads || !m->arena || (ops->bf16 && !m->params_lp)) {
+        snprintf(err, errlen,
+                 "model: dim=%d depth=%d microBatchSize=%d needs %zu bytes of %s memory "
+                 "(%zu parameters: %zu bytes with their gradients; activations %zu bytes) and "
+                 "the %s backend could not allocate them",
+                 mc->dim, mc->depth, max_batch, backend_bytes(m), ops->gpu ? "GPU" : "host",
+                 m->n_params, backend_bytes(m) - m->arena_bytes, m->arena_bytes, ops->name);
+        model_free(m);
+        return VJ_ERR_TOO_LARGE;
+    }
     carve(m, m->arena);
     *out = m;
     return 0;
-oom:
-    snprintf(err, errlen, "model: out of %s memory for dim=%d depth=%d batch=%d (%s backend)",
-             ops->gpu ? "GPU" : "host", mc->dim, mc->depth, max_batch,
-             ops->name);
-    model_free(m);
-    return VITJOB_EXIT_FAILURE;
+}
+
+const char *model_abandoned(const vit_model *m) { return m->abandoned ? m->abandoned_at : NULL; }
+
+/* A stop was asked for: the pass in progress is abandoned before block l. */
+static int stop_asked(vit_model *m, const char *pass, int l)
+{
+    if (m->stop && *m->stop && !m->abandoned) {
+        m->abandoned = 1;
+        snprintf(m->abandoned_at, sizeof m->abandoned_at, "%s pass, before block %d of %d", pass,
+                 l + 1, m->L);
+    }
+    return m->abandoned;
 }
 
 void model_free(vit_model *m)
@@ -423,7 +478,11 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
                         B * m->N, CPP, D);
     ops->embed_forward(m->res[0], m->patch_out, P_(m, m->t_cls), P_(m, m->t_pos), B, T, D);
 
-    for (int l = 0; l < m->L; l++) block_forward(m, l, acts_of(m, l), B);
+    m->abandoned = 0;
+    for (int l = 0; l < m->L; l++) {
+        if (stop_asked(m, "forward", l)) return NAN;
+        block_forward(m, l, acts_of(m, l), B);
+    }
 
     /* Final norm on the class tokens only: identical output and gradients
      * to timm's norm over all tokens followed by x[:, 0]. */
@@ -455,7 +514,9 @@ void model_backward(vit_model *m, float dloss)
 
     /* dres holds d(block output); each LayerNorm backward adds its branch,
      * which is the residual add's backward. */
+    m->abandoned = 0;
     for (int l = m->L - 1; l >= 0; l--) {
+        if (stop_asked(m, "backward", l)) return;
         block_acts *a = acts_of(m, l);
         if (m->ckpt) block_forward(m, l, a, B); /* recompute from the kept input res[l] */
         block_backward(m, l, a, B);

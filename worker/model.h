@@ -14,6 +14,7 @@
 #ifndef VITJOB_MODEL_H
 #define VITJOB_MODEL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,10 @@ typedef struct vit_model vit_model;
 
 typedef struct {
     int activation_checkpointing; /* keep block inputs only; recompute in backward */
+    /* NULL, or a flag (set by a signal handler) checked between blocks:
+     * once set, forward and backward return at the next block boundary and
+     * model_abandoned says so; the gradients are then partial. */
+    const volatile sig_atomic_t *stop;
 } model_options;
 
 /* Builds a model for batches of at most max_batch images, on the backend
@@ -52,10 +57,19 @@ typedef struct {
  * statistics, cls_token, pos_embed, the residual stream and its gradient,
  * parameter gradients and the loss stay fp32; every other activation and
  * activation gradient is floatX (ops.h), i.e. bf16.
- * On success *out is the caller's, freed with model_free. Returns 0 or
- * VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
+ * On success *out is the caller's, freed with model_free. Returns 0, or
+ * VJ_ERR_TOO_LARGE (the backend could not allocate it; the message gives
+ * the bytes) or VJ_ERR_OUT_OF_MEMORY with a message in err. */
 int model_new(vit_model **out, const model_config *mc, int max_batch,
               const model_options *opts, const vit_ops *ops, char *err, size_t errlen);
+/* The backend bytes model_new would allocate (parameters, gradients, the
+ * bf16 copy, activations), and the parameter count in *n_params (may be
+ * NULL), without allocating them; 0 when out of host memory. */
+size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
+                          const vit_ops *ops, size_t *n_params);
+/* NULL, or where the last forward or backward stopped part-way
+ * (opts->stop), e.g. "forward pass, before block 3 of 12": borrowed. */
+const char *model_abandoned(const vit_model *m);
 void model_free(vit_model *m); /* accepts NULL */
 
 /* Dims (borrowed views). */

@@ -28,6 +28,8 @@ double optim_lr_at(const optimizer_config *oc, long step, long total)
     return oc->lr;
 }
 
+size_t optim_memory_bytes(size_t n) { return 2 * n * sizeof(float); }
+
 int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
               char *err, size_t errlen)
 {
@@ -41,9 +43,11 @@ int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long 
         o->v = o->ops->alloc(o->n * sizeof(float));
     }
     if (!o || !o->m || !o->v) {
-        snprintf(err, errlen, "optimizer: out of memory for %zu parameters", model_num_params(m));
+        snprintf(err, errlen, "optimizer: AdamW state of %zu parameters needs %zu bytes of %s "
+                 "memory and the backend could not allocate them", model_num_params(m),
+                 optim_memory_bytes(model_num_params(m)), model_ops(m)->gpu ? "GPU" : "host");
         optim_free(o);
-        return VITJOB_EXIT_FAILURE;
+        return VJ_ERR_TOO_LARGE;
     }
     *out = o;
     return 0;

@@ -21,7 +21,10 @@ typedef struct optim optim;
 double optim_lr_at(const optimizer_config *oc, long step, long total);
 
 /* State for model m; zeroed. *out is the caller's, freed with optim_free.
- * Returns 0 or VITJOB_EXIT_FAILURE (out of memory) with a message in err. */
+ * Returns 0 or VJ_ERR_TOO_LARGE (its state cannot be allocated) with a
+ * message in err. The state is optim_memory_bytes(n) bytes of backend memory. */
+/* Backend bytes of the optimizer state of n parameters (AdamW m and v). */
+size_t optim_memory_bytes(size_t n);
 int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
               char *err, size_t errlen);
 void optim_free(optim *o); /* accepts NULL */

@@ -9,12 +9,16 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data.h"
+#include "exitcode.h"
+#include "file.h"
 #include "log.h"
 #include "model.h"
 #include "model_io.h"
 #include "optim.h"
+#include "sysres.h"
 #include "util.h"
 
 
@@ -81,8 +85,8 @@ static eval_result evaluate_and_report(vit_model *m, const dataset *test, int B,
     return ev;
 }
 
-int train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
-                       size_t errlen)
+vj_err train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
+                          size_t errlen)
 {
     const int bf16 = tc->precision == PRECISION_BF16_MIXED;
     const vit_ops *cpu = bf16 ? ops_cpu_bf16() : ops_cpu();
@@ -98,7 +102,7 @@ int train_pick_backend(const vit_ops **out, const training_config *tc, char *err
     }
     if (tc->device == DEVICE_CUDA) {
         snprintf(err, errlen, "training.device=cuda: %s; use training.device=cpu or auto", why);
-        return VITJOB_EXIT_CONFIG;
+        return VJ_ERR_NO_DEVICE;
     }
     LOG_INFO("train", "event=device device=cpu reason=\"%s\"", why);
     *out = cpu;
@@ -144,6 +148,7 @@ typedef struct {
     int *labels;
     FILE *metrics; /* NULL without --metrics */
     int threads, micro, accum;
+    char threads_source[64];
     long steps_per_epoch, total;
     /* progress */
     double t_train, last_loss;
@@ -151,12 +156,12 @@ typedef struct {
 } run;
 
 /* The data sets, checked against the model, and the number of steps. */
-static int load_data(run *r, char *err, size_t errlen)
+static vj_err load_data(run *r, char *err, size_t errlen)
 {
     const vit_job_config *cfg = r->cfg;
     const model_config *mc = &cfg->model;
     const training_config *tc = &cfg->training;
-    int rc = dataset_load_idx(&r->train, cfg->data.uri, "train", mc->num_classes, err, errlen);
+    vj_err rc = dataset_load_idx(&r->train, cfg->data.uri, "train", mc->num_classes, err, errlen);
     if (rc == 0)
         rc = dataset_load_idx(&r->test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
     if (rc)
@@ -164,49 +169,124 @@ static int load_data(run *r, char *err, size_t errlen)
     if (r->train->rows != mc->image_size || r->train->cols != mc->image_size) {
         snprintf(err, errlen, "%s: images are %dx%d but model.imageSize=%d", cfg->data.uri,
                  r->train->rows, r->train->cols, mc->image_size);
-        return VITJOB_EXIT_CONFIG;
+        return VJ_ERR_DATA;
     }
     if (r->test->rows != r->train->rows || r->test->cols != r->train->cols) {
         snprintf(err, errlen, "%s: test images are %dx%d but training images are %dx%d",
                  cfg->data.uri, r->test->rows, r->test->cols, r->train->rows, r->train->cols);
-        return VITJOB_EXIT_DATA;
+        return VJ_ERR_DATA;
     }
     r->steps_per_epoch = r->train->n / tc->global_batch_size;
     if (r->steps_per_epoch < 1) {
         snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
                  tc->global_batch_size, r->train->n);
-        return VITJOB_EXIT_CONFIG;
+        return VJ_ERR_CONFIG;
     }
     r->total = tc->steps > 0 ? tc->steps : (long)tc->epochs * r->steps_per_epoch;
     if (tc->optimizer.warmup_steps > r->total) {
         snprintf(err, errlen, "training.optimizer.warmupSteps=%d exceeds the %ld steps of "
                  "training.epochs=%d", tc->optimizer.warmup_steps, r->total, tc->epochs);
-        return VITJOB_EXIT_CONFIG;
+        return VJ_ERR_CONFIG;
     }
     return 0;
 }
 
+/* Why a write to an output failed, as an error class: what can pass (a
+ * full disk, a quota, an I/O error) is retried; anything else will fail
+ * the same way again. */
+static vj_err write_error_class(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EIO || e == EAGAIN || e == EINTR ? VJ_ERR_IO
+                                                                              : VJ_ERR_OUTPUT;
+}
+
+/* Host memory the run needs besides what the backend holds: the data
+ * sets and the batch buffers; plus, on the CPU, the model and optimizer. */
+static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t errlen)
+{
+    const vit_job_config *cfg = r->cfg;
+    size_t n_params = 0;
+    size_t model = model_memory_bytes(&cfg->model, r->micro, mopts, r->ops, &n_params);
+    if (model == 0) {
+        snprintf(err, errlen, "out of host memory planning the model");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    size_t optim = optim_memory_bytes(n_params);
+    if (r->ops->gpu) return VJ_OK; /* the backend reports what it cannot allocate */
+    /* the data sets are already loaded, so they count as used; a staging
+     * copy of the parameters comes and goes at init */
+    const model_config *mc = &cfg->model;
+    size_t batch = (sizeof(float) * (size_t)mc->channels * mc->image_size * mc->image_size +
+                    sizeof(int)) * (size_t)r->micro;
+    size_t need = model + optim + batch + n_params * sizeof(float);
+    char source[64];
+    long long avail = sysres_memory_available("", source, sizeof source);
+    if (avail >= 0 && need > (size_t)avail) {
+        snprintf(err, errlen,
+                 "the run needs %zu bytes of host memory (model %zu, optimizer state %zu, "
+                 "batches and staging %zu) but %lld are available (%s); lower model.dim, "
+                 "model.depth or training.microBatchSize, turn on "
+                 "training.activationCheckpointing, or give the pod more memory",
+                 need, model, optim, need - model - optim, avail, source);
+        return VJ_ERR_TOO_LARGE;
+    }
+    LOG_DEBUG("train", "event=memory need_bytes=%zu available_bytes=%lld source=\"%s\"", need,
+              avail, source);
+    return VJ_OK;
+}
+
+/* Refuses weights that are not finite, naming the tensor and element. */
+static vj_err check_finite(vit_model *m, const char *path, char *err, size_t errlen)
+{
+    float *host = malloc(sizeof(float) * model_num_params(m));
+    if (!host) {
+        snprintf(err, errlen, "%s: out of host memory checking the weights", path);
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    model_read_params(m, host);
+    vj_err rc = VJ_OK;
+    for (int i = 0; i < model_num_tensors(m) && rc == VJ_OK; i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        for (size_t k = 0; k < t->numel; k++) {
+            float v = host[t->offset + k];
+            if (!isfinite(v)) {
+                snprintf(err, errlen, "%s: tensor '%s' holds %s at element %zu", path, t->name,
+                         isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", k);
+                rc = VJ_ERR_INIT_WEIGHTS;
+                break;
+            }
+        }
+    }
+    free(host);
+    return rc;
+}
+
 /* The backend, the model with its first weights, the optimizer, the batch
  * buffers, the data loader and the metrics file. */
-static int build(run *r, char *err, size_t errlen)
+static vj_err build(run *r, char *err, size_t errlen)
 {
     const vit_job_config *cfg = r->cfg;
     const model_config *mc = &cfg->model;
     const training_config *tc = &cfg->training;
-    int rc = train_pick_backend(&r->ops, tc, err, errlen);
+    vj_err rc = train_pick_backend(&r->ops, tc, err, errlen);
     if (rc)
         return rc;
     report_dims(mc, r->ops);
-    model_options mopts = {.activation_checkpointing = tc->activation_checkpointing};
+    model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
+                           .stop = r->opt->stop_flag};
+    if ((rc = check_memory(r, &mopts, err, errlen)) != VJ_OK)
+        return rc;
     if ((rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != 0)
         return rc;
     if (mc->init[0]) {
         if (model_load_safetensors(r->model, mc->init, err, errlen) != 0)
-            return VITJOB_EXIT_CONFIG;
+            return VJ_ERR_INIT_WEIGHTS;
+        if ((rc = check_finite(r->model, mc->init, err, errlen)) != VJ_OK)
+            return rc;
         LOG_INFO("train", "event=init_loaded path=%s", mc->init);
     } else if (model_init_random(r->model, tc->seed) != 0) {
         snprintf(err, errlen, "out of host memory for the initial weights");
-        return VITJOB_EXIT_FAILURE;
+        return VJ_ERR_OUT_OF_MEMORY;
     }
     if ((rc = optim_new(&r->opt_state, r->model, &tc->optimizer, r->total, err, errlen)) != 0)
         return rc;
@@ -215,22 +295,47 @@ static int build(run *r, char *err, size_t errlen)
     if (!r->images || !r->labels ||
         data_loader_init(&r->loader, r->train, tc->seed, cfg->data.augment)) {
         snprintf(err, errlen, "out of memory for batch buffers");
-        return VITJOB_EXIT_FAILURE;
+        return VJ_ERR_OUT_OF_MEMORY;
     }
-    if (r->opt->metrics_path && (r->metrics = fopen(r->opt->metrics_path, "w")) == NULL) {
-        snprintf(err, errlen, "%s: cannot open metrics file: %s", r->opt->metrics_path,
-                 strerror(errno));
-        return VITJOB_EXIT_CONFIG;
+    if (r->opt->metrics_path) {
+        char why[1024];
+        int fd = file_create(r->opt->metrics_path, why, sizeof why);
+        if (fd < 0) {
+            snprintf(err, errlen, "--metrics: %s", why);
+            return VJ_ERR_OUTPUT;
+        }
+        if ((r->metrics = fdopen(fd, "w")) == NULL) {
+            close(fd);
+            snprintf(err, errlen, "%s: out of memory opening the metrics file",
+                     r->opt->metrics_path);
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
     }
-    return 0;
+    return VJ_OK;
 }
 
+/* Flushes the metrics lines just written; a failed write ends the run. */
+static vj_err flush_metrics(run *r, char *err, size_t errlen)
+{
+    if (!r->metrics || (fflush(r->metrics) == 0 && !ferror(r->metrics)))
+        return VJ_OK;
+    int e = errno ? errno : EIO;
+    snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(e));
+    return write_error_class(e);
+}
+
+static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
+
 /* One optimizer step: the micro-batches of a global batch, accumulated.
- * *loss is the global batch's mean loss. */
-static int train_step(run *r, long step, double *loss, optim_result *res, char *err,
-                      size_t errlen)
+ * *loss is the global batch's mean loss. A stop request abandons the step
+ * between micro-batches or between blocks (VJ_ERR_STOPPED): the weights are
+ * then those of the last completed step. */
+static vj_err train_step(run *r, long step, double *loss, optim_result *res, char *err,
+                         size_t errlen)
 {
     const training_config *tc = &r->cfg->training;
+    /* each sample's loss enters the mean over the global batch, so the
+     * accumulated micro-batch gradients add up to the global batch's */
     const float dloss = 1.0f / (float)tc->global_batch_size;
     double t0 = mono_seconds();
     model_zero_grads(r->model);
@@ -238,31 +343,41 @@ static int train_step(run *r, long step, double *loss, optim_result *res, char *
     /* epochs end at optimizer-step (global batch) boundaries, so that a step
      * never mixes two epochs whatever the micro-batch size */
     data_loader_begin_step(&r->loader, tc->global_batch_size);
-    for (int a = 0; a < r->accum; a++) {
+    int a = 0;
+    const char *where = NULL;
+    for (; a < r->accum && !stop_set(r); a++) {
         data_loader_next(&r->loader, r->micro, r->images, r->labels);
         *loss += model_forward(r->model, r->images, r->labels, r->micro) * (double)r->micro;
+        if ((where = model_abandoned(r->model)) != NULL) break;
         model_backward(r->model, dloss);
+        if ((where = model_abandoned(r->model)) != NULL) break;
+    }
+    if (stop_set(r)) {
+        snprintf(err, errlen, "stopped by signal during step %ld (micro-batch %d of %d%s%s); the "
+                 "step was abandoned, the last completed step is %ld", step + 1,
+                 a < r->accum ? a + 1 : a, r->accum, where ? ", " : "", where ? where : "", step);
+        return VJ_ERR_STOPPED;
     }
     *loss /= tc->global_batch_size;
     *res = optim_step(r->opt_state, r->model, r->ops, step);
     r->t_train += mono_seconds() - t0;
     if (model_status(r->model, err, errlen))
-        return VITJOB_EXIT_FAILURE; /* a GPU fault: retryable from the last checkpoint */
+        return VJ_ERR_DEVICE_FAULT; /* retryable from the last checkpoint */
     r->images_done += tc->global_batch_size;
     if (!isfinite(*loss)) {
         snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
-                 *loss, step);
-        return VITJOB_EXIT_FAILURE;
+                 *loss, step + 1);
+        return VJ_ERR_DIVERGED;
     }
     r->last_loss = *loss;
     if (r->metrics)
         fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g}\n",
                 step + 1, *loss, res->lr, res->grad_norm);
-    return 0;
+    return flush_metrics(r, err, errlen);
 }
 
 /* The final evaluation, the export and the summary line. */
-static int finish(run *r, char *err, size_t errlen)
+static vj_err finish(run *r, char *err, size_t errlen)
 {
     const model_config *mc = &r->cfg->model;
     const training_config *tc = &r->cfg->training;
@@ -272,11 +387,15 @@ static int finish(run *r, char *err, size_t errlen)
                                          &stopped);
     if (stopped) {
         snprintf(err, errlen, "stopped by signal during the final evaluation");
-        return VITJOB_EXIT_FAILURE;
+        return VJ_ERR_STOPPED;
     }
+    vj_err rc = flush_metrics(r, err, errlen);
+    if (rc)
+        return rc;
     if (tc->export_path[0]) {
+        errno = 0;
         if (model_save_safetensors(r->model, mc, tc->export_path, err, errlen) != 0)
-            return VITJOB_EXIT_FAILURE;
+            return write_error_class(errno);
         LOG_INFO("train", "event=exported path=%s", tc->export_path);
     }
     double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
@@ -290,15 +409,15 @@ static int finish(run *r, char *err, size_t errlen)
            r->total, r->last_loss, ev.accuracy, ev.loss, ips, r->t_train,
            model_num_params(r->model), r->threads, peak_rss_mib());
     fflush(stdout);
-    return 0;
+    return VJ_OK;
 }
 
 /* Frees what the run holds; a metrics file that fails to close fails the run. */
-static int run_free(run *r, int rc, char *err, size_t errlen)
+static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
 {
-    if (r->metrics && fclose(r->metrics) != 0 && rc == 0) {
+    if (r->metrics && fclose(r->metrics) != 0 && rc == VJ_OK) {
         snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(errno));
-        rc = VITJOB_EXIT_FAILURE;
+        rc = write_error_class(errno);
     }
     data_loader_free(&r->loader);
     free(r->images);
@@ -310,37 +429,46 @@ static int run_free(run *r, int rc, char *err, size_t errlen)
     return rc;
 }
 
-int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
+/* Compute threads: training.threads when set, else what the CPU affinity
+ * and the cgroup's CPU quota allow (never one per core of a node the pod
+ * may use two of). */
+static int pick_threads(const training_config *tc, char *source, size_t srclen)
+{
+    if (tc->threads > 0) {
+        snprintf(source, srclen, "training.threads");
+        return ops_cpu_set_threads(tc->threads);
+    }
+    return ops_cpu_set_threads(sysres_cpus("", 0, source, srclen));
+}
+
+vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
     run r = {.cfg = cfg, .opt = opt};
-    r.threads = ops_cpu_set_threads(tc->threads);
+    r.threads = pick_threads(tc, r.threads_source, sizeof r.threads_source);
     r.micro = tc->micro_batch_size;
     r.accum = config_accum_steps(cfg);
-    int rc = load_data(&r, err, errlen);
-    if (rc == 0)
+    vj_err rc = load_data(&r, err, errlen);
+    if (rc == VJ_OK)
         rc = build(&r, err, errlen);
     if (rc)
         return run_free(&r, rc, err, errlen);
 
     LOG_INFO("train",
-             "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d params=%zu activation_mib=%.1f tokens=%d "
+             "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d "
+             "threads_source=\"%s\" params=%zu activation_mib=%.1f tokens=%d "
              "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
              r.ops->name, r.ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing,
-             r.threads, model_num_params(r.model), model_activation_bytes(r.model) / 1048576.0,
-             model_tokens(r.model), r.total, r.steps_per_epoch, tc->global_batch_size, r.micro,
-             r.accum);
+             r.threads, r.threads_source, model_num_params(r.model),
+             model_activation_bytes(r.model) / 1048576.0, model_tokens(r.model), r.total,
+             r.steps_per_epoch, tc->global_batch_size, r.micro, r.accum);
 
     double interval_loss = 0.0, t_interval = mono_seconds();
     long interval_steps = 0;
     for (long step = 0; step < r.total; step++) {
-        if (opt->stop_flag && *opt->stop_flag) {
-            snprintf(err, errlen, "stopped by signal at step %ld", step);
-            return run_free(&r, VITJOB_EXIT_FAILURE, err, errlen);
-        }
         double loss;
         optim_result res;
-        if ((rc = train_step(&r, step, &loss, &res, err, errlen)) != 0)
+        if ((rc = train_step(&r, step, &loss, &res, err, errlen)) != VJ_OK)
             return run_free(&r, rc, err, errlen);
         interval_loss += loss;
         interval_steps++;
@@ -365,8 +493,10 @@ int train_run(const vit_job_config *cfg, const train_options *opt, char *err, si
             if (stopped) {
                 snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
                          step + 1);
-                return run_free(&r, VITJOB_EXIT_FAILURE, err, errlen);
+                return run_free(&r, VJ_ERR_STOPPED, err, errlen);
             }
+            if ((rc = flush_metrics(&r, err, errlen)) != VJ_OK)
+                return run_free(&r, rc, err, errlen);
             t_interval = mono_seconds(); /* keep eval time out of the rate */
         }
     }

@@ -11,25 +11,30 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "exitcode.h"
 #include "ops.h"
 
 typedef struct {
     const char *metrics_path; /* NULL, or a JSON-lines file of per-step metrics */
-    volatile sig_atomic_t *stop_flag; /* set by a signal handler; checked between steps
-                                         and between evaluation batches */
+    volatile sig_atomic_t *stop_flag; /* set by a signal handler; checked between
+                                         micro-batches, between blocks and between
+                                         evaluation batches */
 } train_options;
 
 /* The op table for training.device and training.precision: cpu is the CPU
- * backend; cuda the GPU's, or VITJOB_EXIT_CONFIG with one line saying why
+ * backend; cuda the GPU's, or VJ_ERR_NO_DEVICE with one line saying why
  * none is usable; auto the GPU's when one is usable, else the CPU's (logged).
  * *out is borrowed (static lifetime). */
-int train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
-                       size_t errlen);
+vj_err train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
+                          size_t errlen);
 
-/* Trains as cfg says (already validated) on the backend train_pick_backend
- * picks. Prints progress to stderr and a one-line JSON summary to stdout.
- * Returns a VITJOB_EXIT_* code; on failure the message is in err. */
-int train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen);
+/* Trains as cfg says (already validated, output paths already checked) on
+ * the backend train_pick_backend picks, with the compute threads
+ * training.threads sets or the CPU quota allows. Prints progress to stderr
+ * and a one-line JSON summary to stdout. Returns VJ_OK or an error class
+ * (api/exitcode.h) with the message in err; a stop request gives
+ * VJ_ERR_STOPPED within one block's time. */
+vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen);
 
 
 #endif
