@@ -308,3 +308,35 @@ Test(in_cluster, token_of_the_same_length_rewritten_in_place_is_used_when_its_mt
     kube_config_free(c);
     rm_rf(dir);
 }
+
+Test(in_cluster, token_rewritten_in_place_with_size_and_mtime_kept_is_used_when_its_ctime_changed)
+{
+    /* e.g. rsync --inplace --times, cp -p: every field but ctime as before */
+    char dir[256], p[600];
+    fake_sa_dir(dir, sizeof dir, "tok-AAAA");
+    snprintf(p, sizeof p, "%s/token", dir);
+    kube_config *c = in_cluster_at(dir);
+    assert_token(c, "tok-AAAA", "the first token");
+    struct stat before, after;
+    cr_assert_eq(stat(p, &before), 0);
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    /* Rewrite and restore the mtime until the kernel's clock has moved on for
+     * ctime (it ticks in milliseconds): deterministic whatever the tick. */
+    for (int i = 0;; i++) {
+        write_text(p, i % 2 ? "tok-AAAA" : "tok-BBBB");
+        cr_assert_eq(utimensat(AT_FDCWD, p, times, 0), 0, "utimensat: %s", strerror(errno));
+        cr_assert_eq(stat(p, &after), 0);
+        if (i % 2 == 0 && (after.st_ctim.tv_sec != before.st_ctim.tv_sec ||
+                           after.st_ctim.tv_nsec != before.st_ctim.tv_nsec))
+            break;
+        cr_assert_lt(i, 20000, "ctime of %s never changed", p);
+        sleep_ms(1);
+    }
+    cr_assert_eq(after.st_ino, before.st_ino, "rewritten in place");
+    cr_assert_eq(after.st_size, before.st_size);
+    cr_assert_eq(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+    cr_assert_eq(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+    assert_token(c, "tok-BBBB", "only the ctime changed: the token must be read again");
+    kube_config_free(c);
+    rm_rf(dir);
+}
