@@ -26,7 +26,7 @@ typedef struct {
     int sock;
     int gets;
     int n;
-    char reqs[16][160]; /* "METHOD PATH" */
+    char reqs[16][300]; /* "METHOD PATH" */
     int writes;         /* PUTs seen: a loser must not renew */
 } race_server;
 
