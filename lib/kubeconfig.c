@@ -384,10 +384,14 @@ int kube_config_load_default(kube_config **out, char *err, size_t errlen)
     return kube_config_load_kubeconfig(path, out, err, errlen);
 }
 
+/* Whether the token file may hold another token: a rotated token usually has
+ * the length of the old one, and an in-place rewrite may keep the mtime
+ * (rsync --inplace -t, cp -p), but not the ctime. */
 static int stat_changed(const struct stat *a, const struct stat *b)
 {
     return a->st_ino != b->st_ino || a->st_dev != b->st_dev || a->st_size != b->st_size ||
-           a->st_mtim.tv_sec != b->st_mtim.tv_sec || a->st_mtim.tv_nsec != b->st_mtim.tv_nsec;
+           a->st_mtim.tv_sec != b->st_mtim.tv_sec || a->st_mtim.tv_nsec != b->st_mtim.tv_nsec ||
+           a->st_ctim.tv_sec != b->st_ctim.tv_sec || a->st_ctim.tv_nsec != b->st_ctim.tv_nsec;
 }
 
 int kube_config_token(kube_config *c, char *buf, size_t buflen, char *err, size_t errlen)

@@ -52,8 +52,9 @@ const char *kube_config_source(const kube_config *c);    /* file or directory it
 void kube_config_http_options(const kube_config *c, http_options *o);
 
 /* The current bearer token into buf ("" when the config has none). A token
- * file (tokenFile, in-cluster token) is read again when its mtime, size or
- * inode changed, or 60 s after the last read, so rotated tokens are picked up.
+ * file (tokenFile, in-cluster token) is read again when its inode, device,
+ * size, mtime or ctime (to the nanosecond) changed, or 60 s after the last
+ * read, so rotated tokens are picked up, also those of the same length.
  * Returns 0, or -1 with err naming the file (never the token). */
 int kube_config_token(kube_config *c, char *buf, size_t buflen, char *err, size_t errlen);
 

@@ -217,3 +217,126 @@ Test(in_cluster, missing_env_or_token_is_a_clear_error)
     cr_assert(strstr(err, p), "names the token file: %s", err);
     rm_rf(dir);
 }
+
+/* ============================= unit: rotation to a token of the same length
+ * A rotated token usually has the length of the one before (the same claims,
+ * a new signature), so "changed" must not mean "its size changed". */
+
+static kube_config *in_cluster_at(const char *dir)
+{
+    char err[ERRLEN];
+    setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+    kube_config *c = NULL;
+    cr_assert_eq(kube_config_in_cluster(dir, &c, err, sizeof err), 0, "%s", err);
+    return c;
+}
+
+static void assert_token(kube_config *c, const char *want, const char *why)
+{
+    char tok[256], err[ERRLEN];
+    cr_assert_eq(kube_config_token(c, tok, sizeof tok, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(tok, want, "%s", why);
+}
+
+Test(in_cluster, token_of_the_same_length_renamed_into_place_is_used_on_the_next_call)
+{
+    char dir[256], tmp[600], p[600];
+    fake_sa_dir(dir, sizeof dir, "tok-AAAA");
+    kube_config *c = in_cluster_at(dir);
+    assert_token(c, "tok-AAAA", "the first token");
+    snprintf(tmp, sizeof tmp, "%s/token.new", dir);
+    snprintf(p, sizeof p, "%s/token", dir);
+    write_text(tmp, "tok-BBBB");
+    cr_assert_eq(rename(tmp, p), 0);
+    assert_token(c, "tok-BBBB", "a new file (a new inode) of the same size renamed over the token");
+    kube_config_free(c);
+    rm_rf(dir);
+}
+
+Test(in_cluster, token_of_the_same_length_swapped_in_by_the_kubelet_data_symlink_is_used)
+{
+    /* A projected volume: token -> ..data/token, ..data -> ..TIMESTAMP; the
+     * kubelet writes a new ..TIMESTAMP directory, renames a new ..data
+     * symlink over the old one, then removes the old directory. */
+    char dir[256], p[600], q[600];
+    fake_sa_dir(dir, sizeof dir, "unused");
+    snprintf(p, sizeof p, "%s/..2024_01_01_00_00_00.1", dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/..2024_01_01_00_00_00.1/token", dir);
+    write_text(p, "tok-AAAA");
+    snprintf(p, sizeof p, "%s/..data", dir);
+    cr_assert_eq(symlink("..2024_01_01_00_00_00.1", p), 0);
+    snprintf(p, sizeof p, "%s/token", dir);
+    cr_assert_eq(unlink(p), 0);
+    cr_assert_eq(symlink("..data/token", p), 0);
+    kube_config *c = in_cluster_at(dir);
+    assert_token(c, "tok-AAAA", "the first token, through the symlinks");
+
+    snprintf(p, sizeof p, "%s/..2024_01_01_00_50_00.2", dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/..2024_01_01_00_50_00.2/token", dir);
+    write_text(p, "tok-BBBB");
+    snprintf(p, sizeof p, "%s/..data_tmp", dir);
+    cr_assert_eq(symlink("..2024_01_01_00_50_00.2", p), 0);
+    snprintf(q, sizeof q, "%s/..data", dir);
+    cr_assert_eq(rename(p, q), 0);
+    snprintf(p, sizeof p, "%s/..2024_01_01_00_00_00.1", dir);
+    rm_rf(p);
+    assert_token(c, "tok-BBBB", "the token of the same size behind the swapped ..data symlink");
+    kube_config_free(c);
+    rm_rf(dir);
+}
+
+Test(in_cluster, token_of_the_same_length_rewritten_in_place_is_used_when_its_mtime_changed)
+{
+    char dir[256], p[600];
+    fake_sa_dir(dir, sizeof dir, "tok-AAAA");
+    snprintf(p, sizeof p, "%s/token", dir);
+    kube_config *c = in_cluster_at(dir);
+    assert_token(c, "tok-AAAA", "the first token");
+    struct stat before, after;
+    cr_assert_eq(stat(p, &before), 0);
+    write_text(p, "tok-BBBB"); /* truncated and rewritten: same inode, same size */
+    /* an mtime a few seconds on, set explicitly: no luck with timestamp granularity */
+    struct timespec times[2] = {{before.st_atim.tv_sec, 0}, {before.st_mtim.tv_sec + 5, 0}};
+    cr_assert_eq(utimensat(AT_FDCWD, p, times, 0), 0, "utimensat: %s", strerror(errno));
+    cr_assert_eq(stat(p, &after), 0);
+    cr_assert_eq(after.st_ino, before.st_ino, "rewritten in place");
+    cr_assert_eq(after.st_size, before.st_size);
+    assert_token(c, "tok-BBBB", "same inode and size, another mtime: the token must be read again");
+    kube_config_free(c);
+    rm_rf(dir);
+}
+
+Test(in_cluster, token_rewritten_in_place_with_size_and_mtime_kept_is_used_when_its_ctime_changed)
+{
+    /* e.g. rsync --inplace --times, cp -p: every field but ctime as before */
+    char dir[256], p[600];
+    fake_sa_dir(dir, sizeof dir, "tok-AAAA");
+    snprintf(p, sizeof p, "%s/token", dir);
+    kube_config *c = in_cluster_at(dir);
+    assert_token(c, "tok-AAAA", "the first token");
+    struct stat before, after;
+    cr_assert_eq(stat(p, &before), 0);
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    /* Rewrite and restore the mtime until the kernel's clock has moved on for
+     * ctime (it ticks in milliseconds): deterministic whatever the tick. */
+    for (int i = 0;; i++) {
+        write_text(p, "tok-BBBB");
+        cr_assert_eq(utimensat(AT_FDCWD, p, times, 0), 0, "utimensat: %s", strerror(errno));
+        cr_assert_eq(stat(p, &after), 0);
+        if (after.st_ctim.tv_sec != before.st_ctim.tv_sec ||
+            after.st_ctim.tv_nsec != before.st_ctim.tv_nsec)
+            break;
+        cr_assert_lt(i, 10000, "the ctime of %s did not change in 10 s", p);
+        sleep_ms(1);
+    }
+    cr_assert_eq(after.st_ino, before.st_ino, "rewritten in place");
+    cr_assert_eq(after.st_size, before.st_size);
+    cr_assert_eq(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+    cr_assert_eq(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+    assert_token(c, "tok-BBBB", "only the ctime changed: the token must be read again");
+    kube_config_free(c);
+    rm_rf(dir);
+}
