@@ -71,7 +71,7 @@ typedef struct {
     unsigned long long seed;
     device_kind device;
     int rendezvous_timeout_seconds;
-    int threads;          /* 0 = all cores */
+    int threads;          /* 0 = what the CPU affinity and cgroup quota allow */
     int log_interval;     /* steps between progress lines */
     int eval_interval;    /* steps between test-set evaluations; 0 = end only */
     char export_path[CONFIG_STR]; /* safetensors written at the end; "" = none */

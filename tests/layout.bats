@@ -71,6 +71,12 @@ includes_of() {
   [[ "$output" != *" model_forward"* ]]
 }
 
+@test "the worker returns error classes, never exit codes: api/exitcode.c alone maps them" {
+  run grep -rln 'VITJOB_EXIT_' worker kernels api/config.c api/config.h
+  echo "$output"
+  [ "$status" -eq 1 ]
+}
+
 @test "nothing points outside the repository: the design is docs/design.md" {
   local outside="\.\./sha""red"    # spelled apart so that this file does not match itself
   run git grep -nE "$outside" -- . ':!tests/layout.bats'

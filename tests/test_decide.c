@@ -2,6 +2,7 @@
  * jobs and pods written as JSON, and the idempotence property (applying a
  * plan and deciding again on the result gives an empty plan). */
 #include "decide.h"
+#include "exitcode.h"
 #include "jobspec.h"
 #include "timefmt.h"
 
@@ -466,6 +467,29 @@ Test(decide, exit_code_3_fails_at_once_with_InvalidData)
     cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "InvalidData");
     cr_assert_eq(restarts(&w), 0);
     world_free(&w);
+}
+
+/* api/exitcode.h's table, row by row: what it says is permanent fails the
+ * job at once, everything else restarts the gang. */
+Test(decide, every_row_of_the_exit_code_table_is_decided_as_the_table_says)
+{
+    size_t n;
+    const vj_err_row *t = vj_err_table(&n);
+    for (size_t i = 0; i <= n; i++) {
+        int code = i < n ? t[i].exit_code : 128 + 2; /* and SIGINT's 130 */
+        int permanent = i < n ? t[i].permanent : 0;
+        world w = running_job(NULL);
+        set_exit(&w, "j-worker-1-r0", code);
+        vj_plan_free(step(&w, NOW + 20));
+        if (permanent) {
+            cr_assert_str_eq(phase_of(&w), "Failed", "%s (exit %d)", t[i].name, code);
+            cr_assert_eq(restarts(&w), 0, "%s (exit %d) was retried", t[i].name, code);
+        } else {
+            cr_assert_str_neq(phase_of(&w), "Failed", "exit %d", code);
+            cr_assert_eq(restarts(&w), 1, "exit %d was not retried", code);
+        }
+        world_free(&w);
+    }
 }
 
 Test(decide, retryable_exit_restarts_the_gang_as_next_generation_spending_backoff)

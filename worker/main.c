@@ -47,7 +47,7 @@ static int cmd_exit_codes(void)
     size_t n;
     const vj_err_row *t = vj_err_table(&n);
     printf("%-5s %-10s %-14s %s\n", "CODE", "RETRIED", "CLASS", "MEANING");
-    printf("%-5d %-10s %-14s %s\n", VITJOB_EXIT_OK, "-", "ok", "training finished");
+    printf("%-5d %-10s %-14s %s\n", vj_exit_code(VJ_OK, 0), "-", "ok", "training finished");
     for (size_t i = 0; i < n; i++)
         printf("%-5d %-10s %-14s %s\n", t[i].exit_code, t[i].permanent ? "no" : "yes", t[i].name,
                t[i].meaning);
@@ -175,9 +175,10 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
 
 int main(int argc, char **argv)
 {
+    const int usage_code = vj_exit_code(VJ_ERR_USAGE, 0);
     if (argc < 2) {
         usage(stderr);
-        return VITJOB_EXIT_CONFIG;
+        return usage_code;
     }
     if (strcmp(argv[1], "train") == 0) {
         char err[1024] = "";
@@ -200,8 +201,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    LOG_ERROR("worker", "exit_code=%d class=usage msg=\"unknown command '%s'\"",
-              VITJOB_EXIT_CONFIG, argv[1]);
+    LOG_ERROR("worker", "exit_code=%d class=usage retried=no msg=\"unknown command '%s'\"",
+              usage_code, argv[1]);
     usage(stderr);
-    return VITJOB_EXIT_CONFIG;
+    return usage_code;
 }
