@@ -535,3 +535,24 @@ print("%016x" % h)')
   [[ "$output" != *$'\e'* ]]
   ! grep -q '^ts=0 ' <<<"$output"
 }
+
+@test "OMP_NUM_THREADS decides the threads when training.threads is not set, and a bad one is ignored" {
+  run env OMP_NUM_THREADS=1 "$WORKER" train --set training.steps=1 --set training.optimizer.warmupSteps=0 \
+    --set training.exportPath=
+  [ "$status" -eq 0 ]
+  [[ "$output" == *'threads=1 threads_source="OMP_NUM_THREADS"'* ]]
+  run env OMP_NUM_THREADS=lots "$WORKER" train --set training.steps=1 \
+    --set training.optimizer.warmupSteps=0 --set training.exportPath=
+  [ "$status" -eq 0 ]
+  [[ "$output" == *'event=ignored_env name=OMP_NUM_THREADS value="lots"'* ]]
+}
+
+@test "metrics and export naming the same file are refused at start" {
+  worker train "${FAST[@]}" --set training.exportPath="$TMP/out" --metrics "$TMP/out"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"name the same file"* ]]
+  touch "$TMP/out"
+  ln "$TMP/out" "$TMP/out2"
+  worker train "${FAST[@]}" --set training.exportPath="$TMP/out" --metrics "$TMP/out2"
+  [ "$status" -eq 2 ]
+}

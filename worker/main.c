@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "exitcode.h"
@@ -85,6 +86,14 @@ static vj_err env_world_size(int *world, char *err, size_t errlen)
 static vj_err check_outputs(const vit_job_config *cfg, const char *metrics, char *err,
                             size_t errlen)
 {
+    struct stat a, b;
+    if (metrics && cfg->training.export_path[0] &&
+        (strcmp(metrics, cfg->training.export_path) == 0 ||
+         (stat(metrics, &a) == 0 && stat(cfg->training.export_path, &b) == 0 &&
+          a.st_dev == b.st_dev && a.st_ino == b.st_ino))) {
+        snprintf(err, errlen, "--metrics %s and training.exportPath name the same file", metrics);
+        return VJ_ERR_OUTPUT;
+    }
     const struct {
         const char *what, *path;
     } outs[] = {{"training.exportPath", cfg->training.export_path}, {"--metrics", metrics}};

@@ -429,14 +429,26 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     return rc;
 }
 
-/* Compute threads: training.threads when set, else what the CPU affinity
- * and the cgroup's CPU quota allow (never one per core of a node the pod
- * may use two of). */
+/* Compute threads: training.threads when set, else OMP_NUM_THREADS when
+ * the environment sets it (as torchrun does), else what the CPU affinity and
+ * the cgroup's CPU quota allow (never one per core of a node the pod may
+ * use two of). */
 static int pick_threads(const training_config *tc, char *source, size_t srclen)
 {
     if (tc->threads > 0) {
         snprintf(source, srclen, "training.threads");
         return ops_cpu_set_threads(tc->threads);
+    }
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        long n = strtol(env, &end, 10);
+        if (*end == '\0' && n >= 1 && n <= 1024) {
+            snprintf(source, srclen, "OMP_NUM_THREADS");
+            return ops_cpu_set_threads((int)n);
+        }
+        LOG_WARN("train", "event=ignored_env name=OMP_NUM_THREADS value=\"%s\" reason=\"not a "
+                 "count in [1, 1024]\"", env);
     }
     return ops_cpu_set_threads(sysres_cpus("", 0, source, srclen));
 }
