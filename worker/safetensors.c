@@ -230,28 +230,6 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* __metadata__: an object whose values are all strings, each key once. */
-static int check_metadata(const cJSON *m, const char *path, char *err, size_t errlen)
-{
-    if (!cJSON_IsObject(m)) {
-        err_printf(err, errlen, "%s: __metadata__ is not a JSON object", path);
-        return -1;
-    }
-    for (const cJSON *v = m->child; v; v = v->next) {
-        if (!cJSON_IsString(v)) {
-            err_printf(err, errlen, "%s: __metadata__ value of '%s' is not a string", path,
-                       v->string);
-            return -1;
-        }
-        for (const cJSON *w = m->child; w != v; w = w->next)
-            if (strcmp(w->string, v->string) == 0) {
-                err_printf(err, errlen, "%s: __metadata__ key '%s' is given twice", path,
-                           v->string);
-                return -1;
-            }
-    }
-    return 0;
-}
 
 /* One tensor's header entry, checked against the data's length. */
 static int parse_entry(entry *en, const cJSON *e, uint64_t data_len, const char *path,
@@ -356,27 +334,49 @@ static int parse_entry(entry *en, const cJSON *e, uint64_t data_len, const char 
     return 0;
 }
 
-/* Every name once (__metadata__ included): sorted, neighbours differ. */
-static int check_unique_names(const cJSON *root, int count, const char *path, char *err,
-                              size_t errlen)
+/* Every key of the object (the header, or __metadata__ when meta) once:
+ * sorted, neighbours differ (O(n log n): a header may hold millions). */
+static int check_unique_keys(const cJSON *obj, int meta, const char *path, char *err,
+                             size_t errlen)
 {
+    int count = cJSON_GetArraySize(obj);
     const char **names = malloc(sizeof *names * (size_t)(count ? count : 1));
     if (!names) {
         err_printf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     int k = 0, rc = 0;
-    for (const cJSON *e = root->child; e; e = e->next) names[k++] = e->string;
+    for (const cJSON *e = obj->child; e; e = e->next) names[k++] = e->string;
     qsort(names, (size_t)k, sizeof *names, cmp_name);
     for (int i = 1; i < k; i++)
         if (strcmp(names[i - 1], names[i]) == 0) {
-            err_printf(err, errlen, "%s: tensor '%s' is named twice in the header", path,
-                       names[i]);
+            if (meta)
+                err_printf(err, errlen, "%s: __metadata__ key '%s' is given twice", path,
+                           names[i]);
+            else
+                err_printf(err, errlen, "%s: tensor '%s' is named twice in the header", path,
+                           names[i]);
             rc = -1;
             break;
         }
     free(names);
     return rc;
+}
+
+/* __metadata__: an object whose values are all strings, each key once. */
+static int check_metadata(const cJSON *m, const char *path, char *err, size_t errlen)
+{
+    if (!cJSON_IsObject(m)) {
+        err_printf(err, errlen, "%s: __metadata__ is not a JSON object", path);
+        return -1;
+    }
+    for (const cJSON *v = m->child; v; v = v->next)
+        if (!cJSON_IsString(v)) {
+            err_printf(err, errlen, "%s: __metadata__ value of '%s' is not a string", path,
+                       v->string);
+            return -1;
+        }
+    return check_unique_keys(m, 1, path, err, errlen);
 }
 
 /* Sorted by offset, each range starts where the previous ended and the last
@@ -480,7 +480,7 @@ int st_open(st_file **out, const char *path, char *err, size_t errlen)
         }
 
     int count = cJSON_GetArraySize(root);
-    if (check_unique_names(root, count, path, err, errlen) != 0) goto fail;
+    if (check_unique_keys(root, 0, path, err, errlen) != 0) goto fail;
     f->entries = calloc((size_t)count + 1, sizeof *f->entries);
     if (!f->entries) {
         err_printf(err, errlen, "%s: out of memory", path);
