@@ -1,6 +1,8 @@
-/* worker/model_io.c - see model_io.h. */
+/* worker/model_io.c - see model_io.h. Files are read and written only
+ * through safetensors.h (which opens and replaces them through lib/file.h). */
 #include "model_io.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +66,8 @@ int model_load_safetensors(vit_model *m, const char *path, char *err, size_t err
             goto out;
         }
         if (s->dtype != ST_F32) {
-            snprintf(err, errlen, "%s: tensor '%s' must be F32", path, t->name);
+            snprintf(err, errlen, "%s: tensor '%s' is %s, the model needs F32", path, t->name,
+                     st_dtype_name(s->dtype));
             goto out;
         }
         int same = s->ndim == t->ndim;
@@ -82,6 +85,16 @@ int model_load_safetensors(vit_model *m, const char *path, char *err, size_t err
             goto out;
         }
         memcpy(host + t->offset, s->data, t->numel * sizeof(float));
+        /* by the bits, so that no floating-point mode can hide them */
+        for (size_t k = 0; k < (size_t)t->numel; k++) {
+            uint32_t bits;
+            memcpy(&bits, host + t->offset + k, sizeof bits);
+            if ((bits & 0x7f800000u) == 0x7f800000u) {
+                snprintf(err, errlen, "%s: tensor '%s' holds %s at element %zu", path, t->name,
+                         (bits & 0x007fffffu) ? "NaN" : (bits >> 31) ? "-Inf" : "Inf", k);
+                goto out;
+            }
+        }
     }
     if (st_count(f) != n) {
         for (int i = 0; i < st_count(f); i++) {

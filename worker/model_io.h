@@ -18,8 +18,12 @@ int model_save_safetensors(vit_model *m, const model_config *mc, const char *pat
                            size_t errlen);
 
 /* Loads every parameter from a file that has exactly the model's tensors
- * (names, shapes, F32). Missing, extra or mis-shaped tensors are errors
- * naming the tensor. Returns 0 or -1 with a message in err. */
+ * (names, shapes, F32), each once (st_open refuses a name given twice), and
+ * only finite values. Missing, extra, mis-shaped or non-F32 tensors are
+ * errors naming the tensor (and its dtype or shapes against the model's);
+ * a NaN or Inf names the tensor and the first such element's index. The
+ * model is unchanged unless every tensor checks out. Returns 0 or -1 with
+ * a message in err. */
 int model_load_safetensors(vit_model *m, const char *path, char *err, size_t errlen);
 
 #endif
