@@ -354,7 +354,7 @@ PY
   poke_float 5 0000807f   # +Inf
   worker train "${FAST[@]}" --set model.init="$TMP/init.safetensors"
   [ "$status" -eq 2 ]
-  [[ "$output" == *"holds +Inf at element 5"* ]]
+  [[ "$output" == *"holds Inf at element 5"* ]]
   [[ "$output" != *"event=start"* ]]
 }
 

@@ -235,32 +235,6 @@ static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t
     return VJ_OK;
 }
 
-/* Refuses weights that are not finite, naming the tensor and element. */
-static vj_err check_finite(vit_model *m, const char *path, char *err, size_t errlen)
-{
-    float *host = malloc(sizeof(float) * model_num_params(m));
-    if (!host) {
-        snprintf(err, errlen, "%s: out of host memory checking the weights", path);
-        return VJ_ERR_OUT_OF_MEMORY;
-    }
-    model_read_params(m, host);
-    vj_err rc = VJ_OK;
-    for (int i = 0; i < model_num_tensors(m) && rc == VJ_OK; i++) {
-        const model_tensor *t = model_tensor_at(m, i);
-        for (size_t k = 0; k < t->numel; k++) {
-            float v = host[t->offset + k];
-            if (!isfinite(v)) {
-                snprintf(err, errlen, "%s: tensor '%s' holds %s at element %zu", path, t->name,
-                         isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", k);
-                rc = VJ_ERR_INIT_WEIGHTS;
-                break;
-            }
-        }
-    }
-    free(host);
-    return rc;
-}
-
 /* The backend, the model with its first weights, the optimizer, the batch
  * buffers, the data loader and the metrics file. */
 static vj_err build(run *r, char *err, size_t errlen)
@@ -280,9 +254,7 @@ static vj_err build(run *r, char *err, size_t errlen)
         return rc;
     if (mc->init[0]) {
         if (model_load_safetensors(r->model, mc->init, err, errlen) != 0)
-            return VJ_ERR_INIT_WEIGHTS;
-        if ((rc = check_finite(r->model, mc->init, err, errlen)) != VJ_OK)
-            return rc;
+            return VJ_ERR_INIT_WEIGHTS; /* unreadable, malformed, mismatched or not finite */
         LOG_INFO("train", "event=init_loaded path=%s", mc->init);
     } else if (model_init_random(r->model, tc->seed) != 0) {
         snprintf(err, errlen, "out of host memory for the initial weights");
