@@ -1,0 +1,55 @@
+/* worker/comm.h - collectives over the ranks of a job, on flat buffers.
+ *
+ * Owns: the collective operations training needs (all-reduce sum,
+ * reduce-scatter sum, all-gather, broadcast, barrier) behind one interface,
+ * with one file per backend: comm_gloo.cc (CPU: gloo's TCP transport, its
+ * rendezvous Store implemented on worker/rdzv.h as PyTorch's c10d does) and,
+ * in the CUDA plugin, NCCL. World size 1 needs no backend (comm_local).
+ * Must not: write ring or tree algorithms (the libraries have them), know
+ * about models, or wait without the collective timeout.
+ *
+ * Buffers: counts are elements; for reduce-scatter and all-gather every
+ * rank's chunk is count elements (callers pad the flat vector to a multiple
+ * of the world size), chunks in rank order. Summation order is fixed for a
+ * given world size: repeated runs give bit-identical results.
+ * Errors: 0, or -1 with one line in err naming the operation and, where
+ * the library says, the peer; comm_failed then stays set (the communicator
+ * is unusable after a timeout or a lost peer).
+ */
+#ifndef VITJOB_COMM_H
+#define VITJOB_COMM_H
+
+#include <stddef.h>
+
+#include "rdzv.h"
+
+typedef enum { COMM_F32, COMM_BF16 } comm_dtype; /* bf16: 2-byte elements, moved not summed */
+
+typedef struct comm comm;
+
+/* A communicator for all ranks of r (borrowed; it outlives the comm), with
+ * the collective timeout in seconds. World size 1: a local communicator
+ * whose operations copy or do nothing. *out is the caller's (comm_free). */
+int comm_new_cpu(comm **out, rdzv *r, double timeout_s, char *err, size_t errlen);
+void comm_free(comm *c); /* accepts NULL */
+
+int comm_rank(const comm *c);
+int comm_world_size(const comm *c);
+int comm_failed(const comm *c);
+
+/* In place: buf (count f32) = sum over ranks. */
+int comm_allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen);
+/* in: world_size chunks of count f32 (all ranks' full vector); out: this
+ * rank's chunk of the sum (count f32). in and out may not overlap. */
+int comm_reduce_scatter_sum(comm *c, const float *in, float *out, size_t count, char *err,
+                            size_t errlen);
+/* in: this rank's chunk (count elements of dtype); out: world_size chunks
+ * in rank order. in may be out + rank * count (in place). */
+int comm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, char *err,
+                   size_t errlen);
+/* buf (count elements of dtype) from root to every rank. */
+int comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int root, char *err,
+                   size_t errlen);
+int comm_barrier(comm *c, char *err, size_t errlen);
+
+#endif
