@@ -27,9 +27,24 @@ typedef enum { COMM_F32, COMM_BF16 } comm_dtype; /* bf16: 2-byte elements, moved
 
 typedef struct comm comm;
 
-/* A communicator for all ranks of r (borrowed; it outlives the comm), with
- * the collective timeout in seconds. World size 1: a local communicator
- * whose operations copy or do nothing. *out is the caller's (comm_free). */
+/* The store a backend rendezvouses through: set a key, and get one waiting
+ * at most timeout_s (value malloc'd, the caller frees). Both return 0 or -1
+ * with a message in err. worker/comm_rdzv.c adapts worker/rdzv.h to it. */
+typedef struct {
+    void *ctx;
+    int (*set)(void *ctx, const char *key, const void *val, size_t len, char *err,
+               size_t errlen);
+    int (*get)(void *ctx, const char *key, double timeout_s, void **val, size_t *len, char *err,
+               size_t errlen);
+} comm_store;
+
+/* A CPU communicator (gloo) for rank of world ranks that meet through
+ * store (borrowed for the call only), with the collective timeout in
+ * seconds. World size 1: a local communicator whose operations copy or do
+ * nothing (no store is used). *out is the caller's (comm_free). */
+int comm_new_cpu_store(comm **out, const comm_store *store, int rank, int world,
+                       double timeout_s, char *err, size_t errlen);
+/* The same, through the rendezvous store r (worker/comm_rdzv.c). */
 int comm_new_cpu(comm **out, rdzv *r, double timeout_s, char *err, size_t errlen);
 void comm_free(comm *c); /* accepts NULL */
 
