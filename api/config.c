@@ -145,6 +145,7 @@ static const config_key config_keys[] = {
     ROW_U64("training.seed", training.seed, 0, JSON_EXACT_INT),
     ROW_ENUM("training.device", training.device, devices),
     ROW_INT("training.rendezvousTimeoutSeconds", training.rendezvous_timeout_seconds, 1, 86400),
+    ROW_INT("training.collectiveTimeoutSeconds", training.collective_timeout_seconds, 1, 86400),
     ROW_INT("training.threads", training.threads, 0, 1024),
     ROW_INT("training.logInterval", training.log_interval, 1, 1000000000),
     ROW_INT("training.evalInterval", training.eval_interval, 0, 1000000000),
@@ -878,6 +879,7 @@ void config_defaults(vit_job_config *cfg)
     t->seed = 1234;
     t->device = DEVICE_AUTO;
     t->rendezvous_timeout_seconds = 300;
+    t->collective_timeout_seconds = 600;
     t->threads = 0;
     t->log_interval = 50;
     t->eval_interval = 0;

@@ -71,6 +71,7 @@ typedef struct {
     unsigned long long seed;
     device_kind device;
     int rendezvous_timeout_seconds;
+    int collective_timeout_seconds; /* a collective waiting longer: the peer is lost */
     int threads;          /* 0 = what the CPU affinity and cgroup quota allow */
     int log_interval;     /* steps between progress lines */
     int eval_interval;    /* steps between test-set evaluations; 0 = end only */

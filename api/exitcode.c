@@ -34,6 +34,12 @@ static const vj_err_row table[] = {
      "the GPU reported an error while training"},
     {VJ_ERR_IO, "io", VITJOB_EXIT_FAILURE, 0,
      "a write failed for a reason that can pass (disk full, quota, I/O error)"},
+    {VJ_ERR_RENDEZVOUS, "rendezvous", VITJOB_EXIT_FAILURE, 0,
+     "the ranks did not all meet within training.rendezvousTimeoutSeconds (the message names "
+     "the missing ranks), or this process is of an older restart generation"},
+    {VJ_ERR_PEER_LOST, "peer_lost", VITJOB_EXIT_FAILURE, 0,
+     "another rank died or did not answer a collective within "
+     "training.collectiveTimeoutSeconds"},
     {VJ_ERR_STOPPED, "stopped", 128 + SIGTERM, 0,
      "SIGTERM or SIGINT stopped the run: exit code 128 + the signal (143, 130); the "
      "unfinished step is abandoned"},

@@ -34,6 +34,8 @@ typedef enum {
     VJ_ERR_OUT_OF_MEMORY,/* an allocation failed below the checked limit */
     VJ_ERR_DEVICE_FAULT, /* the GPU reported an error while training */
     VJ_ERR_IO,           /* a write failed for a passing reason (disk full, I/O error) */
+    VJ_ERR_RENDEZVOUS,   /* the ranks did not all meet within rendezvousTimeoutSeconds */
+    VJ_ERR_PEER_LOST,    /* another rank died or stopped answering mid-run */
     VJ_ERR_STOPPED,      /* SIGTERM or SIGINT: exit code 128 + the signal */
     VJ_ERR_END
 } vj_err;

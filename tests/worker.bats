@@ -304,7 +304,7 @@ PY
     "usage|train --no-such-flag"
     "config|train --set training.steps=-1"
     "environment|env VITJOB_REPLICAS=two"
-    "unsupported|env VITJOB_REPLICAS=2"
+    "unsupported|train --set data.format=shards"
     "output|train --set training.exportPath=$TMP/no/such/dir/model.safetensors"
     "init_weights|train --set model.init=$TMP/init.safetensors"
     "too_large|train --set model.dim=8192 --set model.heads=64 --set model.depth=64"

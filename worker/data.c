@@ -226,6 +226,8 @@ void data_loader_begin_step(data_loader *l, int G)
     if (l->index + G > l->d->n) data_loader_seek(l, l->epoch + 1, 0);
 }
 
+void data_loader_skip(data_loader *l, long k) { l->index += k; }
+
 void data_loader_next(data_loader *l, int B, float *images, int *labels)
 {
     if (l->index + B > l->d->n) data_loader_seek(l, l->epoch + 1, 0);

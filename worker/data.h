@@ -54,6 +54,9 @@ void data_loader_seek(data_loader *l, long epoch, long index);
 /* At the start of an optimizer step of G samples: if fewer than G are left
  * in this epoch, the next epoch starts (drop-last at step granularity). */
 void data_loader_begin_step(data_loader *l, int G);
+/* Skips k samples of the current step (other ranks' part of the global
+ * batch); call between data_loader_begin_step and the end of the step. */
+void data_loader_skip(data_loader *l, long k);
 /* The next B samples, in order; an epoch ends when fewer than B samples are
  * left (drop-last), and the next epoch's shuffle starts. */
 void data_loader_next(data_loader *l, int B, float *images, int *labels);

@@ -14,10 +14,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comm.h"
 #include "config.h"
 #include "exitcode.h"
 #include "file.h"
 #include "log.h"
+#include "rdzv.h"
 #include "train.h"
 
 #define VITJOB_VERSION "0.1.0"
@@ -79,6 +81,88 @@ static vj_err env_world_size(int *world, char *err, size_t errlen)
     }
     *world = (int)(v[0] * v[1]);
     return VJ_OK;
+}
+
+/* This process's place in the job: the operator's environment contract. */
+typedef struct {
+    int rank, local_ranks;
+    long generation;
+    const char *endpoint;
+} placement;
+
+/* An integer environment variable in [lo, hi]; absent = def. */
+static vj_err env_long(const char *name, long lo, long hi, long def, long *out, char *err,
+                       size_t errlen)
+{
+    const char *s = getenv(name);
+    *out = def;
+    if (!s || !*s) return VJ_OK;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || errno || v < lo || v > hi) {
+        snprintf(err, errlen, "environment: %s=\"%s\" is not an integer in [%ld, %ld]", name, s,
+                 lo, hi);
+        return VJ_ERR_ENVIRONMENT;
+    }
+    *out = v;
+    return VJ_OK;
+}
+
+static vj_err env_placement(const vit_job_config *cfg, placement *pl, char *err, size_t errlen)
+{
+    long replicas = 1, local = 1, rank = 0, gen = 0;
+    vj_err rc;
+    if ((rc = env_long(VJ_ENV_REPLICAS, 1, 65536, 1, &replicas, err, errlen)) ||
+        (rc = env_long(VJ_ENV_LOCAL_RANKS, 1, 65536, 1, &local, err, errlen)) ||
+        (rc = env_long(VJ_ENV_RANK, 0, 65535, 0, &rank, err, errlen)) ||
+        (rc = env_long(VJ_ENV_RESTART, 0, 1000000000, 0, &gen, err, errlen)))
+        return rc;
+    if (rank >= replicas) {
+        snprintf(err, errlen, "environment: %s=%ld is not below %s=%ld", VJ_ENV_RANK, rank,
+                 VJ_ENV_REPLICAS, replicas);
+        return VJ_ERR_ENVIRONMENT;
+    }
+    pl->rank = (int)rank;
+    pl->local_ranks = (int)local;
+    pl->generation = gen;
+    pl->endpoint = getenv(VJ_ENV_RDZV_ENDPOINT);
+    if (cfg->world_size > 1 && (!pl->endpoint || !*pl->endpoint)) {
+        snprintf(err, errlen, "environment: world size %d needs %s (host:port of rank 0's "
+                 "store)", cfg->world_size, VJ_ENV_RDZV_ENDPOINT);
+        return VJ_ERR_ENVIRONMENT;
+    }
+    return VJ_OK;
+}
+
+/* What this build can run with many ranks. */
+static vj_err check_supported(const vit_job_config *cfg, const placement *pl, char *err,
+                              size_t errlen)
+{
+    if (cfg->world_size == 1) return VJ_OK;
+    if (pl->local_ranks > 1) {
+        snprintf(err, errlen, "%s=%d: several processes per pod are not in this build yet; run "
+                 "one process per pod (gpusPerReplica <= 1)", VJ_ENV_LOCAL_RANKS,
+                 pl->local_ranks);
+        return VJ_ERR_UNSUPPORTED;
+    }
+    if (cfg->training.sharding == SHARDING_FULL) {
+        snprintf(err, errlen, "training.sharding=full with world size %d is not in this build "
+                 "yet; use none or grad-op", cfg->world_size);
+        return VJ_ERR_UNSUPPORTED;
+    }
+    if (cfg->training.device == DEVICE_CUDA) {
+        snprintf(err, errlen, "training.device=cuda with world size %d: the NCCL backend is not "
+                 "in this build yet; use training.device=cpu", cfg->world_size);
+        return VJ_ERR_UNSUPPORTED;
+    }
+    return VJ_OK;
+}
+
+static vj_err rdzv_class(rdzv_error k)
+{
+    return k == RDZV_INVALID ? VJ_ERR_ENVIRONMENT : k == RDZV_LOST ? VJ_ERR_PEER_LOST
+                                                                   : VJ_ERR_RENDEZVOUS;
 }
 
 /* Every output path, checked before any work: a run must not train for
@@ -162,24 +246,40 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     if ((rc = env_world_size(&cfg.world_size, err, errlen)) != 0) return rc;
     if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
 
-    /* What this build can run. */
-    if (cfg.world_size > 1) {
-        snprintf(err, errlen, "world size %d: multi-process training is not in this build yet; "
-                 "run with " VJ_ENV_REPLICAS "=1", cfg.world_size);
-        return VJ_ERR_UNSUPPORTED;
-    }
+    placement pl = {0};
+    if ((rc = env_placement(&cfg, &pl, err, errlen)) != 0) return rc;
+    if ((rc = check_supported(&cfg, &pl, err, errlen)) != 0) return rc;
     if (cfg.checkpoint.uri[0])
         LOG_WARN("worker", "msg=\"checkpoint.uri is set but checkpoints are not in this build "
                  "yet; none will be written\" uri=%s", cfg.checkpoint.uri);
-    if ((rc = check_outputs(&cfg, metrics, err, errlen)) != VJ_OK) return rc;
+    if (pl.rank == 0 && (rc = check_outputs(&cfg, metrics, err, errlen)) != VJ_OK) return rc;
 
     char *json = config_to_json(&cfg);
     if (json) {
         LOG_INFO("worker", "event=config version=%s config=%s", VITJOB_VERSION, json);
         free(json);
     }
-    train_options opt = {.metrics_path = metrics, .stop_flag = &stop_requested};
-    return train_run(&cfg, &opt, err, errlen);
+    train_options opt = {.metrics_path = metrics, .stop_flag = &stop_requested,
+                         .rank = pl.rank, .world = cfg.world_size};
+    if (cfg.world_size == 1) return train_run(&cfg, &opt, err, errlen);
+
+    /* many ranks: meet at rank 0's store, then connect the collectives */
+    rdzv *rv = NULL;
+    comm *cm = NULL;
+    rdzv_error kind = RDZV_OK;
+    rdzv_options ro = {.endpoint = pl.endpoint, .rank = pl.rank, .world_size = cfg.world_size,
+                       .generation = pl.generation,
+                       .timeout_s = cfg.training.rendezvous_timeout_seconds};
+    if (rdzv_new(&rv, &ro, &kind, err, errlen) != 0) return rdzv_class(kind);
+    if (comm_new_cpu(&cm, rv, cfg.training.collective_timeout_seconds, err, errlen) != 0) {
+        rdzv_free(rv);
+        return VJ_ERR_PEER_LOST;
+    }
+    opt.comm = cm;
+    rc = train_run(&cfg, &opt, err, errlen);
+    comm_free(cm);
+    rdzv_free(rv);
+    return rc;
 }
 
 int main(int argc, char **argv)

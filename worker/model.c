@@ -32,7 +32,7 @@ struct vit_model {
     int S, P, C, D, L, NH, H, K, T, N, max_batch, B;
     int ckpt;                   /* activation checkpointing: one shared block_acts */
     floatX *params_lp;          /* bf16 copy of the matmul parameters, or NULL */
-    size_t n_params;
+    size_t n_params, n_padded;  /* n_padded: the buffers' length (pad_multiple) */
     float *params, *grads;      /* fp32 master parameters and their gradients */
     model_tensor *tensors;
     int n_tensors;
@@ -216,6 +216,8 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
         return NULL;
     }
     build_layout(m);
+    size_t k = opts && opts->pad_multiple > 1 ? (size_t)opts->pad_multiple : 1;
+    m->n_padded = (m->n_params + k - 1) / k * k;
     m->arena_bytes = carve(m, NULL);
     return m;
 }
@@ -224,8 +226,8 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
  * and the activation arena. */
 static size_t backend_bytes(const vit_model *m)
 {
-    return m->n_params * (2 * sizeof(float) + (m->ops->bf16 ? m->ops->floatx_bytes : 0)) +
-           m->arena_bytes;
+    return m->n_padded * 2 * sizeof(float) +
+           (m->ops->bf16 ? m->n_params * m->ops->floatx_bytes : 0) + m->arena_bytes;
 }
 
 size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
@@ -247,8 +249,8 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
         snprintf(err, errlen, "model: out of host memory for its tables");
         return VJ_ERR_OUT_OF_MEMORY;
     }
-    m->params = ops->alloc(m->n_params * sizeof(float));
-    m->grads = ops->alloc(m->n_params * sizeof(float));
+    m->params = ops->alloc(m->n_padded * sizeof(float));
+    m->grads = ops->alloc(m->n_padded * sizeof(float));
     if (ops->bf16) m->params_lp = ops->alloc(m->n_params * ops->floatx_bytes);
     m->arena = ops->alloc(m->arena_bytes);
     if (!m->params || !m->grads || !m->arena || (ops->bf16 && !m->params_lp)) {
@@ -401,7 +403,10 @@ static void model_params_changed(vit_model *m)
         if (!stays_fp32(m, i)) m->ops->to_floatx(W_(m, i), P_(m, i), m->tensors[i].numel);
 }
 
-void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_params); }
+void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_padded); }
+
+size_t model_padded_params(const vit_model *m) { return m->n_padded; }
+void model_params_refreshed(vit_model *m) { model_params_changed(m); }
 
 /* The residual gradient as a matmul reads it: bf16 in bf16-mixed (the
  * residual itself stays fp32), the fp32 buffer otherwise. */

@@ -40,6 +40,10 @@ typedef struct {
      * once set, forward and backward return at the next block boundary and
      * model_abandoned says so; the gradients are then partial. */
     const volatile sig_atomic_t *stop;
+    /* The flat parameter and gradient buffers hold a multiple of this many
+     * floats (the world size), zero beyond n_params, so that collectives
+     * can split them into equal chunks. 0 or 1: exactly n_params. */
+    int pad_multiple;
 } model_options;
 
 /* Builds a model for batches of at most max_batch images, on the backend
@@ -88,6 +92,12 @@ float *model_grads(vit_model *m);
 /* The bf16 copy of tensor t that matmuls read, or NULL (fp32 precision, or
  * a tensor that stays fp32): borrowed, for the optimizer's fused write. */
 floatX *model_params_lp(vit_model *m, int t);
+/* n_params rounded up to pad_multiple (model_options): the length of the
+ * flat buffers, whose tail beyond n_params stays zero. */
+size_t model_padded_params(const vit_model *m);
+/* Re-derives the bf16 copy from the fp32 parameters (after another rank's
+ * updates were gathered into them); nothing on fp32. */
+void model_params_refreshed(vit_model *m);
 /* Host copies of all n_params values; write_params refreshes the bf16 copy. */
 void model_read_params(vit_model *m, float *host);
 void model_write_params(vit_model *m, const float *host);

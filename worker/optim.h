@@ -27,6 +27,10 @@ double optim_lr_at(const optimizer_config *oc, long step, long total);
 size_t optim_memory_bytes(size_t n);
 int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
               char *err, size_t errlen);
+/* State for the slice [lo, hi) of the flat parameter vector only (a rank's
+ * shard under sharding grad-op; hi is clamped to the parameter count). */
+int optim_new_slice(optim **out, const vit_model *m, const optimizer_config *oc,
+                    long total_steps, size_t lo, size_t hi, char *err, size_t errlen);
 void optim_free(optim *o); /* accepts NULL */
 
 typedef struct {
@@ -38,6 +42,12 @@ typedef struct {
  * torch.nn.utils.clip_grad_norm_: coef = clip/(norm+1e-6), at most 1), then
  * AdamW with the scheduled lr. */
 optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step);
+/* The sum of squares of the gradients of this state's slice. */
+double optim_grad_sq(const optim *o, vit_model *m);
+/* The step with the global gradient norm given (summed over every rank's
+ * slice): clips and updates only the slice [lo, hi). */
+optim_result optim_step_norm(optim *o, vit_model *m, const vit_ops *ops, long step,
+                             double grad_norm);
 
 /* The AdamW state, borrowed (for checkpoints). */
 float *optim_m(optim *o);

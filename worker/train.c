@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "data.h"
 #include "exitcode.h"
 #include "file.h"
@@ -148,6 +149,13 @@ typedef struct {
     int *labels;
     FILE *metrics; /* NULL without --metrics */
     int threads, micro, accum;
+    /* many ranks: this rank's index, their count, the communicator (NULL
+     * with one rank); under grad-op this rank's slice [lo, lo + slice) of
+     * the padded flat vector and a buffer for its reduce-scattered part */
+    int rank, world;
+    comm *comm;
+    size_t slice, lo;
+    float *rs_out;
     char threads_source[64];
     long steps_per_epoch, total;
     /* progress */
@@ -247,7 +255,8 @@ static vj_err build(run *r, char *err, size_t errlen)
         return rc;
     report_dims(mc, r->ops);
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
-                           .stop = r->opt->stop_flag};
+                           .stop = r->opt->stop_flag,
+                           .pad_multiple = r->world};
     if ((rc = check_memory(r, &mopts, err, errlen)) != VJ_OK)
         return rc;
     if ((rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != 0)
@@ -260,8 +269,29 @@ static vj_err build(run *r, char *err, size_t errlen)
         snprintf(err, errlen, "out of host memory for the initial weights");
         return VJ_ERR_OUT_OF_MEMORY;
     }
-    if ((rc = optim_new(&r->opt_state, r->model, &tc->optimizer, r->total, err, errlen)) != 0)
+    if (r->world > 1 && tc->sharding == SHARDING_GRAD_OP) {
+        r->slice = model_padded_params(r->model) / (size_t)r->world;
+        r->lo = (size_t)r->rank * r->slice;
+        r->rs_out = malloc(sizeof(float) * (r->slice ? r->slice : 1));
+        if (!r->rs_out) {
+            snprintf(err, errlen, "out of memory for the gradient shard");
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+        rc = optim_new_slice(&r->opt_state, r->model, &tc->optimizer, r->total, r->lo,
+                             r->lo + r->slice, err, errlen);
+    } else {
+        r->slice = model_padded_params(r->model);
+        rc = optim_new(&r->opt_state, r->model, &tc->optimizer, r->total, err, errlen);
+    }
+    if (rc)
         return rc;
+    size_t n = model_num_params(r->model), mine = r->slice < n ? r->slice : n;
+    LOG_INFO("train", "event=shard rank=%d world=%d sharding=%s params=%zu padded=%zu "
+             "shard_params=%zu param_bytes=%zu grad_bytes=%zu optim_bytes=%zu", r->rank,
+             r->world, config_enum_name("training.sharding", tc->sharding), n,
+             model_padded_params(r->model), mine,
+             model_padded_params(r->model) * sizeof(float),
+             model_padded_params(r->model) * sizeof(float), optim_memory_bytes(mine));
     r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
     if (!r->images || !r->labels ||
@@ -269,7 +299,7 @@ static vj_err build(run *r, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for batch buffers");
         return VJ_ERR_OUT_OF_MEMORY;
     }
-    if (r->opt->metrics_path) {
+    if (r->opt->metrics_path && r->rank == 0) {
         char why[1024];
         int fd = file_create(r->opt->metrics_path, why, sizeof why);
         if (fd < 0) {
@@ -298,23 +328,89 @@ static vj_err flush_metrics(run *r, char *err, size_t errlen)
 
 static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
 
-/* One optimizer step: the micro-batches of a global batch, accumulated.
- * *loss is the global batch's mean loss. A stop request abandons the step
- * between micro-batches or between blocks (VJ_ERR_STOPPED): the weights are
- * then those of the last completed step. */
+/* The sum over ranks of n doubles each rank holds, in rank order on every
+ * rank (bit-identical everywhere, and to the one-rank sum when n ranks are
+ * one). Gathered as raw bytes: two f32 slots per double. */
+static vj_err sum_over_ranks(run *r, double *v, int n, char *err, size_t errlen)
+{
+    if (r->world == 1) return VJ_OK;
+    double *all = calloc((size_t)r->world * (size_t)n, sizeof *all);
+    if (!all) {
+        snprintf(err, errlen, "out of memory summing over ranks");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(all + (size_t)r->rank * n, v, sizeof *v * (size_t)n);
+    vj_err rc = VJ_OK;
+    if (comm_allgather(r->comm, all + (size_t)r->rank * n, all, (size_t)n * 2, COMM_F32, err,
+                       errlen) != 0) {
+        rc = VJ_ERR_PEER_LOST;
+    } else {
+        for (int k = 0; k < n; k++) {
+            double s = 0.0;
+            for (int q = 0; q < r->world; q++) s += all[(size_t)q * n + k];
+            v[k] = s;
+        }
+    }
+    free(all);
+    return rc;
+}
+
+/* Gradients of the global batch from every rank's part, then the update:
+ * none (DDP): all-reduce, every rank updates everything; grad-op (ZeRO-2):
+ * reduce-scatter, each rank updates its slice of the fp32 parameters and
+ * AdamW state, the updated slices are all-gathered. */
+static vj_err sync_and_update(run *r, long step, optim_result *res, char *err, size_t errlen)
+{
+    const training_config *tc = &r->cfg->training;
+    float *g = model_grads(r->model), *p = model_params(r->model);
+    const size_t np = model_padded_params(r->model);
+    if (r->world == 1) {
+        *res = optim_step(r->opt_state, r->model, r->ops, step);
+        return VJ_OK;
+    }
+    if (tc->sharding == SHARDING_NONE) {
+        if (comm_allreduce_sum(r->comm, g, np, err, errlen) != 0) return VJ_ERR_PEER_LOST;
+        *res = optim_step(r->opt_state, r->model, r->ops, step);
+        return VJ_OK;
+    }
+    /* grad-op */
+    if (comm_reduce_scatter_sum(r->comm, g, r->rs_out, r->slice, err, errlen) != 0)
+        return VJ_ERR_PEER_LOST;
+    memcpy(g + r->lo, r->rs_out, sizeof(float) * r->slice);
+    double sq = optim_grad_sq(r->opt_state, r->model);
+    vj_err rc = sum_over_ranks(r, &sq, 1, err, errlen);
+    if (rc) return rc;
+    *res = optim_step_norm(r->opt_state, r->model, r->ops, step, sqrt(sq));
+    if (comm_allgather(r->comm, p + r->lo, p, r->slice, COMM_F32, err, errlen) != 0)
+        return VJ_ERR_PEER_LOST;
+    model_params_refreshed(r->model);
+    return VJ_OK;
+}
+
+/* One optimizer step: the micro-batches of this rank's part of a global
+ * batch, accumulated, then the update. *loss is the global batch's mean
+ * loss. A stop request abandons the step between micro-batches or between
+ * blocks (VJ_ERR_STOPPED): the weights are then those of the last
+ * completed step. */
 static vj_err train_step(run *r, long step, double *loss, optim_result *res, char *err,
                          size_t errlen)
 {
     const training_config *tc = &r->cfg->training;
+    const int G = tc->global_batch_size;
+    const long part = G / r->world; /* this rank's samples of the global batch */
     /* each sample's loss enters the mean over the global batch, so the
-     * accumulated micro-batch gradients add up to the global batch's */
-    const float dloss = 1.0f / (float)tc->global_batch_size;
+     * accumulated micro-batch gradients (over every rank) add up to the
+     * global batch's */
+    const float dloss = 1.0f / (float)G;
     double t0 = mono_seconds();
     model_zero_grads(r->model);
     *loss = 0.0;
     /* epochs end at optimizer-step (global batch) boundaries, so that a step
-     * never mixes two epochs whatever the micro-batch size */
-    data_loader_begin_step(&r->loader, tc->global_batch_size);
+     * never mixes two epochs whatever the micro-batch size; rank q reads the
+     * q-th part of the step's samples, so the samples the job sees do not
+     * depend on the world size */
+    data_loader_begin_step(&r->loader, G);
+    data_loader_skip(&r->loader, (long)r->rank * part);
     int a = 0;
     const char *where = NULL;
     for (; a < r->accum && !stop_set(r); a++) {
@@ -324,18 +420,21 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
         model_backward(r->model, dloss);
         if ((where = model_abandoned(r->model)) != NULL) break;
     }
+    data_loader_skip(&r->loader, (long)(r->world - 1 - r->rank) * part);
     if (stop_set(r)) {
         snprintf(err, errlen, "stopped by signal during step %ld (micro-batch %d of %d%s%s); the "
                  "step was abandoned, the last completed step is %ld", step + 1,
                  a < r->accum ? a + 1 : a, r->accum, where ? ", " : "", where ? where : "", step);
         return VJ_ERR_STOPPED;
     }
-    *loss /= tc->global_batch_size;
-    *res = optim_step(r->opt_state, r->model, r->ops, step);
+    vj_err rc = sum_over_ranks(r, loss, 1, err, errlen);
+    if (rc == VJ_OK) rc = sync_and_update(r, step, res, err, errlen);
+    if (rc) return rc;
+    *loss /= G;
     r->t_train += mono_seconds() - t0;
     if (model_status(r->model, err, errlen))
         return VJ_ERR_DEVICE_FAULT; /* retryable from the last checkpoint */
-    r->images_done += tc->global_batch_size;
+    r->images_done += G;
     if (!isfinite(*loss)) {
         snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
                  *loss, step + 1);
@@ -354,6 +453,11 @@ static vj_err finish(run *r, char *err, size_t errlen)
     const model_config *mc = &r->cfg->model;
     const training_config *tc = &r->cfg->training;
     int stopped;
+    if (r->rank != 0) { /* rank 0 evaluates, exports and reports */
+        LOG_INFO("train", "event=done rank=%d steps=%ld train_seconds=%.1f peak_rss_mib=%.1f",
+                 r->rank, r->total, r->t_train, peak_rss_mib());
+        return VJ_OK;
+    }
     eval_result ev = evaluate_and_report(r->model, r->test, r->micro, r->images, r->labels,
                                          r->total, r->t_train, r->metrics, r->opt->stop_flag,
                                          &stopped);
@@ -398,6 +502,7 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     model_free(r->model);
     dataset_free(r->train);
     dataset_free(r->test);
+    free(r->rs_out);
     return rc;
 }
 
@@ -428,7 +533,12 @@ static int pick_threads(const training_config *tc, char *source, size_t srclen)
 vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
-    run r = {.cfg = cfg, .opt = opt};
+    run r = {.cfg = cfg, .opt = opt, .rank = opt->rank, .world = opt->world > 1 ? opt->world : 1,
+             .comm = opt->comm};
+    if (r.world > 1 && !r.comm) {
+        snprintf(err, errlen, "world size %d without a communicator", r.world);
+        return VJ_ERR_UNSUPPORTED;
+    }
     r.threads = pick_threads(tc, r.threads_source, sizeof r.threads_source);
     r.micro = tc->micro_batch_size;
     r.accum = config_accum_steps(cfg);
@@ -457,7 +567,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         interval_loss += loss;
         interval_steps++;
         int last = step + 1 == r.total;
-        if ((step + 1) % tc->log_interval == 0 || last) {
+        if (((step + 1) % tc->log_interval == 0 || last) && r.rank == 0) {
             double t = mono_seconds(),
                    rate = interval_steps * tc->global_batch_size / (t - t_interval);
             double eta = (double)(r.total - step - 1) * tc->global_batch_size / rate;
@@ -470,7 +580,8 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             interval_steps = 0;
             t_interval = mono_seconds();
         }
-        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
+        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last &&
+            r.rank == 0) {
             int stopped;
             evaluate_and_report(r.model, r.test, r.micro, r.images, r.labels, step + 1, r.t_train,
                                 r.metrics, opt->stop_flag, &stopped);

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stddef.h>
 
+#include "comm.h"
 #include "config.h"
 #include "exitcode.h"
 #include "ops.h"
@@ -19,6 +20,8 @@ typedef struct {
     volatile sig_atomic_t *stop_flag; /* set by a signal handler; checked between
                                          micro-batches, between blocks and between
                                          evaluation batches */
+    int rank, world;   /* this process's global rank and the world size (0, 1 alone) */
+    comm *comm;        /* the ranks' communicator (borrowed); NULL alone */
 } train_options;
 
 /* The op table for training.device and training.precision: cpu is the CPU

@@ -1,0 +1,207 @@
+#!/usr/bin/env bats
+# tests/ranks.bats - many ranks end to end (worker/rdzv.c, worker/comm*.c,
+# the sharded step of worker/train.c): processes on loopback meet at rank
+# 0's store, train together with each sharding mode, match the
+# single-process run, and fail cleanly and retryably when a peer is lost,
+# late, or of an older generation.
+#
+# BUILD (default build) points at the build tree; WORKER may override.
+
+setup() {
+  BUILD=${BUILD:-build}
+  WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
+  TMP=$(mktemp -d)
+  # fmnist_tiny has 205066 parameters: 3 and 4 ranks need padding
+  ARGS=(--set training.steps=20 --set training.optimizer.warmupSteps=2
+        --set training.globalBatchSize=48 --set training.microBatchSize=4
+        --set training.threads=1 --set training.exportPath=
+        --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
+}
+
+# kills what a failed test left running: workers whose endpoint is on loopback
+teardown() {
+  for p in $(pgrep -f "$WORKER train" || true); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^VITJOB_RDZV_ENDPOINT=127.0.0.1:' &&
+      kill -KILL "$p" 2>/dev/null
+  done
+  rm -rf "$TMP"
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_rank W RANK PORT GEN OUTDIR [worker args...]: one rank in the background,
+# its log in OUTDIR/rank-RANK.log, its exit status in OUTDIR/rank-RANK.rc
+start_rank() {
+  local w=$1 rank=$2 port=$3 gen=$4 out=$5
+  shift 5
+  ( env VITJOB_REPLICAS="$w" VITJOB_RANK="$rank" VITJOB_RESTART="$gen" \
+      VITJOB_RDZV_ENDPOINT="127.0.0.1:$port" VITJOB_COMM_HOST=127.0.0.1 \
+      "$WORKER" train "$@" --log-level info > "$out/rank-$rank.out" 2> "$out/rank-$rank.log"
+    echo $? > "$out/rank-$rank.rc" ) &
+}
+
+# run_world W OUTDIR [worker args...]: W ranks; rank 0 writes OUTDIR/metrics.jsonl
+# and, when asked, exports. Waits for all; fails unless every rank exited 0.
+run_world() {
+  local w=$1 out=$2
+  shift 2
+  mkdir -p "$out"
+  local port; port=$(free_port)
+  for r in $(seq 0 $((w - 1))); do
+    if [ "$r" -eq 0 ]; then
+      start_rank "$w" 0 "$port" 0 "$out" "$@" --metrics "$out/metrics.jsonl"
+    else
+      start_rank "$w" "$r" "$port" 0 "$out" "$@"
+    fi
+  done
+  wait
+  for r in $(seq 0 $((w - 1))); do
+    if [ "$(cat "$out/rank-$r.rc")" != 0 ]; then
+      echo "rank $r exited $(cat "$out/rank-$r.rc")"; tail -5 "$out/rank-$r.log"; return 1
+    fi
+  done
+}
+
+# compare A.jsonl B.jsonl TOL: every step's loss and grad_norm within TOL (relative)
+compare() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+b = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
+tol = float(sys.argv[3])
+assert len(a) == len(b) and a, (len(a), len(b))
+worst = 0.0
+for x, y in zip(a, b):
+    for k in ("loss", "grad_norm"):
+        d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
+        worst = max(worst, d)
+print("steps %d, worst relative difference %.3g (bound %g)" % (len(a), worst, tol))
+sys.exit(0 if worst < tol else 1)
+PY
+}
+
+# weights A B TOL: the two safetensors exports agree within TOL (max |a-b| / max |a|)
+weights() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import array, json, struct, sys
+def load(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        b, e = v["data_offsets"]
+        out[k] = array.array("f", data[b:e])
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys()
+worst = 0.0
+for k in a:
+    scale = max(max(abs(x) for x in a[k]), 1e-6)
+    worst = max(worst, max(abs(x - y) for x, y in zip(a[k], b[k])) / scale)
+print("tensors %d, worst relative difference %.3g (bound %s)" % (len(a), worst, sys.argv[3]))
+sys.exit(0 if worst < float(sys.argv[3]) else 1)
+PY
+}
+
+@test "2, 3 and 4 ranks with sharding none and grad-op follow the one-process loss over 20 steps" {
+  run_world 1 "$TMP/w1" "${ARGS[@]}" --set training.exportPath="$TMP/w1.safetensors"
+  for mode in none grad-op; do
+    for w in 2 3 4; do
+      [ "$w" -eq 3 ] && [ "$mode" = none ] && continue
+      run_world "$w" "$TMP/$mode-$w" "${ARGS[@]}" --set training.sharding="$mode" \
+        --set training.exportPath="$TMP/$mode-$w.safetensors"
+      echo "world $w, sharding $mode:"
+      compare "$TMP/w1/metrics.jsonl" "$TMP/$mode-$w/metrics.jsonl" 1e-5
+      weights "$TMP/w1.safetensors" "$TMP/$mode-$w.safetensors" 1e-4
+    done
+  done
+}
+
+@test "repeated runs with the same world size are bit-identical" {
+  for i in 1 2; do
+    run_world 3 "$TMP/run$i" "${ARGS[@]}" --set training.steps=8 --set training.sharding=grad-op \
+      --set training.exportPath="$TMP/run$i.safetensors"
+  done
+  cmp <(grep '"loss"' "$TMP/run1/metrics.jsonl") <(grep '"loss"' "$TMP/run2/metrics.jsonl")
+  cmp "$TMP/run1.safetensors" "$TMP/run2.safetensors"
+}
+
+@test "bf16-mixed on 2 ranks follows the one-process bf16 loss" {
+  bf=(--set training.precision=bf16-mixed --set training.steps=10)
+  run_world 1 "$TMP/b1" "${ARGS[@]}" "${bf[@]}"
+  run_world 2 "$TMP/b2" "${ARGS[@]}" "${bf[@]}" --set training.sharding=grad-op
+  compare "$TMP/b1/metrics.jsonl" "$TMP/b2/metrics.jsonl" 2e-2
+}
+
+@test "under grad-op each rank holds 1/N of the optimizer state, padded, and says so" {
+  run_world 4 "$TMP/m" "${ARGS[@]}" --set training.steps=2 --set training.sharding=grad-op
+  for r in 0 1 2 3; do
+    grep -o 'event=shard.*' "$TMP/m/rank-$r.log"
+    grep -q "rank=$r world=4 sharding=grad-op params=205066 padded=205068 shard_params=51267 " "$TMP/m/rank-$r.log"
+    grep -q "optim_bytes=410136" "$TMP/m/rank-$r.log"   # 2 x 4 x 51267
+  done
+  ! grep -q "step=" "$TMP/m/rank-1.log"   # progress only on rank 0
+}
+
+@test "a rank killed mid-run makes the others exit retryably, naming the lost peer" {
+  mkdir -p "$TMP/k"
+  port=$(free_port)
+  long=(--set training.steps=100000 --set training.collectiveTimeoutSeconds=10)
+  for r in 0 1 2; do start_rank 3 $r "$port" 0 "$TMP/k" "${ARGS[@]}" "${long[@]}"; done
+  for _ in $(seq 1 600); do grep -q "step=" "$TMP/k/rank-0.log" 2>/dev/null && break; sleep 0.1; done
+  pid=$(pgrep -f "$WORKER train" | while read -r p; do
+          tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx VITJOB_RANK=2 && echo "$p"; done | head -1)
+  [ -n "$pid" ]
+  kill -KILL "$pid"
+  wait
+  for r in 0 1; do
+    echo "rank $r: $(cat "$TMP/k/rank-$r.rc") $(tail -1 "$TMP/k/rank-$r.log")"
+    [ "$(cat "$TMP/k/rank-$r.rc")" -eq 1 ]
+    grep -q "class=peer_lost retried=yes" "$TMP/k/rank-$r.log"
+  done
+}
+
+@test "a rank of an older generation is refused at rendezvous and the new one times out naming it" {
+  mkdir -p "$TMP/g"
+  port=$(free_port)
+  short=(--set training.rendezvousTimeoutSeconds=4)
+  start_rank 2 0 "$port" 3 "$TMP/g" "${ARGS[@]}" "${short[@]}"
+  sleep 1
+  start_rank 2 1 "$port" 2 "$TMP/g" "${ARGS[@]}" "${short[@]}"
+  wait
+  cat "$TMP/g/rank-1.log" | tail -1
+  [ "$(cat "$TMP/g/rank-1.rc")" -eq 1 ]
+  grep -q "class=rendezvous" "$TMP/g/rank-1.log"
+  grep -qi "generation" "$TMP/g/rank-1.log"
+  [ "$(cat "$TMP/g/rank-0.rc")" -eq 1 ]
+  grep -q "rank.* 1 .*never arrived\|ranks\? 1\b" "$TMP/g/rank-0.log"
+}
+
+@test "rank 0 unreachable: the others exit retryably after the rendezvous timeout" {
+  mkdir -p "$TMP/u"
+  start_rank 2 1 "$(free_port)" 0 "$TMP/u" "${ARGS[@]}" --set training.rendezvousTimeoutSeconds=2
+  wait
+  tail -1 "$TMP/u/rank-1.log"
+  [ "$(cat "$TMP/u/rank-1.rc")" -eq 1 ]
+  grep -q "class=rendezvous retried=yes" "$TMP/u/rank-1.log"
+}
+
+@test "a rank outside the world, a missing endpoint or an unsupported combination is exit 2" {
+  run env VITJOB_REPLICAS=2 VITJOB_RANK=2 VITJOB_RDZV_ENDPOINT=127.0.0.1:1 "$WORKER" train "${ARGS[@]}"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"VITJOB_RANK=2 is not below VITJOB_REPLICAS=2"* ]]
+  run env VITJOB_REPLICAS=2 VITJOB_RANK=0 "$WORKER" train "${ARGS[@]}"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"needs VITJOB_RDZV_ENDPOINT"* ]]
+  run env VITJOB_REPLICAS=2 VITJOB_RANK=-1 "$WORKER" train "${ARGS[@]}"
+  [ "$status" -eq 2 ]
+  run env VITJOB_REPLICAS=2 VITJOB_RANK=0 VITJOB_RDZV_ENDPOINT=127.0.0.1:1 "$WORKER" train \
+    "${ARGS[@]}" --set training.sharding=full
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"class=unsupported"* ]]
+}
