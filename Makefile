@@ -60,8 +60,10 @@ CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 INC     := -Ilib -Iapi -Ikernels -Iworker -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
-LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -ldl -fopenmp
-WORKER_LDLIBS   = $(BLAS_LIBS) $(WORKER_PKG_LIBS) -lsleef -lm -ldl -fopenmp
+# gloo (CPU collectives, C++) through worker/comm_gloo.cc: the worker only
+GLOO_LIBS = -lgloo -lstdc++
+LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -ldl -fopenmp $(GLOO_LIBS)
+WORKER_LDLIBS   = $(BLAS_LIBS) $(WORKER_PKG_LIBS) -lsleef -lm -ldl -fopenmp $(GLOO_LIBS)
 OPERATOR_LDLIBS = $(OPERATOR_PKG_LIBS) -lm -lpthread
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
@@ -69,13 +71,16 @@ LIB_SRC     := $(wildcard lib/*.c)
 API_SRC     := $(wildcard api/*.c)
 KERNEL_SRC  := $(wildcard kernels/*.c)
 WORKER_SRC  := $(filter-out worker/main.c,$(wildcard worker/*.c))
+WORKER_CXX  := $(wildcard worker/*.cc)
 OPERATOR_SRC:= $(filter-out operator/main.c,$(wildcard operator/*.c))
 CORE_SRC    := $(LIB_SRC) $(API_SRC) $(KERNEL_SRC) $(WORKER_SRC) $(OPERATOR_SRC)
 TEST_SRC    := $(wildcard tests/test_*.c)
 
-CORE_OBJ     = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+CXX_OBJ      = $(WORKER_CXX:%.cc=$(BUILD)/obj/%.o)
+CORE_OBJ     = $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(CXX_OBJ)
 SHARED_OBJ   = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(API_SRC:%.c=$(BUILD)/obj/%.o)
-WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c=$(BUILD)/obj/%.o)
+WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c=$(BUILD)/obj/%.o) \
+               $(CXX_OBJ)
 OPERATOR_OBJ = $(SHARED_OBJ) $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench \
@@ -99,6 +104,14 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<  ($(BUILD))")
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# the one C++ file (the gloo shim): C++17, the C flags' warnings and sanitizers
+CXX     ?= g++
+ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) -Ilib -Iapi -Ikernels -Iworker -MMD -MP
+$(BUILD)/obj/%.o: %.cc $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CXX     $<  ($(BUILD))")
+	$(Q)$(CXX) $(ALL_CXXFLAGS) -c $< -o $@
 
 # the module boundaries, enforced by what each directory can include
 $(BUILD)/obj/lib/%.o $(BUILD)/obj/api/%.o: INC := -Ilib -Iapi

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential pkg-config
   libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev libsleef-dev
-  libcriterion-dev bats libmicrohttpd-dev uthash-dev
+  libcriterion-dev bats libmicrohttpd-dev uthash-dev libgloo-dev
   dataset-fashion-mnist python3-torch
   python3-jsonschema python3-yaml openssl iproute2
 )

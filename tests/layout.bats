@@ -44,20 +44,23 @@ includes_of() {
   [ -z "$output" ] || { echo "$output"; false; }
 }
 
-@test "the operator links no BLAS, SLEEF or OpenMP runtime" {
+@test "the operator links no BLAS, SLEEF, OpenMP runtime, gloo or C++ runtime" {
   run ldd "$BUILD/bin/vitjob-operator"
   [ "$status" -eq 0 ]
   [[ "$output" != *libopenblas* ]]
   [[ "$output" != *libsleef* ]]
   [[ "$output" != *libgomp* ]]
+  [[ "$output" != *libgloo* ]]
+  [[ "$output" != *libstdc++* ]]
   [[ "$output" == *libmicrohttpd* ]]
 }
 
-@test "the worker links no HTTP server" {
+@test "the worker links no HTTP server, and gloo for its CPU collectives" {
   run ldd "$BUILD/bin/vitjob-worker"
   [ "$status" -eq 0 ]
   [[ "$output" != *libmicrohttpd* ]]
   [[ "$output" == *libopenblas* ]]
+  [[ "$output" == *libgloo* ]]
 }
 
 @test "neither program carries the other's code" {

@@ -54,10 +54,10 @@ int comm_failed(const comm *c);
 
 /* In place: buf (count f32) = sum over ranks. */
 int comm_allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen);
-/* in: world_size chunks of count f32 (all ranks' full vector); out: this
- * rank's chunk of the sum (count f32). in and out may not overlap. */
-int comm_reduce_scatter_sum(comm *c, const float *in, float *out, size_t count, char *err,
-                            size_t errlen);
+/* In place: buf holds world_size chunks of count f32 (this rank's full
+ * vector); afterwards this rank's chunk (buf + rank * count) holds the sum
+ * over ranks of that chunk, and the other chunks are scratch. */
+int comm_reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t errlen);
 /* in: this rank's chunk (count elements of dtype); out: world_size chunks
  * in rank order. in may be out + rank * count (in place). */
 int comm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, char *err,

@@ -151,11 +151,10 @@ typedef struct {
     int threads, micro, accum;
     /* many ranks: this rank's index, their count, the communicator (NULL
      * with one rank); under grad-op this rank's slice [lo, lo + slice) of
-     * the padded flat vector and a buffer for its reduce-scattered part */
+     * the padded flat vector */
     int rank, world;
     comm *comm;
     size_t slice, lo;
-    float *rs_out;
     char threads_source[64];
     long steps_per_epoch, total;
     /* progress */
@@ -272,11 +271,6 @@ static vj_err build(run *r, char *err, size_t errlen)
     if (r->world > 1 && tc->sharding == SHARDING_GRAD_OP) {
         r->slice = model_padded_params(r->model) / (size_t)r->world;
         r->lo = (size_t)r->rank * r->slice;
-        r->rs_out = malloc(sizeof(float) * (r->slice ? r->slice : 1));
-        if (!r->rs_out) {
-            snprintf(err, errlen, "out of memory for the gradient shard");
-            return VJ_ERR_OUT_OF_MEMORY;
-        }
         rc = optim_new_slice(&r->opt_state, r->model, &tc->optimizer, r->total, r->lo,
                              r->lo + r->slice, err, errlen);
     } else {
@@ -374,9 +368,8 @@ static vj_err sync_and_update(run *r, long step, optim_result *res, char *err, s
         return VJ_OK;
     }
     /* grad-op */
-    if (comm_reduce_scatter_sum(r->comm, g, r->rs_out, r->slice, err, errlen) != 0)
+    if (comm_reduce_scatter_sum(r->comm, g, r->slice, err, errlen) != 0)
         return VJ_ERR_PEER_LOST;
-    memcpy(g + r->lo, r->rs_out, sizeof(float) * r->slice);
     double sq = optim_grad_sq(r->opt_state, r->model);
     vj_err rc = sum_over_ranks(r, &sq, 1, err, errlen);
     if (rc) return rc;
@@ -502,7 +495,6 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     model_free(r->model);
     dataset_free(r->train);
     dataset_free(r->test);
-    free(r->rs_out);
     return rc;
 }
 
