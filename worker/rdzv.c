@@ -521,7 +521,7 @@ static void *serve(void *arg)
                     memset(c, 0, sizeof *c);
                     c->fd = fd;
                     c->rank = -1;
-                    char host[NI_MAXHOST] = "?";
+                    char host[64] = "?";
                     getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, NULL, 0,
                                 NI_NUMERICHOST);
                     snprintf(c->peer, sizeof c->peer, "%s", host);
