@@ -1,0 +1,357 @@
+/* tests/test_rdzv.c - worker/rdzv.c: ranks (forked processes) meet at rank
+ * 0's store on loopback; the store's operations work across them; every
+ * failure (a missing rank, an older generation, a duplicate rank, a lost
+ * rank, a bad endpoint) ends with its error kind and a message naming it,
+ * within the deadline given. */
+#include "rdzv.h"
+
+#include <criterion/criterion.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+TestSuite(rdzv, .timeout = 60);
+
+static void msleep(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+typedef int (*rank_fn)(rdzv *r, int rank, int world);
+
+/* Runs world ranks as processes (rank 0 in a child too); each joins with
+ * generation gens[rank] (NULL: 0) and runs fn. Returns each rank's exit
+ * status in st (fn's result; 100 + the rdzv_error when joining failed). */
+static void run_ranks(int world, const long *gens, double timeout_s, rank_fn fn, int *st,
+                      char msgs[][512])
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    int pipes[16][2];
+    pid_t pids[16];
+    for (int r = 0; r < world; r++) {
+        cr_assert_eq(pipe(pipes[r]), 0);
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(pipes[r][0]);
+            rdzv_options o = {.endpoint = ep, .rank = r, .world_size = world,
+                              .generation = gens ? gens[r] : 0, .timeout_s = timeout_s};
+            rdzv *z = NULL;
+            rdzv_error k = RDZV_OK;
+            char err[512] = "";
+            int code;
+            if (rdzv_new(&z, &o, &k, err, sizeof err) != 0) {
+                code = 100 + (int)k;
+            } else {
+                code = fn ? fn(z, r, world) : 0;
+                rdzv_free(z);
+            }
+            (void)!write(pipes[r][1], err, strlen(err));
+            close(pipes[r][1]);
+            _exit(code);
+        }
+        close(pipes[r][1]);
+        if (r == 0) msleep(100); /* the others may also come first: see late_rank_0 */
+    }
+    for (int r = 0; r < world; r++) {
+        int s;
+        cr_assert_eq(waitpid(pids[r], &s, 0), pids[r]);
+        st[r] = WIFEXITED(s) ? WEXITSTATUS(s) : 200 + WTERMSIG(s);
+        if (msgs) {
+            ssize_t n = read(pipes[r][0], msgs[r], 511);
+            msgs[r][n > 0 ? n : 0] = '\0';
+        }
+        close(pipes[r][0]);
+    }
+}
+
+static int store_ops(rdzv *z, int rank, int world)
+{
+    char err[512], key[32], want[32];
+    /* every rank publishes, every rank reads every other's (waiting for it) */
+    snprintf(key, sizeof key, "addr/%d", rank);
+    snprintf(want, sizeof want, "rank %d here", rank);
+    if (rdzv_set(z, key, want, strlen(want), NULL, err, sizeof err)) return 1;
+    for (int q = 0; q < world; q++) {
+        void *v = NULL;
+        size_t n = 0;
+        snprintf(key, sizeof key, "addr/%d", q);
+        snprintf(want, sizeof want, "rank %d here", q);
+        if (rdzv_get(z, key, 10, &v, &n, NULL, err, sizeof err)) return 2;
+        int ok = n == strlen(want) && memcmp(v, want, n) == 0;
+        free(v);
+        if (!ok) return 3;
+    }
+    long sum = 0;
+    if (rdzv_add(z, "counter", rank + 1, &sum, NULL, err, sizeof err)) return 4;
+    if (rdzv_barrier(z, "after-add", 10, NULL, err, sizeof err)) return 5;
+    if (rdzv_add(z, "counter", 0, &sum, NULL, err, sizeof err)) return 6;
+    if (sum != (long)world * (world + 1) / 2) return 7;
+    /* compare-and-set: exactly one rank wins the absent key */
+    int swapped = 0;
+    char me = (char)('0' + rank);
+    if (rdzv_cas(z, "leader", NULL, 0, &me, 1, &swapped, NULL, err, sizeof err)) return 8;
+    if (swapped && rdzv_set(z, "winner", &me, 1, NULL, err, sizeof err)) return 9;
+    /* a barrier name reused: each use counted apart */
+    for (int i = 0; i < 3; i++)
+        if (rdzv_barrier(z, "loop", 10, NULL, err, sizeof err)) return 10;
+    void *w = NULL;
+    size_t wn = 0;
+    if (rdzv_get(z, "winner", 10, &w, &wn, NULL, err, sizeof err)) return 11;
+    void *l = NULL;
+    size_t ln = 0;
+    if (rdzv_get(z, "leader", 10, &l, &ln, NULL, err, sizeof err)) return 12;
+    int same = wn == 1 && ln == 1 && *(char *)w == *(char *)l;
+    free(w);
+    free(l);
+    if (!same) return 13;
+    /* cas with the right and the wrong expected value */
+    if (rank == 0) {
+        if (rdzv_cas(z, "k", NULL, 0, "a", 1, &swapped, NULL, err, sizeof err) || !swapped)
+            return 14;
+        if (rdzv_cas(z, "k", "b", 1, "c", 1, &swapped, NULL, err, sizeof err) || swapped)
+            return 15;
+        if (rdzv_cas(z, "k", "a", 1, "c", 1, &swapped, NULL, err, sizeof err) || !swapped)
+            return 16;
+    }
+    return rdzv_barrier(z, "end", 10, NULL, err, sizeof err) ? 17 : 0;
+}
+
+Test(rdzv, four_ranks_join_and_share_set_get_add_cas_and_reused_barriers)
+{
+    int st[4];
+    run_ranks(4, NULL, 20, store_ops, st, NULL);
+    for (int r = 0; r < 4; r++) cr_assert_eq(st[r], 0, "rank %d: step %d failed", r, st[r]);
+}
+
+static int late_get(rdzv *z, int rank, int world)
+{
+    (void)world;
+    char err[512];
+    void *v = NULL;
+    size_t n = 0;
+    if (rank == 1) {
+        msleep(300);
+        return rdzv_set(z, "late", "v", 1, NULL, err, sizeof err) ? 1 : 0;
+    }
+    rdzv_error k;
+    int rc = rdzv_get(z, "late", 10, &v, &n, &k, err, sizeof err);
+    free(v);
+    if (rc) return 2;
+    /* a key nobody sets: a timeout, not a hang */
+    rc = rdzv_get(z, "never", 0.5, &v, &n, &k, err, sizeof err);
+    return rc == -1 && k == RDZV_TIMEOUT && strstr(err, "never") ? 0 : 3;
+}
+
+Test(rdzv, get_waits_for_a_later_set_and_times_out_on_a_key_never_set)
+{
+    int st[2];
+    run_ranks(2, NULL, 20, late_get, st, NULL);
+    cr_assert_eq(st[0], 0, "rank 0: %d", st[0]);
+    cr_assert_eq(st[1], 0);
+}
+
+Test(rdzv, a_rank_that_never_arrives_times_out_every_other_rank_naming_it)
+{
+    /* world 3 but only ranks 0 and 1 started: run them as a world of 3 by
+     * starting 2 processes that claim world 3 */
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    pid_t p = fork();
+    if (p == 0) {
+        rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 3, .timeout_s = 2};
+        rdzv *z;
+        rdzv_error k;
+        char err[512];
+        int rc = rdzv_new(&z, &o, &k, err, sizeof err);
+        _exit(rc == -1 && k == RDZV_TIMEOUT && strstr(err, "rank(s) 2 of 3 never arrived") ? 0
+                                                                                            : 1);
+    }
+    msleep(100);
+    rdzv_options o = {.endpoint = ep, .rank = 1, .world_size = 3, .timeout_s = 2};
+    rdzv *z = NULL;
+    rdzv_error k = RDZV_OK;
+    char err[512] = "";
+    cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), -1);
+    cr_assert_eq(k, RDZV_TIMEOUT, "%d: %s", k, err);
+    cr_assert(strstr(err, "rank(s) 2 of 3 never arrived within 2 s"), "%s", err);
+    int s;
+    cr_assert_eq(waitpid(p, &s, 0), p);
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "rank 0 did not name rank 2");
+}
+
+Test(rdzv, a_process_of_an_older_generation_is_refused_as_stale)
+{
+    long gens[2] = {5, 4};
+    int st[2];
+    char msgs[2][512];
+    run_ranks(2, gens, 2, NULL, st, msgs);
+    cr_assert_eq(st[1], 100 + RDZV_STALE, "rank 1: %d %s", st[1], msgs[1]);
+    cr_assert(strstr(msgs[1], "serves restart generation 5; this process is of generation 4"),
+              "%s", msgs[1]);
+    cr_assert_eq(st[0], 100 + RDZV_TIMEOUT, "rank 0 waits for a rank 1 of its own generation");
+}
+
+Test(rdzv, a_newer_generation_keeps_retrying_against_an_old_store_until_its_timeout)
+{
+    long gens[2] = {1, 2};
+    int st[2];
+    char msgs[2][512];
+    run_ranks(2, gens, 2, NULL, st, msgs);
+    cr_assert_eq(st[1], 100 + RDZV_TIMEOUT, "rank 1: %d %s", st[1], msgs[1]);
+    cr_assert(strstr(msgs[1], "older generation 1"), "%s", msgs[1]);
+}
+
+Test(rdzv, a_late_rank_0_is_waited_for)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    pid_t p = fork();
+    if (p == 0) {
+        rdzv_options o = {.endpoint = ep, .rank = 1, .world_size = 2, .timeout_s = 15};
+        rdzv *z;
+        char err[512];
+        int rc = rdzv_new(&z, &o, NULL, err, sizeof err);
+        if (rc == 0) rdzv_free(z);
+        _exit(rc == 0 ? 0 : 1);
+    }
+    msleep(700); /* rank 1 is retrying: connection refused */
+    rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 2, .timeout_s = 15};
+    rdzv *z = NULL;
+    char err[512] = "";
+    cr_assert_eq(rdzv_new(&z, &o, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rdzv_rank(z), 0);
+    cr_assert_eq(rdzv_world_size(z), 2);
+    rdzv_free(z);
+    int s;
+    cr_assert_eq(waitpid(p, &s, 0), p);
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+}
+
+Test(rdzv, a_rank_that_dies_mid_barrier_fails_the_others_naming_it)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    pid_t kids[2];
+    for (int r = 1; r <= 2; r++) {
+        kids[r - 1] = fork();
+        if (kids[r - 1] == 0) {
+            rdzv_options o = {.endpoint = ep, .rank = r, .world_size = 3, .timeout_s = 15};
+            rdzv *z;
+            char err[512];
+            if (rdzv_new(&z, &o, NULL, err, sizeof err)) _exit(1);
+            if (r == 2) _exit(9); /* dies without a goodbye */
+            rdzv_error k;
+            int rc = rdzv_barrier(z, "b", 30, &k, err, sizeof err);
+            _exit(rc == -1 && k == RDZV_LOST && strstr(err, "rank 2 was lost") ? 0 : 2);
+        }
+    }
+    rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 3, .timeout_s = 15};
+    rdzv *z = NULL;
+    char err[512] = "";
+    cr_assert_eq(rdzv_new(&z, &o, NULL, err, sizeof err), 0, "%s", err);
+    rdzv_error k = RDZV_OK;
+    /* 30 s allowed: the loss must end it long before (the suite's 60 s
+     * timeout fails the test if the barrier waited for its deadline twice) */
+    cr_assert_eq(rdzv_barrier(z, "b", 30, &k, err, sizeof err), -1);
+    cr_assert_eq(k, RDZV_LOST, "%d: %s", k, err);
+    cr_assert(strstr(err, "rank 2 was lost"), "%s", err);
+    int s;
+    cr_assert_eq(waitpid(kids[0], &s, 0), kids[0]);
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "rank 1: %d", WEXITSTATUS(s));
+    waitpid(kids[1], &s, 0);
+    rdzv_free(z);
+}
+
+Test(rdzv, the_same_rank_twice_or_a_world_size_mismatch_is_invalid)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    pid_t p = fork();
+    if (p == 0) {
+        rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 2, .timeout_s = 4};
+        rdzv *z;
+        char err[512];
+        if (rdzv_new(&z, &o, NULL, err, sizeof err) != 0) _exit(1);
+        sleep(3); /* the store stays up for the duplicate below */
+        rdzv_free(z);
+        _exit(0);
+    }
+    msleep(200);
+    rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 2, .timeout_s = 2};
+    /* rank 0 again, as a client: the server of this process cannot bind,
+     * so ask as rank 1 of another world size first */
+    o.rank = 1;
+    o.world_size = 3;
+    rdzv *z = NULL;
+    rdzv_error k = RDZV_OK;
+    char err[512] = "";
+    cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), -1);
+    cr_assert_eq(k, RDZV_INVALID, "%d: %s", k, err);
+    cr_assert(strstr(err, "world size 3 does not fit this store's world size 2"), "%s", err);
+    /* the server's own rank 0 has joined: a second rank 0 client is refused.
+     * (Sent as rank 0 it would start a second server, so the duplicate is
+     * rank 1 twice.) */
+    pid_t q = fork();
+    if (q == 0) {
+        rdzv_options o1 = {.endpoint = ep, .rank = 1, .world_size = 2, .timeout_s = 4};
+        rdzv *z1;
+        char e1[512];
+        if (rdzv_new(&z1, &o1, NULL, e1, sizeof e1)) _exit(1);
+        sleep(2);
+        rdzv_free(z1);
+        _exit(0);
+    }
+    msleep(500);
+    o.world_size = 2;
+    cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), -1);
+    cr_assert_eq(k, RDZV_INVALID, "%d: %s", k, err);
+    cr_assert(strstr(err, "rank 1 already joined"), "%s", err);
+    int s;
+    waitpid(q, &s, 0);
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+    waitpid(p, &s, 0);
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+}
+
+Test(rdzv, bad_endpoints_and_ranks_are_invalid_and_an_unresolvable_name_times_out)
+{
+    const char *bad[] = {"nohost", "host:0", "host:99999", "host:", ":80", "[::1]80"};
+    rdzv *z = NULL;
+    rdzv_error k;
+    char err[512];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rdzv_options o = {.endpoint = bad[i], .rank = 1, .world_size = 2, .timeout_s = 1};
+        cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), -1, "%s", bad[i]);
+        cr_assert_eq(k, RDZV_INVALID, "%s", bad[i]);
+        cr_assert(strstr(err, "is not host:port"), "%s: %s", bad[i], err);
+    }
+    rdzv_options o = {.endpoint = "127.0.0.1:5", .rank = 2, .world_size = 2, .timeout_s = 1};
+    cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), -1);
+    cr_assert_eq(k, RDZV_INVALID);
+    rdzv_options u = {.endpoint = "no-such-host.invalid:29400", .rank = 1, .world_size = 2,
+                      .timeout_s = 1};
+    cr_assert_eq(rdzv_new(&z, &u, &k, err, sizeof err), -1);
+    cr_assert_eq(k, RDZV_TIMEOUT, "%s", err);
+    cr_assert(strstr(err, "could not reach the rendezvous store at no-such-host.invalid:29400"),
+              "%s", err);
+}
