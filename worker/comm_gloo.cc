@@ -6,13 +6,12 @@
 // comm_store callbacks (as PyTorch's c10d implements it on its TCPStore),
 // and turning every C++ exception into -1 plus one line in err.
 // Must not: implement reduction algorithms (gloo's ring all-reduce, its
-// all-gather are used), or let an
+// halving-doubling reduce-scatter and its all-gather are used), or let an
 // exception cross into C.
 //
 // Determinism: the ring all-reduce and the halving-doubling reduce-scatter
 // add in an order fixed by rank and world size, so repeated runs with one
-// world size are bit-identical. Reduce-scatter is the ring all-reduce for now
-// (see comm_reduce_scatter_sum).
+// world size are bit-identical.
 #include <unistd.h>
 
 #include <chrono>
@@ -28,6 +27,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -197,12 +197,27 @@ int comm_reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t
 {
     if (c->world == 1 || count == 0) return 0;
     if (!usable(c, err, errlen, "reduce-scatter")) return -1;
-    // gloo 0.0~git20220518's one reduce-scatter, ReduceScatterHalvingDoubling,
-    // as called here (in place, equal recvElems) left the wrong sums in the
-    // ranks' chunks at 3 and 4 ranks (a training loss 28% and 60% off); until
-    // that is understood, the ring all-reduce, which leaves every chunk's sum
-    // in place, does the job at twice the traffic.
-    return comm_allreduce_sum(c, buf, count * static_cast<size_t>(c->world), err, errlen);
+    if (count * static_cast<size_t>(c->world) > static_cast<size_t>(INT32_MAX)) {
+        std::snprintf(err, errlen, "reduce-scatter: %zu elements per rank x %d ranks is over "
+                      "gloo's 2^31 - 1", count, c->world);
+        return -1;
+    }
+    try {
+        // gloo's halving-doubling reduce-scatter works in place on the whole
+        // vector and leaves this rank's chunk of the sum at the START of the
+        // buffer (it compacts what it receives from offset 0); move it to
+        // this rank's own offset, where the interface promises it
+        std::vector<int> recv(static_cast<size_t>(c->world), static_cast<int>(count));
+        std::vector<float *> ptrs{buf};
+        gloo::ReduceScatterHalvingDoubling<float> algo(
+            c->ctx, ptrs, static_cast<int>(count * c->world), recv);
+        algo.run();
+        if (c->rank != 0)
+            std::memmove(buf + static_cast<size_t>(c->rank) * count, buf, count * sizeof(float));
+    } catch (const std::exception &e) {
+        return fail(c, err, errlen, "reduce-scatter", e);
+    }
+    return 0;
 }
 
 int comm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, char *err,
