@@ -73,6 +73,19 @@ static __attribute__((unused)) void rm_rf(const char *dir)
     if (p > 0) waitpid(p, NULL, 0);
 }
 
+/* A TCP socket listening on 127.0.0.1 at a free port (written to *port). */
+static __attribute__((unused)) int loopback_listener(int *port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(s, 8), 0);
+    socklen_t al = sizeof a;
+    getsockname(s, (struct sockaddr *)&a, &al);
+    *port = ntohs(a.sin_port);
+    return s;
+}
+
 static __attribute__((unused)) void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

@@ -254,19 +254,6 @@ Test(kube_api, in_cluster_config_reaches_the_server_and_follows_token_rotation)
     rm_rf(dir);
 }
 
-/* A TCP socket listening on 127.0.0.1 at a free port (written to *port). */
-static int loopback_listener(int *port)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(s, 8), 0);
-    socklen_t al = sizeof a;
-    getsockname(s, (struct sockaddr *)&a, &al);
-    *port = ntohs(a.sin_port);
-    return s;
-}
-
 /* A client for scheme://127.0.0.1:port without credentials; caller frees. */
 static kube_client *client_at(const char *scheme, int port)
 {

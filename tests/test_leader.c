@@ -118,18 +118,6 @@ static void *serve_race(void *arg)
     }
 }
 
-static int loopback_listener(int *port)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(s, 8), 0);
-    socklen_t al = sizeof a;
-    getsockname(s, (struct sockaddr *)&a, &al);
-    *port = ntohs(a.sin_port);
-    return s;
-}
-
 static kube_client *client_at_http(int port)
 {
     char text[512], err[ERRLEN];
