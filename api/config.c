@@ -928,10 +928,8 @@ int config_load_file(vit_job_config *cfg, const char *path, char *err, size_t er
     int rc;
     char why[FILE_PATH_MAX + 256];
     if (file_read(&text, path, why, sizeof why) != 0) {
-        /* why names the path, as the origin of fail's message does */
-        size_t n = strlen(path);
-        const char *what = strncmp(why, path, n) == 0 && why[n] == ':' ? why + n + 2 : why;
-        rc = fail(&c, "cannot read config: %s", what);
+        /* fail's message names the path (its origin) already */
+        rc = fail(&c, "cannot read config: %s", file_reason(why, path));
         goto out;
     }
     rc = config_load_string(cfg, text.data ? text.data : "", text.len, path, err, errlen);

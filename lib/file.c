@@ -18,6 +18,12 @@
 
 #define TMP_PREFIX ".vitjob-tmp."
 
+const char *file_reason(const char *msg, const char *path)
+{
+    size_t n = strlen(path);
+    return strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
+}
+
 const char *file_kind(mode_t mode)
 {
     if (S_ISREG(mode)) return "a regular file";

@@ -22,6 +22,11 @@
 
 #include "buf.h"
 
+/* What a message of this module says about path, without the leading
+ * "PATH: " (for callers that name the path themselves); msg itself when it
+ * does not start so. Borrowed from msg. */
+const char *file_reason(const char *msg, const char *path);
+
 /* "a directory", "a FIFO", "a character device", ... for a st_mode. */
 const char *file_kind(mode_t mode);
 

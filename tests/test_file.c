@@ -297,3 +297,11 @@ Test(file, a_stream_output_is_created_as_a_regular_file_and_nothing_else_is_open
     cr_assert_eq(file_create(in_dir("link"), err, sizeof err), -1);
     cr_assert(strstr(err, "symbolic link"), "%s", err);
 }
+
+Test(file, a_reason_drops_only_the_leading_path_its_message_names)
+{
+    cr_assert_str_eq(file_reason("/a/b: is a FIFO, not a regular file", "/a/b"),
+                     "is a FIFO, not a regular file");
+    cr_assert_str_eq(file_reason("/a/bc: No such file", "/a/b"), "/a/bc: No such file");
+    cr_assert_str_eq(file_reason("larger than 5 bytes", "/a/b"), "larger than 5 bytes");
+}

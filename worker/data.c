@@ -46,9 +46,7 @@ static gzFile open_idx(const char *dir, const char *base, char *path, size_t pat
     char why[1200];
     int fd = file_open_regular(path, NULL, why, sizeof why);
     if (fd < 0) {
-        size_t n = strlen(path); /* why starts with the path */
-        snprintf(err, errlen, "%s: cannot open dataset file: %s", path,
-                 strncmp(why, path, n) == 0 && why[n] == ':' ? why + n + 2 : why);
+        snprintf(err, errlen, "%s: cannot open dataset file: %s", path, file_reason(why, path));
         return NULL;
     }
     gzFile gz = gzdopen(fd, "rb");

@@ -57,35 +57,9 @@ static int cmd_exit_codes(void)
     return 0;
 }
 
-/* World size from the operator's env contract; 1 when run by hand. */
-static vj_err env_world_size(int *world, char *err, size_t errlen)
-{
-    const char *names[2] = {VJ_ENV_REPLICAS, VJ_ENV_LOCAL_RANKS};
-    long v[2] = {1, 1};
-    for (int i = 0; i < 2; i++) {
-        const char *s = getenv(names[i]);
-        if (!s || !*s) continue;
-        char *end;
-        errno = 0;
-        v[i] = strtol(s, &end, 10);
-        if (*end || errno || v[i] < 1 || v[i] > 65536) {
-            snprintf(err, errlen, "environment: %s=\"%s\" is not a count in [1, 65536]",
-                     names[i], s);
-            return VJ_ERR_ENVIRONMENT;
-        }
-    }
-    if (v[0] * v[1] > 65536) {
-        snprintf(err, errlen, "environment: %s=%ld x %s=%ld processes is more than 65536",
-                 names[0], v[0], names[1], v[1]);
-        return VJ_ERR_ENVIRONMENT;
-    }
-    *world = (int)(v[0] * v[1]);
-    return VJ_OK;
-}
-
 /* This process's place in the job: the operator's environment contract. */
 typedef struct {
-    int rank, local_ranks;
+    int world, rank, local_ranks;
     long generation;
     const char *endpoint;
 } placement;
@@ -109,7 +83,9 @@ static vj_err env_long(const char *name, long lo, long hi, long def, long *out, 
     return VJ_OK;
 }
 
-static vj_err env_placement(const vit_job_config *cfg, placement *pl, char *err, size_t errlen)
+/* The place from the operator's env contract (rank 0 of 1 when run by
+ * hand): world size = replicas x local ranks. */
+static vj_err env_placement(placement *pl, char *err, size_t errlen)
 {
     long replicas = 1, local = 1, rank = 0, gen = 0;
     vj_err rc;
@@ -118,20 +94,21 @@ static vj_err env_placement(const vit_job_config *cfg, placement *pl, char *err,
         (rc = env_long(VJ_ENV_RANK, 0, 65535, 0, &rank, err, errlen)) ||
         (rc = env_long(VJ_ENV_RESTART, 0, 1000000000, 0, &gen, err, errlen)))
         return rc;
+    if (replicas * local > 65536) {
+        snprintf(err, errlen, "environment: %s=%ld x %s=%ld processes is more than 65536",
+                 VJ_ENV_REPLICAS, replicas, VJ_ENV_LOCAL_RANKS, local);
+        return VJ_ERR_ENVIRONMENT;
+    }
     if (rank >= replicas) {
         snprintf(err, errlen, "environment: %s=%ld is not below %s=%ld", VJ_ENV_RANK, rank,
                  VJ_ENV_REPLICAS, replicas);
         return VJ_ERR_ENVIRONMENT;
     }
+    pl->world = (int)(replicas * local);
     pl->rank = (int)rank;
     pl->local_ranks = (int)local;
     pl->generation = gen;
     pl->endpoint = getenv(VJ_ENV_RDZV_ENDPOINT);
-    if (cfg->world_size > 1 && (!pl->endpoint || !*pl->endpoint)) {
-        snprintf(err, errlen, "environment: world size %d needs %s (host:port of rank 0's "
-                 "store)", cfg->world_size, VJ_ENV_RDZV_ENDPOINT);
-        return VJ_ERR_ENVIRONMENT;
-    }
     return VJ_OK;
 }
 
@@ -140,6 +117,11 @@ static vj_err check_supported(const vit_job_config *cfg, const placement *pl, ch
                               size_t errlen)
 {
     if (cfg->world_size == 1) return VJ_OK;
+    if (!pl->endpoint || !*pl->endpoint) {
+        snprintf(err, errlen, "environment: world size %d needs %s (host:port of rank 0's "
+                 "store)", cfg->world_size, VJ_ENV_RDZV_ENDPOINT);
+        return VJ_ERR_ENVIRONMENT;
+    }
     if (pl->local_ranks > 1) {
         snprintf(err, errlen, "%s=%d: several processes per pod are not in this build yet; run "
                  "one process per pod (gpusPerReplica <= 1)", VJ_ENV_LOCAL_RANKS,
@@ -243,11 +225,11 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
             i++;
         }
     }
-    if ((rc = env_world_size(&cfg.world_size, err, errlen)) != 0) return rc;
+    placement pl = {0};
+    if ((rc = env_placement(&pl, err, errlen)) != 0) return rc;
+    cfg.world_size = pl.world;
     if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
 
-    placement pl = {0};
-    if ((rc = env_placement(&cfg, &pl, err, errlen)) != 0) return rc;
     if ((rc = check_supported(&cfg, &pl, err, errlen)) != 0) return rc;
     if (cfg.checkpoint.uri[0])
         LOG_WARN("worker", "msg=\"checkpoint.uri is set but checkpoints are not in this build "
