@@ -303,5 +303,6 @@ Test(file, a_reason_drops_only_the_leading_path_its_message_names)
     cr_assert_str_eq(file_reason("/a/b: is a FIFO, not a regular file", "/a/b"),
                      "is a FIFO, not a regular file");
     cr_assert_str_eq(file_reason("/a/bc: No such file", "/a/b"), "/a/bc: No such file");
+    cr_assert_str_eq(file_reason("/a/bc rest", "/a/b"), "/a/bc rest");
     cr_assert_str_eq(file_reason("larger than 5 bytes", "/a/b"), "larger than 5 bytes");
 }
