@@ -112,9 +112,9 @@ sys.exit(0 if worst < float(sys.argv[3]) else 1)
 PY
 }
 
-@test "2, 3 and 4 ranks with sharding none and grad-op follow the one-process loss over 20 steps" {
+@test "2, 3 and 4 ranks with sharding none, grad-op and full follow the one-process loss over 20 steps" {
   run_world 1 "$TMP/w1" "${ARGS[@]}" --set training.exportPath="$TMP/w1.safetensors"
-  for mode in none grad-op; do
+  for mode in none grad-op full; do
     for w in 2 3 4; do
       [ "$w" -eq 3 ] && [ "$mode" = none ] && continue
       run_world "$w" "$TMP/$mode-$w" "${ARGS[@]}" --set training.sharding="$mode" \
@@ -127,35 +127,92 @@ PY
 }
 
 @test "repeated runs with the same world size are bit-identical" {
-  for i in 1 2; do
-    run_world 3 "$TMP/run$i" "${ARGS[@]}" --set training.steps=8 --set training.sharding=grad-op \
-      --set training.exportPath="$TMP/run$i.safetensors"
+  for mode in grad-op full; do
+    for i in 1 2; do
+      run_world 3 "$TMP/$mode$i" "${ARGS[@]}" --set training.steps=8 --set training.sharding=$mode \
+        --set training.exportPath="$TMP/$mode$i.safetensors"
+    done
+    cmp <(grep '"loss"' "$TMP/${mode}1/metrics.jsonl") <(grep '"loss"' "$TMP/${mode}2/metrics.jsonl")
+    cmp "$TMP/${mode}1.safetensors" "$TMP/${mode}2.safetensors"
   done
-  cmp <(grep '"loss"' "$TMP/run1/metrics.jsonl") <(grep '"loss"' "$TMP/run2/metrics.jsonl")
-  cmp "$TMP/run1.safetensors" "$TMP/run2.safetensors"
+}
+
+@test "sharding full with activation checkpointing and gradient accumulation follows one process" {
+  ck=(--set training.activationCheckpointing=true --set training.steps=6 --set training.evalInterval=3)
+  run_world 1 "$TMP/c1" "${ARGS[@]}" "${ck[@]}"
+  run_world 2 "$TMP/c2" "${ARGS[@]}" "${ck[@]}" --set training.sharding=full
+  compare "$TMP/c1/metrics.jsonl" "$TMP/c2/metrics.jsonl" 1e-5
+  # the evaluation is split over the ranks and summed: the same accuracy
+  diff <(grep test_accuracy "$TMP/c1/metrics.jsonl" | sed 's/,"train_seconds.*//') \
+       <(grep test_accuracy "$TMP/c2/metrics.jsonl" | sed 's/,"train_seconds.*//')
+}
+
+@test "under full each rank holds at most 1.05/N of the one-process state plus one block" {
+  run_world 1 "$TMP/s1" "${ARGS[@]}" --set training.steps=2
+  for w in 2 4; do
+    run_world "$w" "$TMP/s$w" "${ARGS[@]}" --set training.steps=2 --set training.sharding=full
+  done
+  python3 - "$TMP" <<'PY'
+import re, sys
+def figures(path):
+    line = [l for l in open(path) if "event=shard" in l][0]
+    f = dict(re.findall(r"(\w+)=(\d+)", line))
+    return {k: int(f[k]) for k in ("param_bytes", "grad_bytes", "optim_bytes", "params")}
+one = figures(sys.argv[1] + "/s1/rank-0.log")
+single = one["param_bytes"] + one["grad_bytes"] + one["optim_bytes"]
+# fmnist_tiny (dim 64, mlp 256): a block is 12*64*64 + 13*64 parameters;
+# one block's parameters, gradients and AdamW state: 16 bytes each
+block = 16 * (12 * 64 * 64 + 13 * 64)
+ok = True
+print("one process: params+grads+optimizer %d bytes; one block %d bytes" % (single, block))
+for w in (2, 4):
+    for r in range(w):
+        f = figures("%s/s%d/rank-%d.log" % (sys.argv[1], w, r))
+        mine = f["param_bytes"] + f["grad_bytes"] + f["optim_bytes"]
+        bound = 1.05 * single / w + block
+        print("world %d rank %d: %d bytes (param %d, grad %d, optimizer %d) = %.3f/N of one "
+              "process; bound %d" % (w, r, mine, f["param_bytes"], f["grad_bytes"],
+              f["optim_bytes"], mine * w / single, bound))
+        ok = ok and mine <= bound
+sys.exit(0 if ok else 1)
+PY
 }
 
 @test "bf16-mixed on 2 ranks follows the one-process bf16 loss" {
   bf=(--set training.precision=bf16-mixed --set training.steps=10)
   run_world 1 "$TMP/b1" "${ARGS[@]}" "${bf[@]}"
-  run_world 2 "$TMP/b2" "${ARGS[@]}" "${bf[@]}" --set training.sharding=grad-op
-  compare "$TMP/b1/metrics.jsonl" "$TMP/b2/metrics.jsonl" 2e-2
+  for mode in none grad-op full; do
+    run_world 2 "$TMP/b2$mode" "${ARGS[@]}" "${bf[@]}" --set training.sharding=$mode
+    echo "bf16-mixed, world 2, sharding $mode:"
+    compare "$TMP/b1/metrics.jsonl" "$TMP/b2$mode/metrics.jsonl" 1e-2
+  done
 }
 
 @test "under grad-op each rank holds 1/N of the optimizer state, padded, and says so" {
   run_world 4 "$TMP/m" "${ARGS[@]}" --set training.steps=2 --set training.sharding=grad-op
   for r in 0 1 2 3; do
     grep -o 'event=shard.*' "$TMP/m/rank-$r.log"
-    grep -q "rank=$r world=4 sharding=grad-op params=205066 padded=205068 shard_params=51267 " "$TMP/m/rank-$r.log"
-    grep -q "optim_bytes=410136" "$TMP/m/rank-$r.log"   # 2 x 4 x 51267
+    grep -q "rank=$r world=4 sharding=grad-op params=205066 padded=205068 " "$TMP/m/rank-$r.log"
   done
+  # slices of 51267; the last one's 2 padding values have no optimizer state
+  for r in 0 1 2; do grep -q "shard_params=51267 .*optim_bytes=410136" "$TMP/m/rank-$r.log"; done
+  grep -q "shard_params=51265 .*optim_bytes=410120" "$TMP/m/rank-3.log"   # 2 x 4 x 51265
   ! grep -q "step=" "$TMP/m/rank-1.log"   # progress only on rank 0
 }
 
 @test "a rank killed mid-run makes the others exit retryably, naming the lost peer" {
+  for mode in none full; do
+    kill_one "$mode"
+  done
+}
+
+# kill_one MODE: 3 ranks train; rank 2 gets SIGKILL once rank 0 made progress
+kill_one() {
+  rm -rf "$TMP/k"
   mkdir -p "$TMP/k"
   port=$(free_port)
-  long=(--set training.steps=100000 --set training.collectiveTimeoutSeconds=10)
+  long=(--set training.steps=100000 --set training.collectiveTimeoutSeconds=10
+        --set training.logInterval=1 --set training.sharding="$1")
   for r in 0 1 2; do start_rank 3 $r "$port" 0 "$TMP/k" "${ARGS[@]}" "${long[@]}"; done
   for _ in $(seq 1 600); do grep -q "step=" "$TMP/k/rank-0.log" 2>/dev/null && break; sleep 0.1; done
   pid=$(pgrep -f "$WORKER train" | while read -r p; do
@@ -164,7 +221,7 @@ PY
   kill -KILL "$pid"
   wait
   for r in 0 1; do
-    echo "rank $r: $(cat "$TMP/k/rank-$r.rc") $(tail -1 "$TMP/k/rank-$r.log")"
+    echo "sharding $1, rank $r: $(cat "$TMP/k/rank-$r.rc") $(tail -1 "$TMP/k/rank-$r.log")"
     [ "$(cat "$TMP/k/rank-$r.rc")" -eq 1 ]
     grep -q "class=peer_lost retried=yes" "$TMP/k/rank-$r.log"
   done
@@ -205,7 +262,7 @@ PY
   run env VITJOB_REPLICAS=2 VITJOB_RANK=-1 "$WORKER" train "${ARGS[@]}"
   [ "$status" -eq 2 ]
   run env VITJOB_REPLICAS=2 VITJOB_RANK=0 VITJOB_RDZV_ENDPOINT=127.0.0.1:1 "$WORKER" train \
-    "${ARGS[@]}" --set training.sharding=full
+    "${ARGS[@]}" --set training.device=cuda
   [ "$status" -eq 2 ]
   [[ "$output" == *"class=unsupported"* ]]
 }

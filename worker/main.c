@@ -128,11 +128,6 @@ static vj_err check_supported(const vit_job_config *cfg, const placement *pl, ch
                  pl->local_ranks);
         return VJ_ERR_UNSUPPORTED;
     }
-    if (cfg->training.sharding == SHARDING_FULL) {
-        snprintf(err, errlen, "training.sharding=full with world size %d is not in this build "
-                 "yet; use none or grad-op", cfg->world_size);
-        return VJ_ERR_UNSUPPORTED;
-    }
     if (cfg->training.device == DEVICE_CUDA) {
         snprintf(err, errlen, "training.device=cuda with world size %d: the NCCL backend is not "
                  "in this build yet; use training.device=cpu", cfg->world_size);

@@ -56,6 +56,15 @@ struct vit_model {
     void *att_scratch;
     /* host copies */
     float *logits_host, *losses_host;
+    /* the parameters the ops read now: the whole flat buffers, or under
+     * sharding one unit's (cur_lo: the unit's first flat offset) */
+    const model_shard *shard;
+    size_t *unit_lo;            /* L+3 unit bounds (model_unit_bounds) */
+    size_t max_unit;            /* the largest unit's length */
+    floatX *unit_lp;            /* sharded bf16-mixed: the bf16 copy of one unit */
+    float *cur_p, *cur_g;
+    floatX *cur_lp;
+    size_t cur_lo;
     const volatile sig_atomic_t *stop; /* checked between blocks */
     int abandoned;                      /* the last pass stopped part-way ... */
     char abandoned_at[64];              /* ... there, for the message */
@@ -114,14 +123,16 @@ static void build_layout(vit_model *m)
     add_tensor(m, "head.bias", 1, SHAPE(m->K), 0);
 }
 
-static inline float *P_(vit_model *m, int t) { return m->params + m->tensors[t].offset; }
-static inline float *G_(vit_model *m, int t) { return m->grads + m->tensors[t].offset; }
+/* Tensor t's parameters and gradients in the buffers of the current unit
+ * (the whole flat buffers without sharding, where cur_lo is 0). */
+static inline float *P_(vit_model *m, int t) { return m->cur_p + (m->tensors[t].offset - m->cur_lo); }
+static inline float *G_(vit_model *m, int t) { return m->cur_g + (m->tensors[t].offset - m->cur_lo); }
 /* A matmul weight or bias as the matmul reads it: the bf16 copy in
  * bf16-mixed (floatX elements: offsets in bytes), the master otherwise. */
 static inline floatX *W_(vit_model *m, int t)
 {
-    if (!m->ops->bf16) return m->params + m->tensors[t].offset;
-    return (floatX *)((char *)m->params_lp + m->tensors[t].offset * m->ops->floatx_bytes);
+    if (!m->ops->bf16) return P_(m, t);
+    return (floatX *)((char *)m->cur_lp + (m->tensors[t].offset - m->cur_lo) * m->ops->floatx_bytes);
 }
 /* Tensors that stay fp32 in bf16-mixed: LayerNorm, cls_token, pos_embed. */
 static int stays_fp32(const vit_model *m, int t)
@@ -129,6 +140,15 @@ static int stays_fp32(const vit_model *m, int t)
     return t == m->t_cls || t == m->t_pos || strstr(m->tensors[t].name, "norm") != NULL;
 }
 static inline int BT(const vit_model *m, int l, int i) { return m->t_block0 + l * BT_COUNT + i; }
+
+/* The units (model.h): the stem, each block, the head; L+3 bounds. */
+static void fill_unit_bounds(const vit_model *m, size_t *b)
+{
+    b[0] = 0;
+    for (int l = 0; l < m->L; l++) b[l + 1] = m->tensors[BT(m, l, 0)].offset;
+    b[m->L + 1] = m->tensors[m->t_norm_w].offset;
+    b[m->L + 2] = m->n_params;
+}
 
 /* Carves the activation arena (byte offsets; floatX tensors take xb bytes
  * an element); with base NULL only counts. */
@@ -206,16 +226,23 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
     m->max_batch = max_batch;
     m->ckpt = opts && opts->activation_checkpointing;
     m->stop = opts ? opts->stop : NULL;
+    m->shard = opts ? opts->shard : NULL;
     m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
+    m->unit_lo = calloc((size_t)m->L + 3, sizeof *m->unit_lo);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
     m->logits_host = calloc((size_t)max_batch * m->K, sizeof(float));
     m->losses_host = calloc((size_t)max_batch, sizeof(float));
-    if (!m->tensors || !m->res || !m->blk || !m->logits_host || !m->losses_host) {
+    if (!m->tensors || !m->unit_lo || !m->res || !m->blk || !m->logits_host ||
+        !m->losses_host) {
         model_free(m);
         return NULL;
     }
     build_layout(m);
+    fill_unit_bounds(m, m->unit_lo);
+    for (int u = 0; u < m->L + 2; u++)
+        if (m->unit_lo[u + 1] - m->unit_lo[u] > m->max_unit)
+            m->max_unit = m->unit_lo[u + 1] - m->unit_lo[u];
     size_t k = opts && opts->pad_multiple > 1 ? (size_t)opts->pad_multiple : 1;
     m->n_padded = (m->n_params + k - 1) / k * k;
     m->arena_bytes = carve(m, NULL);
@@ -226,8 +253,36 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
  * and the activation arena. */
 static size_t backend_bytes(const vit_model *m)
 {
+    if (m->shard) /* the parameters are the shard's; one unit's bf16 copy */
+        return (m->ops->bf16 ? m->max_unit * m->ops->floatx_bytes : 0) + m->arena_bytes;
     return m->n_padded * 2 * sizeof(float) +
            (m->ops->bf16 ? m->n_params * m->ops->floatx_bytes : 0) + m->arena_bytes;
+}
+
+int model_unit_bounds(const model_config *mc, size_t *bounds, int max)
+{
+    if (max < mc->depth + 3) return 0;
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m) return 0;
+    m->D = mc->dim;
+    m->L = mc->depth;
+    m->C = mc->channels;
+    m->P = mc->patch_size;
+    m->S = mc->image_size;
+    m->H = config_mlp_hidden(mc);
+    m->K = mc->num_classes;
+    m->N = (m->S / m->P) * (m->S / m->P);
+    m->T = m->N + 1;
+    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
+    int n = 0;
+    if (m->tensors) {
+        build_layout(m);
+        fill_unit_bounds(m, bounds);
+        n = m->L + 2;
+    }
+    free(m->tensors);
+    free(m);
+    return n;
 }
 
 size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
@@ -249,11 +304,19 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
         snprintf(err, errlen, "model: out of host memory for its tables");
         return VJ_ERR_OUT_OF_MEMORY;
     }
-    m->params = ops->alloc(m->n_padded * sizeof(float));
-    m->grads = ops->alloc(m->n_padded * sizeof(float));
-    if (ops->bf16) m->params_lp = ops->alloc(m->n_params * ops->floatx_bytes);
+    if (m->shard) {
+        if (ops->bf16) m->unit_lp = ops->alloc(m->max_unit * ops->floatx_bytes);
+    } else {
+        m->params = ops->alloc(m->n_padded * sizeof(float));
+        m->grads = ops->alloc(m->n_padded * sizeof(float));
+        if (ops->bf16) m->params_lp = ops->alloc(m->n_params * ops->floatx_bytes);
+    }
+    m->cur_p = m->params;
+    m->cur_g = m->grads;
+    m->cur_lp = m->params_lp;
     m->arena = ops->alloc(m->arena_bytes);
-    if (!m->params || !m->grads || !m->arena || (ops->bf16 && !m->params_lp)) {
+    if ((!m->shard && (!m->params || !m->grads || (ops->bf16 && !m->params_lp))) ||
+        (m->shard && ops->bf16 && !m->unit_lp) || !m->arena) {
         snprintf(err, errlen,
                  "model: dim=%d depth=%d microBatchSize=%d needs %zu bytes of %s memory "
                  "(%zu parameters: %zu bytes with their gradients; activations %zu bytes) and "
@@ -288,9 +351,11 @@ void model_free(vit_model *m)
         m->ops->release(m->params);
         m->ops->release(m->grads);
         m->ops->release(m->params_lp);
+        m->ops->release(m->unit_lp);
         m->ops->release(m->arena);
     }
     free(m->tensors);
+    free(m->unit_lo);
     free(m->res);
     free(m->blk);
     free(m->logits_host);
@@ -320,25 +385,35 @@ const float *model_logits(vit_model *m)
 
 floatX *model_params_lp(vit_model *m, int t)
 {
-    if (!m->ops->bf16 || stays_fp32(m, t)) return NULL;
+    if (!m->ops->bf16 || m->shard || stays_fp32(m, t)) return NULL;
     return W_(m, t);
 }
 
-void model_read_params(vit_model *m, float *host)
+int model_read_params(vit_model *m, float *host)
 {
+    if (m->shard) return m->shard->read(m->shard->ctx, host);
     m->ops->download(host, m->params, m->n_params * sizeof(float));
+    return 0;
 }
 
 static void model_params_changed(vit_model *m);
 
 void model_write_params(vit_model *m, const float *host)
 {
+    if (m->shard) {
+        m->shard->write(m->shard->ctx, host);
+        return;
+    }
     m->ops->upload(m->params, host, m->n_params * sizeof(float));
     model_params_changed(m);
 }
 
 void model_read_grads(vit_model *m, float *host)
 {
+    if (m->shard) {
+        memset(host, 0, m->n_params * sizeof(float));
+        return;
+    }
     m->ops->download(host, m->grads, m->n_params * sizeof(float));
 }
 
@@ -397,13 +472,43 @@ int model_init_random(vit_model *m, uint64_t seed)
  * optimizer writes it itself, in its own pass); a no-op in fp32. */
 static void model_params_changed(vit_model *m)
 {
-    if (!m->ops->bf16) return;
+    if (!m->ops->bf16 || m->shard) return;
     /* the bf16 copy of what matmuls read; LayerNorm, cls and pos stay fp32 */
     for (int i = 0; i < m->n_tensors; i++)
         if (!stays_fp32(m, i)) m->ops->to_floatx(W_(m, i), P_(m, i), m->tensors[i].numel);
 }
 
-void model_zero_grads(vit_model *m) { m->ops->zero(m->grads, m->n_padded); }
+void model_zero_grads(vit_model *m)
+{
+    if (m->grads) m->ops->zero(m->grads, m->n_padded);
+}
+
+/* Under sharding, makes unit u's parameters (and their bf16 copy) the
+ * current ones, for the forward or backward pass; nothing otherwise. */
+static void use_unit(vit_model *m, int u, int backward)
+{
+    if (!m->shard) return;
+    m->cur_p = m->shard->params(m->shard->ctx, u, backward);
+    m->cur_lo = m->unit_lo[u];
+    if (!m->ops->bf16) return;
+    m->cur_lp = m->unit_lp;
+    for (int i = 0; i < m->n_tensors; i++) {
+        size_t off = m->tensors[i].offset;
+        if (off >= m->unit_lo[u] && off < m->unit_lo[u + 1] && !stays_fp32(m, i))
+            m->ops->to_floatx(W_(m, i), P_(m, i), m->tensors[i].numel);
+    }
+}
+
+/* Under sharding, a fresh gradient buffer for unit u, and handing it back. */
+static void grads_begin(vit_model *m, int u)
+{
+    if (m->shard) m->cur_g = m->shard->grads(m->shard->ctx, u);
+}
+
+static void grads_end(vit_model *m, int u)
+{
+    if (m->shard) m->shard->grads_done(m->shard->ctx, u);
+}
 
 size_t model_padded_params(const vit_model *m) { return m->n_padded; }
 void model_params_refreshed(vit_model *m) { model_params_changed(m); }
@@ -478,6 +583,7 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
 
     ops->upload(m->images, images, sizeof(float) * (size_t)B * m->C * m->S * m->S);
     if (targets) ops->upload(m->targets, targets, sizeof(int) * (size_t)B);
+    use_unit(m, 0, 0);
     ops->patchify(m->patches, m->images, B, m->C, m->S, m->P);
     ops->matmul_forward(m->patch_out, m->patches, W_(m, m->t_patch_w), W_(m, m->t_patch_b),
                         B * m->N, CPP, D);
@@ -486,8 +592,10 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
     m->abandoned = 0;
     for (int l = 0; l < m->L; l++) {
         if (stop_asked(m, "forward", l)) return NAN;
+        use_unit(m, l + 1, 0);
         block_forward(m, l, acts_of(m, l), B);
     }
+    use_unit(m, m->L + 1, 0);
 
     /* Final norm on the class tokens only: identical output and gradients
      * to timm's norm over all tokens followed by x[:, 0]. */
@@ -508,6 +616,8 @@ void model_backward(vit_model *m, float dloss)
     const vit_ops *ops = m->ops;
     const int B = m->B, T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
 
+    use_unit(m, m->L + 1, 1);
+    grads_begin(m, m->L + 1);
     ops->crossentropy_backward(m->dlogits, m->probs, m->targets, dloss, B, K);
     ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
                          W_(m, m->t_head_w), B, D, K);
@@ -516,6 +626,7 @@ void model_backward(vit_model *m, float dloss)
                             P_(m, m->t_norm_w), m->lnf_mean, m->lnf_rstd, B, D);
     ops->zero(m->dres, (size_t)B * T * D);
     ops->scatter_cls_backward(m->dres, m->dcls, B, T, D);
+    grads_end(m, m->L + 1);
 
     /* dres holds d(block output); each LayerNorm backward adds its branch,
      * which is the residual add's backward. */
@@ -523,11 +634,17 @@ void model_backward(vit_model *m, float dloss)
     for (int l = m->L - 1; l >= 0; l--) {
         if (stop_asked(m, "backward", l)) return;
         block_acts *a = acts_of(m, l);
+        use_unit(m, l + 1, 1);
+        grads_begin(m, l + 1);
         if (m->ckpt) block_forward(m, l, a, B); /* recompute from the kept input res[l] */
         block_backward(m, l, a, B);
+        grads_end(m, l + 1);
     }
+    use_unit(m, 0, 1);
+    grads_begin(m, 0);
 
     ops->embed_backward(m->dpatch_out, G_(m, m->t_cls), G_(m, m->t_pos), m->dres, B, T, D);
     ops->matmul_backward(NULL, G_(m, m->t_patch_w), G_(m, m->t_patch_b), m->dpatch_out,
                          m->patches, W_(m, m->t_patch_w), B * m->N, CPP, D);
+    grads_end(m, 0);
 }

@@ -34,6 +34,29 @@ typedef struct {
 
 typedef struct vit_model vit_model;
 
+/* Where the parameters live under sharding=full (worker/fsdp.h): not in
+ * the model but in shards, one unit at a time. A unit is a contiguous
+ * range of the flat vector (model_unit_bounds): unit 0 the stem (cls_token,
+ * pos_embed, patch_embed), units 1..L the blocks, unit L+1 the final norm
+ * and head. The model computes one unit at a time and asks for it: */
+typedef struct {
+    void *ctx;
+    /* Unit u's whole fp32 parameters, laid out as in the flat vector from
+     * the unit's first value, for the forward (backward 0) or backward pass
+     * (1): borrowed, valid until the next call. Never NULL; after a failed
+     * collective its values are stale, and status reports the failure. */
+    float *(*params)(void *ctx, int unit, int backward);
+    /* A zeroed buffer for unit u's gradients (the same layout), valid until
+     * grads_done(u), which hands the gradients of this micro-batch back. */
+    float *(*grads)(void *ctx, int unit);
+    void (*grads_done)(void *ctx, int unit);
+    /* Every parameter into host (n_params floats), from every rank's shard:
+     * a collective. 0, or -1 (a collective failed; see status). */
+    int (*read)(void *ctx, float *host);
+    /* This rank's shard from host (n_params floats): local. */
+    void (*write)(void *ctx, const float *host);
+} model_shard;
+
 typedef struct {
     int activation_checkpointing; /* keep block inputs only; recompute in backward */
     /* NULL, or a flag (set by a signal handler) checked between blocks:
@@ -44,6 +67,10 @@ typedef struct {
      * floats (the world size), zero beyond n_params, so that collectives
      * can split them into equal chunks. 0 or 1: exactly n_params. */
     int pad_multiple;
+    /* NULL, or sharding=full: the parameters and gradients are the shard's
+     * (borrowed; outlives the model); the model holds neither, and
+     * model_params, model_grads and model_params_lp return NULL. */
+    const model_shard *shard;
 } model_options;
 
 /* Builds a model for batches of at most max_batch images, on the backend
@@ -71,6 +98,11 @@ int model_new(vit_model **out, const model_config *mc, int max_batch,
  * NULL), without allocating them; 0 when out of host memory. */
 size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
                           const vit_ops *ops, size_t *n_params);
+/* The unit layout of the model mc describes: fills bounds[0..L+2] (unit u
+ * is [bounds[u], bounds[u+1]) of the flat vector) when max >= L+3 and
+ * returns the number of units, L+2; 0 when out of host memory or max is
+ * too small. */
+int model_unit_bounds(const model_config *mc, size_t *bounds, int max);
 /* NULL, or where the last forward or backward stopped part-way
  * (opts->stop), e.g. "forward pass, before block 3 of 12": borrowed. */
 const char *model_abandoned(const vit_model *m);
@@ -98,8 +130,11 @@ size_t model_padded_params(const vit_model *m);
 /* Re-derives the bf16 copy from the fp32 parameters (after another rank's
  * updates were gathered into them); nothing on fp32. */
 void model_params_refreshed(vit_model *m);
-/* Host copies of all n_params values; write_params refreshes the bf16 copy. */
-void model_read_params(vit_model *m, float *host);
+/* Host copies of all n_params values; write_params refreshes the bf16 copy.
+ * Under sharding=full read_params is a collective every rank must call
+ * (0, or -1 when it failed) and read_grads gives zeros (the gradients are
+ * in the shards). */
+int model_read_params(vit_model *m, float *host);
 void model_write_params(vit_model *m, const float *host);
 void model_read_grads(vit_model *m, float *host);
 /* The backend's sticky error (ops.h): 0, or non-zero with the message in err. */

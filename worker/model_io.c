@@ -24,7 +24,13 @@ int model_save_safetensors(vit_model *m, const model_config *mc, const char *pat
         snprintf(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    model_read_params(m, params);
+    if (model_read_params(m, params) != 0) {
+        free(ts);
+        free(params);
+        snprintf(err, errlen, "%s: not written: gathering the parameters from the other ranks "
+                 "failed", path);
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         const model_tensor *t = model_tensor_at(m, i);
         ts[i].name = t->name;

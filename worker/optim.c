@@ -12,9 +12,10 @@ struct optim {
     const vit_ops *ops; /* m and v live in its memory */
     optimizer_config oc;
     long total_steps;
-    size_t lo, hi;      /* the slice of the flat vector this state covers */
-    size_t n;           /* hi - lo */
-    float *m, *v;       /* n each: m[i] belongs to parameter lo + i */
+    optim_span *spans;  /* the parameters this state covers */
+    int n_spans;
+    size_t n;           /* their count: the spans' lengths summed */
+    float *m, *v;       /* n each, span after span */
 };
 
 double optim_lr_at(const optimizer_config *oc, long step, long total)
@@ -42,21 +43,32 @@ int optim_new_slice(optim **out, const vit_model *m, const optimizer_config *oc,
 {
     if (hi > model_num_params(m)) hi = model_num_params(m); /* the padding has no state */
     if (lo > hi) lo = hi;
+    const optim_span s = {lo, hi, lo};
+    return optim_new_spans(out, m, oc, total_steps, &s, 1, err, errlen);
+}
+
+int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
+                    long total_steps, const optim_span *spans, int n, char *err, size_t errlen)
+{
     optim *o = calloc(1, sizeof *o);
-    if (o) {
+    if (o) o->spans = calloc(n > 0 ? (size_t)n : 1, sizeof *o->spans);
+    if (o && o->spans) {
         o->ops = model_ops(m);
         o->oc = *oc;
         o->total_steps = total_steps;
-        o->lo = lo;
-        o->hi = hi;
-        o->n = hi - lo;
+        o->n_spans = n;
+        for (int i = 0; i < n; i++) {
+            o->spans[i] = spans[i];
+            o->n += spans[i].hi - spans[i].lo;
+        }
         o->m = o->ops->alloc(o->n * sizeof(float));
         o->v = o->ops->alloc(o->n * sizeof(float));
     }
-    if (!o || !o->m || !o->v) {
+    if (!o || !o->spans || !o->m || !o->v) {
+        size_t want = o ? o->n : 0;
         snprintf(err, errlen, "optimizer: AdamW state of %zu parameters needs %zu bytes of %s "
-                 "memory and the backend could not allocate them", hi - lo,
-                 optim_memory_bytes(hi - lo), model_ops(m)->gpu ? "GPU" : "host");
+                 "memory and the backend could not allocate them", want,
+                 optim_memory_bytes(want), model_ops(m)->gpu ? "GPU" : "host");
         optim_free(o);
         return VJ_ERR_TOO_LARGE;
     }
@@ -71,16 +83,25 @@ void optim_free(optim *o)
         o->ops->release(o->m);
         o->ops->release(o->v);
     }
+    free(o->spans);
     free(o);
 }
 
 float *optim_m(optim *o) { return o->m; }
 float *optim_v(optim *o) { return o->v; }
+size_t optim_num_params(const optim *o) { return o->n; }
 
-double optim_grad_sq(const optim *o, vit_model *m)
+double optim_grad_sq_in(const optim *o, const float *g)
 {
-    return o->n ? o->ops->sum_squares(model_grads(m) + o->lo, o->n) : 0.0;
+    double sq = 0.0;
+    for (int i = 0; i < o->n_spans; i++) {
+        const optim_span *s = &o->spans[i];
+        if (s->hi > s->lo) sq += o->ops->sum_squares(g + s->at, s->hi - s->lo);
+    }
+    return sq;
 }
+
+double optim_grad_sq(const optim *o, vit_model *m) { return optim_grad_sq_in(o, model_grads(m)); }
 
 optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
 {
@@ -90,26 +111,36 @@ optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
 optim_result optim_step_norm(optim *o, vit_model *m, const vit_ops *ops, long step,
                              double grad_norm)
 {
+    return optim_step_in(o, m, ops, step, grad_norm, model_params(m), model_grads(m));
+}
+
+optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
+                           double grad_norm, float *p, float *g)
+{
     optim_result r;
-    float *g = model_grads(m), *p = model_params(m);
     r.grad_norm = grad_norm;
-    if (o->oc.grad_clip > 0 && o->n) {
-        double coef = o->oc.grad_clip / (r.grad_norm + 1e-6);
-        if (coef < 1.0) ops->scale(g + o->lo, (float)coef, o->n);
-    }
     r.lr = optim_lr_at(&o->oc, step, o->total_steps);
-    for (int i = 0; i < model_num_tensors(m); i++) {
-        const model_tensor *t = model_tensor_at(m, i);
-        /* the part of tensor t inside [lo, hi) */
-        size_t a = t->offset > o->lo ? t->offset : o->lo;
-        size_t b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
-        if (a >= b) continue;
-        floatX *lp = model_params_lp(m, i);
-        /* the bf16 copy of the matmul weights is written in the same pass */
-        ops->adamw_update(p + a, lp ? lp + (a - t->offset) : NULL, o->m + (a - o->lo),
-                          o->v + (a - o->lo), g + a, b - a, (float)r.lr, (float)o->oc.beta1,
-                          (float)o->oc.beta2, (float)o->oc.eps,
-                          t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
+    double coef = o->oc.grad_clip > 0 ? o->oc.grad_clip / (r.grad_norm + 1e-6) : 1.0;
+    size_t state = 0; /* the state of span i starts here */
+    for (int i = 0; i < o->n_spans; i++) {
+        const optim_span *s = &o->spans[i];
+        if (s->hi <= s->lo) continue;
+        if (coef < 1.0) ops->scale(g + s->at, (float)coef, s->hi - s->lo);
+        for (int k = 0; k < model_num_tensors(m); k++) {
+            const model_tensor *t = model_tensor_at(m, k);
+            /* the part of tensor t inside [lo, hi) */
+            size_t a = t->offset > s->lo ? t->offset : s->lo;
+            size_t b = t->offset + t->numel < s->hi ? t->offset + t->numel : s->hi;
+            if (a >= b) continue;
+            floatX *lp = model_params_lp(m, k);
+            size_t at = s->at + (a - s->lo), st = state + (a - s->lo);
+            /* the bf16 copy of the matmul weights is written in the same pass */
+            ops->adamw_update(p + at, lp ? lp + (a - t->offset) : NULL, o->m + st, o->v + st,
+                              g + at, b - a, (float)r.lr, (float)o->oc.beta1,
+                              (float)o->oc.beta2, (float)o->oc.eps,
+                              t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
+        }
+        state += s->hi - s->lo;
     }
     return r;
 }

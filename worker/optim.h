@@ -31,6 +31,19 @@ int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long 
  * shard under sharding grad-op; hi is clamped to the parameter count). */
 int optim_new_slice(optim **out, const vit_model *m, const optimizer_config *oc,
                     long total_steps, size_t lo, size_t hi, char *err, size_t errlen);
+
+/* Parameters [lo, hi) of the flat vector, stored from index at of the
+ * buffers a step is given (sharding full: a rank's shard is one span per
+ * unit, concatenated). */
+typedef struct {
+    size_t lo, hi, at;
+} optim_span;
+/* State for n spans (copied; ascending, disjoint, within the parameter
+ * count): the AdamW state is the spans' lengths, concatenated. */
+int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
+                    long total_steps, const optim_span *spans, int n, char *err, size_t errlen);
+/* The number of parameters the state covers. */
+size_t optim_num_params(const optim *o);
 void optim_free(optim *o); /* accepts NULL */
 
 typedef struct {
@@ -48,6 +61,12 @@ double optim_grad_sq(const optim *o, vit_model *m);
  * slice): clips and updates only the slice [lo, hi). */
 optim_result optim_step_norm(optim *o, vit_model *m, const vit_ops *ops, long step,
                              double grad_norm);
+/* The same two on buffers of the caller's (sharding full: the shard's
+ * parameters and gradients, spans' `at` indexing them); the bf16 copy is
+ * written where the model has one (model_params_lp). */
+double optim_grad_sq_in(const optim *o, const float *g);
+optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
+                           double grad_norm, float *p, float *g);
 
 /* The AdamW state, borrowed (for checkpoints). */
 float *optim_m(optim *o);

@@ -15,6 +15,7 @@
 #include "data.h"
 #include "exitcode.h"
 #include "file.h"
+#include "fsdp.h"
 #include "log.h"
 #include "model.h"
 #include "model_io.h"
@@ -28,62 +29,6 @@ static double peak_rss_mib(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1024.0;
-}
-
-typedef struct {
-    double accuracy, loss;
-} eval_result;
-
-/* Accuracy and mean loss over the whole split, in batches of B; stops early
- * (stopped = 1) when *stop is set, so that SIGTERM is honoured promptly. */
-static eval_result evaluate(vit_model *m, const dataset *d, int B, float *images, int *labels,
-                            const volatile sig_atomic_t *stop, int *stopped)
-{
-    const int K = model_num_classes(m);
-    const size_t img = (size_t)d->rows * d->cols;
-    long correct = 0;
-    double loss_sum = 0.0;
-    *stopped = 0;
-    for (int start = 0; start < d->n; start += B) {
-        if (stop && *stop) {
-            *stopped = 1;
-            break;
-        }
-        int n = d->n - start < B ? d->n - start : B;
-        for (int b = 0; b < n; b++) {
-            dataset_image(d, start + b, 0, 0, 0, images + b * img);
-            labels[b] = d->labels[start + b];
-        }
-        model_forward(m, images, labels, n);
-        const float *logits = model_logits(m), *losses = model_losses(m);
-        for (int b = 0; b < n; b++) {
-            const float *z = logits + (size_t)b * K;
-            int best = 0;
-            for (int k = 1; k < K; k++)
-                if (z[k] > z[best]) best = k;
-            correct += best == labels[b];
-            loss_sum += losses[b];
-        }
-    }
-    eval_result r = {(double)correct / d->n, loss_sum / d->n};
-    return r;
-}
-
-/* Evaluates on the test split and reports it: a log line and, with a
- * metrics file, a JSON line. */
-static eval_result evaluate_and_report(vit_model *m, const dataset *test, int B, float *images,
-                                       int *labels, long step, double train_seconds,
-                                       FILE *metrics, const volatile sig_atomic_t *stop,
-                                       int *stopped)
-{
-    eval_result ev = evaluate(m, test, B, images, labels, stop, stopped);
-    if (*stopped) return ev;
-    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", step,
-             ev.accuracy, ev.loss, train_seconds);
-    if (metrics)
-        fprintf(metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n",
-                step, ev.accuracy, train_seconds);
-    return ev;
 }
 
 vj_err train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
@@ -136,6 +81,7 @@ static void report_dims(const model_config *mc, const vit_ops *ops)
         LOG_INFO("train", "event=dims_not_multiple_of_8 dims=%s", list);
 }
 
+
 /* One training run: what train_run sets up, uses and frees. */
 typedef struct {
     const vit_job_config *cfg;
@@ -155,12 +101,88 @@ typedef struct {
     int rank, world;
     comm *comm;
     size_t slice, lo;
+    fsdp *fsdp; /* sharding full with many ranks: the shard; else NULL */
+    size_t *bounds; /* ... and the model's units (model_unit_bounds) */
+    int units;
     char threads_source[64];
     long steps_per_epoch, total;
     /* progress */
     double t_train, last_loss;
     long images_done;
 } run;
+
+static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
+
+typedef struct {
+    double accuracy, loss;
+} eval_result;
+
+static vj_err sum_over_ranks(run *r, double *v, int n, char *err, size_t errlen);
+
+/* Accuracy and mean loss over the whole test split, in batches of the
+ * micro-batch size. With many ranks each evaluates its part (all ranks
+ * run the same number of forward passes, as sharding full needs: a rank
+ * whose part has run out computes one image and ignores it) and the sums
+ * are added over ranks. Stops early (*stopped = 1) when the stop flag is
+ * set, so that SIGTERM is honoured promptly. */
+static vj_err evaluate(run *r, eval_result *out, int *stopped, char *err, size_t errlen)
+{
+    const dataset *d = r->test;
+    vit_model *m = r->model;
+    const int K = model_num_classes(m), B = r->micro;
+    const size_t img = (size_t)d->rows * d->cols;
+    const long per = ((long)d->n + r->world - 1) / r->world, first = (long)r->rank * per;
+    long end = first + per < d->n ? first + per : d->n;
+    if (end < first) end = first;
+    const long batches = (per + B - 1) / B;
+    double sums[2] = {0.0, 0.0}; /* correct, loss */
+    *stopped = 0;
+    for (long k = 0; k < batches; k++) {
+        if (stop_set(r)) {
+            *stopped = 1;
+            return VJ_OK;
+        }
+        long start = first + k * B;
+        int n = end - start < B ? (int)(end - start) : B;
+        if (n < 0) n = 0;
+        for (int b = 0; b < (n ? n : 1); b++) {
+            long i = n ? start + b : 0;
+            dataset_image(d, (int)i, 0, 0, 0, r->images + b * img);
+            r->labels[b] = d->labels[i];
+        }
+        model_forward(m, r->images, r->labels, n ? n : 1);
+        const float *logits = model_logits(m), *losses = model_losses(m);
+        for (int b = 0; b < n; b++) {
+            const float *z = logits + (size_t)b * K;
+            int best = 0;
+            for (int c = 1; c < K; c++)
+                if (z[c] > z[best]) best = c;
+            sums[0] += best == r->labels[b];
+            sums[1] += losses[b];
+        }
+    }
+    if (r->fsdp && fsdp_sync(r->fsdp, err, errlen) != 0) return VJ_ERR_PEER_LOST;
+    vj_err rc = sum_over_ranks(r, sums, 2, err, errlen);
+    if (rc) return rc;
+    out->accuracy = sums[0] / d->n;
+    out->loss = sums[1] / d->n;
+    return VJ_OK;
+}
+
+/* Evaluates on the test split (every rank) and reports it (rank 0): a log
+ * line and, with a metrics file, a JSON line. */
+static vj_err evaluate_and_report(run *r, long step, eval_result *ev, int *stopped, char *err,
+                                  size_t errlen)
+{
+    vj_err rc = evaluate(r, ev, stopped, err, errlen);
+    if (rc || *stopped || r->rank != 0) return rc;
+    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", step,
+             ev->accuracy, ev->loss, r->t_train);
+    if (r->metrics)
+        fprintf(r->metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n",
+                step, ev->accuracy, r->t_train);
+    return VJ_OK;
+}
 
 /* The data sets, checked against the model, and the number of steps. */
 static vj_err load_data(run *r, char *err, size_t errlen)
@@ -219,6 +241,11 @@ static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t
         return VJ_ERR_OUT_OF_MEMORY;
     }
     size_t optim = optim_memory_bytes(n_params);
+    if (mopts->shard) { /* sharding full: a 1/world share of the state, and the unit slots */
+        size_t pb, gb;
+        fsdp_memory_bytes(r->bounds, r->units, r->world, &pb, &gb);
+        optim = optim_memory_bytes(pb / sizeof(float)) + pb + gb;
+    }
     if (r->ops->gpu) return VJ_OK; /* the backend reports what it cannot allocate */
     /* the data sets are already loaded, so they count as used; a staging
      * copy of the parameters comes and goes at init */
@@ -252,12 +279,34 @@ static vj_err build(run *r, char *err, size_t errlen)
     vj_err rc = train_pick_backend(&r->ops, tc, err, errlen);
     if (rc)
         return rc;
+    if (r->world > 1 && r->ops->gpu) { /* device auto; main.c refuses device cuda */
+        LOG_INFO("train", "event=device device=cpu reason=\"world size %d: the collectives "
+                 "of this build run on the CPU\"", r->world);
+        r->ops = tc->precision == PRECISION_BF16_MIXED ? ops_cpu_bf16() : ops_cpu();
+    }
     report_dims(mc, r->ops);
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
                            .stop = r->opt->stop_flag,
                            .pad_multiple = r->world};
+    const int full = r->world > 1 && tc->sharding == SHARDING_FULL;
+    if (full) {
+        const int max = mc->depth + 3;
+        r->bounds = malloc(sizeof *r->bounds * (size_t)max);
+        if (!r->bounds || (r->units = model_unit_bounds(mc, r->bounds, max)) == 0) {
+            snprintf(err, errlen, "out of host memory planning the shards");
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+        static const model_shard planned; /* check_memory only asks whether */
+        mopts.shard = &planned;
+        mopts.pad_multiple = 1;
+    }
     if ((rc = check_memory(r, &mopts, err, errlen)) != VJ_OK)
         return rc;
+    if (full) {
+        if ((rc = fsdp_new(&r->fsdp, r->comm, r->ops, r->bounds, r->units, err, errlen)) != 0)
+            return rc;
+        mopts.shard = fsdp_hooks(r->fsdp);
+    }
     if ((rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != 0)
         return rc;
     if (mc->init[0]) {
@@ -268,7 +317,26 @@ static vj_err build(run *r, char *err, size_t errlen)
         snprintf(err, errlen, "out of host memory for the initial weights");
         return VJ_ERR_OUT_OF_MEMORY;
     }
-    if (r->world > 1 && tc->sharding == SHARDING_GRAD_OP) {
+    size_t param_bytes = model_padded_params(r->model) * sizeof(float), grad_bytes = param_bytes;
+    if (full) {
+        const size_t u = (size_t)r->units;
+        size_t *lo = malloc(sizeof *lo * 3 * u);
+        optim_span *spans = malloc(sizeof *spans * u);
+        if (!lo || !spans) {
+            free(lo);
+            free(spans);
+            snprintf(err, errlen, "out of host memory planning the shards");
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+        fsdp_shard_spans(r->fsdp, lo, lo + u, lo + 2 * u);
+        for (size_t i = 0; i < u; i++) spans[i] = (optim_span){lo[i], lo[u + i], lo[2 * u + i]};
+        rc = optim_new_spans(&r->opt_state, r->model, &tc->optimizer, r->total, spans, r->units,
+                             err, errlen);
+        free(lo);
+        free(spans);
+        r->slice = fsdp_shard_len(r->fsdp);
+        fsdp_memory_bytes(r->bounds, r->units, r->world, &param_bytes, &grad_bytes);
+    } else if (r->world > 1 && tc->sharding == SHARDING_GRAD_OP) {
         r->slice = model_padded_params(r->model) / (size_t)r->world;
         r->lo = (size_t)r->rank * r->slice;
         rc = optim_new_slice(&r->opt_state, r->model, &tc->optimizer, r->total, r->lo,
@@ -279,13 +347,12 @@ static vj_err build(run *r, char *err, size_t errlen)
     }
     if (rc)
         return rc;
-    size_t n = model_num_params(r->model), mine = r->slice < n ? r->slice : n;
+    size_t n = model_num_params(r->model), mine = optim_num_params(r->opt_state);
     LOG_INFO("train", "event=shard rank=%d world=%d sharding=%s params=%zu padded=%zu "
              "shard_params=%zu param_bytes=%zu grad_bytes=%zu optim_bytes=%zu", r->rank,
              r->world, config_enum_name("training.sharding", tc->sharding), n,
-             model_padded_params(r->model), mine,
-             model_padded_params(r->model) * sizeof(float),
-             model_padded_params(r->model) * sizeof(float), optim_memory_bytes(mine));
+             full ? fsdp_shard_len(r->fsdp) * (size_t)r->world : model_padded_params(r->model),
+             mine, param_bytes, grad_bytes, optim_memory_bytes(mine));
     r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
     if (!r->images || !r->labels ||
@@ -319,8 +386,6 @@ static vj_err flush_metrics(run *r, char *err, size_t errlen)
     snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(e));
     return write_error_class(e);
 }
-
-static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
 
 /* The sum over ranks of n doubles each rank holds, in rank order on every
  * rank (bit-identical everywhere, and to the one-rank sum when n ranks are
@@ -362,6 +427,15 @@ static vj_err sync_and_update(run *r, long step, optim_result *res, char *err, s
         *res = optim_step(r->opt_state, r->model, r->ops, step);
         return VJ_OK;
     }
+    if (r->fsdp) { /* full: the gradients are already reduce-scattered into the shard */
+        double sq = optim_grad_sq_in(r->opt_state, fsdp_grads(r->fsdp));
+        vj_err rc = sum_over_ranks(r, &sq, 1, err, errlen);
+        if (rc) return rc;
+        *res = optim_step_in(r->opt_state, r->model, r->ops, step, sqrt(sq),
+                             fsdp_params(r->fsdp), fsdp_grads(r->fsdp));
+        fsdp_params_changed(r->fsdp);
+        return VJ_OK;
+    }
     if (tc->sharding == SHARDING_NONE) {
         if (comm_allreduce_sum(r->comm, g, np, err, errlen) != 0) return VJ_ERR_PEER_LOST;
         *res = optim_step(r->opt_state, r->model, r->ops, step);
@@ -397,6 +471,7 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     const float dloss = 1.0f / (float)G;
     double t0 = mono_seconds();
     model_zero_grads(r->model);
+    if (r->fsdp) fsdp_zero_grads(r->fsdp);
     *loss = 0.0;
     /* epochs end at optimizer-step (global batch) boundaries, so that a step
      * never mixes two epochs whatever the micro-batch size; rank q reads the
@@ -420,6 +495,7 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
                  a < r->accum ? a + 1 : a, r->accum, where ? ", " : "", where ? where : "", step);
         return VJ_ERR_STOPPED;
     }
+    if (r->fsdp && fsdp_sync(r->fsdp, err, errlen) != 0) return VJ_ERR_PEER_LOST;
     vj_err rc = sum_over_ranks(r, loss, 1, err, errlen);
     if (rc == VJ_OK) rc = sync_and_update(r, step, res, err, errlen);
     if (rc) return rc;
@@ -440,31 +516,44 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     return flush_metrics(r, err, errlen);
 }
 
-/* The final evaluation, the export and the summary line. */
+/* The final evaluation (every rank), the export and the summary line (rank 0). */
 static vj_err finish(run *r, char *err, size_t errlen)
 {
     const model_config *mc = &r->cfg->model;
     const training_config *tc = &r->cfg->training;
     int stopped;
-    if (r->rank != 0) { /* rank 0 evaluates, exports and reports */
+    eval_result ev;
+    vj_err rc = evaluate_and_report(r, r->total, &ev, &stopped, err, errlen);
+    if (rc == VJ_OK && stopped) {
+        snprintf(err, errlen, "stopped by signal during the final evaluation");
+        rc = VJ_ERR_STOPPED;
+    }
+    if (rc) return rc;
+    if (r->rank != 0) {
+        /* under sharding full the export gathers every unit: take part */
+        if (r->fsdp && tc->export_path[0]) {
+            float *scratch = malloc(sizeof(float) * model_num_params(r->model));
+            if (!scratch) {
+                snprintf(err, errlen, "out of host memory gathering the parameters to export");
+                return VJ_ERR_OUT_OF_MEMORY;
+            }
+            int bad = model_read_params(r->model, scratch);
+            free(scratch);
+            if (bad && fsdp_sync(r->fsdp, err, errlen) != 0) return VJ_ERR_PEER_LOST;
+        }
         LOG_INFO("train", "event=done rank=%d steps=%ld train_seconds=%.1f peak_rss_mib=%.1f",
                  r->rank, r->total, r->t_train, peak_rss_mib());
         return VJ_OK;
     }
-    eval_result ev = evaluate_and_report(r->model, r->test, r->micro, r->images, r->labels,
-                                         r->total, r->t_train, r->metrics, r->opt->stop_flag,
-                                         &stopped);
-    if (stopped) {
-        snprintf(err, errlen, "stopped by signal during the final evaluation");
-        return VJ_ERR_STOPPED;
-    }
-    vj_err rc = flush_metrics(r, err, errlen);
+    rc = flush_metrics(r, err, errlen);
     if (rc)
         return rc;
     if (tc->export_path[0]) {
         errno = 0;
-        if (model_save_safetensors(r->model, mc, tc->export_path, err, errlen) != 0)
+        if (model_save_safetensors(r->model, mc, tc->export_path, err, errlen) != 0) {
+            if (r->fsdp && fsdp_sync(r->fsdp, err, errlen) != 0) return VJ_ERR_PEER_LOST;
             return write_error_class(errno);
+        }
         LOG_INFO("train", "event=exported path=%s", tc->export_path);
     }
     double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
@@ -493,6 +582,8 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     free(r->labels);
     optim_free(r->opt_state);
     model_free(r->model);
+    fsdp_free(r->fsdp);
+    free(r->bounds);
     dataset_free(r->train);
     dataset_free(r->test);
     return rc;
@@ -572,11 +663,11 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             interval_steps = 0;
             t_interval = mono_seconds();
         }
-        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last &&
-            r.rank == 0) {
+        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
             int stopped;
-            evaluate_and_report(r.model, r.test, r.micro, r.images, r.labels, step + 1, r.t_train,
-                                r.metrics, opt->stop_flag, &stopped);
+            eval_result ev;
+            if ((rc = evaluate_and_report(&r, step + 1, &ev, &stopped, err, errlen)) != VJ_OK)
+                return run_free(&r, rc, err, errlen);
             if (stopped) {
                 snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
                          step + 1);
