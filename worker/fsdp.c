@@ -48,7 +48,7 @@ struct fsdp {
     int qhead, qlen;
     long next_seq, done_seq;
     int quit, failed;
-    char why[512];
+    char why[1024];
 };
 
 /* ---- the communication thread ---- */

@@ -186,6 +186,10 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* A peer that dies mid-collective closes its sockets: the write to it
+     * must fail with EPIPE (peer_lost, retried), not kill this rank. */
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
 
     /* First pass: flags that do not depend on the config. */
     for (int i = 0; i < argc; i++) {
