@@ -308,7 +308,8 @@ static int nccl_init(vitjob_nccl **out, const unsigned char id[VITJOB_NCCL_ID_BY
         if (CUDA_CHECK(cudaEventCreateWithFlags(&c->done[i], cudaEventDisableTiming), err, errlen))
             goto fail;
     if (CUDA_CHECK(cudaMalloc(&c->zero, sizeof(float)), err, errlen) ||
-        CUDA_CHECK(cudaMemset(c->zero, 0, sizeof(float)), err, errlen))
+        /* on the communication stream: ordered before the barrier's use */
+        CUDA_CHECK(cudaMemsetAsync(c->zero, 0, sizeof(float), c->stream), err, errlen))
         goto fail;
     {
         ncclUniqueId u;
