@@ -1,14 +1,16 @@
-/* kernels/ops_cuda_loader.c - ops_cuda(): finds and loads the CUDA backend.
+/* kernels/ops_cuda_loader.c - ops_cuda() and ops_cuda_nccl(): finds and
+ * loads the CUDA backend.
  *
  * Owns: deciding whether a GPU backend can exist in this process and
- * loading it. The CUDA backend (the kernels/NAME.cu files) is built as a plugin,
- * lib/libvitjob_cuda.so beside bin/, linked against cuBLASLt, cuBLAS, NCCL
- * and the CUDA runtime; the binaries themselves link none of them, so they
- * start (and the operator runs) on machines without NVIDIA's libraries, and
- * a CPU run never maps cuBLAS's half a gigabyte. Order of checks, each with
- * its own one-line reason: built without nvcc; no NVIDIA driver
- * (libcuda.so.1); the plugin missing or not loadable; then the plugin's own
- * checks (a GPU, compute capability 8.0+, cuBLAS handles).
+ * loading it (its op tables, and its NCCL communicator's table,
+ * kernels/comm_nccl.h). The CUDA backend (the kernels/NAME.cu files) is
+ * built as a plugin, lib/libvitjob_cuda.so beside bin/, linked against
+ * cuBLASLt, cuBLAS, NCCL and the CUDA runtime; the binaries themselves link
+ * none of them, so they start (and the operator runs) on machines without
+ * NVIDIA's libraries, and a CPU run never maps cuBLAS's half a gigabyte.
+ * Order of checks, each with its own one-line reason: built without nvcc;
+ * no NVIDIA driver (libcuda.so.1); the plugin missing or not loadable; then
+ * the plugin's own checks (a GPU, compute capability 8.0+, cuBLAS handles).
  * Must not: run any CUDA call itself, or retry: the first answer is kept for
  * the life of the process (a GPU does not appear mid-run).
  *
@@ -17,6 +19,7 @@
  * installed prefix all have lib/ beside them).
  */
 #include "ops.h"
+#include "comm_nccl.h"
 
 #include <stdio.h>
 
@@ -27,13 +30,15 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The plugin's two entry points (kernels/ops_cuda.cu). */
+/* The plugin's entry points (kernels/ops_cuda.cu, kernels/comm_nccl.cu). */
 typedef const vit_ops *(*backend_fn)(int bf16, char *err, size_t errlen);
 typedef size_t (*peak_fn)(void);
+typedef const vitjob_nccl_ops *(*nccl_fn)(char *err, size_t errlen);
 
 static int tried;
 static backend_fn backend;
 static peak_fn peak;
+static nccl_fn nccl;
 static char why[PATH_MAX + 1024];
 
 static void plugin_path(char *out, size_t len) /* len: PATH_MAX */
@@ -78,10 +83,12 @@ static void load(void)
     /* POSIX's way to turn dlsym's object pointer into a function pointer */
     *(void **)&backend = dlsym(h, "vitjob_cuda_backend");
     *(void **)&peak = dlsym(h, "vitjob_cuda_peak_bytes");
-    if (!backend || !peak) {
+    *(void **)&nccl = dlsym(h, "vitjob_nccl_table");
+    if (!backend || !peak || !nccl) {
         snprintf(why, sizeof why, "%s is not a vitjob CUDA backend (entry points missing)", path);
         backend = NULL;
         peak = NULL;
+        nccl = NULL;
         dlclose(h);
     } /* else kept loaded for the life of the process */
 }
@@ -98,6 +105,16 @@ const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
 
 size_t ops_cuda_peak_bytes(void) { return peak ? peak() : 0; }
 
+const vitjob_nccl_ops *ops_cuda_nccl(char *err, size_t errlen)
+{
+    if (!tried) load();
+    if (!nccl) {
+        snprintf(err, errlen, "%s", why);
+        return NULL;
+    }
+    return nccl(err, errlen);
+}
+
 #else
 const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
 {
@@ -107,4 +124,10 @@ const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
 }
 
 size_t ops_cuda_peak_bytes(void) { return 0; }
+
+const vitjob_nccl_ops *ops_cuda_nccl(char *err, size_t errlen)
+{
+    snprintf(err, errlen, "this build has no CUDA backend (nvcc was not found when it was built)");
+    return NULL;
+}
 #endif

@@ -1,9 +1,14 @@
-/* tests/test_comm.c - worker/comm_gloo.cc (and comm_rdzv.c): the CPU
- * collectives across ranks (forked processes on loopback, meeting through
- * a store kept in a temporary directory) give exact, rank-ordered,
- * repeatable results, and a dead peer fails the others' next collective
- * instead of hanging. */
+/* tests/test_comm.c - worker/comm.c, comm_gloo.cc and comm_nccl.c (with
+ * comm_rdzv.c): the CPU collectives across ranks (forked processes on
+ * loopback, meeting through a store kept in a temporary directory) give
+ * exact, rank-ordered, repeatable results, and a dead peer fails the
+ * others' next collective instead of hanging; the NCCL communicator fails
+ * with the loader's reason where no GPU is usable, and where one is, gives
+ * the same exact results on device buffers, ordered with the compute
+ * stream's ops (the GPU tests skip, saying why, without a GPU). */
 #include "comm.h"
+#include "comm_nccl.h"
+#include "ops.h"
 
 #include <criterion/criterion.h>
 
@@ -77,8 +82,27 @@ static const comm_store store = {.ctx = NULL, .set = fs_set, .get = fs_get};
 
 typedef int (*rank_fn)(comm *c, int rank, int world);
 
-/* world ranks as processes; returns each one's exit code in st. */
-static void run(int world, double timeout_s, rank_fn fn, int *st)
+enum { CPU, GPU };
+
+/* One GPU per rank (NCCL refuses two ranks of a communicator on one
+ * device): the rank-th of CUDA_VISIBLE_DEVICES, or of all devices. */
+static void pin_gpu(int rank)
+{
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    char dev[64];
+    snprintf(dev, sizeof dev, "%d", rank);
+    if (vis && *vis) {
+        const char *p = vis;
+        for (int i = 0; i < rank && p; i++)
+            if ((p = strchr(p, ','))) p++;
+        if (p) snprintf(dev, sizeof dev, "%.*s", (int)strcspn(p, ","), p);
+    }
+    setenv("CUDA_VISIBLE_DEVICES", dev, 1);
+}
+
+/* world ranks as processes, on the CPU (gloo) or the GPU (NCCL); returns
+ * each one's exit code in st. */
+static void run_on(int backend, int world, double timeout_s, rank_fn fn, int *st)
 {
     snprintf(dir, sizeof dir, "/tmp/test_comm_XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
@@ -88,7 +112,14 @@ static void run(int world, double timeout_s, rank_fn fn, int *st)
         if ((pids[r] = fork()) == 0) {
             comm *c = NULL;
             char err[512];
-            if (comm_new_cpu_store(&c, &store, r, world, timeout_s, err, sizeof err) != 0) {
+            int rc;
+            if (backend == GPU) {
+                if (world > 1) pin_gpu(r);
+                rc = comm_new_nccl_store(&c, &store, r, world, timeout_s, err, sizeof err);
+            } else {
+                rc = comm_new_cpu_store(&c, &store, r, world, timeout_s, err, sizeof err);
+            }
+            if (rc != 0) {
                 fprintf(stderr, "rank %d: %s\n", r, err);
                 _exit(99);
             }
@@ -105,6 +136,11 @@ static void run(int world, double timeout_s, rank_fn fn, int *st)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+static void run(int world, double timeout_s, rank_fn fn, int *st)
+{
+    run_on(CPU, world, timeout_s, fn, st);
 }
 
 static void expect_all_zero(int world, const int *st)
@@ -240,4 +276,228 @@ Test(comm, a_dead_peer_fails_the_others_next_collective_and_marks_the_communicat
     int st[3];
     run(3, 5, dies, st);
     expect_all_zero(3, st);
+}
+
+/* ---- NCCL ---- */
+
+Test(comm, without_a_usable_gpu_an_nccl_communicator_fails_with_the_loaders_reason)
+{
+    char why[512] = "", err[512] = "";
+    if (ops_cuda(0, why, sizeof why))
+        cr_skip_test("a CUDA GPU is usable here: the no-GPU path is checked where there is none");
+    for (int world = 1; world <= 2; world++) {
+        comm *c = (comm *)&err; /* must be set to NULL */
+        cr_assert_eq(comm_new_nccl_store(&c, &store, 0, world, 1, err, sizeof err), -1);
+        cr_assert_null(c);
+        cr_assert(strstr(err, why) != NULL, "'%s' does not give the loader's reason '%s'", err,
+                  why);
+        cr_assert(strncmp(err, "NCCL communicator: ", 19) == 0, "%s", err);
+        cr_assert(strchr(err, '\n') == NULL, "not one line: %s", err);
+    }
+}
+
+/* How many GPUs NCCL can use here (0: none, the reason in why), asked in a
+ * child process: CUDA initialised in this one would not survive the forks
+ * of the ranks. */
+static int usable_gpus(char *why, size_t len)
+{
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    pid_t p = fork();
+    cr_assert_neq(p, -1);
+    if (p == 0) {
+        close(fd[0]);
+        char e[512] = "", msg[600];
+        const vitjob_nccl_ops *t = ops_cuda_nccl(e, sizeof e);
+        int n = snprintf(msg, sizeof msg, "%d %s", t ? t->device_count() : 0, e);
+        (void)!write(fd[1], msg, (size_t)n);
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[600] = "";
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof msg - 1 && (k = read(fd[0], msg + got, sizeof msg - 1 - got)) > 0)
+        got += (size_t)k;
+    close(fd[0]);
+    int s = 0;
+    cr_assert_eq(waitpid(p, &s, 0), p);
+    int n = 0, off = 0;
+    if (sscanf(msg, "%d %n", &n, &off) < 1) {
+        snprintf(why, len, "the GPU probe process died (wait status %d)", s);
+        return 0;
+    }
+    snprintf(why, len, "%s", msg + off);
+    return n;
+}
+
+static void need_gpus(int n)
+{
+    static char why[600];
+    int have = usable_gpus(why, sizeof why);
+    if (have == 0) cr_skip_test("%s", why);
+    if (have < n)
+        cr_skip_test("%d ranks need %d GPUs (NCCL refuses two ranks on one device); this "
+                     "machine has %d", n, n, have);
+}
+
+/* ops()'s checks on device buffers, with the compute stream's ops queued
+ * right before and after collectives (no host wait between): each must see
+ * the other's result. */
+static int gpu_ops(comm *c, int rank, int world)
+{
+    char err[512];
+    const vit_ops *g = ops_cuda(0, err, sizeof err);
+    if (!g) return 90;
+    int code = 0;
+    float *h = malloc(sizeof(float) * 4 * N);
+    float *d = g->alloc(sizeof(float) * 4 * N);
+    uint16_t *db = g->alloc(2 * 4 * 5), *dmine = g->alloc(2 * 5);
+    if (!h || !d || !db || !dmine) {
+        code = 91;
+        goto out;
+    }
+    /* all-reduce: x2 on the compute stream, sum, x0.5, sum again */
+    for (int i = 0; i < N; i++) h[i] = (float)(rank + 1) * (float)i;
+    g->upload(d, h, sizeof(float) * N);
+    g->scale(d, 2.0f, N);
+    if (comm_allreduce_sum(c, d, N, err, sizeof err)) {
+        code = 1;
+        goto out;
+    }
+    g->scale(d, 0.5f, N);
+    if (comm_allreduce_sum(c, d, N, err, sizeof err)) {
+        code = 1;
+        goto out;
+    }
+    g->download(h, d, sizeof(float) * N);
+    float tri = (float)(world * (world + 1) / 2);
+    for (int i = 0; i < N; i++)
+        if (h[i] != (float)world * tri * (float)i) {
+            code = 2;
+            goto out;
+        }
+    /* reduce-scatter in place: this rank's chunk at its offset */
+    for (int i = 0; i < world * 250; i++) h[i] = (float)(i % 97) + (float)rank;
+    g->upload(d, h, sizeof(float) * (size_t)world * 250);
+    if (comm_reduce_scatter_sum(c, d, 250, err, sizeof err)) {
+        code = 3;
+        goto out;
+    }
+    g->download(h, d, sizeof(float) * (size_t)world * 250);
+    for (int i = rank * 250; i < (rank + 1) * 250; i++)
+        if (h[i] != (float)world * (float)(i % 97) + tri - (float)world) {
+            code = 4;
+            goto out;
+        }
+    /* all-gather f32 in place (the other chunks poisoned), bf16 apart */
+    for (int i = 0; i < world * 7; i++) h[i] = -1.0f;
+    for (int i = 0; i < 7; i++) h[rank * 7 + i] = (float)(100 * rank + i);
+    g->upload(d, h, sizeof(float) * (size_t)world * 7);
+    if (comm_allgather(c, d + rank * 7, d, 7, COMM_F32, err, sizeof err)) {
+        code = 5;
+        goto out;
+    }
+    g->download(h, d, sizeof(float) * (size_t)world * 7);
+    for (int q = 0; q < world; q++)
+        for (int i = 0; i < 7; i++)
+            if (h[q * 7 + i] != (float)(100 * q + i)) {
+                code = 6;
+                goto out;
+            }
+    uint16_t mine[5], all[4 * 5];
+    for (int i = 0; i < 5; i++) mine[i] = (uint16_t)(0x3f80 + rank * 8 + i);
+    g->upload(dmine, mine, sizeof mine);
+    if (comm_allgather(c, dmine, db, 5, COMM_BF16, err, sizeof err)) {
+        code = 7;
+        goto out;
+    }
+    g->download(all, db, 2 * (size_t)world * 5);
+    for (int q = 0; q < world; q++)
+        for (int i = 0; i < 5; i++)
+            if (all[q * 5 + i] != 0x3f80 + q * 8 + i) {
+                code = 8;
+                goto out;
+            }
+    /* broadcast from the last rank */
+    float b[3] = {(float)rank, (float)rank, (float)rank};
+    g->upload(d, b, sizeof b);
+    if (comm_broadcast(c, d, 3, COMM_F32, world - 1, err, sizeof err)) {
+        code = 9;
+        goto out;
+    }
+    g->download(b, d, sizeof b);
+    if (b[0] != (float)(world - 1) || b[2] != (float)(world - 1)) {
+        code = 10;
+        goto out;
+    }
+    if (comm_barrier(c, err, sizeof err)) {
+        code = 11;
+        goto out;
+    }
+    if (comm_failed(c)) code = 12;
+    else if (g->status(err, sizeof err)) code = 13;
+out:
+    if (code) fprintf(stderr, "rank %d: check %d: %s\n", rank, code, code == 2 ? "" : err);
+    g->release(d);
+    g->release(db);
+    g->release(dmine);
+    free(h);
+    return code;
+}
+
+Test(comm, nccl_one_rank_gives_the_exact_results_on_device_buffers)
+{
+    need_gpus(1);
+    int st[1];
+    run_on(GPU, 1, 60, gpu_ops, st);
+    expect_all_zero(1, st);
+}
+
+Test(comm, nccl_two_ranks_get_exact_sums_their_chunk_and_gathers_in_rank_order)
+{
+    need_gpus(2);
+    int st[2];
+    run_on(GPU, 2, 60, gpu_ops, st);
+    expect_all_zero(2, st);
+}
+
+Test(comm, an_nccl_rank_whose_peer_never_comes_fails_at_the_timeout_saying_so)
+{
+    need_gpus(1);
+    snprintf(dir, sizeof dir, "/tmp/test_comm_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t p = fork();
+    if (p == 0) {
+        close(fd[0]);
+        comm *c = NULL;
+        char err[512] = "";
+        /* rank 0 of 2, alone: NCCL's init must give up at the timeout */
+        int rc = comm_new_nccl_store(&c, &store, 0, 2, 3, err, sizeof err);
+        (void)!write(fd[1], err, strlen(err));
+        comm_free(c);
+        _exit(rc == -1 && c == NULL ? 0 : 1);
+    }
+    close(fd[1]);
+    char err[600] = "";
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof err - 1 && (k = read(fd[0], err + got, sizeof err - 1 - got)) > 0)
+        got += (size_t)k;
+    close(fd[0]);
+    int s = 0;
+    cr_assert_eq(waitpid(p, &s, 0), p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "the lone rank connected, or crashed (%d): %s",
+              s, err);
+    cr_assert(strstr(err, "not all connected within the timeout (3 s)") != NULL, "%s", err);
+    cr_assert(took >= 3 && took < 40, "gave up after %.1f s (timeout 3 s)", took);
 }

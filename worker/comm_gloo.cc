@@ -1,10 +1,11 @@
-// worker/comm_gloo.cc - the CPU collectives of comm.h on gloo (the library
+// worker/comm_gloo.cc - the CPU backend of comm.h: gloo (the library
 // PyTorch's CPU process group uses), the only C++ file of the worker.
 //
-// Owns: the C functions of comm.h for the CPU (world size 1: a local
-// communicator without gloo), gloo's rendezvous Store implemented on the
-// comm_store callbacks (as PyTorch's c10d implements it on its TCPStore),
-// and turning every C++ exception into -1 plus one line in err.
+// Owns: comm_new_cpu_store and the gloo slots of worker/comm_backend.h
+// (worker/comm.c dispatches to them, and serves world size 1 without gloo),
+// gloo's rendezvous Store implemented on the comm_store callbacks (as
+// PyTorch's c10d implements it on its TCPStore), and turning every C++
+// exception into -1 plus one line in err.
 // Must not: implement reduction algorithms (gloo's ring all-reduce, its
 // halving-doubling reduce-scatter and its all-gather are used), or let an
 // exception cross into C.
@@ -34,7 +35,7 @@
 #include <gloo/transport/tcp/device.h>
 
 extern "C" {
-#include "comm.h"
+#include "comm_backend.h"
 #include "log.h"
 }
 
@@ -86,33 +87,21 @@ class CStore : public gloo::rendezvous::Store {
 
 int communicators; // for store key prefixes: one per communicator of a process
 
-} // namespace
-
-struct comm {
-    int rank = 0, world = 1;
-    bool failed = false;
-    double timeout_s = 600;
+// a gloo communicator's state (struct comm's impl)
+struct gloo_comm {
     uint32_t tag = 0;
-    std::shared_ptr<gloo::rendezvous::Context> ctx; // null when world == 1
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
 };
 
-namespace {
+gloo_comm *state(comm *c) { return static_cast<gloo_comm *>(c->impl); }
 
 int fail(comm *c, char *err, size_t errlen, const char *op, const std::exception &e)
 {
-    if (c) c->failed = true;
+    if (c) c->failed = 1;
     if (err && errlen)
         std::snprintf(err, errlen, "%s: peer lost or collective timed out (limit %.0f s): %s", op,
                       c ? c->timeout_s : 0.0, e.what());
     return -1;
-}
-
-bool usable(comm *c, char *err, size_t errlen, const char *op)
-{
-    if (!c->failed) return true;
-    if (err && errlen)
-        std::snprintf(err, errlen, "%s: the communicator failed earlier; it cannot be used", op);
-    return false;
 }
 
 size_t elem_bytes(comm_dtype t) { return t == COMM_BF16 ? 2 : 4; }
@@ -122,69 +111,19 @@ std::chrono::milliseconds timeout_of(const comm *c)
     return std::chrono::milliseconds(static_cast<long>(c->timeout_s * 1000));
 }
 
-} // namespace
+// ---- the backend's slots (worker/comm.c has checked count and failed) ----
 
-extern "C" {
+void destroy(void *impl) { delete static_cast<gloo_comm *>(impl); }
 
-int comm_new_cpu_store(comm **out, const comm_store *store, int rank, int world,
-                       double timeout_s, char *err, size_t errlen)
+int allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
 {
-    *out = nullptr;
-    comm *c = new (std::nothrow) comm;
-    if (!c) {
-        std::snprintf(err, errlen, "communicator: out of memory");
-        return -1;
-    }
-    c->rank = rank;
-    c->world = world;
-    c->timeout_s = timeout_s;
-    if (world == 1) {
-        *out = c;
-        return 0;
-    }
     try {
-        CStore base(*store, timeout_s);
-        gloo::rendezvous::PrefixStore prefixed("comm/" + std::to_string(communicators++), base);
-        gloo::transport::tcp::attr attr;
-        const char *host = std::getenv("VITJOB_COMM_HOST");
-        char name[256] = "";
-        if (host && *host) {
-            attr.hostname = host;
-        } else if (gethostname(name, sizeof name - 1) == 0) {
-            attr.hostname = name;
-        }
-        auto dev = gloo::transport::tcp::CreateDevice(attr);
-        c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
-        c->ctx->setTimeout(timeout_of(c));
-        c->ctx->connectFullMesh(prefixed, dev);
-    } catch (const std::exception &e) {
-        std::snprintf(err, errlen, "communicator: rank %d of %d could not connect to its peers "
-                      "within %.0f s: %s", rank, world, timeout_s, e.what());
-        delete c;
-        return -1;
-    }
-    LOG_INFO("comm", "event=connected backend=gloo rank=%d world=%d timeout_s=%.0f", rank, world,
-             timeout_s);
-    *out = c;
-    return 0;
-}
-
-void comm_free(comm *c) { delete c; }
-int comm_rank(const comm *c) { return c->rank; }
-int comm_world_size(const comm *c) { return c->world; }
-int comm_failed(const comm *c) { return c->failed; }
-
-int comm_allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
-{
-    if (c->world == 1 || count == 0) return 0;
-    if (!usable(c, err, errlen, "all-reduce")) return -1;
-    try {
-        gloo::AllreduceOptions opts(c->ctx);
+        gloo::AllreduceOptions opts(state(c)->ctx);
         opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
         opts.setOutput(buf, count);
         opts.setReduceFunction(
             static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
-        opts.setTag(c->tag++);
+        opts.setTag(state(c)->tag++);
         opts.setTimeout(timeout_of(c));
         gloo::allreduce(opts);
     } catch (const std::exception &e) {
@@ -193,10 +132,8 @@ int comm_allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errl
     return 0;
 }
 
-int comm_reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
+int reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
 {
-    if (c->world == 1 || count == 0) return 0;
-    if (!usable(c, err, errlen, "reduce-scatter")) return -1;
     if (count * static_cast<size_t>(c->world) > static_cast<size_t>(INT32_MAX)) {
         std::snprintf(err, errlen, "reduce-scatter: %zu elements per rank x %d ranks is over "
                       "gloo's 2^31 - 1", count, c->world);
@@ -210,7 +147,7 @@ int comm_reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t
         std::vector<int> recv(static_cast<size_t>(c->world), static_cast<int>(count));
         std::vector<float *> ptrs{buf};
         gloo::ReduceScatterHalvingDoubling<float> algo(
-            c->ctx, ptrs, static_cast<int>(count * c->world), recv);
+            state(c)->ctx, ptrs, static_cast<int>(count * c->world), recv);
         algo.run();
         if (c->rank != 0)
             std::memmove(buf + static_cast<size_t>(c->rank) * count, buf, count * sizeof(float));
@@ -220,25 +157,20 @@ int comm_reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t
     return 0;
 }
 
-int comm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, char *err,
-                   size_t errlen)
+int allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, char *err,
+              size_t errlen)
 {
     const size_t eb = elem_bytes(dtype);
     char *mine = static_cast<char *>(out) + static_cast<size_t>(c->rank) * count * eb;
-    if (c->world == 1 || count == 0) {
-        if (in != mine && count) std::memmove(mine, in, count * eb);
-        return 0;
-    }
-    if (!usable(c, err, errlen, "all-gather")) return -1;
     try {
         if (in != mine) std::memmove(mine, in, count * eb);
-        gloo::AllgatherOptions opts(c->ctx);
+        gloo::AllgatherOptions opts(state(c)->ctx);
         // no input: the output already holds this rank's chunk (in place)
         if (dtype == COMM_BF16)
             opts.setOutput(static_cast<uint16_t *>(out), count * c->world);
         else
             opts.setOutput(static_cast<float *>(out), count * c->world);
-        opts.setTag(c->tag++);
+        opts.setTag(state(c)->tag++);
         opts.setTimeout(timeout_of(c));
         gloo::allgather(opts);
     } catch (const std::exception &e) {
@@ -247,19 +179,17 @@ int comm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype 
     return 0;
 }
 
-int comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int root, char *err,
-                   size_t errlen)
+int broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int root, char *err,
+              size_t errlen)
 {
-    if (c->world == 1 || count == 0) return 0;
-    if (!usable(c, err, errlen, "broadcast")) return -1;
     try {
-        gloo::BroadcastOptions opts(c->ctx);
+        gloo::BroadcastOptions opts(state(c)->ctx);
         if (dtype == COMM_BF16)
             opts.setOutput(static_cast<uint16_t *>(buf), count);
         else
             opts.setOutput(static_cast<float *>(buf), count);
         opts.setRoot(root);
-        opts.setTag(c->tag++);
+        opts.setTag(state(c)->tag++);
         opts.setTimeout(timeout_of(c));
         gloo::broadcast(opts);
     } catch (const std::exception &e) {
@@ -268,13 +198,11 @@ int comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int root,
     return 0;
 }
 
-int comm_barrier(comm *c, char *err, size_t errlen)
+int barrier(comm *c, char *err, size_t errlen)
 {
-    if (c->world == 1) return 0;
-    if (!usable(c, err, errlen, "barrier")) return -1;
     try {
-        gloo::BarrierOptions opts(c->ctx);
-        opts.setTag(c->tag++);
+        gloo::BarrierOptions opts(state(c)->ctx);
+        opts.setTag(state(c)->tag++);
         opts.setTimeout(timeout_of(c));
         gloo::barrier(opts);
     } catch (const std::exception &e) {
@@ -283,4 +211,58 @@ int comm_barrier(comm *c, char *err, size_t errlen)
     return 0;
 }
 
-} // extern "C"
+const comm_backend gloo_backend = {
+    "gloo", destroy, allreduce_sum, reduce_scatter_sum, allgather, broadcast, barrier,
+};
+
+} // namespace
+
+extern "C" int comm_new_cpu_store(comm **out, const comm_store *store, int rank, int world,
+                                  double timeout_s, char *err, size_t errlen)
+{
+    *out = nullptr;
+    if (world == 1) { // no gloo: worker/comm.c serves it
+        if (!(*out = comm_wrap(nullptr, nullptr, rank, world, timeout_s))) {
+            std::snprintf(err, errlen, "communicator: out of memory");
+            return -1;
+        }
+        return 0;
+    }
+    gloo_comm *g = new (std::nothrow) gloo_comm;
+    if (!g) {
+        std::snprintf(err, errlen, "communicator: out of memory");
+        return -1;
+    }
+    try {
+        CStore base(*store, timeout_s);
+        gloo::rendezvous::PrefixStore prefixed("comm/" + std::to_string(communicators++), base);
+        gloo::transport::tcp::attr attr;
+        const char *host = std::getenv("VITJOB_COMM_HOST");
+        char name[256] = "";
+        if (host && *host) {
+            attr.hostname = host;
+        } else if (gethostname(name, sizeof name - 1) == 0) {
+            attr.hostname = name;
+        }
+        auto dev = gloo::transport::tcp::CreateDevice(attr);
+        g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+        g->ctx->setTimeout(
+            std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)));
+        g->ctx->connectFullMesh(prefixed, dev);
+    } catch (const std::exception &e) {
+        std::snprintf(err, errlen, "communicator: rank %d of %d could not connect to its peers "
+                      "within %.0f s: %s", rank, world, timeout_s, e.what());
+        delete g;
+        return -1;
+    }
+    comm *c = comm_wrap(&gloo_backend, g, rank, world, timeout_s);
+    if (!c) {
+        delete g;
+        std::snprintf(err, errlen, "communicator: out of memory");
+        return -1;
+    }
+    LOG_INFO("comm", "event=connected backend=gloo rank=%d world=%d timeout_s=%.0f", rank, world,
+             timeout_s);
+    *out = c;
+    return 0;
+}
