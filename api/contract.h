@@ -48,5 +48,9 @@ enum {
 #define VJ_ENV_LOCAL_RANKS "VITJOB_LOCAL_RANKS"     /* processes per pod; world = replicas x this */
 #define VJ_ENV_RDZV_ENDPOINT "VITJOB_RDZV_ENDPOINT" /* <job>-worker-0.<job>.<ns>.svc:29400 */
 #define VJ_ENV_RESTART "VITJOB_RESTART"             /* the restart generation */
+/* Set by the worker's local agent for the processes it starts, not by the
+ * operator: the process's index in its pod, 0..local ranks-1 (global rank
+ * = VITJOB_RANK x VITJOB_LOCAL_RANKS + this). */
+#define VJ_ENV_LOCAL_RANK "VITJOB_LOCAL_RANK"
 
 #endif

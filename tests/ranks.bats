@@ -266,3 +266,68 @@ kill_one() {
   [ "$status" -eq 2 ]
   [[ "$output" == *"class=unsupported"* ]]
 }
+
+# start_pod LOCAL PORT OUTDIR [worker args...]: one pod of LOCAL local ranks
+# (the local agent and its children), world = LOCAL; log in OUTDIR/pod.log,
+# exit status in OUTDIR/pod.rc
+start_pod() {
+  local n=$1 port=$2 out=$3
+  shift 3
+  mkdir -p "$out"
+  ( rc=0
+    env VITJOB_REPLICAS=1 VITJOB_LOCAL_RANKS="$n" VITJOB_RANK=0 VITJOB_RESTART=0 \
+      VITJOB_RDZV_ENDPOINT="127.0.0.1:$port" VITJOB_COMM_HOST=127.0.0.1 \
+      "$WORKER" train "$@" --log-level info > "$out/pod.out" 2> "$out/pod.log" || rc=$?
+    echo "$rc" > "$out/pod.rc" ) &
+}
+
+# pid_of_local K: the process of local rank K
+pid_of_local() {
+  pgrep -f "$WORKER train" | while read -r p; do
+    tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "VITJOB_LOCAL_RANK=$1" && echo "$p"; done | head -1
+}
+
+@test "one pod of 2 local ranks trains like 2 pods and like one process" {
+  run_world 1 "$TMP/l1" "${ARGS[@]}" --set training.steps=6
+  start_pod 2 "$(free_port)" "$TMP/l2" "${ARGS[@]}" --set training.steps=6 --set training.sharding=grad-op \
+    --metrics "$TMP/l2/metrics.jsonl"
+  wait
+  [ "$(cat "$TMP/l2/pod.rc")" -eq 0 ] || { tail -5 "$TMP/l2/pod.log"; false; }
+  grep -q "event=started local_rank=1 global_rank=1" "$TMP/l2/pod.log"
+  grep -q "event=shard rank=1 world=2 sharding=grad-op" "$TMP/l2/pod.log"
+  compare "$TMP/l1/metrics.jsonl" "$TMP/l2/metrics.jsonl" 1e-5
+}
+
+@test "a local rank killed: the agent stops the others and the pod exits retryably, naming it" {
+  port=$(free_port)
+  start_pod 3 "$port" "$TMP/lk" "${ARGS[@]}" --set training.steps=100000 --set training.logInterval=1
+  for _ in $(seq 1 600); do grep -q "step=" "$TMP/lk/pod.log" 2>/dev/null && break; sleep 0.1; done
+  pid=$(pid_of_local 2)
+  [ -n "$pid" ]
+  kill -KILL "$pid"
+  wait
+  tail -1 "$TMP/lk/pod.log"
+  [ "$(cat "$TMP/lk/pod.rc")" -eq 1 ]
+  grep -q 'class=peer_lost retried=yes msg="local rank 2 (global rank 2) was killed by signal 9; the pod'"'"'s other local ranks were stopped"' "$TMP/lk/pod.log"
+  [ -z "$(pid_of_local 0)" ] && [ -z "$(pid_of_local 1)" ]
+}
+
+@test "SIGTERM to the pod's agent stops every local rank and the pod exits 143" {
+  port=$(free_port)
+  start_pod 2 "$port" "$TMP/lt" "${ARGS[@]}" --set training.steps=100000 --set training.logInterval=1
+  for _ in $(seq 1 600); do grep -q "step=" "$TMP/lt/pod.log" 2>/dev/null && break; sleep 0.1; done
+  agent=$(pgrep -f "$WORKER train" | while read -r p; do
+            tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^VITJOB_LOCAL_RANK=' || echo "$p"; done | head -1)
+  [ -n "$agent" ]
+  kill -TERM "$agent"
+  wait
+  tail -2 "$TMP/lt/pod.log"
+  [ "$(cat "$TMP/lt/pod.rc")" -eq 143 ]
+  [ "$(grep -c 'how="exited 143"' "$TMP/lt/pod.log")" -eq 2 ]
+}
+
+@test "a local rank outside VITJOB_LOCAL_RANKS is exit 2" {
+  run env VITJOB_LOCAL_RANKS=2 VITJOB_LOCAL_RANK=2 VITJOB_RDZV_ENDPOINT=127.0.0.1:1 "$WORKER" train "${ARGS[@]}"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"VITJOB_LOCAL_RANK=2 is not below VITJOB_LOCAL_RANKS=2"* ]]
+}

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "agent.h"
 #include "comm.h"
 #include "config.h"
+#include "contract.h"
 #include "exitcode.h"
 #include "file.h"
 #include "log.h"
@@ -28,6 +30,12 @@
 static volatile sig_atomic_t stop_requested;
 
 static void on_signal(int sig) { stop_requested = sig; }
+
+/* The whole command line, for the local agent to run again. */
+static char **main_argv;
+/* The local agent's exit code for the pod (it decides it from its
+ * children's), or -1 when this process trained itself. */
+static int agent_code = -1;
 
 static void usage(FILE *to)
 {
@@ -60,6 +68,7 @@ static int cmd_exit_codes(void)
 /* This process's place in the job: the operator's environment contract. */
 typedef struct {
     int world, rank, local_ranks;
+    int pod_rank, agent; /* agent: local ranks > 1 and none given: start them */
     long generation;
     const char *endpoint;
 } placement;
@@ -87,13 +96,19 @@ static vj_err env_long(const char *name, long lo, long hi, long def, long *out, 
  * hand): world size = replicas x local ranks. */
 static vj_err env_placement(placement *pl, char *err, size_t errlen)
 {
-    long replicas = 1, local = 1, rank = 0, gen = 0;
+    long replicas = 1, local = 1, rank = 0, gen = 0, local_rank = -1;
     vj_err rc;
     if ((rc = env_long(VJ_ENV_REPLICAS, 1, 65536, 1, &replicas, err, errlen)) ||
         (rc = env_long(VJ_ENV_LOCAL_RANKS, 1, 65536, 1, &local, err, errlen)) ||
         (rc = env_long(VJ_ENV_RANK, 0, 65535, 0, &rank, err, errlen)) ||
+        (rc = env_long(VJ_ENV_LOCAL_RANK, 0, 65535, -1, &local_rank, err, errlen)) ||
         (rc = env_long(VJ_ENV_RESTART, 0, 1000000000, 0, &gen, err, errlen)))
         return rc;
+    if (local_rank >= local) {
+        snprintf(err, errlen, "environment: %s=%ld is not below %s=%ld", VJ_ENV_LOCAL_RANK,
+                 local_rank, VJ_ENV_LOCAL_RANKS, local);
+        return VJ_ERR_ENVIRONMENT;
+    }
     if (replicas * local > 65536) {
         snprintf(err, errlen, "environment: %s=%ld x %s=%ld processes is more than 65536",
                  VJ_ENV_REPLICAS, replicas, VJ_ENV_LOCAL_RANKS, local);
@@ -105,7 +120,9 @@ static vj_err env_placement(placement *pl, char *err, size_t errlen)
         return VJ_ERR_ENVIRONMENT;
     }
     pl->world = (int)(replicas * local);
-    pl->rank = (int)rank;
+    pl->pod_rank = (int)rank;
+    pl->agent = local > 1 && local_rank < 0;
+    pl->rank = (int)(rank * local + (local_rank > 0 ? local_rank : 0));
     pl->local_ranks = (int)local;
     pl->generation = gen;
     pl->endpoint = getenv(VJ_ENV_RDZV_ENDPOINT);
@@ -122,15 +139,9 @@ static vj_err check_supported(const vit_job_config *cfg, const placement *pl, ch
                  "store)", cfg->world_size, VJ_ENV_RDZV_ENDPOINT);
         return VJ_ERR_ENVIRONMENT;
     }
-    if (pl->local_ranks > 1) {
-        snprintf(err, errlen, "%s=%d: several processes per pod are not in this build yet; run "
-                 "one process per pod (gpusPerReplica <= 1)", VJ_ENV_LOCAL_RANKS,
-                 pl->local_ranks);
-        return VJ_ERR_UNSUPPORTED;
-    }
     if (cfg->training.device == DEVICE_CUDA) {
-        snprintf(err, errlen, "training.device=cuda with world size %d: the NCCL backend is not "
-                 "in this build yet; use training.device=cpu", cfg->world_size);
+        snprintf(err, errlen, "training.device=cuda with world size %d: training across GPUs "
+                 "(NCCL) is not in this build yet; use training.device=cpu", cfg->world_size);
         return VJ_ERR_UNSUPPORTED;
     }
     return VJ_OK;
@@ -230,6 +241,13 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
 
     if ((rc = check_supported(&cfg, &pl, err, errlen)) != 0) return rc;
+    if (pl.agent) { /* the config is good: start the pod's local ranks */
+        agent_options ao = {.local_ranks = pl.local_ranks, .pod_rank = pl.pod_rank,
+                            .argv = main_argv, .threads_set = cfg.training.threads > 0,
+                            .grace_s = 30, .stop = &stop_requested};
+        agent_code = agent_run(&ao, err, errlen);
+        return VJ_OK;
+    }
     if (cfg.checkpoint.uri[0])
         LOG_WARN("worker", "msg=\"checkpoint.uri is set but checkpoints are not in this build "
                  "yet; none will be written\" uri=%s", cfg.checkpoint.uri);
@@ -272,7 +290,16 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "train") == 0) {
         char err[1024] = "";
+        main_argv = argv;
         vj_err e = cmd_train(argc - 2, argv + 2, err, sizeof err);
+        if (e == VJ_OK && agent_code >= 0) { /* the local agent's verdict */
+            if (agent_code != 0)
+                LOG_ERROR("agent", "exit_code=%d class=%s retried=%s msg=\"%s\"", agent_code,
+                          agent_code >= 128 ? "stopped"
+                          : vj_exit_permanent(agent_code) ? "local_rank" : "peer_lost",
+                          vj_exit_permanent(agent_code) ? "no" : "yes", err);
+            return agent_code;
+        }
         int code = vj_exit_code(e, stop_requested);
         if (e != VJ_OK) {
             const vj_err_row *row = vj_err_info(e);
