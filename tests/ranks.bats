@@ -223,7 +223,7 @@ kill_one() {
   for r in 0 1; do
     echo "sharding $1, rank $r: $(cat "$TMP/k/rank-$r.rc") $(tail -1 "$TMP/k/rank-$r.log")"
     [ "$(cat "$TMP/k/rank-$r.rc")" -eq 1 ]
-    grep -q "class=peer_lost retried=yes" "$TMP/k/rank-$r.log"
+    grep -q "class=peer_lost retried=yes.*; lost: rank 2\"" "$TMP/k/rank-$r.log"
   done
 }
 

@@ -238,7 +238,7 @@ Test(rdzv, a_late_rank_0_is_waited_for)
     cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0);
 }
 
-Test(rdzv, a_rank_that_dies_mid_barrier_fails_the_others_naming_it)
+Test(rdzv, a_rank_that_dies_mid_barrier_fails_the_others_naming_it_and_the_store_remembers_it)
 {
     char ep[64];
     snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
@@ -253,7 +253,8 @@ Test(rdzv, a_rank_that_dies_mid_barrier_fails_the_others_naming_it)
             if (r == 2) _exit(9); /* dies without a goodbye */
             rdzv_error k;
             int rc = rdzv_barrier(z, "b", 30, &k, err, sizeof err);
-            _exit(rc == -1 && k == RDZV_LOST && strstr(err, "rank 2 was lost") ? 0 : 2);
+            if (rc != -1 || k != RDZV_LOST || !strstr(err, "rank 2 was lost")) _exit(2);
+            _exit(rdzv_lost_rank(z, 5) == 2 ? 0 : 3); /* and the store names it later too */
         }
     }
     rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 3, .timeout_s = 15};
@@ -266,11 +267,27 @@ Test(rdzv, a_rank_that_dies_mid_barrier_fails_the_others_naming_it)
     cr_assert_eq(rdzv_barrier(z, "b", 30, &k, err, sizeof err), -1);
     cr_assert_eq(k, RDZV_LOST, "%d: %s", k, err);
     cr_assert(strstr(err, "rank 2 was lost"), "%s", err);
+    cr_assert_eq(rdzv_lost_rank(z, 5), 2);
     int s;
     cr_assert_eq(waitpid(kids[0], &s, 0), kids[0]);
     cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "rank 1: %d", WEXITSTATUS(s));
     waitpid(kids[1], &s, 0);
     rdzv_free(z);
+}
+
+static int lost_none(rdzv *z, int rank, int world)
+{
+    (void)rank, (void)world;
+    if (rdzv_barrier(z, "all", 10, NULL, NULL, 0) != 0) return 1;
+    return rdzv_lost_rank(z, 0.3) == -1 ? 0 : 2; /* nobody lost: unknown after the wait */
+}
+
+Test(rdzv, no_rank_lost_is_minus_1)
+{
+    int st[2];
+    char msgs[2][512];
+    run_ranks(2, NULL, 10, lost_none, st, msgs);
+    for (int r = 0; r < 2; r++) cr_assert_eq(st[r], 0, "rank %d: %d %s", r, st[r], msgs[r]);
 }
 
 Test(rdzv, the_same_rank_twice_or_a_world_size_mismatch_is_invalid)

@@ -276,6 +276,13 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     }
     opt.comm = cm;
     rc = train_run(&cfg, &opt, err, errlen);
+    if (rc == VJ_ERR_PEER_LOST) { /* name the peer: the store saw whose connection broke */
+        int lost = rdzv_lost_rank(rv, 5);
+        size_t used = strlen(err);
+        if (lost >= 0 && used < errlen)
+            snprintf(err + used, errlen - used, "; lost: rank %d%s", lost,
+                     lost == 0 ? " (the rendezvous store's)" : "");
+    }
     comm_free(cm);
     rdzv_free(rv);
     return rc;

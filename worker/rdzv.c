@@ -463,6 +463,9 @@ static void drop(server *s, size_t i, int clean)
     if (c->rank >= 0 && !clean && s->lost_rank < 0) {
         s->lost_rank = c->rank;
         LOG_WARN("rdzv", "event=lost rank=%d peer=%s", c->rank, c->peer);
+        char v[16]; /* for rdzv_lost_rank: the survivors ask who it was */
+        int n = snprintf(v, sizeof v, "%d", c->rank);
+        kv_put(s, "rdzv/lost", (const unsigned char *)v, (size_t)n);
     }
     close(c->fd);
     free(c->msg);
@@ -891,6 +894,22 @@ void rdzv_free(rdzv *r)
         server_stop(r->srv);
     }
     free(r);
+}
+
+int rdzv_lost_rank(rdzv *r, double timeout_s)
+{
+    void *v = NULL;
+    size_t len = 0;
+    rdzv_error k = RDZV_OK;
+    char err[256];
+    if (rdzv_get(r, "rdzv/lost", timeout_s, &v, &len, &k, err, sizeof err) != 0)
+        return k == RDZV_LOST ? 0 : -1; /* the store is rank 0's: gone with it */
+    char text[16] = "";
+    memcpy(text, v, len < sizeof text - 1 ? len : sizeof text - 1);
+    free(v);
+    char *end;
+    long rank = strtol(text, &end, 10);
+    return *end == '\0' && rank >= 0 && rank < r->world ? (int)rank : -1;
 }
 
 int rdzv_rank(const rdzv *r) { return r->rank; }

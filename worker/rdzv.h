@@ -69,6 +69,12 @@ int rdzv_cas(rdzv *r, const char *key, const void *expected, size_t elen, const 
 int rdzv_barrier(rdzv *r, const char *name, double timeout_s, rdzv_error *kind, char *err,
                  size_t errlen);
 
+/* After a collective failed: the rank the store saw lost first (its
+ * connection dropped without a goodbye; the store keeps it under the key
+ * "rdzv/lost"), waiting at most timeout_s for it; 0 when the store itself
+ * is gone (it is rank 0's); -1 when no rank was seen lost. */
+int rdzv_lost_rank(rdzv *r, double timeout_s);
+
 int rdzv_rank(const rdzv *r);
 int rdzv_world_size(const rdzv *r);
 
