@@ -248,9 +248,6 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
         agent_code = agent_run(&ao, err, errlen);
         return VJ_OK;
     }
-    if (cfg.checkpoint.uri[0])
-        LOG_WARN("worker", "msg=\"checkpoint.uri is set but checkpoints are not in this build "
-                 "yet; none will be written\" uri=%s", cfg.checkpoint.uri);
     if (pl.rank == 0 && (rc = check_outputs(&cfg, metrics, err, errlen)) != VJ_OK) return rc;
 
     char *json = config_to_json(&cfg);
@@ -275,6 +272,7 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
         return VJ_ERR_PEER_LOST;
     }
     opt.comm = cm;
+    opt.rdzv = rv;
     rc = train_run(&cfg, &opt, err, errlen);
     if (rc == VJ_ERR_PEER_LOST) { /* name the peer: the store saw whose connection broke */
         int lost = rdzv_lost_rank(rv, 5);

@@ -9,6 +9,15 @@
 
 #include "safetensors.h"
 
+void model_config_json(const model_config *mc, char *out, size_t len)
+{
+    snprintf(out, len,
+             "{\"imageSize\":%d,\"patchSize\":%d,\"channels\":%d,\"dim\":%d,\"depth\":%d,"
+             "\"heads\":%d,\"mlpRatio\":%.17g,\"numClasses\":%d}",
+             mc->image_size, mc->patch_size, mc->channels, mc->dim, mc->depth, mc->heads,
+             mc->mlp_ratio, mc->num_classes);
+}
+
 int model_save_safetensors(vit_model *m, const model_config *mc, const char *path, char *err,
                            size_t errlen)
 {
@@ -40,11 +49,7 @@ int model_save_safetensors(vit_model *m, const model_config *mc, const char *pat
         ts[i].data = params + t->offset;
     }
     char dims[256];
-    snprintf(dims, sizeof dims,
-             "{\"imageSize\":%d,\"patchSize\":%d,\"channels\":%d,\"dim\":%d,\"depth\":%d,"
-             "\"heads\":%d,\"mlpRatio\":%.17g,\"numClasses\":%d}",
-             mc->image_size, mc->patch_size, mc->channels, mc->dim, mc->depth, mc->heads,
-             mc->mlp_ratio, mc->num_classes);
+    model_config_json(mc, dims, sizeof dims);
     const char *meta[] = {"format", "pt", "vitjob.model", dims, "vitjob.architecture",
                           "timm.VisionTransformer(class_token, pre-norm, qkv_bias)"};
     int rc = st_write(path, ts, n, meta, 3, err, errlen);

@@ -14,6 +14,10 @@
 
 /* Writes every parameter (F32) and the model config as metadata. Returns 0 or
  * -1 with a message naming the path in err. */
+/* The model's dims as one line of JSON (the safetensors metadata
+ * "vitjob.model" and a checkpoint's "model"): equal configs give equal text. */
+void model_config_json(const model_config *mc, char *out, size_t len);
+
 int model_save_safetensors(vit_model *m, const model_config *mc, const char *path, char *err,
                            size_t errlen);
 

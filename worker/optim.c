@@ -90,6 +90,15 @@ void optim_free(optim *o)
 float *optim_m(optim *o) { return o->m; }
 float *optim_v(optim *o) { return o->v; }
 size_t optim_num_params(const optim *o) { return o->n; }
+int optim_num_spans(const optim *o) { return o->n_spans; }
+
+optim_span optim_span_at(const optim *o, int i, size_t *state_off)
+{
+    size_t off = 0;
+    for (int k = 0; k < i; k++) off += o->spans[k].hi - o->spans[k].lo;
+    *state_off = off;
+    return o->spans[i];
+}
 
 double optim_grad_sq_in(const optim *o, const float *g)
 {

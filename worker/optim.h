@@ -44,6 +44,10 @@ int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
                     long total_steps, const optim_span *spans, int n, char *err, size_t errlen);
 /* The number of parameters the state covers. */
 size_t optim_num_params(const optim *o);
+/* Its spans (checkpoints save and load the state span by span): the count,
+ * and span i with where its AdamW state starts in optim_m / optim_v. */
+int optim_num_spans(const optim *o);
+optim_span optim_span_at(const optim *o, int i, size_t *state_off);
 void optim_free(optim *o); /* accepts NULL */
 
 typedef struct {

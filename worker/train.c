@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "data.h"
 #include "exitcode.h"
@@ -104,6 +105,12 @@ typedef struct {
     fsdp *fsdp; /* sharding full with many ranks: the shard; else NULL */
     size_t *bounds; /* ... and the model's units (model_unit_bounds) */
     int units;
+    /* checkpoints (checkpoint.uri): the store and the background writer */
+    ckpt_store *cstore;
+    ckpt_writer *cwriter;
+    long start_step;             /* steps done before this process (resumed) */
+    long done_epoch, done_index; /* the loader's position after the last completed step */
+    int stop_agreed;             /* many ranks: a stop was asked; every rank ends after this step */
     char threads_source[64];
     long steps_per_epoch, total;
     /* progress */
@@ -138,7 +145,7 @@ static vj_err evaluate(run *r, eval_result *out, int *stopped, char *err, size_t
     double sums[2] = {0.0, 0.0}; /* correct, loss */
     *stopped = 0;
     for (long k = 0; k < batches; k++) {
-        if (stop_set(r)) {
+        if (stop_set(r) && r->world == 1) { /* many ranks: every rank evaluates to the end */
             *stopped = 1;
             return VJ_OK;
         }
@@ -285,8 +292,9 @@ static vj_err build(run *r, char *err, size_t errlen)
         r->ops = tc->precision == PRECISION_BF16_MIXED ? ops_cpu_bf16() : ops_cpu();
     }
     report_dims(mc, r->ops);
+    /* with many ranks a stop is honoured at a step's end, where all agree */
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
-                           .stop = r->opt->stop_flag,
+                           .stop = r->world == 1 ? r->opt->stop_flag : NULL,
                            .pad_multiple = r->world};
     const int full = r->world > 1 && tc->sharding == SHARDING_FULL;
     if (full) {
@@ -481,7 +489,8 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     data_loader_skip(&r->loader, (long)r->rank * part);
     int a = 0;
     const char *where = NULL;
-    for (; a < r->accum && !stop_set(r); a++) {
+    const int solo = r->world == 1; /* many ranks finish the step together */
+    for (; a < r->accum && !(solo && stop_set(r)); a++) {
         data_loader_next(&r->loader, r->micro, r->images, r->labels);
         *loss += model_forward(r->model, r->images, r->labels, r->micro) * (double)r->micro;
         if ((where = model_abandoned(r->model)) != NULL) break;
@@ -489,17 +498,21 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
         if ((where = model_abandoned(r->model)) != NULL) break;
     }
     data_loader_skip(&r->loader, (long)(r->world - 1 - r->rank) * part);
-    if (stop_set(r)) {
+    if (solo && stop_set(r)) {
         snprintf(err, errlen, "stopped by signal during step %ld (micro-batch %d of %d%s%s); the "
                  "step was abandoned, the last completed step is %ld", step + 1,
                  a < r->accum ? a + 1 : a, r->accum, where ? ", " : "", where ? where : "", step);
         return VJ_ERR_STOPPED;
     }
     if (r->fsdp && fsdp_sync(r->fsdp, err, errlen) != 0) return VJ_ERR_PEER_LOST;
-    vj_err rc = sum_over_ranks(r, loss, 1, err, errlen);
+    double sums[2] = {*loss, stop_set(r) ? 1.0 : 0.0}; /* the loss, and whether to stop */
+    vj_err rc = sum_over_ranks(r, sums, solo ? 1 : 2, err, errlen);
     if (rc == VJ_OK) rc = sync_and_update(r, step, res, err, errlen);
     if (rc) return rc;
-    *loss /= G;
+    *loss = sums[0] / G;
+    if (!solo && sums[1] > 0) r->stop_agreed = 1;
+    r->done_epoch = r->loader.epoch;
+    r->done_index = r->loader.index;
     r->t_train += mono_seconds() - t0;
     if (model_status(r->model, err, errlen))
         return VJ_ERR_DEVICE_FAULT; /* retryable from the last checkpoint */
@@ -582,6 +595,8 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     free(r->labels);
     optim_free(r->opt_state);
     model_free(r->model);
+    ckpt_writer_free(r->cwriter);
+    ckpt_store_free(r->cstore);
     fsdp_free(r->fsdp);
     free(r->bounds);
     dataset_free(r->train);
@@ -613,6 +628,164 @@ static int pick_threads(const training_config *tc, char *source, size_t srclen)
     return ops_cpu_set_threads(sysres_cpus("", 0, source, srclen));
 }
 
+
+static vj_err ckpt_class(ckpt_status st)
+{
+    return st == CKPT_RETRY || st == CKPT_NOT_FOUND ? VJ_ERR_IO : VJ_ERR_OUTPUT;
+}
+
+/* This rank's part of the state a checkpoint holds: its optimizer spans
+ * (with sharding none every rank has them all, so rank r saves the r-th
+ * slice), with where their parameters and AdamW state are. *out malloc'd. */
+static int ckpt_segments(run *r, ckpt_segment **out)
+{
+    const int n = optim_num_spans(r->opt_state);
+    ckpt_segment *segs = calloc((size_t)(n ? n : 1), sizeof *segs);
+    if (!segs) return -1;
+    const size_t np = model_num_params(r->model);
+    size_t lo = 0, hi = np; /* the range this rank saves */
+    if (r->world > 1 && r->cfg->training.sharding == SHARDING_NONE) {
+        size_t c = (np + (size_t)r->world - 1) / (size_t)r->world;
+        lo = (size_t)r->rank * c < np ? (size_t)r->rank * c : np;
+        hi = lo + c < np ? lo + c : np;
+    }
+    const float *p = r->fsdp ? fsdp_params(r->fsdp) : model_params(r->model);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        size_t so;
+        optim_span sp = optim_span_at(r->opt_state, i, &so);
+        size_t a = sp.lo > lo ? sp.lo : lo, b = sp.hi < hi ? sp.hi : hi;
+        if (a >= b) continue;
+        segs[k++] = (ckpt_segment){a, b, p + sp.at + (a - sp.lo),
+                                   optim_m(r->opt_state) + so + (a - sp.lo),
+                                   optim_v(r->opt_state) + so + (a - sp.lo)};
+    }
+    *out = segs;
+    return k;
+}
+
+/* Saves the state after `steps` completed steps; with wait, returns once
+ * it is stored (the end of training, a stop), else while it uploads. */
+static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t errlen)
+{
+    if (!r->cwriter) return VJ_OK;
+    ckpt_meta meta = {.step = steps, .epoch = r->done_epoch, .index = r->done_index,
+                      .images_done = r->images_done, .world_size = r->world,
+                      .n_params = model_num_params(r->model)};
+    snprintf(meta.sharding, sizeof meta.sharding, "%s",
+             config_enum_name("training.sharding", r->cfg->training.sharding));
+    model_config_json(&r->cfg->model, meta.model, sizeof meta.model);
+    ckpt_segment *segs = NULL;
+    int n = ckpt_segments(r, &segs);
+    if (n < 0) {
+        snprintf(err, errlen, "checkpoint: out of host memory");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    ckpt_status st = ckpt_save(r->cwriter, &meta, segs, n, r->ops, err, errlen);
+    free(segs);
+    double copy_s = 0;
+    if (st == CKPT_OK && wait) st = ckpt_wait(r->cwriter, &copy_s, err, errlen);
+    if (st) return ckpt_class(st);
+    LOG_INFO("ckpt", "event=checkpoint step=%ld rank=%d wait=%d%s", steps, r->rank, wait,
+             wait ? " stored=1" : "");
+    return VJ_OK;
+}
+
+/* At start, with checkpoint.uri: the store, the newest complete checkpoint
+ * (rank 0 finds and verifies it; the others learn its step through the
+ * rendezvous store), its state loaded into this rank's model and optimizer
+ * whatever world size and sharding wrote it, and the writer. */
+static vj_err resume(run *r, char *err, size_t errlen)
+{
+    const checkpoint_config *cc = &r->cfg->checkpoint;
+    if (!cc->uri[0]) return VJ_OK;
+    ckpt_status st = ckpt_store_open(&r->cstore, cc->uri, cc->endpoint, err, errlen);
+    if (st) return ckpt_class(st);
+    ckpt_manifest *man = NULL;
+    long step = -1;
+    char val[32];
+    if (r->rank == 0) {
+        st = ckpt_find(r->cstore, &man, err, errlen);
+        if (st == CKPT_OK)
+            step = ckpt_manifest_meta(man)->step;
+        else if (st != CKPT_NOT_FOUND)
+            return ckpt_class(st);
+        if (r->world > 1) {
+            int n = snprintf(val, sizeof val, "%ld", step);
+            if (rdzv_set(r->opt->rdzv, "ckpt/resume", val, (size_t)n, NULL, err, errlen) != 0) {
+                ckpt_manifest_free(man);
+                return VJ_ERR_RENDEZVOUS;
+            }
+        }
+    } else {
+        void *v = NULL;
+        size_t len = 0;
+        if (rdzv_get(r->opt->rdzv, "ckpt/resume", r->cfg->training.rendezvous_timeout_seconds,
+                     &v, &len, NULL, err, errlen) != 0)
+            return VJ_ERR_RENDEZVOUS;
+        snprintf(val, sizeof val, "%.*s", (int)(len < 31 ? len : 31), (char *)v);
+        free(v);
+        step = strtol(val, NULL, 10);
+        if (step >= 0 && (st = ckpt_read_step(r->cstore, step, &man, err, errlen)) != CKPT_OK)
+            return ckpt_class(st);
+    }
+    vj_err rc = VJ_OK;
+    if (step >= 0) {
+        const ckpt_meta *meta = ckpt_manifest_meta(man);
+        char mine[512];
+        model_config_json(&r->cfg->model, mine, sizeof mine);
+        const size_t n = model_num_params(r->model);
+        if (strcmp(meta->model, mine) != 0 || meta->n_params != n) {
+            snprintf(err, errlen, "checkpoint.uri=%s: step %ld was written for the model %s "
+                     "(%zu parameters), not this run's %s (%zu); use another checkpoint.uri",
+                     cc->uri, step, meta->model, meta->n_params, mine, n);
+            ckpt_manifest_free(man);
+            return VJ_ERR_CONFIG;
+        }
+        /* every parameter (the model keeps what this rank needs), then the
+         * AdamW state of this rank's spans */
+        float *host = malloc(sizeof(float) * 2 * n); /* params; then m and v of a span */
+        if (!host) rc = VJ_ERR_OUT_OF_MEMORY;
+        if (!rc && (st = ckpt_read_range(r->cstore, man, 0, n, host, NULL, NULL, err, errlen)))
+            rc = ckpt_class(st);
+        if (!rc) model_write_params(r->model, host);
+        for (int i = 0; !rc && i < optim_num_spans(r->opt_state); i++) {
+            size_t so;
+            optim_span sp = optim_span_at(r->opt_state, i, &so);
+            size_t k = sp.hi - sp.lo;
+            if (k == 0) continue;
+            if ((st = ckpt_read_range(r->cstore, man, sp.lo, sp.hi, NULL, host, host + k, err,
+                                      errlen)) != CKPT_OK) {
+                rc = ckpt_class(st);
+                break;
+            }
+            r->ops->upload(optim_m(r->opt_state) + so, host, k * sizeof(float));
+            r->ops->upload(optim_v(r->opt_state) + so, host + k, k * sizeof(float));
+        }
+        free(host);
+        if (rc == VJ_ERR_OUT_OF_MEMORY)
+            snprintf(err, errlen, "out of host memory loading the checkpoint");
+        if (!rc) {
+            r->start_step = step;
+            r->images_done = meta->images_done;
+            r->done_epoch = meta->epoch;
+            r->done_index = meta->index;
+            data_loader_seek(&r->loader, meta->epoch, meta->index);
+            LOG_INFO("ckpt", "event=resumed step=%ld from_world_size=%d from_sharding=%s "
+                     "world_size=%d epoch=%ld index=%ld", step, meta->world_size,
+                     meta->sharding, r->world, meta->epoch, meta->index);
+        }
+    } else if (r->rank == 0) {
+        LOG_INFO("ckpt", "event=fresh_start uri=%s reason=\"no complete checkpoint\"", cc->uri);
+    }
+    ckpt_manifest_free(man);
+    if (rc) return rc;
+    if (ckpt_writer_new(&r->cwriter, r->cstore, r->opt->rdzv, r->rank, r->world, cc->keep,
+                        r->cfg->training.collective_timeout_seconds, err, errlen) != 0)
+        return VJ_ERR_OUT_OF_MEMORY;
+    return VJ_OK;
+}
+
 vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
@@ -628,6 +801,8 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     vj_err rc = load_data(&r, err, errlen);
     if (rc == VJ_OK)
         rc = build(&r, err, errlen);
+    if (rc == VJ_OK)
+        rc = resume(&r, err, errlen);
     if (rc)
         return run_free(&r, rc, err, errlen);
 
@@ -642,11 +817,17 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
 
     double interval_loss = 0.0, t_interval = mono_seconds();
     long interval_steps = 0;
-    for (long step = 0; step < r.total; step++) {
+    for (long step = r.start_step; step < r.total; step++) {
         double loss;
         optim_result res;
-        if ((rc = train_step(&r, step, &loss, &res, err, errlen)) != VJ_OK)
+        if ((rc = train_step(&r, step, &loss, &res, err, errlen)) != VJ_OK) {
+            if (rc == VJ_ERR_STOPPED) { /* one rank: the state of the last completed step */
+                char why[1024];
+                vj_err c = save_checkpoint(&r, step, 1, why, sizeof why);
+                if (c) LOG_ERROR("ckpt", "event=final_checkpoint_failed msg=\"%s\"", why);
+            }
             return run_free(&r, rc, err, errlen);
+        }
         interval_loss += loss;
         interval_steps++;
         int last = step + 1 == r.total;
@@ -663,6 +844,16 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             interval_steps = 0;
             t_interval = mono_seconds();
         }
+        if (r.stop_agreed) { /* many ranks: all stop after this step, checkpointed */
+            rc = save_checkpoint(&r, step + 1, 1, err, errlen);
+            if (rc == VJ_OK)
+                snprintf(err, errlen, "stopped by signal; every rank ended after step %ld%s",
+                         step + 1, r.cwriter ? ", checkpointed" : "");
+            return run_free(&r, rc ? rc : VJ_ERR_STOPPED, err, errlen);
+        }
+        if (r.cwriter && (step + 1) % r.cfg->checkpoint.interval_steps == 0 && !last &&
+            (rc = save_checkpoint(&r, step + 1, 0, err, errlen)) != VJ_OK)
+            return run_free(&r, rc, err, errlen);
         if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
             int stopped;
             eval_result ev;
@@ -678,5 +869,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             t_interval = mono_seconds(); /* keep eval time out of the rate */
         }
     }
+    if (r.start_step < r.total && (rc = save_checkpoint(&r, r.total, 1, err, errlen)) != VJ_OK)
+        return run_free(&r, rc, err, errlen);
     return run_free(&r, finish(&r, err, errlen), err, errlen);
 }

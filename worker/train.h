@@ -22,6 +22,8 @@ typedef struct {
                                          evaluation batches */
     int rank, world;   /* this process's global rank and the world size (0, 1 alone) */
     comm *comm;        /* the ranks' communicator (borrowed); NULL alone */
+    rdzv *rdzv;        /* the rendezvous store (borrowed; checkpoints and resume agree
+                          through it); NULL alone */
 } train_options;
 
 /* The op table for training.device and training.precision: cpu is the CPU

@@ -1,0 +1,691 @@
+/* worker/ckpt.c - see ckpt.h. The writer's thread does all storage work
+ * of a save; the reader functions run on the caller's thread. */
+#include "ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "log.h"
+#include "util.h"
+
+#define MANIFEST "manifest.json"
+#define FORMAT "vitjob-checkpoint-1"
+
+static void step_dir(long step, char *out, size_t len) { snprintf(out, len, "step-%09ld", step); }
+
+static uint32_t crc_of(const unsigned char *p, size_t n)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    while (n > 0) { /* zlib takes uInt lengths */
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, p, k);
+        p += k;
+        n -= k;
+    }
+    return (uint32_t)c;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+struct ckpt_writer {
+    ckpt_store *store;
+    rdzv *r;
+    int rank, world, keep;
+    double timeout_s;
+    pthread_t thread;
+    int running; /* a thread to join */
+    ckpt_status status;
+    char why[2048];
+    /* the save in flight */
+    ckpt_meta meta;
+    size_t nseg, *lo, *hi;
+    unsigned char *buf;
+    size_t bytes, cap;
+    double copy_s;
+};
+
+int ckpt_writer_new(ckpt_writer **out, ckpt_store *store, rdzv *r, int rank, int world, int keep,
+                    double timeout_s, char *err, size_t errlen)
+{
+    ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w) {
+        snprintf(err, errlen, "checkpoint: out of memory");
+        return -1;
+    }
+    w->store = store;
+    w->r = r;
+    w->rank = rank;
+    w->world = world;
+    w->keep = keep;
+    w->timeout_s = timeout_s;
+    *out = w;
+    return 0;
+}
+
+void ckpt_writer_free(ckpt_writer *w)
+{
+    if (!w) return;
+    if (w->running) pthread_join(w->thread, NULL);
+    free(w->lo);
+    free(w->hi);
+    free(w->buf);
+    free(w);
+}
+
+/* This rank's shard entry of the manifest. */
+static cJSON *shard_entry(const ckpt_writer *w, const char *name)
+{
+    cJSON *e = cJSON_CreateObject(), *segs = cJSON_CreateArray(), *crcs = cJSON_CreateArray();
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON_AddNumberToObject(e, "bytes", (double)w->bytes);
+    for (size_t i = 0; i < w->nseg; i++) {
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)w->lo[i]));
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)w->hi[i]));
+        cJSON_AddItemToArray(segs, pair);
+    }
+    for (size_t off = 0; off < w->bytes; off += CKPT_BLOCK_BYTES) {
+        size_t n = w->bytes - off < CKPT_BLOCK_BYTES ? w->bytes - off : CKPT_BLOCK_BYTES;
+        cJSON_AddItemToArray(crcs, cJSON_CreateNumber(crc_of(w->buf + off, n)));
+    }
+    cJSON_AddItemToObject(e, "segments", segs);
+    cJSON_AddItemToObject(e, "crc32", crcs);
+    return e;
+}
+
+static ckpt_status fail(ckpt_writer *w, ckpt_status st, const char *fmt, const char *detail)
+{
+    w->status = st;
+    snprintf(w->why, sizeof w->why, fmt, detail);
+    return st;
+}
+
+/* Deletes every object of the steps older than the keep newest complete
+ * ones (rank 0, after writing a manifest). */
+static void retain(ckpt_writer *w)
+{
+    char err[512], **names = NULL;
+    uint64_t *sizes = NULL;
+    size_t n = 0;
+    if (ckpt_store_list(w->store, &names, &sizes, &n, err, sizeof err) != CKPT_OK) {
+        LOG_WARN("ckpt", "event=retention_skipped reason=\"%s\"", err);
+        return;
+    }
+    /* complete steps, newest first (names are sorted ascending) */
+    long oldest_kept = -1;
+    int kept = 0;
+    for (size_t i = n; i-- > 0 && kept < w->keep;) {
+        long step;
+        char tail[64];
+        if (sscanf(names[i], "step-%ld/%63s", &step, tail) == 2 && strcmp(tail, MANIFEST) == 0) {
+            oldest_kept = step;
+            kept++;
+        }
+    }
+    if (kept == w->keep) {
+        for (size_t i = 0; i < n; i++) {
+            long step;
+            if (sscanf(names[i], "step-%ld/", &step) == 1 && step < oldest_kept) {
+                if (ckpt_store_delete(w->store, names[i], err, sizeof err) != CKPT_OK)
+                    LOG_WARN("ckpt", "event=delete_failed name=%s reason=\"%s\"", names[i], err);
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    free(sizes);
+}
+
+static ckpt_status store_all(ckpt_writer *w)
+{
+    char dir[32], name[96], shard[64], err[1024];
+    step_dir(w->meta.step, dir, sizeof dir);
+    /* (messages: err is at most 1023 bytes, why 2048) */
+    snprintf(shard, sizeof shard, "shard-%05d-of-%05d.bin", w->rank, w->world);
+    snprintf(name, sizeof name, "%s/%s", dir, shard);
+    double t0 = mono_seconds();
+    ckpt_status st = ckpt_store_put(w->store, name, w->buf, w->bytes, err, sizeof err);
+    if (st) return fail(w, st, "%s", err);
+    cJSON *mine = shard_entry(w, shard);
+    char *mine_text = mine ? cJSON_PrintUnformatted(mine) : NULL;
+    cJSON_Delete(mine);
+    if (!mine_text) return fail(w, CKPT_RETRY, "checkpoint: out of memory%s", "");
+    LOG_INFO("ckpt", "event=shard_stored step=%ld rank=%d bytes=%zu seconds=%.3f", w->meta.step,
+             w->rank, w->bytes, mono_seconds() - t0);
+    char key[64];
+    if (w->world > 1) { /* tell rank 0 */
+        snprintf(key, sizeof key, "ckpt/%ld/%d", w->meta.step, w->rank);
+        if (rdzv_set(w->r, key, mine_text, strlen(mine_text), NULL, err, sizeof err) != 0) {
+            free(mine_text);
+            return fail(w, CKPT_RETRY, "checkpoint: telling rank 0 the shard is stored: %s", err);
+        }
+    }
+    if (w->rank != 0) {
+        free(mine_text);
+        return CKPT_OK;
+    }
+    /* rank 0: every shard stored, then the manifest */
+    cJSON *man = cJSON_CreateObject(), *shards = cJSON_CreateArray();
+    cJSON_AddStringToObject(man, "format", FORMAT);
+    cJSON_AddNumberToObject(man, "step", (double)w->meta.step);
+    cJSON_AddNumberToObject(man, "epoch", (double)w->meta.epoch);
+    cJSON_AddNumberToObject(man, "index", (double)w->meta.index);
+    cJSON_AddNumberToObject(man, "imagesDone", (double)w->meta.images_done);
+    cJSON_AddNumberToObject(man, "worldSize", w->world);
+    cJSON_AddStringToObject(man, "sharding", w->meta.sharding);
+    cJSON_AddNumberToObject(man, "params", (double)w->meta.n_params);
+    cJSON_AddNumberToObject(man, "blockBytes", CKPT_BLOCK_BYTES);
+    cJSON_AddItemToObject(man, "model", cJSON_Parse(w->meta.model));
+    cJSON_AddItemToObject(man, "shards", shards);
+    for (int q = 0; q < w->world; q++) {
+        void *val = NULL;
+        size_t len = 0;
+        if (q == 0) {
+            cJSON_AddItemToArray(shards, cJSON_Parse(mine_text));
+            continue;
+        }
+        snprintf(key, sizeof key, "ckpt/%ld/%d", w->meta.step, q);
+        if (rdzv_get(w->r, key, w->timeout_s, &val, &len, NULL, err, sizeof err) != 0) {
+            cJSON_Delete(man);
+            free(mine_text);
+            char msg[1200];
+            snprintf(msg, sizeof msg, "checkpoint step %ld: rank %d's shard: %s", w->meta.step, q,
+                     err);
+            return fail(w, CKPT_RETRY, "%s", msg);
+        }
+        char *text = malloc(len + 1);
+        if (text) {
+            memcpy(text, val, len);
+            text[len] = '\0';
+            cJSON_AddItemToArray(shards, cJSON_Parse(text));
+        }
+        free(text);
+        free(val);
+    }
+    free(mine_text);
+    char *out = cJSON_Print(man);
+    cJSON_Delete(man);
+    if (!out) return fail(w, CKPT_RETRY, "checkpoint: out of memory%s", "");
+    snprintf(name, sizeof name, "%s/%s", dir, MANIFEST);
+    st = ckpt_store_put(w->store, name, out, strlen(out), err, sizeof err);
+    free(out);
+    if (st) return fail(w, st, "%s", err);
+    LOG_INFO("ckpt", "event=saved step=%ld world=%d", w->meta.step, w->world);
+    retain(w);
+    return CKPT_OK;
+}
+
+static void *writer_thread(void *arg)
+{
+    store_all(arg);
+    return NULL;
+}
+
+ckpt_status ckpt_wait(ckpt_writer *w, double *copy_s, char *err, size_t errlen)
+{
+    if (w->running) {
+        pthread_join(w->thread, NULL);
+        w->running = 0;
+    }
+    if (copy_s) *copy_s = w->copy_s;
+    if (w->status) snprintf(err, errlen, "%s", w->why);
+    return w->status;
+}
+
+ckpt_status ckpt_save(ckpt_writer *w, const ckpt_meta *meta, const ckpt_segment *segs, int n,
+                      const vit_ops *ops, char *err, size_t errlen)
+{
+    ckpt_status st = ckpt_wait(w, NULL, err, errlen);
+    if (st) return st;
+    double t0 = mono_seconds();
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += segs[i].hi - segs[i].lo;
+    size_t bytes = 3 * total * sizeof(float);
+    if (bytes > w->cap) {
+        unsigned char *b = realloc(w->buf, bytes ? bytes : 1);
+        if (!b) {
+            snprintf(err, errlen, "checkpoint: out of host memory for a %zu-byte copy", bytes);
+            return CKPT_RETRY;
+        }
+        w->buf = b;
+        w->cap = bytes;
+    }
+    size_t *lo = realloc(w->lo, sizeof *lo * (size_t)(n ? n : 1));
+    if (lo) w->lo = lo;
+    size_t *hi = realloc(w->hi, sizeof *hi * (size_t)(n ? n : 1));
+    if (hi) w->hi = hi;
+    if (!lo || !hi) {
+        snprintf(err, errlen, "checkpoint: out of host memory");
+        return CKPT_RETRY;
+    }
+    float *p = (float *)w->buf, *m = p + total, *v = m + total;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        size_t k = segs[i].hi - segs[i].lo;
+        ops->download(p + at, segs[i].params, k * sizeof(float));
+        ops->download(m + at, segs[i].m, k * sizeof(float));
+        ops->download(v + at, segs[i].v, k * sizeof(float));
+        w->lo[i] = segs[i].lo;
+        w->hi[i] = segs[i].hi;
+        at += k;
+    }
+    w->nseg = (size_t)n;
+    w->bytes = bytes;
+    w->meta = *meta;
+    w->copy_s = mono_seconds() - t0;
+    w->status = CKPT_OK;
+    w->why[0] = '\0';
+    if (pthread_create(&w->thread, NULL, writer_thread, w) != 0) {
+        snprintf(err, errlen, "checkpoint: cannot start the upload thread");
+        return CKPT_RETRY;
+    }
+    w->running = 1;
+    return CKPT_OK;
+}
+
+/* ---------------------------------------------------------------- reader */
+
+typedef struct {
+    char name[64];
+    uint64_t bytes;
+    size_t nseg, total; /* total: floats per array */
+    size_t *lo, *hi;
+    uint32_t *crc;
+    size_t nblocks;
+} shard_info;
+
+struct ckpt_manifest {
+    ckpt_meta meta;
+    int nshards;
+    shard_info *shards;
+};
+
+void ckpt_manifest_free(ckpt_manifest *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->nshards; i++) {
+        free(m->shards[i].lo);
+        free(m->shards[i].hi);
+        free(m->shards[i].crc);
+    }
+    free(m->shards);
+    free(m);
+}
+
+const ckpt_meta *ckpt_manifest_meta(const ckpt_manifest *m) { return &m->meta; }
+
+static int num(const cJSON *o, const char *key, double *out)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x)) return -1;
+    *out = x->valuedouble;
+    return 0;
+}
+
+/* Parses manifest text; why gets the reason it is not one. */
+static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
+{
+    cJSON *j = cJSON_Parse(text);
+    ckpt_manifest *m = calloc(1, sizeof *m);
+    double d[7];
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format"),
+                *sh = cJSON_GetObjectItemCaseSensitive(j, "sharding"),
+                *model = cJSON_GetObjectItemCaseSensitive(j, "model"),
+                *shards = cJSON_GetObjectItemCaseSensitive(j, "shards");
+    if (!j || !m) {
+        snprintf(why, len, "%s", j ? "out of memory" : "not JSON");
+        goto bad;
+    }
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) != 0) {
+        snprintf(why, len, "format is not %s", FORMAT);
+        goto bad;
+    }
+    if (num(j, "step", &d[0]) || num(j, "epoch", &d[1]) || num(j, "index", &d[2]) ||
+        num(j, "imagesDone", &d[3]) || num(j, "worldSize", &d[4]) || num(j, "params", &d[5]) ||
+        num(j, "blockBytes", &d[6]) || !cJSON_IsString(sh) || !cJSON_IsObject(model) ||
+        !cJSON_IsArray(shards) || d[6] != CKPT_BLOCK_BYTES) {
+        snprintf(why, len, "a field is missing or of the wrong type");
+        goto bad;
+    }
+    m->meta.step = (long)d[0];
+    m->meta.epoch = (long)d[1];
+    m->meta.index = (long)d[2];
+    m->meta.images_done = (long)d[3];
+    m->meta.world_size = (int)d[4];
+    m->meta.n_params = (size_t)d[5];
+    snprintf(m->meta.sharding, sizeof m->meta.sharding, "%s", sh->valuestring);
+    char *mt = cJSON_PrintUnformatted(model);
+    if (mt) snprintf(m->meta.model, sizeof m->meta.model, "%s", mt);
+    free(mt);
+    m->nshards = cJSON_GetArraySize(shards);
+    if (m->nshards != m->meta.world_size || m->nshards < 1) {
+        snprintf(why, len, "%d shards for world size %d", m->nshards, m->meta.world_size);
+        goto bad;
+    }
+    m->shards = calloc((size_t)m->nshards, sizeof *m->shards);
+    if (!m->shards) {
+        snprintf(why, len, "out of memory");
+        goto bad;
+    }
+    for (int i = 0; i < m->nshards; i++) {
+        const cJSON *s = cJSON_GetArrayItem(shards, i);
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(s, "name"),
+                    *segs = cJSON_GetObjectItemCaseSensitive(s, "segments"),
+                    *crcs = cJSON_GetObjectItemCaseSensitive(s, "crc32");
+        double b;
+        shard_info *si = &m->shards[i];
+        if (!cJSON_IsString(nm) || num(s, "bytes", &b) || !cJSON_IsArray(segs) ||
+            !cJSON_IsArray(crcs) || strlen(nm->valuestring) >= sizeof si->name ||
+            strchr(nm->valuestring, '/')) {
+            snprintf(why, len, "shard %d's entry is malformed", i);
+            goto bad;
+        }
+        snprintf(si->name, sizeof si->name, "%s", nm->valuestring);
+        si->bytes = (uint64_t)b;
+        si->nseg = (size_t)cJSON_GetArraySize(segs);
+        si->nblocks = (size_t)cJSON_GetArraySize(crcs);
+        si->lo = calloc(si->nseg + 1, sizeof *si->lo);
+        si->hi = calloc(si->nseg + 1, sizeof *si->hi);
+        si->crc = calloc(si->nblocks + 1, sizeof *si->crc);
+        if (!si->lo || !si->hi || !si->crc) {
+            snprintf(why, len, "out of memory");
+            goto bad;
+        }
+        for (size_t k = 0; k < si->nseg; k++) {
+            const cJSON *pair = cJSON_GetArrayItem(segs, (int)k);
+            const cJSON *a = cJSON_GetArrayItem(pair, 0), *z = cJSON_GetArrayItem(pair, 1);
+            if (!cJSON_IsNumber(a) || !cJSON_IsNumber(z) || a->valuedouble > z->valuedouble ||
+                z->valuedouble > (double)m->meta.n_params) {
+                snprintf(why, len, "shard %d's segment %zu is malformed", i, k);
+                goto bad;
+            }
+            si->lo[k] = (size_t)a->valuedouble;
+            si->hi[k] = (size_t)z->valuedouble;
+            si->total += si->hi[k] - si->lo[k];
+        }
+        for (size_t k = 0; k < si->nblocks; k++) {
+            const cJSON *c = cJSON_GetArrayItem(crcs, (int)k);
+            if (!cJSON_IsNumber(c)) {
+                snprintf(why, len, "shard %d's CRC %zu is not a number", i, k);
+                goto bad;
+            }
+            si->crc[k] = (uint32_t)c->valuedouble;
+        }
+        if (si->bytes != 3 * si->total * sizeof(float) ||
+            si->nblocks != (si->bytes + CKPT_BLOCK_BYTES - 1) / CKPT_BLOCK_BYTES) {
+            snprintf(why, len, "shard %d's size, segments and CRCs disagree", i);
+            goto bad;
+        }
+    }
+    cJSON_Delete(j);
+    return m;
+bad:
+    cJSON_Delete(j);
+    ckpt_manifest_free(m);
+    return NULL;
+}
+
+ckpt_status ckpt_read_step(ckpt_store *store, long step, ckpt_manifest **out, char *err,
+                           size_t errlen)
+{
+    char dir[32], name[64], why[256];
+    step_dir(step, dir, sizeof dir);
+    snprintf(name, sizeof name, "%s/%s", dir, MANIFEST);
+    void *text = NULL;
+    size_t len = 0;
+    ckpt_status st = ckpt_store_read(store, name, 64u << 20, &text, &len, err, errlen);
+    if (st) return st;
+    ckpt_manifest *m = parse_manifest(text, why, sizeof why);
+    free(text);
+    if (!m) {
+        snprintf(err, errlen, "checkpoint %s: not a manifest: %s", name, why);
+        return CKPT_PERMANENT;
+    }
+    if (m->meta.step != step) {
+        snprintf(err, errlen, "checkpoint %s: says step %ld", name, m->meta.step);
+        ckpt_manifest_free(m);
+        return CKPT_PERMANENT;
+    }
+    *out = m;
+    return CKPT_OK;
+}
+
+/* Reads blocks [b0, b1) of a shard into buf, checking their CRCs. */
+static ckpt_status read_blocks(ckpt_store *store, long step, const shard_info *si, size_t b0,
+                               size_t b1, unsigned char *buf, char *err, size_t errlen)
+{
+    char dir[32], name[128];
+    step_dir(step, dir, sizeof dir);
+    snprintf(name, sizeof name, "%s/%s", dir, si->name);
+    uint64_t off = (uint64_t)b0 * CKPT_BLOCK_BYTES,
+             end = (uint64_t)b1 * CKPT_BLOCK_BYTES < si->bytes ? (uint64_t)b1 * CKPT_BLOCK_BYTES
+                                                               : si->bytes;
+    ckpt_status st = ckpt_store_get(store, name, off, (size_t)(end - off), buf, err, errlen);
+    if (st) return st == CKPT_NOT_FOUND ? CKPT_PERMANENT : st;
+    for (size_t b = b0; b < b1; b++) {
+        uint64_t lo = (uint64_t)b * CKPT_BLOCK_BYTES,
+                 hi = lo + CKPT_BLOCK_BYTES < si->bytes ? lo + CKPT_BLOCK_BYTES : si->bytes;
+        if (crc_of(buf + (lo - off), (size_t)(hi - lo)) != si->crc[b]) {
+            snprintf(err, errlen, "checkpoint %s/%s: block %zu (bytes %llu-%llu) does not match "
+                     "its CRC (corrupt)", dir, si->name, b, (unsigned long long)lo,
+                     (unsigned long long)hi);
+            return CKPT_PERMANENT;
+        }
+    }
+    return CKPT_OK;
+}
+
+/* Every shard present with its size and every block matching its CRC. */
+static ckpt_status verify(ckpt_store *store, const ckpt_manifest *m, char **names,
+                          const uint64_t *sizes, size_t n, char *why, size_t len)
+{
+    char dir[32], want[128];
+    step_dir(m->meta.step, dir, sizeof dir);
+    unsigned char *buf = malloc(CKPT_BLOCK_BYTES);
+    if (!buf) {
+        snprintf(why, len, "out of memory");
+        return CKPT_RETRY;
+    }
+    ckpt_status st = CKPT_OK;
+    for (int i = 0; i < m->nshards && !st; i++) {
+        const shard_info *si = &m->shards[i];
+        snprintf(want, sizeof want, "%s/%s", dir, si->name);
+        size_t k = 0;
+        while (k < n && strcmp(names[k], want) != 0) k++;
+        if (k == n) {
+            snprintf(why, len, "torn: %s is missing", si->name);
+            st = CKPT_NOT_FOUND;
+        } else if (sizes[k] != si->bytes) {
+            snprintf(why, len, "corrupt: %s is %llu bytes, the manifest says %llu", si->name,
+                     (unsigned long long)sizes[k], (unsigned long long)si->bytes);
+            st = CKPT_PERMANENT;
+        }
+        for (size_t b = 0; b < si->nblocks && !st; b++)
+            st = read_blocks(store, m->meta.step, si, b, b + 1, buf, why, len);
+    }
+    free(buf);
+    return st;
+}
+
+typedef struct {
+    char **names;
+    uint64_t *sizes;
+    size_t n;
+} objects;
+
+static void objects_free(objects *o)
+{
+    for (size_t i = 0; i < o->n; i++) free(o->names[i]);
+    free(o->names);
+    free(o->sizes);
+}
+
+/* The steps that have any object, descending; *count. */
+static long *steps_of(const objects *o, size_t *count)
+{
+    long *steps = malloc(sizeof *steps * (o->n + 1));
+    size_t k = 0;
+    if (!steps) return NULL;
+    for (size_t i = 0; i < o->n; i++) {
+        long s;
+        if (sscanf(o->names[i], "step-%ld/", &s) == 1 && (k == 0 || steps[k - 1] != s))
+            steps[k++] = s;
+    }
+    for (size_t i = 0; i < k / 2; i++) { /* ascending (sorted names) -> descending */
+        long t = steps[i];
+        steps[i] = steps[k - 1 - i];
+        steps[k - 1 - i] = t;
+    }
+    *count = k;
+    return steps;
+}
+
+/* The state of one step: CKPT_OK with *out (may be NULL: not wanted), or
+ * why it is torn or corrupt. */
+static ckpt_status check_step(ckpt_store *store, const objects *o, long step,
+                              ckpt_manifest **out, char *why, size_t len)
+{
+    char dir[32], want[64];
+    step_dir(step, dir, sizeof dir);
+    snprintf(want, sizeof want, "%s/%s", dir, MANIFEST);
+    size_t k = 0;
+    while (k < o->n && strcmp(o->names[k], want) != 0) k++;
+    if (k == o->n) {
+        snprintf(why, len, "torn: no manifest (a save that did not finish)");
+        return CKPT_NOT_FOUND;
+    }
+    ckpt_manifest *m = NULL;
+    char err[512];
+    ckpt_status st = ckpt_read_step(store, step, &m, err, sizeof err);
+    if (st) {
+        snprintf(why, len, "corrupt: %s", err);
+        return st;
+    }
+    if ((st = verify(store, m, o->names, o->sizes, o->n, why, len)) != CKPT_OK) {
+        ckpt_manifest_free(m);
+        return st;
+    }
+    if (out)
+        *out = m;
+    else
+        ckpt_manifest_free(m);
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t errlen)
+{
+    objects o = {0};
+    ckpt_status st = ckpt_store_list(store, &o.names, &o.sizes, &o.n, err, errlen);
+    if (st) return st;
+    size_t ns = 0;
+    long *steps = steps_of(&o, &ns);
+    if (!steps) {
+        objects_free(&o);
+        snprintf(err, errlen, "checkpoint: out of memory");
+        return CKPT_RETRY;
+    }
+    st = CKPT_NOT_FOUND;
+    for (size_t i = 0; i < ns && st == CKPT_NOT_FOUND; i++) {
+        char why[1024];
+        ckpt_status s = check_step(store, &o, steps[i], out, why, sizeof why);
+        if (s == CKPT_OK) {
+            st = CKPT_OK;
+        } else if (s == CKPT_RETRY) { /* storage failing now: not a verdict on the step */
+            snprintf(err, errlen, "%s", why);
+            st = CKPT_RETRY;
+        } else {
+            LOG_WARN("ckpt", "event=skipped step=%ld reason=\"%s\"", steps[i], why);
+        }
+    }
+    if (st == CKPT_NOT_FOUND) snprintf(err, errlen, "no complete checkpoint");
+    free(steps);
+    objects_free(&o);
+    return st;
+}
+
+ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
+                            float *params, float *m, float *v, char *err, size_t errlen)
+{
+    float *dst[3] = {params, m, v};
+    unsigned char *buf = NULL;
+    size_t cap = 0, covered = 0;
+    ckpt_status st = CKPT_OK;
+    for (int i = 0; i < man->nshards && !st; i++) {
+        const shard_info *si = &man->shards[i];
+        size_t pos = 0; /* the segment's first float within each array */
+        for (size_t k = 0; k < si->nseg && !st; pos += si->hi[k] - si->lo[k], k++) {
+            size_t a = si->lo[k] > lo ? si->lo[k] : lo, b = si->hi[k] < hi ? si->hi[k] : hi;
+            if (a >= b) continue;
+            for (int arr = 0; arr < 3 && !st; arr++) {
+                if (!dst[arr]) continue;
+                uint64_t off = ((uint64_t)arr * si->total + pos + (a - si->lo[k])) * 4,
+                         end = off + (uint64_t)(b - a) * 4;
+                size_t b0 = (size_t)(off / CKPT_BLOCK_BYTES),
+                       b1 = (size_t)((end + CKPT_BLOCK_BYTES - 1) / CKPT_BLOCK_BYTES);
+                size_t need = (b1 - b0) * CKPT_BLOCK_BYTES;
+                if (need > cap) {
+                    unsigned char *nb = realloc(buf, need);
+                    if (!nb) {
+                        snprintf(err, errlen, "checkpoint: out of memory reading a range");
+                        st = CKPT_RETRY;
+                        break;
+                    }
+                    buf = nb;
+                    cap = need;
+                }
+                st = read_blocks(store, man->meta.step, si, b0, b1, buf, err, errlen);
+                if (!st)
+                    memcpy(dst[arr] + (a - lo), buf + (off - (uint64_t)b0 * CKPT_BLOCK_BYTES),
+                           (b - a) * 4);
+            }
+            covered += b - a;
+        }
+    }
+    free(buf);
+    if (!st && covered != hi - lo) {
+        snprintf(err, errlen, "checkpoint step %ld: its shards cover %zu of the %zu values "
+                 "[%zu, %zu)", man->meta.step, covered, hi - lo, lo, hi);
+        st = CKPT_PERMANENT;
+    }
+    return st;
+}
+
+ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen)
+{
+    objects o = {0};
+    ckpt_status st = ckpt_store_list(store, &o.names, &o.sizes, &o.n, err, errlen);
+    if (st) return st;
+    size_t ns = 0;
+    long *steps = steps_of(&o, &ns);
+    if (!steps) {
+        objects_free(&o);
+        snprintf(err, errlen, "checkpoint: out of memory");
+        return CKPT_RETRY;
+    }
+    fprintf(out, "%-12s %-9s %s\n", "STEP", "STATE", "DETAIL");
+    for (size_t i = 0; i < ns; i++) {
+        char why[1024];
+        ckpt_manifest *m = NULL;
+        ckpt_status s = check_step(store, &o, steps[i], &m, why, sizeof why);
+        if (s == CKPT_OK) {
+            fprintf(out, "%-12ld %-9s world_size=%d sharding=%s params=%zu epoch=%ld\n",
+                    steps[i], "complete", m->meta.world_size, m->meta.sharding,
+                    m->meta.n_params, m->meta.epoch);
+            ckpt_manifest_free(m);
+        } else if (s == CKPT_RETRY) {
+            snprintf(err, errlen, "%s", why);
+            st = CKPT_RETRY;
+            break;
+        } else {
+            const char *colon = strchr(why, ':');
+            fprintf(out, "%-12ld %-9.*s %s\n", steps[i], colon ? (int)(colon - why) : 7, why,
+                    colon ? colon + 2 : why);
+        }
+    }
+    free(steps);
+    objects_free(&o);
+    return st;
+}

@@ -1,0 +1,327 @@
+/* worker/ckpt_store.c - see ckpt_store.h. */
+#include "ckpt_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "file.h"
+
+typedef enum { STORE_FILE, STORE_S3 } store_kind;
+
+struct ckpt_store {
+    store_kind kind;
+    char root[4096]; /* file: the directory; s3: the key prefix ("" or ending in '/') */
+    char bucket[256];
+};
+
+static ckpt_status errno_status(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EIO || e == EAGAIN || e == EINTR || e == ENOMEM
+               ? CKPT_RETRY
+               : CKPT_PERMANENT;
+}
+
+/* mkdir -p for dir (absolute). */
+static int make_dirs(const char *dir)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        *c = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+/* A name is relative, without "." or ".." segments or empty ones. */
+static int name_ok(const char *name)
+{
+    if (!name[0] || name[0] == '/') return 0;
+    for (const char *seg = name; seg;) {
+        const char *end = strchr(seg, '/');
+        size_t n = end ? (size_t)(end - seg) : strlen(seg);
+        if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+            return 0;
+        seg = end ? end + 1 : NULL;
+    }
+    return 1;
+}
+
+ckpt_status ckpt_store_open(ckpt_store **out, const char *uri, const char *endpoint, char *err,
+                            size_t errlen)
+{
+    (void)endpoint;
+    ckpt_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "checkpoint store: out of memory");
+        return CKPT_RETRY;
+    }
+    if (strncmp(uri, "file://", 7) == 0) {
+        s->kind = STORE_FILE;
+        const char *path = uri + 7;
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') n--;
+        if (path[0] != '/' || n >= sizeof s->root) {
+            snprintf(err, errlen, "checkpoint.uri=%s: a file:// URI needs an absolute path", uri);
+            free(s);
+            return CKPT_PERMANENT;
+        }
+        memcpy(s->root, path, n);
+        s->root[n] = '\0';
+        if (make_dirs(s->root) != 0) {
+            int e = errno;
+            snprintf(err, errlen, "checkpoint.uri=%s: cannot create %s: %s", uri, s->root,
+                     strerror(e));
+            free(s);
+            return errno_status(e);
+        }
+        *out = s;
+        return CKPT_OK;
+    }
+    if (strncmp(uri, "s3://", 5) == 0) {
+        snprintf(err, errlen, "checkpoint.uri=%s: s3:// checkpoints are not in this build yet; "
+                 "use file://", uri);
+        free(s);
+        return CKPT_PERMANENT;
+    }
+    snprintf(err, errlen, "checkpoint.uri=%s must start with s3:// or file://", uri);
+    free(s);
+    return CKPT_PERMANENT;
+}
+
+void ckpt_store_free(ckpt_store *s) { free(s); }
+
+static int path_of(const ckpt_store *s, const char *name, char *out, size_t len, char *err,
+                   size_t errlen)
+{
+    if (!name_ok(name)) {
+        snprintf(err, errlen, "checkpoint store: bad object name '%s'", name);
+        return -1;
+    }
+    if ((size_t)snprintf(out, len, "%s/%s", s->root, name) >= len) {
+        snprintf(err, errlen, "checkpoint store: %s/%s: path too long", s->root, name);
+        return -1;
+    }
+    return 0;
+}
+
+ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
+                           char *err, size_t errlen)
+{
+    char path[4600], dir[4600];
+    if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    if (make_dirs(dir) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: cannot create %s: %s", dir, strerror(e));
+        return errno_status(e);
+    }
+    file_atomic *a = NULL;
+    char why[1024];
+    if (file_atomic_begin(&a, path, why, sizeof why) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: %s", why);
+        return errno_status(e);
+    }
+    if (file_write_all(file_atomic_fd(a), buf, len) != 0) {
+        int e = errno;
+        file_atomic_abort(a);
+        snprintf(err, errlen, "checkpoint: writing %s (%zu bytes) failed: %s; the previous "
+                 "checkpoints are untouched", path, len, strerror(e));
+        return errno_status(e);
+    }
+    if (file_atomic_commit(a, why, sizeof why) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: %s", why);
+        return errno_status(e);
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t len, void *out,
+                           char *err, size_t errlen)
+{
+    char path[4600];
+    if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: %s: %s", path, strerror(e));
+        return e == ENOENT ? CKPT_NOT_FOUND : errno_status(e);
+    }
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = pread(fd, (char *)out + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            close(fd);
+            if (e)
+                snprintf(err, errlen, "checkpoint: reading %s failed: %s", path, strerror(e));
+            else
+                snprintf(err, errlen, "checkpoint: %s is shorter than %llu bytes (truncated)",
+                         path, (unsigned long long)(off + len));
+            return e ? errno_status(e) : CKPT_PERMANENT;
+        }
+        done += (size_t)r;
+    }
+    close(fd);
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_store_read(ckpt_store *s, const char *name, size_t max, void **out,
+                            size_t *len, char *err, size_t errlen)
+{
+    char path[4600];
+    if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: %s: %s", path, strerror(e));
+        return e == ENOENT ? CKPT_NOT_FOUND : errno_status(e);
+    }
+    if ((uint64_t)st.st_size > max) {
+        snprintf(err, errlen, "checkpoint: %s is %lld bytes, more than %zu", path,
+                 (long long)st.st_size, max);
+        return CKPT_PERMANENT;
+    }
+    size_t n = (size_t)st.st_size;
+    char *b = malloc(n + 1);
+    if (!b) {
+        snprintf(err, errlen, "checkpoint: out of memory reading %s", path);
+        return CKPT_RETRY;
+    }
+    ckpt_status rc = ckpt_store_get(s, name, 0, n, b, err, errlen);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    b[n] = '\0';
+    *out = b;
+    *len = n;
+    return CKPT_OK;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+typedef struct {
+    char **names;
+    uint64_t *sizes;
+    size_t n, cap;
+} listing;
+
+static int add(listing *l, const char *name, uint64_t size)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        char **nn = realloc(l->names, cap * sizeof *nn);
+        if (!nn) return -1;
+        l->names = nn;
+        uint64_t *ns = realloc(l->sizes, cap * sizeof *ns);
+        if (!ns) return -1;
+        l->sizes = ns;
+        l->cap = cap;
+    }
+    if (!(l->names[l->n] = strdup(name))) return -1;
+    l->sizes[l->n++] = size;
+    return 0;
+}
+
+/* Regular files under dir (relative names from rel), two levels deep;
+ * temporaries of lib/file.h are not objects. */
+static int walk(const char *dir, const char *rel, int depth, listing *l)
+{
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue; /* ., .., and .vitjob-tmp.* */
+        char path[4600], name[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(name, sizeof name, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0) continue; /* deleted meanwhile */
+        if (S_ISDIR(st.st_mode) && depth > 0)
+            rc = walk(path, name, depth - 1, l);
+        else if (S_ISREG(st.st_mode))
+            rc = add(l, name, (uint64_t)st.st_size);
+    }
+    closedir(d);
+    return rc;
+}
+
+ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size_t *n,
+                            char *err, size_t errlen)
+{
+    listing l = {0};
+    if (walk(s->root, "", 1, &l) != 0) {
+        int e = errno;
+        for (size_t i = 0; i < l.n; i++) free(l.names[i]);
+        free(l.names);
+        free(l.sizes);
+        snprintf(err, errlen, "checkpoint: listing %s failed: %s", s->root, strerror(e));
+        return errno_status(e);
+    }
+    /* sort names and sizes together: sort an index by name */
+    if (l.n > 1) {
+        char **sorted = malloc(l.n * sizeof *sorted);
+        uint64_t *ss = malloc(l.n * sizeof *ss);
+        if (!sorted || !ss) {
+            free(sorted);
+            free(ss);
+            for (size_t i = 0; i < l.n; i++) free(l.names[i]);
+            free(l.names);
+            free(l.sizes);
+            snprintf(err, errlen, "checkpoint: out of memory listing %s", s->root);
+            return CKPT_RETRY;
+        }
+        memcpy(sorted, l.names, l.n * sizeof *sorted);
+        qsort(sorted, l.n, sizeof *sorted, cmp_name);
+        for (size_t i = 0; i < l.n; i++)
+            for (size_t j = 0; j < l.n; j++)
+                if (l.names[j] == sorted[i]) {
+                    ss[i] = l.sizes[j];
+                    break;
+                }
+        free(l.names);
+        free(l.sizes);
+        l.names = sorted;
+        l.sizes = ss;
+    }
+    *names = l.names;
+    *sizes = l.sizes;
+    *n = l.n;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_store_delete(ckpt_store *s, const char *name, char *err, size_t errlen)
+{
+    char path[4600];
+    if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: deleting %s failed: %s", path, strerror(e));
+        return errno_status(e);
+    }
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    if (strcmp(path, s->root) != 0) rmdir(path); /* the step's directory, once empty */
+    return CKPT_OK;
+}
