@@ -7,6 +7,8 @@
 #
 # BUILD (default build) points at the build tree; WORKER may override.
 
+load ranks_helpers
+
 setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
@@ -25,91 +27,6 @@ teardown() {
       kill -KILL "$p" 2>/dev/null
   done
   rm -rf "$TMP"
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# start_rank W RANK PORT GEN OUTDIR [worker args...]: one rank in the background,
-# its log in OUTDIR/rank-RANK.log, its exit status in OUTDIR/rank-RANK.rc
-start_rank() {
-  local w=$1 rank=$2 port=$3 gen=$4 out=$5
-  shift 5
-  ( rc=0
-    env VITJOB_REPLICAS="$w" VITJOB_RANK="$rank" VITJOB_RESTART="$gen" \
-      VITJOB_RDZV_ENDPOINT="127.0.0.1:$port" VITJOB_COMM_HOST=127.0.0.1 \
-      "$WORKER" train "$@" --log-level info > "$out/rank-$rank.out" 2> "$out/rank-$rank.log" || rc=$?
-    echo "$rc" > "$out/rank-$rank.rc" ) &
-}
-
-# run_world W OUTDIR [worker args...]: W ranks; rank 0 writes OUTDIR/metrics.jsonl
-# and, when asked, exports. Waits for all; fails unless every rank exited 0.
-run_world() {
-  local w=$1 out=$2
-  shift 2
-  mkdir -p "$out"
-  local port; port=$(free_port)
-  for r in $(seq 0 $((w - 1))); do
-    if [ "$r" -eq 0 ]; then
-      start_rank "$w" 0 "$port" 0 "$out" "$@" --metrics "$out/metrics.jsonl"
-    else
-      start_rank "$w" "$r" "$port" 0 "$out" "$@"
-    fi
-  done
-  wait
-  for r in $(seq 0 $((w - 1))); do
-    if [ "$(cat "$out/rank-$r.rc")" != 0 ]; then
-      echo "rank $r exited $(cat "$out/rank-$r.rc")"; tail -5 "$out/rank-$r.log"; return 1
-    fi
-  done
-}
-
-# compare A.jsonl B.jsonl TOL: every step's loss and grad_norm within TOL (relative)
-compare() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-b = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
-tol = float(sys.argv[3])
-assert len(a) == len(b) and a, (len(a), len(b))
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm"):
-        d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
-        worst = max(worst, d)
-print("steps %d, worst relative difference %.3g (bound %g)" % (len(a), worst, tol))
-sys.exit(0 if worst < tol else 1)
-PY
-}
-
-# weights A B TOL: the two safetensors exports agree within TOL, absolute. (Not
-# relative: the attention's key bias has an exactly zero gradient in exact
-# arithmetic, so its gradient is rounding noise that AdamW normalises into
-# lr-sized steps; another summation order moves it by up to ~1e-4.)
-weights() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import array, json, struct, sys
-def load(p):
-    with open(p, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, v in h.items():
-        if k == "__metadata__": continue
-        b, e = v["data_offsets"]
-        out[k] = array.array("f", data[b:e])
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert a.keys() == b.keys()
-worst, where = 0.0, ""
-for k in a:
-    d = max(abs(x - y) for x, y in zip(a[k], b[k]))
-    if d >= worst: worst, where = d, k
-print("tensors %d, worst absolute difference %.3g in %s (bound %s)" % (len(a), worst, where, sys.argv[3]))
-sys.exit(0 if worst < float(sys.argv[3]) else 1)
-PY
 }
 
 @test "2, 3 and 4 ranks with sharding none, grad-op and full follow the one-process loss over 20 steps" {

@@ -503,8 +503,11 @@ static ckpt_status verify(ckpt_store *store, const ckpt_manifest *m, char **name
                      (unsigned long long)sizes[k], (unsigned long long)si->bytes);
             st = CKPT_PERMANENT;
         }
-        for (size_t b = 0; b < si->nblocks && !st; b++)
-            st = read_blocks(store, m->meta.step, si, b, b + 1, buf, why, len);
+        for (size_t b = 0; b < si->nblocks && !st; b++) {
+            char e[512];
+            st = read_blocks(store, m->meta.step, si, b, b + 1, buf, e, sizeof e);
+            if (st) snprintf(why, len, "%s: %s", st == CKPT_RETRY ? "unreadable" : "corrupt", e);
+        }
     }
     free(buf);
     return st;
@@ -666,6 +669,7 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
         return CKPT_RETRY;
     }
     fprintf(out, "%-12s %-9s %s\n", "STEP", "STATE", "DETAIL");
+    if (ns == 0) fprintf(out, "(no checkpoints under this URI)\n");
     for (size_t i = 0; i < ns; i++) {
         char why[1024];
         ckpt_manifest *m = NULL;

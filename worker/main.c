@@ -7,6 +7,7 @@
  * Must not: train, pick a backend (worker/train.c) or parse config files
  * itself (api/config.c).
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,12 +16,14 @@
 #include <sys/stat.h>
 
 #include "agent.h"
+#include "ckpt.h"
 #include "comm.h"
 #include "config.h"
 #include "contract.h"
 #include "exitcode.h"
 #include "file.h"
 #include "log.h"
+#include "model_io.h"
 #include "rdzv.h"
 #include "train.h"
 
@@ -42,6 +45,8 @@ static void usage(FILE *to)
     fprintf(to,
             "usage: vitjob-worker train --config FILE [--set key=value ...] [--metrics FILE]\n"
             "                           [--log-level debug|info|warn|error]\n"
+            "       vitjob-worker checkpoints --uri URI [--endpoint URL]\n"
+            "       vitjob-worker export --from URI[/step-N] --out FILE [--endpoint URL]\n"
             "       vitjob-worker exit-codes\n"
             "       vitjob-worker version\n"
             "\n"
@@ -286,6 +291,124 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     return rc;
 }
 
+
+/* --uri/--from, --out, --endpoint of the checkpoint commands. */
+static vj_err ckpt_args(int argc, char **argv, const char *from_flag, const char **uri,
+                        const char **out, const char **endpoint, char *err, size_t errlen)
+{
+    for (int i = 0; i < argc; i++) {
+        int has = i + 1 < argc;
+        if (strcmp(argv[i], from_flag) == 0 && has)
+            *uri = argv[++i];
+        else if (out && strcmp(argv[i], "--out") == 0 && has)
+            *out = argv[++i];
+        else if (strcmp(argv[i], "--endpoint") == 0 && has)
+            *endpoint = argv[++i];
+        else if (strcmp(argv[i], "--log-level") == 0 && has)
+            log_set_level_name(argv[++i]);
+        else {
+            snprintf(err, errlen, "unknown or incomplete argument '%s'", argv[i]);
+            return VJ_ERR_USAGE;
+        }
+    }
+    if (!*uri || (out && !*out)) {
+        snprintf(err, errlen, "%s URI%s is required", from_flag, out ? " and --out FILE" : "");
+        return VJ_ERR_USAGE;
+    }
+    return VJ_OK;
+}
+
+static vj_err store_class(ckpt_status st)
+{
+    return st == CKPT_RETRY ? VJ_ERR_IO : st == CKPT_NOT_FOUND ? VJ_ERR_DATA : VJ_ERR_CONFIG;
+}
+
+/* `vitjob-worker checkpoints --uri URI`: every step and its state. */
+static vj_err cmd_checkpoints(int argc, char **argv, char *err, size_t errlen)
+{
+    const char *uri = NULL, *endpoint = "";
+    vj_err rc = ckpt_args(argc, argv, "--uri", &uri, NULL, &endpoint, err, errlen);
+    if (rc) return rc;
+    ckpt_store *s = NULL;
+    ckpt_status st = ckpt_store_open(&s, uri, endpoint, err, errlen);
+    if (st == CKPT_OK) st = ckpt_describe(s, stdout, err, errlen);
+    ckpt_store_free(s);
+    return st ? store_class(st) : VJ_OK;
+}
+
+/* `vitjob-worker export --from URI[/step-N] --out FILE`: the parameters of
+ * a complete checkpoint (the newest, or step N) as timm-named safetensors. */
+static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
+{
+    const char *from = NULL, *out = NULL, *endpoint = "";
+    vj_err rc = ckpt_args(argc, argv, "--from", &from, &out, &endpoint, err, errlen);
+    if (rc) return rc;
+    char root[4096];
+    long step = -1;
+    snprintf(root, sizeof root, "%s", from);
+    size_t n = strlen(root);
+    while (n > 0 && root[n - 1] == '/') root[--n] = '\0';
+    char *last = strrchr(root, '/');
+    char tail;
+    if (last && sscanf(last + 1, "step-%ld%c", &step, &tail) == 1) *last = '\0';
+    else step = -1;
+    ckpt_store *s = NULL;
+    ckpt_manifest *man = NULL;
+    ckpt_status st = ckpt_store_open(&s, root, endpoint, err, errlen);
+    if (st == CKPT_OK)
+        st = step >= 0 ? ckpt_read_step(s, step, &man, err, errlen) : ckpt_find(s, &man, err, errlen);
+    if (st) {
+        ckpt_store_free(s);
+        return store_class(st);
+    }
+    /* the model the checkpoint was written for */
+    static vit_job_config cfg;
+    config_defaults(&cfg);
+    const ckpt_meta *meta = ckpt_manifest_meta(man);
+    cJSON *model = cJSON_Parse(meta->model);
+    const cJSON *it;
+    char kv[256];
+    cJSON_ArrayForEach(it, model) {
+        if (!cJSON_IsNumber(it)) continue;
+        snprintf(kv, sizeof kv, "model.%s=%.17g", it->string, it->valuedouble);
+        if (rc == VJ_OK) rc = config_set(&cfg, kv, err, errlen);
+    }
+    cJSON_Delete(model);
+    vit_model *m = NULL;
+    float *host = NULL;
+    if (rc == VJ_OK && (rc = model_new(&m, &cfg.model, 1, NULL, ops_cpu(), err, errlen)) == 0) {
+        if (model_num_params(m) != meta->n_params) {
+            snprintf(err, errlen, "%s: the manifest's model has %zu parameters, not %zu", from,
+                     model_num_params(m), meta->n_params);
+            rc = VJ_ERR_DATA;
+        } else if (!(host = malloc(sizeof(float) * meta->n_params))) {
+            snprintf(err, errlen, "out of memory");
+            rc = VJ_ERR_OUT_OF_MEMORY;
+        } else if ((st = ckpt_read_range(s, man, 0, meta->n_params, host, NULL, NULL, err,
+                                         errlen)) != CKPT_OK) {
+            rc = store_class(st);
+        } else {
+            model_write_params(m, host);
+            char why[900];
+            int removed;
+            if (file_check_output(out, &removed, why, sizeof why) != 0) {
+                snprintf(err, errlen, "--out: %s", why);
+                rc = VJ_ERR_OUTPUT;
+            } else if (model_save_safetensors(m, &cfg.model, out, err, errlen) != 0) {
+                rc = VJ_ERR_OUTPUT;
+            } else {
+                LOG_INFO("worker", "event=exported step=%ld out=%s params=%zu", meta->step, out,
+                         meta->n_params);
+            }
+        }
+    }
+    free(host);
+    model_free(m);
+    ckpt_manifest_free(man);
+    ckpt_store_free(s);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const int usage_code = vj_exit_code(VJ_ERR_USAGE, 0);
@@ -314,6 +437,18 @@ int main(int argc, char **argv)
         return code;
     }
     if (strcmp(argv[1], "exit-codes") == 0) return cmd_exit_codes();
+    if (strcmp(argv[1], "checkpoints") == 0 || strcmp(argv[1], "export") == 0) {
+        char err[1024] = "";
+        vj_err e = argv[1][0] == 'c' ? cmd_checkpoints(argc - 2, argv + 2, err, sizeof err)
+                                     : cmd_export(argc - 2, argv + 2, err, sizeof err);
+        int code = vj_exit_code(e, 0);
+        if (e != VJ_OK) {
+            const vj_err_row *row = vj_err_info(e);
+            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=\"%s\"", code,
+                      row ? row->name : "unknown", vj_exit_permanent(code) ? "no" : "yes", err);
+        }
+        return code;
+    }
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("vitjob-worker %s\n", VITJOB_VERSION);
         return 0;
