@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""bench/ranks_bench.py - training throughput and per-rank memory with many
+ranks on loopback: vitjob-worker at world size 1, 2 and 4 with sharding
+none, grad-op and full on fmnist_small (one thread per rank, so the 4-rank
+rows share the machine's cores), printed as markdown tables.
+
+Throughput: the images of the timed steps over their time, from rank 0's
+summary (img_per_s: the global batch per second). Memory: each rank's
+params + grads + optimizer bytes as it logs them (event=shard), and its
+peak resident set (peak_rss_mib of its done line).
+Must not: assert anything (a benchmark prints).
+"""
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run(worker, world, mode, steps, tmp):
+    port = free_port()
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, VITJOB_REPLICAS=str(world), VITJOB_RANK=str(r), VITJOB_RESTART="0",
+                   VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
+        log = open(os.path.join(tmp, "rank-%d.log" % r), "w")
+        args = [worker, "train", "--set", "model.preset=fmnist_small",
+                "--set", "training.steps=%d" % steps, "--set", "training.optimizer.warmupSteps=2",
+                "--set", "training.globalBatchSize=64", "--set", "training.microBatchSize=16",
+                "--set", "training.threads=1", "--set", "training.exportPath=",
+                "--set", "training.sharding=%s" % mode, "--set", "training.logInterval=1000000",
+                "--log-level", "info"]
+        procs.append((subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=log), log))
+    codes = []
+    for p, log in procs:
+        codes.append(p.wait())
+        log.close()
+    logs = [open(os.path.join(tmp, "rank-%d.log" % r)).read() for r in range(world)]
+    if any(codes):
+        last = [l for l in logs[codes.index(next(c for c in codes if c))].splitlines() if l][-1:]
+        return {"error": "exit %s: %s" % (codes, last[0][-160:] if last else "")}
+    out = {"ranks": []}
+    for r, text in enumerate(logs):
+        shard = dict(re.findall(r"(\w+)=(\d+)", [l for l in text.splitlines() if "event=shard" in l][0]))
+        done = [l for l in text.splitlines() if "event=done" in l][0]
+        rss = float(re.search(r"peak_rss_mib=([\d.]+)", done).group(1))
+        state = int(shard["param_bytes"]) + int(shard["grad_bytes"]) + int(shard["optim_bytes"])
+        out["ranks"].append((state, rss))
+        if r == 0:
+            out["img_s"] = float(re.search(r"img_per_s=([\d.]+)", done).group(1))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=12)
+    a = ap.parse_args()
+    worker = os.path.join(a.build, "bin", "vitjob-worker")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in (1, 2, 4):
+            for mode in ("none", "grad-op", "full"):
+                if world == 1 and mode != "none":
+                    continue
+                rows.append((world, mode, run(worker, world, mode, a.steps, tmp)))
+    print("## Training with many ranks on loopback (fmnist_small, global batch 64, "
+          "micro-batch 16, %d steps, 1 thread per rank, %d cores)\n" % (a.steps, os.cpu_count()))
+    print("| world | sharding | img/s (job) | vs 1 rank | params+grads+optimizer per rank (MiB) "
+          "| vs 1 rank | peak RSS per rank (MiB) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    base = rows[0][2]
+    for world, mode, r in rows:
+        if "error" in r:
+            print("| %d | %s | refused or failed: %s | | | | |" % (world, mode, r["error"]))
+            continue
+        state = max(s for s, _ in r["ranks"])
+        rss = max(x for _, x in r["ranks"])
+        print("| %d | %s | %.1f | %.2fx | %.2f | %.3f | %.0f |" % (
+            world, mode, r["img_s"], r["img_s"] / base["img_s"], state / 2**20,
+            state / base["ranks"][0][0], rss))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
