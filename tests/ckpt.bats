@@ -20,14 +20,6 @@ setup() {
         --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
 }
 
-teardown() {
-  for p in $(pgrep -f "$WORKER train" || true); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^VITJOB_RDZV_ENDPOINT=127.0.0.1:' &&
-      kill -KILL "$p" 2>/dev/null
-  done
-  umount "$TMP/small" 2>/dev/null || true
-  rm -rf "$TMP"
-}
 
 # losses A.jsonl B.jsonl FROM: the loss lines of steps > FROM are identical
 same_from() {

@@ -20,14 +20,6 @@ setup() {
         --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
 }
 
-# kills what a failed test left running: workers whose endpoint is on loopback
-teardown() {
-  for p in $(pgrep -f "$WORKER train" || true); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^VITJOB_RDZV_ENDPOINT=127.0.0.1:' &&
-      kill -KILL "$p" 2>/dev/null
-  done
-  rm -rf "$TMP"
-}
 
 @test "2, 3 and 4 ranks with sharding none, grad-op and full follow the one-process loss over 20 steps" {
   run_world 1 "$TMP/w1" "${ARGS[@]}" --set training.exportPath="$TMP/w1.safetensors"

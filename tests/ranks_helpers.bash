@@ -2,6 +2,18 @@
 # on loopback (ranks.bats, ckpt.bats): start ranks, run a world, compare
 # metrics and exported weights. Needs WORKER and TMP (the files' setup).
 
+# teardown of those files: kills what a failed test left running (workers
+# whose endpoint is on loopback), unmounts a test's small file system, and
+# removes TMP
+teardown() {
+  for p in $(pgrep -f "$WORKER train" || true); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^VITJOB_RDZV_ENDPOINT=127.0.0.1:' &&
+      kill -KILL "$p" 2>/dev/null
+  done
+  umount "$TMP/small" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

@@ -578,18 +578,28 @@ static ckpt_status check_step(ckpt_store *store, const objects *o, long step,
     return CKPT_OK;
 }
 
-ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t errlen)
+/* Every object under store and the steps they belong to, newest first
+ * (*steps malloc'd; free it and objects_free). */
+static ckpt_status list_steps(ckpt_store *store, objects *o, long **steps, size_t *ns, char *err,
+                              size_t errlen)
 {
-    objects o = {0};
-    ckpt_status st = ckpt_store_list(store, &o.names, &o.sizes, &o.n, err, errlen);
+    ckpt_status st = ckpt_store_list(store, &o->names, &o->sizes, &o->n, err, errlen);
     if (st) return st;
-    size_t ns = 0;
-    long *steps = steps_of(&o, &ns);
-    if (!steps) {
-        objects_free(&o);
+    if (!(*steps = steps_of(o, ns))) {
+        objects_free(o);
         snprintf(err, errlen, "checkpoint: out of memory");
         return CKPT_RETRY;
     }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t errlen)
+{
+    objects o = {0};
+    long *steps = NULL;
+    size_t ns = 0;
+    ckpt_status st = list_steps(store, &o, &steps, &ns, err, errlen);
+    if (st) return st;
     st = CKPT_NOT_FOUND;
     for (size_t i = 0; i < ns && st == CKPT_NOT_FOUND; i++) {
         char why[1024];
@@ -659,15 +669,10 @@ ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t 
 ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen)
 {
     objects o = {0};
-    ckpt_status st = ckpt_store_list(store, &o.names, &o.sizes, &o.n, err, errlen);
-    if (st) return st;
+    long *steps = NULL;
     size_t ns = 0;
-    long *steps = steps_of(&o, &ns);
-    if (!steps) {
-        objects_free(&o);
-        snprintf(err, errlen, "checkpoint: out of memory");
-        return CKPT_RETRY;
-    }
+    ckpt_status st = list_steps(store, &o, &steps, &ns, err, errlen);
+    if (st) return st;
     fprintf(out, "%-12s %-9s %s\n", "STEP", "STATE", "DETAIL");
     if (ns == 0) fprintf(out, "(no checkpoints under this URI)\n");
     for (size_t i = 0; i < ns; i++) {

@@ -215,31 +215,33 @@ ckpt_status ckpt_store_read(ckpt_store *s, const char *name, size_t max, void **
     return CKPT_OK;
 }
 
-static int cmp_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+/* The objects found: names and sizes together, until handed out. */
+typedef struct {
+    char *name;
+    uint64_t size;
+} object;
 
 typedef struct {
-    char **names;
-    uint64_t *sizes;
+    object *items;
     size_t n, cap;
 } listing;
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(((const object *)a)->name, ((const object *)b)->name);
+}
 
 static int add(listing *l, const char *name, uint64_t size)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
-        char **nn = realloc(l->names, cap * sizeof *nn);
-        if (!nn) return -1;
-        l->names = nn;
-        uint64_t *ns = realloc(l->sizes, cap * sizeof *ns);
-        if (!ns) return -1;
-        l->sizes = ns;
+        object *items = realloc(l->items, cap * sizeof *items);
+        if (!items) return -1;
+        l->items = items;
         l->cap = cap;
     }
-    if (!(l->names[l->n] = strdup(name))) return -1;
-    l->sizes[l->n++] = size;
+    if (!(l->items[l->n].name = strdup(name))) return -1;
+    l->items[l->n++].size = size;
     return 0;
 }
 
@@ -271,42 +273,26 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
                             char *err, size_t errlen)
 {
     listing l = {0};
-    if (walk(s->root, "", 1, &l) != 0) {
-        int e = errno;
-        for (size_t i = 0; i < l.n; i++) free(l.names[i]);
-        free(l.names);
-        free(l.sizes);
+    int e = walk(s->root, "", 1, &l) != 0 ? errno : 0;
+    char **nm = NULL;
+    uint64_t *sz = NULL;
+    if (!e && !((nm = malloc((l.n + 1) * sizeof *nm)) && (sz = malloc((l.n + 1) * sizeof *sz))))
+        e = ENOMEM;
+    if (e) {
+        for (size_t i = 0; i < l.n; i++) free(l.items[i].name);
+        free(l.items);
+        free(nm);
         snprintf(err, errlen, "checkpoint: listing %s failed: %s", s->root, strerror(e));
         return errno_status(e);
     }
-    /* sort names and sizes together: sort an index by name */
-    if (l.n > 1) {
-        char **sorted = malloc(l.n * sizeof *sorted);
-        uint64_t *ss = malloc(l.n * sizeof *ss);
-        if (!sorted || !ss) {
-            free(sorted);
-            free(ss);
-            for (size_t i = 0; i < l.n; i++) free(l.names[i]);
-            free(l.names);
-            free(l.sizes);
-            snprintf(err, errlen, "checkpoint: out of memory listing %s", s->root);
-            return CKPT_RETRY;
-        }
-        memcpy(sorted, l.names, l.n * sizeof *sorted);
-        qsort(sorted, l.n, sizeof *sorted, cmp_name);
-        for (size_t i = 0; i < l.n; i++)
-            for (size_t j = 0; j < l.n; j++)
-                if (l.names[j] == sorted[i]) {
-                    ss[i] = l.sizes[j];
-                    break;
-                }
-        free(l.names);
-        free(l.sizes);
-        l.names = sorted;
-        l.sizes = ss;
+    if (l.n > 1) qsort(l.items, l.n, sizeof *l.items, cmp_name);
+    for (size_t i = 0; i < l.n; i++) {
+        nm[i] = l.items[i].name;
+        sz[i] = l.items[i].size;
     }
-    *names = l.names;
-    *sizes = l.sizes;
+    free(l.items);
+    *names = nm;
+    *sizes = sz;
     *n = l.n;
     return CKPT_OK;
 }

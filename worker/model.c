@@ -207,12 +207,9 @@ static size_t carve(vit_model *m, void *base)
 
 /* Dims, the tensor layout and the arena's size: everything but the big
  * buffers. Returns NULL when host memory for the small tables runs out. */
-static vit_model *plan(const model_config *mc, int max_batch, const model_options *opts,
-                       const vit_ops *ops)
+/* The widths of the model mc describes. */
+static void set_dims(vit_model *m, const model_config *mc)
 {
-    vit_model *m = calloc(1, sizeof *m);
-    if (!m) return NULL;
-    m->ops = ops;
     m->S = mc->image_size;
     m->P = mc->patch_size;
     m->C = mc->channels;
@@ -223,6 +220,15 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
     m->K = mc->num_classes;
     m->N = (m->S / m->P) * (m->S / m->P);
     m->T = m->N + 1;
+}
+
+static vit_model *plan(const model_config *mc, int max_batch, const model_options *opts,
+                       const vit_ops *ops)
+{
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->ops = ops;
+    set_dims(m, mc);
     m->max_batch = max_batch;
     m->ckpt = opts && opts->activation_checkpointing;
     m->stop = opts ? opts->stop : NULL;
@@ -264,15 +270,7 @@ int model_unit_bounds(const model_config *mc, size_t *bounds, int max)
     if (max < mc->depth + 3) return 0;
     vit_model *m = calloc(1, sizeof *m);
     if (!m) return 0;
-    m->D = mc->dim;
-    m->L = mc->depth;
-    m->C = mc->channels;
-    m->P = mc->patch_size;
-    m->S = mc->image_size;
-    m->H = config_mlp_hidden(mc);
-    m->K = mc->num_classes;
-    m->N = (m->S / m->P) * (m->S / m->P);
-    m->T = m->N + 1;
+    set_dims(m, mc);
     m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
     int n = 0;
     if (m->tensors) {
