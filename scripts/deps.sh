@@ -12,6 +12,7 @@ PACKAGES=(
   libcriterion-dev bats libmicrohttpd-dev uthash-dev libgloo-dev
   dataset-fashion-mnist python3-torch
   python3-jsonschema python3-yaml openssl iproute2
+  libxml2-dev libssl-dev curl
 )
 
 missing=()
