@@ -83,7 +83,7 @@ WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c
                $(CXX_OBJ)
 OPERATOR_OBJ = $(SHARED_OBJ) $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
-              $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench \
+              $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -149,7 +149,7 @@ $(BUILD)/bin/vitjob-operator: $(OPERATOR_OBJ) $(BUILD)/obj/operator/main.o
 $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 	$(call link,$(WORKER_LDLIBS))
 
-$(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
+$(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
@@ -174,11 +174,12 @@ demo: deps
 
 bench: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/sgemm_rate \
-		$(BUILD)/bin/vitjob-operator $(BUILD)/bin/comm_bench
+		$(BUILD)/bin/vitjob-operator $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
 	/usr/bin/python3 bench/operator_bench.py --build $(BUILD)
 	$(BUILD)/bin/comm_bench
 	python3 bench/ranks_bench.py --build $(BUILD)
+	python3 bench/ckpt_bench.py --build $(BUILD)
 
 # Every CUDA op against the CPU op, and bf16 training on the GPU against the
 # CPU (tests/test_gpu_*.c; `make test` runs them too, and they skip, saying

@@ -1,16 +1,41 @@
 #!/usr/bin/env bats
 # tests/ckpt.bats - checkpoints and resume end to end (worker/ckpt.c,
 # worker/ckpt_store.c, the resume and save paths of worker/train.c, the
-# `checkpoints` and `export` commands), on file://: a resumed run follows
-# the uninterrupted one bit for bit at 1 and 2 ranks in every sharding
-# mode and within 1e-5 across world sizes; torn and corrupt steps are
-# passed over; a kill -9 at any moment loses only the steps since the last
-# checkpoint; a stop saves the last completed step; another model's
-# checkpoint is refused.
+# `checkpoints` and `export` commands), on file:// (CK_BACKEND=file, the
+# default) or on S3 (CK_BACKEND=s3: moto's server on loopback with
+# signatures checked, tests/s3/moto_server.py): a resumed run follows the
+# uninterrupted one bit for bit at 1 and 2 ranks in every sharding mode and
+# within 1e-5 across world sizes; torn and corrupt steps are passed over; a
+# kill -9 at any moment loses only the steps since the last checkpoint; a
+# stop saves the last completed step; another model's checkpoint is
+# refused; on S3 a failing server is retried through and one that stays
+# down is a retryable error.
 
 load ranks_helpers
 
+setup_file() {
+  export CK_BACKEND=${CK_BACKEND:-file}
+  [ "$CK_BACKEND" = s3 ] || return 0
+  export PY=${VITJOB_TEST_PYTHON:-python3}
+  if ! "$PY" -c 'import moto, boto3' 2>/dev/null; then
+    export S3_SKIP="no moto and boto3 in $PY (set VITJOB_TEST_PYTHON)"
+    return 0
+  fi
+  "$PY" tests/s3/moto_server.py --port 0 --env-out "$BATS_FILE_TMPDIR/s3.env" --bucket vitjob-ck \
+    > "$BATS_FILE_TMPDIR/moto.log" 2>&1 3>&- &
+  echo $! > "$BATS_FILE_TMPDIR/moto.pid"
+  for _ in $(seq 1 300); do [ -s "$BATS_FILE_TMPDIR/s3.env" ] && break; sleep 0.1; done
+  [ -s "$BATS_FILE_TMPDIR/s3.env" ] || { cat "$BATS_FILE_TMPDIR/moto.log"; return 1; }
+  set -a; . "$BATS_FILE_TMPDIR/s3.env"; set +a
+}
+
+teardown_file() {
+  [ -f "$BATS_FILE_TMPDIR/moto.pid" ] && kill "$(cat "$BATS_FILE_TMPDIR/moto.pid")" 2>/dev/null
+  return 0
+}
+
 setup() {
+  [ -z "${S3_SKIP:-}" ] || skip "$S3_SKIP"
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
@@ -18,8 +43,43 @@ setup() {
         --set training.globalBatchSize=48 --set training.microBatchSize=4
         --set training.threads=1 --set training.exportPath=
         --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
+  ENDPOINT=()
+  [ "$CK_BACKEND" = s3 ] && ENDPOINT=(--endpoint "$S3_ENDPOINT")
+  return 0
 }
 
+s3() { [ "$CK_BACKEND" = s3 ]; }
+
+# uri NAME: where this test's checkpoints called NAME live
+uri() {
+  if s3; then echo "s3://vitjob-ck/$(basename "$TMP")/$1"; else echo "file://$TMP/$1"; fi
+}
+
+# ck NAME: sets CK to the worker's settings for checkpoints under NAME
+ck() {
+  CK=(--set checkpoint.uri="$(uri "$1")")
+  if s3; then CK+=(--set checkpoint.endpoint="$S3_ENDPOINT"); fi
+}
+
+# rm_step NAME STEP: removes a step's objects behind the worker's back
+rm_step() {
+  local d; d=$(printf 'step-%09d' "$2")
+  if s3; then "$PY" tests/s3/s3ctl.py rm "$(uri "$1")/$d/"; else rm -r "$TMP/$1/$d"; fi
+}
+
+# has NAME OBJECT: the object exists
+has() {
+  if s3; then "$PY" tests/s3/s3ctl.py exists "$(uri "$1")/$2"; else [ -f "$TMP/$1/$2" ]; fi
+}
+
+# rm_obj NAME OBJECT and flip NAME OBJECT OFFSET (xor 0x5a)
+rm_obj() {
+  if s3; then "$PY" tests/s3/s3ctl.py rm "$(uri "$1")/$2"; else rm "$TMP/$1/$2"; fi
+}
+flip() {
+  if s3; then "$PY" tests/s3/s3ctl.py flip "$(uri "$1")/$2" "$3"
+  else printf '\x5a' | dd of="$TMP/$1/$2" bs=1 seek="$3" conv=notrunc 2>/dev/null; fi
+}
 
 # losses A.jsonl B.jsonl FROM: the loss lines of steps > FROM are identical
 same_from() {
@@ -31,13 +91,13 @@ same_from() {
   for w in 1 2; do
     for mode in none grad-op full; do
       [ "$w" -eq 1 ] && [ "$mode" != none ] && continue
-      ck=(--set checkpoint.uri="file://$TMP/ck-$w-$mode" --set checkpoint.intervalSteps=4
-          --set training.sharding=$mode)
-      run_world "$w" "$TMP/a-$w-$mode" "${ARGS[@]}" "${ck[@]}" --set training.exportPath="$TMP/a-$w-$mode.st"
-      [ -f "$TMP/ck-$w-$mode/step-000000004/manifest.json" ]
-      [ -f "$TMP/ck-$w-$mode/step-000000008/manifest.json" ]
-      rm -r "$TMP/ck-$w-$mode/step-000000008"   # as if it died after step 4's checkpoint
-      run_world "$w" "$TMP/b-$w-$mode" "${ARGS[@]}" "${ck[@]}" --set training.exportPath="$TMP/b-$w-$mode.st"
+      ck "ck-$w-$mode"
+      CK+=(--set checkpoint.intervalSteps=4 --set training.sharding=$mode)
+      run_world "$w" "$TMP/a-$w-$mode" "${ARGS[@]}" "${CK[@]}" --set training.exportPath="$TMP/a-$w-$mode.st"
+      has "ck-$w-$mode" step-000000004/manifest.json
+      has "ck-$w-$mode" step-000000008/manifest.json
+      rm_step "ck-$w-$mode" 8   # as if it died after step 4's checkpoint
+      run_world "$w" "$TMP/b-$w-$mode" "${ARGS[@]}" "${CK[@]}" --set training.exportPath="$TMP/b-$w-$mode.st"
       grep -q "event=resumed step=4 from_world_size=$w from_sharding=$mode" "$TMP/b-$w-$mode/rank-0.log"
       echo "world $w, sharding $mode: steps 5-8 and the weights identical"
       same_from "$TMP/a-$w-$mode/metrics.jsonl" "$TMP/b-$w-$mode/metrics.jsonl" 4
@@ -49,31 +109,33 @@ same_from() {
 @test "resume on another world size: 2 ranks to 1 and 1 to 4 follow the one-process run" {
   run_world 1 "$TMP/one" "${ARGS[@]}"
   # 2 ranks (grad-op) save at 4; 1 rank resumes
-  run_world 2 "$TMP/two" "${ARGS[@]}" --set checkpoint.uri="file://$TMP/c21" \
-    --set checkpoint.intervalSteps=4 --set training.sharding=grad-op
-  rm -r "$TMP/c21/step-000000008"
-  run_world 1 "$TMP/to1" "${ARGS[@]}" --set checkpoint.uri="file://$TMP/c21"
+  ck c21
+  run_world 2 "$TMP/two" "${ARGS[@]}" "${CK[@]}" --set checkpoint.intervalSteps=4 --set training.sharding=grad-op
+  rm_step c21 8
+  run_world 1 "$TMP/to1" "${ARGS[@]}" "${CK[@]}"
   grep -q "event=resumed step=4 from_world_size=2 from_sharding=grad-op world_size=1" "$TMP/to1/rank-0.log"
   compare <(grep '"loss"' "$TMP/one/metrics.jsonl" | tail -4) "$TMP/to1/metrics.jsonl" 1e-5
   # 1 rank saves at 4; 4 ranks (full) resume
-  run_world 1 "$TMP/solo" "${ARGS[@]}" --set checkpoint.uri="file://$TMP/c14" --set checkpoint.intervalSteps=4
-  rm -r "$TMP/c14/step-000000008"
-  run_world 4 "$TMP/to4" "${ARGS[@]}" --set checkpoint.uri="file://$TMP/c14" --set training.sharding=full
+  ck c14
+  run_world 1 "$TMP/solo" "${ARGS[@]}" "${CK[@]}" --set checkpoint.intervalSteps=4
+  rm_step c14 8
+  run_world 4 "$TMP/to4" "${ARGS[@]}" "${CK[@]}" --set training.sharding=full
   grep -q "event=resumed step=4 from_world_size=1 from_sharding=none world_size=4" "$TMP/to4/rank-0.log"
   compare <(grep '"loss"' "$TMP/one/metrics.jsonl" | tail -4) "$TMP/to4/metrics.jsonl" 1e-5
 }
 
 @test "a torn step and a shard with one flipped byte are passed over for the previous one" {
-  ck=(--set checkpoint.uri="file://$TMP/ck" --set checkpoint.intervalSteps=2 --set checkpoint.keep=10)
-  run_world 1 "$TMP/a" "${ARGS[@]}" "${ck[@]}"
-  rm "$TMP/ck/step-000000008/manifest.json"                       # torn
-  printf '\x5a' | dd of="$TMP/ck/step-000000006/shard-00000-of-00001.bin" bs=1 seek=4096 conv=notrunc 2>/dev/null
-  run "$WORKER" checkpoints --uri "file://$TMP/ck"
+  ck ck
+  CK+=(--set checkpoint.intervalSteps=2 --set checkpoint.keep=10)
+  run_world 1 "$TMP/a" "${ARGS[@]}" "${CK[@]}"
+  rm_obj ck step-000000008/manifest.json                          # torn
+  flip ck step-000000006/shard-00000-of-00001.bin 4096
+  run "$WORKER" checkpoints --uri "$(uri ck)" "${ENDPOINT[@]}"
   echo "$output"
   [[ "$output" == *"8            torn      no manifest"* ]]
   [[ "$output" == *"6            corrupt   "*"block 0"*"CRC"* ]]
   [[ "$output" == *"4            complete  world_size=1"* ]]
-  run_world 1 "$TMP/b" "${ARGS[@]}" "${ck[@]}"
+  run_world 1 "$TMP/b" "${ARGS[@]}" "${CK[@]}"
   grep -q 'event=skipped step=8 reason="torn' "$TMP/b/rank-0.log"
   grep -q 'event=skipped step=6 reason="corrupt' "$TMP/b/rank-0.log"
   grep -q "event=resumed step=4" "$TMP/b/rank-0.log"
@@ -82,16 +144,17 @@ same_from() {
 
 @test "kill -9 at any moment: the next run resumes from the last complete step and continues bit for bit" {
   run_world 1 "$TMP/ref" "${ARGS[@]}" --set training.steps=40
-  ck=(--set checkpoint.uri="file://$TMP/ck" --set checkpoint.intervalSteps=1 --set training.steps=40)
+  ck ck
+  CK+=(--set checkpoint.intervalSteps=1 --set training.steps=40)
   mkdir -p "$TMP/k"
-  start_rank 1 0 "$(free_port)" 0 "$TMP/k" "${ARGS[@]}" "${ck[@]}"
+  start_rank 1 0 "$(free_port)" 0 "$TMP/k" "${ARGS[@]}" "${CK[@]}"
   for _ in $(seq 1 600); do grep -q "event=saved step=12" "$TMP/k/rank-0.log" 2>/dev/null && break; sleep 0.05; done
   sleep 0.0$((RANDOM % 10))
-  pkill -KILL -f "checkpoint.uri=file://$TMP/ck" || true
+  pkill -KILL -f "checkpoint.uri=$(uri ck)" || true
   wait
   last=$(grep -o 'event=saved step=[0-9]*' "$TMP/k/rank-0.log" | tail -1 | grep -o '[0-9]*$')
   echo "killed after the checkpoint of step $last"
-  run_world 1 "$TMP/r" "${ARGS[@]}" "${ck[@]}"
+  run_world 1 "$TMP/r" "${ARGS[@]}" "${CK[@]}"
   from=$(grep -o 'event=resumed step=[0-9]*' "$TMP/r/rank-0.log" | grep -o '[0-9]*$')
   echo "resumed from step $from"
   [ "$from" -ge "$last" ]
@@ -100,18 +163,19 @@ same_from() {
 
 @test "SIGTERM saves the last completed step, and the next run continues from it bit for bit" {
   run_world 2 "$TMP/ref" "${ARGS[@]}" --set training.sharding=full --set training.steps=30
-  ck=(--set checkpoint.uri="file://$TMP/ck" --set checkpoint.intervalSteps=1000 --set training.sharding=full
-      --set training.steps=30 --set training.logInterval=1)
+  ck ck
+  CK+=(--set checkpoint.intervalSteps=1000 --set training.sharding=full
+       --set training.steps=30 --set training.logInterval=1)
   mkdir -p "$TMP/t"
   port=$(free_port)
-  for r in 0 1; do start_rank 2 $r "$port" 0 "$TMP/t" "${ARGS[@]}" "${ck[@]}"; done
+  for r in 0 1; do start_rank 2 $r "$port" 0 "$TMP/t" "${ARGS[@]}" "${CK[@]}"; done
   for _ in $(seq 1 600); do grep -q "step=5/" "$TMP/t/rank-0.log" 2>/dev/null && break; sleep 0.05; done
-  pkill -TERM -f "checkpoint.uri=file://$TMP/ck" || true
+  pkill -TERM -f "checkpoint.uri=$(uri ck)" || true
   wait
   for r in 0 1; do [ "$(cat "$TMP/t/rank-$r.rc")" -eq 143 ]; done
   tail -1 "$TMP/t/rank-0.log"
   grep -q "every rank ended after step [0-9]*, checkpointed" "$TMP/t/rank-0.log"
-  run_world 2 "$TMP/r" "${ARGS[@]}" "${ck[@]}"
+  run_world 2 "$TMP/r" "${ARGS[@]}" "${CK[@]}"
   from=$(grep -o 'event=resumed step=[0-9]*' "$TMP/r/rank-0.log" | grep -o '[0-9]*$')
   echo "stopped and resumed at step $from"
   [ "$from" -ge 5 ]
@@ -119,26 +183,29 @@ same_from() {
 }
 
 @test "a checkpoint of another model is refused with exit 2, naming both" {
-  run_world 1 "$TMP/a" "${ARGS[@]}" --set checkpoint.uri="file://$TMP/ck" --set training.steps=2
-  run "$WORKER" train "${ARGS[@]}" --set checkpoint.uri="file://$TMP/ck" --set model.depth=2
+  ck ck
+  run_world 1 "$TMP/a" "${ARGS[@]}" "${CK[@]}" --set training.steps=2
+  run "$WORKER" train "${ARGS[@]}" "${CK[@]}" --set model.depth=2
   [ "$status" -eq 2 ]
   [[ "$output" == *"class=config"*"was written for the model"*'"depth":4'*"not this run's"*'"depth":2'* ]]
 }
 
 @test "export writes the newest complete step, or the one named, as the run's own export" {
-  run_world 1 "$TMP/a" "${ARGS[@]}" --set checkpoint.uri="file://$TMP/ck" --set checkpoint.intervalSteps=4 \
+  ck ck
+  run_world 1 "$TMP/a" "${ARGS[@]}" "${CK[@]}" --set checkpoint.intervalSteps=4 \
     --set training.exportPath="$TMP/run.st"
-  "$WORKER" export --from "file://$TMP/ck" --out "$TMP/last.st"
+  "$WORKER" export --from "$(uri ck)" --out "$TMP/last.st" "${ENDPOINT[@]}"
   cmp "$TMP/run.st" "$TMP/last.st"
-  "$WORKER" export --from "file://$TMP/ck/step-000000004" --out "$TMP/four.st"
+  "$WORKER" export --from "$(uri ck)/step-000000004" --out "$TMP/four.st" "${ENDPOINT[@]}"
   ! cmp -s "$TMP/run.st" "$TMP/four.st"
-  run "$WORKER" export --from "file://$TMP/ck/step-000000005" --out "$TMP/five.st"
+  run "$WORKER" export --from "$(uri ck)/step-000000005" --out "$TMP/five.st" "${ENDPOINT[@]}"
   [ "$status" -ne 0 ]
   [[ "$output" == *"step-000000005/manifest.json"* ]]
   [ ! -e "$TMP/five.st" ]
 }
 
 @test "a full disk under file:// is a clear retryable error and the previous checkpoint stays intact" {
+  s3 && skip "file:// only"
   mkdir -p "$TMP/small"
   mount -t tmpfs -o size=4m tmpfs "$TMP/small" 2>/dev/null || skip "cannot mount a small tmpfs here"
   run_world 1 "$TMP/a" "${ARGS[@]}" --set checkpoint.uri="file://$TMP/small/ck" \
@@ -150,4 +217,24 @@ same_from() {
   echo "$output"
   [[ "$output" == *"complete"* ]]
   [[ "$output" != *"corrupt"* ]]
+}
+
+@test "S3: a server that stays down is a clear retryable error (exit 1, class io) naming the endpoint" {
+  s3 || skip "S3 only"
+  port=$(free_port)   # nothing listens there
+  run env AWS_MAX_ATTEMPTS=3 "$WORKER" train "${ARGS[@]}" --set checkpoint.uri="s3://vitjob-ck/down/ck" \
+    --set checkpoint.endpoint="http://127.0.0.1:$port"
+  echo "$output" | tail -2
+  [ "$status" -eq 1 ]
+  [[ "$output" == *"class=io retried=yes"*"127.0.0.1:$port"* ]]
+}
+
+@test "S3: a wrong secret is refused at once with exit 2, naming the signature mismatch and not the secret" {
+  s3 || skip "S3 only"
+  ck ck
+  run env AWS_SECRET_ACCESS_KEY=not-the-secret-xyz "$WORKER" train "${ARGS[@]}" "${CK[@]}"
+  echo "$output" | tail -2
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"retried=no"*"ignature"* ]]
+  [[ "$output" != *"not-the-secret-xyz"* ]]
 }

@@ -235,6 +235,8 @@ ckpt_status ckpt_wait(ckpt_writer *w, double *copy_s, char *err, size_t errlen)
     return w->status;
 }
 
+double ckpt_copy_seconds(const ckpt_writer *w) { return w->copy_s; }
+
 ckpt_status ckpt_save(ckpt_writer *w, const ckpt_meta *meta, const ckpt_segment *segs, int n,
                       const vit_ops *ops, char *err, size_t errlen)
 {

@@ -67,6 +67,10 @@ ckpt_status ckpt_save(ckpt_writer *w, const ckpt_meta *meta, const ckpt_segment 
  * the seconds the last save's host copy took. */
 ckpt_status ckpt_wait(ckpt_writer *w, double *copy_s, char *err, size_t errlen);
 
+/* The seconds the last ckpt_save spent copying to host memory (known as
+ * soon as it returns; the rest of its time was waiting for the save
+ * before it). */
+double ckpt_copy_seconds(const ckpt_writer *w);
 /* A parsed manifest (opaque). */
 typedef struct ckpt_manifest ckpt_manifest;
 void ckpt_manifest_free(ckpt_manifest *m);

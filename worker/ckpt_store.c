@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "file.h"
+#include "s3.h"
 
 typedef enum { STORE_FILE, STORE_S3 } store_kind;
 
@@ -18,7 +19,16 @@ struct ckpt_store {
     store_kind kind;
     char root[4096]; /* file: the directory; s3: the key prefix ("" or ending in '/') */
     char bucket[256];
+    s3_client *s3;   /* s3 only */
 };
+
+/* What a failed S3 call means for a checkpoint. */
+static ckpt_status s3_to_ckpt(s3_status st)
+{
+    if (st == S3_OK) return CKPT_OK;
+    if (st == S3_NOT_FOUND) return CKPT_NOT_FOUND;
+    return s3_status_retryable(st) ? CKPT_RETRY : CKPT_PERMANENT;
+}
 
 static ckpt_status errno_status(int e)
 {
@@ -62,7 +72,6 @@ static int name_ok(const char *name)
 ckpt_status ckpt_store_open(ckpt_store **out, const char *uri, const char *endpoint, char *err,
                             size_t errlen)
 {
-    (void)endpoint;
     ckpt_store *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "checkpoint store: out of memory");
@@ -91,17 +100,72 @@ ckpt_status ckpt_store_open(ckpt_store **out, const char *uri, const char *endpo
         return CKPT_OK;
     }
     if (strncmp(uri, "s3://", 5) == 0) {
-        snprintf(err, errlen, "checkpoint.uri=%s: s3:// checkpoints are not in this build yet; "
-                 "use file://", uri);
-        free(s);
-        return CKPT_PERMANENT;
+        s->kind = STORE_S3;
+        char why[512];
+        if (s3_parse_uri(uri, s->bucket, sizeof s->bucket, s->root, sizeof s->root - 1, why,
+                         sizeof why) != 0) {
+            snprintf(err, errlen, "checkpoint.uri: %s", why);
+            free(s);
+            return CKPT_PERMANENT;
+        }
+        size_t n = strlen(s->root); /* "runs/a" must not also match "runs/ab/..." */
+        if (n > 0 && s->root[n - 1] != '/') strcat(s->root, "/");
+        /* AWS_CA_BUNDLE and AWS_MAX_ATTEMPTS as the AWS command line reads them */
+        s3_options o = {.endpoint = endpoint, .ca_bundle = getenv("AWS_CA_BUNDLE")};
+        const char *ma = getenv("AWS_MAX_ATTEMPTS");
+        if (ma && *ma) {
+            char *end;
+            long v = strtol(ma, &end, 10);
+            if (*end || v < 1 || v > 100) {
+                snprintf(err, errlen, "AWS_MAX_ATTEMPTS=%s must be a whole number from 1 to 100",
+                         ma);
+                free(s);
+                return CKPT_PERMANENT;
+            }
+            o.max_attempts = (int)v;
+        }
+        s3_status st = s3_new(&o, &s->s3, why, sizeof why);
+        if (st != S3_OK) {
+            snprintf(err, errlen, "checkpoint.uri=%s: %s", uri, why);
+            free(s);
+            return s3_to_ckpt(st);
+        }
+        *out = s;
+        return CKPT_OK;
     }
     snprintf(err, errlen, "checkpoint.uri=%s must start with s3:// or file://", uri);
     free(s);
     return CKPT_PERMANENT;
 }
 
-void ckpt_store_free(ckpt_store *s) { free(s); }
+void ckpt_store_free(ckpt_store *s)
+{
+    if (!s) return;
+    s3_free(s->s3);
+    free(s);
+}
+
+/* The S3 key of name; -1 with err filled for a bad name. */
+static int key_of(const ckpt_store *s, const char *name, char *out, size_t len, char *err,
+                  size_t errlen)
+{
+    if (!name_ok(name)) {
+        snprintf(err, errlen, "checkpoint store: bad object name '%s'", name);
+        return -1;
+    }
+    if ((size_t)snprintf(out, len, "%s%s", s->root, name) >= len) {
+        snprintf(err, errlen, "checkpoint store: key %s%s too long", s->root, name);
+        return -1;
+    }
+    return 0;
+}
+
+static ckpt_status s3_failed(s3_status st, const char *why, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "checkpoint: %s%s", why,
+             s3_status_retryable(st) ? " (retryable)" : "");
+    return s3_to_ckpt(st);
+}
 
 static int path_of(const ckpt_store *s, const char *name, char *out, size_t len, char *err,
                    size_t errlen)
@@ -121,6 +185,12 @@ ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, siz
                            char *err, size_t errlen)
 {
     char path[4600], dir[4600];
+    if (s->kind == STORE_S3) {
+        char why[1024];
+        if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+        s3_status st = s3_put(s->s3, s->bucket, path, buf, len, why, sizeof why);
+        return st == S3_OK ? CKPT_OK : s3_failed(st, why, err, errlen);
+    }
     if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = '\0';
@@ -155,6 +225,19 @@ ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t
                            char *err, size_t errlen)
 {
     char path[4600];
+    if (s->kind == STORE_S3) {
+        char why[1024];
+        size_t got = 0;
+        if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+        s3_status st = s3_get(s->s3, s->bucket, path, off, len, out, &got, why, sizeof why);
+        if (st != S3_OK) return s3_failed(st, why, err, errlen);
+        if (got < len) {
+            snprintf(err, errlen, "checkpoint: s3://%s/%s is shorter than %llu bytes (truncated)",
+                     s->bucket, path, (unsigned long long)(off + len));
+            return CKPT_PERMANENT;
+        }
+        return CKPT_OK;
+    }
     if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -186,6 +269,12 @@ ckpt_status ckpt_store_read(ckpt_store *s, const char *name, size_t max, void **
                             size_t *len, char *err, size_t errlen)
 {
     char path[4600];
+    if (s->kind == STORE_S3) {
+        char why[1024];
+        if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+        s3_status st = s3_get_all(s->s3, s->bucket, path, max, out, len, why, sizeof why);
+        return st == S3_OK ? CKPT_OK : s3_failed(st, why, err, errlen);
+    }
     if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -273,7 +362,21 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
                             char *err, size_t errlen)
 {
     listing l = {0};
-    int e = walk(s->root, "", 1, &l) != 0 ? errno : 0;
+    int e = 0;
+    if (s->kind == STORE_S3) {
+        s3_listing sl = {0};
+        char why[1024];
+        s3_status st = s3_list(s->s3, s->bucket, s->root, NULL, &sl, why, sizeof why);
+        if (st != S3_OK) return s3_failed(st, why, err, errlen);
+        size_t plen = strlen(s->root);
+        for (size_t i = 0; i < sl.n && !e; i++)
+            if (!sl.items[i].is_prefix && name_ok(sl.items[i].key + plen) &&
+                add(&l, sl.items[i].key + plen, sl.items[i].size) != 0)
+                e = ENOMEM;
+        s3_listing_free(&sl);
+    } else if (walk(s->root, "", 1, &l) != 0) {
+        e = errno;
+    }
     char **nm = NULL;
     uint64_t *sz = NULL;
     if (!e && !((nm = malloc((l.n + 1) * sizeof *nm)) && (sz = malloc((l.n + 1) * sizeof *sz))))
@@ -282,7 +385,9 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
         for (size_t i = 0; i < l.n; i++) free(l.items[i].name);
         free(l.items);
         free(nm);
-        snprintf(err, errlen, "checkpoint: listing %s failed: %s", s->root, strerror(e));
+        snprintf(err, errlen, "checkpoint: listing %s%s%s failed: %s",
+                 s->kind == STORE_S3 ? "s3://" : "", s->kind == STORE_S3 ? s->bucket : "",
+                 s->root, strerror(e));
         return errno_status(e);
     }
     if (l.n > 1) qsort(l.items, l.n, sizeof *l.items, cmp_name);
@@ -300,6 +405,12 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
 ckpt_status ckpt_store_delete(ckpt_store *s, const char *name, char *err, size_t errlen)
 {
     char path[4600];
+    if (s->kind == STORE_S3) {
+        char why[1024];
+        if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+        s3_status st = s3_delete(s->s3, s->bucket, path, why, sizeof why);
+        return st == S3_OK ? CKPT_OK : s3_failed(st, why, err, errlen);
+    }
     if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
     if (unlink(path) != 0 && errno != ENOENT) {
         int e = errno;

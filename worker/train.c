@@ -681,13 +681,16 @@ static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t er
         snprintf(err, errlen, "checkpoint: out of host memory");
         return VJ_ERR_OUT_OF_MEMORY;
     }
+    double t0 = mono_seconds();
     ckpt_status st = ckpt_save(r->cwriter, &meta, segs, n, r->ops, err, errlen);
     free(segs);
-    double copy_s = 0;
-    if (st == CKPT_OK && wait) st = ckpt_wait(r->cwriter, &copy_s, err, errlen);
+    /* stall: what training waited (the previous save, if still running,
+     * and the host copy); copy: the host copy alone */
+    double stall_s = mono_seconds() - t0, copy_s = ckpt_copy_seconds(r->cwriter);
+    if (st == CKPT_OK && wait) st = ckpt_wait(r->cwriter, NULL, err, errlen);
     if (st) return ckpt_class(st);
-    LOG_INFO("ckpt", "event=checkpoint step=%ld rank=%d wait=%d%s", steps, r->rank, wait,
-             wait ? " stored=1" : "");
+    LOG_INFO("ckpt", "event=checkpoint step=%ld rank=%d wait=%d stall_s=%.4f copy_s=%.4f%s",
+             steps, r->rank, wait, stall_s, copy_s, wait ? " stored=1" : "");
     return VJ_OK;
 }
 
