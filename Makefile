@@ -14,12 +14,13 @@
 CC      ?= gcc
 BUILD   ?= build
 ARCH    ?= -march=native
-PKGS    := libcjson yaml-0.1 zlib libcurl libmicrohttpd
+PKGS    := libcjson yaml-0.1 zlib libcurl libmicrohttpd libxml-2.0 libcrypto
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # what each program links: the worker no HTTP server, the operator no BLAS,
-# SLEEF, OpenMP or zlib (and so neither does its container image)
-WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl 2>/dev/null)
+# SLEEF, OpenMP or zlib (and so neither does its container image); only the
+# worker has the S3 client (lib/s3.c: libxml2 for S3's XML, libcrypto's SHA-256)
+WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto 2>/dev/null)
 OPERATOR_PKG_LIBS = $(shell pkg-config --libs libcjson yaml-0.1 libcurl libmicrohttpd 2>/dev/null)
 # OpenBLAS built on OpenMP, so that its GEMM threads and our OpenMP loops share
 # one thread pool (with the pthread build, OpenMP's spinning workers and
@@ -81,7 +82,8 @@ CORE_OBJ     = $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(CXX_OBJ)
 SHARED_OBJ   = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(API_SRC:%.c=$(BUILD)/obj/%.o)
 WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c=$(BUILD)/obj/%.o) \
                $(CXX_OBJ)
-OPERATOR_OBJ = $(SHARED_OBJ) $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
+# the S3 client is the worker's (checkpoints); the operator never talks to S3
+OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o,$(SHARED_OBJ)) $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)

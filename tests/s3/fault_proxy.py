@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""tests/s3/fault_proxy.py - an HTTP proxy that fails on purpose, between the
+S3 client and moto, to prove its retries.
+
+    python3 tests/s3/fault_proxy.py --listen-port P --target HOST:PORT --ready-file F
+        [--fail-500 N] [--reset N] [--down-file D] [--stats-file S]
+
+Listens on 127.0.0.1:P (0 = a free port; the port is written to F, atomically,
+once it listens). Each request is read whole (headers and Content-Length
+body), then: while --fail-500 has requests left, it is answered 500 with S3's
+InternalError XML; else while --reset has requests left, the connection is
+reset (RST: SO_LINGER 0); else it is sent on verbatim (the Host header the
+client signed included) to the target on a new connection and the reply
+sent back. While the file D exists, every connection is reset as it is
+accepted (the store is "down"). After every request, S "requests=N
+fail500=N resets=N" (atomically). Serves until SIGTERM/SIGINT or its
+parent dies.
+"""
+import argparse
+import ctypes
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+ERROR_500 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
+             b'<Message>We encountered an internal error. Please try again.</Message>'
+             b'<RequestId>fault-proxy</RequestId></Error>')
+
+lock = threading.Lock()
+state = {"requests": 0, "fail500": 0, "resets": 0}
+args = None
+
+
+def write_atomic(path, text):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def reset(sock):
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
+def read_head(sock, pending):
+    """Reads up to the blank line; returns (head, rest) or (None, b'') at EOF."""
+    data = pending
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None, b""
+        data += chunk
+    i = data.index(b"\r\n\r\n") + 4
+    return data[:i], data[i:]
+
+
+def header(head, name):
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == name:
+            return v.strip()
+    return None
+
+
+def read_exact(sock, have, n):
+    while len(have) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("short body")
+        have += chunk
+    return have[:n], have[n:]
+
+
+def read_chunked(sock, data):
+    """A chunked body, returned raw (with its framing)."""
+    out = b""
+    while True:
+        while b"\r\n" not in data:
+            c = sock.recv(65536)
+            if not c:
+                raise ConnectionError("short chunked body")
+            data += c
+        i = data.index(b"\r\n")
+        size = int(data[:i].split(b";")[0], 16)
+        out += data[:i + 2]
+        data = data[i + 2:]
+        body, data = read_exact(sock, data, size + 2)
+        out += body
+        if size == 0:
+            # trailers end with the blank line already read as size+2 bytes
+            return out, data
+
+
+def read_reply(up, method):
+    """One complete response from the upstream socket (bytes)."""
+    data = b""
+    while True:
+        head, data = read_head(up, data)
+        if head is None:
+            raise ConnectionError("upstream closed")
+        status = int(head.split(b" ", 2)[1])
+        if 100 <= status < 200:
+            continue  # 100 Continue: the proxy already has the body
+        break
+    if method == b"HEAD" or status in (204, 304):
+        return head
+    te = header(head, b"transfer-encoding")
+    if te and b"chunked" in te.lower():
+        body, _ = read_chunked(up, data)
+        return head + body
+    cl = header(head, b"content-length")
+    if cl is not None:
+        body, _ = read_exact(up, data, int(cl))
+        return head + body
+    while True:  # until the upstream closes
+        c = up.recv(65536)
+        if not c:
+            return head + data
+        data += c
+
+
+def stats():
+    if args.stats_file:
+        write_atomic(args.stats_file, "requests={requests} fail500={fail500} resets={resets}\n"
+                     .format(**state))
+
+
+def serve(conn):
+    pending = b""
+    try:
+        while True:
+            head, pending = read_head(conn, pending)
+            if head is None:
+                return
+            method = head.split(b" ", 1)[0]
+            cl = header(head, b"content-length")
+            body = b""
+            if header(head, b"expect") and cl:
+                conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            if cl is not None:
+                body, pending = read_exact(conn, pending, int(cl))
+            with lock:
+                state["requests"] += 1
+                if args.fail_500 > 0:
+                    args.fail_500 -= 1
+                    state["fail500"] += 1
+                    action = "500"
+                elif args.reset > 0:
+                    args.reset -= 1
+                    state["resets"] += 1
+                    action = "reset"
+                else:
+                    action = "forward"
+                stats()
+            if action == "500":
+                conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml"
+                             b"\r\nContent-Length: " + str(len(ERROR_500)).encode() +
+                             b"\r\n\r\n" + ERROR_500)
+                continue
+            if action == "reset":
+                reset(conn)
+                return
+            host, port = args.target.rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=60) as up:
+                up.sendall(head + body)
+                reply = read_reply(up, method)
+            conn.sendall(reply)
+    except (OSError, ConnectionError, ValueError, IndexError):
+        pass
+    finally:
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def die_with_parent():
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    ppid = os.getppid()
+
+    def watch():
+        while os.getppid() == ppid:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main():
+    global args
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen-port", type=int, default=0)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--ready-file", required=True)
+    ap.add_argument("--fail-500", type=int, default=0)
+    ap.add_argument("--reset", type=int, default=0)
+    ap.add_argument("--down-file")
+    ap.add_argument("--stats-file")
+    args = ap.parse_args()
+    die_with_parent()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", args.listen_port))
+    ls.listen(64)
+    stats()
+    write_atomic(args.ready_file, f"{ls.getsockname()[1]}\n")
+    while True:
+        conn, _ = ls.accept()
+        if args.down_file and os.path.exists(args.down_file):
+            reset(conn)
+            continue
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
