@@ -535,6 +535,21 @@ Test(s3, unknown_access_key_id_is_denied)
     s3_free(c);
 }
 
+Test(s3, session_token_is_sent_and_an_unknown_one_is_denied_without_showing_it)
+{
+    use_moto();
+    setenv("AWS_SESSION_TOKEN", "bogus-session-token-Zz9", 1);
+    s3_client *c = client_at(endpoint, (s3_options){0});
+    char err[ERRLEN], out[4];
+    size_t got;
+    /* a GET: its error reply has a body (S3 answers 400 InvalidToken) */
+    s3_status st = s3_get(c, "vj-errors", "k", 0, sizeof out, out, &got, err, sizeof err);
+    cr_assert_eq(st, S3_DENIED, "%s: %s", s3_status_name(st), err);
+    cr_assert(strstr(err, "InvalidToken"), "%s", err);
+    cr_assert_null(strstr(err, "bogus-session-token-Zz9"), "%s", err);
+    s3_free(c);
+}
+
 Test(s3, missing_bucket_is_no_bucket_with_code_and_message)
 {
     s3_client *c = client();
