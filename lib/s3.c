@@ -1072,7 +1072,7 @@ s3_status s3_list(s3_client *c, const char *bucket, const char *prefix, const ch
         req_free(&r);
         if (st != S3_OK) goto fail;
     } while (token);
-    qsort(out->items, out->n, sizeof *out->items, item_cmp);
+    if (out->n > 1) qsort(out->items, out->n, sizeof *out->items, item_cmp);
     goto done;
 nomem:
     st = S3_NOMEM;

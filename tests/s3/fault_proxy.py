@@ -3,13 +3,14 @@
 S3 client and moto, to prove its retries.
 
     python3 tests/s3/fault_proxy.py --listen-port P --target HOST:PORT --ready-file F
-        [--fail-500 N] [--reset N] [--down-file D] [--stats-file S]
+        [--fail-500 N] [--reset N] [--only-method M] [--down-file D] [--stats-file S]
 
 Listens on 127.0.0.1:P (0 = a free port; the port is written to F, atomically,
 once it listens). Each request is read whole (headers and Content-Length
 body), then: while --fail-500 has requests left, it is answered 500 with S3's
 InternalError XML; else while --reset has requests left, the connection is
-reset (RST: SO_LINGER 0); else it is sent on verbatim (the Host header the
+reset (RST: SO_LINGER 0); with --only-method, only requests of that method
+(PUT, GET, ...) count for these faults and the others pass; else it is sent on verbatim (the Host header the
 client signed included) to the target on a new connection and the reply
 sent back. While the file D exists, every connection is reset as it is
 accepted (the store is "down"). After every request, S "requests=N
@@ -149,7 +150,9 @@ def serve(conn):
                 body, pending = read_exact(conn, pending, int(cl))
             with lock:
                 state["requests"] += 1
-                if args.fail_500 > 0:
+                if args.only_method and method != args.only_method.encode():
+                    action = "forward"
+                elif args.fail_500 > 0:
                     args.fail_500 -= 1
                     state["fail500"] += 1
                     action = "500"
@@ -205,6 +208,7 @@ def main():
     ap.add_argument("--ready-file", required=True)
     ap.add_argument("--fail-500", type=int, default=0)
     ap.add_argument("--reset", type=int, default=0)
+    ap.add_argument("--only-method")
     ap.add_argument("--down-file")
     ap.add_argument("--stats-file")
     args = ap.parse_args()
