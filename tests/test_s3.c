@@ -495,11 +495,20 @@ Test(s3, keys_with_spaces_and_punctuation_round_trip_and_boto3_lists_and_reads_w
 Test(s3, virtual_hosted_style_round_trip_through_bucket_dot_localhost)
 {
     use_moto();
-    char ep[128];
-    snprintf(ep, sizeof ep, "http://localhost:%s", strrchr(endpoint, ':') + 1);
+    /* curl resolves *.localhost to the loopback; the proxy logs what it got */
+    char ep[128], log[512], want[256];
+    snprintf(log, sizeof log, "%s/vhost.requests", run_dir);
+    const char *flags[] = {"--log", log, NULL};
+    int pport;
+    pid_t proxy = proxy_start("vhost", flags, &pport);
+    snprintf(ep, sizeof ep, "http://localhost:%d", pport);
     s3_client *c = client_at(ep, (s3_options){.path_style = 2});
     char err[ERRLEN];
     cr_assert_eq(s3_put(c, "vj-vhost", "v/k 1", "abc", 3, err, sizeof err), S3_OK, "%s", err);
+    char *seen = read_text(log);
+    snprintf(want, sizeof want, "PUT /v/k%%201 vj-vhost.localhost:%d\n", pport);
+    cr_assert_str_eq(seen, want, "the bucket in the host name, not the path");
+    free(seen);
     s3_listing l = {0};
     cr_assert_eq(s3_list(c, "vj-vhost", "v/", NULL, &l, err, sizeof err), S3_OK, "%s", err);
     cr_assert_eq(l.n, 1);
@@ -509,6 +518,7 @@ Test(s3, virtual_hosted_style_round_trip_through_bucket_dot_localhost)
     cr_assert(strncmp(b, "v/k 1\t3\t", 8) == 0, "%s", b);
     free(b);
     s3_free(c);
+    stop(proxy);
 }
 
 /* ------------------------------------------------------------ errors */

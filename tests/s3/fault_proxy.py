@@ -3,7 +3,7 @@
 S3 client and moto, to prove its retries.
 
     python3 tests/s3/fault_proxy.py --listen-port P --target HOST:PORT --ready-file F
-        [--fail-500 N] [--reset N] [--only-method M] [--down-file D] [--stats-file S]
+        [--fail-500 N] [--reset N] [--only-method M] [--down-file D] [--stats-file S] [--log L]
 
 Listens on 127.0.0.1:P (0 = a free port; the port is written to F, atomically,
 once it listens). Each request is read whole (headers and Content-Length
@@ -15,7 +15,8 @@ client signed included) to the target on a new connection and the reply
 sent back. While the file D exists, every connection is reset as it is
 accepted (the store is "down"). After every request, S "requests=N
 fail500=N resets=N" (atomically). Serves until SIGTERM/SIGINT or its
-parent dies.
+parent dies. With --log, one line per request is appended to L:
+METHOD TARGET HOST (as the client sent them).
 """
 import argparse
 import ctypes
@@ -149,6 +150,10 @@ def serve(conn):
             if cl is not None:
                 body, pending = read_exact(conn, pending, int(cl))
             with lock:
+                if args.log:
+                    with open(args.log, "ab") as f:
+                        f.write(head.split(b" ", 2)[0] + b" " + head.split(b" ", 2)[1] + b" " +
+                                (header(head, b"host") or b"") + b"\n")
                 state["requests"] += 1
                 if args.only_method and method != args.only_method.encode():
                     action = "forward"
@@ -211,6 +216,7 @@ def main():
     ap.add_argument("--only-method")
     ap.add_argument("--down-file")
     ap.add_argument("--stats-file")
+    ap.add_argument("--log")
     args = ap.parse_args()
     die_with_parent()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
