@@ -14,7 +14,8 @@ reset (RST: SO_LINGER 0); with --only-method, only requests of that method
 client signed included) to the target on a new connection and the reply
 sent back. While the file D exists, every connection is reset as it is
 accepted (the store is "down"). After every request, S "requests=N
-fail500=N resets=N" (atomically). Serves until SIGTERM/SIGINT or its
+fail500=N resets=N maxinflight=N" (atomically; maxinflight: the most
+requests forwarded at once, to see parallel uploads). Serves until SIGTERM/SIGINT or its
 parent dies. With --log, one line per request is appended to L:
 METHOD TARGET HOST (as the client sent them).
 """
@@ -33,7 +34,7 @@ ERROR_500 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalErro
              b'<RequestId>fault-proxy</RequestId></Error>')
 
 lock = threading.Lock()
-state = {"requests": 0, "fail500": 0, "resets": 0}
+state = {"requests": 0, "fail500": 0, "resets": 0, "inflight": 0, "maxinflight": 0}
 args = None
 
 
@@ -131,8 +132,8 @@ def read_reply(up, method):
 
 def stats():
     if args.stats_file:
-        write_atomic(args.stats_file, "requests={requests} fail500={fail500} resets={resets}\n"
-                     .format(**state))
+        write_atomic(args.stats_file, "requests={requests} fail500={fail500} resets={resets} "
+                     "maxinflight={maxinflight}\n".format(**state))
 
 
 def serve(conn):
@@ -177,9 +178,17 @@ def serve(conn):
                 reset(conn)
                 return
             host, port = args.target.rsplit(":", 1)
-            with socket.create_connection((host, int(port)), timeout=60) as up:
-                up.sendall(head + body)
-                reply = read_reply(up, method)
+            with lock:
+                state["inflight"] += 1
+                state["maxinflight"] = max(state["maxinflight"], state["inflight"])
+            try:
+                with socket.create_connection((host, int(port)), timeout=60) as up:
+                    up.sendall(head + body)
+                    reply = read_reply(up, method)
+            finally:
+                with lock:
+                    state["inflight"] -= 1
+                    stats()
             conn.sendall(reply)
     except (OSError, ConnectionError, ValueError, IndexError):
         pass
