@@ -3,7 +3,9 @@
 # worker/ and kernels/ never include operator/ and operator/ never includes
 # worker/ or kernels/ (both use lib/ and api/); each program links only what
 # it uses (no BLAS, SLEEF or OpenMP in the operator, whose image would carry
-# them; no HTTP server in the worker), and neither carries the other's code.
+# them; no HTTP server in the worker; the S3 client and libxml2 in the worker
+# only), and neither carries the other's code; every lib/ file opens with a
+# comment naming itself.
 #
 # BUILD (default build) points at the build tree.
 
@@ -53,6 +55,26 @@ includes_of() {
   [[ "$output" != *libgloo* ]]
   [[ "$output" != *libstdc++* ]]
   [[ "$output" == *libmicrohttpd* ]]
+}
+
+@test "the S3 client (lib/s3.c, libxml2) is the worker's: the operator has neither" {
+  run nm --defined-only "$BUILD/bin/vitjob-worker"
+  [[ "$output" == *" s3_put"* ]]
+  run nm --defined-only "$BUILD/bin/vitjob-operator"
+  [[ "$output" != *" s3_put"* ]]
+  [[ "$output" != *" s3_new"* ]]
+  run ldd "$BUILD/bin/vitjob-operator"
+  [ "$status" -eq 0 ]
+  [[ "$output" != *libxml2* ]]
+}
+
+@test "every lib/ file opens with a comment naming itself (lib/s3.c included)" {
+  local f bad=""
+  for f in lib/*.c lib/*.h; do
+    head -1 "$f" | grep -qE "^/\* $f( |$)" || bad="$bad $f"
+  done
+  [ -z "$bad" ] || { echo "no opening comment naming the file:$bad"; false; }
+  [ -f lib/s3.c ]
 }
 
 @test "the worker links no HTTP server, and gloo for its CPU collectives" {

@@ -3,7 +3,7 @@
 S3 client and moto, to prove its retries.
 
     python3 tests/s3/fault_proxy.py --listen-port P --target HOST:PORT --ready-file F
-        [--fail-500 N] [--reset N] [--only-method M] [--down-file D] [--stats-file S]
+        [--fail-500 N] [--reset N] [--only-method M] [--down-file D] [--stats-file S] [--log L]
 
 Listens on 127.0.0.1:P (0 = a free port; the port is written to F, atomically,
 once it listens). Each request is read whole (headers and Content-Length
@@ -14,8 +14,10 @@ reset (RST: SO_LINGER 0); with --only-method, only requests of that method
 client signed included) to the target on a new connection and the reply
 sent back. While the file D exists, every connection is reset as it is
 accepted (the store is "down"). After every request, S "requests=N
-fail500=N resets=N" (atomically). Serves until SIGTERM/SIGINT or its
-parent dies.
+fail500=N resets=N maxinflight=N" (atomically; maxinflight: the most
+requests forwarded at once, to see parallel uploads). Serves until SIGTERM/SIGINT or its
+parent dies. With --log, one line per request is appended to L:
+METHOD TARGET HOST (as the client sent them).
 """
 import argparse
 import ctypes
@@ -32,7 +34,7 @@ ERROR_500 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalErro
              b'<RequestId>fault-proxy</RequestId></Error>')
 
 lock = threading.Lock()
-state = {"requests": 0, "fail500": 0, "resets": 0}
+state = {"requests": 0, "fail500": 0, "resets": 0, "inflight": 0, "maxinflight": 0}
 args = None
 
 
@@ -130,8 +132,8 @@ def read_reply(up, method):
 
 def stats():
     if args.stats_file:
-        write_atomic(args.stats_file, "requests={requests} fail500={fail500} resets={resets}\n"
-                     .format(**state))
+        write_atomic(args.stats_file, "requests={requests} fail500={fail500} resets={resets} "
+                     "maxinflight={maxinflight}\n".format(**state))
 
 
 def serve(conn):
@@ -149,6 +151,10 @@ def serve(conn):
             if cl is not None:
                 body, pending = read_exact(conn, pending, int(cl))
             with lock:
+                if args.log:
+                    with open(args.log, "ab") as f:
+                        f.write(head.split(b" ", 2)[0] + b" " + head.split(b" ", 2)[1] + b" " +
+                                (header(head, b"host") or b"") + b"\n")
                 state["requests"] += 1
                 if args.only_method and method != args.only_method.encode():
                     action = "forward"
@@ -172,9 +178,17 @@ def serve(conn):
                 reset(conn)
                 return
             host, port = args.target.rsplit(":", 1)
-            with socket.create_connection((host, int(port)), timeout=60) as up:
-                up.sendall(head + body)
-                reply = read_reply(up, method)
+            with lock:
+                state["inflight"] += 1
+                state["maxinflight"] = max(state["maxinflight"], state["inflight"])
+            try:
+                with socket.create_connection((host, int(port)), timeout=60) as up:
+                    up.sendall(head + body)
+                    reply = read_reply(up, method)
+            finally:
+                with lock:
+                    state["inflight"] -= 1
+                    stats()
             conn.sendall(reply)
     except (OSError, ConnectionError, ValueError, IndexError):
         pass
@@ -211,6 +225,7 @@ def main():
     ap.add_argument("--only-method")
     ap.add_argument("--down-file")
     ap.add_argument("--stats-file")
+    ap.add_argument("--log")
     args = ap.parse_args()
     die_with_parent()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))

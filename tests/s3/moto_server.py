@@ -16,9 +16,12 @@ moto 5.2.1 recomputes the signature over the URL as werkzeug re-quotes it,
 which rejects correctly signed requests whose key or query holds characters
 such as + = , : @ (the client signed %2B, the server signs +). Patched here,
 in this process only: the signature is checked against the raw request URI.
+moto also never checks x-amz-content-sha256 against the body, as S3 does
+(400 XAmzContentSHA256Mismatch); added here the same way.
 """
 import argparse
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -35,6 +38,7 @@ import boto3  # noqa: E402
 from botocore.config import Config  # noqa: E402
 from moto.core import responses as moto_responses  # noqa: E402
 from moto.core.authorization import ActionAuthenticatorMixin  # noqa: E402
+from moto.s3.exceptions import S3ClientError  # noqa: E402
 from moto.server import ThreadedMotoServer  # noqa: E402
 
 REGION = "us-east-1"
@@ -59,12 +63,28 @@ def patch_raw_uri():
         saved = self.uri
         self.uri = "http://raw" + (raw if raw.startswith("/") else "/" + raw)
         try:
-            return orig_auth(self, *a, **kw)
+            r = orig_auth(self, *a, **kw)
         finally:
             self.uri = saved
+        check_payload_hash(self)
+        return r
 
     base.setup_class = setup_class
     ActionAuthenticatorMixin._authenticate_and_authorize_action = authenticate
+
+
+def check_payload_hash(resp):
+    """S3 refuses a body whose SHA-256 is not the one signed for."""
+    sha = resp.headers.get("x-amz-content-sha256")
+    if not sha or sha == "UNSIGNED-PAYLOAD" or sha.startswith("STREAMING-"):
+        return
+    body = getattr(resp, "raw_body", None) or b""
+    if isinstance(body, str):
+        body = body.encode()
+    if hashlib.sha256(body).hexdigest() != sha.lower():
+        raise S3ClientError("XAmzContentSHA256Mismatch",
+                            "The provided 'x-amz-content-sha256' header does not match what "
+                            "was computed.")
 
 
 def die_with_parent():
