@@ -94,7 +94,7 @@ static const char *status_text(s3_status st)
     case S3_DENIED: return "access denied";
     case S3_BAD_SIGNATURE: return "signature does not match (a wrong secret key?)";
     case S3_UNREACHABLE: return "unreachable";
-    case S3_TRANSIENT: return "failed until the deadline";
+    case S3_TRANSIENT: return "server failing (5xx, 429, resets or timeouts)";
     case S3_INVALID: return "invalid request";
     case S3_NOMEM: return "out of memory";
     }

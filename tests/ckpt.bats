@@ -153,7 +153,8 @@ same_from() {
   pkill -KILL -f "checkpoint.uri=$(uri ck)" || true
   wait
   last=$(grep -o 'event=saved step=[0-9]*' "$TMP/k/rank-0.log" | tail -1 | grep -o '[0-9]*$')
-  echo "killed after the checkpoint of step $last"
+  echo "killed after the checkpoint of step $last; the newest steps then:"
+  "$WORKER" checkpoints --uri "$(uri ck)" "${ENDPOINT[@]}" | tail -3
   run_world 1 "$TMP/r" "${ARGS[@]}" "${CK[@]}"
   from=$(grep -o 'event=resumed step=[0-9]*' "$TMP/r/rank-0.log" | grep -o '[0-9]*$')
   echo "resumed from step $from"
@@ -217,6 +218,29 @@ same_from() {
   echo "$output"
   [[ "$output" == *"complete"* ]]
   [[ "$output" != *"corrupt"* ]]
+}
+
+@test "S3: a server that answers 500 and resets connections for a while: the uploads complete after retries, bit for bit" {
+  s3 || skip "S3 only"
+  "$PY" tests/s3/fault_proxy.py --listen-port 0 --target "${S3_ENDPOINT#http://}" --ready-file "$TMP/proxy.port" \
+    --fail-500 2 --reset 2 --only-method PUT --stats-file "$TMP/proxy.stats" 3>&- &
+  for _ in $(seq 1 100); do [ -s "$TMP/proxy.port" ] && break; sleep 0.1; done
+  ck=(--set checkpoint.uri="$(uri ck)" --set checkpoint.endpoint="http://127.0.0.1:$(cat "$TMP/proxy.port")"
+      --set checkpoint.intervalSteps=4 --set training.sharding=full)
+  run_world 2 "$TMP/a" "${ARGS[@]}" "${ck[@]}" --set training.exportPath="$TMP/a.st"
+  cat "$TMP/proxy.stats"
+  grep -q "fail500=2 resets=2" "$TMP/proxy.stats"
+  grep -q "level=warn comp=s3 op=PUT.*status=500" "$TMP/a/rank-0.log" "$TMP/a/rank-1.log"
+  run "$WORKER" checkpoints --uri "$(uri ck)" "${ENDPOINT[@]}"
+  echo "$output"
+  [[ "$output" == *"4            complete"* ]]
+  [[ "$output" == *"8            complete"* ]]
+  # and what was stored is what was trained: resume at 4 ends where the run ended
+  rm_step ck 8
+  ck "ck"
+  run_world 2 "$TMP/b" "${ARGS[@]}" "${CK[@]}" --set training.sharding=full --set training.exportPath="$TMP/b.st"
+  grep -q "event=resumed step=4" "$TMP/b/rank-0.log"
+  cmp "$TMP/a.st" "$TMP/b.st"
 }
 
 @test "S3: a server that stays down is a clear retryable error (exit 1, class io) naming the endpoint" {

@@ -28,6 +28,7 @@ start_rank() {
       VITJOB_RDZV_ENDPOINT="127.0.0.1:$port" VITJOB_COMM_HOST=127.0.0.1 \
       "$WORKER" train "$@" --log-level info > "$out/rank-$rank.out" 2> "$out/rank-$rank.log" || rc=$?
     echo "$rc" > "$out/rank-$rank.rc" ) &
+  RANK_PIDS+=($!)
 }
 
 # run_world W OUTDIR [worker args...]: W ranks; rank 0 writes OUTDIR/metrics.jsonl
@@ -37,6 +38,7 @@ run_world() {
   shift 2
   mkdir -p "$out"
   local port; port=$(free_port)
+  RANK_PIDS=()
   for r in $(seq 0 $((w - 1))); do
     if [ "$r" -eq 0 ]; then
       start_rank "$w" 0 "$port" 0 "$out" "$@" --metrics "$out/metrics.jsonl"
@@ -44,7 +46,7 @@ run_world() {
       start_rank "$w" "$r" "$port" 0 "$out" "$@"
     fi
   done
-  wait
+  wait "${RANK_PIDS[@]}"   # the ranks only, not a test's servers
   for r in $(seq 0 $((w - 1))); do
     if [ "$(cat "$out/rank-$r.rc")" != 0 ]; then
       echo "rank $r exited $(cat "$out/rank-$r.rc")"; tail -5 "$out/rank-$r.log"; return 1
