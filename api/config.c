@@ -148,6 +148,7 @@ static const config_key config_keys[] = {
     ROW_INT("training.collectiveTimeoutSeconds", training.collective_timeout_seconds, 1, 86400),
     ROW_INT("training.threads", training.threads, 0, 1024),
     ROW_INT("training.logInterval", training.log_interval, 1, 1000000000),
+    ROW_INT("training.reportIntervalSeconds", training.report_interval_seconds, 1, 86400),
     ROW_INT("training.evalInterval", training.eval_interval, 0, 1000000000),
     ROW_STR("training.exportPath", training.export_path),
 
@@ -882,6 +883,7 @@ void config_defaults(vit_job_config *cfg)
     t->collective_timeout_seconds = 600;
     t->threads = 0;
     t->log_interval = 50;
+    t->report_interval_seconds = 10;
     t->eval_interval = 0;
     set_str(t->export_path, sizeof t->export_path, "model.safetensors");
 

@@ -74,6 +74,7 @@ typedef struct {
     int collective_timeout_seconds; /* a collective waiting longer: the peer is lost */
     int threads;          /* 0 = what the CPU affinity and cgroup quota allow */
     int log_interval;     /* steps between progress lines */
+    int report_interval_seconds; /* rank 0: least seconds between status.progress patches */
     int eval_interval;    /* steps between test-set evaluations; 0 = end only */
     char export_path[CONFIG_STR]; /* safetensors written at the end; "" = none */
 } training_config;

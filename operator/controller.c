@@ -45,6 +45,8 @@ struct controller {
     runner_source sources[INF_COUNT]; /* KINDS' sources, in the runner's form */
     runner *run;
     metrics_counter *m_created, *m_succeeded, *m_failed, *m_restarted;
+    /* per job, from status.progress as the informer sees it (set at each scrape) */
+    metrics_gauge *m_step, *m_loss, *m_ips, *m_eta;
 };
 
 /* ---- applying a plan ------------------------------------------------------ */
@@ -375,6 +377,32 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
     return result;
 }
 
+/* ---- per-job metrics -------------------------------------------------------- */
+
+/* The metrics collector: one series per job in the informer's cache and
+ * field of its status.progress (written by the worker), so a deleted job's
+ * series go with it. */
+static void collect_jobs(void *user)
+{
+    controller *c = user;
+    metrics_gauge *g[] = {c->m_step, c->m_loss, c->m_ips, c->m_eta};
+    static const char *const field[] = {"step", "loss", "imagesPerSecond", "etaSeconds"};
+    for (int i = 0; i < 4; i++) metrics_gauge_clear(g[i]);
+    cJSON *jobs = cache_list(runner_cache(c->run, INF_JOBS), NULL, NULL, NULL);
+    const cJSON *job;
+    cJSON_ArrayForEach(job, jobs) {
+        const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
+        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(job, "status"), "progress");
+        if (!ns || !name || !cJSON_IsObject(pr)) continue;
+        for (int i = 0; i < 4; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(pr, field[i]);
+            if (cJSON_IsNumber(v)) metrics_gauge_set(g[i], v->valuedouble, ns, name);
+        }
+    }
+    cJSON_Delete(jobs);
+}
+
 /* ---- lifecycle ------------------------------------------------------------ */
 
 int controller_start(const controller_opts *o, controller **out, char *err, size_t errlen)
@@ -395,7 +423,20 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
                                       sizeof merr, 0);
     c->m_restarted = metrics_counter_new(m, "vitjob_jobs_restarted_total",
                                          "Gang restarts of ViTJobs.", merr, sizeof merr, 0);
-    if (!c->m_created || !c->m_succeeded || !c->m_failed || !c->m_restarted) {
+    c->m_step = metrics_gauge_new(m, "vitjob_job_step", "Optimizer steps a ViTJob has done "
+                                  "(status.progress.step).", merr, sizeof merr, 2, "namespace",
+                                  "name");
+    c->m_loss = metrics_gauge_new(m, "vitjob_job_loss", "Training loss of a ViTJob's latest "
+                                  "reported step (status.progress.loss).", merr, sizeof merr, 2,
+                                  "namespace", "name");
+    c->m_ips = metrics_gauge_new(m, "vitjob_job_images_per_second", "Training throughput of a "
+                                 "ViTJob (status.progress.imagesPerSecond).", merr, sizeof merr, 2,
+                                 "namespace", "name");
+    c->m_eta = metrics_gauge_new(m, "vitjob_job_eta_seconds", "Seconds of training a ViTJob has "
+                                 "left (status.progress.etaSeconds).", merr, sizeof merr, 2,
+                                 "namespace", "name");
+    if (!c->m_created || !c->m_succeeded || !c->m_failed || !c->m_restarted || !c->m_step ||
+        !c->m_loss || !c->m_ips || !c->m_eta) {
         snprintf(err, errlen, "controller: cannot set up metrics: %s", merr);
         free(c);
         return -1;
@@ -410,6 +451,7 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
         free(c);
         return -1;
     }
+    metrics_set_collector(m, collect_jobs, c);
     *out = c;
     return 0;
 }
@@ -422,6 +464,7 @@ int controller_synced(const controller *c)
 void controller_join(controller *c)
 {
     if (!c) return;
+    metrics_set_collector(c->o.metrics, NULL, NULL); /* no scrape reads the caches after this */
     runner_join(c->run);
     free(c);
 }

@@ -12,7 +12,10 @@
  * child the API server refuses for good (kube_is_permanent: an invalid
  * object, a 403 from admission) fails the job with reason FailedCreate or
  * FailedUpdate and the server's message, and is not retried. The jobs
- * metrics (created, succeeded, failed, restarted).
+ * metrics (created, succeeded, failed, restarted), and per job (labels
+ * namespace, name) its status.progress as the informer sees it:
+ * vitjob_job_step, _loss, _images_per_second, _eta_seconds, set at each scrape
+ * from the cache, so a job that goes away takes its series with it.
  * Must not: keep state that cannot be rebuilt by relisting.
  */
 #ifndef VITJOB_CONTROLLER_H

@@ -56,6 +56,11 @@ struct metrics_histogram { struct family f; };
 struct metrics_registry {
     pthread_mutex_t mu;
     struct family *head, *tail;
+    /* the collector and each render run under collect_mu, so that what a
+     * collector sets is rendered whole (never half cleared) */
+    pthread_mutex_t collect_mu;
+    metrics_collect_fn collect;
+    void *collect_user;
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -331,6 +336,48 @@ static int update(struct family *f, enum op op, double v, va_list ap)
     return s ? 0 : -1;
 }
 
+int metrics_gauge_remove(metrics_gauge *g, ...)
+{
+    if (!g) return -1;
+    struct family *f = &g->f;
+    const char *values[METRICS_MAX_LABELS];
+    va_list ap;
+    va_start(ap, g);
+    for (int i = 0; i < f->n_labels; i++) values[i] = va_arg(ap, const char *);
+    va_end(ap);
+    for (int i = 0; i < f->n_labels; i++)
+        if (!values[i]) return -1;
+    pthread_mutex_lock(&f->reg->mu);
+    for (size_t i = 0; i < f->n_series; i++) {
+        if (cmp_values(f, f->series[i]->values, values) != 0) continue;
+        series_free(f, f->series[i]);
+        memmove(&f->series[i], &f->series[i + 1], (f->n_series - i - 1) * sizeof *f->series);
+        f->n_series--;
+        break;
+    }
+    pthread_mutex_unlock(&f->reg->mu);
+    return 0;
+}
+
+void metrics_gauge_clear(metrics_gauge *g)
+{
+    if (!g || g->f.n_labels == 0) return; /* an unlabelled family keeps its one series */
+    struct family *f = &g->f;
+    pthread_mutex_lock(&f->reg->mu);
+    for (size_t i = 0; i < f->n_series; i++) series_free(f, f->series[i]);
+    f->n_series = 0;
+    pthread_mutex_unlock(&f->reg->mu);
+}
+
+void metrics_set_collector(metrics_registry *reg, metrics_collect_fn fn, void *user)
+{
+    if (!reg) return;
+    pthread_mutex_lock(&reg->collect_mu); /* waits for a render in flight */
+    reg->collect = fn;
+    reg->collect_user = user;
+    pthread_mutex_unlock(&reg->collect_mu);
+}
+
 int metrics_counter_add(metrics_counter *c, double delta, ...)
 {
     if (!(delta >= 0)) return -1;
@@ -470,9 +517,12 @@ char *metrics_render(metrics_registry *reg)
 {
     if (!reg) return NULL;
     buf b = {0};
+    pthread_mutex_lock(&reg->collect_mu);
+    if (reg->collect) reg->collect(reg->collect_user);
     pthread_mutex_lock(&reg->mu);
     for (const struct family *f = reg->head; f && !b.failed; f = f->next) render_family(&b, f);
     pthread_mutex_unlock(&reg->mu);
+    pthread_mutex_unlock(&reg->collect_mu);
     if (b.failed) {
         buf_free(&b);
         return NULL;
@@ -490,6 +540,11 @@ metrics_registry *metrics_registry_new(void)
         free(reg);
         return NULL;
     }
+    if (pthread_mutex_init(&reg->collect_mu, NULL) != 0) {
+        pthread_mutex_destroy(&reg->mu);
+        free(reg);
+        return NULL;
+    }
     return reg;
 }
 
@@ -503,5 +558,6 @@ void metrics_registry_free(metrics_registry *reg)
         f = next;
     }
     pthread_mutex_destroy(&reg->mu);
+    pthread_mutex_destroy(&reg->collect_mu);
     free(reg);
 }

@@ -71,6 +71,20 @@ int metrics_gauge_set(metrics_gauge *g, double value, ...);
 int metrics_gauge_add(metrics_gauge *g, double delta, ...);
 int metrics_histogram_observe(metrics_histogram *h, double value, ...);
 
+/* Removes the series with these label values (absent: nothing). 0, or -1
+ * for a NULL handle or label value. */
+int metrics_gauge_remove(metrics_gauge *g, ...);
+/* Removes every series of a labelled gauge (an unlabelled one keeps its own). */
+void metrics_gauge_clear(metrics_gauge *g);
+
+/* A collector: called by metrics_render before it renders, to set gauges
+ * from the caller's state (e.g. one series per object in a cache, cleared
+ * and set again). Collectors and renders are serialised, so a render shows
+ * what one collection set. One per registry; NULL removes it, waiting for
+ * a render in flight (so the state it reads may be freed afterwards). */
+typedef void (*metrics_collect_fn)(void *user);
+void metrics_set_collector(metrics_registry *reg, metrics_collect_fn fn, void *user);
+
 /* The whole registry in text format 0.0.4; NULL if out of memory.
  * Caller frees with free(). */
 char *metrics_render(metrics_registry *reg);

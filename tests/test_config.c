@@ -76,6 +76,7 @@ static void assert_config_eq(const vit_job_config *a, const vit_job_config *b)
     EQ_NUM(training.collective_timeout_seconds);
     EQ_NUM(training.threads);
     EQ_NUM(training.log_interval);
+    EQ_NUM(training.report_interval_seconds);
     EQ_NUM(training.eval_interval);
     EQ_STR(training.export_path);
     EQ_STR(checkpoint.uri);

@@ -587,3 +587,51 @@ Test(metrics, concurrent_updates_are_all_counted_and_renders_stay_consistent)
     free(text);
     metrics_registry_free(reg);
 }
+
+/* ---------------------------------------------------------------- per-job gauges by a collector */
+
+typedef struct {
+    metrics_gauge *step;
+    const char *names[3]; /* the "jobs" a scrape sees; NULL-terminated */
+    int calls;
+} jobs_state;
+
+static void collect_jobs(void *user)
+{
+    jobs_state *s = user;
+    s->calls++;
+    metrics_gauge_clear(s->step);
+    for (int i = 0; s->names[i]; i++) metrics_gauge_set(s->step, 10.0 * (i + 1), "ns", s->names[i]);
+}
+
+Test(metrics, a_collector_sets_per_job_series_at_each_render_and_a_gone_job_loses_its_series)
+{
+    char err[ERRLEN] = "";
+    metrics_registry *reg = metrics_registry_new();
+    jobs_state s = {.names = {"a", "we\"ird\\", NULL}};
+    s.step = metrics_gauge_new(reg, "vitjob_job_step", "Steps done.", err, ERRLEN, 2, "namespace",
+                               "name");
+    cr_assert(s.step, "%s", err);
+    metrics_set_collector(reg, collect_jobs, &s);
+    char *text = metrics_render(reg);
+    cr_assert_str_eq(text, "# HELP vitjob_job_step Steps done.\n# TYPE vitjob_job_step gauge\n"
+                           "vitjob_job_step{namespace=\"ns\",name=\"a\"} 10\n"
+                           "vitjob_job_step{namespace=\"ns\",name=\"we\\\"ird\\\\\"} 20\n");
+    cr_assert_null(check_exposition(text), "%s", text);
+    free(text);
+    s.names[0] = "we\"ird\\"; /* job a went away */
+    s.names[1] = NULL;
+    text = metrics_render(reg);
+    cr_assert_null(strstr(text, "name=\"a\""), "a's series went with it:\n%s", text);
+    cr_assert(strstr(text, "name=\"we\\\"ird\\\\\"} 10\n"), "%s", text);
+    free(text);
+    cr_assert_eq(s.calls, 2, "one collection per render");
+    metrics_set_collector(reg, NULL, NULL);
+    cr_assert_eq(metrics_gauge_remove(s.step, "ns", "we\"ird\\"), 0);
+    cr_assert_eq(metrics_gauge_remove(s.step, "ns", "absent"), 0);
+    text = metrics_render(reg);
+    cr_assert_null(strstr(text, "vitjob_job_step{"), "removed:\n%s", text);
+    cr_assert_eq(s.calls, 2, "no collector after it is removed");
+    free(text);
+    metrics_registry_free(reg);
+}

@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -45,6 +46,7 @@ struct ckpt_writer {
     unsigned char *buf;
     size_t bytes, cap;
     double copy_s;
+    _Atomic long stored_step; /* rank 0: the newest step whose manifest is written; -1 none */
 };
 
 int ckpt_writer_new(ckpt_writer **out, ckpt_store *store, rdzv *r, int rank, int world, int keep,
@@ -61,6 +63,7 @@ int ckpt_writer_new(ckpt_writer **out, ckpt_store *store, rdzv *r, int rank, int
     w->world = world;
     w->keep = keep;
     w->timeout_s = timeout_s;
+    atomic_init(&w->stored_step, -1);
     *out = w;
     return 0;
 }
@@ -213,6 +216,7 @@ static ckpt_status store_all(ckpt_writer *w)
     st = ckpt_store_put(w->store, name, out, strlen(out), err, sizeof err);
     free(out);
     if (st) return fail(w, st, "%s", err);
+    atomic_store(&w->stored_step, w->meta.step);
     LOG_INFO("ckpt", "event=saved step=%ld world=%d", w->meta.step, w->world);
     retain(w);
     return CKPT_OK;
@@ -236,6 +240,8 @@ ckpt_status ckpt_wait(ckpt_writer *w, double *copy_s, char *err, size_t errlen)
 }
 
 double ckpt_copy_seconds(const ckpt_writer *w) { return w->copy_s; }
+
+long ckpt_stored_step(ckpt_writer *w) { return w ? atomic_load(&w->stored_step) : -1; }
 
 ckpt_status ckpt_save(ckpt_writer *w, const ckpt_meta *meta, const ckpt_segment *segs, int n,
                       const vit_ops *ops, char *err, size_t errlen)

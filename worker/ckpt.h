@@ -71,6 +71,10 @@ ckpt_status ckpt_wait(ckpt_writer *w, double *copy_s, char *err, size_t errlen);
  * soon as it returns; the rest of its time was waiting for the save
  * before it). */
 double ckpt_copy_seconds(const ckpt_writer *w);
+/* Rank 0: the newest step this writer has stored completely (its manifest
+ * written), -1 before the first; read from any thread at any time, without
+ * waiting for a save in flight. NULL w: -1. */
+long ckpt_stored_step(ckpt_writer *w);
 /* A parsed manifest (opaque). */
 typedef struct ckpt_manifest ckpt_manifest;
 void ckpt_manifest_free(ckpt_manifest *m);

@@ -21,6 +21,7 @@
 #include "model.h"
 #include "model_io.h"
 #include "optim.h"
+#include "report.h"
 #include "sysres.h"
 #include "util.h"
 
@@ -116,6 +117,13 @@ typedef struct {
     /* progress */
     double t_train, last_loss;
     long images_done;
+    /* rank 0 in Kubernetes: the writer of the job's status.progress (else
+     * NULL), the newest stored checkpoint handed to it, and the rate it is
+     * told (over windows of >= 2 s of training time) */
+    report *rep;
+    long steps_done, ckpt_reported;
+    double rate, rate_t;
+    long rate_images;
 } run;
 
 static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
@@ -583,9 +591,58 @@ static vj_err finish(run *r, char *err, size_t errlen)
     return VJ_OK;
 }
 
+#define RATE_WINDOW_S 2.0
+
+/* Rank 0 in Kubernetes: the progress after r->steps_done steps to the
+ * reporter, which writes it on its own thread (this returns at once). A
+ * checkpoint stored since the last call is written without waiting for the
+ * report interval. */
+static void hand_progress(run *r)
+{
+    if (!r->rep) return;
+    const long G = r->cfg->training.global_batch_size;
+    if (r->t_train - r->rate_t >= RATE_WINDOW_S) {
+        r->rate = (double)(r->images_done - r->rate_images) / (r->t_train - r->rate_t);
+        r->rate_t = r->t_train;
+        r->rate_images = r->images_done;
+    }
+    double rate = r->rate;
+    if (rate <= 0 && r->t_train > r->rate_t) /* the first window: what there is */
+        rate = (double)(r->images_done - r->rate_images) / (r->t_train - r->rate_t);
+    report_info p = {.step = r->steps_done, .total_steps = r->total,
+                     .epoch = r->train && r->train->n ? (double)r->images_done / r->train->n : 0,
+                     .loss = r->steps_done > r->start_step ? r->last_loss : NAN,
+                     .images_per_second = rate,
+                     .eta_seconds = rate > 0 ? (double)(r->total - r->steps_done) * G / rate : -1,
+                     .last_checkpoint_step = -1};
+    long stored = ckpt_stored_step(r->cwriter);
+    if (stored < 0 && r->start_step > 0) stored = r->start_step; /* resumed from it */
+    if (stored >= 0) {
+        const char *uri = r->cfg->checkpoint.uri;
+        size_t n = strlen(uri);
+        while (n > 0 && uri[n - 1] == '/') n--;
+        p.last_checkpoint_step = stored;
+        snprintf(p.last_checkpoint_uri, sizeof p.last_checkpoint_uri, "%.*s/step-%09ld", (int)n,
+                 uri, stored);
+    }
+    if (stored > r->ckpt_reported) {
+        r->ckpt_reported = stored;
+        report_checkpoint(r->rep, &p);
+    } else {
+        report_progress(r->rep, &p);
+    }
+}
+
 /* Frees what the run holds; a metrics file that fails to close fails the run. */
 static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
 {
+    if (r->rep) { /* the final state, with a checkpoint still being stored */
+        char why[256];
+        if (r->cwriter) ckpt_wait(r->cwriter, NULL, why, sizeof why);
+        hand_progress(r);
+        report_free(r->rep);
+        r->rep = NULL;
+    }
     if (r->metrics && fclose(r->metrics) != 0 && rc == VJ_OK) {
         snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(errno));
         rc = write_error_class(errno);
@@ -808,6 +865,14 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         rc = resume(&r, err, errlen);
     if (rc)
         return run_free(&r, rc, err, errlen);
+    r.steps_done = r.start_step;
+    r.ckpt_reported = r.start_step > 0 ? r.start_step - 1 : -1; /* the resumed one: reported once */
+    r.rate_t = r.t_train;
+    r.rate_images = r.images_done;
+    if (r.rank == 0) {
+        r.rep = report_from_env(&(report_options){.interval_s = tc->report_interval_seconds});
+        hand_progress(&r);
+    }
 
     LOG_INFO("train",
              "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d "
@@ -833,6 +898,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         }
         interval_loss += loss;
         interval_steps++;
+        r.steps_done = step + 1;
         int last = step + 1 == r.total;
         if (((step + 1) % tc->log_interval == 0 || last) && r.rank == 0) {
             double t = mono_seconds(),
@@ -847,6 +913,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             interval_steps = 0;
             t_interval = mono_seconds();
         }
+        hand_progress(&r);
         if (r.stop_agreed) { /* many ranks: all stop after this step, checkpointed */
             rc = save_checkpoint(&r, step + 1, 1, err, errlen);
             if (rc == VJ_OK)

@@ -314,11 +314,12 @@ class ProjectManifestsTest(unittest.TestCase):
     def test_get_vj_shows_phase_step_loss_from_status_in_printer_columns(self):
         self.ok(["patch", "vj", "fmnist-tiny", "--subresource=status", "--type=merge", "-p",
                  '{"status": {"phase": "Running", "restarts": 1, "progress": '
-                 '{"step": 120, "totalSteps": 936, "loss": 0.61, "imagesPerSecond": 2950.5}}}'])
+                 '{"step": 120, "totalSteps": 936, "loss": 0.61, "imagesPerSecond": 2950.5, '
+                 '"etaSeconds": 17}}}'])
         out = self.ok(["get", "vj", "fmnist-tiny"])
         header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
-        self.assertEqual(header[:7], ["NAME", "PHASE", "STEP", "TOTAL", "LOSS", "IMG/S", "RESTARTS"])
-        self.assertEqual(row[:7], ["fmnist-tiny", "Running", "120", "936", "0.61", "2950.5", "1"])
+        self.assertEqual(header[:8], ["NAME", "PHASE", "STEP", "TOTAL", "LOSS", "IMG/S", "ETA", "RESTARTS"])
+        self.assertEqual(row[:8], ["fmnist-tiny", "Running", "120", "936", "0.61", "2950.5", "17", "1"])
         # short name and the `all` category find it too
         self.assertIn("fmnist-tiny", self.ok(["get", "all"]))
 

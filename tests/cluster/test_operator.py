@@ -367,6 +367,39 @@ class ReconcileTest(Base):
             r = urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5)
             self.assertEqual(r.status, 200)
 
+    def test_progress_is_the_workers_the_operator_never_writes_it_and_serves_it_as_job_metrics(self):
+        self.apply(job_doc("prog"))
+        self.wait_pods("prog", ["prog-worker-0-r0", "prog-worker-1-r0"])
+        progress = {"step": 5, "totalSteps": 10, "epoch": 0.25, "loss": 1.25,
+                    "imagesPerSecond": 300.5, "etaSeconds": 12, "lastCheckpointStep": 4,
+                    "lastCheckpointURI": "file:///ck/step-000000004",
+                    "updateTime": "2026-01-02T03:04:05Z"}
+        r = self.c.patch(VJ + "/prog/status", {"status": {"progress": progress}})
+        self.assertEqual(r.status, 200, r)
+        # the operator's status writes (Running, then Succeeded) leave it as the worker wrote it
+        self.run_all("prog")
+        self.assertEqual(self.status("prog")["progress"], progress)
+        port = self.ops[0].port
+
+        def scrape():
+            return urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+        want = ['vitjob_job_step{namespace="default",name="prog"} 5\n',
+                'vitjob_job_loss{namespace="default",name="prog"} 1.25\n',
+                'vitjob_job_images_per_second{namespace="default",name="prog"} 300.5\n',
+                'vitjob_job_eta_seconds{namespace="default",name="prog"} 12\n']
+        text = wait_for("per-job metrics", lambda: all(w in scrape() for w in want) and scrape(), 10)
+        for name in ("vitjob_job_step", "vitjob_job_loss", "vitjob_job_images_per_second",
+                     "vitjob_job_eta_seconds"):
+            self.assertIn("# TYPE %s gauge\n" % name, text)
+            self.assertIn("# HELP %s " % name, text)
+        for rank in range(2):
+            self.set_pod("prog-worker-%d-r0" % rank, "Succeeded", exit_code=0)
+        self.wait_phase("prog", "Succeeded")
+        self.assertEqual(self.status("prog")["progress"], progress)
+        # a job that goes away takes its series with it
+        self.assertEqual(self.c.delete(VJ + "/prog").status, 200)
+        wait_for("per-job series gone", lambda: 'name="prog"' not in scrape(), 10)
+
     def test_zz_token_never_appears_in_the_logs(self):
         self.assertNotIn(self.server.token, self.ops[0].text())
         self.assertNotIn(self.op_token, self.ops[0].text())

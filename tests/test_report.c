@@ -1,0 +1,495 @@
+/* tests/test_report.c - worker/report.c against the test API server
+ * (tests/cluster/apiserver) with the project's CRD and a real ViTJob: the
+ * status.progress it writes, through the in-cluster configuration with a
+ * service-account token that may patch only its job's status; off outside
+ * Kubernetes; at most one write per interval; refused writes logged once
+ * per interval; training's hand-over never waiting for the network; the
+ * final state at exit. */
+#define KUBE_FIXTURE_SERVER
+#include "kube_fixture.h"
+
+#include <math.h>
+#include <stdatomic.h>
+
+#include "contract.h"
+#include "file.h"
+#include "report.h"
+#include "timefmt.h"
+#include "util.h"
+#include "yaml_json.h"
+
+#define VJ_PATH "/apis/" VJ_API_VERSION "/namespaces/default/" VJ_RESOURCE
+
+/* PATCH requests made by any kube client of this process (the reporter's). */
+static atomic_int patches;
+static void count_patches(void *user, const char *method, int code)
+{
+    (void)user;
+    (void)code;
+    if (strcmp(method, "PATCH") == 0) atomic_fetch_add(&patches, 1);
+}
+
+/* The project's CRD on the shared server (once; 409 from a parallel test is
+ * fine), served once it lists. */
+static void install_crd(kube_client *c)
+{
+    buf text = {0};
+    char err[ERRLEN];
+    cr_assert_eq(file_read(&text, "manifests/00-crd.yaml", err, sizeof err), 0, "%s", err);
+    cJSON *crd = NULL;
+    cr_assert_eq(yaml_json_parse(text.data, text.len, NULL, &crd, err, sizeof err), 0, "%s", err);
+    buf_free(&text);
+    kube_status st;
+    int rc = kube_create(c, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, NULL,
+                         &st);
+    cr_assert(rc == KUBE_OK || st.http_code == 409, "CRD: %s", st.message);
+    cJSON_Delete(crd);
+    for (int i = 0; i < 200; i++) {
+        if (kube_get(c, VJ_PATH, NULL, &st) == KUBE_OK) return;
+        sleep_ms(50);
+    }
+    cr_assert_fail("vitjobs never served: %s", st.message);
+}
+
+static void create_job(kube_client *c, const char *name)
+{
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"apiVersion\":\"" VJ_API_VERSION "\",\"kind\":\"" VJ_KIND "\","
+             "\"metadata\":{\"name\":\"%s\"},\"spec\":{\"replicas\":1,\"image\":\"x:1\","
+             "\"model\":{\"preset\":\"fmnist_tiny\"},\"training\":{\"steps\":10,"
+             "\"globalBatchSize\":128,\"microBatchSize\":64,\"optimizer\":{\"warmupSteps\":1}}}}",
+             name);
+    cJSON *o = cJSON_Parse(text);
+    kube_status st;
+    cr_assert_eq(kube_create(c, VJ_PATH, o, NULL, &st), KUBE_OK, "%s", st.message);
+    cJSON_Delete(o);
+}
+
+static void create(kube_client *c, const char *path, const char *json)
+{
+    cJSON *o = cJSON_Parse(json);
+    cr_assert(o, "bad JSON: %s", json);
+    kube_status st;
+    cr_assert_eq(kube_create(c, path, o, NULL, &st), KUBE_OK, "%s: %s", path, st.message);
+    cJSON_Delete(o);
+}
+
+/* A ServiceAccount `sa` and its token; with `job`, a Role and RoleBinding
+ * that allow get and patch of that job's status alone (as the operator's
+ * <job>-worker identity). Caller frees the token. */
+static char *sa_token(kube_client *c, const char *sa, const char *job)
+{
+    char j[1024], path[256];
+    snprintf(j, sizeof j, "{\"apiVersion\":\"v1\",\"kind\":\"ServiceAccount\",\"metadata\":"
+             "{\"name\":\"%s\"}}", sa);
+    create(c, NS "/serviceaccounts", j);
+    if (job) {
+        snprintf(j, sizeof j, "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"Role\","
+                 "\"metadata\":{\"name\":\"%s\"},\"rules\":[{\"apiGroups\":[\"" VJ_GROUP "\"],"
+                 "\"resources\":[\"vitjobs/status\"],\"verbs\":[\"get\",\"patch\"],"
+                 "\"resourceNames\":[\"%s\"]}]}", sa, job);
+        create(c, "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", j);
+        snprintf(j, sizeof j, "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":"
+                 "\"RoleBinding\",\"metadata\":{\"name\":\"%s\"},\"roleRef\":{\"apiGroup\":"
+                 "\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":\"%s\"},\"subjects\":"
+                 "[{\"kind\":\"ServiceAccount\",\"name\":\"%s\",\"namespace\":\"default\"}]}",
+                 sa, sa, sa);
+        create(c, "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", j);
+    }
+    snprintf(path, sizeof path, NS "/serviceaccounts/%s/token", sa);
+    cJSON *req = cJSON_Parse("{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":"
+                             "\"TokenRequest\",\"spec\":{\"expirationSeconds\":3600}}"),
+          *out = NULL;
+    kube_status st;
+    cr_assert_eq(kube_create(c, path, req, &out, &st), KUBE_OK, "%s", st.message);
+    char *t = strdup(str_at(out, "status", "token"));
+    cJSON_Delete(req);
+    cJSON_Delete(out);
+    return t;
+}
+
+/* A pod's view: a service-account directory (token, the server's CA,
+ * namespace) in dir, KUBERNETES_SERVICE_HOST/PORT for port and the job's
+ * VITJOB_NAME / VITJOB_NAMESPACE. */
+static void pod_env(const char *dir, const char *token, int port, const char *job)
+{
+    char p[600], portbuf[32];
+    snprintf(p, sizeof p, "%s/pki/ca.crt", shared_state());
+    char *ca = read_text(p);
+    cr_assert(ca);
+    snprintf(p, sizeof p, "%s/ca.crt", dir);
+    write_text(p, ca);
+    free(ca);
+    snprintf(p, sizeof p, "%s/namespace", dir);
+    write_text(p, "default");
+    snprintf(p, sizeof p, "%s/token", dir);
+    write_text(p, token);
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", portbuf, 1);
+    setenv(VJ_ENV_NAME, job, 1);
+    setenv(VJ_ENV_NAMESPACE, "default", 1);
+}
+
+static int shared_port(void)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/port", shared_state());
+    char *t = read_text(p);
+    cr_assert(t);
+    int port = atoi(t);
+    free(t);
+    return port;
+}
+
+/* Everything a test needs: the admin client, the CRD, the job, an identity
+ * for it and the pod's environment. */
+typedef struct {
+    kube_client *admin;
+    char dir[256];
+    char *token;
+} pod;
+
+static void pod_for(pod *pd, const char *job, const char *sa, int allowed)
+{
+    pd->admin = shared_client();
+    install_crd(pd->admin);
+    create_job(pd->admin, job);
+    pd->token = sa_token(pd->admin, sa, allowed ? job : NULL);
+    make_tmpdir(pd->dir, sizeof pd->dir);
+    pod_env(pd->dir, pd->token, shared_port(), job);
+    kube_set_observer(count_patches, NULL);
+}
+
+static void pod_free(pod *pd)
+{
+    kube_set_observer(NULL, NULL);
+    kube_client_free(pd->admin);
+    rm_rf(pd->dir);
+    free(pd->token);
+}
+
+static cJSON *get_job(kube_client *c, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, VJ_PATH "/%s", name);
+    cJSON *o = NULL;
+    kube_status st;
+    cr_assert_eq(kube_get(c, path, &o, &st), KUBE_OK, "%s", st.message);
+    return o;
+}
+
+static const cJSON *progress_of(const cJSON *job)
+{
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(job, "status"),
+                                            "progress");
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(x), "%s is not a number", key);
+    return x->valuedouble;
+}
+
+/* stderr into a file while a test runs, to read what was logged. */
+static int capture_stderr(const char *path)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+static void restore_stderr(int saved)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+static int count_lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static report_info info(long step)
+{
+    return (report_info){.step = step, .total_steps = 1000, .epoch = step / 100.0,
+                         .loss = 2.0 - step / 1000.0, .images_per_second = 512.5,
+                         .eta_seconds = (1000 - step) * 0.25, .last_checkpoint_step = -1};
+}
+
+TestSuite(report, .timeout = 60);
+
+Test(report, a_report_merges_every_progress_field_into_the_status_subresource_and_keeps_the_rest)
+{
+    pod pd;
+    pod_for(&pd, "rep-fields", "rep-fields-worker", 1);
+    /* the operator's part of the status, which the worker must leave alone */
+    cJSON *phase = cJSON_Parse("{\"status\":{\"phase\":\"Running\",\"restarts\":2}}");
+    kube_status st;
+    cr_assert_eq(kube_merge_patch(pd.admin, VJ_PATH "/rep-fields/status", phase, NULL, &st),
+                 KUBE_OK, "%s", st.message);
+    cJSON_Delete(phase);
+    atomic_store(&patches, 0); /* the reporter's from here */
+
+    report *r = report_from_env(&(report_options){.interval_s = 30, .sa_dir = pd.dir});
+    cr_assert(r, "reporting is on in a pod of a job");
+    report_info p = info(120);
+    p.last_checkpoint_step = 100;
+    snprintf(p.last_checkpoint_uri, sizeof p.last_checkpoint_uri, "file:///ck/step-000000100");
+    long long before = (long long)time(NULL);
+    report_checkpoint(r, &p);
+    report_free(r);
+    cr_assert_eq(atomic_load(&patches), 1, "one PATCH: %d", atomic_load(&patches));
+
+    cJSON *job = get_job(pd.admin, "rep-fields");
+    const cJSON *pr = progress_of(job);
+    cr_assert(pr, "status.progress written");
+    cr_assert_eq(num(pr, "step"), 120);
+    cr_assert_eq(num(pr, "totalSteps"), 1000);
+    cr_assert_float_eq(num(pr, "epoch"), 1.2, 1e-12);
+    cr_assert_float_eq(num(pr, "loss"), 1.88, 1e-12);
+    cr_assert_float_eq(num(pr, "imagesPerSecond"), 512.5, 1e-12);
+    cr_assert_eq(num(pr, "etaSeconds"), 220);
+    cr_assert_eq(num(pr, "lastCheckpointStep"), 100);
+    cr_assert_str_eq(cJSON_GetObjectItem(pr, "lastCheckpointURI")->valuestring,
+                     "file:///ck/step-000000100");
+    long long t;
+    const cJSON *ut = cJSON_GetObjectItem(pr, "updateTime");
+    cr_assert(cJSON_IsString(ut));
+    cr_assert_eq(timefmt_parse(ut->valuestring, &t), 0, "RFC 3339: %s", ut->valuestring);
+    cr_assert(t >= before - 1 && t <= (long long)time(NULL) + 1, "updateTime is now");
+    cr_assert_str_eq(str_at(job, "status", "phase"), "Running", "the operator's fields stay");
+    cr_assert_eq(num(cJSON_GetObjectItem(job, "status"), "restarts"), 2);
+    cJSON_Delete(job);
+    pod_free(&pd);
+}
+
+Test(report, reporting_is_off_and_silent_outside_kubernetes_or_without_a_job)
+{
+    char dir[256], logp[300];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(logp, sizeof logp, "%s/stderr", dir);
+    int saved = capture_stderr(logp);
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    setenv(VJ_ENV_NAME, "some-job", 1);
+    report *off1 = report_from_env(&(report_options){.sa_dir = dir});
+    setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", "1", 1);
+    unsetenv(VJ_ENV_NAME);
+    report *off2 = report_from_env(&(report_options){.sa_dir = dir});
+    setenv(VJ_ENV_NAME, "some-job", 1); /* ... and no service-account files */
+    report *off3 = report_from_env(&(report_options){.sa_dir = dir});
+    report_info p = info(1);
+    report_progress(NULL, &p); /* what training calls when off */
+    report_checkpoint(NULL, &p);
+    report_free(NULL);
+    restore_stderr(saved);
+    cr_assert_null(off1, "no KUBERNETES_SERVICE_HOST: off");
+    cr_assert_null(off2, "no job name: off");
+    cr_assert_null(off3, "no service-account token: off");
+    char *log = read_text(logp);
+    cr_assert_str_eq(log, "", "nothing logged at info level: %s", log);
+    free(log);
+    rm_rf(dir);
+}
+
+Test(report, many_steps_handed_over_make_at_most_one_write_per_interval_and_the_newest_wins)
+{
+    pod pd;
+    pod_for(&pd, "rep-interval", "rep-interval-worker", 1);
+    report *r = report_from_env(&(report_options){.interval_s = 0.5, .sa_dir = pd.dir});
+    cr_assert(r);
+    double t0 = mono_seconds();
+    long step = 0;
+    while (mono_seconds() - t0 < 1.6) {
+        report_info p = info(++step);
+        report_progress(r, &p);
+        sleep_ms(1);
+    }
+    int during = atomic_load(&patches);
+    /* the first write at once, then one per 0.5 s: 4 in 1.6 s */
+    cr_assert(during >= 2 && during <= 4, "%d PATCHes for %ld steps in 1.6 s", during, step);
+    report_free(r);
+    cr_assert_leq(atomic_load(&patches), during + 1, "one final write at most");
+    cJSON *job = get_job(pd.admin, "rep-interval");
+    cr_assert_eq(num(progress_of(job), "step"), (double)step, "the newest progress is the last");
+    cJSON_Delete(job);
+    pod_free(&pd);
+}
+
+Test(report, a_stored_checkpoint_is_written_at_once_not_at_the_next_interval)
+{
+    pod pd;
+    pod_for(&pd, "rep-ckpt", "rep-ckpt-worker", 1);
+    report *r = report_from_env(&(report_options){.interval_s = 60, .sa_dir = pd.dir});
+    cr_assert(r);
+    report_info p = info(10);
+    report_progress(r, &p); /* the first write goes out at once */
+    p = info(20);
+    report_progress(r, &p); /* this one waits for the interval */
+    p = info(50);
+    p.last_checkpoint_step = 50;
+    snprintf(p.last_checkpoint_uri, sizeof p.last_checkpoint_uri, "s3://b/run/step-000000050");
+    report_checkpoint(r, &p);
+    int seen = 0;
+    for (int i = 0; i < 100 && !seen; i++) {
+        cJSON *job = get_job(pd.admin, "rep-ckpt");
+        const cJSON *c = cJSON_GetObjectItem(progress_of(job), "lastCheckpointStep");
+        seen = cJSON_IsNumber(c) && c->valuedouble == 50;
+        cJSON_Delete(job);
+        if (!seen) sleep_ms(50);
+    }
+    cr_assert(seen, "checkpoint step 50 written within 5 s with a 60 s interval");
+    report_free(r);
+    pod_free(&pd);
+}
+
+Test(report, a_refused_write_is_logged_once_per_interval_with_code_and_message_never_the_token)
+{
+    pod pd;
+    pod_for(&pd, "rep-denied", "rep-denied-worker", 0); /* an identity without the Role */
+    char logp[300];
+    snprintf(logp, sizeof logp, "%s/stderr", pd.dir);
+    int saved = capture_stderr(logp);
+    report *r = report_from_env(&(report_options){.interval_s = 0.5, .sa_dir = pd.dir});
+    double t0 = mono_seconds(), worst = 0;
+    long step = 0;
+    while (mono_seconds() - t0 < 1.6) {
+        report_info p = info(++step);
+        double a = mono_seconds();
+        report_progress(r, &p);
+        if (mono_seconds() - a > worst) worst = mono_seconds() - a;
+        if (step % 100 == 0) report_checkpoint(r, &p); /* checkpoints do not log more often */
+        sleep_ms(1);
+    }
+    long failed = report_failed(r);
+    report_free(r);
+    restore_stderr(saved);
+    char *log = read_text(logp);
+    cr_assert(r, "on");
+    int lines = count_lines_with(log, "event=report_failed");
+    cr_assert(lines >= 2 && lines <= 5, "%d failure lines for %ld steps:\n%s", lines, step, log);
+    cr_assert(failed >= 2 && failed <= 5, "%ld attempts", failed);
+    cr_assert(strstr(log, "code=403"), "the HTTP status: %s", log);
+    cr_assert(strstr(log, "cannot patch resource \\\"vitjobs/status\\\"") ||
+                  strstr(log, "cannot patch resource"),
+              "the server's message: %s", log);
+    cr_assert_null(strstr(log, pd.token), "never the token");
+    cr_assert_lt(worst, 0.05, "a hand-over took %.3f s", worst);
+    cJSON *job = get_job(pd.admin, "rep-denied");
+    cr_assert_null(progress_of(job), "nothing written");
+    cJSON_Delete(job);
+    free(log);
+    pod_free(&pd);
+}
+
+Test(report, a_write_to_a_missing_job_is_logged_with_404_and_retried_at_the_next_interval)
+{
+    pod pd;
+    pod_for(&pd, "rep-missing", "rep-missing-worker", 1);
+    kube_status st; /* the job is deleted; its identity stays a while */
+    cr_assert_eq(kube_delete(pd.admin, VJ_PATH "/rep-missing", -1, NULL, NULL, &st), KUBE_OK,
+                 "%s", st.message);
+    for (int i = 0; i < 100 && kube_get(pd.admin, VJ_PATH "/rep-missing", NULL, &st) == KUBE_OK;
+         i++)
+        sleep_ms(50);
+    cr_assert_eq(st.http_code, 404);
+    char logp[300];
+    snprintf(logp, sizeof logp, "%s/stderr", pd.dir);
+    int saved = capture_stderr(logp);
+    report *r = report_from_env(&(report_options){.interval_s = 0.4, .sa_dir = pd.dir});
+    report_info p = info(1);
+    report_progress(r, &p); /* handed over once: retried without new progress */
+    sleep_ms(1000);
+    long failed = report_failed(r);
+    report_free(r);
+    restore_stderr(saved);
+    char *log = read_text(logp);
+    cr_assert(failed >= 2 && failed <= 4, "%ld attempts in 1 s at 0.4 s", failed);
+    int lines = count_lines_with(log, "code=404 reason=NotFound");
+    cr_assert(lines == failed || lines == failed + 1, "one line per attempt (and the final one): "
+              "%d for %ld\n%s", lines, failed, log);
+    free(log);
+    pod_free(&pd);
+}
+
+Test(report, handing_over_returns_at_once_while_the_server_hangs_and_exit_waits_a_bounded_time)
+{
+    char dir[256];
+    make_tmpdir(dir, sizeof dir);
+    int port, s = loopback_listener(&port); /* connects, never accepted: no answer */
+    pod_env(dir, "some-token", port, "rep-hang");
+    report *r = report_from_env(
+        &(report_options){.interval_s = 0.2, .request_timeout_s = 30, .final_timeout_s = 1,
+                          .sa_dir = dir});
+    cr_assert(r);
+    double t0 = mono_seconds(), worst = 0;
+    for (long step = 1; mono_seconds() - t0 < 1.0; step++) {
+        report_info p = info(step);
+        double a = mono_seconds();
+        if (step % 50 == 0) report_checkpoint(r, &p);
+        else report_progress(r, &p);
+        if (mono_seconds() - a > worst) worst = mono_seconds() - a;
+        sleep_ms(1);
+    }
+    cr_assert_lt(worst, 0.05, "a hand-over took %.3f s while the server hangs", worst);
+    double a = mono_seconds();
+    report_free(r);
+    double waited = mono_seconds() - a;
+    cr_assert(waited >= 0.9 && waited < 2.0, "exit waited %.2f s (final_timeout_s 1)", waited);
+    close(s);
+    /* a stopped server (connection refused): no wait at all */
+    s = loopback_listener(&port);
+    close(s);
+    pod_env(dir, "some-token", port, "rep-hang");
+    r = report_from_env(&(report_options){.interval_s = 0.2, .final_timeout_s = 1, .sa_dir = dir});
+    cr_assert(r);
+    worst = 0;
+    t0 = mono_seconds();
+    for (long step = 1; mono_seconds() - t0 < 0.5; step++) {
+        report_info p = info(step);
+        double b = mono_seconds();
+        report_progress(r, &p);
+        if (mono_seconds() - b > worst) worst = mono_seconds() - b;
+        sleep_ms(1);
+    }
+    cr_assert_lt(worst, 0.05, "a hand-over took %.3f s with the server stopped", worst);
+    cr_assert_geq(report_failed(r), 1);
+    report_free(r);
+    rm_rf(dir);
+}
+
+Test(report, the_final_state_is_written_at_exit_without_waiting_for_the_interval)
+{
+    pod pd;
+    pod_for(&pd, "rep-final", "rep-final-worker", 1);
+    report *r = report_from_env(&(report_options){.interval_s = 60, .sa_dir = pd.dir});
+    cr_assert(r);
+    report_info p = info(1);
+    report_progress(r, &p);
+    for (int i = 0; i < 100 && atomic_load(&patches) < 1; i++) sleep_ms(20);
+    cr_assert_eq(atomic_load(&patches), 1, "the first write at once");
+    for (long step = 2; step <= 1000; step++) {
+        p = info(step);
+        report_progress(r, &p);
+    }
+    cr_assert_eq(atomic_load(&patches), 1, "the rest wait for the interval");
+    double a = mono_seconds();
+    report_free(r);
+    cr_assert_lt(mono_seconds() - a, 5.0);
+    cr_assert_eq(atomic_load(&patches), 2, "one final write");
+    cJSON *job = get_job(pd.admin, "rep-final");
+    cr_assert_eq(num(progress_of(job), "step"), 1000, "the final state");
+    cr_assert_eq(num(progress_of(job), "etaSeconds"), 0);
+    cJSON_Delete(job);
+    pod_free(&pd);
+}
