@@ -10,7 +10,7 @@
 #                                                    the GPU suites skip without a GPU
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
-#                          tests/ckpt.bats           checkpoints and resume on file://
+#                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
@@ -115,7 +115,8 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t"; done
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
 bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
-bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD"
+bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
+bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
