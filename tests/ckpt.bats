@@ -96,6 +96,7 @@ same_from() {
       run_world "$w" "$TMP/a-$w-$mode" "${ARGS[@]}" "${CK[@]}" --set training.exportPath="$TMP/a-$w-$mode.st"
       has "ck-$w-$mode" step-000000004/manifest.json
       has "ck-$w-$mode" step-000000008/manifest.json
+      if s3; then "$PY" tests/s3/s3ctl.py verify "$(uri "ck-$w-$mode")"; fi   # boto3 reads what we wrote
       rm_step "ck-$w-$mode" 8   # as if it died after step 4's checkpoint
       run_world "$w" "$TMP/b-$w-$mode" "${ARGS[@]}" "${CK[@]}" --set training.exportPath="$TMP/b-$w-$mode.st"
       grep -q "event=resumed step=4 from_world_size=$w from_sharding=$mode" "$TMP/b-$w-$mode/rank-0.log"

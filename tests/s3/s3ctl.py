@@ -13,9 +13,14 @@ Usage (credentials and endpoint from AWS_* and S3_ENDPOINT in the environment):
   s3ctl.py exists URI                exit 0 when the object exists, 1 when not
   s3ctl.py flip URI OFFSET           xor the byte at OFFSET with 0x5a
   s3ctl.py readall URI               read every object under URI, print key size sha256
+  s3ctl.py verify URI                every step's manifest.json under URI, read by boto3:
+                                     its shards exist with its sizes and CRC-32 per block;
+                                     prints one line per step, exit 1 on a mismatch
 """
 import hashlib
+import json
 import os
+import zlib
 import sys
 
 import boto3
@@ -65,6 +70,24 @@ def main(argv):
             body = s3.get_object(Bucket=bucket, Key=k)["Body"].read()
             assert len(body) == size, (k, len(body), size)
             print(k[len(key):].lstrip("/"), size, hashlib.sha256(body).hexdigest())
+    elif cmd == "verify":
+        keys = dict(objects(s3, bucket, key))
+        steps = sorted(k for k in keys if k.endswith("/manifest.json"))
+        for mk in steps:
+            man = json.loads(s3.get_object(Bucket=bucket, Key=mk)["Body"].read())
+            d = mk[: -len("manifest.json")]
+            block = man["blockBytes"]
+            for sh in man["shards"]:
+                body = s3.get_object(Bucket=bucket, Key=d + sh["name"])["Body"].read()
+                crcs = [zlib.crc32(body[o:o + block]) for o in range(0, len(body), block)]
+                if len(body) != sh["bytes"] or crcs != sh["crc32"] or keys[d + sh["name"]] != len(body):
+                    print("%s%s: does not match its manifest" % (d, sh["name"]))
+                    return 1
+            print("step %d: manifest and %d shards read by boto3, sizes and CRCs match"
+                  % (man["step"], len(man["shards"])))
+        if not steps:
+            print("no manifests under " + uri)
+            return 1
     else:
         print("s3ctl.py: unknown command " + cmd, file=sys.stderr)
         return 2
