@@ -14,8 +14,21 @@ teardown() {
   rm -rf "$TMP"
 }
 
+# a loopback port free now, drawn below the ephemeral range (32768-60999), so
+# that no connection's kernel-picked port takes it before rank 0 binds it
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()
+'
 }
 
 # start_rank W RANK PORT GEN OUTDIR [worker args...]: one rank in the background,
