@@ -313,23 +313,30 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(r.status, 422, r)
 
     def test_strategic_merge_patch_merges_lists_by_key(self):
-        p = pod("smp")
-        p["spec"]["containers"].append({"name": "side", "image": "a", "env": [{"name": "A", "value": "1"}]})
-        self.create(NS + "/pods", p)
-        patch = {"spec": {"$setElementOrder/containers": [{"name": "worker"}, {"name": "side"}],
-                          "containers": [{"name": "side", "image": "b",
-                                          "env": [{"name": "B", "value": "2"}]}]},
+        # on a Deployment's pod template: a pod's own spec is immutable (containers' env, their number)
+        dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "smp"},
+               "spec": {"selector": {"matchLabels": {"app": "smp"}},
+                        "template": {"metadata": {"labels": {"app": "smp"}},
+                                     "spec": {"containers": [{"name": "worker", "image": "busybox"},
+                                                             {"name": "side", "image": "a",
+                                                              "env": [{"name": "A", "value": "1"}]}]}}}}
+        path = "/apis/apps/v1/namespaces/default/deployments"
+        self.create(path, dep)
+        patch = {"spec": {"template": {"spec": {
+                     "$setElementOrder/containers": [{"name": "worker"}, {"name": "side"}],
+                     "containers": [{"name": "side", "image": "b", "env": [{"name": "B", "value": "2"}]}]}}},
                  "metadata": {"finalizers": ["x/y"]}}
-        r = self.c.patch(NS + "/pods/smp", patch, ctype="application/strategic-merge-patch+json")
+        r = self.c.patch(path + "/smp", patch, ctype="application/strategic-merge-patch+json")
         self.assertEqual(r.status, 200, r)
-        cs = r.body["spec"]["containers"]
+        cs = r.body["spec"]["template"]["spec"]["containers"]
         self.assertEqual([c["name"] for c in cs], ["worker", "side"])
         self.assertEqual(cs[1]["image"], "b")
         self.assertEqual([e["name"] for e in cs[1]["env"]], ["A", "B"])
-        r = self.c.patch(NS + "/pods/smp", {"spec": {"containers": [{"name": "side", "$patch": "delete"}]},
-                                            "metadata": {"$deleteFromPrimitiveList/finalizers": ["x/y"]}},
+        r = self.c.patch(path + "/smp", {"spec": {"template": {"spec": {
+                             "containers": [{"name": "side", "$patch": "delete"}]}}},
+                                         "metadata": {"$deleteFromPrimitiveList/finalizers": ["x/y"]}},
                          ctype="application/strategic-merge-patch+json")
-        self.assertEqual([c["name"] for c in r.body["spec"]["containers"]], ["worker"])
+        self.assertEqual([c["name"] for c in r.body["spec"]["template"]["spec"]["containers"]], ["worker"])
         self.assertNotIn("finalizers", r.body["metadata"])
 
     def test_strategic_merge_patch_on_custom_resource_gets_415(self):

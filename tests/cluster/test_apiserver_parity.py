@@ -4,8 +4,9 @@
 # words: CRDs that are not structural or whose defaults break their own CEL
 # rules, custom objects that break CEL rules (evaluated by a real CEL
 # implementation), RBAC for service-account tokens with escalation checks,
-# ServiceAccount and Pod Security admission, name and quantity validation of
-# the built-in types, and list items without kind. Each test names the
+# ServiceAccount, DefaultTolerationSeconds and Pod Security admission, name
+# and quantity validation of the built-in types, pod spec immutability and
+# pods/binding, and list items without kind. Each test names the
 # behaviour it proves; the messages are those a real server was seen to give
 # (see the issue "What a real cluster refuses").
 # Run: /usr/bin/python3 tests/cluster/test_apiserver_parity.py
@@ -359,6 +360,161 @@ class ParityTest(unittest.TestCase):
         self.refused(r, 422, 'Pod "q" is invalid: spec.containers[0].resources.requests: Invalid value: "2": must '
                      "be less than or equal to cpu limit of 1")
 
+
+    # --- pods/binding and pod spec immutability ------------------------------------------
+
+    def binding(self, name, node, kind="Node"):
+        return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": kind, "name": node}}
+
+    def test_binding_sets_node_name_once_and_answers_a_success_status(self):
+        self.assertEqual(self.c.post(NS + "/default/pods", pod("bind1")).status, 201)
+        r = self.c.post(NS + "/default/pods/bind1/binding", self.binding("bind1", "node-a"))
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(r.body, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                  "code": 201})
+        p = self.c.get(NS + "/default/pods/bind1").body
+        self.assertEqual(p["spec"]["nodeName"], "node-a")
+        self.assertIn("PodScheduled", [c["type"] for c in p["status"]["conditions"] if c["status"] == "True"])
+        r = self.c.post(NS + "/default/pods/bind1/binding", self.binding("bind1", "node-b"))
+        self.refused(r, 409, 'Operation cannot be fulfilled on pods/binding "bind1": pod bind1 is already '
+                     'assigned to node "node-a"')
+        self.assertEqual(r.body["details"], {"name": "bind1", "kind": "pods/binding"})
+
+    def test_binding_a_pod_being_deleted_or_missing_is_refused(self):
+        p = pod("bind2")
+        p["metadata"]["finalizers"] = ["parity.dev/hold"]
+        self.assertEqual(self.c.post(NS + "/default/pods", p).status, 201)
+        self.assertEqual(self.c.delete(NS + "/default/pods/bind2").status, 200)
+        self.refused(self.c.post(NS + "/default/pods/bind2/binding", self.binding("bind2", "node-a")), 409,
+                     'Operation cannot be fulfilled on pods/binding "bind2": pod bind2 is being deleted, cannot be '
+                     "assigned to a host")
+        self.c.patch(NS + "/default/pods/bind2", {"metadata": {"finalizers": None}})
+        self.refused(self.c.post(NS + "/default/pods/nosuch/binding", self.binding("nosuch", "node-a")), 404,
+                     'pods "nosuch" not found')
+
+    def test_binding_to_something_other_than_a_node_or_under_another_name_is_refused(self):
+        self.assertEqual(self.c.post(NS + "/default/pods", pod("bind3")).status, 201)
+        r = self.c.post(NS + "/default/pods/bind3/binding", self.binding("bind3", "x", kind="Pod"))
+        self.refused(r, 500, 'target.kind: Unsupported value: "Pod": supported values: "Node", "<empty>"')
+        self.refused(self.c.post(NS + "/default/pods/bind3/binding", self.binding("other", "node-a")), 400,
+                     "name in URL does not match name in Binding object")
+        self.assertNotIn("nodeName", self.c.get(NS + "/default/pods/bind3").body["spec"])
+
+    def test_binding_needs_create_on_pods_binding_for_a_service_account(self):
+        self.namespace("bind4")
+        robot = self.server.client(token=self.token("bind4", "scheduler"))
+        self.assertEqual(self.c.post(NS + "/bind4/pods", pod("p")).status, 201)
+        self.refused(robot.post(NS + "/bind4/pods/p/binding", self.binding("p", "node-a")), 403,
+                     'pods "p" is forbidden: User "system:serviceaccount:bind4:scheduler" cannot create resource '
+                     '"pods/binding" in API group "" in the namespace "bind4"')
+        self.assertEqual(self.c.post(RBAC + "/namespaces/bind4/roles", {
+            "metadata": {"name": "binder"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}]}).status, 201)
+        self.assertEqual(self.c.post(RBAC + "/namespaces/bind4/rolebindings", {
+            "metadata": {"name": "binder"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binder"},
+            "subjects": [{"kind": "ServiceAccount", "name": "scheduler", "namespace": "bind4"}]}).status, 201)
+        self.assertEqual(robot.post(NS + "/bind4/pods/p/binding", self.binding("p", "node-a")).status, 201)
+        self.assertEqual(robot.patch(NS + "/bind4/pods/p", {"metadata": {"labels": {"a": "b"}}}).status, 403)
+
+    def test_pod_spec_node_name_cannot_be_set_by_patch_or_update(self):
+        self.assertEqual(self.c.post(NS + "/default/pods", pod("imm1")).status, 201)
+        first = ('Pod "imm1" is invalid: spec: Forbidden: pod updates may not change fields other than '
+                 "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+                 "`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                 "(allow it to be set to 1 if it was previously negative)")
+        r = self.c.patch(NS + "/default/pods/imm1", {"spec": {"nodeName": "node-a"}})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.body["message"].split("\n")[0], first)
+        self.assertIn("nodeName", r.body["message"])
+        self.assertEqual(r.body["details"]["causes"][0]["field"], "spec")
+        cur = self.c.get(NS + "/default/pods/imm1").body
+        cur["spec"]["nodeName"] = "node-a"
+        r = self.c.put(NS + "/default/pods/imm1", cur)
+        self.assertEqual(r.body["message"].split("\n")[0], first)
+        cur = self.c.get(NS + "/default/pods/imm1").body
+        cur["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+        self.assertEqual(self.c.put(NS + "/default/pods/imm1", cur).status, 422)
+        self.assertNotIn("nodeName", self.c.get(NS + "/default/pods/imm1").body["spec"])
+
+    def test_pod_update_may_change_images_lower_the_deadline_and_add_tolerations_only(self):
+        self.assertEqual(self.c.post(NS + "/default/pods", pod("imm2", activeDeadlineSeconds=100)).status, 201)
+        r = self.c.patch(NS + "/default/pods/imm2", {"spec": {"activeDeadlineSeconds": 50,
+                                                              "containers": [{"name": "worker", "image": "img:2"}]}},
+                         ctype="application/strategic-merge-patch+json")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body["spec"]["containers"][0]["image"], "img:2")
+        self.refused(self.c.patch(NS + "/default/pods/imm2", {"spec": {"activeDeadlineSeconds": 60}}), 422,
+                     'Pod "imm2" is invalid: spec.activeDeadlineSeconds: Invalid value: 60: must be less than or '
+                     "equal to previous value")
+        self.refused(self.c.patch(NS + "/default/pods/imm2", {"spec": {"activeDeadlineSeconds": None}}), 422,
+                     'Pod "imm2" is invalid: spec.activeDeadlineSeconds: Invalid value: "null": must not update '
+                     "from a positive integer to nil value")
+        tols = r.body["spec"]["tolerations"]
+        more = tols + [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        self.assertEqual(self.c.patch(NS + "/default/pods/imm2", {"spec": {"tolerations": more}}).status, 200)
+        # (dropping a default toleration is no change: DefaultTolerationSeconds adds it back on update)
+        self.refused(self.c.patch(NS + "/default/pods/imm2", {"spec": {"tolerations": tols}}), 422,
+                     'Pod "imm2" is invalid: spec.tolerations: Forbidden: existing toleration can not be modified '
+                     "except its tolerationSeconds")
+        r = self.c.patch(NS + "/default/pods/imm2", {"spec": {"containers": [{"name": "extra", "image": "x"}]}},
+                         ctype="application/strategic-merge-patch+json")
+        self.refused(r, 422, 'Pod "imm2" is invalid: spec.containers: Forbidden: pod updates may not add or remove '
+                     "containers")
+
+    def test_pod_status_update_keeps_the_spec(self):
+        self.assertEqual(self.c.post(NS + "/default/pods", pod("imm3")).status, 201)
+        r = self.c.patch(NS + "/default/pods/imm3/status", {"spec": {"nodeName": "node-a"},
+                                                            "status": {"phase": "Running"}})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body["status"]["phase"], "Running")
+        self.assertNotIn("nodeName", r.body["spec"])
+
+    # --- DefaultTolerationSeconds -----------------------------------------------------------
+
+    def test_default_toleration_seconds_adds_not_ready_and_unreachable_for_300s(self):
+        r = self.c.post(NS + "/default/pods", pod("dts1"))
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(r.body["spec"]["tolerations"], [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300}])
+
+    def test_default_toleration_seconds_leaves_a_pod_that_already_tolerates_the_taint(self):
+        own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+               "tolerationSeconds": 5}
+        r = self.c.post(NS + "/default/pods", pod("dts2", tolerations=[own]))
+        self.assertEqual([t["key"] for t in r.body["spec"]["tolerations"]],
+                         ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"])
+        self.assertEqual(r.body["spec"]["tolerations"][0], own)
+        # an empty key with an empty effect tolerates every taint: nothing is added
+        everything = [{"operator": "Exists"}]
+        r = self.c.post(NS + "/default/pods", pod("dts3", tolerations=everything))
+        self.assertEqual(r.body["spec"]["tolerations"], everything)
+        # a NoSchedule toleration of the same key does not count
+        nosched = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}]
+        r = self.c.post(NS + "/default/pods", pod("dts4", tolerations=nosched))
+        self.assertEqual(len(r.body["spec"]["tolerations"]), 3)
+
+    # --- nodes and leases --------------------------------------------------------------------
+
+    def test_the_system_namespaces_exist_and_node_names_are_dns_subdomains(self):
+        for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            self.assertEqual(self.c.get(NS + "/" + ns).status, 200, ns)
+        r = self.c.post("/api/v1/nodes", {"metadata": {"name": "Node_A"}})
+        self.assertEqual(r.status, 422, r)
+        self.assertTrue(r.body["message"].startswith('Node "Node_A" is invalid: metadata.name: Invalid value: '
+                                                     '"Node_A": a lowercase RFC 1123 subdomain'), r)
+        self.assertEqual(self.c.post("/api/v1/nodes", {"metadata": {"name": "node-a"}}).status, 201)
+        r = self.c.patch("/api/v1/nodes/node-a/status", {"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"}]}})
+        self.assertEqual(r.status, 200, r)
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "node-a"},
+                 "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40}}
+        self.assertEqual(self.c.post("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                                     lease).status, 201)
 
 if __name__ == "__main__":
     unittest.main()

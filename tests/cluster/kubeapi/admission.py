@@ -11,7 +11,11 @@
 #    (baseline IDs sorted, then restricted IDs sorted; the restricted
 #    versions of volumes, capabilities and seccomp replace the baseline
 #    ones). Not modelled: AppArmor and procMount (feature-gated), Windows
-#    pods, exemptions, version pinning beyond printing the label.
+#    pods, exemptions, version pinning beyond printing the label;
+#  - DefaultTolerationSeconds: on create and update of a pod, a toleration
+#    of node.kubernetes.io/not-ready and of node.kubernetes.io/unreachable
+#    (Exists, NoExecute, 300 s) unless one already tolerates that taint with
+#    effect NoExecute (an empty key or effect tolerates it too).
 # Must not: look at anything but the pod and its namespace.
 
 import random
@@ -59,6 +63,30 @@ def service_account(store, pod, ns):
                                                                       "fieldPath": "metadata.namespace"}}]}}]}})
     for c in containers:
         c.setdefault("volumeMounts", []).append({"name": vol, "readOnly": True, "mountPath": SA_MOUNT})
+
+
+# --- DefaultTolerationSeconds ----------------------------------------------------------
+
+NOT_READY = "node.kubernetes.io/not-ready"
+UNREACHABLE = "node.kubernetes.io/unreachable"
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def _tolerates(t, key):
+    return (t.get("key") in (key, "", None)) and (t.get("effect") in ("NoExecute", "", None))
+
+
+def default_toleration_seconds(pod):
+    spec = pod.setdefault("spec", {})
+    tols = spec.get("tolerations") or []
+    add = [k for k in (NOT_READY, UNREACHABLE) if not any(_tolerates(t, k) for t in tols)]
+    if not add:
+        return
+    tols = list(tols)
+    for k in add:
+        tols.append({"key": k, "operator": "Exists", "effect": "NoExecute",
+                     "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+    spec["tolerations"] = tols
 
 
 # --- Pod Security ----------------------------------------------------------------------

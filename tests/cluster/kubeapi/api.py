@@ -1,8 +1,10 @@
 # kubeapi/api.py: the semantics of the REST verbs on top of the store: object
 # metadata (uid, creationTimestamp, generation), optimistic concurrency (409),
 # the status subresource, patches, CRD registration and custom object
-# validation, the built-in types' validation (kubeapi/validation.py), the
-# admission a real server runs (ServiceAccount, Pod Security: kubeapi/
+# validation, the built-in types' validation (kubeapi/validation.py) with
+# pod spec immutability on update, pods/binding (the only way to set
+# spec.nodeName after create), the admission a real server runs
+# (ServiceAccount, DefaultTolerationSeconds, Pod Security: kubeapi/
 # admission.py) and RBAC's escalation checks on roles and bindings, the
 # controllers a pod needs (a namespace's default ServiceAccount and
 # kube-root-ca.crt), deletion (deletionTimestamp, finalizers, grace periods)
@@ -266,6 +268,7 @@ class Api:
         if rtype.resource == "pods":
             self._check_namespace(rtype, ns, meta.get("name", ""), creating=True)
             admission.service_account(self.store, obj, ns)
+            admission.default_toleration_seconds(obj)
         self._validate_meta(rtype, obj)
         if rtype.status and rtype.crd:
             obj.pop("status", None)
@@ -372,6 +375,11 @@ class Api:
             if rtype.crd:
                 warnings = self._custom_checks(rtype, version, new, params, name, old)
             self._builtin_defaults(rtype, new, creating=False)
+            if rtype.resource == "pods":
+                admission.default_toleration_seconds(new)
+                errs = validation.pod_update_errs(old, new)
+                if errs:
+                    raise errors.invalid(rtype.kind, rtype.group, name, errs)
             if rtype.key == CRD_KEY:
                 self._crd_status(new)
                 new["status"]["conditions"] = old.get("status", {}).get("conditions", new["status"]["conditions"])
@@ -391,6 +399,53 @@ class Api:
         if rtype.key == CRD_KEY and not dry:
             self.registry.add_crd(out)
         return self.present(rtype, version, out), warnings
+
+    # --- pods/binding -----------------------------------------------------------------
+
+    def bind(self, rtype, ns, name, body, params):
+        """POST pods/NAME/binding: sets spec.nodeName once, as the real
+        BindingREST does; answers the Status a real server sends."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        if body.get("kind") and body["kind"] != "Binding":
+            raise errors.bad_request("the kind in the data (%s) does not match the expected kind (Binding)"
+                                     % body["kind"])
+        if (body.get("metadata") or {}).get("name", "") != name:
+            raise errors.bad_request("name in URL does not match name in Binding object")
+        errs = validation.binding_target_errs(body)
+        if errs:
+            # ValidatePodBinding's errors reach the client as a plain error: 500, no reason
+            msg = "; ".join("%s: %s" % (f, t) for f, _, t in errs)
+            raise errors.ApiError(500, "", msg if len(errs) == 1 else "[" + ", ".join(
+                "%s: %s" % (f, t) for f, _, t in errs) + "]")
+        node = body["target"]["name"]
+        binding_rt = _BindingType()
+        with self.store.lock:
+            pod = self.store.get(rtype.key, ns, name)
+            if pod is None:
+                raise errors.not_found(rtype, name)
+            if pod["metadata"].get("deletionTimestamp"):
+                raise errors.conflict(binding_rt, name, "pod %s is being deleted, cannot be assigned to a host"
+                                      % name)
+            if (pod.get("spec") or {}).get("nodeName"):
+                raise errors.conflict(binding_rt, name, 'pod %s is already assigned to node "%s"'
+                                      % (name, pod["spec"]["nodeName"]))
+            pod.setdefault("spec", {})["nodeName"] = node
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            if annotations:
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
+            conds = pod.setdefault("status", {}).setdefault("conditions", [])
+            for c in conds:
+                if c.get("type") == "PodScheduled":
+                    if c.get("status") != "True":
+                        c["status"] = "True"
+                        c["lastTransitionTime"] = now()
+                    break
+            else:
+                conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                              "lastTransitionTime": now()})
+            self.store.put(rtype.key, pod, dry_run=params.get("dryRun") == "All")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     # --- delete --------------------------------------------------------------------
 
@@ -567,6 +622,12 @@ class Api:
                     self.store.remove(*k)
                     changed = True
         return changed
+
+
+class _BindingType:
+    """How errors name the pods/binding subresource: resource "pods/binding"."""
+    resource = "pods/binding"
+    group = ""
 
 
 def encode_continue(rv, after):

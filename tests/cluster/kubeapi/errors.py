@@ -15,6 +15,8 @@ class ApiError(Exception):
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {},
                 "status": "Failure", "message": self.message,
                 "reason": self.reason, "code": self.code}
+        if not self.reason:     # StatusReasonUnknown is "", omitted
+            del body["reason"]
         if self.details is not None:
             body["details"] = self.details
         return body

@@ -1,7 +1,7 @@
 # kubeapi/http.py: the HTTPS front end: bearer-token authentication
 # (kubeapi/auth.py) and RBAC authorization (kubeapi/rbac.py) of every
 # request, URL routing (discovery, OpenAPI, resource and subresource paths),
-# request bodies in JSON or Kubernetes protobuf (kubeapi/protobuf.py), content
+# pods/binding, request bodies in JSON or Kubernetes protobuf (kubeapi/protobuf.py), content
 # negotiation (JSON, Table, PartialObjectMetadata) and chunked watch streams.
 
 import json
@@ -22,8 +22,9 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, port, api, certfile, keyfile, verbose=False, bookmark_interval=60.0):
-        super().__init__(("127.0.0.1", port), Handler)
+    def __init__(self, port, api, certfile, keyfile, verbose=False, bookmark_interval=60.0,
+                 address="127.0.0.1"):
+        super().__init__((address, port), Handler)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(certfile, keyfile)
         ctx.set_alpn_protocols(["http/1.1"])
@@ -187,7 +188,8 @@ class Handler(BaseHTTPRequestHandler):
         name = parts[1] if len(parts) > 1 else None
         sub = parts[2] if len(parts) > 2 else None
         if sub is not None and not ((sub == "status" and rtype.status) or
-                                    (sub == "token" and rtype.resource == "serviceaccounts")):
+                                    (sub == "token" and rtype.resource == "serviceaccounts") or
+                                    (sub == "binding" and rtype.resource == "pods")):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
         if rtype.namespaced and name is not None and not ns:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -217,6 +219,10 @@ class Handler(BaseHTTPRequestHandler):
             if method != "POST":
                 raise errors.method_not_allowed()
             return self._send_json(201, api.token_request(ns, name, self._read_body()))
+        if sub == "binding":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            return self._send_json(201, api.bind(rtype, ns, name, self._read_body(), params))
         if method == "GET" and name is None:
             if params.get("watch") in ("true", "1"):
                 return self._watch(rtype, version, ns, params)

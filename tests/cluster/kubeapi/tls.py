@@ -1,7 +1,9 @@
 # kubeapi/tls.py: the state directory's credentials: a CA and a server
-# certificate for 127.0.0.1/localhost made with the openssl command line, the
-# admin bearer token, and the kubeconfig that kubectl and the operator read.
-# Existing files are reused so that clients survive a restart.
+# certificate for 127.0.0.1/localhost (plus any extra IP subjectAltNames asked
+# for) made with the openssl command line, the admin bearer token, and the
+# kubeconfig that kubectl and the operator read. Existing files are reused so
+# that clients survive a restart; a server certificate that lacks a requested
+# IP is re-issued from the same CA. Must not: replace an existing CA.
 
 import os
 import secrets
@@ -13,26 +15,51 @@ def _openssl(*args, cwd):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def ensure_certs(state):
-    """(ca.crt, server.crt, server.key) paths under state/pki."""
+EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def _cert_ips(crt):
+    """The IP subjectAltNames of a certificate, as openssl prints them."""
+    out = subprocess.run(["openssl", "x509", "-in", crt, "-noout", "-ext", "subjectAltName"],
+                         check=True, capture_output=True, text=True).stdout
+    return {p.strip()[len("IP Address:"):] for p in out.replace("\n", ",").split(",")
+            if p.strip().startswith("IP Address:")}
+
+
+def _issue_server(pki, ips):
+    sans = ",".join(["IP:127.0.0.1"] + ["IP:%s" % ip for ip in ips if ip != "127.0.0.1"] + ["DNS:localhost"])
+    _openssl("req", *EC, "-keyout", "server.key.new", "-out", "server.csr", "-subj", "/CN=vitjob-test-apiserver",
+             cwd=pki)
+    with open(os.path.join(pki, "server.ext"), "w") as f:
+        f.write("subjectAltName=%s\n"
+                "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n" % sans)
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "server.crt.new", "-days", "3650", "-extfile", "server.ext", cwd=pki)
+    os.chmod(os.path.join(pki, "server.key.new"), 0o600)
+    os.replace(os.path.join(pki, "server.key.new"), os.path.join(pki, "server.key"))
+    os.replace(os.path.join(pki, "server.crt.new"), os.path.join(pki, "server.crt"))
+
+
+def ensure_certs(state, sans=()):
+    """(ca.crt, server.crt, server.key) paths under state/pki; the server
+    certificate names 127.0.0.1, localhost and every IP in sans."""
     pki = os.path.join(state, "pki")
     os.makedirs(pki, exist_ok=True)
     ca, crt, key = (os.path.join(pki, n) for n in ("ca.crt", "server.crt", "server.key"))
-    if all(os.path.exists(p) for p in (ca, crt, key)):
-        return ca, crt, key
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
-             "-subj", "/CN=vitjob-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki)
-    _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=vitjob-test-apiserver",
-             cwd=pki)
-    with open(os.path.join(pki, "server.ext"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "server.crt", "-days", "3650", "-extfile", "server.ext", cwd=pki)
-    os.chmod(os.path.join(pki, "ca.key"), 0o600)
-    os.chmod(key, 0o600)
+    if not (os.path.exists(ca) and os.path.exists(os.path.join(pki, "ca.key"))):
+        _openssl("req", "-x509", *EC, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
+                 "-subj", "/CN=vitjob-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki)
+        os.chmod(os.path.join(pki, "ca.key"), 0o600)
+        for p in (crt, key):
+            if os.path.exists(p):
+                os.unlink(p)
+    if os.path.exists(crt) and os.path.exists(key):
+        have = _cert_ips(crt)
+        if all(ip in have for ip in sans):
+            return ca, crt, key
+        sans = sorted(have | set(sans))
+    _issue_server(pki, sans)
     return ca, crt, key
 
 

@@ -4,7 +4,10 @@
 # Services, DNS-1123 labels for pod hostnames and subdomains, container
 # names), resource quantities (a 400 at decoding, as Go's Quantity
 # unmarshalling fails), requests above limits, extended resources,
-# tolerations, node selectors, service account names, and RBAC objects.
+# tolerations, node selectors, service account names, and RBAC objects;
+# what a pod update may change in the spec (images, activeDeadlineSeconds
+# downwards, added tolerations: nodeName only through pods/binding), and the
+# pods/binding body.
 # Must not: change the object (defaulting lives in api.py).
 
 import re
@@ -312,3 +315,111 @@ def validate_builtin(rtype, obj):
     if r in ("rolebindings", "clusterrolebindings"):
         return binding_errs(obj)
     return []
+
+
+# --- pod updates ------------------------------------------------------------------
+
+UPDATABLE_POD_SPEC_FIELDS = [
+    "`spec.containers[*].image`",
+    "`spec.initContainers[*].image`",
+    "`spec.activeDeadlineSeconds`",
+    "`spec.tolerations` (only additions to existing tolerations)",
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+]
+MAX_INT32 = 2 ** 31 - 1
+
+
+def _semantic(v):
+    """A value with nulls, empty strings, lists and maps dropped: Go's omitempty
+    and Semantic.DeepEqual see those as unset."""
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            x = _semantic(x)
+            if x is not None and x != "" and x != [] and x != {}:
+                out[k] = x
+        return out
+    if isinstance(v, list):
+        return [_semantic(x) for x in v]
+    return v
+
+
+def _spec_diff(old, new, path="spec"):
+    """Lines '- path: old' / '+ path: new' for each leaf that differs: an
+    approximation of the cmp.Diff a real server appends."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            out += _spec_diff(old.get(k), new.get(k), "%s.%s" % (path, k))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new)):
+            out += _spec_diff(a, b, "%s[%d]" % (path, i))
+        return out
+    if old == new:
+        return []
+    import json
+    return ["- \t%s: %s" % (path, json.dumps(old)), "+ \t%s: %s" % (path, json.dumps(new))]
+
+
+def _same_toleration(old, new):
+    a = {k: v for k, v in old.items() if k != "tolerationSeconds"}
+    b = {k: v for k, v in new.items() if k != "tolerationSeconds"}
+    return _semantic(a) == _semantic(b)
+
+
+def pod_update_errs(old, new):
+    """Field errors of a pod update (not status) as ValidatePodUpdate words them."""
+    os_, ns_ = old.get("spec") or {}, new.get("spec") or {}
+    for f in ("containers", "initContainers"):
+        if len(os_.get(f) or []) != len(ns_.get(f) or []):
+            return [("spec." + f, "FieldValueForbidden", "Forbidden: pod updates may not add or remove containers")]
+    errs = []
+    new_ads, old_ads = ns_.get("activeDeadlineSeconds"), os_.get("activeDeadlineSeconds")
+    if new_ads is not None:
+        if not isinstance(new_ads, int) or new_ads < 0 or new_ads > MAX_INT32:
+            return errs + [("spec.activeDeadlineSeconds", "FieldValueInvalid", "Invalid value: %s: must be between "
+                            "0 and %d, inclusive" % (new_ads, MAX_INT32))]
+        if old_ads is not None and old_ads < new_ads:
+            return errs + [("spec.activeDeadlineSeconds", "FieldValueInvalid", "Invalid value: %d: must be less "
+                            "than or equal to previous value" % new_ads)]
+    elif old_ads is not None:
+        errs.append(("spec.activeDeadlineSeconds", "FieldValueInvalid", 'Invalid value: "null": must not update '
+                     "from a positive integer to nil value"))
+    new_tols = ns_.get("tolerations") or []
+    for t in os_.get("tolerations") or []:
+        if not any(_same_toleration(t, n) for n in new_tols):
+            errs.append(("spec.tolerations", "FieldValueForbidden",
+                         "Forbidden: existing toleration can not be modified except its tolerationSeconds"))
+            break
+    munged = dict(ns_)
+    for f in ("containers", "initContainers"):
+        if f in munged:
+            munged[f] = [dict(c, image=o.get("image")) for c, o in zip(ns_[f], os_.get(f) or [])]
+    for f in ("activeDeadlineSeconds", "tolerations", "schedulingGates"):
+        munged.pop(f, None)
+        if f in os_:
+            munged[f] = os_[f]
+    old_grace = os_.get("terminationGracePeriodSeconds")
+    if old_grace is not None and old_grace < 0 and munged.get("terminationGracePeriodSeconds") == 1:
+        munged["terminationGracePeriodSeconds"] = old_grace
+    a, b = _semantic(os_), _semantic(munged)
+    if a != b:
+        diff = "\n".join(["  core.PodSpec{"] + _spec_diff(a, b) + ["  }"])
+        errs.append(("spec", "FieldValueForbidden", "Forbidden: pod updates may not change fields other than %s\n%s"
+                     % (",".join(UPDATABLE_POD_SPEC_FIELDS), diff)))
+    return errs
+
+
+def binding_target_errs(binding):
+    """ValidatePodBinding: the target must be a Node (or kind left empty) and named."""
+    target = binding.get("target") or {}
+    errs = []
+    kind = target.get("kind") or ""
+    if kind and kind != "Node":
+        errs.append(("target.kind", "FieldValueNotSupported",
+                     'Unsupported value: %s: supported values: "Node", "<empty>"' % q(kind)))
+    if not target.get("name"):
+        errs.append(("target.name", "FieldValueRequired", "Required value"))
+    return errs
