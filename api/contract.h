@@ -40,6 +40,18 @@ enum {
 #define VJ_RDZV_PORT 29400
 #define VJ_WORKER_UID 65532 /* the worker image's non-root user and group */
 
+/* A lost node: worker pods tolerate node.kubernetes.io/unreachable and
+ * not-ready (NoExecute) for runPolicy.nodeLostTolerationSeconds, default this
+ * (Kubernetes' own default, 300 s, would idle the whole gang for 5 minutes),
+ * then the taint manager evicts them and the gang restarts. A worker that
+ * failed with class peer_lost while a peer still looks alive is held for
+ * that toleration plus VJ_PEER_LOST_WAIT_S (the node monitor's grace period,
+ * 40 s in Kubernetes 1.26, and a margin): if the peer turns out disrupted,
+ * the restart is a disruption and spends no backoffLimit. */
+#define VJ_NODE_LOST_TOLERATION_S 10
+#define VJ_PEER_LOST_WAIT_S 60
+#define VJ_EXIT_CLASS_PEER_LOST "class=peer_lost" /* in the worker's last log line */
+
 /* Environment of a worker pod. */
 #define VJ_ENV_NAME "VITJOB_NAME"                   /* the ViTJob's name */
 #define VJ_ENV_NAMESPACE "VITJOB_NAMESPACE"         /* its namespace */

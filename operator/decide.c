@@ -46,6 +46,8 @@ typedef struct {
     int disruption;       /* DisruptionTarget True, or a disruption reason */
     int node_lost;        /* the node is gone: force-delete at once */
     int exit_code;        /* worker container's terminated exit code, -1 = none */
+    int peer_lost;        /* failed saying it lost a peer (its last line: class=peer_lost) */
+    long long finished_ts;/* the worker container's finishedAt (now if unknown) */
     int removed;          /* this plan deletes it */
 } pod_info;
 
@@ -173,6 +175,35 @@ static int worker_exit_code(const cJSON *pod)
     return -1;
 }
 
+/* The worker container's terminated state (or its last one), or NULL. */
+static const cJSON *worker_terminated(const cJSON *pod)
+{
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, json_get(json_get(pod, "status"), "containerStatuses"))
+    {
+        if (!str_eq(json_str(cs, "name"), VJ_CONTAINER))
+            continue;
+        const cJSON *t = json_get(json_get(cs, "state"), "terminated");
+        return t ? t : json_get(json_get(cs, "lastState"), "terminated");
+    }
+    return NULL;
+}
+
+/* Whether the worker's last line (exit_code=N class=NAME ...), which
+ * terminationMessagePolicy FallbackToLogsOnError puts at the end of the
+ * message, names class peer_lost. */
+static int says_peer_lost(const char *msg)
+{
+    const char *last = NULL;
+    for (const char *p = msg; p && (p = strstr(p, "exit_code=")) != NULL; p++)
+        last = p;
+    if (last == NULL)
+        return 0;
+    const char *end = strchr(last, '\n');
+    const char *cls = strstr(last, " " VJ_EXIT_CLASS_PEER_LOST " ");
+    return cls != NULL && (end == NULL || cls < end);
+}
+
 static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info *pi)
 {
     const cJSON *meta = json_get(pod, "metadata");
@@ -215,6 +246,12 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
         }
     }
     pi->exit_code = worker_exit_code(pod);
+    const cJSON *term = worker_terminated(pod);
+    if (pi->phase == PP_FAILED && says_peer_lost(json_str(term, "message")))
+        pi->peer_lost = 1;
+    const char *fin = json_str(term, "finishedAt");
+    if (fin == NULL || timefmt_parse(fin, &pi->finished_ts) != 0)
+        pi->finished_ts = now;
     return 0;
 }
 
@@ -394,8 +431,42 @@ static int resume(ctx *c, desired_status *ds, const char *cur_phase)
 typedef struct {
     pod_info **slot;                  /* [replicas]: the pod of each rank, or NULL */
     int succeeded, running, missing, failed, disrupted;
+    int holding;                      /* failures that only lost a peer, waiting for its fate */
     pod_info *permanent, *first_bad;  /* the first permanent exit; the first failure to report */
 } generation;
+
+/* Workers that failed only because they lost a peer (class peer_lost) while
+ * another pod of the generation still looks alive: when a node dies its pods'
+ * connections break at once, long before Kubernetes declares the node lost
+ * and evicts them. The gang waits (at most the node-lost toleration plus
+ * VJ_PEER_LOST_WAIT_S after the first such failure) for the peer's fate: a
+ * disruption then restarts it without spending backoffLimit; a peer that fails
+ * too, or the end of the wait, makes it a retryable failure. */
+static void hold_for_lost_peer(ctx *c, generation *g)
+{
+    int R = c->js->replicas, lost = 0, others_alive = 0;
+    long long since = -1;
+    for (int r = 0; r < R; r++) {
+        const pod_info *pi = g->slot[r];
+        if (pi == NULL)
+            continue;
+        if (pi->phase == PP_FAILED && pi->peer_lost && !pi->disruption && !pi->deleting) {
+            lost++;
+            if (since < 0 || pi->finished_ts < since)
+                since = pi->finished_ts;
+        } else if (!finished(pi) && !pi->disruption && !pi->deleting && pi->phase != PP_UNKNOWN) {
+            others_alive++;
+        }
+    }
+    if (lost == 0 || lost != g->failed || g->disrupted > 0 || g->permanent || others_alive == 0)
+        return;
+    long long until = since + c->js->node_lost_toleration + VJ_PEER_LOST_WAIT_S;
+    if (c->now >= until)
+        return;
+    g->holding = lost;
+    g->failed = 0;
+    requeue(c, until - c->now);
+}
 
 /* Slots the current generation (every other pod goes) and tallies it.
  * Returns 0, or -1 out of memory. */
@@ -430,12 +501,13 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
                 g->first_bad = pi;
         } else if (pi->phase == PP_FAILED) {
             g->failed++;
-            if (g->first_bad == NULL)
+            if (g->first_bad == NULL || (g->first_bad->peer_lost && !pi->peer_lost))
                 g->first_bad = pi;
         } else if (pi->phase == PP_RUNNING) {
             g->running++;
         }
     }
+    hold_for_lost_peer(c, g);
     return 0;
 }
 
@@ -534,6 +606,16 @@ static void keep_running(ctx *c, desired_status *ds, const generation *g, const 
     ds->set_replicas = 1;
 }
 
+/* While the gang waits for a lost peer's fate: the phase and counts stand. */
+static void hold(desired_status *ds, const generation *g, const char *cur_phase)
+{
+    ds->phase = str_eq(cur_phase, "Restarting") ? "Restarting" : "Running";
+    ds->active = g->running;
+    ds->succeeded = g->succeeded;
+    ds->failed = g->holding;
+    ds->set_replicas = 1;
+}
+
 /* The running job: start, watch, restart, finish. */
 static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const char *cur_phase,
                     const vj_children *have)
@@ -552,6 +634,8 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
         clean_pods(c, ds, pods, n);
     } else if (g.disrupted || g.failed || (g.missing > 0 && str_eq(cur_phase, "Running"))) {
         restart_or_fail(c, ds, pods, n, &g); /* a pod missing while Running was lost */
+    } else if (g.holding) {
+        hold(ds, &g, cur_phase); /* a worker lost its peer: wait for the peer's fate */
     } else {
         keep_running(c, ds, &g, cur_phase, restarting);
     }

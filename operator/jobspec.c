@@ -53,6 +53,7 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
     s.backoff_limit = (int)json_int(rp, "backoffLimit", 3);
     s.active_deadline = json_int(rp, "activeDeadlineSeconds", -1);
     s.ttl = json_int(rp, "ttlSecondsAfterFinished", -1);
+    s.node_lost_toleration = json_int(rp, "nodeLostTolerationSeconds", VJ_NODE_LOST_TOLERATION_S);
     const char *cpp = json_str(rp, "cleanPodPolicy");
     s.clean_pod_policy = VJ_CLEAN_RUNNING;
     if (cpp && strcmp(cpp, "All") == 0)

@@ -40,6 +40,8 @@ typedef struct {
     int backoff_limit;              /* spec.runPolicy.backoffLimit (default 3) */
     long long active_deadline;      /* spec.runPolicy.activeDeadlineSeconds; -1 = none */
     long long ttl;                  /* spec.runPolicy.ttlSecondsAfterFinished; -1 = none */
+    long long node_lost_toleration; /* spec.runPolicy.nodeLostTolerationSeconds (default
+                                       VJ_NODE_LOST_TOLERATION_S) */
     vj_clean_policy clean_pod_policy;
     int suspend;                    /* spec.suspend */
     const cJSON *spec;              /* the spec object (NULL if absent) */

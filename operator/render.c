@@ -329,6 +329,44 @@ static void add_resources(bld *b, cJSON *container, const vj_jobspec *js)
     }
 }
 
+/* spec.tolerations: the template's, then NoExecute tolerations of a lost node
+ * (unreachable, not-ready) for runPolicy.nodeLostTolerationSeconds, unless the
+ * template already tolerates that taint. */
+static void add_tolerations(bld *b, cJSON *spec, const vj_jobspec *js)
+{
+    static const char *const lost[] = {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"};
+    const cJSON *have = js->tmpl ? cJSON_GetObjectItemCaseSensitive(js->tmpl, "tolerations") : NULL;
+    cJSON *arr = add_arr(b, spec, "tolerations");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, have)
+    {
+        if (arr && b->ok) {
+            cJSON *d = cJSON_Duplicate(t, 1);
+            if (!d || !cJSON_AddItemToArray(arr, d)) {
+                cJSON_Delete(d);
+                b->ok = 0;
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof lost / sizeof lost[0]; i++) {
+        int covered = 0;
+        cJSON_ArrayForEach(t, have)
+        {
+            const char *key = json_str(t, "key"), *eff = json_str(t, "effect");
+            if ((key == NULL || !key[0] || strcmp(key, lost[i]) == 0) &&
+                (eff == NULL || !eff[0] || strcmp(eff, "NoExecute") == 0))
+                covered = 1;
+        }
+        if (covered)
+            continue;
+        cJSON *o = arr_push_obj(b, arr);
+        add_str(b, o, "key", lost[i]);
+        add_str(b, o, "operator", "Exists");
+        add_str(b, o, "effect", "NoExecute");
+        add_num(b, o, "tolerationSeconds", (double)js->node_lost_toleration);
+    }
+}
+
 cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen)
 {
     vj_jobspec js;
@@ -376,6 +414,9 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     cJSON *c = arr_push_obj(&b, add_arr(&b, spec, "containers"));
     add_str(&b, c, "name", VJ_CONTAINER);
     add_str(&b, c, "image", js.image ? js.image : "");
+    /* the worker's last log line (exit_code=N class=NAME ...) becomes the
+     * terminated state's message: the operator reads the class from it */
+    add_str(&b, c, "terminationMessagePolicy", "FallbackToLogsOnError");
     add_security(&b, c, "securityContext", js.tmpl, "containerSecurityContext",
                  container_security_default);
     cJSON *cmd = add_arr(&b, c, "command");
@@ -415,13 +456,14 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     add_str(&b, vol, "name", "config");
     add_str(&b, add_obj(&b, vol, "configMap"), "name", cm);
 
-    static const char *const pod_keys[] = {"nodeSelector", "tolerations", "schedulerName",
+    static const char *const pod_keys[] = {"nodeSelector", "schedulerName",
                                            "priorityClassName"}; /* as they are */
     for (size_t i = 0; js.tmpl && i < sizeof pod_keys / sizeof pod_keys[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(js.tmpl, pod_keys[i]);
         if (v)
             add_dup(&b, spec, pod_keys[i], v);
     }
+    add_tolerations(&b, spec, &js);
     return finish(&b, o, err, errlen);
 }
 

@@ -825,3 +825,87 @@ Test(decide, lost_restart_status_write_is_recovered_from_pod_generation)
     vj_plan_free(p);
     world_free(&w);
 }
+
+/* A worker that failed saying it lost its peer (its termination message ends
+ * with the worker's last line), finished at `at`. */
+static void set_peer_lost(world *w, const char *name, long long at)
+{
+    cJSON *st = cJSON_GetObjectItem(find_pod(w, name), "status");
+    cJSON_ReplaceItemInObject(st, "phase", cJSON_CreateString("Failed"));
+    char ts[TIMEFMT_LEN], buf[1024];
+    timefmt_rfc3339(ts, at, 0, 0);
+    snprintf(buf, sizeof buf,
+             "[{\"name\":\"worker\",\"state\":{\"terminated\":{\"exitCode\":1,\"finishedAt\":\"%s\","
+             "\"message\":\"ts=x level=info comp=train step=40 class=io\\nts=y level=error comp=worker "
+             "exit_code=1 class=peer_lost retried=yes msg=\\\"all-reduce: connection reset; lost: rank 0\\\"\"}}}]",
+             ts);
+    cJSON_DeleteItemFromObject(st, "containerStatuses");
+    cJSON *cs = cJSON_Parse(buf);
+    cr_assert_not_null(cs);
+    cJSON_AddItemToObject(st, "containerStatuses", cs);
+}
+
+/* As the taint manager evicts: the condition, then a graceful delete. */
+static void evict_by_taint_manager(world *w, const char *name, long long at)
+{
+    char ts[TIMEFMT_LEN];
+    timefmt_rfc3339(ts, at + 30, 0, 0);
+    cJSON_AddStringToObject(cJSON_GetObjectItem(find_pod(w, name), "metadata"), "deletionTimestamp", ts);
+    cJSON_AddItemToObject(cJSON_GetObjectItem(find_pod(w, name), "status"), "conditions",
+                          cJSON_Parse("[{\"type\":\"DisruptionTarget\",\"status\":\"True\","
+                                      "\"reason\":\"DeletionByTaintManager\"}]"));
+}
+
+Test(decide, a_worker_that_lost_its_peer_waits_for_the_peers_fate_and_its_eviction_is_a_disruption)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    vj_plan *p = step(&w, NOW + 12);
+    cr_assert_eq(p->n_deletes, 0, "no restart while the peer's fate is unknown");
+    cr_assert_eq(restarts(&w), 0);
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert(p->requeue_after > 0 && p->requeue_after <= VJ_NODE_LOST_TOLERATION_S + VJ_PEER_LOST_WAIT_S,
+              "requeue_after %lld", p->requeue_after);
+    vj_plan_free(p);
+    /* the node is declared lost: the taint manager evicts rank 0 */
+    evict_by_taint_manager(&w, "j-worker-0-r0", NOW + 29);
+    p = step(&w, NOW + 30);
+    cr_assert_str_eq(phase_of(&w), "Restarting", "backoffLimit 0 is not spent");
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "Disruption");
+    cr_assert(deletes(p, "j-worker-0-r0", 1), "the pod on the lost node is force-deleted");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_worker_that_lost_a_peer_still_alive_after_the_wait_spends_backoff)
+{
+    world w = running_job(NULL);
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    vj_plan_free(step(&w, NOW + 11 + VJ_NODE_LOST_TOLERATION_S + VJ_PEER_LOST_WAIT_S - 1));
+    cr_assert_eq(restarts(&w), 0);
+    vj_plan_free(step(&w, NOW + 11 + VJ_NODE_LOST_TOLERATION_S + VJ_PEER_LOST_WAIT_S));
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 0);
+    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "RetryableFailure");
+    world_free(&w);
+}
+
+Test(decide, workers_that_all_lost_their_peers_or_failed_otherwise_restart_at_once)
+{
+    world w = running_job(NULL);
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    set_peer_lost(&w, "j-worker-0-r0", NOW + 11);
+    vj_plan_free(step(&w, NOW + 12));
+    cr_assert_eq(restarts(&w), 1, "nobody is left alive to wait for");
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 0);
+    /* a failure of another class beside a peer_lost one does not wait either */
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 20));
+    set_peer_lost(&w, "j-worker-1-r1", NOW + 21);
+    set_exit(&w, "j-worker-0-r1", 137);
+    vj_plan_free(step(&w, NOW + 22));
+    cr_assert_eq(restarts(&w), 2);
+    world_free(&w);
+}

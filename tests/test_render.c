@@ -2,6 +2,7 @@
  * Pods of a ViTJob (docs/design.md's operator <-> worker contract), template
  * overrides, the worker identity, security contexts, and vj_render_diff. */
 #include "render.h"
+#include "contract.h"
 
 #include "config.h"
 
@@ -372,5 +373,35 @@ Test(render, not_a_vitjob_is_an_error_with_a_message)
     char err[256] = "";
     cr_assert_null(vj_render_pod(j, 0, 0, err, sizeof err));
     cr_assert(strstr(err, "metadata.name"));
+    cJSON_Delete(j);
+}
+
+Test(render, pods_tolerate_a_lost_node_for_node_lost_toleration_seconds_unless_the_template_does)
+{
+    cJSON *j = job_with(NULL);
+    cJSON *p = pod(j, 1, 0);
+    cJSON *tols = at(p, "spec.tolerations");
+    cr_assert_eq(cJSON_GetArraySize(tols), 2);
+    cr_assert_str_eq(str_at(p, "spec.tolerations.0.key"), "node.kubernetes.io/unreachable");
+    cr_assert_str_eq(str_at(p, "spec.tolerations.0.effect"), "NoExecute");
+    cr_assert_str_eq(str_at(p, "spec.tolerations.0.operator"), "Exists");
+    cr_assert_eq(at(p, "spec.tolerations.0.tolerationSeconds")->valueint, VJ_NODE_LOST_TOLERATION_S);
+    cr_assert_str_eq(str_at(p, "spec.tolerations.1.key"), "node.kubernetes.io/not-ready");
+    /* the worker's last line becomes the termination message */
+    cr_assert_str_eq(str_at(p, "spec.containers.0.terminationMessagePolicy"), "FallbackToLogsOnError");
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+
+    j = job_with("\"template\":{\"tolerations\":["
+                 "{\"key\":\"node.kubernetes.io/unreachable\",\"operator\":\"Exists\",\"effect\":\"NoExecute\","
+                 "\"tolerationSeconds\":600}]}");
+    cJSON_AddNumberToObject(at(j, "spec.runPolicy"), "nodeLostTolerationSeconds", 45);
+    p = pod(j, 0, 0);
+    tols = at(p, "spec.tolerations");
+    cr_assert_eq(cJSON_GetArraySize(tols), 2, "the template's unreachable toleration wins");
+    cr_assert_eq(at(p, "spec.tolerations.0.tolerationSeconds")->valueint, 600);
+    cr_assert_str_eq(str_at(p, "spec.tolerations.1.key"), "node.kubernetes.io/not-ready");
+    cr_assert_eq(at(p, "spec.tolerations.1.tolerationSeconds")->valueint, 45);
+    cJSON_Delete(p);
     cJSON_Delete(j);
 }
