@@ -4,8 +4,10 @@
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_apiserver.py
 
 import copy
+import http.client
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 import time
@@ -617,6 +619,52 @@ class RestartTest(unittest.TestCase):
             s.stop()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def https_status(host, port, ca, path="/version"):
+    """GET path on host:port, verifying the server's certificate names host."""
+    ctx = ssl.create_default_context(cafile=ca)
+    c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+    try:
+        c.request("GET", path)
+        return c.getresponse().status
+    finally:
+        c.close()
+
+
+class ListenAddressTest(unittest.TestCase):
+    """--address and --san: a server reachable on other addresses, whose
+    certificate clients verify there."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="apiserver-addr-")
+        self.state = os.path.join(self.tmp, "state")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_default_listens_on_loopback_only_and_san_restart_reissues_the_cert_from_the_same_ca(self):
+        s = ServerProcess(self.state)
+        try:
+            self.assertEqual(https_status("127.0.0.1", s.port, s.ca), 200)
+            with self.assertRaises(OSError):
+                https_status("127.0.0.2", s.port, s.ca)     # not listening there
+        finally:
+            s.stop()
+        with open(s.ca) as f:
+            ca_before = f.read()
+        s = ServerProcess(self.state, args=["--address", "0.0.0.0", "--san", "127.0.0.2"])
+        try:
+            with open(s.ca) as f:
+                self.assertEqual(f.read(), ca_before, "the CA is kept")
+            self.assertEqual(https_status("127.0.0.2", s.port, s.ca), 200)
+            self.assertEqual(https_status("127.0.0.1", s.port, s.ca), 200)
+            with self.assertRaises(ssl.SSLCertVerificationError):
+                https_status("127.0.0.3", s.port, s.ca)     # listening, but not named by the cert
+            with open(s.kubeconfig) as f:
+                self.assertIn("server: https://127.0.0.1:%d\n" % s.port, f.read())
+        finally:
+            s.stop()
 
 
 if __name__ == "__main__":
