@@ -75,14 +75,15 @@ class ControllersTest(unittest.TestCase):
 
     def start_controllers(self, *extra):
         self.logpath = os.path.join(self.dir, "controllers.log")
+        deadline = time.monotonic() + 20
+        started = self.logs().count("event=started") if os.path.exists(self.logpath) else 0
         self.log = open(self.logpath, "a")
         self.proc = subprocess.Popen(
             [sys.executable, CONTROLLERS, "--kubeconfig", self.server.kubeconfig,
              "--node-monitor-grace-period", str(GRACE), "--node-monitor-period", "0.2",
              "--pod-gc-period", "0.5", "--poll-interval", "0.2", "-v"] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while "event=started" not in self.logs():
+        while self.logs().count("event=started") <= started:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.fail("controllers did not start:\n" + self.logs())
             time.sleep(0.05)
@@ -247,7 +248,7 @@ class ControllersTest(unittest.TestCase):
         self.assertEqual(cond(pod, "PodScheduled")["status"], "True")
         self.assertRegex(self.logs(), r"controller=scheduler event=bound pod=default/web node=g-good")
 
-    def test_scheduler_prefers_the_node_with_fewest_pods_and_counts_pods_it_just_bound(self):
+    def test_scheduler_prefers_the_node_with_fewest_pods_and_refuses_nodes_without_room(self):
         self.add_node("a", cpu="1")
         self.add_node("b", cpu="1")
         self.keep_renewing("a")
@@ -264,6 +265,21 @@ class ControllersTest(unittest.TestCase):
         self.assertEqual(c["reason"], "Unschedulable")
         self.assertTrue(c["message"].startswith("0/2 nodes are available: 2 Insufficient cpu. preemption: "
                                                 "0/2 nodes are available: 2 No preemption victims found"), c)
+
+    def test_scheduler_counts_the_pods_it_bound_in_the_same_pass(self):
+        self.stop_controllers()
+        self.add_node("a", cpu="1")
+        self.add_node("b", cpu="1")
+        self.keep_renewing("a")
+        self.keep_renewing("b")
+        for n in ("q1", "q2", "q3"):
+            self.add_pod(n, cpu="600m")
+        self.start_controllers()
+        self.assertEqual(self.wait_for("q1 bound", lambda: self.node_of("q1")), "a")
+        self.assertEqual(self.wait_for("q2 bound", lambda: self.node_of("q2")), "b")
+        c = self.wait_for("q3 unschedulable", lambda: cond(self.pod("q3"), "PodScheduled"))
+        self.assertEqual((c["status"], c["reason"]), ("False", "Unschedulable"))
+        self.assertIsNone(self.node_of("q3"))
 
     def test_unschedulable_pod_gets_podscheduled_false_with_the_real_message_and_is_retried(self):
         # a lost node (heartbeat long ago, no lease): the controllers taint it unreachable
