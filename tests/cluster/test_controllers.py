@@ -439,6 +439,22 @@ class ControllersTest(unittest.TestCase):
         self.wait_for("taints removed", lambda: self.taints("n1") == {})
         self.assertEqual(cond(self.ok(self.api.get(NODES + "/n1")), "Ready")["status"], "True")
 
+    def test_kubelet_posting_ready_false_gets_not_ready_taints_and_a_cordoned_node_the_unschedulable_one(self):
+        self.add_node("sick", ready="False")
+        self.add_node("cordoned", unschedulable=True)
+        self.keep_renewing("sick")
+        self.keep_renewing("cordoned")
+        self.wait_for("not-ready taints", lambda: set(self.taints("sick")) == {
+            ("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/not-ready", "NoSchedule")})
+        self.wait_for("unschedulable taint", lambda: set(self.taints("cordoned")) == {
+            ("node.kubernetes.io/unschedulable", "NoSchedule")})
+        # the lease is renewed: Ready stays as the kubelet posted it
+        self.assertEqual(cond(self.ok(self.api.get(NODES + "/sick")), "Ready")["reason"], "KubeletNotReady")
+        node = self.ok(self.api.get(NODES + "/cordoned"))
+        del node["spec"]["unschedulable"]
+        self.ok(self.api.put(NODES + "/cordoned", node))
+        self.wait_for("uncordoned", lambda: self.taints("cordoned") == {})
+
     def test_pod_not_tolerating_a_noexecute_taint_is_evicted_at_once_with_disruptiontarget_and_stays_terminating(self):
         self.add_node("n1")
         self.keep_renewing("n1")
