@@ -115,6 +115,8 @@ def client(service, endpoint, key=None, secret=None):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--address", default="127.0.0.1",
+                    help="listen address (0.0.0.0: also for pods of the local cluster, through its bridge)")
     ap.add_argument("--env-out", required=True)
     ap.add_argument("--bucket", action="append", default=[])
     args = ap.parse_args()
@@ -126,7 +128,7 @@ def main():
 
     patch_raw_uri()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=args.port, verbose=False)
+    server = ThreadedMotoServer(ip_address=args.address, port=args.port, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://127.0.0.1:{port}"

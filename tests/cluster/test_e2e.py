@@ -1,0 +1,312 @@
+#!/usr/bin/python3
+# tests/cluster/test_e2e.py: the whole product on one machine as on a
+# cluster (tests/cluster/localcluster.py): the test API server, the
+# controller-manager stand-in, two local kubelets (nodes) and moto's S3.
+# `kubectl apply -f manifests/` deploys the operator, which the local kubelet
+# runs from its Deployment with in-cluster configuration only; a ViTJob of 2
+# CPU replicas trains across the two nodes with S3 checkpoints and reports
+# its progress into `kubectl get vj`. Proved here:
+#   - a node dies after the first checkpoint (its kubelet killed, its pods with
+#     it): the node is declared lost, its pod evicted, the gang restarts as a
+#     disruption (backoffLimit not spent), resumes from the checkpoint and
+#     succeeds with the final loss and weights of an uninterrupted run, bit for
+#     bit; the recovery time and its parts are printed;
+#   - a worker killed with SIGKILL: a retryable failure (one backoffLimit unit),
+#     resumed from the checkpoint, Succeeded;
+#   - a worker whose status patches are refused still trains to the end and
+#     logs the refusals once per report interval, not per step.
+# Needs root (network namespaces), iproute2 and kubectl; skipped, saying why,
+# without them. Run: /usr/bin/python3 tests/cluster/test_e2e.py -v
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from localcluster import ROOT, LocalCluster, missing_prerequisites  # noqa: E402
+
+BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+WORKER = os.path.join(BUILD, "bin", "vitjob-worker")
+WHY_NOT = missing_prerequisites()
+STEPS = 60
+INTERVAL = 10
+
+
+def job_manifest(name, prefix, sa=None, steps=STEPS):
+    tmpl = {"resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}
+    if sa:
+        tmpl["serviceAccountName"] = sa
+    return {
+        "apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 2, "gpusPerReplica": 0, "image": "ghcr.io/vitjob/vitjob-worker:0.1.0",
+            "model": {"preset": "fmnist_tiny"},
+            "data": {"format": "fashion-mnist", "uri": "file:///usr/share/datasets/fashion-mnist"},
+            "training": {"steps": steps, "globalBatchSize": 64, "microBatchSize": 32, "device": "cpu",
+                         "threads": 1, "seed": 7, "logInterval": 1, "evalInterval": 0, "exportPath": "",
+                         "reportIntervalSeconds": 1, "collectiveTimeoutSeconds": 60,
+                         "rendezvousTimeoutSeconds": 120,
+                         "optimizer": {"lr": 0.003, "warmupSteps": 5}},
+            "checkpoint": {"uri": "s3://vitjob/" + prefix, "intervalSteps": INTERVAL, "keep": 3,
+                           "credentialsSecret": "s3-credentials"},
+            "runPolicy": {"backoffLimit": 2, "nodeLostTolerationSeconds": 2, "cleanPodPolicy": "None"},
+            "template": tmpl}}
+
+
+def status(c, name):
+    return c.get_json("vitjob", name).get("status") or {}
+
+
+def pods_of(c, name):
+    return c.get_json("pods", "-l", "vitjob.dev/job-name=" + name).get("items", [])
+
+
+def wait_for(what, fn, timeout, every=0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+def log_ts(line):
+    m = re.search(r"ts=(\S+)Z", line)
+    return time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone + \
+        float("0" + m.group(1)[19:]) if m else None
+
+
+def worker_pid(name, rank):
+    """The pid of a job's worker process of this rank (from /proc environ)."""
+    want = {b"VITJOB_NAME=" + name.encode(), b"VITJOB_RANK=%d" % rank}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                env = set(f.read().split(b"\0"))
+            with open("/proc/%s/comm" % d) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if want <= env and comm.startswith("vitjob-worker"):
+            return int(d)
+    return None
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class EndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="vitjob-e2e-")
+        os.chmod(cls.work, 0o755)
+        cls.c = LocalCluster(cls.work, nodes=2, s3=True, bin_dir=os.path.join(BUILD, "bin")).start()
+        c = cls.c
+        c.kubectl("apply", "-f", os.path.join(ROOT, "manifests"))
+        wait_for("the operator's pod to be Ready", lambda: any(
+            any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get("conditions", []))
+            for p in c.get_json("pods", "-n", "vitjob-system").get("items", [])), 60)
+        s3 = c.s3
+        c.kubectl("create", "secret", "generic", "s3-credentials",
+                  "--from-literal=AWS_ACCESS_KEY_ID=" + s3["AWS_ACCESS_KEY_ID"],
+                  "--from-literal=AWS_SECRET_ACCESS_KEY=" + s3["AWS_SECRET_ACCESS_KEY"],
+                  "--from-literal=AWS_REGION=" + s3["AWS_REGION"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+        if os.environ.get("VITJOB_KEEP_E2E"):
+            print("kept", cls.work, file=sys.stderr)
+        else:
+            shutil.rmtree(cls.work, ignore_errors=True)
+
+    def apply(self, manifest):
+        m = json.loads(json.dumps(manifest))
+        m["spec"]["checkpoint"]["endpoint"] = self.c.s3["POD_ENDPOINT"]
+        self.c.kubectl("apply", "-f", "-", input=json.dumps(m))
+        return m
+
+    def s3_env(self):
+        s3 = self.c.s3
+        return dict(os.environ, AWS_ACCESS_KEY_ID=s3["AWS_ACCESS_KEY_ID"],
+                    AWS_SECRET_ACCESS_KEY=s3["AWS_SECRET_ACCESS_KEY"], AWS_REGION=s3["AWS_REGION"])
+
+    def export(self, uri, out):
+        r = subprocess.run([WORKER, "export", "--from", uri, "--out", out], env=self.s3_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f:
+            return f.read()
+
+    def reference_run(self, manifest, prefix):
+        """The same job as two local processes, never interrupted: (final loss, weights)."""
+        spec = json.loads(json.dumps(manifest["spec"]))
+        spec["checkpoint"] = dict(spec["checkpoint"], uri="s3://vitjob/" + prefix,
+                                  endpoint=self.c.s3["S3_ENDPOINT"])
+        for k in ("replicas", "gpusPerReplica", "image", "runPolicy", "template"):
+            spec.pop(k, None)
+        cfg = os.path.join(self.work, prefix.replace("/", "_") + ".json")
+        with open(cfg, "w") as f:
+            json.dump(spec, f)
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        procs, logs = [], []
+        for rank in (0, 1):
+            env = dict(self.s3_env(), VITJOB_REPLICAS="2", VITJOB_RANK=str(rank), VITJOB_RESTART="0",
+                       VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
+            env.pop("KUBERNETES_SERVICE_HOST", None)
+            lf = open(os.path.join(self.work, "%s-rank%d.log" % (prefix.replace("/", "_"), rank)), "w+")
+            logs.append(lf)
+            procs.append(subprocess.Popen([WORKER, "train", "--config", cfg, "--log-level", "info"],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=lf))
+        for p in procs:
+            self.assertEqual(p.wait(600), 0)
+        logs[0].seek(0)
+        text = logs[0].read()
+        for lf in logs:
+            lf.close()
+        losses = re.findall(r"step=%d/%d .*?loss=(\S+)" % (STEPS, STEPS), text)
+        self.assertTrue(losses, text[-2000:])
+        weights = self.export("s3://vitjob/%s/step-%09d" % (prefix, STEPS), cfg + ".safetensors")
+        return losses[-1], weights
+
+    def final_loss_of(self, pod_log):
+        losses = re.findall(r"step=%d/%d .*?loss=(\S+)" % (STEPS, STEPS), pod_log)
+        return losses[-1] if losses else None
+
+    def rank0_of_gen(self, name, gen):
+        for p in pods_of(self.c, name):
+            lb = p["metadata"]["labels"]
+            if lb.get("vitjob.dev/rank") == "0" and lb.get("vitjob.dev/restart") == str(gen):
+                return p
+        return None
+
+    # ------------------------------------------------------------------ tests
+
+    def test_a_node_dies_after_a_checkpoint_and_the_gang_resumes_as_a_disruption_bit_for_bit(self):
+        c, name = self.c, "e2e-node"
+        m = self.apply(job_manifest(name, "e2e/node"))
+        seen = set()
+
+        def progressed():
+            out = c.kubectl("get", "vj", name, "--no-headers", check=False).stdout
+            seen.add(out.strip())
+            st = status(c, name)
+            return (st.get("progress") or {}).get("lastCheckpointStep", 0) >= INTERVAL and st
+        st = wait_for("the first checkpoint", progressed, 180)
+        self.assertEqual(st.get("phase"), "Running")
+        prog = st["progress"]
+        self.assertTrue(prog["step"] >= INTERVAL and prog["loss"] > 0 and prog["imagesPerSecond"] > 0, prog)
+        # kubectl get vj shows the columns changing
+        rows = [r.split() for r in seen if r]
+        self.assertTrue(any(r[1] == "Running" for r in rows), rows)
+        self.assertGreater(len({tuple(r[2:4]) for r in rows}), 1, rows)
+        pods = pods_of(c, name)
+        self.assertEqual(len({p["spec"]["nodeName"] for p in pods}), 2, "the ranks run on two nodes")
+        victim = next(p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"]["vitjob.dev/rank"] == "1")
+        t_kill = time.time()
+        c.kill_node(victim)
+        t = {}
+
+        def node_unknown():
+            n = c.get_json("node", victim)
+            return any(cd["type"] == "Ready" and cd["status"] == "Unknown"
+                       for cd in n.get("status", {}).get("conditions", []))
+        wait_for("the node declared lost", node_unknown, 60, 0.2)
+        t["declared_lost"] = time.time()
+
+        def restarted():
+            st = status(c, name)
+            return st.get("restarts", 0) >= 1 and st
+        st = wait_for("the gang restart", restarted, 120, 0.2)
+        t["restart"] = time.time()
+        self.assertEqual(st.get("disruptionRestarts"), 1, st)
+        wait_for("generation 1 running", lambda: status(c, name).get("phase") == "Running", 120, 0.2)
+        t["pods_running"] = time.time()
+        st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
+                      and status(c, name), 600, 1)
+        self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
+        self.assertEqual(st.get("restarts"), 1, st)
+        self.assertEqual(st.get("disruptionRestarts"), 1, st)
+        r0 = self.rank0_of_gen(name, 1)
+        self.assertIsNotNone(r0)
+        log = c.pod_log(r0)
+        resumed = [ln for ln in log.splitlines() if "event=resumed" in ln]
+        self.assertTrue(resumed, log[-3000:])
+        self.assertIn("step=%d" % INTERVAL, resumed[0])
+        first_step = next(ln for ln in log.splitlines() if re.search(r" step=\d+/%d " % STEPS, ln))
+        rdzv = next((ln for ln in log.splitlines() if "comp=rdzv" in ln or "comp=comm" in ln), None)
+        t_first = log_ts(first_step)
+        t_resume = log_ts(resumed[0])
+        t_rdzv = log_ts(rdzv) if rdzv else None
+        recovery = t_first - t_kill
+        print("\nrecovery: kill -> first step of generation 1: %.1f s (node declared lost %.1f s, gang "
+              "restarted %.1f s, pods running %.1f s, rendezvous %s s, checkpoint read by %.1f s, first "
+              "step %.1f s after the kill)" % (
+                  recovery, t["declared_lost"] - t_kill, t["restart"] - t_kill, t["pods_running"] - t_kill,
+                  "%.1f" % (t_rdzv - t_kill) if t_rdzv else "?", t_resume - t_kill, recovery), file=sys.stderr)
+        # the final loss and weights of an uninterrupted run, bit for bit
+        loss = self.final_loss_of(log)
+        ref_loss, ref_weights = self.reference_run(m, "e2e/node-ref")
+        self.assertEqual(loss, ref_loss)
+        ours = self.export("s3://vitjob/e2e/node/step-%09d" % STEPS, os.path.join(self.work, "node.safetensors"))
+        self.assertEqual(ours, ref_weights, "final weights differ from the uninterrupted run")
+        # kubectl get vj shows the finished job
+        out = c.kubectl("get", "vj", name).stdout
+        self.assertIn("Succeeded", out)
+        # the operator's per-job gauges
+        op = c.get_json("pods", "-n", "vitjob-system")["items"][0]
+        self.assertNotIn("KUBECONFIG", json.dumps(op["spec"]), "the operator runs on in-cluster config")
+
+    def test_a_worker_killed_with_sigkill_restarts_the_gang_spending_one_backoff_unit(self):
+        c, name = self.c, "e2e-kill"
+        self.apply(job_manifest(name, "e2e/kill"))
+        wait_for("the first checkpoint", lambda: (status(c, name).get("progress") or {}).get(
+            "lastCheckpointStep", 0) >= INTERVAL, 180)
+        pid = wait_for("rank 1's process", lambda: worker_pid(name, 1), 30)
+        os.kill(pid, signal.SIGKILL)
+        st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
+                      and status(c, name), 600, 1)
+        self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
+        self.assertEqual(st.get("restarts"), 1, st)
+        self.assertEqual(st.get("disruptionRestarts"), 0, "a killed worker spends backoffLimit")
+        log = c.pod_log(self.rank0_of_gen(name, 1))
+        self.assertTrue([ln for ln in log.splitlines() if "event=resumed" in ln], log[-2000:])
+
+    def test_a_worker_whose_status_patches_are_refused_still_finishes_and_logs_once_per_interval(self):
+        c, name = self.c, "e2e-norole"
+        # an identity with no Role: every status patch is refused (403)
+        c.kubectl("create", "serviceaccount", "no-status-rights")
+        t0 = time.time()
+        self.apply(job_manifest(name, "e2e/norole", sa="no-status-rights", steps=30))
+        st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
+                      and status(c, name), 600, 1)
+        self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
+        self.assertNotIn("progress", st, "nothing could be reported")
+        log = c.pod_log(self.rank0_of_gen(name, 0))
+        refused = [ln for ln in log.splitlines() if "comp=report" in ln and "level=warn" in ln]
+        steps = [ln for ln in log.splitlines() if re.search(r" step=\d+/30 ", ln)]
+        self.assertTrue(refused, "the refusals are logged: " + log[-2000:])
+        self.assertTrue(any("403" in ln for ln in refused), refused[:3])
+        self.assertEqual(len(steps), 30)
+        took = time.time() - t0
+        self.assertLessEqual(len(refused), took + 3, "at most one line per report interval (1 s)")
+        self.assertNotIn("token", " ".join(refused).lower().replace("serviceaccount", ""))
+
+
+if __name__ == "__main__":
+    unittest.main()
