@@ -391,7 +391,10 @@ class Api:
         if new == cmp_old:
             return new, warnings
         dry = params.get("dryRun") == "All"
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+        # the last finalizer gone: removed, unless a graceful deletion (a pod's
+        # grace period) is still running, which only the kubelet ends
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and \
+                not new["metadata"].get("deletionGracePeriodSeconds"):
             out = self.store.remove(rtype.key, new["metadata"].get("namespace", ""), name, dry_run=dry)
             self.gc_wake.set()
             return self.present(rtype, version, out), warnings
