@@ -253,7 +253,7 @@ class EndToEnd(unittest.TestCase):
         self.assertTrue(resumed, log[-3000:])
         self.assertIn("step=%d" % INTERVAL, resumed[0])
         first_step = next(ln for ln in log.splitlines() if re.search(r" step=\d+/%d " % STEPS, ln))
-        rdzv = next((ln for ln in log.splitlines() if "comp=rdzv" in ln or "comp=comm" in ln), None)
+        rdzv = next((ln for ln in log.splitlines() if "event=rendezvous" in ln), None)
         t_first = log_ts(first_step)
         t_resume = log_ts(resumed[0])
         t_rdzv = log_ts(rdzv) if rdzv else None
