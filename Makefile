@@ -3,7 +3,8 @@
 #
 #   make            binaries in build/bin, tests in build/tests
 #   make test       the whole test suite (normal build, then ASan + UBSan)
-#   make demo       trains a small ViT on Fashion-MNIST on the CPU
+#   make demo       a local two-node cluster trains a ViTJob on Fashion-MNIST
+#   make train      the same small ViT in one process on the CPU
 #   make bench      the CPU engine against PyTorch, and the operator against the
 #                   test API server (tables, not tests)
 #   make gpu-test   CUDA ops against the CPU ops, bf16 GPU training (needs a GPU)
@@ -89,7 +90,7 @@ BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test demo bench bench-gpu gpu-test asan clean deps
+.PHONY: all test demo train bench bench-gpu gpu-test asan clean deps
 .SECONDARY:
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN)
@@ -169,7 +170,19 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
 
+# The whole story on one machine (tests/cluster/demo.py): a local two-node
+# cluster, the operator from manifests/, the 2-replica Fashion-MNIST ViTJob,
+# `kubectl get vj` until Succeeded, the test accuracy. Where the machine cannot
+# run the local cluster (it needs root for network namespaces, and kubectl),
+# it says why and runs `make train` instead.
 demo: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator $(CUDA_PLUGIN)
+	@mkdir -p $(BUILD)/demo
+	@/usr/bin/python3 tests/cluster/demo.py --build $(BUILD); rc=$$?; \
+	  if [ $$rc -eq 3 ]; then $(MAKE) --no-print-directory train; else exit $$rc; fi
+
+# The embedded default config in one process: a small ViT on Fashion-MNIST.
+train: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(CUDA_PLUGIN)
 	@mkdir -p $(BUILD)/demo
 	$(BUILD)/bin/vitjob-worker train --set training.exportPath=$(BUILD)/demo/model.safetensors

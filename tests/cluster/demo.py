@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+# tests/cluster/demo.py: `make demo`, the whole story on one machine: a local
+# two-node cluster (tests/cluster/localcluster.py: the test API server, the
+# controller-manager stand-in, two local kubelets, moto's S3 where moto is
+# installed), `kubectl apply -f manifests/` (the operator runs from its
+# Deployment, in-cluster), `kubectl apply -f manifests/examples/fashion-mnist.yaml`
+# (2 CPU replicas; s3:// checkpoints with moto, else the file:// of the
+# manifest), `kubectl get vj` rows as they change until the job ends, the test
+# accuracy from rank 0's log, the final checkpoint exported to
+# BUILD/demo/model.safetensors, and everything stopped, also on Ctrl-C.
+# Where the machine cannot run the cluster (not root, no network namespaces,
+# no kubectl) it says why and exits 3; `make train` is the single-process run.
+#   demo.py [--build build] [--timeout 900]
+# Must not: leave processes or the pod network behind.
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from localcluster import ROOT, LocalCluster, missing_prerequisites  # noqa: E402
+
+
+def say(msg):
+    print("demo: " + msg, flush=True)
+
+
+def has_moto():
+    py = shutil.which("python3")
+    return py is not None and subprocess.run([py, "-c", "import moto, boto3"], stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL).returncode == 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args()
+    why = missing_prerequisites()
+    if why:
+        say("cannot run the local cluster here: %s; `make train` runs the same training in one process" % why)
+        return 3
+    build = os.path.abspath(args.build)
+    work = os.path.join(build, "demo", "cluster")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    s3 = has_moto()
+    c = LocalCluster(work, nodes=2, s3=s3, bin_dir=os.path.join(build, "bin"), lease_seconds=1,
+                     grace_seconds=10)
+    job = "fashion-mnist"
+    try:
+        say("starting the API server, the controllers, 2 local nodes%s" % (" and moto's S3" if s3 else ""))
+        c.start()
+        print(c.kubectl("get", "nodes", "-o", "wide").stdout, end="")
+        say("kubectl apply -f manifests/")
+        print(c.kubectl("apply", "-f", os.path.join(ROOT, "manifests")).stdout, end="")
+        deadline = time.monotonic() + 90
+        while True:
+            pods = c.get_json("pods", "-n", "vitjob-system").get("items", [])
+            if any(any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get(
+                    "conditions", [])) for p in pods):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the operator's pod is not Ready; see %s" % work)
+            time.sleep(0.5)
+        print(c.kubectl("get", "pods", "-n", "vitjob-system", "-o", "wide").stdout, end="")
+        with open(os.path.join(ROOT, "manifests", "examples", "fashion-mnist.yaml")) as f:
+            text = f.read()
+        if s3:
+            e = c.s3
+            c.kubectl("create", "secret", "generic", "s3-credentials",
+                      "--from-literal=AWS_ACCESS_KEY_ID=" + e["AWS_ACCESS_KEY_ID"],
+                      "--from-literal=AWS_SECRET_ACCESS_KEY=" + e["AWS_SECRET_ACCESS_KEY"],
+                      "--from-literal=AWS_REGION=" + e["AWS_REGION"])
+            uri = "s3://%s/fashion-mnist" % e["BUCKET"]
+            text = re.sub(r"(?m)^(  checkpoint:\n)    uri: .*\n",
+                          "\\1    uri: %s\n    endpoint: %s\n    credentialsSecret: s3-credentials\n" %
+                          (uri, e["POD_ENDPOINT"]), text)
+            say("checkpoints to %s on moto's S3 (%s from the pods)" % (uri, e["POD_ENDPOINT"]))
+        else:
+            m = re.search(r"(?m)^    uri: file://(\S+)", text)
+            uri = "file://" + m.group(1)
+            os.makedirs(m.group(1), exist_ok=True)
+            os.chmod(os.path.dirname(m.group(1)), 0o1777)
+            os.chmod(m.group(1), 0o1777)
+            say("moto not installed: checkpoints to %s" % uri)
+        say("kubectl apply -f manifests/examples/fashion-mnist.yaml")
+        print(c.kubectl("apply", "-f", "-", input=text).stdout, end="")
+        say("kubectl get vj %s -w" % job)
+        last, header = None, True
+        deadline = time.monotonic() + args.timeout
+        phase = None
+        while time.monotonic() < deadline:
+            r = c.kubectl("get", "vj", job, *([] if header else ["--no-headers"]), check=False)
+            rows = r.stdout.strip().splitlines()
+            row = rows[-1] if rows else ""
+            if row and row.rsplit(None, 1)[0] != last:      # a change other than AGE
+                print("\n".join(rows) if header else row, flush=True)
+                header = False
+                last = row.rsplit(None, 1)[0]
+            phase = (c.get_json("vj", job).get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                break
+            time.sleep(1)
+        st = c.get_json("vj", job).get("status") or {}
+        if phase != "Succeeded":
+            say("the job did not succeed (phase %s): %s" % (phase, json.dumps(st.get("conditions"))))
+            return 1
+        rank0 = [p for p in c.get_json("pods", "-l", "vitjob.dev/job-name=%s,vitjob.dev/rank=0" % job)
+                 .get("items", [])]
+        rank0.sort(key=lambda p: int(p["metadata"]["labels"].get("vitjob.dev/restart", "0")))
+        acc = re.findall(r"test_accuracy=(\S+)", c.pod_log(rank0[-1])) if rank0 else []
+        say("Succeeded: %d steps, final loss %s, test accuracy %s, %d restart(s)" % (
+            (st.get("progress") or {}).get("step", 0), (st.get("progress") or {}).get("loss"),
+            acc[-1] if acc else "?", st.get("restarts", 0)))
+        out = os.path.join(build, "demo", "model.safetensors")
+        cmd = [os.path.join(build, "bin", "vitjob-worker"), "export", "--from", uri, "--out", out]
+        env = dict(os.environ)
+        if s3:
+            cmd += ["--endpoint", c.s3["S3_ENDPOINT"]]
+            env.update({k: c.s3[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
+        if subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode == 0:
+            say("the final checkpoint's weights (timm names): %s" % out)
+        return 0
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    finally:
+        say("stopping the cluster")
+        c.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
