@@ -140,6 +140,7 @@ unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity
 unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"
 unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"
 unittest_suite cluster/test_controllers tests/cluster/test_controllers.py
+unittest_suite cluster/test_kubelet tests/cluster/test_kubelet.py
 unittest_suite cluster/test_e2e tests/cluster/test_e2e.py BUILD="$BUILD"
 
 if [ -d "$ASAN/tests" ]; then
