@@ -504,7 +504,8 @@ class ChildrenTest(Base):
         got = wait_for("config patched", lambda: json.loads(body(self.c.get(cm))["data"]["config.json"])
                        ["training"]["steps"] == 20 and body(self.c.get(cm)))
         self.assertEqual(got["metadata"]["labels"]["backup"], "daily")
-        self.assertIn("event=patched kind=ConfigMap", self.ops[0].text())
+        # the operator logs the patch after the server has applied it
+        wait_for("the patch logged", lambda: "event=patched kind=ConfigMap" in self.ops[0].text())
 
     def test_names_valid_for_a_vitjob_but_not_for_its_service_fail_the_job_without_children(self):
         for name in ("1job", "my.job"):
