@@ -159,22 +159,6 @@ static void create(ctx *c, cJSON *obj)
 
 /* ------------------------------------------------------------ pods parsed */
 
-static int worker_exit_code(const cJSON *pod)
-{
-    const cJSON *cs;
-    cJSON_ArrayForEach(cs, json_get(json_get(pod, "status"), "containerStatuses"))
-    {
-        if (!str_eq(json_str(cs, "name"), VJ_CONTAINER))
-            continue;
-        const cJSON *code = json_get(json_get(json_get(cs, "state"), "terminated"), "exitCode");
-        if (cJSON_IsNumber(code))
-            return code->valueint;
-        code = json_get(json_get(json_get(cs, "lastState"), "terminated"), "exitCode");
-        return cJSON_IsNumber(code) ? code->valueint : -1;
-    }
-    return -1;
-}
-
 /* The worker container's terminated state (or its last one), or NULL. */
 static const cJSON *worker_terminated(const cJSON *pod)
 {
@@ -187,6 +171,13 @@ static const cJSON *worker_terminated(const cJSON *pod)
         return t ? t : json_get(json_get(cs, "lastState"), "terminated");
     }
     return NULL;
+}
+
+/* Its exit code, -1 = none. */
+static int worker_exit_code(const cJSON *term)
+{
+    const cJSON *code = json_get(term, "exitCode");
+    return cJSON_IsNumber(code) ? code->valueint : -1;
 }
 
 /* Whether the worker's last line (exit_code=N class=NAME ...), which
@@ -245,8 +236,8 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
                 pi->node_lost = 1;
         }
     }
-    pi->exit_code = worker_exit_code(pod);
     const cJSON *term = worker_terminated(pod);
+    pi->exit_code = worker_exit_code(term);
     if (pi->phase == PP_FAILED && says_peer_lost(json_str(term, "message")))
         pi->peer_lost = 1;
     const char *fin = json_str(term, "finishedAt");

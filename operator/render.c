@@ -336,26 +336,17 @@ static void add_tolerations(bld *b, cJSON *spec, const vj_jobspec *js)
 {
     static const char *const lost[] = {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"};
     const cJSON *have = js->tmpl ? cJSON_GetObjectItemCaseSensitive(js->tmpl, "tolerations") : NULL;
-    cJSON *arr = add_arr(b, spec, "tolerations");
-    const cJSON *t;
-    cJSON_ArrayForEach(t, have)
-    {
-        if (arr && b->ok) {
-            cJSON *d = cJSON_Duplicate(t, 1);
-            if (!d || !cJSON_AddItemToArray(arr, d)) {
-                cJSON_Delete(d);
-                b->ok = 0;
-            }
-        }
-    }
+    if (have)
+        add_dup(b, spec, "tolerations", have);
+    cJSON *arr = have ? cJSON_GetObjectItemCaseSensitive(spec, "tolerations") : add_arr(b, spec, "tolerations");
     for (size_t i = 0; i < sizeof lost / sizeof lost[0]; i++) {
         int covered = 0;
+        const cJSON *t;
         cJSON_ArrayForEach(t, have)
         {
             const char *key = json_str(t, "key"), *eff = json_str(t, "effect");
-            if ((key == NULL || !key[0] || strcmp(key, lost[i]) == 0) &&
-                (eff == NULL || !eff[0] || strcmp(eff, "NoExecute") == 0))
-                covered = 1;
+            covered |= (key == NULL || !key[0] || strcmp(key, lost[i]) == 0) &&
+                       (eff == NULL || !eff[0] || strcmp(eff, "NoExecute") == 0);
         }
         if (covered)
             continue;
