@@ -1,10 +1,13 @@
 # tests/cluster/harness.py: what the cluster tests share: starting the test
 # API server as a subprocess (port 0, temp state dir), an HTTPS client that
-# trusts its CA and sends its token, and a line reader for watch streams.
+# trusts its CA and sends its token, a line reader for watch streams, polling
+# until a condition holds (wait_for), and stopping a child process politely
+# (stop_process).
 
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -14,6 +17,31 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 APISERVER = os.path.join(HERE, "apiserver")
 CRD = os.path.join(HERE, "testdata", "crd.yaml")
+
+
+def wait_for(what, fn, timeout=15.0, interval=0.1):
+    """Polls fn until it returns a truthy value, which it returns; fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError("timed out after %ss waiting for %s (last: %r)" % (timeout, what, last))
+
+
+def stop_process(proc, timeout=10, sig=signal.SIGTERM):
+    """Sends sig to a child still running, waits up to timeout, then kills it;
+    returns its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 class ServerProcess:
@@ -41,13 +69,7 @@ class ServerProcess:
         self.ca = os.path.join(state, "pki", "ca.crt")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
 
     def client(self, token=None):

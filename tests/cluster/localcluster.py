@@ -19,7 +19,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from harness import ServerProcess  # noqa: E402
+from harness import ServerProcess, stop_process  # noqa: E402
 
 BRIDGE = "vjbr0"
 BRIDGE_IP = "10.89.0.1"
@@ -179,11 +179,7 @@ class LocalCluster:
             if p.poll() is None:
                 p.terminate()
         for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop_process(p)
         if self.server is not None:
             self.server.stop()
         cleanup_network()

@@ -11,7 +11,6 @@
 import datetime
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import HERE, ServerProcess  # noqa: E402
+from harness import HERE, ServerProcess, stop_process, wait_for  # noqa: E402
 
 CONTROLLERS = os.path.join(HERE, "controllers")
 PODS = "/api/v1/namespaces/default/pods"
@@ -89,15 +88,9 @@ class ControllersTest(unittest.TestCase):
             time.sleep(0.05)
 
     def stop_controllers(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        rc = stop_process(self.proc) if self.proc else None
         self.log.close()
-        return self.proc.returncode
+        return rc
 
     def logs(self):
         with open(self.logpath) as f:
@@ -211,14 +204,10 @@ class ControllersTest(unittest.TestCase):
         self.fail("could not run " + name)
 
     def wait_for(self, what, fn, timeout=10):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = fn()
-            if last:
-                return last
-            time.sleep(0.1)
-        self.fail("timed out waiting for %s (last: %r)\n--- controllers log:\n%s" % (what, last, self.logs()[-3000:]))
+        try:
+            return wait_for(what, fn, timeout)
+        except AssertionError as e:
+            self.fail("%s\n--- controllers log:\n%s" % (e, self.logs()[-3000:]))
 
     def pod(self, name):
         r = self.api.get(PODS + "/" + name)

@@ -18,12 +18,12 @@
 # Needs root (network namespaces), iproute2 and kubectl; skipped, saying why,
 # without them. Run: /usr/bin/python3 tests/cluster/test_e2e.py -v
 
-import base64
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +32,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from harness import wait_for  # noqa: E402
 from localcluster import ROOT, LocalCluster, missing_prerequisites  # noqa: E402
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
@@ -71,16 +72,6 @@ def pods_of(c, name):
     return c.get_json("pods", "-l", "vitjob.dev/job-name=" + name).get("items", [])
 
 
-def wait_for(what, fn, timeout, every=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
-
-
 def log_ts(line):
     m = re.search(r"ts=(\S+)Z", line)
     return time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone + \
@@ -116,7 +107,7 @@ class EndToEnd(unittest.TestCase):
         c.kubectl("apply", "-f", os.path.join(ROOT, "manifests"))
         wait_for("the operator's pod to be Ready", lambda: any(
             any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get("conditions", []))
-            for p in c.get_json("pods", "-n", "vitjob-system").get("items", [])), 60)
+            for p in c.get_json("pods", "-n", "vitjob-system").get("items", [])), 60, 0.5)
         s3 = c.s3
         c.kubectl("create", "secret", "generic", "s3-credentials",
                   "--from-literal=AWS_ACCESS_KEY_ID=" + s3["AWS_ACCESS_KEY_ID"],
@@ -160,7 +151,6 @@ class EndToEnd(unittest.TestCase):
         cfg = os.path.join(self.work, prefix.replace("/", "_") + ".json")
         with open(cfg, "w") as f:
             json.dump(spec, f)
-        import socket
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -208,7 +198,7 @@ class EndToEnd(unittest.TestCase):
             seen.add(out.strip())
             st = status(c, name)
             return (st.get("progress") or {}).get("lastCheckpointStep", 0) >= INTERVAL and st
-        st = wait_for("the first checkpoint", progressed, 180)
+        st = wait_for("the first checkpoint", progressed, 180, 0.5)
         self.assertEqual(st.get("phase"), "Running")
         prog = st["progress"]
         self.assertTrue(prog["step"] >= INTERVAL and prog["loss"] > 0 and prog["imagesPerSecond"] > 0, prog)
@@ -280,8 +270,8 @@ class EndToEnd(unittest.TestCase):
         c, name = self.c, "e2e-kill"
         self.apply(job_manifest(name, "e2e/kill"))
         wait_for("the first checkpoint", lambda: (status(c, name).get("progress") or {}).get(
-            "lastCheckpointStep", 0) >= INTERVAL, 180)
-        pid = wait_for("rank 1's process", lambda: worker_pid(name, 1), 30)
+            "lastCheckpointStep", 0) >= INTERVAL, 180, 0.5)
+        pid = wait_for("rank 1's process", lambda: worker_pid(name, 1), 30, 0.5)
         os.kill(pid, signal.SIGKILL)
         st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
                       and status(c, name), 600, 1)

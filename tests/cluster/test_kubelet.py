@@ -13,7 +13,6 @@
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from harness import wait_for  # noqa: E402
 from localcluster import LocalCluster, missing_prerequisites  # noqa: E402
 
 WHY_NOT = missing_prerequisites()
@@ -33,16 +33,6 @@ def pod(name, script, **spec):
                   "containers": [{"name": "c", "image": IMAGE, "command": ["/bin/sh", "-c", script]}]}}
     p["spec"].update(spec)
     return p
-
-
-def wait_for(what, fn, timeout=30, every=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
@@ -77,7 +67,7 @@ class Kubelet(unittest.TestCase):
                     "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                              "selector": {"app": "grp"}, "ports": [{"name": "p", "port": 1}]}})
         self.apply(pod("peer", "sleep 60", hostname="w-1", subdomain="grp"))
-        wait_for("the peer's address", lambda: (self.get("peer").get("status") or {}).get("podIP"))
+        wait_for("the peer's address", lambda: (self.get("peer").get("status") or {}).get("podIP"), 30, 0.2)
         script = ("set -e; hostname; id -u; cat /etc/vitjob/config.json; echo; "
                   "test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token-ok; "
                   "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; "
@@ -93,7 +83,7 @@ class Kubelet(unittest.TestCase):
                      {"name": "MY_KEY", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "KEY"}}}]
         self.apply(p)
         try:
-            done = wait_for("the pod to finish", lambda: self.finished("seer"))
+            done = wait_for("the pod to finish", lambda: self.finished("seer"), 30, 0.2)
         except AssertionError:
             raise AssertionError(json.dumps(self.get("seer").get("status")) + self.c.pod_log(self.get("seer")))
         log = self.c.pod_log(done)
@@ -118,7 +108,7 @@ class Kubelet(unittest.TestCase):
         p = pod("fails", "echo first; echo 'exit_code=3 class=data retried=no'; exit 3")
         p["spec"]["containers"][0]["terminationMessagePolicy"] = "FallbackToLogsOnError"
         self.apply(p)
-        done = wait_for("the pod to fail", lambda: self.finished("fails"))
+        done = wait_for("the pod to fail", lambda: self.finished("fails"), 30, 0.2)
         self.assertEqual(done["status"]["phase"], "Failed")
         t = done["status"]["containerStatuses"][0]["state"]["terminated"]
         self.assertEqual((t["exitCode"], t["reason"]), (3, "Error"))
@@ -129,18 +119,18 @@ class Kubelet(unittest.TestCase):
         self.apply(pod("polite", "trap 'touch %s; exit 0' TERM; while :; do sleep 0.1; done" % mark))
         self.apply(pod("stubborn", "trap '' TERM; while :; do sleep 0.1; done", terminationGracePeriodSeconds=2))
         for n in ("polite", "stubborn"):
-            wait_for(n + " running", lambda: (self.get(n).get("status") or {}).get("phase") == "Running")
+            wait_for(n + " running", lambda: (self.get(n).get("status") or {}).get("phase") == "Running", 30, 0.2)
         t0 = time.monotonic()
         self.c.kubectl("delete", "pod", "polite", "stubborn", "--wait=false")
-        wait_for("polite gone", lambda: not self.get("polite"))
+        wait_for("polite gone", lambda: not self.get("polite"), 30, 0.2)
         self.assertTrue(os.path.exists(mark), "SIGTERM came first")
-        wait_for("stubborn gone", lambda: not self.get("stubborn"), 20)
+        wait_for("stubborn gone", lambda: not self.get("stubborn"), 20, 0.2)
         self.assertGreaterEqual(time.monotonic() - t0, 2.0, "the grace period was given")
 
     def test_a_killed_kubelet_takes_its_pods_processes_with_it(self):
         self.apply(pod("victim", "exec sleep 300"))
         running = wait_for("victim running", lambda: (self.get("victim").get("status") or {}).get(
-            "containerStatuses", [{}])[0].get("state", {}).get("running") and self.get("victim"))
+            "containerStatuses", [{}])[0].get("state", {}).get("running") and self.get("victim"), 30, 0.2)
         pid = int(running["status"]["containerStatuses"][0]["containerID"].rsplit("/", 1)[1])
         os.kill(pid, 0)
         self.c.kill_node("node-1")
@@ -151,7 +141,7 @@ class Kubelet(unittest.TestCase):
                         return f.read().split()[2] == "Z"
                 except OSError:
                     return True
-            wait_for("the pod's process to die", dead, 10)
+            wait_for("the pod's process to die", dead, 10, 0.2)
         finally:
             self.c.start_node(1)        # the node comes back for the other tests
 

@@ -37,7 +37,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import HERE, ServerProcess  # noqa: E402
+from harness import HERE, ServerProcess, stop_process, wait_for  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
@@ -56,18 +56,6 @@ def vj_path(ns, name="", sub=""):
 def body(r):
     """The parsed JSON body of a harness Response."""
     return r.body if isinstance(r.body, (dict, list)) else json.loads(r.body)
-
-
-def wait_for(what, fn, timeout=15.0, interval=0.1):
-    """Polls fn until it returns a truthy value; fails naming `what`."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
 
 
 def operator_kubeconfig(server, tmp, env):
@@ -106,15 +94,9 @@ class Operator:
             return f.read()
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        rc = stop_process(self.proc, 15, sig)
         self.log.close()
-        return self.proc.returncode
+        return rc
 
 
 def job_doc(name, replicas=2, **spec):
