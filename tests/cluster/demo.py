@@ -51,7 +51,9 @@ def main():
     work = os.path.join(build, "demo", "cluster")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    def interrupted(signum, frame):     # SIGTERM stops the demo as Ctrl-C does
+        raise KeyboardInterrupt()
+    signal.signal(signal.SIGTERM, interrupted)
     s3 = has_moto()
     c = LocalCluster(work, nodes=2, s3=s3, bin_dir=os.path.join(build, "bin"), lease_seconds=1,
                      grace_seconds=10)
