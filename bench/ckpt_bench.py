@@ -4,7 +4,10 @@
 worker's own save and restore path (build/bin/ckpt_bench), beside the same
 bytes moved by the curl command line in one stream to the same server in
 the same run, on S3 (moto's server on loopback, tests/s3/moto_server.py,
-signatures checked) and on file:// (beside cp + sync and cat of one file).
+signatures checked) and on file:// (beside dd with conv=fsync, which writes
+from user memory and syncs as a checkpoint does, and cat of one file).
+Each is run --runs times in turns and the medians shown: the disk of a
+shared VM varies by 3x from one run to the next.
 Also the training stall of a background checkpoint next to its host copy.
 
 Ratios are vitjob / peer (above 1: vitjob is faster). Restore is verify
@@ -64,6 +67,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--params", type=int, default=86567656)
+    ap.add_argument("--runs", type=int, default=3, help="runs of each, in turns; medians shown")
     a = ap.parse_args()
     bench = os.path.join(a.build, "bin", "ckpt_bench")
     try:
@@ -85,36 +89,53 @@ def main():
         print("| vitjob | MiB/s | peer (same bytes, same run) | MiB/s | ratio |")
         print("|---|---:|---|---:|---:|")
         stalls = []
-        # file://
-        out = subprocess.run([bench, "--uri", "file://" + os.path.join(tmp, "ck"),
-                              "--params", str(a.params)], check=True, capture_output=True, text=True).stdout
-        f = kv(out)
-        cp = timed(["sh", "-c", 'cp "$1" "$2" && sync "$2"', "sh", raw, os.path.join(tmp, "copy.bin")])
-        cat = timed(["cat", os.path.join(tmp, "copy.bin")], stdout=subprocess.DEVNULL)
-        row("file:// save", mib, float(f["save_s"]), "cp + sync", cp)
-        row("file:// load", mib, float(f["load_s"]), "cat", cat)
-        row("file:// restore (verify+load)", mib, float(f["restore_s"]), "cat", cat)
+        runs = a.runs
+
+        def median(xs):
+            return sorted(xs)[len(xs) // 2]
+
+        # file://: ours and the peer taken in turns, the median of each
+        ours, dd, cat = [], [], []
+        for _ in range(runs):
+            out = subprocess.run([bench, "--uri", "file://" + os.path.join(tmp, "ck"),
+                                  "--params", str(a.params)], check=True, capture_output=True,
+                                 text=True).stdout
+            ours.append(kv(out))
+            shutil.rmtree(os.path.join(tmp, "ck"), ignore_errors=True)
+            copy = os.path.join(tmp, "copy.bin")
+            subprocess.run(["cat", raw], check=True, stdout=subprocess.DEVNULL)  # source cached
+            dd.append(timed(["dd", "if=" + raw, "of=" + copy, "bs=64M", "conv=fsync",
+                             "status=none"]))
+            cat.append(timed(["cat", copy], stdout=subprocess.DEVNULL))
+            os.unlink(copy)
+        f = {k: median([float(d[k]) for d in ours]) for k in ("save_s", "load_s", "restore_s",
+                                                                "stall_s", "copy_s")}
+        row("file:// save", mib, f["save_s"], "dd bs=64M conv=fsync", median(dd))
+        row("file:// load", mib, f["load_s"], "cat", median(cat))
+        row("file:// restore (verify+load)", mib, f["restore_s"], "cat", median(cat))
         stalls.append(("file://", f))
-        shutil.rmtree(os.path.join(tmp, "ck"), ignore_errors=True)
-        os.unlink(os.path.join(tmp, "copy.bin"))
         # s3://
         if have_moto:
             moto_proc, env = start_moto(tmp)
             ep = env["S3_ENDPOINT"]
             cenv = dict(os.environ, **env)
-            out = subprocess.run([bench, "--uri", "s3://vitjob-bench/ck", "--endpoint", ep,
-                                  "--params", str(a.params)], check=True, capture_output=True,
-                                 text=True, env=cenv).stdout
-            s = kv(out)
             curl = ["curl", "-sS", "--fail", "--aws-sigv4", "aws:amz:%s:s3" % env.get("AWS_REGION", "us-east-1"),
                     "--user", "%s:%s" % (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]),
                     "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
             url = ep + "/vitjob-bench/raw.bin"
-            put = timed(curl + ["-T", raw, url], stdout=subprocess.DEVNULL)
-            get = timed(curl + ["-o", "/dev/null", url])
-            row("s3:// save", mib, float(s["save_s"]), "curl PUT, one stream", put)
-            row("s3:// load", mib, float(s["load_s"]), "curl GET, one stream", get)
-            row("s3:// restore (verify+load)", mib, float(s["restore_s"]), "curl GET, one stream", get)
+            ours, put, get = [], [], []
+            for i in range(runs):
+                out = subprocess.run([bench, "--uri", "s3://vitjob-bench/ck%d" % i, "--endpoint", ep,
+                                      "--params", str(a.params)], check=True, capture_output=True,
+                                     text=True, env=cenv).stdout
+                ours.append(kv(out))
+                put.append(timed(curl + ["-T", raw, url], stdout=subprocess.DEVNULL))
+                get.append(timed(curl + ["-o", "/dev/null", url]))
+            s = {k: median([float(d[k]) for d in ours]) for k in ("save_s", "load_s", "restore_s",
+                                                                    "stall_s", "copy_s")}
+            row("s3:// save", mib, s["save_s"], "curl PUT, one stream", median(put))
+            row("s3:// load", mib, s["load_s"], "curl GET, one stream", median(get))
+            row("s3:// restore (verify+load)", mib, s["restore_s"], "curl GET, one stream", median(get))
             stalls.append(("s3://", s))
         else:
             print("| s3:// | - | skipped: no moto or no curl here | - | - |")

@@ -236,6 +236,9 @@ typedef struct {
      * into resp; other bodies into ebody */
     void *out;
     size_t out_cap, out_len;
+    s3_sink sink;          /* when set, 2xx bodies go to it instead (out_len counts) */
+    void *sink_ctx;
+    int sink_stopped;
     buf resp, ebody;
     size_t resp_max;
     long status;
@@ -253,6 +256,14 @@ static size_t on_body(char *d, size_t sz, size_t n, void *user)
     if (r->status == 0) curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
     if (r->status < 200 || r->status > 299) {
         buf_append(&r->ebody, d, len); /* capped; an over-long error body is cut */
+        return len;
+    }
+    if (r->sink) {
+        if (r->sink(r->sink_ctx, r->out_len, d, len)) {
+            r->sink_stopped = 1;
+            return 0; /* curl stops with CURLE_WRITE_ERROR */
+        }
+        r->out_len += len;
         return len;
     }
     if (r->out) {
@@ -487,6 +498,13 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
         }
         CURLcode cc = curl_easy_perform(r->h);
         curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
+        if (r->sink_stopped) {
+            buf_clear(&m);
+            what(&m, c, r);
+            buf_printf(&m, "stopped by the reader after %zu bytes", r->out_len);
+            st = S3_INVALID;
+            goto out;
+        }
         if (r->too_big) {
             what(&m, c, r);
             buf_printf(&m, "reply larger than %zu bytes at %s", r->resp_max, c->endpoint);
@@ -928,6 +946,24 @@ s3_status s3_get(s3_client *c, const char *bucket, const char *key, uint64_t off
              .out = out, .out_cap = len, .resp_max = S3_XMLBODY_MAX, .h = c->h};
     st = perform(c, &r, call_deadline(c), 1, err, errlen);
     if (st == S3_OK) *got = r.status == 416 ? 0 : r.out_len; /* 416: off at or past the end */
+    req_free(&r);
+    return st;
+}
+
+s3_status s3_get_stream(s3_client *c, const char *bucket, const char *key, uint64_t off,
+                        size_t len, s3_sink sink, void *ctx, size_t *got, char *err,
+                        size_t errlen)
+{
+    *got = 0;
+    if (len == 0) return s3_head(c, bucket, key, NULL, err, errlen);
+    s3_status st = check_names("GET", bucket, key ? key : "", err, errlen);
+    if (st != S3_OK) return st;
+    char range[64];
+    snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, off, off + (uint64_t)len - 1);
+    req r = {.op = "GET", .method = "GET", .bucket = bucket, .key = key, .range = range,
+             .sink = sink, .sink_ctx = ctx, .resp_max = S3_XMLBODY_MAX, .h = c->h};
+    st = perform(c, &r, call_deadline(c), 1, err, errlen);
+    if (st == S3_OK) *got = r.status == 416 ? 0 : r.out_len;
     req_free(&r);
     return st;
 }

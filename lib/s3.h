@@ -74,6 +74,17 @@ s3_status s3_put(s3_client *c, const char *bucket, const char *key, const void *
  * only at the object's end). len 0 reads nothing and checks existence. */
 s3_status s3_get(s3_client *c, const char *bucket, const char *key, uint64_t off, size_t len,
                  void *out, size_t *got, char *err, size_t errlen);
+/* Receives a streamed GET's bytes in order: data is n bytes at offset pos
+ * of the requested range. A retried request starts again at pos 0, so a
+ * sink must accept a restart. Returns 0, or nonzero to stop the transfer. */
+typedef int (*s3_sink)(void *ctx, uint64_t pos, const void *data, size_t n);
+/* Up to len bytes from offset off, handed to sink as they arrive (one
+ * request, retried whole); *got the bytes of the attempt that succeeded
+ * (fewer only at the object's end). A sink's stop is S3_INVALID with err
+ * saying so; the sink keeps its own reason. */
+s3_status s3_get_stream(s3_client *c, const char *bucket, const char *key, uint64_t off,
+                        size_t len, s3_sink sink, void *ctx, size_t *got, char *err,
+                        size_t errlen);
 /* The whole object, at most max bytes (more is S3_INVALID): *out malloc'd
  * with a NUL after *len bytes; the caller frees. */
 s3_status s3_get_all(s3_client *c, const char *bucket, const char *key, size_t max, void **out,

@@ -669,6 +669,62 @@ Test(s3, put_and_get_pass_after_500s_and_resets_from_the_proxy)
     stop(proxy);
 }
 
+/* A sink that rebuilds the range in a buffer and counts restarts; it stops
+ * the transfer after stop_at bytes when that is set. */
+typedef struct {
+    unsigned char *out;
+    size_t cap, restarts, stop_at, calls;
+} collect;
+
+static int collect_sink(void *ctx, uint64_t pos, const void *data, size_t n)
+{
+    collect *c = ctx;
+    c->calls++;
+    if (pos == 0 && c->calls > 1) c->restarts++;
+    if (pos + n > c->cap) return 1;
+    memcpy(c->out + pos, data, n);
+    return c->stop_at && pos + n >= c->stop_at;
+}
+
+Test(s3, streamed_get_restarts_at_zero_after_a_reply_cut_midway_and_a_sink_can_stop_it)
+{
+    use_moto();
+    size_t n = 3 * MIB, got = 0;
+    unsigned char *data = malloc(n), *back = calloc(1, n);
+    fill(data, n, 5);
+    char err[ERRLEN];
+    s3_client *direct = client();
+    cr_assert_eq(s3_put(direct, "vj-retry", "stream/k", data, n, err, sizeof err), S3_OK, "%s",
+                 err);
+    s3_free(direct);
+    const char *flags[] = {"--only-method", "GET", "--cut", "1", NULL};
+    int pport;
+    pid_t proxy = proxy_start("cut", flags, &pport);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", pport);
+    s3_client *c = client_at(ep, (s3_options){.max_attempts = 3, .backoff_s = 0.02});
+    collect col = {.out = back, .cap = n - 100};
+    cr_assert_eq(s3_get_stream(c, "vj-retry", "stream/k", 100, n - 100, collect_sink, &col, &got,
+                               err, sizeof err), S3_OK, "%s", err);
+    char *st = proxy_stats("cut");
+    cr_assert(strstr(st, "cuts=1"), "the first reply was cut: %s", st);
+    free(st);
+    cr_assert_eq(col.restarts, 1, "the retried request started again at byte 0");
+    cr_assert_eq(got, n - 100);
+    cr_assert_arr_eq(back, data + 100, n - 100);
+
+    collect stopper = {.out = back, .cap = n, .stop_at = 1};
+    s3_status s = s3_get_stream(c, "vj-retry", "stream/k", 0, n, collect_sink, &stopper, &got,
+                                err, sizeof err);
+    cr_assert_eq(s, S3_INVALID, "%s: %s", s3_status_name(s), err);
+    cr_assert(strstr(err, "stopped by the reader"), "%s", err);
+    cr_assert_eq(stopper.restarts, 0, "a stop is not retried");
+    s3_free(c);
+    stop(proxy);
+    free(data);
+    free(back);
+}
+
 Test(s3, multipart_put_passes_through_500s_and_resets_on_its_parts)
 {
     use_moto();

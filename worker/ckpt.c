@@ -461,9 +461,88 @@ ckpt_status ckpt_read_step(ckpt_store *store, long step, ckpt_manifest **out, ch
     return CKPT_OK;
 }
 
-/* Reads blocks [b0, b1) of a shard into buf, checking their CRCs. */
-static ckpt_status read_blocks(ckpt_store *store, long step, const shard_info *si, size_t b0,
-                               size_t b1, unsigned char *buf, char *err, size_t errlen)
+/* A shard's bytes [off, end) that a reader wants copied to dst. */
+typedef struct {
+    uint64_t off, end;
+    unsigned char *dst;
+} piece;
+
+/* Checks a shard's blocks as a stream of its bytes passes (ckpt_sink) and
+ * copies what the pieces ask for, so a read holds one block beside the
+ * destination, however large the shard. */
+typedef struct {
+    const shard_info *si;
+    const char *dir;
+    uint64_t base, len;   /* the stream: shard bytes [base, base + len), base block-aligned */
+    uint64_t done;        /* stream bytes taken so far */
+    unsigned char *blk;   /* a block split across deliveries, fill bytes of it */
+    size_t fill;
+    const piece *pieces;  /* sorted by off */
+    size_t npieces, next;
+    char why[512];
+} checker;
+
+/* The block at stream offset at, size k, whole in p: its CRC, then the
+ * pieces' bytes in it. */
+static int take_block(checker *ck, uint64_t at, const unsigned char *p, size_t k)
+{
+    uint64_t lo = ck->base + at, hi = lo + k;
+    size_t b = (size_t)(lo / CKPT_BLOCK_BYTES);
+    if (crc_of(p, k) != ck->si->crc[b]) {
+        snprintf(ck->why, sizeof ck->why, "checkpoint %s/%s: block %zu (bytes %llu-%llu) does "
+                 "not match its CRC (corrupt)", ck->dir, ck->si->name, b,
+                 (unsigned long long)lo, (unsigned long long)hi);
+        return 1;
+    }
+    for (size_t i = ck->next; i < ck->npieces && ck->pieces[i].off < hi; i++) {
+        const piece *q = &ck->pieces[i];
+        uint64_t a = q->off > lo ? q->off : lo, e = q->end < hi ? q->end : hi;
+        if (a < e) memcpy(q->dst + (a - q->off), p + (a - lo), (size_t)(e - a));
+        if (q->end <= hi && i == ck->next) ck->next++;
+    }
+    return 0;
+}
+
+static int check_sink(void *ctx, uint64_t pos, const void *data, size_t n)
+{
+    checker *ck = ctx;
+    const unsigned char *d = data;
+    if (pos == 0 && ck->done) { /* a retried request starts again */
+        ck->done = 0;
+        ck->fill = 0;
+        ck->next = 0;
+    }
+    if (pos != ck->done || n > ck->len - ck->done) {
+        snprintf(ck->why, sizeof ck->why, "checkpoint %s/%s: the store sent bytes %llu-%llu of "
+                 "a %llu-byte read", ck->dir, ck->si->name, (unsigned long long)pos,
+                 (unsigned long long)(pos + n), (unsigned long long)ck->len);
+        return 1;
+    }
+    while (n) {
+        uint64_t start = ck->done - ck->fill; /* the current block's stream offset */
+        size_t want = ck->len - start < CKPT_BLOCK_BYTES ? (size_t)(ck->len - start)
+                                                         : CKPT_BLOCK_BYTES;
+        if (ck->fill == 0 && n >= want) { /* whole in this delivery: no copy */
+            if (take_block(ck, start, d, want)) return 1;
+            d += want, n -= want, ck->done += want;
+            continue;
+        }
+        size_t k = want - ck->fill < n ? want - ck->fill : n;
+        memcpy(ck->blk + ck->fill, d, k);
+        ck->fill += k, d += k, n -= k, ck->done += k;
+        if (ck->fill == want) {
+            ck->fill = 0;
+            if (take_block(ck, start, ck->blk, want)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Streams blocks [b0, b1) of a shard through a checker copying pieces
+ * (npieces may be 0: only check). blk: CKPT_BLOCK_BYTES of scratch. */
+static ckpt_status stream_blocks(ckpt_store *store, long step, const shard_info *si, size_t b0,
+                                 size_t b1, const piece *pieces, size_t npieces,
+                                 unsigned char *blk, char *err, size_t errlen)
 {
     char dir[32], name[128];
     step_dir(step, dir, sizeof dir);
@@ -471,29 +550,30 @@ static ckpt_status read_blocks(ckpt_store *store, long step, const shard_info *s
     uint64_t off = (uint64_t)b0 * CKPT_BLOCK_BYTES,
              end = (uint64_t)b1 * CKPT_BLOCK_BYTES < si->bytes ? (uint64_t)b1 * CKPT_BLOCK_BYTES
                                                                : si->bytes;
-    ckpt_status st = ckpt_store_get(store, name, off, (size_t)(end - off), buf, err, errlen);
-    if (st) return st == CKPT_NOT_FOUND ? CKPT_PERMANENT : st;
-    for (size_t b = b0; b < b1; b++) {
-        uint64_t lo = (uint64_t)b * CKPT_BLOCK_BYTES,
-                 hi = lo + CKPT_BLOCK_BYTES < si->bytes ? lo + CKPT_BLOCK_BYTES : si->bytes;
-        if (crc_of(buf + (lo - off), (size_t)(hi - lo)) != si->crc[b]) {
-            snprintf(err, errlen, "checkpoint %s/%s: block %zu (bytes %llu-%llu) does not match "
-                     "its CRC (corrupt)", dir, si->name, b, (unsigned long long)lo,
-                     (unsigned long long)hi);
-            return CKPT_PERMANENT;
-        }
+    checker ck = {.si = si, .dir = dir, .base = off, .len = end - off, .blk = blk,
+                  .pieces = pieces, .npieces = npieces};
+    ckpt_status st = ckpt_store_stream(store, name, off, end - off, check_sink, &ck, err, errlen);
+    if (ck.why[0]) {
+        snprintf(err, errlen, "%s", ck.why);
+        return CKPT_PERMANENT;
     }
-    return CKPT_OK;
+    if (!st && ck.done != end - off) {
+        snprintf(err, errlen, "checkpoint %s/%s: got %llu of %llu bytes", dir, si->name,
+                 (unsigned long long)ck.done, (unsigned long long)(end - off));
+        st = CKPT_PERMANENT;
+    }
+    return st == CKPT_NOT_FOUND ? CKPT_PERMANENT : st;
 }
 
-/* Every shard present with its size and every block matching its CRC. */
+/* Every shard present with its size and every block matching its CRC:
+ * one streamed read per shard. */
 static ckpt_status verify(ckpt_store *store, const ckpt_manifest *m, char **names,
                           const uint64_t *sizes, size_t n, char *why, size_t len)
 {
     char dir[32], want[128];
     step_dir(m->meta.step, dir, sizeof dir);
-    unsigned char *buf = malloc(CKPT_BLOCK_BYTES);
-    if (!buf) {
+    unsigned char *blk = malloc(CKPT_BLOCK_BYTES);
+    if (!blk) {
         snprintf(why, len, "out of memory");
         return CKPT_RETRY;
     }
@@ -510,14 +590,14 @@ static ckpt_status verify(ckpt_store *store, const ckpt_manifest *m, char **name
             snprintf(why, len, "corrupt: %s is %llu bytes, the manifest says %llu", si->name,
                      (unsigned long long)sizes[k], (unsigned long long)si->bytes);
             st = CKPT_PERMANENT;
-        }
-        for (size_t b = 0; b < si->nblocks && !st; b++) {
-            char e[512];
-            st = read_blocks(store, m->meta.step, si, b, b + 1, buf, e, sizeof e);
+        } else if (si->nblocks) {
+            char e[768];
+            st = stream_blocks(store, m->meta.step, si, 0, si->nblocks, NULL, 0, blk, e,
+                               sizeof e);
             if (st) snprintf(why, len, "%s: %s", st == CKPT_RETRY ? "unreadable" : "corrupt", e);
         }
     }
-    free(buf);
+    free(blk);
     return st;
 }
 
@@ -631,41 +711,53 @@ ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t 
                             float *params, float *m, float *v, char *err, size_t errlen)
 {
     float *dst[3] = {params, m, v};
-    unsigned char *buf = NULL;
-    size_t cap = 0, covered = 0;
-    ckpt_status st = CKPT_OK;
+    size_t covered = 0, cap = 0;
+    piece *pc = NULL;
+    unsigned char *blk = malloc(CKPT_BLOCK_BYTES);
+    ckpt_status st = blk ? CKPT_OK : CKPT_RETRY;
+    if (!blk) snprintf(err, errlen, "checkpoint: out of memory reading a range");
     for (int i = 0; i < man->nshards && !st; i++) {
         const shard_info *si = &man->shards[i];
-        size_t pos = 0; /* the segment's first float within each array */
-        for (size_t k = 0; k < si->nseg && !st; pos += si->hi[k] - si->lo[k], k++) {
-            size_t a = si->lo[k] > lo ? si->lo[k] : lo, b = si->hi[k] < hi ? si->hi[k] : hi;
-            if (a >= b) continue;
-            for (int arr = 0; arr < 3 && !st; arr++) {
+        /* the shard's pieces in shard order (arrays, then segments) */
+        size_t np = 0;
+        for (int arr = 0; arr < 3; arr++) {
+            size_t pos = 0; /* the segment's first float within each array */
+            for (size_t k = 0; k < si->nseg; pos += si->hi[k] - si->lo[k], k++) {
+                size_t a = si->lo[k] > lo ? si->lo[k] : lo, b = si->hi[k] < hi ? si->hi[k] : hi;
+                if (a >= b) continue;
+                if (arr == 0) covered += b - a;
                 if (!dst[arr]) continue;
-                uint64_t off = ((uint64_t)arr * si->total + pos + (a - si->lo[k])) * 4,
-                         end = off + (uint64_t)(b - a) * 4;
-                size_t b0 = (size_t)(off / CKPT_BLOCK_BYTES),
-                       b1 = (size_t)((end + CKPT_BLOCK_BYTES - 1) / CKPT_BLOCK_BYTES);
-                size_t need = (b1 - b0) * CKPT_BLOCK_BYTES;
-                if (need > cap) {
-                    unsigned char *nb = realloc(buf, need);
-                    if (!nb) {
+                if (np == cap) {
+                    piece *g = realloc(pc, sizeof *pc * (cap = cap ? 2 * cap : 16));
+                    if (!g) {
                         snprintf(err, errlen, "checkpoint: out of memory reading a range");
                         st = CKPT_RETRY;
                         break;
                     }
-                    buf = nb;
-                    cap = need;
+                    pc = g;
                 }
-                st = read_blocks(store, man->meta.step, si, b0, b1, buf, err, errlen);
-                if (!st)
-                    memcpy(dst[arr] + (a - lo), buf + (off - (uint64_t)b0 * CKPT_BLOCK_BYTES),
-                           (b - a) * 4);
+                uint64_t off = ((uint64_t)arr * si->total + pos + (a - si->lo[k])) * 4;
+                pc[np++] = (piece){off, off + (uint64_t)(b - a) * 4,
+                                   (unsigned char *)(dst[arr] + (a - lo))};
             }
-            covered += b - a;
+        }
+        /* one streamed read per run of pieces whose blocks touch */
+        for (size_t g0 = 0; g0 < np && !st;) {
+            size_t g1 = g0 + 1;
+            uint64_t bend = (pc[g0].end + CKPT_BLOCK_BYTES - 1) / CKPT_BLOCK_BYTES;
+            while (g1 < np && pc[g1].off / CKPT_BLOCK_BYTES <= bend) {
+                uint64_t e = (pc[g1].end + CKPT_BLOCK_BYTES - 1) / CKPT_BLOCK_BYTES;
+                if (e > bend) bend = e;
+                g1++;
+            }
+            st = stream_blocks(store, man->meta.step, si,
+                               (size_t)(pc[g0].off / CKPT_BLOCK_BYTES), (size_t)bend, pc + g0,
+                               g1 - g0, blk, err, errlen);
+            g0 = g1;
         }
     }
-    free(buf);
+    free(pc);
+    free(blk);
     if (!st && covered != hi - lo) {
         snprintf(err, errlen, "checkpoint step %ld: its shards cover %zu of the %zu values "
                  "[%zu, %zu)", man->meta.step, covered, hi - lo, lo, hi);

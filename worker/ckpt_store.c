@@ -265,6 +265,43 @@ ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t
     return CKPT_OK;
 }
 
+ckpt_status ckpt_store_stream(ckpt_store *s, const char *name, uint64_t off, uint64_t len,
+                              ckpt_sink sink, void *ctx, char *err, size_t errlen)
+{
+    char path[4600];
+    if (s->kind == STORE_S3) {
+        char why[1024];
+        size_t got = 0;
+        if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+        s3_status st = s3_get_stream(s->s3, s->bucket, path, off, (size_t)len, sink, ctx, &got,
+                                     why, sizeof why);
+        if (st != S3_OK) return s3_failed(st, why, err, errlen);
+        if (got < len) {
+            snprintf(err, errlen, "checkpoint: s3://%s/%s is shorter than %llu bytes (truncated)",
+                     s->bucket, path, (unsigned long long)(off + len));
+            return CKPT_PERMANENT;
+        }
+        return CKPT_OK;
+    }
+    size_t cap = len < CKPT_STREAM_CHUNK ? (size_t)len : CKPT_STREAM_CHUNK;
+    unsigned char *buf = malloc(cap ? cap : 1);
+    if (!buf) {
+        snprintf(err, errlen, "checkpoint: out of memory reading %s", name);
+        return CKPT_RETRY;
+    }
+    ckpt_status st = CKPT_OK;
+    for (uint64_t pos = 0; pos < len && !st; pos += cap) {
+        size_t k = len - pos < cap ? (size_t)(len - pos) : cap;
+        st = ckpt_store_get(s, name, off + pos, k, buf, err, errlen);
+        if (!st && sink(ctx, pos, buf, k)) {
+            snprintf(err, errlen, "checkpoint: reading %s stopped by the reader", name);
+            st = CKPT_PERMANENT;
+        }
+    }
+    free(buf);
+    return st;
+}
+
 ckpt_status ckpt_store_read(ckpt_store *s, const char *name, size_t max, void **out,
                             size_t *len, char *err, size_t errlen)
 {

@@ -3,13 +3,15 @@
 S3 client and moto, to prove its retries.
 
     python3 tests/s3/fault_proxy.py --listen-port P --target HOST:PORT --ready-file F
-        [--fail-500 N] [--reset N] [--only-method M] [--down-file D] [--stats-file S] [--log L]
+        [--fail-500 N] [--reset N] [--cut N] [--only-method M] [--down-file D] [--stats-file S] [--log L]
 
 Listens on 127.0.0.1:P (0 = a free port; the port is written to F, atomically,
 once it listens). Each request is read whole (headers and Content-Length
 body), then: while --fail-500 has requests left, it is answered 500 with S3's
 InternalError XML; else while --reset has requests left, the connection is
-reset (RST: SO_LINGER 0); with --only-method, only requests of that method
+reset (RST: SO_LINGER 0); else while --cut has requests left, the request
+is forwarded and the reply's head and the first half of its body are sent,
+then the connection is reset (a transfer dying midway); with --only-method, only requests of that method
 (PUT, GET, ...) count for these faults and the others pass; else it is sent on verbatim (the Host header the
 client signed included) to the target on a new connection and the reply
 sent back. While the file D exists, every connection is reset as it is
@@ -34,7 +36,7 @@ ERROR_500 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalErro
              b'<RequestId>fault-proxy</RequestId></Error>')
 
 lock = threading.Lock()
-state = {"requests": 0, "fail500": 0, "resets": 0, "inflight": 0, "maxinflight": 0}
+state = {"requests": 0, "fail500": 0, "resets": 0, "cuts": 0, "inflight": 0, "maxinflight": 0}
 args = None
 
 
@@ -133,7 +135,7 @@ def read_reply(up, method):
 def stats():
     if args.stats_file:
         write_atomic(args.stats_file, "requests={requests} fail500={fail500} resets={resets} "
-                     "maxinflight={maxinflight}\n".format(**state))
+                     "maxinflight={maxinflight} cuts={cuts}\n".format(**state))
 
 
 def serve(conn):
@@ -166,6 +168,10 @@ def serve(conn):
                     args.reset -= 1
                     state["resets"] += 1
                     action = "reset"
+                elif args.cut > 0:
+                    args.cut -= 1
+                    state["cuts"] += 1
+                    action = "cut"
                 else:
                     action = "forward"
                 stats()
@@ -189,6 +195,11 @@ def serve(conn):
                 with lock:
                     state["inflight"] -= 1
                     stats()
+            if action == "cut":
+                i = reply.index(b"\r\n\r\n") + 4
+                conn.sendall(reply[:i + (len(reply) - i) // 2])
+                reset(conn)
+                return
             conn.sendall(reply)
     except (OSError, ConnectionError, ValueError, IndexError):
         pass
@@ -222,6 +233,7 @@ def main():
     ap.add_argument("--ready-file", required=True)
     ap.add_argument("--fail-500", type=int, default=0)
     ap.add_argument("--reset", type=int, default=0)
+    ap.add_argument("--cut", type=int, default=0)
     ap.add_argument("--only-method")
     ap.add_argument("--down-file")
     ap.add_argument("--stats-file")
