@@ -10,6 +10,7 @@
 #   make gpu-test   CUDA ops against the CPU ops, bf16 GPU training (needs a GPU)
 #   make bench-gpu  the GPU engine against PyTorch/timm on the same GPU
 #   make asan       the same programs built with AddressSanitizer + UBSan
+#   make image-test the container images built with buildah and run (slow)
 #   make clean
 
 CC      ?= gcc
@@ -90,10 +91,21 @@ BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test demo train bench bench-gpu gpu-test asan clean deps
+# tools/helmrender: the chart tests' stand-in for `helm template`, in Go,
+# from Debian's packages (GOPATH mode: /usr/share/gocode). Built when go
+# exists (scripts/deps.sh installs it); the chart tests skip without it.
+GO         ?= $(shell command -v go 2>/dev/null)
+HELMRENDER  = $(if $(GO),$(BUILD)/bin/helmrender)
+$(BUILD)/bin/helmrender: tools/helmrender/main.go
+	@mkdir -p $(@D)
+	@echo "  GO      $@"
+	$(Q)GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(abspath $(BUILD))/.gocache \
+		$(GO) build -o $@ ./tools/helmrender
+
+.PHONY: all test demo train bench bench-gpu gpu-test asan clean deps image-test
 .SECONDARY:
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
-all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN)
+all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN) $(HELMRENDER)
 
 # V=1 shows the full command lines.
 Q := $(if $(V),,@)
@@ -102,6 +114,15 @@ Q := $(if $(V),,@)
 FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_NOW    = $(ALL_CFLAGS) | $(NVCC) $(NVCC_FLAGS) | $(CUDA_SRC)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+
+# The commit goes into api/version.o alone, through a stamp rewritten only
+# when it changes (a build from a tarball or an image context says
+# GIT_COMMIT=... or gets "unknown").
+GIT_COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+COMMIT_STAMP := $(BUILD)/.commit
+$(shell mkdir -p $(BUILD) && (echo '$(GIT_COMMIT)' | cmp -s - $(COMMIT_STAMP) || echo '$(GIT_COMMIT)' > $(COMMIT_STAMP)))
+$(BUILD)/obj/api/version.o: $(COMMIT_STAMP)
+$(BUILD)/obj/api/version.o: ALL_CFLAGS += -DVJ_GIT_COMMIT='"$(GIT_COMMIT)"'
 
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
@@ -160,7 +181,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 
 # The sanitizer build: same sources, its own tree.
 asan:
-	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CUDA_BUILD=$(CUDA_BUILD) CFLAGS="$(ASAN_FLAGS)" all
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CUDA_BUILD=$(CUDA_BUILD) CFLAGS="$(ASAN_FLAGS)" HELMRENDER= all
 
 deps:
 	@scripts/deps.sh
@@ -169,6 +190,15 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
+
+# The container images (docker/*.Dockerfile) built with buildah (vfs
+# storage, chroot isolation) from a Debian base made with debootstrap, then
+# run: the operator's --version as its non-root user, the CPU worker's
+# --version and a short training (tests/images.bats). Slow (minutes of apt
+# and compiling); CI runs it after `make test`.
+image-test:
+	@scripts/deps.sh image
+	BUILD=$(abspath $(BUILD)) bats --tap tests/images.bats
 
 # The whole story on one machine (tests/cluster/demo.py): a local two-node
 # cluster, the operator from manifests/, the 2-replica Fashion-MNIST ViTJob,
@@ -214,4 +244,4 @@ bench-gpu: deps
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) $(CUDA_BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) $(CUDA_BUILD) -path '$(BUILD)/image' -prune -o -name '*.d' -type f -print 2>/dev/null)

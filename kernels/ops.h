@@ -164,6 +164,12 @@ const vit_ops *ops_cpu_bf16(void);
 const vit_ops *ops_cuda(int bf16, char *err, size_t errlen);
 /* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */
 size_t ops_cuda_peak_bytes(void);
+/* The BLAS the CPU backend runs on, as OpenBLAS describes its build
+ * (static string). */
+const char *ops_cpu_blas(void);
+/* What this build has for GPUs, for --version, without loading anything:
+ * "cuda, nccl (plugin PATH)", the plugin missing, or not built. */
+void ops_cuda_describe(char *out, size_t len);
 
 /* Sets the CPU backend's thread count (OpenBLAS and OpenMP); 0 = as many
  * as the process may keep busy (lib/sysres.h: affinity and cgroup quota).

@@ -17,6 +17,9 @@
 /* OpenBLAS's own API (declared in its cblas.h on Debian, repeated here so that
  * a CBLAS without it fails at link time, not silently). */
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_config(void);
+
+const char *ops_cpu_blas(void) { return openblas_get_config(); }
 
 int ops_cpu_set_threads(int n)
 {

@@ -93,6 +93,16 @@ static void load(void)
     } /* else kept loaded for the life of the process */
 }
 
+void ops_cuda_describe(char *out, size_t len)
+{
+    char path[PATH_MAX];
+    plugin_path(path, sizeof path);
+    if (access(path, R_OK) == 0)
+        snprintf(out, len, "cuda (bf16, cuBLASLt), nccl: plugin %s", path);
+    else
+        snprintf(out, len, "cuda, nccl: built, but the plugin %s is missing", path);
+}
+
 const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
 {
     if (!tried) load();
@@ -124,6 +134,11 @@ const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
 }
 
 size_t ops_cuda_peak_bytes(void) { return 0; }
+
+void ops_cuda_describe(char *out, size_t len)
+{
+    snprintf(out, len, "cuda, nccl: not built (no nvcc when this was built)");
+}
 
 const vitjob_nccl_ops *ops_cuda_nccl(char *err, size_t errlen)
 {

@@ -6,12 +6,16 @@
  * releases the Lease and exits 0).
  * Must not: reconcile (operator/controller.c) or log a token.
  *
- * usage: vitjob-operator [--kubeconfig FILE] [--namespace NS] [--metrics-addr :8080]
- *                        [--leader-elect] [--lease-namespace NS] [--identity ID]
+ * usage: vitjob-operator --version   (release, commit, what it talks over)
+ *        vitjob-operator [--kubeconfig FILE] [--namespace NS] [--metrics-addr :8080]
+ *                        [--leader-elect] [--lease-namespace NS] [--lease-name NAME]
+ *                        [--identity ID]   (lease name: vitjob-operator by default)
  *                        (identity: --identity, else $POD_NAME, else host_pid)
  *                        [--workers N] [--log-level info]
  *                        [--lease-duration 15] [--renew-deadline 10] [--retry-period 2]
  */
+#include <curl/curl.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -27,6 +31,7 @@
 #include "leader.h"
 #include "log.h"
 #include "util.h"
+#include "version.h"
 
 static volatile sig_atomic_t stop_requested;
 /* With --leader-elect: until when (monotonic ms) this replica may act; the
@@ -99,9 +104,11 @@ static int ready(void *arg, char *why, size_t whylen)
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: vitjob-operator [--kubeconfig FILE] [--namespace NS] "
+    fprintf(to, "usage: vitjob-operator --version\n"
+                "       vitjob-operator [--kubeconfig FILE] [--namespace NS] "
                 "[--metrics-addr :8080]\n"
-                "                       [--leader-elect] [--lease-namespace NS] [--identity ID]\n"
+                "                       [--leader-elect] [--lease-namespace NS] [--lease-name NAME]\n"
+                "                       [--identity ID]\n"
                 "                       [--workers N] [--log-level debug|info|warn|error]\n"
                 "                       [--lease-duration 15] [--renew-deadline 10] "
                 "[--retry-period 2]\n");
@@ -111,17 +118,25 @@ int main(int argc, char **argv)
 {
     factory_ctx fctx = {NULL};
     const char *ns = NULL, *metrics_addr = ":8080", *lease_ns = getenv("POD_NAMESPACE");
+    const char *lease_name = "vitjob-operator";
     char identity[256] = "";
     int elect = 0, workers = 2;
     double lease_duration = 15, renew_deadline = 10, retry_period = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
+        if (!strcmp(a, "--version")) {
+            printf("vitjob-operator %s\ncommit: %s\nbackends: kubernetes API over %s, "
+                   "metrics and probes over libmicrohttpd %s\n", VJ_RELEASE, vj_git_commit(),
+                   curl_version(), MHD_get_version());
+            return 0;
+        }
         if (!strcmp(a, "--kubeconfig") && more) fctx.kubeconfig = argv[++i];
         else if (!strcmp(a, "--namespace") && more) ns = argv[++i];
         else if (!strcmp(a, "--metrics-addr") && more) metrics_addr = argv[++i];
         else if (!strcmp(a, "--leader-elect")) elect = 1;
         else if (!strcmp(a, "--lease-namespace") && more) lease_ns = argv[++i];
+        else if (!strcmp(a, "--lease-name") && more) lease_name = argv[++i];
         else if (!strcmp(a, "--identity") && more) snprintf(identity, sizeof identity, "%s", argv[++i]);
         else if (!strcmp(a, "--workers") && more) workers = atoi(argv[++i]);
         else if (!strcmp(a, "--lease-duration") && more) lease_duration = atof(argv[++i]);
@@ -202,7 +217,7 @@ int main(int argc, char **argv)
              "workers=%d", identity, ns && *ns ? ns : "(all)", httpd_port(http), elect, workers);
 
     leader_elector *le = NULL;
-    leader_opts lo = {.ns = lease_ns, .name = "vitjob-operator", .identity = identity,
+    leader_opts lo = {.ns = lease_ns, .name = lease_name, .identity = identity,
                       .lease_duration = lease_duration, .renew_deadline = renew_deadline};
     if (elect && leader_new(client, &lo, &le) != 0) {
         LOG_ERROR("operator", "msg=\"out of memory\"");

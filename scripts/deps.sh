@@ -3,17 +3,38 @@
 # and the machine lacks, then the test API server's CEL evaluator
 # (@bufbuild/cel, pinned by tests/cluster/cel/package-lock.json) from the npm
 # registry. Idempotent: a second run installs nothing.
+#
+#   scripts/deps.sh          what `make`, `make test` and `make demo` need
+#   scripts/deps.sh build    only what building the two programs needs (the
+#                            images' build stage, docker/*.Dockerfile)
+#   scripts/deps.sh image    what `make image-test` needs besides: buildah,
+#                            debootstrap, Go and the Debian Go packages of
+#                            the chart renderer (tools/helmrender)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(
+BUILD_PACKAGES=(
   build-essential pkg-config
   libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev libsleef-dev
-  libcriterion-dev bats libmicrohttpd-dev uthash-dev libgloo-dev
-  dataset-fashion-mnist python3-torch
-  python3-jsonschema python3-yaml openssl iproute2
-  libxml2-dev libssl-dev curl
+  libmicrohttpd-dev uthash-dev libgloo-dev libxml2-dev libssl-dev
 )
+CHART_PACKAGES=(
+  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
+  golang-github-xeipuuv-gojsonschema-dev
+)
+case "${1:-all}" in
+  build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  image) PACKAGES=(buildah debootstrap "${CHART_PACKAGES[@]}") ;;
+  all)
+    PACKAGES=(
+      "${BUILD_PACKAGES[@]}" "${CHART_PACKAGES[@]}"
+      libcriterion-dev bats
+      dataset-fashion-mnist python3-torch
+      python3-jsonschema python3-yaml openssl iproute2
+      curl
+    ) ;;
+  *) echo "usage: scripts/deps.sh [build|image]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -24,8 +45,10 @@ done
 
 # Node.js and npm run the CEL evaluator; a machine may have them from
 # elsewhere (NodeSource) than Debian's nodejs/npm packages.
-command -v node >/dev/null 2>&1 || missing+=(nodejs)
-command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ "${1:-all}" = all ]; then
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all ${#PACKAGES[@]} packages present"
@@ -37,6 +60,8 @@ else
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+[ "${1:-all}" = all ] || exit 0
 
 # The CEL evaluator, exactly as locked; reinstalled when the lock changes.
 CEL=tests/cluster/cel

@@ -24,10 +24,11 @@
 #include "file.h"
 #include "log.h"
 #include "model_io.h"
+#include "ops.h"
 #include "rdzv.h"
 #include "train.h"
+#include "version.h"
 
-#define VITJOB_VERSION "0.1.0"
 
 /* The signal that asked the run to stop (SIGTERM, SIGINT), or 0. */
 static volatile sig_atomic_t stop_requested;
@@ -257,7 +258,7 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
 
     char *json = config_to_json(&cfg);
     if (json) {
-        LOG_INFO("worker", "event=config version=%s config=%s", VITJOB_VERSION, json);
+        LOG_INFO("worker", "event=config version=%s config=%s", VJ_RELEASE, json);
         free(json);
     }
     train_options opt = {.metrics_path = metrics, .stop_flag = &stop_requested,
@@ -450,7 +451,10 @@ int main(int argc, char **argv)
         return code;
     }
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-        printf("vitjob-worker %s\n", VITJOB_VERSION);
+        char gpu[4096 + 128];
+        ops_cuda_describe(gpu, sizeof gpu);
+        printf("vitjob-worker %s\ncommit: %s\nbackends: cpu (%s), gloo; %s\n",
+               VJ_RELEASE, vj_git_commit(), ops_cpu_blas(), gpu);
         return 0;
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||

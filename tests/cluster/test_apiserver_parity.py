@@ -340,6 +340,23 @@ class ParityTest(unittest.TestCase):
                          "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex "
                          "used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')" % (name, name))
 
+    def test_a_deployments_template_labels_are_validated_and_must_match_its_selector(self):
+        def dep(labels, selector):
+            return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                    "spec": {"selector": {"matchLabels": selector},
+                             "template": {"metadata": {"labels": labels},
+                                          "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+        r = self.c.post("/apis/apps/v1/namespaces/default/deployments",
+                        dep({"app": "x", "team": "no spaces"}, {"app": "x"}))
+        self.refused(r, 422, 'Deployment.apps "d" is invalid: spec.template.labels: Invalid value: "no spaces": '
+                     "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+                     "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+                     "'my_value',  or '12345', regex used for validation is "
+                     "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+        r = self.c.post("/apis/apps/v1/namespaces/default/deployments", dep({"app": "y"}, {"app": "x"}))
+        self.refused(r, 422, 'Deployment.apps "d" is invalid: spec.template.metadata.labels: Invalid value: '
+                     'map[string]string{"app":"y"}: `selector` does not match template `labels`')
+
     def test_pod_hostname_must_be_a_dns_1123_label(self):
         r = self.c.post(NS + "/default/pods", pod("h", hostname="my.job-worker-0"))
         self.refused(r, 422, 'Pod "h" is invalid: spec.hostname: Invalid value: "my.job-worker-0": must not '

@@ -305,11 +305,36 @@ def name_errs(rtype, name):
     return subdomain_errs("metadata.name", name)
 
 
+WORKLOADS = ("deployments", "replicasets", "statefulsets", "daemonsets", "jobs")
+
+
+def template_errs(obj):
+    """A workload's pod template labels, as ValidatePodTemplateSpec (path
+    spec.template.labels) and the selector check of apps' validation
+    judge them."""
+    spec = obj.get("spec") or {}
+    tmpl = spec.get("template") or {}
+    labels = (tmpl.get("metadata") or {}).get("labels") or {}
+    errs = []
+    for k, v in labels.items():
+        errs += qualified_name_errs("spec.template.labels", k)
+        errs += label_value_errs("spec.template.labels", v)
+    want = (spec.get("selector") or {}).get("matchLabels") or {}
+    if want and any(labels.get(k) != v for k, v in want.items()):
+        shown = ", ".join('"%s":"%s"' % (k, labels[k]) for k in sorted(labels))
+        errs.append(("spec.template.metadata.labels", "FieldValueInvalid",
+                     "Invalid value: map[string]string{%s}: `selector` does not match template `labels`"
+                     % shown))
+    return errs
+
+
 def validate_builtin(rtype, obj):
     """422 field errors of a built-in object (after the name check)."""
     r = rtype.resource
     if r == "pods":
         return pod_errs(obj)
+    if r in WORKLOADS:
+        return template_errs(obj)
     if r in ("roles", "clusterroles"):
         return role_errs(obj)
     if r in ("rolebindings", "clusterrolebindings"):
