@@ -21,6 +21,9 @@
 #                                                    controller-manager stand-in; the
 #                                                    whole product on a local cluster
 #                                                    (kubelets, node loss, resume)
+#   chart (unittest):      tests/chart/test_chart.py the Helm chart rendered (tools/
+#                                                    helmrender), dry-run applied, the
+#                                                    schema's refusals, installed and run
 #   the same C suites, the worker CLI, the reference check and the operator end
 #   to end under ASan + UBSan
 set -uo pipefail
@@ -142,6 +145,7 @@ unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUIL
 unittest_suite cluster/test_controllers tests/cluster/test_controllers.py
 unittest_suite cluster/test_kubelet tests/cluster/test_kubelet.py
 unittest_suite cluster/test_e2e tests/cluster/test_e2e.py BUILD="$BUILD"
+unittest_suite chart/test_chart tests/chart/test_chart.py BUILD="$BUILD"
 
 if [ -d "$ASAN/tests" ]; then
   for t in "$ASAN"/tests/test_*; do criterion_suite "asan/unit/$(basename "$t")" "$t"; done
