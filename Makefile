@@ -16,13 +16,13 @@
 CC      ?= gcc
 BUILD   ?= build
 ARCH    ?= -march=native
-PKGS    := libcjson yaml-0.1 zlib libcurl libmicrohttpd libxml-2.0 libcrypto
+PKGS    := libcjson yaml-0.1 zlib libcurl libmicrohttpd libxml-2.0 libcrypto libisal
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # what each program links: the worker no HTTP server, the operator no BLAS,
 # SLEEF, OpenMP or zlib (and so neither does its container image); only the
 # worker has the S3 client (lib/s3.c: libxml2 for S3's XML, libcrypto's SHA-256)
-WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto 2>/dev/null)
+WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto libisal 2>/dev/null)
 OPERATOR_PKG_LIBS = $(shell pkg-config --libs libcjson yaml-0.1 libcurl libmicrohttpd 2>/dev/null)
 # OpenBLAS built on OpenMP, so that its GEMM threads and our OpenMP loops share
 # one thread pool (with the pthread build, OpenMP's spinning workers and

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 #include "log.h"
 #include "util.h"
@@ -17,17 +17,9 @@
 
 static void step_dir(long step, char *out, size_t len) { snprintf(out, len, "step-%09ld", step); }
 
-static uint32_t crc_of(const unsigned char *p, size_t n)
-{
-    uLong c = crc32(0L, Z_NULL, 0);
-    while (n > 0) { /* zlib takes uInt lengths */
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        c = crc32(c, p, k);
-        p += k;
-        n -= k;
-    }
-    return (uint32_t)c;
-}
+/* CRC-32 as in gzip and zlib's crc32() (the manifest's "crc32"), by
+ * ISA-L: PCLMULQDQ where the CPU has it, about 3x zlib's table code. */
+static uint32_t crc_of(const unsigned char *p, size_t n) { return crc32_gzip_refl(0, p, n); }
 
 /* ---------------------------------------------------------------- writer */
 
