@@ -72,13 +72,18 @@ has() {
   if s3; then "$PY" tests/s3/s3ctl.py exists "$(uri "$1")/$2"; else [ -f "$TMP/$1/$2" ]; fi
 }
 
-# rm_obj NAME OBJECT and flip NAME OBJECT OFFSET (xor 0x5a)
+# rm_obj NAME OBJECT and flip NAME OBJECT OFFSET (writes 0x5a; a negative
+# OFFSET counts from the end)
 rm_obj() {
   if s3; then "$PY" tests/s3/s3ctl.py rm "$(uri "$1")/$2"; else rm "$TMP/$1/$2"; fi
 }
 flip() {
   if s3; then "$PY" tests/s3/s3ctl.py flip "$(uri "$1")/$2" "$3"
-  else printf '\x5a' | dd of="$TMP/$1/$2" bs=1 seek="$3" conv=notrunc 2>/dev/null; fi
+  else
+    local off=$3
+    [ "$off" -ge 0 ] || off=$(( $(stat -c %s "$TMP/$1/$2") + off ))
+    printf '\x5a' | dd of="$TMP/$1/$2" bs=1 seek="$off" conv=notrunc 2>/dev/null
+  fi
 }
 
 # losses A.jsonl B.jsonl FROM: the loss lines of steps > FROM are identical
@@ -141,6 +146,23 @@ same_from() {
   grep -q 'event=skipped step=6 reason="corrupt' "$TMP/b/rank-0.log"
   grep -q "event=resumed step=4" "$TMP/b/rank-0.log"
   same_from "$TMP/a/metrics.jsonl" "$TMP/b/metrics.jsonl" 4
+}
+
+@test "2 ranks: a corrupt block that only rank 1 reads makes both pass the step over together" {
+  run_world 1 "$TMP/one" "${ARGS[@]}"
+  ck ck
+  CK+=(--set checkpoint.intervalSteps=2 --set checkpoint.keep=10)
+  run_world 1 "$TMP/a" "${ARGS[@]}" "${CK[@]}"
+  rm_step ck 8
+  # the last bytes of the shard: AdamW v of the vector's end, which only
+  # rank 1 of 2 reads under grad-op (every rank reads all parameters)
+  flip ck step-000000006/shard-00000-of-00001.bin -100
+  run_world 2 "$TMP/b" "${ARGS[@]}" "${CK[@]}" --set training.sharding=grad-op
+  cat "$TMP/b/rank-0.log" | grep ckpt
+  grep -q 'event=skipped step=6 reason="corrupt: rank 1: checkpoint step-000000006/shard-00000-of-00001.bin: block' "$TMP/b/rank-0.log"
+  grep -q "event=resumed step=4 from_world_size=1" "$TMP/b/rank-0.log"
+  grep -q "event=resumed step=4 from_world_size=1" "$TMP/b/rank-1.log"
+  compare <(grep '"loss"' "$TMP/one/metrics.jsonl" | tail -4) "$TMP/b/metrics.jsonl" 1e-5
 }
 
 @test "kill -9 at any moment: the next run resumes from the last complete step and continues bit for bit" {

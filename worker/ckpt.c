@@ -3,6 +3,7 @@
 #include "ckpt.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -580,10 +581,10 @@ static ckpt_status stream_blocks(ckpt_store *store, long step, const shard_info 
     return st == CKPT_NOT_FOUND ? CKPT_PERMANENT : st;
 }
 
-/* Every shard present with its size and every block matching its CRC:
- * one streamed read per shard. */
+/* Every shard present with its size and, with read_blocks, every block
+ * matching its CRC: one streamed read per shard. */
 static ckpt_status verify(ckpt_store *store, const ckpt_manifest *m, char **names,
-                          const uint64_t *sizes, size_t n, char *why, size_t len)
+                          const uint64_t *sizes, size_t n, int read_blocks, char *why, size_t len)
 {
     char dir[32], want[128];
     step_dir(m->meta.step, dir, sizeof dir);
@@ -605,7 +606,7 @@ static ckpt_status verify(ckpt_store *store, const ckpt_manifest *m, char **name
             snprintf(why, len, "corrupt: %s is %llu bytes, the manifest says %llu", si->name,
                      (unsigned long long)sizes[k], (unsigned long long)si->bytes);
             st = CKPT_PERMANENT;
-        } else if (si->nblocks) {
+        } else if (read_blocks && si->nblocks) {
             char e[768];
             st = stream_blocks(store, m->meta.step, si, 0, si->nblocks, NULL, 0, blk, e,
                                sizeof e);
@@ -650,8 +651,8 @@ static long *steps_of(const objects *o, size_t *count)
 }
 
 /* The state of one step: CKPT_OK with *out (may be NULL: not wanted), or
- * why it is torn or corrupt. */
-static ckpt_status check_step(ckpt_store *store, const objects *o, long step,
+ * why it is torn or corrupt; its blocks are read only with read_blocks. */
+static ckpt_status check_step(ckpt_store *store, const objects *o, long step, int read_blocks,
                               ckpt_manifest **out, char *why, size_t len)
 {
     char dir[32], want[64];
@@ -670,7 +671,7 @@ static ckpt_status check_step(ckpt_store *store, const objects *o, long step,
         snprintf(why, len, "corrupt: %s", err);
         return st;
     }
-    if ((st = verify(store, m, o->names, o->sizes, o->n, why, len)) != CKPT_OK) {
+    if ((st = verify(store, m, o->names, o->sizes, o->n, read_blocks, why, len)) != CKPT_OK) {
         ckpt_manifest_free(m);
         return st;
     }
@@ -696,7 +697,10 @@ static ckpt_status list_steps(ckpt_store *store, objects *o, long **steps, size_
     return CKPT_OK;
 }
 
-ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t errlen)
+/* ckpt_find and ckpt_find_candidate: the newest step below `below` that
+ * check_step passes. */
+static ckpt_status find(ckpt_store *store, long below, int read_blocks, ckpt_manifest **out,
+                        char *err, size_t errlen)
 {
     objects o = {0};
     long *steps = NULL;
@@ -706,7 +710,8 @@ ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t 
     st = CKPT_NOT_FOUND;
     for (size_t i = 0; i < ns && st == CKPT_NOT_FOUND; i++) {
         char why[1024];
-        ckpt_status s = check_step(store, &o, steps[i], out, why, sizeof why);
+        if (steps[i] >= below) continue;
+        ckpt_status s = check_step(store, &o, steps[i], read_blocks, out, why, sizeof why);
         if (s == CKPT_OK) {
             st = CKPT_OK;
         } else if (s == CKPT_RETRY) { /* storage failing now: not a verdict on the step */
@@ -720,6 +725,17 @@ ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t 
     free(steps);
     objects_free(&o);
     return st;
+}
+
+ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t errlen)
+{
+    return find(store, LONG_MAX, 1, out, err, errlen);
+}
+
+ckpt_status ckpt_find_candidate(ckpt_store *store, long below, ckpt_manifest **out, char *err,
+                                size_t errlen)
+{
+    return find(store, below, 0, out, err, errlen);
 }
 
 ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
@@ -793,7 +809,7 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
     for (size_t i = 0; i < ns; i++) {
         char why[1024];
         ckpt_manifest *m = NULL;
-        ckpt_status s = check_step(store, &o, steps[i], &m, why, sizeof why);
+        ckpt_status s = check_step(store, &o, steps[i], 1, &m, why, sizeof why);
         if (s == CKPT_OK) {
             fprintf(out, "%-12ld %-9s world_size=%d sharding=%s params=%zu epoch=%ld\n",
                     steps[i], "complete", m->meta.world_size, m->meta.sharding,

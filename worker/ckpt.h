@@ -85,12 +85,22 @@ const ckpt_meta *ckpt_manifest_meta(const ckpt_manifest *m);
  * with a log line saying why each newer one was passed over. CKPT_NOT_FOUND
  * when there is none (a fresh start). *out is the caller's. */
 ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t errlen);
+/* A resume's first half: the newest step older than below (LONG_MAX: any)
+ * whose manifest parses and whose shards are all present with the sizes it
+ * says, from the listing alone; torn steps are passed over with a log line.
+ * No block is read: ckpt_read_range checks each block it reads, and the
+ * ranks of a resume read every block among them, so they load and verify in
+ * one pass and, if any rank finds a block corrupt, all try the step before
+ * (worker/train.c). CKPT_NOT_FOUND when there is none. *out is the caller's. */
+ckpt_status ckpt_find_candidate(ckpt_store *store, long below, ckpt_manifest **out, char *err,
+                                size_t errlen);
 /* The manifest of one step (rank 0 found it; the others read it). */
 ckpt_status ckpt_read_step(ckpt_store *store, long step, ckpt_manifest **out, char *err,
                            size_t errlen);
 /* Reads [lo, hi) of the flat vector from the step's shards, whatever
  * world size wrote them, into params, m and v (host memory, hi - lo floats
- * each; any may be NULL), checking the CRC of every block it touches. */
+ * each; any may be NULL), checking the CRC of every block it touches: a
+ * block that does not match is CKPT_PERMANENT with err saying "corrupt". */
 ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
                             float *params, float *m, float *v, char *err, size_t errlen);
 

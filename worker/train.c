@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <math.h>
 #include <stdio.h>
@@ -751,46 +752,119 @@ static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t er
     return VJ_OK;
 }
 
+/* This rank's load of a step: every parameter (the model keeps what this
+ * rank needs), then the AdamW state of its spans. *st: the read's outcome
+ * (ckpt_read_range checks every block it reads); the return value is only
+ * VJ_ERR_OUT_OF_MEMORY or VJ_OK. */
+static vj_err load_state(run *r, const ckpt_manifest *man, ckpt_status *st, char *err,
+                         size_t errlen)
+{
+    const size_t n = model_num_params(r->model);
+    float *host = malloc(sizeof(float) * 2 * n); /* params; then m and v of a span */
+    if (!host) {
+        snprintf(err, errlen, "out of host memory loading the checkpoint");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    *st = ckpt_read_range(r->cstore, man, 0, n, host, NULL, NULL, err, errlen);
+    if (!*st) model_write_params(r->model, host);
+    for (int i = 0; !*st && i < optim_num_spans(r->opt_state); i++) {
+        size_t so;
+        optim_span sp = optim_span_at(r->opt_state, i, &so);
+        size_t k = sp.hi - sp.lo;
+        if (k == 0) continue;
+        *st = ckpt_read_range(r->cstore, man, sp.lo, sp.hi, NULL, host, host + k, err, errlen);
+        if (*st) break;
+        r->ops->upload(optim_m(r->opt_state) + so, host, k * sizeof(float));
+        r->ops->upload(optim_v(r->opt_state) + so, host + k, k * sizeof(float));
+    }
+    free(host);
+    return VJ_OK;
+}
+
+/* How bad a rank's load outcome is, for agreeing on one: a failing store
+ * (retry the run) over a corrupt step (try the one before) over success. */
+static int load_severity(ckpt_status st)
+{
+    return st == CKPT_OK ? 0 : st == CKPT_PERMANENT ? 1 : 2;
+}
+
+/* Every rank's outcome of loading attempt a, through the rendezvous store,
+ * so that all ranks decide alike: *all the worst one, why its message
+ * naming the rank (with more than one). */
+static vj_err agree_on_load(run *r, int a, ckpt_status mine, const char *mine_why,
+                            ckpt_status *all, char *why, size_t whylen, char *err, size_t errlen)
+{
+    *all = mine;
+    snprintf(why, whylen, "%s", mine_why);
+    if (r->world == 1) return VJ_OK;
+    char key[64], val[1100];
+    snprintf(key, sizeof key, "ckpt/loaded/%d/%d", a, r->rank);
+    int n = snprintf(val, sizeof val, "%d %s", (int)mine, mine ? mine_why : "");
+    if (rdzv_set(r->opt->rdzv, key, val, (size_t)(n < (int)sizeof val ? n : (int)sizeof val - 1),
+                 NULL, err, errlen) != 0)
+        return VJ_ERR_RENDEZVOUS;
+    for (int q = 0; q < r->world; q++) {
+        void *v = NULL;
+        size_t len = 0;
+        snprintf(key, sizeof key, "ckpt/loaded/%d/%d", a, q);
+        if (rdzv_get(r->opt->rdzv, key, r->cfg->training.rendezvous_timeout_seconds, &v, &len,
+                     NULL, err, errlen) != 0)
+            return VJ_ERR_RENDEZVOUS;
+        snprintf(val, sizeof val, "%.*s", (int)(len < sizeof val ? len : sizeof val - 1),
+                 (char *)v);
+        free(v);
+        char *rest = NULL;
+        ckpt_status theirs = (ckpt_status)strtol(val, &rest, 10);
+        if (load_severity(theirs) > load_severity(*all)) {
+            *all = theirs;
+            snprintf(why, whylen, "rank %d: %s", q, *rest == ' ' ? rest + 1 : rest);
+        }
+    }
+    return VJ_OK;
+}
+
 /* At start, with checkpoint.uri: the store, the newest complete checkpoint
- * (rank 0 finds and verifies it; the others learn its step through the
- * rendezvous store), its state loaded into this rank's model and optimizer
- * whatever world size and sharding wrote it, and the writer. */
+ * loaded into this rank's model and optimizer whatever world size and
+ * sharding wrote it, and the writer. Rank 0 picks the newest step whose
+ * objects are all there (ckpt_find_candidate) and tells the others through
+ * the rendezvous store; every rank loads its part, checking each block's
+ * CRC as it reads (the ranks together read every block), so the state is
+ * read once; if any rank found a block corrupt, all pass the step over and
+ * take the one before. */
 static vj_err resume(run *r, char *err, size_t errlen)
 {
     const checkpoint_config *cc = &r->cfg->checkpoint;
     if (!cc->uri[0]) return VJ_OK;
     ckpt_status st = ckpt_store_open(&r->cstore, cc->uri, cc->endpoint, err, errlen);
     if (st) return ckpt_class(st);
-    ckpt_manifest *man = NULL;
-    long step = -1;
-    char val[32];
-    if (r->rank == 0) {
-        st = ckpt_find(r->cstore, &man, err, errlen);
-        if (st == CKPT_OK)
-            step = ckpt_manifest_meta(man)->step;
-        else if (st != CKPT_NOT_FOUND)
-            return ckpt_class(st);
-        if (r->world > 1) {
+    long below = LONG_MAX, step = -1;
+    for (int a = 0;; a++) {
+        ckpt_manifest *man = NULL;
+        char key[48], val[32];
+        snprintf(key, sizeof key, "ckpt/resume/%d", a);
+        if (r->rank == 0) {
+            st = ckpt_find_candidate(r->cstore, below, &man, err, errlen);
+            if (st != CKPT_OK && st != CKPT_NOT_FOUND) return ckpt_class(st);
+            step = st == CKPT_OK ? ckpt_manifest_meta(man)->step : -1;
             int n = snprintf(val, sizeof val, "%ld", step);
-            if (rdzv_set(r->opt->rdzv, "ckpt/resume", val, (size_t)n, NULL, err, errlen) != 0) {
+            if (r->world > 1 &&
+                rdzv_set(r->opt->rdzv, key, val, (size_t)n, NULL, err, errlen) != 0) {
                 ckpt_manifest_free(man);
                 return VJ_ERR_RENDEZVOUS;
             }
+        } else {
+            void *v = NULL;
+            size_t len = 0;
+            if (rdzv_get(r->opt->rdzv, key, r->cfg->training.rendezvous_timeout_seconds, &v,
+                         &len, NULL, err, errlen) != 0)
+                return VJ_ERR_RENDEZVOUS;
+            snprintf(val, sizeof val, "%.*s", (int)(len < 31 ? len : 31), (char *)v);
+            free(v);
+            step = strtol(val, NULL, 10);
+            if (step >= 0 && (st = ckpt_read_step(r->cstore, step, &man, err, errlen)) != CKPT_OK)
+                return ckpt_class(st);
         }
-    } else {
-        void *v = NULL;
-        size_t len = 0;
-        if (rdzv_get(r->opt->rdzv, "ckpt/resume", r->cfg->training.rendezvous_timeout_seconds,
-                     &v, &len, NULL, err, errlen) != 0)
-            return VJ_ERR_RENDEZVOUS;
-        snprintf(val, sizeof val, "%.*s", (int)(len < 31 ? len : 31), (char *)v);
-        free(v);
-        step = strtol(val, NULL, 10);
-        if (step >= 0 && (st = ckpt_read_step(r->cstore, step, &man, err, errlen)) != CKPT_OK)
-            return ckpt_class(st);
-    }
-    vj_err rc = VJ_OK;
-    if (step >= 0) {
+        if (step < 0) break;
         const ckpt_meta *meta = ckpt_manifest_meta(man);
         char mine[512];
         model_config_json(&r->cfg->model, mine, sizeof mine);
@@ -802,30 +876,12 @@ static vj_err resume(run *r, char *err, size_t errlen)
             ckpt_manifest_free(man);
             return VJ_ERR_CONFIG;
         }
-        /* every parameter (the model keeps what this rank needs), then the
-         * AdamW state of this rank's spans */
-        float *host = malloc(sizeof(float) * 2 * n); /* params; then m and v of a span */
-        if (!host) rc = VJ_ERR_OUT_OF_MEMORY;
-        if (!rc && (st = ckpt_read_range(r->cstore, man, 0, n, host, NULL, NULL, err, errlen)))
-            rc = ckpt_class(st);
-        if (!rc) model_write_params(r->model, host);
-        for (int i = 0; !rc && i < optim_num_spans(r->opt_state); i++) {
-            size_t so;
-            optim_span sp = optim_span_at(r->opt_state, i, &so);
-            size_t k = sp.hi - sp.lo;
-            if (k == 0) continue;
-            if ((st = ckpt_read_range(r->cstore, man, sp.lo, sp.hi, NULL, host, host + k, err,
-                                      errlen)) != CKPT_OK) {
-                rc = ckpt_class(st);
-                break;
-            }
-            r->ops->upload(optim_m(r->opt_state) + so, host, k * sizeof(float));
-            r->ops->upload(optim_v(r->opt_state) + so, host + k, k * sizeof(float));
-        }
-        free(host);
-        if (rc == VJ_ERR_OUT_OF_MEMORY)
-            snprintf(err, errlen, "out of host memory loading the checkpoint");
-        if (!rc) {
+        char why[1200] = "", all_why[1300];
+        ckpt_status all = CKPT_OK;
+        vj_err rc = load_state(r, man, &st, why, sizeof why);
+        if (!rc) rc = agree_on_load(r, a, st, why, &all, all_why, sizeof all_why, err, errlen);
+        if (rc == VJ_ERR_OUT_OF_MEMORY) snprintf(err, errlen, "%s", why);
+        if (!rc && all == CKPT_OK) {
             r->start_step = step;
             r->images_done = meta->images_done;
             r->done_epoch = meta->epoch;
@@ -835,11 +891,19 @@ static vj_err resume(run *r, char *err, size_t errlen)
                      "world_size=%d epoch=%ld index=%ld", step, meta->world_size,
                      meta->sharding, r->world, meta->epoch, meta->index);
         }
-    } else if (r->rank == 0) {
-        LOG_INFO("ckpt", "event=fresh_start uri=%s reason=\"no complete checkpoint\"", cc->uri);
+        ckpt_manifest_free(man);
+        if (rc) return rc;
+        if (all == CKPT_OK) break;
+        if (all != CKPT_PERMANENT) { /* storage failing now: not a verdict on the step */
+            snprintf(err, errlen, "%s", all_why);
+            return ckpt_class(all);
+        }
+        if (r->rank == 0)
+            LOG_WARN("ckpt", "event=skipped step=%ld reason=\"corrupt: %s\"", step, all_why);
+        below = step;
     }
-    ckpt_manifest_free(man);
-    if (rc) return rc;
+    if (step < 0 && r->rank == 0)
+        LOG_INFO("ckpt", "event=fresh_start uri=%s reason=\"no complete checkpoint\"", cc->uri);
     if (ckpt_writer_new(&r->cwriter, r->cstore, r->opt->rdzv, r->rank, r->world, cc->keep,
                         r->cfg->training.collective_timeout_seconds, err, errlen) != 0)
         return VJ_ERR_OUT_OF_MEMORY;
