@@ -7,12 +7,18 @@
  *            host copy alone, and the whole save until stored (MiB/s), of
  *            a run's second checkpoint (the first maps the host buffer; its
  *            stall and save are printed too);
- *   restore: ckpt_find (lists, reads the manifest and every block to check
- *            its CRC) and ckpt_read_range of the whole vector (MiB/s).
+ *   restore: what a resume does: ckpt_find_candidate (lists, reads the
+ *            manifest) and ckpt_read_range of the whole vector, which checks
+ *            every block's CRC as it reads (MiB/s); and ckpt_find alone (a
+ *            verifying pass over every block, as `vitjob-worker
+ *            checkpoints` and `export` do).
  * Must not: assert anything (a benchmark prints; tests check behaviour).
  *
- * usage: ckpt_bench --uri URI [--endpoint URL] [--params N]
+ * usage: ckpt_bench --uri URI [--endpoint URL] [--params N] [--pause]
+ *   --pause: after the saves, print "saved" and wait for a line on stdin
+ *   before the restore (the caller drops the page cache meanwhile)
  */
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,20 +41,23 @@ int main(int argc, char **argv)
 {
     const char *uri = NULL, *endpoint = "";
     size_t n = 86567656;
+    int pause = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--uri") == 0 && i + 1 < argc)
             uri = argv[++i];
         else if (strcmp(argv[i], "--endpoint") == 0 && i + 1 < argc)
             endpoint = argv[++i];
+        else if (strcmp(argv[i], "--pause") == 0)
+            pause = 1;
         else if (strcmp(argv[i], "--params") == 0 && i + 1 < argc)
             n = strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: ckpt_bench --uri URI [--endpoint URL] [--params N]\n");
+            fprintf(stderr, "usage: ckpt_bench --uri URI [--endpoint URL] [--params N] [--pause]\n");
             return 2;
         }
     }
     if (!uri || n == 0) {
-        fprintf(stderr, "usage: ckpt_bench --uri URI [--endpoint URL] [--params N]\n");
+        fprintf(stderr, "usage: ckpt_bench --uri URI [--endpoint URL] [--params N] [--pause]\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -92,22 +101,35 @@ int main(int argc, char **argv)
     double t_save = mono_seconds() - t0;
     ckpt_writer_free(w);
 
+    /* a cold restore reads from the disk, not the page cache: the caller
+     * may drop the caches between the save and this line (--pause) */
+    if (pause) {
+        printf("saved\n");
+        fflush(stdout);
+        int c = getchar();
+        (void)c;
+    }
     t0 = mono_seconds();
     ckpt_manifest *man = NULL;
-    if (ckpt_find(store, &man, err, sizeof err)) die("find", err);
+    if (ckpt_find_candidate(store, LONG_MAX, &man, err, sizeof err)) die("find", err);
     double t_find = mono_seconds() - t0;
     t0 = mono_seconds();
     if (ckpt_read_range(store, man, 0, n, back, back + n, back + 2 * n, err, sizeof err))
         die("read", err);
     double t_read = mono_seconds() - t0;
+    ckpt_manifest *again = NULL;
+    t0 = mono_seconds();
+    if (ckpt_find(store, &again, err, sizeof err)) die("verify", err);
+    double t_verify = mono_seconds() - t0;
+    ckpt_manifest_free(again);
     int same = memcmp(state, back, 3 * n * sizeof(float)) == 0;
 
     printf("uri=%s params=%zu mib=%.1f\n", uri, n, mib);
     printf("stall_s=%.4f copy_s=%.4f\n", t_stall, copy_s);
     printf("save_s=%.3f save_mibs=%.1f\n", t_save, mib / t_save);
     printf("first_stall_s=%.4f first_save_s=%.3f\n", first_stall, first_save);
-    printf("verify_s=%.3f verify_mibs=%.1f\n", t_find, mib / t_find);
-    printf("load_s=%.3f load_mibs=%.1f\n", t_read, mib / t_read);
+    printf("verify_s=%.3f verify_mibs=%.1f\n", t_verify, mib / t_verify);
+    printf("find_s=%.4f load_s=%.3f load_mibs=%.1f\n", t_find, t_read, mib / t_read);
     printf("restore_s=%.3f restore_mibs=%.1f identical=%d\n", t_find + t_read,
            mib / (t_find + t_read), same);
     ckpt_manifest_free(man);

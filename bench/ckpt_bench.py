@@ -10,9 +10,15 @@ Each is run --runs times in turns and the medians shown: the disk of a
 shared VM varies by 3x from one run to the next.
 Also the training stall of a background checkpoint next to its host copy.
 
-Ratios are vitjob / peer (above 1: vitjob is faster). Restore is verify
-(every block's CRC, which resume does before it trusts a step) plus load;
-load alone is the peer's equal.
+Ratios are vitjob / peer (above 1: vitjob is faster). Saves are timed as
+the second of two back to back, ours and the peer's alike (the first of
+ours maps the host buffer; and a shared VM's disk writes the second
+gigabyte of a burst slower than the first). Restore is what a resume does:
+list, read the manifest, then read the state once, checking every block's
+CRC as it arrives; on file:// it starts from a cold page cache where this
+process may drop it (root), as a restarted pod on another node would, and
+so does the peer's cat. "verify only" is the full pass `vitjob-worker
+checkpoints` and `export` make over every block.
 Must not: assert anything (a benchmark prints).
 """
 import argparse
@@ -60,7 +66,47 @@ def start_moto(tmp):
 
 def row(name, mib, ours_s, peer_name, peer_s):
     ours, peer = mib / ours_s, mib / peer_s
-    print("| %-28s | %8.1f | %-30s | %8.1f | %5.2f |" % (name, ours, peer_name, peer, ours / peer))
+    print("| %-34s | %8.1f | %-34s | %8.1f | %5.2f |" % (name, ours, peer_name, peer, ours / peer))
+
+
+def can_drop_caches():
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1")
+        return True
+    except OSError:
+        return False
+
+
+def drop_caches(cold):
+    """The page cache emptied (a restore on a fresh node reads the disk)."""
+    if cold:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1")
+
+
+def run_ours(bench, args, cold, env=None):
+    """One ckpt_bench run: two saves, then (after the caches are dropped,
+    when cold) the restore. Its key=value lines."""
+    p = subprocess.Popen([bench, "--pause"] + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, env=env)
+    first = p.stdout.readline()
+    if first.strip() != "saved":
+        p.kill()
+        raise RuntimeError("ckpt_bench: " + first)
+    drop_caches(cold)
+    out, _ = p.communicate("go\n")
+    if p.returncode != 0:
+        raise RuntimeError("ckpt_bench failed (%d)" % p.returncode)
+    return kv(out)
+
+
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
+
+
+KEYS = ("save_s", "load_s", "find_s", "verify_s", "stall_s", "copy_s", "first_stall_s")
 
 
 def main():
@@ -75,6 +121,7 @@ def main():
         have_moto = shutil.which("curl") is not None
     except ImportError:
         have_moto = False
+    cold = can_drop_caches()
     tmp = tempfile.mkdtemp(prefix="ckpt-bench-")
     moto_proc = None
     try:
@@ -84,35 +131,37 @@ def main():
         with open(raw, "wb") as f:
             for _ in range(0, nbytes, 64 << 20):
                 f.write(os.urandom(min(64 << 20, nbytes - f.tell())))
+        cache = "cold page cache (dropped before each read)" if cold else \
+            "warm page cache (cannot drop it here: not root)"
         print("\n## Checkpoint save and restore: %d parameters x 12 bytes = %.0f MiB, one rank\n"
               % (a.params, mib))
+        print("Saves: the second of two back to back, for ours and the peer alike. "
+              "Restores on file://: %s.\n" % cache)
         print("| vitjob | MiB/s | peer (same bytes, same run) | MiB/s | ratio |")
         print("|---|---:|---|---:|---:|")
         stalls = []
         runs = a.runs
 
-        def median(xs):
-            return sorted(xs)[len(xs) // 2]
-
         # file://: ours and the peer taken in turns, the median of each
         ours, dd, cat = [], [], []
         for _ in range(runs):
-            out = subprocess.run([bench, "--uri", "file://" + os.path.join(tmp, "ck"),
-                                  "--params", str(a.params)], check=True, capture_output=True,
-                                 text=True).stdout
-            ours.append(kv(out))
+            ours.append(run_ours(bench, ["--uri", "file://" + os.path.join(tmp, "ck"),
+                                         "--params", str(a.params)], cold))
             shutil.rmtree(os.path.join(tmp, "ck"), ignore_errors=True)
-            copy = os.path.join(tmp, "copy.bin")
+            copies = [os.path.join(tmp, "copy%d.bin" % i) for i in (1, 2)]
             subprocess.run(["cat", raw], check=True, stdout=subprocess.DEVNULL)  # source cached
-            dd.append(timed(["dd", "if=" + raw, "of=" + copy, "bs=64M", "conv=fsync",
-                             "status=none"]))
-            cat.append(timed(["cat", copy], stdout=subprocess.DEVNULL))
-            os.unlink(copy)
-        f = {k: median([float(d[k]) for d in ours]) for k in ("save_s", "load_s", "restore_s",
-                                                                "stall_s", "copy_s", "first_stall_s")}
+            for i, c in enumerate(copies):
+                t = timed(["dd", "if=" + raw, "of=" + c, "bs=64M", "conv=fsync", "status=none"])
+            dd.append(t)
+            drop_caches(cold)
+            cat.append(timed(["cat", copies[1]], stdout=subprocess.DEVNULL))
+            for c in copies:
+                os.unlink(c)
+        f = {k: median([float(d[k]) for d in ours]) for k in KEYS}
         row("file:// save", mib, f["save_s"], "dd bs=64M conv=fsync", median(dd))
-        row("file:// load", mib, f["load_s"], "cat", median(cat))
-        row("file:// restore (verify+load)", mib, f["restore_s"], "cat", median(cat))
+        row("file:// restore (find + load)", mib, f["find_s"] + f["load_s"], "cat", median(cat))
+        row("file:// verify only (checkpoints)", mib, f["verify_s"], "cat, cold" if cold else "cat",
+            median(cat))
         stalls.append(("file://", f))
         # s3://
         if have_moto:
@@ -122,20 +171,39 @@ def main():
             curl = ["curl", "-sS", "--fail", "--aws-sigv4", "aws:amz:%s:s3" % env.get("AWS_REGION", "us-east-1"),
                     "--user", "%s:%s" % (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]),
                     "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
-            url = ep + "/vitjob-bench/raw.bin"
             ours, put, get = [], [], []
             for i in range(runs):
-                out = subprocess.run([bench, "--uri", "s3://vitjob-bench/ck%d" % i, "--endpoint", ep,
-                                      "--params", str(a.params)], check=True, capture_output=True,
-                                     text=True, env=cenv).stdout
-                ours.append(kv(out))
-                put.append(timed(curl + ["-T", raw, url], stdout=subprocess.DEVNULL))
-                get.append(timed(curl + ["-o", "/dev/null", url]))
-            s = {k: median([float(d[k]) for d in ours]) for k in ("save_s", "load_s", "restore_s",
-                                                                    "stall_s", "copy_s", "first_stall_s")}
+                ours.append(run_ours(bench, ["--uri", "s3://vitjob-bench/ck%d" % i, "--endpoint", ep,
+                                             "--params", str(a.params)], False, cenv))
+                urls = [ep + "/vitjob-bench/raw%d-%d.bin" % (i, k) for k in (1, 2)]
+                for u in urls:
+                    t = timed(curl + ["-T", raw, u], stdout=subprocess.DEVNULL)
+                put.append(t)
+                get.append(timed(curl + ["-o", "/dev/null", urls[1]]))
+            # the same multipart upload by the AWS SDK for Python, parts and
+            # threads as ours (s3_options' defaults: 16 MiB, 4 in flight)
+            import boto3
+            from boto3.s3.transfer import TransferConfig
+            b3 = boto3.client("s3", endpoint_url=ep, region_name=env.get("AWS_REGION", "us-east-1"),
+                              aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+            tc = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=16 << 20,
+                                max_concurrency=4)
+            sdk = []
+            for i in range(runs):
+                for k in (1, 2):
+                    t0 = time.monotonic()
+                    b3.upload_file(raw, "vitjob-bench", "sdk%d-%d.bin" % (i, k), Config=tc)
+                    t = time.monotonic() - t0
+                sdk.append(t)
+            s = {k: median([float(d[k]) for d in ours]) for k in KEYS}
             row("s3:// save", mib, s["save_s"], "curl PUT, one stream", median(put))
-            row("s3:// load", mib, s["load_s"], "curl GET, one stream", median(get))
-            row("s3:// restore (verify+load)", mib, s["restore_s"], "curl GET, one stream", median(get))
+            row("s3:// save (multipart, 16 MiB x 4)", mib, s["save_s"],
+                "boto3 upload_file, 16 MiB x 4", median(sdk))
+            row("s3:// restore (find + load)", mib, s["find_s"] + s["load_s"], "curl GET, one stream",
+                median(get))
+            row("s3:// verify only (checkpoints)", mib, s["verify_s"], "curl GET, one stream",
+                median(get))
             stalls.append(("s3://", s))
         else:
             print("| s3:// | - | skipped: no moto or no curl here | - | - |")

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,78 @@ ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, siz
     return CKPT_OK;
 }
 
+/* The file of name opened for reading: *fd, and its path in path. */
+static ckpt_status open_read(const ckpt_store *s, const char *name, int *fd, char *path,
+                             size_t len, char *err, size_t errlen)
+{
+    if (path_of(s, name, path, len, err, errlen)) return CKPT_PERMANENT;
+    if ((*fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: %s: %s", path, strerror(e));
+        return e == ENOENT ? CKPT_NOT_FOUND : errno_status(e);
+    }
+    return CKPT_OK;
+}
+
+/* Exactly len bytes from offset off of the open file path. */
+static ckpt_status pread_exact(int fd, const char *path, uint64_t off, size_t len, void *out,
+                               char *err, size_t errlen)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = pread(fd, (char *)out + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            if (e)
+                snprintf(err, errlen, "checkpoint: reading %s failed: %s", path, strerror(e));
+            else
+                snprintf(err, errlen, "checkpoint: %s is shorter than %llu bytes (truncated)",
+                         path, (unsigned long long)(off + len));
+            return e ? errno_status(e) : CKPT_PERMANENT;
+        }
+        done += (size_t)r;
+    }
+    return CKPT_OK;
+}
+
+/* One chunk of a streamed file read, read on a thread of its own. */
+typedef struct {
+    int fd;
+    const char *path;
+    uint64_t off, pos; /* the file offset of the stream, and this chunk's offset in it */
+    size_t k;
+    unsigned char *buf;
+    pthread_t thread;
+    int running;
+    ckpt_status st;
+    char err[600];
+} chunk_read;
+
+static void *chunk_body(void *arg)
+{
+    chunk_read *c = arg;
+    c->st = pread_exact(c->fd, c->path, c->off + c->pos, c->k, c->buf, c->err, sizeof c->err);
+    return NULL;
+}
+
+/* Starts reading chunk i of a stream of len bytes at off (cap a chunk); on
+ * the caller's thread when no thread can be had. */
+static void chunk_start(chunk_read *c, uint64_t off, uint64_t len, size_t cap, size_t i)
+{
+    c->off = off;
+    c->pos = (uint64_t)i * cap;
+    c->k = len - c->pos < cap ? (size_t)(len - c->pos) : cap;
+    c->running = pthread_create(&c->thread, NULL, chunk_body, c) == 0;
+    if (!c->running) chunk_body(c);
+}
+
+static void chunk_wait(chunk_read *c)
+{
+    if (c->running) pthread_join(c->thread, NULL);
+    c->running = 0;
+}
+
 ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t len, void *out,
                            char *err, size_t errlen)
 {
@@ -238,31 +311,12 @@ ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t
         }
         return CKPT_OK;
     }
-    if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "checkpoint: %s: %s", path, strerror(e));
-        return e == ENOENT ? CKPT_NOT_FOUND : errno_status(e);
-    }
-    size_t done = 0;
-    while (done < len) {
-        ssize_t r = pread(fd, (char *)out + done, len - done, (off_t)(off + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = r < 0 ? errno : 0;
-            close(fd);
-            if (e)
-                snprintf(err, errlen, "checkpoint: reading %s failed: %s", path, strerror(e));
-            else
-                snprintf(err, errlen, "checkpoint: %s is shorter than %llu bytes (truncated)",
-                         path, (unsigned long long)(off + len));
-            return e ? errno_status(e) : CKPT_PERMANENT;
-        }
-        done += (size_t)r;
-    }
+    int fd;
+    ckpt_status st = open_read(s, name, &fd, path, sizeof path, err, errlen);
+    if (st) return st;
+    st = pread_exact(fd, path, off, len, out, err, errlen);
     close(fd);
-    return CKPT_OK;
+    return st;
 }
 
 ckpt_status ckpt_store_stream(ckpt_store *s, const char *name, uint64_t off, uint64_t len,
@@ -283,22 +337,40 @@ ckpt_status ckpt_store_stream(ckpt_store *s, const char *name, uint64_t off, uin
         }
         return CKPT_OK;
     }
+    int fd;
+    ckpt_status st = open_read(s, name, &fd, path, sizeof path, err, errlen);
+    if (st) return st;
+    /* two chunk buffers: a thread reads the next chunk while the sink takes
+     * this one, so the disk and the checking overlap */
     size_t cap = len < CKPT_STREAM_CHUNK ? (size_t)len : CKPT_STREAM_CHUNK;
-    unsigned char *buf = malloc(cap ? cap : 1);
-    if (!buf) {
+    chunk_read rd[2] = {{.fd = fd, .path = path}, {.fd = fd, .path = path}};
+    rd[0].buf = malloc(cap ? cap : 1);
+    rd[1].buf = malloc(cap ? cap : 1);
+    if (!rd[0].buf || !rd[1].buf) {
+        free(rd[0].buf);
+        free(rd[1].buf);
+        close(fd);
         snprintf(err, errlen, "checkpoint: out of memory reading %s", name);
         return CKPT_RETRY;
     }
-    ckpt_status st = CKPT_OK;
-    for (uint64_t pos = 0; pos < len && !st; pos += cap) {
-        size_t k = len - pos < cap ? (size_t)(len - pos) : cap;
-        st = ckpt_store_get(s, name, off + pos, k, buf, err, errlen);
-        if (!st && sink(ctx, pos, buf, k)) {
+    size_t nchunks = cap ? (size_t)((len + cap - 1) / cap) : 0;
+    if (nchunks) chunk_start(&rd[0], off, len, cap, 0);
+    for (size_t i = 0; i < nchunks && !st; i++) {
+        chunk_read *c = &rd[i % 2];
+        chunk_wait(c);
+        if (i + 1 < nchunks) chunk_start(&rd[(i + 1) % 2], off, len, cap, i + 1);
+        if ((st = c->st) != CKPT_OK) {
+            snprintf(err, errlen, "%s", c->err);
+        } else if (sink(ctx, c->pos, c->buf, c->k)) {
             snprintf(err, errlen, "checkpoint: reading %s stopped by the reader", name);
             st = CKPT_PERMANENT;
         }
     }
-    free(buf);
+    chunk_wait(&rd[0]);
+    chunk_wait(&rd[1]);
+    free(rd[0].buf);
+    free(rd[1].buf);
+    close(fd);
     return st;
 }
 

@@ -45,11 +45,14 @@ ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t
  * a retried read starts again at pos 0. Returns 0, or nonzero to stop. */
 typedef int (*ckpt_sink)(void *ctx, uint64_t pos, const void *data, size_t n);
 /* Exactly len bytes from offset off, handed to sink as they arrive: one
- * request on S3, reads of CKPT_STREAM_CHUNK on file://. A sink's stop is
- * CKPT_PERMANENT with err saying so (the sink keeps its own reason). */
+ * request on S3; on file://, reads of CKPT_STREAM_CHUNK, the next one on a
+ * thread while the sink takes this one (1 MiB: the chunk is still in the
+ * CPU's cache when the sink reads it; 8 MiB chunks made a cold-cache
+ * restore 2x slower than cat here). A sink's stop is CKPT_PERMANENT with
+ * err saying so (the sink keeps its own reason). */
 ckpt_status ckpt_store_stream(ckpt_store *s, const char *name, uint64_t off, uint64_t len,
                               ckpt_sink sink, void *ctx, char *err, size_t errlen);
-#define CKPT_STREAM_CHUNK (8u << 20)
+#define CKPT_STREAM_CHUNK (1u << 20)
 /* The whole object, at most max bytes: *out malloc'd (the caller frees). */
 ckpt_status ckpt_store_read(ckpt_store *s, const char *name, size_t max, void **out,
                             size_t *len, char *err, size_t errlen);
