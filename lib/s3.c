@@ -933,8 +933,11 @@ s3_status s3_head(s3_client *c, const char *bucket, const char *key, uint64_t *s
     return st;
 }
 
-s3_status s3_get(s3_client *c, const char *bucket, const char *key, uint64_t off, size_t len,
-                 void *out, size_t *got, char *err, size_t errlen)
+/* A ranged GET of len bytes at off into out, or handed to sink when out is
+ * NULL; *got the bytes that came (0 for a 416: off at or past the end). */
+static s3_status get_range(s3_client *c, const char *bucket, const char *key, uint64_t off,
+                           size_t len, void *out, s3_sink sink, void *ctx, size_t *got,
+                           char *err, size_t errlen)
 {
     *got = 0;
     if (len == 0) return s3_head(c, bucket, key, NULL, err, errlen);
@@ -943,29 +946,25 @@ s3_status s3_get(s3_client *c, const char *bucket, const char *key, uint64_t off
     char range[64];
     snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, off, off + (uint64_t)len - 1);
     req r = {.op = "GET", .method = "GET", .bucket = bucket, .key = key, .range = range,
-             .out = out, .out_cap = len, .resp_max = S3_XMLBODY_MAX, .h = c->h};
+             .out = out, .out_cap = out ? len : 0, .sink = out ? NULL : sink, .sink_ctx = ctx,
+             .resp_max = S3_XMLBODY_MAX, .h = c->h};
     st = perform(c, &r, call_deadline(c), 1, err, errlen);
-    if (st == S3_OK) *got = r.status == 416 ? 0 : r.out_len; /* 416: off at or past the end */
+    if (st == S3_OK) *got = r.status == 416 ? 0 : r.out_len;
     req_free(&r);
     return st;
+}
+
+s3_status s3_get(s3_client *c, const char *bucket, const char *key, uint64_t off, size_t len,
+                 void *out, size_t *got, char *err, size_t errlen)
+{
+    return get_range(c, bucket, key, off, len, out, NULL, NULL, got, err, errlen);
 }
 
 s3_status s3_get_stream(s3_client *c, const char *bucket, const char *key, uint64_t off,
                         size_t len, s3_sink sink, void *ctx, size_t *got, char *err,
                         size_t errlen)
 {
-    *got = 0;
-    if (len == 0) return s3_head(c, bucket, key, NULL, err, errlen);
-    s3_status st = check_names("GET", bucket, key ? key : "", err, errlen);
-    if (st != S3_OK) return st;
-    char range[64];
-    snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, off, off + (uint64_t)len - 1);
-    req r = {.op = "GET", .method = "GET", .bucket = bucket, .key = key, .range = range,
-             .sink = sink, .sink_ctx = ctx, .resp_max = S3_XMLBODY_MAX, .h = c->h};
-    st = perform(c, &r, call_deadline(c), 1, err, errlen);
-    if (st == S3_OK) *got = r.status == 416 ? 0 : r.out_len;
-    req_free(&r);
-    return st;
+    return get_range(c, bucket, key, off, len, NULL, sink, ctx, got, err, errlen);
 }
 
 s3_status s3_get_all(s3_client *c, const char *bucket, const char *key, size_t max, void **out,

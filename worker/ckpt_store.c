@@ -222,6 +222,21 @@ ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, siz
     return CKPT_OK;
 }
 
+/* The outcome of an S3 read of len bytes at off of key path that got got:
+ * fewer is a truncated object. */
+static ckpt_status s3_read_result(const ckpt_store *s, const char *path, s3_status st,
+                                  const char *why, uint64_t got, uint64_t off, uint64_t len,
+                                  char *err, size_t errlen)
+{
+    if (st != S3_OK) return s3_failed(st, why, err, errlen);
+    if (got < len) {
+        snprintf(err, errlen, "checkpoint: s3://%s/%s is shorter than %llu bytes (truncated)",
+                 s->bucket, path, (unsigned long long)(off + len));
+        return CKPT_PERMANENT;
+    }
+    return CKPT_OK;
+}
+
 /* The file of name opened for reading: *fd, and its path in path. */
 static ckpt_status open_read(const ckpt_store *s, const char *name, int *fd, char *path,
                              size_t len, char *err, size_t errlen)
@@ -303,13 +318,7 @@ ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t
         size_t got = 0;
         if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
         s3_status st = s3_get(s->s3, s->bucket, path, off, len, out, &got, why, sizeof why);
-        if (st != S3_OK) return s3_failed(st, why, err, errlen);
-        if (got < len) {
-            snprintf(err, errlen, "checkpoint: s3://%s/%s is shorter than %llu bytes (truncated)",
-                     s->bucket, path, (unsigned long long)(off + len));
-            return CKPT_PERMANENT;
-        }
-        return CKPT_OK;
+        return s3_read_result(s, path, st, why, got, off, len, err, errlen);
     }
     int fd;
     ckpt_status st = open_read(s, name, &fd, path, sizeof path, err, errlen);
@@ -329,13 +338,7 @@ ckpt_status ckpt_store_stream(ckpt_store *s, const char *name, uint64_t off, uin
         if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
         s3_status st = s3_get_stream(s->s3, s->bucket, path, off, (size_t)len, sink, ctx, &got,
                                      why, sizeof why);
-        if (st != S3_OK) return s3_failed(st, why, err, errlen);
-        if (got < len) {
-            snprintf(err, errlen, "checkpoint: s3://%s/%s is shorter than %llu bytes (truncated)",
-                     s->bucket, path, (unsigned long long)(off + len));
-            return CKPT_PERMANENT;
-        }
-        return CKPT_OK;
+        return s3_read_result(s, path, st, why, got, off, len, err, errlen);
     }
     int fd;
     ckpt_status st = open_read(s, name, &fd, path, sizeof path, err, errlen);
