@@ -207,7 +207,9 @@ Test(rdzv, a_newer_generation_keeps_retrying_against_an_old_store_until_its_time
     long gens[2] = {1, 2};
     int st[2];
     char msgs[2][512];
-    run_ranks(2, gens, 2, NULL, st, msgs);
+    /* 5 s: under a loaded CI machine rank 1 must still meet rank 0's store
+     * once before both time out (with 2 s it sometimes never did) */
+    run_ranks(2, gens, 5, NULL, st, msgs);
     cr_assert_eq(st[1], 100 + RDZV_TIMEOUT, "rank 1: %d %s", st[1], msgs[1]);
     cr_assert(strstr(msgs[1], "older generation 1"), "%s", msgs[1]);
 }
