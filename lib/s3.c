@@ -448,7 +448,7 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
     char sha[65], sha_hdr[100], range_hdr[96], type_hdr[128], curl_err[CURL_ERROR_SIZE];
     char cerr[512] = "";
     struct curl_slist *hdrs = NULL, *n;
-    buf m = {0};
+    buf m = {0}, best = {0}; /* best: see the retry loop */
     char *url = make_url(c, r->bucket, r->key, r->query);
     uint64_t seed = (uint64_t)(mono_seconds() * 1e9) ^ (uint64_t)(uintptr_t)r ^ 0x9e3779b97f4a7c15ULL;
     if (!url) goto nomem;
@@ -474,6 +474,12 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
 
     double start = mono_seconds();
     fail_kind last = FAIL_NONE;
+    /* the strongest cause of the attempts so far (an answer from the store
+     * > a connection that failed > a transfer that timed out or broke), for
+     * the message when all fail: a timeout after a 503 says less than it */
+    int best_rank = 0;
+    s3_status best_st = S3_OK;
+    size_t pre = 0;
     int attempt;
     for (attempt = 1;; attempt++) {
         double left = deadline - mono_seconds();
@@ -537,6 +543,7 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
             m.len = 0;
             buf_clear(&m);
             what(&m, c, r);
+            pre = m.len;
             buf_printf(&m, "%s (", status_text(st));
             if (code) buf_printf(&m, "%s: %s", code, msg && *msg ? msg : "no message");
             else buf_printf(&m, "HTTP %ld", r->status);
@@ -548,6 +555,7 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
         } else {
             buf_clear(&m);
             what(&m, c, r);
+            pre = m.len;
             buf_printf(&m, "%s (curl error %d: %s%s%s) at %s",
                        last == FAIL_CONNECT ? "unreachable" : status_text(S3_TRANSIENT),
                        (int)cc, curl_easy_strerror(cc), curl_err[0] ? ": " : "", curl_err,
@@ -558,6 +566,13 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
             }
             st = last == FAIL_CONNECT ? S3_UNREACHABLE : S3_TRANSIENT;
         }
+        int rank = last == FAIL_TRANSIENT && cc == CURLE_OK ? 3 : last == FAIL_CONNECT ? 2 : 1;
+        if (rank >= best_rank) {
+            best_rank = rank;
+            best_st = st;
+            buf_clear(&best);
+            if (buf_append(&best, m.data, m.len) != 0) goto nomem;
+        }
         /* a failure that may pass: back off (full jitter) and try again */
         double cap = c->backoff_s * (double)(1u << (attempt < 20 ? attempt - 1 : 19));
         double wait = cap * jitter(&seed);
@@ -566,6 +581,14 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
                  r->op, r->bucket ? r->bucket : "", r->key ? r->key : "", attempt, r->status,
                  (int)cc, wait);
         sleep_s(wait);
+    }
+    if (best.len != m.len || memcmp(best.data, m.data, m.len) != 0) {
+        /* the strongest cause, then what the last attempt met */
+        if (buf_printf(&best, "; last: %s", m.data + pre) != 0) goto nomem;
+        buf_free(&m);
+        m = best;
+        best = (buf){0};
+        st = best_st;
     }
     buf_printf(&m, "; gave up after %d attempt%s in %.1f s", attempt, attempt == 1 ? "" : "s",
                mono_seconds() - start);
@@ -578,6 +601,7 @@ nomem:
 out:
     if (st != S3_OK) say(err, errlen, &m);
     buf_free(&m);
+    buf_free(&best);
     /* the header list holds the session token: detach it before freeing */
     if (r->h) {
         curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, NULL);

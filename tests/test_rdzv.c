@@ -202,16 +202,98 @@ Test(rdzv, a_process_of_an_older_generation_is_refused_as_stale)
     cr_assert_eq(st[0], 100 + RDZV_TIMEOUT, "rank 0 waits for a rank 1 of its own generation");
 }
 
-Test(rdzv, a_newer_generation_keeps_retrying_against_an_old_store_until_its_timeout)
+/* Forks a rank of world 2 joining ep with generation gen; its stderr goes
+ * to log_fd (-1: inherited), its error message to msg_fd; it exits with 0
+ * or 100 + the rdzv_error. */
+static pid_t fork_rank(const char *ep, int rank, long gen, double timeout_s, int log_fd,
+                       int msg_fd)
 {
-    long gens[2] = {1, 2};
-    int st[2];
-    char msgs[2][512];
-    /* 5 s: under a loaded CI machine rank 1 must still meet rank 0's store
-     * once before both time out (with 2 s it sometimes never did) */
-    run_ranks(2, gens, 5, NULL, st, msgs);
-    cr_assert_eq(st[1], 100 + RDZV_TIMEOUT, "rank 1: %d %s", st[1], msgs[1]);
-    cr_assert(strstr(msgs[1], "older generation 1"), "%s", msgs[1]);
+    pid_t p = fork();
+    cr_assert(p >= 0);
+    if (p > 0) return p;
+    if (log_fd >= 0) dup2(log_fd, 2);
+    rdzv_options o = {.endpoint = ep, .rank = rank, .world_size = 2, .generation = gen,
+                      .timeout_s = timeout_s};
+    rdzv *z = NULL;
+    rdzv_error k = RDZV_OK;
+    char err[512] = "";
+    int code = rdzv_new(&z, &o, &k, err, sizeof err) == 0 ? 0 : 100 + (int)k;
+    rdzv_free(z);
+    (void)!write(msg_fd, err, strlen(err));
+    _exit(code);
+}
+
+/* Reads fd until its text holds want or it closes; 1 if seen. */
+static int read_until(int fd, const char *want)
+{
+    char buf[8192] = "";
+    size_t have = 0;
+    for (;;) {
+        if (strstr(buf, want)) return 1;
+        if (have + 1 >= sizeof buf) { /* keep the tail: the marker may straddle */
+            memmove(buf, buf + have / 2, have - have / 2 + 1);
+            have -= have / 2;
+        }
+        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+        if (n <= 0) return 0;
+        have += (size_t)n;
+        buf[have] = '\0';
+    }
+}
+
+/* Deterministic: rank 0's old store stays up until rank 1 has logged its
+ * answer, and only then goes (so rank 1's later attempts are refused):
+ * the message must still carry what the store said, not the refusal. */
+Test(rdzv, a_newer_generation_times_out_naming_the_old_store_it_met_not_its_last_refusal)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    int m0[2], m1[2], log1[2];
+    cr_assert_eq(pipe(m0), 0);
+    cr_assert_eq(pipe(m1), 0);
+    cr_assert_eq(pipe(log1), 0);
+    pid_t p0 = fork_rank(ep, 0, 1, 120, -1, m0[1]);
+    pid_t p1 = fork_rank(ep, 1, 2, 8, log1[1], m1[1]);
+    close(m0[1]);
+    close(m1[1]);
+    close(log1[1]);
+    int seen = read_until(log1[0], "event=waiting reason=older_generation");
+    kill(p0, SIGKILL);
+    int s0, s1;
+    cr_assert_eq(waitpid(p0, &s0, 0), p0);
+    char msg[512] = "";
+    ssize_t n = read(m1[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = '\0';
+    cr_assert_eq(waitpid(p1, &s1, 0), p1);
+    close(m0[0]);
+    close(m1[0]);
+    close(log1[0]);
+    cr_assert(seen, "rank 1 never logged the old store's answer: %s", msg);
+    cr_assert(WIFEXITED(s1) && WEXITSTATUS(s1) == 100 + RDZV_TIMEOUT, "rank 1: %s", msg);
+    cr_assert(strstr(msg, "within 8 s: rank 0's store"), "%s", msg);
+    cr_assert(strstr(msg, "serves the older generation 1; this process is of generation 2 "
+                          "(this gang is being replaced)"), "%s", msg);
+    cr_assert(strstr(msg, "(last: connect: Connection refused)"), "%s", msg);
+}
+
+/* Nothing listens: the refusal is all there is to report, once. */
+Test(rdzv, a_rank_whose_store_never_listens_times_out_naming_the_refusal)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    int m[2];
+    cr_assert_eq(pipe(m), 0);
+    pid_t p = fork_rank(ep, 1, 0, 1, -1, m[1]);
+    close(m[1]);
+    char msg[512] = "";
+    ssize_t n = read(m[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = '\0';
+    close(m[0]);
+    int s;
+    cr_assert_eq(waitpid(p, &s, 0), p);
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 100 + RDZV_TIMEOUT, "%s", msg);
+    cr_assert(strstr(msg, "within 1 s: connect: Connection refused"), "%s", msg);
+    cr_assert(!strstr(msg, "last:"), "%s", msg);
 }
 
 Test(rdzv, a_late_rank_0_is_waited_for)

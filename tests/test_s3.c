@@ -669,6 +669,28 @@ Test(s3, put_and_get_pass_after_500s_and_resets_from_the_proxy)
     stop(proxy);
 }
 
+/* The store answered once (500 InternalError), then reset every
+ * connection: the message gives up naming the answer, the strongest cause,
+ * with the resets as the last attempt's error, not the resets alone. */
+Test(s3, giving_up_names_the_stores_answer_before_the_resets_that_followed)
+{
+    use_moto();
+    const char *flags[] = {"--fail-500", "1", "--reset", "100", NULL};
+    int pport;
+    pid_t proxy = proxy_start("strongest", flags, &pport);
+    char ep[64], err[ERRLEN];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", pport);
+    s3_client *c = client_at(ep, (s3_options){.max_attempts = 3, .backoff_s = 0.01});
+    s3_status st = s3_put(c, "vj-retry", "strong/k", "x", 1, err, sizeof err);
+    cr_assert_eq(st, S3_TRANSIENT, "%s: %s", s3_status_name(st), err);
+    const char *ans = strstr(err, "InternalError"), *last = strstr(err, "; last: ");
+    cr_assert(ans && last && ans < last, "the answer first, then the last error: %s", err);
+    cr_assert(strstr(last, "curl error"), "the last attempt's reset: %s", err);
+    cr_assert(strstr(err, "gave up after 3 attempts"), "%s", err);
+    s3_free(c);
+    stop(proxy);
+}
+
 /* A sink that rebuilds the range in a buffer and counts restarts; it stops
  * the transfer after stop_at bytes when that is set. */
 typedef struct {

@@ -753,9 +753,18 @@ static int call_simple(rdzv *r, const unsigned char *req, size_t len, double dea
     return 0;
 }
 
+/* Causes of a failed attempt to join, weakest first: a rank that times out
+ * reports the strongest it saw while waiting (an old store's answer says why
+ * it waited; a timeout that came after says nothing), and the last one too
+ * where it differs. */
+enum { CAUSE_NONE, CAUSE_TIMEOUT, CAUSE_SOCKET, CAUSE_ANSWER };
+
+/* *cause is CAUSE_TIMEOUT when the connect did not finish in time,
+ * CAUSE_SOCKET for every other failure (refused, unreachable, no name). */
 static int connect_once(const char *host, int port, double deadline, int *out, char *why,
-                        size_t whylen)
+                        size_t whylen, int *cause)
 {
+    *cause = CAUSE_SOCKET;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -778,9 +787,10 @@ static int connect_once(const char *host, int port, double deadline, int *out, c
         double left = deadline - mono_seconds();
         int soerr = 0;
         socklen_t sl = sizeof soerr;
-        if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) <= 0 ||
+        if (poll(&pfd, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0 ||
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
             snprintf(why, whylen, "connect: %s", soerr ? strerror(soerr) : "timed out");
+            *cause = soerr ? CAUSE_SOCKET : CAUSE_TIMEOUT;
             close(fd);
             fd = -1;
         }
@@ -819,36 +829,61 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
     }
     const double start = mono_seconds(), deadline = start + o->timeout_s;
     double backoff = 0.05;
-    char why[700] = "no attempt";
+    char why[700] = "no attempt", best[700] = "";
+    int best_cause = CAUSE_NONE, cause = CAUSE_NONE, told_old = 0;
     unsigned seed = (unsigned)(getpid() ^ (o->rank * 2654435761u));
     for (;;) {
-        if (connect_once(host, port, deadline, &r->fd, why, sizeof why) == 0) {
-            unsigned char req[17];
+        if (connect_once(host, port, deadline, &r->fd, why, sizeof why, &cause) == 0) {
+            unsigned char req[17], *p = NULL;
+            size_t n = 0;
+            int status = ST_OK;
             req[0] = OP_HELLO;
             put_u32(req + 1, (uint32_t)o->rank);
             put_u32(req + 5, (uint32_t)o->world_size);
             put_u64(req + 9, (uint64_t)o->generation);
             rdzv_error k = RDZV_OK;
-            char e2[512];
-            if (call_simple(r, req, sizeof req, deadline, NULL, NULL, &k, e2, sizeof e2) == 0)
+            if (call(r, req, sizeof req, deadline, &status, &p, &n, &k, why, sizeof why) != 0) {
+                cause = k == RDZV_TIMEOUT ? CAUSE_TIMEOUT : CAUSE_SOCKET;
+            } else if (status == ST_OK) {
+                free(p);
                 break;
-            close(r->fd);
-            r->fd = -1;
-            if (k == RDZV_STALE || k == RDZV_INVALID) {
-                LOG_ERROR("rdzv", "event=refused rank=%d msg=\"%s\"", o->rank, e2);
-                fail(kind, k, err, errlen, "%s", e2);
+            } else if (status == RDZV_STALE || status == RDZV_INVALID) {
+                snprintf(why, sizeof why, "rendezvous at %s: %s", o->endpoint, (char *)p);
+                free(p);
+                LOG_ERROR("rdzv", "event=refused rank=%d msg=\"%s\"", o->rank, why);
+                fail(kind, (rdzv_error)status, err, errlen, "%s", why);
                 rdzv_free(r);
                 return -1;
+            } else { /* an older rank 0 still terminating: its store answered */
+                snprintf(why, sizeof why, "rank 0's store %s: %s (this gang is being replaced)",
+                         o->endpoint, (char *)p);
+                cause = CAUSE_ANSWER;
+                if (!told_old++)
+                    LOG_WARN("rdzv", "event=waiting reason=older_generation rank=%d msg=\"%s\"",
+                             o->rank, (char *)p);
+                free(p);
             }
-            snprintf(why, sizeof why, "%s", e2);
+            close(r->fd);
+            r->fd = -1;
         }
-        if (mono_seconds() + backoff >= deadline) {
-            fail(kind, RDZV_TIMEOUT, err, errlen, "rank %d could not reach the rendezvous store "
-                 "at %s within %.0f s (last: %s)", o->rank, o->endpoint, o->timeout_s, why);
+        if (cause >= best_cause) {
+            best_cause = cause;
+            snprintf(best, sizeof best, "%s", why);
+        }
+        /* the next attempt must start before the deadline, or it would
+         * only report that the deadline passed */
+        double jitter = backoff * (0.5 + (rand_r(&seed) % 1000) / 1000.0);
+        if (mono_seconds() + jitter >= deadline) {
+            if (strcmp(best, why) == 0)
+                fail(kind, RDZV_TIMEOUT, err, errlen, "rank %d could not reach the rendezvous "
+                     "store at %s within %.0f s: %s", o->rank, o->endpoint, o->timeout_s, best);
+            else
+                fail(kind, RDZV_TIMEOUT, err, errlen, "rank %d could not reach the rendezvous "
+                     "store at %s within %.0f s: %s (last: %s)", o->rank, o->endpoint,
+                     o->timeout_s, best, why);
             rdzv_free(r);
             return -1;
         }
-        double jitter = backoff * (0.5 + (rand_r(&seed) % 1000) / 1000.0);
         struct timespec ts = {(time_t)jitter, (long)((jitter - (time_t)jitter) * 1e9)};
         nanosleep(&ts, NULL);
         backoff = backoff * 2 > 2.0 ? 2.0 : backoff * 2;

@@ -17,7 +17,10 @@
  *
  * Errors: functions return 0 or -1 with one line in err; *kind (may be
  * NULL) says which: RDZV_TIMEOUT (a deadline passed: names what was missing,
- * e.g. "ranks 2, 3 never arrived within 300 s"), RDZV_STALE (this process's
+ * e.g. "ranks 2, 3 never arrived within 300 s"; a rank that never joined
+ * names the strongest cause it met while retrying, not merely the last: an
+ * old store's answer, then a refused or failed connection, then a connect
+ * that timed out, with the last one after it where it differs), RDZV_STALE (this process's
  * generation is older than the store's), RDZV_LOST (the connection broke),
  * RDZV_INVALID (bad endpoint, rank, world size, key or value).
  */
