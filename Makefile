@@ -13,6 +13,11 @@
 #   make image-test the container images built with buildah and run (slow)
 #   make clean
 
+# `make` alone builds everything: the first rule below must not be the
+# default goal (the helmrender rule once was, and a fresh clone's `make`
+# built only that).
+.DEFAULT_GOAL := all
+
 CC      ?= gcc
 BUILD   ?= build
 ARCH    ?= -march=native
@@ -59,11 +64,15 @@ CUDA_OBJ    = $(CUDA_SRC:%.cu=$(CUDA_BUILD)/%.o)
 WARN    := -Wall -Wextra -Werror
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 # Each module sees lib/ and api/ and itself: worker/ and kernels/ never see
-# operator/, and operator/ never sees worker/ or kernels/. Tests see all.
-INC     := -Ilib -Iapi -Ikernels -Iworker -Ioperator
+# operator/, and operator/ never sees worker/ or kernels/. Inside worker/,
+# each folder sees only what its README allows (data/ and dist/ nothing of
+# the worker's but themselves, ckpt/ dist/, train/ and main.c all): the
+# include paths enforce it. Tests and benchmarks see all.
+WORKER_INC := -Iworker/train -Iworker/dist -Iworker/ckpt -Iworker/data
+INC     := -Ilib -Iapi -Ikernels $(WORKER_INC) -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
-# gloo (CPU collectives, C++) through worker/comm_gloo.cc: the worker only
+# gloo (CPU collectives, C++) through worker/dist/comm_gloo.cc: the worker only
 GLOO_LIBS = -lgloo -lstdc++
 LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -ldl -fopenmp $(GLOO_LIBS)
 WORKER_LDLIBS   = $(BLAS_LIBS) $(WORKER_PKG_LIBS) -lsleef -lm -ldl -fopenmp $(GLOO_LIBS)
@@ -73,8 +82,8 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno
 LIB_SRC     := $(wildcard lib/*.c)
 API_SRC     := $(wildcard api/*.c)
 KERNEL_SRC  := $(wildcard kernels/*.c)
-WORKER_SRC  := $(filter-out worker/main.c,$(wildcard worker/*.c))
-WORKER_CXX  := $(wildcard worker/*.cc)
+WORKER_SRC  := $(wildcard worker/*/*.c)
+WORKER_CXX  := $(wildcard worker/*/*.cc)
 OPERATOR_SRC:= $(filter-out operator/main.c,$(wildcard operator/*.c))
 CORE_SRC    := $(LIB_SRC) $(API_SRC) $(KERNEL_SRC) $(WORKER_SRC) $(OPERATOR_SRC)
 TEST_SRC    := $(wildcard tests/test_*.c)
@@ -131,7 +140,7 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 
 # the one C++ file (the gloo shim): C++17, the C flags' warnings and sanitizers
 CXX     ?= g++
-ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) -Ilib -Iapi -Ikernels -Iworker -MMD -MP
+ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) -Ilib -Iapi -Iworker/dist -MMD -MP
 $(BUILD)/obj/%.o: %.cc $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX     $<  ($(BUILD))")
@@ -139,7 +148,11 @@ $(BUILD)/obj/%.o: %.cc $(FLAGS_STAMP)
 
 # the module boundaries, enforced by what each directory can include
 $(BUILD)/obj/lib/%.o $(BUILD)/obj/api/%.o: INC := -Ilib -Iapi
-$(BUILD)/obj/kernels/%.o $(BUILD)/obj/worker/%.o: INC := -Ilib -Iapi -Ikernels -Iworker
+$(BUILD)/obj/kernels/%.o: INC := -Ilib -Iapi -Ikernels
+$(BUILD)/obj/worker/data/%.o: INC := -Ilib -Iapi -Iworker/data
+$(BUILD)/obj/worker/dist/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/dist
+$(BUILD)/obj/worker/ckpt/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/ckpt -Iworker/dist
+$(BUILD)/obj/worker/train/%.o $(BUILD)/obj/worker/main.o: INC := -Ilib -Iapi -Ikernels $(WORKER_INC)
 $(BUILD)/obj/operator/%.o: INC := -Ilib -Iapi -Ioperator
 
 $(CUDA_BUILD)/%.o: %.cu $(FLAGS_STAMP)

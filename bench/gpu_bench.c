@@ -345,7 +345,7 @@ int main(int argc, char **argv)
     vit_job_config cfg;
     config_defaults(&cfg);
     if (config_preset(&cfg.model, a.model) != 0) {
-        fprintf(stderr, "gpu_bench: unknown --model '%s' (a preset of worker/config.h: vit_ti16 "
+        fprintf(stderr, "gpu_bench: unknown --model '%s' (a preset of api/config.h: vit_ti16 "
                         "vit_s16 vit_b16 vit_l16 vit_h14 vit_g14 fmnist_tiny fmnist_small)\n",
                 a.model);
         return VITJOB_EXIT_CONFIG;

@@ -1,5 +1,6 @@
-/* kernels/bf16.cu - CUDA: zeroing and the fp32 <-> floatX conversions.
- * Owns: zero_cuda, to_floatx_cuda (fp32 -> X, rounded to nearest even by
+/* kernels/bf16.cu - CUDA: zeroing, fp32 copies and the fp32 <-> floatX
+ * conversions.
+ * Owns: zero_cuda, copy_cuda (device to device, on the compute stream), to_floatx_cuda (fp32 -> X, rounded to nearest even by
  * __float2bfloat16_rn, as round_bf16_cpu in kernels/bf16.c: NaN stays NaN,
  * overflow goes to infinity), to_float_cuda (X -> fp32, exact). For X = float
  * both are device-to-device copies.
@@ -27,6 +28,13 @@ void zero_cuda(float *x, size_t n)
     CU_GUARD();
     if (n == 0) return;
     CU_TRY(cudaMemsetAsync(x, 0, sizeof(float) * n, g_cuda.stream));
+}
+
+void copy_cuda(float *dst, const float *src, size_t n)
+{
+    CU_GUARD();
+    if (n == 0 || dst == src) return;
+    CU_TRY(cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, g_cuda.stream));
 }
 
 template <typename X> void to_floatx_cuda(floatX *out, const float *in, size_t n)

@@ -146,8 +146,9 @@ void attention_backward_cuda(floatX *dqkv, void *scratch, const floatX *dout, co
 template <typename X> void gelu_forward_cuda(floatX *out, const floatX *inp, size_t n);
 template <typename X>
 void gelu_backward_cuda(floatX *dinp, const floatX *inp, const floatX *dout, size_t n);
-/* bf16.cu: conversions and zero */
+/* bf16.cu: conversions, zero and copy */
 void zero_cuda(float *x, size_t n);
+void copy_cuda(float *dst, const float *src, size_t n);
 template <typename X> void to_floatx_cuda(floatX *out, const float *in, size_t n);
 template <typename X> void to_float_cuda(float *out, const floatX *in, size_t n);
 /* crossentropy.cu */
@@ -160,6 +161,7 @@ void crossentropy_backward_cuda(floatX *dlogits, const float *probs, const int *
 /* global_norm.cu */
 double sum_squares_cuda(const float *g, size_t n);
 void scale_cuda(float *g, float s, size_t n);
+void add_cuda(float *y, const float *x, size_t n);
 /* adamw.cu */
 template <typename X>
 void adamw_update_cuda(float *p, floatX *p_lp, float *m, float *v, const float *g, size_t n,

@@ -1,4 +1,5 @@
-/* kernels/global_norm.c - CPU reference: global gradient norm and clipping.
+/* kernels/global_norm.c - CPU reference: global gradient norm and clipping,
+ * and the other elementwise ops on gradient vectors (g *= s, y += x).
  * Owns: a deterministic sum of squares: fixed chunks of 4096 elements, each
  * summed in double, chunks added in order; the result does not depend on the
  * thread count. Must not: decide the clip factor (the trainer does). */
@@ -41,4 +42,12 @@ void scale_cpu(float *g, float s, size_t n)
 {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) g[i] *= s;
+}
+
+// y (n) += x; serial: it runs beside the compute threads (fsdp's
+// communication thread adds each reduce-scattered chunk while the model
+// computes), and it is bound by memory, not by arithmetic
+void add_cpu(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
 }

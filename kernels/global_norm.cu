@@ -3,7 +3,7 @@
  * SS_THREADS, whatever the GPU) of grid-stride partial sums in double, a
  * shared-memory tree per block in a fixed order, one double per block in
  * cuda_scratch, then one block adding those in a fixed tree; the result is
- * copied to the host and waited for. Also g *= s.
+ * copied to the host and waited for. Also g *= s and y += x.
  * Must not: decide the clip factor (the trainer does); use atomics.
  */
 #include "cuda_common.cuh"
@@ -52,6 +52,13 @@ static __global__ void scale_kernel(float *g, float s, size_t n)
         g[i] *= s;
 }
 
+static __global__ void add_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
 double sum_squares_cuda(const float *g, size_t n)
 {
     if (g_cuda.failed) return 0.0; /* CU_GUARD() returns void */
@@ -77,5 +84,14 @@ void scale_cuda(float *g, float s, size_t n)
     if (n == 0) return;
     const unsigned threads = 256;
     scale_kernel<<<cuda_blocks(n, threads), threads, 0, g_cuda.stream>>>(g, s, n);
+    CU_LAUNCHED();
+}
+
+void add_cuda(float *y, const float *x, size_t n)
+{
+    CU_GUARD();
+    if (n == 0) return;
+    const unsigned threads = 256;
+    add_kernel<<<cuda_blocks(n, threads), threads, 0, g_cuda.stream>>>(y, x, n);
     CU_LAUNCHED();
 }

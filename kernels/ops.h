@@ -1,7 +1,7 @@
 /* kernels/ops.h - the math of the ViT, one table of ops.
  *
  * Owns: the signature of every op the model calls. The model code
- * (worker/model.c) is written once against `vit_ops`; each backend fills the
+ * (worker/train/model.c) is written once against `vit_ops`; each backend fills the
  * table: the CPU reference (kernels/NAME.c, C + CBLAS) and CUDA (kernels/NAME.cu,
  * cuBLASLt + kernels), each in fp32 and bf16-mixed, with the same names and
  * argument order. The model never touches memory the ops own except through
@@ -141,6 +141,12 @@ typedef struct vit_ops {
     double (*sum_squares)(const float *g, size_t n);
     /* g *= s, elementwise. */
     void (*scale)(float *g, float s, size_t n);
+    /* dst (n) = src, fp32, buffers of this backend that do not overlap
+     * (a shard's chunk into a unit buffer). */
+    void (*copy)(float *dst, const float *src, size_t n);
+    /* y (n) += x, elementwise, fp32 (a reduce-scattered chunk into the
+     * gradient shard). */
+    void (*add)(float *y, const float *x, size_t n);
 
     /* One AdamW step on fp32 master params (PyTorch's torch.optim.AdamW):
      * p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -214,6 +220,7 @@ void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *ta
                                float dloss, int B, int K);
 double sum_squares_cpu(const float *g, size_t n);
 void scale_cpu(float *g, float s, size_t n);
+void add_cpu(float *y, const float *x, size_t n);
 void adamw_update_cpu(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay, long t);
 

@@ -133,7 +133,9 @@ static void bf_adamw_update(float *p, float *p_lp, float *m, float *v, const flo
     .scatter_cls_backward = scatter_cls_backward_cpu,     \
     .crossentropy_forward = crossentropy_forward_cpu,     \
     .sum_squares = sum_squares_cpu,                       \
-    .scale = scale_cpu
+    .scale = scale_cpu,                                   \
+    .copy = copy_cpu,                                     \
+    .add = add_cpu
 
 static const vit_ops cpu_ops = {
     .name = "cpu",

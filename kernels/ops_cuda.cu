@@ -174,6 +174,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         crossentropy_backward_cuda<X>,                                     \
         sum_squares_cuda,                                                  \
         scale_cuda,                                                        \
+        copy_cuda,                                                         \
+        add_cuda,                                                          \
         adamw_update_cuda<X>,                                              \
     }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# tests/ckpt.bats - checkpoints and resume end to end (worker/ckpt.c,
-# worker/ckpt_store.c, the resume and save paths of worker/train.c, the
+# tests/ckpt.bats - checkpoints and resume end to end (worker/ckpt/ckpt.c,
+# worker/ckpt/ckpt_store.c, the resume and save paths of worker/train/train.c, the
 # `checkpoints` and `export` commands), on file:// (CK_BACKEND=file, the
 # default) or on S3 (CK_BACKEND=s3: moto's server on loopback with
 # signatures checked, tests/s3/moto_server.py): a resumed run follows the

@@ -1,4 +1,4 @@
-/* tests/test_ckpt_store.c - worker/ckpt_store.c on file://: objects put
+/* tests/test_ckpt_store.c - worker/ckpt/ckpt_store.c on file://: objects put
  * whole appear with their bytes, ranged gets read exactly what was put and
  * refuse to read past the end, listing is sorted and skips temporaries of
  * writers that died, deletes are idempotent and remove empty step

@@ -1,4 +1,4 @@
-/* tests/test_fsdp.c - worker/fsdp.c: ranks (forked processes meeting at
+/* tests/test_fsdp.c - worker/train/fsdp.c: ranks (forked processes meeting at
  * rank 0's store on loopback, gloo collectives) hold shards of units whose
  * lengths divide by no world size; each unit arrives whole for the forward
  * and the backward in any order the model asks (prefetched or not), every

@@ -1,4 +1,4 @@
-/* tests/test_model.c - worker/model.c: the gradient of every tensor against
+/* tests/test_model.c - worker/train/model.c: the gradient of every tensor against
  * finite differences of the loss (tests/fd.h), timm's names, shapes and
  * decay groups, activation checkpointing (identical gradients, less memory)
  * and bf16-mixed (bf16 activations and weight copies; gradients that track

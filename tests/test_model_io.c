@@ -1,4 +1,4 @@
-/* tests/test_model_io.c - worker/model_io.c: the model's weights round trip
+/* tests/test_model_io.c - worker/train/model_io.c: the model's weights round trip
  * exactly by timm name, and a file given as model.init is refused, naming
  * the tensor, when a tensor is missing, extra, named twice, of another shape
  * or dtype, or holds a NaN or an Inf; a refused file leaves the model as it

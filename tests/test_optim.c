@@ -1,4 +1,4 @@
-/* tests/test_optim.c - worker/optim.c: the learning-rate schedule (linear
+/* tests/test_optim.c - worker/train/optim.c: the learning-rate schedule (linear
  * warmup, then cosine to minLr, or constant). */
 #include <criterion/criterion.h>
 #include <string.h>

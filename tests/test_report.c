@@ -1,4 +1,4 @@
-/* tests/test_report.c - worker/report.c against the test API server
+/* tests/test_report.c - worker/train/report.c against the test API server
  * (tests/cluster/apiserver) with the project's CRD and a real ViTJob: the
  * status.progress it writes, through the in-cluster configuration with a
  * service-account token that may patch only its job's status; off outside

@@ -1,4 +1,4 @@
-/* tests/test_safetensors.c - worker/safetensors.c: round trips are exact;
+/* tests/test_safetensors.c - worker/ckpt/safetensors.c: round trips are exact;
  * every rule of the format as the reference implementation (Hugging Face's
  * `safetensors` crate) enforces it refuses a hand-made file that breaks it,
  * with a message naming the file and the tensor, never a crash or a hang

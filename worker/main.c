@@ -4,7 +4,7 @@
  * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), the check of every output
  * path before any work, signal handling (handlers only set a flag) and the
  * process exit code, from the error class through api/exitcode.h.
- * Must not: train, pick a backend (worker/train.c) or parse config files
+ * Must not: train, pick a backend (worker/train/train.c) or parse config files
  * itself (api/config.c).
  */
 #include <cjson/cJSON.h>
@@ -145,11 +145,6 @@ static vj_err check_supported(const vit_job_config *cfg, const placement *pl, ch
                  "store)", cfg->world_size, VJ_ENV_RDZV_ENDPOINT);
         return VJ_ERR_ENVIRONMENT;
     }
-    if (cfg->training.device == DEVICE_CUDA) {
-        snprintf(err, errlen, "training.device=cuda with world size %d: training across GPUs "
-                 "(NCCL) is not in this build yet; use training.device=cpu", cfg->world_size);
-        return VJ_ERR_UNSUPPORTED;
-    }
     return VJ_OK;
 }
 
@@ -264,6 +259,9 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     train_options opt = {.metrics_path = metrics, .stop_flag = &stop_requested,
                          .rank = pl.rank, .world = cfg.world_size};
     if (cfg.world_size == 1) return train_run(&cfg, &opt, err, errlen);
+    /* the backend first: it picks the collectives (NCCL for GPU buffers,
+     * gloo for host memory), and a missing GPU fails before the rendezvous */
+    if ((rc = train_pick_backend(&opt.ops, &cfg.training, err, errlen)) != VJ_OK) return rc;
 
     /* many ranks: meet at rank 0's store, then connect the collectives */
     rdzv *rv = NULL;
@@ -273,7 +271,9 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
                        .generation = pl.generation,
                        .timeout_s = cfg.training.rendezvous_timeout_seconds};
     if (rdzv_new(&rv, &ro, &kind, err, errlen) != 0) return rdzv_class(kind);
-    if (comm_new_cpu(&cm, rv, cfg.training.collective_timeout_seconds, err, errlen) != 0) {
+    const double ct = cfg.training.collective_timeout_seconds;
+    if ((opt.ops->gpu ? comm_new_nccl(&cm, rv, ct, err, errlen)
+                      : comm_new_cpu(&cm, rv, ct, err, errlen)) != 0) {
         rdzv_free(rv);
         return VJ_ERR_PEER_LOST;
     }

@@ -1,0 +1,206 @@
+/* worker/train/dp.c - see dp.h. The table of strategies, and what every
+ * strategy does alike: sums over ranks, the checkpoint segments of this
+ * rank's spans and loading them back, the layout line. */
+#include "dp_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define SUM_MAX 8 /* doubles per dp_sum */
+
+static const dp_impl *const strategies[] = {
+    [SHARDING_NONE] = &dp_none,
+    [SHARDING_GRAD_OP] = &dp_grad_op,
+    [SHARDING_FULL] = &dp_full,
+};
+
+vj_err dp_new(dp **out, const dp_options *o, model_options *mo, char *err, size_t errlen)
+{
+    *out = NULL;
+    if ((size_t)o->mode >= sizeof strategies / sizeof strategies[0] || !strategies[o->mode]) {
+        snprintf(err, errlen, "training.sharding: no strategy for mode %d", (int)o->mode);
+        return VJ_ERR_CONFIG;
+    }
+    dp *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "out of host memory planning the data parallelism");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    d->impl = o->comm ? strategies[o->mode] : &dp_none;
+    d->comm = o->comm;
+    if (!d->comm) { /* one process: a local communicator (copies or nothing) */
+        if (comm_new_cpu_store(&d->comm, NULL, 0, 1, 0, err, errlen) != 0) {
+            free(d);
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+        d->own_comm = 1;
+    }
+    d->rank = comm_rank(d->comm);
+    d->world = comm_world_size(d->comm);
+    d->ops = o->ops;
+    d->mc = o->mc;
+    d->oc = o->oc;
+    d->total_steps = o->total_steps;
+    mo->pad_multiple = d->world;
+    mo->shard = NULL;
+    vj_err rc = d->impl->plan(d, mo, err, errlen);
+    if (rc) {
+        dp_free(d);
+        return rc;
+    }
+    *out = d;
+    return VJ_OK;
+}
+
+void dp_free(dp *d)
+{
+    if (!d) return;
+    optim_free(d->opt);
+    if (d->impl->free) d->impl->free(d);
+    if (d->stage) d->ops->release(d->stage);
+    if (d->own_comm) comm_free(d->comm);
+    free(d);
+}
+
+const char *dp_name(const dp *d) { return d->impl->name; }
+
+dp_memory dp_memory_of(const dp *d, size_t n_params) { return d->impl->memory(d, n_params); }
+
+vj_err dp_prepare(dp *d, model_options *mo, char *err, size_t errlen)
+{
+    d->stage = d->ops->alloc(sizeof(double) * SUM_MAX * (size_t)d->world);
+    if (!d->stage) {
+        snprintf(err, errlen, "out of %s memory for the sums over ranks",
+                 d->ops->gpu ? "GPU" : "host");
+        return VJ_ERR_TOO_LARGE;
+    }
+    return d->impl->prepare ? d->impl->prepare(d, mo, err, errlen) : VJ_OK;
+}
+
+vj_err dp_attach(dp *d, vit_model *m, char *err, size_t errlen)
+{
+    d->model = m;
+    vj_err rc = d->impl->attach(d, err, errlen);
+    if (rc) return rc;
+    const size_t n = model_num_params(m), mine = optim_num_params(d->opt);
+    dp_memory mem = dp_memory_of(d, n);
+    LOG_INFO("train", "event=shard rank=%d world=%d sharding=%s params=%zu padded=%zu "
+             "shard_params=%zu param_bytes=%zu grad_bytes=%zu optim_bytes=%zu", d->rank,
+             d->world, d->impl->name, n,
+             d->fsdp ? fsdp_shard_len(d->fsdp) * (size_t)d->world : model_padded_params(m), mine,
+             mem.param_bytes, mem.grad_bytes, optim_memory_bytes(mine));
+    return VJ_OK;
+}
+
+void dp_zero_grads(dp *d)
+{
+    model_zero_grads(d->model);
+    if (d->impl->zero_grads) d->impl->zero_grads(d);
+}
+
+vj_err dp_sync(dp *d, char *err, size_t errlen)
+{
+    return d->impl->sync ? d->impl->sync(d, err, errlen) : VJ_OK;
+}
+
+vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen)
+{
+    return d->impl->update(d, step, res, err, errlen);
+}
+
+vj_err dp_export_part(dp *d, char *err, size_t errlen)
+{
+    return d->impl->export_part ? d->impl->export_part(d, err, errlen) : VJ_OK;
+}
+
+/* Gathered as raw bytes (two f32 slots per double) through backend memory,
+ * then added on the host in rank order. */
+vj_err dp_sum(dp *d, double *v, int n, char *err, size_t errlen)
+{
+    if (d->world == 1) return VJ_OK;
+    if (n < 1 || n > SUM_MAX) {
+        snprintf(err, errlen, "dp_sum: %d values (at most %d)", n, SUM_MAX);
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    double all[SUM_MAX * 64], *host = all;
+    const size_t bytes = sizeof(double) * (size_t)n * (size_t)d->world;
+    if (d->world > 64 && !(host = malloc(bytes))) {
+        snprintf(err, errlen, "out of host memory summing over ranks");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    double *mine = d->stage + (size_t)d->rank * (size_t)n;
+    d->ops->upload(mine, v, sizeof *v * (size_t)n);
+    vj_err rc = VJ_OK;
+    if (comm_allgather(d->comm, mine, d->stage, (size_t)n * 2, COMM_F32, err, errlen) != 0) {
+        rc = VJ_ERR_PEER_LOST;
+    } else {
+        d->ops->download(host, d->stage, bytes);
+        for (int k = 0; k < n; k++) {
+            double s = 0.0;
+            for (int q = 0; q < d->world; q++) s += host[(size_t)q * (size_t)n + (size_t)k];
+            v[k] = s;
+        }
+    }
+    if (host != all) free(host);
+    return rc;
+}
+
+vj_err dp_global_norm(dp *d, const float *g, double *norm, char *err, size_t errlen)
+{
+    double sq = optim_grad_sq_in(d->opt, g);
+    vj_err rc = dp_sum(d, &sq, 1, err, errlen);
+    *norm = sqrt(sq);
+    return rc;
+}
+
+int dp_segments(dp *d, ckpt_segment **out)
+{
+    const int n = optim_num_spans(d->opt);
+    ckpt_segment *segs = calloc((size_t)(n ? n : 1), sizeof *segs);
+    if (!segs) return -1;
+    size_t lo, hi;
+    d->impl->save_range(d, &lo, &hi);
+    const float *p = d->impl->params(d);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        size_t so;
+        optim_span sp = optim_span_at(d->opt, i, &so);
+        size_t a = sp.lo > lo ? sp.lo : lo, b = sp.hi < hi ? sp.hi : hi;
+        if (a >= b) continue;
+        segs[k++] = (ckpt_segment){a, b, p + sp.at + (a - sp.lo),
+                                   optim_m(d->opt) + so + (a - sp.lo),
+                                   optim_v(d->opt) + so + (a - sp.lo)};
+    }
+    *out = segs;
+    return k;
+}
+
+ckpt_status dp_load(dp *d, ckpt_store *store, const ckpt_manifest *man, char *err,
+                    size_t errlen)
+{
+    const size_t n = model_num_params(d->model);
+    float *host = malloc(sizeof(float) * 2 * n); /* params; then m and v of a span */
+    if (!host) {
+        snprintf(err, errlen, "out of host memory loading the checkpoint (%zu bytes)",
+                 sizeof(float) * 2 * n);
+        return CKPT_RETRY;
+    }
+    ckpt_status st = ckpt_read_range(store, man, 0, n, host, NULL, NULL, err, errlen);
+    if (!st) model_write_params(d->model, host);
+    for (int i = 0; !st && i < optim_num_spans(d->opt); i++) {
+        size_t so;
+        optim_span sp = optim_span_at(d->opt, i, &so);
+        size_t k = sp.hi - sp.lo;
+        if (k == 0) continue;
+        st = ckpt_read_range(store, man, sp.lo, sp.hi, NULL, host, host + k, err, errlen);
+        if (st) break;
+        d->ops->upload(optim_m(d->opt) + so, host, k * sizeof(float));
+        d->ops->upload(optim_v(d->opt) + so, host + k, k * sizeof(float));
+    }
+    free(host);
+    return st;
+}

@@ -1,0 +1,117 @@
+/* worker/train/dp.h - data parallelism as a strategy: how the ranks of a job
+ * share the parameters, gradients and optimizer state of one model, and the
+ * collectives that keep them one model (training.sharding).
+ *
+ * Owns: the choice of strategy (dp.c's table) and, through it, the layout
+ * of the state across ranks and everything that depends on it: the model
+ * options the layout needs (padding, the shard hooks), the memory it takes,
+ * the optimizer state of this rank's spans, the collectives after backward
+ * (all-reduce, reduce-scatter) and after the update (all-gather), sums over
+ * ranks, the range of the flat vector this rank saves in a checkpoint and
+ * the state it loads back. Three strategies, one file each:
+ *   none     (dp_none.c, DDP): every rank holds everything; gradients are
+ *            all-reduced and every rank takes the same step;
+ *   grad-op  (dp_grad_op.c, ZeRO-2): gradients are reduce-scattered, each
+ *            rank updates its slice of the fp32 parameters and AdamW state,
+ *            the updated slices are all-gathered;
+ *   full     (dp_full.c over fsdp.c, FSDP): each rank holds a shard of the
+ *            parameters, gradients and state; units are gathered when the
+ *            model computes them and their gradients reduce-scattered.
+ * Device-agnostic: every buffer comes from the op table's allocator and every
+ * collective from the communicator, gloo on the CPU, NCCL on the GPU.
+ * Must not: run the training loop (train.c), compute (model.c, the ops),
+ * or touch storage (ckpt/).
+ *
+ * Without a communicator (one process) the strategy is none, whatever the
+ * mode; with one, the mode is honoured at every world size, one included (a
+ * single NCCL rank runs every strategy through the same code as many).
+ */
+#ifndef VITJOB_DP_H
+#define VITJOB_DP_H
+
+#include <stddef.h>
+
+#include "ckpt.h"
+#include "comm.h"
+#include "config.h"
+#include "exitcode.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+
+typedef struct dp dp;
+
+typedef struct {
+    comm *comm;                 /* borrowed; NULL: one process alone */
+    const vit_ops *ops;         /* the backend the model runs on (borrowed) */
+    const model_config *mc;     /* borrowed, outlives the strategy */
+    const optimizer_config *oc; /* borrowed, outlives the strategy */
+    long total_steps;           /* for the learning-rate schedule */
+    sharding_mode mode;         /* training.sharding */
+} dp_options;
+
+/* Memory one rank's state takes, in backend bytes: the fp32 parameters
+ * and gradients this rank holds (with the strategy's buffers) and its AdamW
+ * state; own_bytes is the part the strategy allocates itself, beyond what
+ * model_memory_bytes counts for the model options dp_new filled. */
+typedef struct {
+    size_t param_bytes, grad_bytes, optim_bytes, own_bytes;
+} dp_memory;
+
+/* Plans the strategy for o and fills the model options it needs
+ * (pad_multiple, and under full a placeholder shard: the model then plans
+ * no parameters of its own); allocates nothing of the backend's. *out is
+ * the caller's (dp_free). VJ_ERR_OUT_OF_MEMORY with a message. */
+vj_err dp_new(dp **out, const dp_options *o, model_options *mo, char *err, size_t errlen);
+/* Frees the strategy, its buffers and its optimizer state (not the model).
+ * Accepts NULL. */
+void dp_free(dp *d);
+
+/* The strategy's name as training.sharding spells it ("none", "grad-op",
+ * "full"): what a checkpoint records. Static string. */
+const char *dp_name(const dp *d);
+/* What this rank's state takes, for n_params parameters (planned: valid
+ * after dp_new). */
+dp_memory dp_memory_of(const dp *d, size_t n_params);
+
+/* Allocates the strategy's buffers and sets the model options' hooks (full:
+ * the shard); call after dp_new and before model_new. VJ_ERR_TOO_LARGE when
+ * the backend cannot allocate them. */
+vj_err dp_prepare(dp *d, model_options *mo, char *err, size_t errlen);
+/* The model built with those options (borrowed; it outlives the strategy's
+ * use of it) with its first weights: creates this rank's optimizer state
+ * and logs the layout (event=shard). */
+vj_err dp_attach(dp *d, vit_model *m, char *err, size_t errlen);
+
+/* Before a step's micro-batches: every gradient this rank accumulates into
+ * is zeroed. */
+void dp_zero_grads(dp *d);
+/* After a step's or an evaluation's forward and backward passes: waits for
+ * the collectives the model's passes started (full). VJ_ERR_PEER_LOST. */
+vj_err dp_sync(dp *d, char *err, size_t errlen);
+/* The update of optimizer step `step` (0-based) from the gradients of this
+ * rank's micro-batches: the collectives that make them the global batch's,
+ * the clipping by the global norm and AdamW over this rank's spans, and
+ * whatever brings every rank's parameters up to date. VJ_ERR_PEER_LOST. */
+vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen);
+/* v (n doubles, host memory) = the sum over ranks of every rank's v, in
+ * rank order (bit-identical on every rank, and to v alone with one rank).
+ * n <= 8. VJ_ERR_PEER_LOST or VJ_ERR_OUT_OF_MEMORY. */
+vj_err dp_sum(dp *d, double *v, int n, char *err, size_t errlen);
+
+/* This rank's part of a checkpoint: the segments of the flat vector it
+ * saves with where their parameters and AdamW state are (every parameter is
+ * saved by exactly one rank). *segs malloc'd (the caller frees); returns the
+ * count, or -1 out of memory. */
+int dp_segments(dp *d, ckpt_segment **segs);
+/* Loads this rank's state from a checkpoint step (ckpt_resume's loader):
+ * every parameter (the model keeps what this rank needs), then the AdamW
+ * state of this rank's spans, each block's CRC checked as it is read. */
+ckpt_status dp_load(dp *d, ckpt_store *store, const ckpt_manifest *man, char *err,
+                    size_t errlen);
+/* The ranks other than 0 at the export: whatever they must take part in
+ * for rank 0 to read every parameter (full: the gathers). VJ_ERR_PEER_LOST
+ * or VJ_ERR_OUT_OF_MEMORY. */
+vj_err dp_export_part(dp *d, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,59 @@
+/* worker/train/dp_impl.h - what the strategies of dp.h share: the handle's
+ * fields and the table each strategy fills. Included by dp.c and dp_*.c
+ * only.
+ * Must not: be included by the loop (train.c) or anything outside the
+ * strategies: the handle is opaque to them.
+ */
+#ifndef VITJOB_DP_IMPL_H
+#define VITJOB_DP_IMPL_H
+
+#include "dp.h"
+#include "fsdp.h"
+
+typedef struct dp_impl {
+    const char *name; /* as training.sharding spells it */
+    /* dp_new: the layout, the model options it needs; nothing allocated */
+    vj_err (*plan)(dp *d, model_options *mo, char *err, size_t errlen);
+    dp_memory (*memory)(const dp *d, size_t n_params);
+    /* dp_prepare (may be NULL): the buffers, the model's hooks */
+    vj_err (*prepare)(dp *d, model_options *mo, char *err, size_t errlen);
+    /* dp_attach: the optimizer state of this rank's spans */
+    vj_err (*attach)(dp *d, char *err, size_t errlen);
+    void (*zero_grads)(dp *d);                             /* may be NULL */
+    vj_err (*sync)(dp *d, char *err, size_t errlen);       /* may be NULL */
+    vj_err (*update)(dp *d, long step, optim_result *res, char *err, size_t errlen);
+    /* the range [lo, hi) of the flat vector this rank saves */
+    void (*save_range)(const dp *d, size_t *lo, size_t *hi);
+    /* the buffer the optimizer spans' `at` index (backend memory) */
+    float *(*params)(dp *d);
+    vj_err (*export_part)(dp *d, char *err, size_t errlen); /* may be NULL */
+    void (*free)(dp *d);                                    /* may be NULL */
+} dp_impl;
+
+extern const dp_impl dp_none, dp_grad_op, dp_full;
+
+struct dp {
+    const dp_impl *impl;
+    comm *comm; /* a local communicator of world 1 when none was given */
+    int own_comm;
+    int rank, world;
+    const vit_ops *ops;
+    const model_config *mc;
+    const optimizer_config *oc;
+    long total_steps;
+    vit_model *model; /* dp_attach's */
+    optim *opt;
+    double *stage;    /* dp_sum's world x 8 doubles, backend memory */
+    /* grad-op: this rank's slice [lo, lo + slice) of the padded flat vector */
+    size_t slice, lo;
+    /* full: the shard, and the model's units (model_unit_bounds) */
+    fsdp *fsdp;
+    size_t *bounds;
+    int units;
+};
+
+/* The sum of squares of every rank's gradients over its spans (g: the
+ * buffer the spans' `at` index), summed over ranks: the global norm. */
+vj_err dp_global_norm(dp *d, const float *g, double *norm, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,56 @@
+/* worker/train/dp_none.c - training.sharding=none (DDP): every rank holds
+ * every parameter, gradient and AdamW value; after backward the gradients
+ * are all-reduced and every rank takes the same step. In a checkpoint rank
+ * r saves the r-th of world equal ranges.
+ * Must not: keep state beyond the model and the optimizer (dp.h). */
+#include "dp_impl.h"
+
+#include <stdio.h>
+
+static vj_err plan(dp *d, model_options *mo, char *err, size_t errlen)
+{
+    (void)d, (void)mo, (void)err, (void)errlen; /* the model pads to the world size */
+    return VJ_OK;
+}
+
+static dp_memory memory(const dp *d, size_t n)
+{
+    const size_t padded = (n + (size_t)d->world - 1) / (size_t)d->world * (size_t)d->world;
+    return (dp_memory){.param_bytes = padded * sizeof(float),
+                       .grad_bytes = padded * sizeof(float),
+                       .optim_bytes = optim_memory_bytes(n),
+                       .own_bytes = optim_memory_bytes(n)};
+}
+
+static vj_err attach(dp *d, char *err, size_t errlen)
+{
+    d->slice = model_padded_params(d->model);
+    return optim_new(&d->opt, d->model, d->oc, d->total_steps, err, errlen);
+}
+
+static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errlen)
+{
+    if (comm_allreduce_sum(d->comm, model_grads(d->model), model_padded_params(d->model), err,
+                           errlen) != 0)
+        return VJ_ERR_PEER_LOST;
+    *res = optim_step(d->opt, d->model, d->ops, step);
+    return VJ_OK;
+}
+
+static void save_range(const dp *d, size_t *lo, size_t *hi)
+{
+    const size_t np = model_num_params(d->model);
+    const size_t c = (np + (size_t)d->world - 1) / (size_t)d->world;
+    *lo = (size_t)d->rank * c < np ? (size_t)d->rank * c : np;
+    *hi = *lo + c < np ? *lo + c : np;
+}
+
+static float *params(dp *d) { return model_params(d->model); }
+
+const dp_impl dp_none = {.name = "none",
+                         .plan = plan,
+                         .memory = memory,
+                         .attach = attach,
+                         .update = update,
+                         .save_range = save_range,
+                         .params = params};

@@ -1,0 +1,648 @@
+/* worker/train/model.c - see model.h. The ViT forward and backward, one pass of op
+ * calls; every number is computed by the op table, never here. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+enum { /* per-block tensors, in timm's order */
+    BT_NORM1_W, BT_NORM1_B, BT_QKV_W, BT_QKV_B, BT_PROJ_W, BT_PROJ_B,
+    BT_NORM2_W, BT_NORM2_B, BT_FC1_W, BT_FC1_B, BT_FC2_W, BT_FC2_B, BT_COUNT
+};
+
+typedef struct { /* activations of one block, (B,T,.) each */
+    floatX *ln1;                      /* LayerNorm 1 out */
+    float *ln1_mean, *ln1_rstd;       /* its statistics */
+    floatX *qkv;                      /* (B,T,3D) */
+    floatX *att;                      /* (B,NH,T,T) probabilities */
+    floatX *atty;                     /* attention out before proj (B,T,D) */
+    float *res2;                      /* x + attn branch (B,T,D), fp32 */
+    floatX *ln2;
+    float *ln2_mean, *ln2_rstd;
+    floatX *fc1;                      /* (B,T,H) pre-GELU */
+    floatX *gelu;                     /* (B,T,H) */
+} block_acts;
+
+struct vit_model {
+    const vit_ops *ops;
+    int S, P, C, D, L, NH, H, K, T, N, max_batch, B;
+    int ckpt;                   /* activation checkpointing: one shared block_acts */
+    floatX *params_lp;          /* bf16 copy of the matmul parameters, or NULL */
+    size_t n_params, n_padded;  /* n_padded: the buffers' length (pad_multiple) */
+    float *params, *grads;      /* fp32 master parameters and their gradients */
+    model_tensor *tensors;
+    int n_tensors;
+    /* index of the first tensor of each part */
+    int t_cls, t_pos, t_patch_w, t_patch_b, t_block0, t_norm_w, t_norm_b, t_head_w, t_head_b;
+
+    void *arena; /* every activation buffer lives in it (backend memory) */
+    size_t arena_bytes;
+    float *images;              /* (B,C,S,S) the batch, uploaded */
+    int *targets;               /* (B) its labels, uploaded */
+    floatX *patches, *patch_out; /* (B*N, C*P*P), (B*N, D) */
+    float **res;                /* L+1 residual streams (B,T,D): input of block l */
+    block_acts *blk;
+    float *cls, *lnf_mean, *lnf_rstd, *probs, *losses; /* head */
+    floatX *lnf, *logits;
+    float *logits_f32;          /* logits as fp32, for the host copy */
+    /* backward scratch */
+    float *dres, *dcls;
+    floatX *dbuf_d, *dqkv, *dbuf_h, *dpatch_out, *dlogits, *dlnf;
+    floatX *dres_lp;            /* bf16-mixed: dres as the matmuls read it (rounded copy) */
+    void *att_scratch;
+    /* host copies */
+    float *logits_host, *losses_host;
+    /* the parameters the ops read now: the whole flat buffers, or under
+     * sharding one unit's (cur_lo: the unit's first flat offset) */
+    const model_shard *shard;
+    size_t *unit_lo;            /* L+3 unit bounds (model_unit_bounds) */
+    size_t max_unit;            /* the largest unit's length */
+    floatX *unit_lp;            /* sharded bf16-mixed: the bf16 copy of one unit */
+    float *cur_p, *cur_g;
+    floatX *cur_lp;
+    size_t cur_lo;
+    const volatile sig_atomic_t *stop; /* checked between blocks */
+    int abandoned;                      /* the last pass stopped part-way ... */
+    char abandoned_at[64];              /* ... there, for the message */
+};
+
+static void add_tensor(vit_model *m, const char *name, int ndim, const int *shape, int decay)
+{
+    model_tensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->numel *= (size_t)shape[i];
+    }
+    t->offset = m->n_params;
+    t->decay = decay;
+    m->n_params += t->numel;
+}
+
+#define SHAPE(...) ((const int[]){__VA_ARGS__})
+
+static void build_layout(vit_model *m)
+{
+    const int D = m->D, H = m->H;
+    char name[MODEL_MAX_NAME];
+    m->t_cls = m->n_tensors;
+    add_tensor(m, "cls_token", 3, SHAPE(1, 1, D), 0);
+    m->t_pos = m->n_tensors;
+    add_tensor(m, "pos_embed", 3, SHAPE(1, m->T, D), 0);
+    m->t_patch_w = m->n_tensors;
+    add_tensor(m, "patch_embed.proj.weight", 4, SHAPE(D, m->C, m->P, m->P), 1);
+    m->t_patch_b = m->n_tensors;
+    add_tensor(m, "patch_embed.proj.bias", 1, SHAPE(D), 0);
+    m->t_block0 = m->n_tensors;
+    static const char *const suffix[BT_COUNT] = {
+        "norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias",
+        "attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias",
+        "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"};
+    for (int l = 0; l < m->L; l++) {
+        const int shapes[BT_COUNT][2] = {{D, 0}, {D, 0}, {3 * D, D}, {3 * D, 0}, {D, D}, {D, 0},
+                                         {D, 0}, {D, 0}, {H, D},     {H, 0},     {D, H}, {D, 0}};
+        for (int i = 0; i < BT_COUNT; i++) {
+            snprintf(name, sizeof name, "blocks.%d.%s", l, suffix[i]);
+            int nd = shapes[i][1] ? 2 : 1;
+            add_tensor(m, name, nd, shapes[i], nd == 2);
+        }
+    }
+    m->t_norm_w = m->n_tensors;
+    add_tensor(m, "norm.weight", 1, SHAPE(D), 0);
+    m->t_norm_b = m->n_tensors;
+    add_tensor(m, "norm.bias", 1, SHAPE(D), 0);
+    m->t_head_w = m->n_tensors;
+    add_tensor(m, "head.weight", 2, SHAPE(m->K, D), 1);
+    m->t_head_b = m->n_tensors;
+    add_tensor(m, "head.bias", 1, SHAPE(m->K), 0);
+}
+
+/* Tensor t's parameters and gradients in the buffers of the current unit
+ * (the whole flat buffers without sharding, where cur_lo is 0). */
+static inline float *P_(vit_model *m, int t) { return m->cur_p + (m->tensors[t].offset - m->cur_lo); }
+static inline float *G_(vit_model *m, int t) { return m->cur_g + (m->tensors[t].offset - m->cur_lo); }
+/* A matmul weight or bias as the matmul reads it: the bf16 copy in
+ * bf16-mixed (floatX elements: offsets in bytes), the master otherwise. */
+static inline floatX *W_(vit_model *m, int t)
+{
+    if (!m->ops->bf16) return P_(m, t);
+    return (floatX *)((char *)m->cur_lp + (m->tensors[t].offset - m->cur_lo) * m->ops->floatx_bytes);
+}
+/* Tensors that stay fp32 in bf16-mixed: LayerNorm, cls_token, pos_embed. */
+static int stays_fp32(const vit_model *m, int t)
+{
+    return t == m->t_cls || t == m->t_pos || strstr(m->tensors[t].name, "norm") != NULL;
+}
+static inline int BT(const vit_model *m, int l, int i) { return m->t_block0 + l * BT_COUNT + i; }
+
+/* The units (model.h): the stem, each block, the head; L+3 bounds. */
+static void fill_unit_bounds(const vit_model *m, size_t *b)
+{
+    b[0] = 0;
+    for (int l = 0; l < m->L; l++) b[l + 1] = m->tensors[BT(m, l, 0)].offset;
+    b[m->L + 1] = m->tensors[m->t_norm_w].offset;
+    b[m->L + 2] = m->n_params;
+}
+
+/* Carves the activation arena (byte offsets; floatX tensors take xb bytes
+ * an element); with base NULL only counts. */
+static size_t carve(vit_model *m, void *base)
+{
+    const size_t B = (size_t)m->max_batch, T = (size_t)m->T, D = (size_t)m->D,
+                 H = (size_t)m->H, NH = (size_t)m->NH, K = (size_t)m->K, N = (size_t)m->N,
+                 CPP = (size_t)m->C * m->P * m->P, F = sizeof(float), X = m->ops->floatx_bytes;
+    size_t off = 0;
+#define TAKE(ptr, count, esize)                                     \
+    do {                                                            \
+        if (base) (ptr) = (void *)((char *)base + off);             \
+        off += ((size_t)(count) * (esize) + 255) & ~(size_t)255;    \
+    } while (0)
+    TAKE(m->images, B * m->C * m->S * m->S, F);
+    TAKE(m->targets, B, sizeof(int));
+    TAKE(m->patches, B * N * CPP, X);
+    TAKE(m->patch_out, B * N * D, X);
+    for (int l = 0; l <= m->L; l++) TAKE(m->res[l], B * T * D, F);
+    for (int l = 0; l < (m->ckpt ? 1 : m->L); l++) {
+        block_acts *a = &m->blk[l];
+        TAKE(a->ln1, B * T * D, X);
+        TAKE(a->ln1_mean, B * T, F);
+        TAKE(a->ln1_rstd, B * T, F);
+        TAKE(a->qkv, B * T * 3 * D, X);
+        TAKE(a->att, B * NH * T * T, X);
+        TAKE(a->atty, B * T * D, X);
+        TAKE(a->res2, B * T * D, F);
+        TAKE(a->ln2, B * T * D, X);
+        TAKE(a->ln2_mean, B * T, F);
+        TAKE(a->ln2_rstd, B * T, F);
+        TAKE(a->fc1, B * T * H, X);
+        TAKE(a->gelu, B * T * H, X);
+    }
+    TAKE(m->cls, B * D, F);
+    TAKE(m->lnf, B * D, X);
+    TAKE(m->lnf_mean, B, F);
+    TAKE(m->lnf_rstd, B, F);
+    TAKE(m->logits, B * K, X);
+    TAKE(m->logits_f32, B * K, F);
+    TAKE(m->probs, B * K, F);
+    TAKE(m->losses, B, F);
+    TAKE(m->dres, B * T * D, F);
+    TAKE(m->dres_lp, m->ops->bf16 ? B * T * D : 0, X);
+    TAKE(m->dbuf_d, B * T * D, X);
+    TAKE(m->dqkv, B * T * 3 * D, X);
+    TAKE(m->dbuf_h, B * T * H, X);
+    TAKE(m->dpatch_out, B * N * D, X);
+    TAKE(m->dlogits, B * K, X);
+    TAKE(m->dlnf, B * D, X);
+    TAKE(m->dcls, B * D, F);
+    TAKE(m->att_scratch, m->ops->attention_scratch_bytes(m->max_batch, m->T, m->D, m->NH), 1);
+#undef TAKE
+    return off;
+}
+
+/* Dims, the tensor layout and the arena's size: everything but the big
+ * buffers. Returns NULL when host memory for the small tables runs out. */
+/* The widths of the model mc describes. */
+static void set_dims(vit_model *m, const model_config *mc)
+{
+    m->S = mc->image_size;
+    m->P = mc->patch_size;
+    m->C = mc->channels;
+    m->D = mc->dim;
+    m->L = mc->depth;
+    m->NH = mc->heads;
+    m->H = config_mlp_hidden(mc);
+    m->K = mc->num_classes;
+    m->N = (m->S / m->P) * (m->S / m->P);
+    m->T = m->N + 1;
+}
+
+static vit_model *plan(const model_config *mc, int max_batch, const model_options *opts,
+                       const vit_ops *ops)
+{
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->ops = ops;
+    set_dims(m, mc);
+    m->max_batch = max_batch;
+    m->ckpt = opts && opts->activation_checkpointing;
+    m->stop = opts ? opts->stop : NULL;
+    m->shard = opts ? opts->shard : NULL;
+    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
+    m->unit_lo = calloc((size_t)m->L + 3, sizeof *m->unit_lo);
+    m->res = calloc((size_t)m->L + 1, sizeof *m->res);
+    m->blk = calloc((size_t)m->L, sizeof *m->blk);
+    m->logits_host = calloc((size_t)max_batch * m->K, sizeof(float));
+    m->losses_host = calloc((size_t)max_batch, sizeof(float));
+    if (!m->tensors || !m->unit_lo || !m->res || !m->blk || !m->logits_host ||
+        !m->losses_host) {
+        model_free(m);
+        return NULL;
+    }
+    build_layout(m);
+    fill_unit_bounds(m, m->unit_lo);
+    for (int u = 0; u < m->L + 2; u++)
+        if (m->unit_lo[u + 1] - m->unit_lo[u] > m->max_unit)
+            m->max_unit = m->unit_lo[u + 1] - m->unit_lo[u];
+    size_t k = opts && opts->pad_multiple > 1 ? (size_t)opts->pad_multiple : 1;
+    m->n_padded = (m->n_params + k - 1) / k * k;
+    m->arena_bytes = carve(m, NULL);
+    return m;
+}
+
+/* Backend bytes of a planned model: parameters, gradients, the bf16 copy
+ * and the activation arena. */
+static size_t backend_bytes(const vit_model *m)
+{
+    if (m->shard) /* the parameters are the shard's; one unit's bf16 copy */
+        return (m->ops->bf16 ? m->max_unit * m->ops->floatx_bytes : 0) + m->arena_bytes;
+    return m->n_padded * 2 * sizeof(float) +
+           (m->ops->bf16 ? m->n_params * m->ops->floatx_bytes : 0) + m->arena_bytes;
+}
+
+int model_unit_bounds(const model_config *mc, size_t *bounds, int max)
+{
+    if (max < mc->depth + 3) return 0;
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m) return 0;
+    set_dims(m, mc);
+    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
+    int n = 0;
+    if (m->tensors) {
+        build_layout(m);
+        fill_unit_bounds(m, bounds);
+        n = m->L + 2;
+    }
+    free(m->tensors);
+    free(m);
+    return n;
+}
+
+size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
+                          const vit_ops *ops, size_t *n_params)
+{
+    vit_model *m = plan(mc, max_batch, opts, ops);
+    if (!m) return 0;
+    size_t bytes = backend_bytes(m);
+    if (n_params) *n_params = m->n_params;
+    model_free(m);
+    return bytes;
+}
+
+int model_new(vit_model **out, const model_config *mc, int max_batch,
+              const model_options *opts, const vit_ops *ops, char *err, size_t errlen)
+{
+    vit_model *m = plan(mc, max_batch, opts, ops);
+    if (!m) {
+        snprintf(err, errlen, "model: out of host memory for its tables");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    if (m->shard) {
+        if (ops->bf16) m->unit_lp = ops->alloc(m->max_unit * ops->floatx_bytes);
+    } else {
+        m->params = ops->alloc(m->n_padded * sizeof(float));
+        m->grads = ops->alloc(m->n_padded * sizeof(float));
+        if (ops->bf16) m->params_lp = ops->alloc(m->n_params * ops->floatx_bytes);
+    }
+    m->cur_p = m->params;
+    m->cur_g = m->grads;
+    m->cur_lp = m->params_lp;
+    m->arena = ops->alloc(m->arena_bytes);
+    if ((!m->shard && (!m->params || !m->grads || (ops->bf16 && !m->params_lp))) ||
+        (m->shard && ops->bf16 && !m->unit_lp) || !m->arena) {
+        snprintf(err, errlen,
+                 "model: dim=%d depth=%d microBatchSize=%d needs %zu bytes of %s memory "
+                 "(%zu parameters: %zu bytes with their gradients; activations %zu bytes) and "
+                 "the %s backend could not allocate them",
+                 mc->dim, mc->depth, max_batch, backend_bytes(m), ops->gpu ? "GPU" : "host",
+                 m->n_params, backend_bytes(m) - m->arena_bytes, m->arena_bytes, ops->name);
+        model_free(m);
+        return VJ_ERR_TOO_LARGE;
+    }
+    carve(m, m->arena);
+    *out = m;
+    return 0;
+}
+
+const char *model_abandoned(const vit_model *m) { return m->abandoned ? m->abandoned_at : NULL; }
+
+/* A stop was asked for: the pass in progress is abandoned before block l. */
+static int stop_asked(vit_model *m, const char *pass, int l)
+{
+    if (m->stop && *m->stop && !m->abandoned) {
+        m->abandoned = 1;
+        snprintf(m->abandoned_at, sizeof m->abandoned_at, "%s pass, before block %d of %d", pass,
+                 l + 1, m->L);
+    }
+    return m->abandoned;
+}
+
+void model_free(vit_model *m)
+{
+    if (!m) return;
+    if (m->ops) {
+        m->ops->release(m->params);
+        m->ops->release(m->grads);
+        m->ops->release(m->params_lp);
+        m->ops->release(m->unit_lp);
+        m->ops->release(m->arena);
+    }
+    free(m->tensors);
+    free(m->unit_lo);
+    free(m->res);
+    free(m->blk);
+    free(m->logits_host);
+    free(m->losses_host);
+    free(m);
+}
+
+int model_tokens(const vit_model *m) { return m->T; }
+int model_num_classes(const vit_model *m) { return m->K; }
+int model_image_floats(const vit_model *m) { return m->C * m->S * m->S; }
+size_t model_num_params(const vit_model *m) { return m->n_params; }
+size_t model_activation_bytes(const vit_model *m) { return m->arena_bytes; }
+const vit_ops *model_ops(const vit_model *m) { return m->ops; }
+float *model_params(vit_model *m) { return m->params; }
+float *model_grads(vit_model *m) { return m->grads; }
+int model_num_tensors(const vit_model *m) { return m->n_tensors; }
+const model_tensor *model_tensor_at(const vit_model *m, int i) { return &m->tensors[i]; }
+const float *model_losses(const vit_model *m) { return m->losses_host; }
+
+const float *model_logits(vit_model *m)
+{
+    const size_t n = (size_t)m->B * m->K;
+    m->ops->to_float(m->logits_f32, m->logits, n);
+    m->ops->download(m->logits_host, m->logits_f32, n * sizeof(float));
+    return m->logits_host;
+}
+
+floatX *model_params_lp(vit_model *m, int t)
+{
+    if (!m->ops->bf16 || m->shard || stays_fp32(m, t)) return NULL;
+    return W_(m, t);
+}
+
+int model_read_params(vit_model *m, float *host)
+{
+    if (m->shard) return m->shard->read(m->shard->ctx, host);
+    m->ops->download(host, m->params, m->n_params * sizeof(float));
+    return 0;
+}
+
+static void model_params_changed(vit_model *m);
+
+void model_write_params(vit_model *m, const float *host)
+{
+    if (m->shard) {
+        m->shard->write(m->shard->ctx, host);
+        return;
+    }
+    m->ops->upload(m->params, host, m->n_params * sizeof(float));
+    model_params_changed(m);
+}
+
+void model_read_grads(vit_model *m, float *host)
+{
+    if (m->shard) {
+        memset(host, 0, m->n_params * sizeof(float));
+        return;
+    }
+    m->ops->download(host, m->grads, m->n_params * sizeof(float));
+}
+
+int model_status(const vit_model *m, char *err, size_t errlen)
+{
+    return m->ops->status(err, errlen);
+}
+
+int model_find_tensor(const vit_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+static void fill_trunc_normal(float *x, size_t n, float std, rng_state *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        float z;
+        do {
+            z = rng_normal(r);
+        } while (z < -2.0f || z > 2.0f); /* timm truncates at +-2 (absolute, std 0.02) */
+        x[i] = z * std;
+    }
+}
+
+int model_init_random(vit_model *m, uint64_t seed)
+{
+    float *host = calloc(m->n_params, sizeof(float));
+    if (!host) return -1;
+    rng_state r;
+    rng_seed(&r, seed, 0x1a17, 0);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        float *p = host + t->offset;
+        const char *dot = strrchr(t->name, '.');
+        if (i == m->t_cls) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1e-6f * rng_normal(&r);
+        } else if (i == m->t_pos) {
+            fill_trunc_normal(p, t->numel, 0.02f, &r);
+        } else if (i == m->t_patch_w || i == m->t_patch_b) {
+            float bound = 1.0f / sqrtf((float)(m->C * m->P * m->P));
+            for (size_t j = 0; j < t->numel; j++) p[j] = (2.0f * rng_uniform(&r) - 1.0f) * bound;
+        } else if (strstr(t->name, "norm") && dot && strcmp(dot, ".weight") == 0) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+        } else if (t->ndim == 2) {
+            fill_trunc_normal(p, t->numel, 0.02f, &r);
+        } /* biases stay 0 */
+    }
+    model_write_params(m, host);
+    free(host);
+    return 0;
+}
+
+/* Refreshes the bf16 copy of the matmul parameters from the masters (the
+ * optimizer writes it itself, in its own pass); a no-op in fp32. */
+static void model_params_changed(vit_model *m)
+{
+    if (!m->ops->bf16 || m->shard) return;
+    /* the bf16 copy of what matmuls read; LayerNorm, cls and pos stay fp32 */
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!stays_fp32(m, i)) m->ops->to_floatx(W_(m, i), P_(m, i), m->tensors[i].numel);
+}
+
+void model_zero_grads(vit_model *m)
+{
+    if (m->grads) m->ops->zero(m->grads, m->n_padded);
+}
+
+/* Under sharding, makes unit u's parameters (and their bf16 copy) the
+ * current ones, for the forward or backward pass; nothing otherwise. */
+static void use_unit(vit_model *m, int u, int backward)
+{
+    if (!m->shard) return;
+    m->cur_p = m->shard->params(m->shard->ctx, u, backward);
+    m->cur_lo = m->unit_lo[u];
+    if (!m->ops->bf16) return;
+    m->cur_lp = m->unit_lp;
+    for (int i = 0; i < m->n_tensors; i++) {
+        size_t off = m->tensors[i].offset;
+        if (off >= m->unit_lo[u] && off < m->unit_lo[u + 1] && !stays_fp32(m, i))
+            m->ops->to_floatx(W_(m, i), P_(m, i), m->tensors[i].numel);
+    }
+}
+
+/* Under sharding, a fresh gradient buffer for unit u, and handing it back. */
+static void grads_begin(vit_model *m, int u)
+{
+    if (m->shard) m->cur_g = m->shard->grads(m->shard->ctx, u);
+}
+
+static void grads_end(vit_model *m, int u)
+{
+    if (m->shard) m->shard->grads_done(m->shard->ctx, u);
+}
+
+size_t model_padded_params(const vit_model *m) { return m->n_padded; }
+void model_params_refreshed(vit_model *m) { model_params_changed(m); }
+
+/* The residual gradient as a matmul reads it: bf16 in bf16-mixed (the
+ * residual itself stays fp32), the fp32 buffer otherwise. */
+static const floatX *dout_of_residual(vit_model *m, int n)
+{
+    if (!m->ops->bf16) return m->dres;
+    m->ops->to_floatx(m->dres_lp, m->dres, (size_t)n);
+    return m->dres_lp;
+}
+
+/* The activations block l uses: its own, or the one shared buffer set when
+ * activations are checkpointed. */
+static block_acts *acts_of(vit_model *m, int l) { return &m->blk[m->ckpt ? 0 : l]; }
+
+/* Block l: res[l] -> res[l+1], keeping what its backward needs in a. The
+ * two residual adds are fused into the matmuls that end each branch. */
+static void block_forward(vit_model *m, int l, block_acts *a, int B)
+{
+    const vit_ops *ops = m->ops;
+    const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
+    const float *x = m->res[l];
+    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, P_(m, BT(m, l, BT_NORM1_W)),
+                           P_(m, BT(m, l, BT_NORM1_B)), BT_, D);
+    ops->matmul_forward(a->qkv, a->ln1, W_(m, BT(m, l, BT_QKV_W)), W_(m, BT(m, l, BT_QKV_B)),
+                        BT_, D, 3 * D);
+    ops->attention_forward(a->atty, a->att, m->att_scratch, a->qkv, B, T, D, NH);
+    ops->matmul_forward_residual(a->res2, a->atty, W_(m, BT(m, l, BT_PROJ_W)),
+                                 P_(m, BT(m, l, BT_PROJ_B)), x, BT_, D, D);
+    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P_(m, BT(m, l, BT_NORM2_W)),
+                           P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
+    ops->matmul_forward(a->fc1, a->ln2, W_(m, BT(m, l, BT_FC1_W)), W_(m, BT(m, l, BT_FC1_B)),
+                        BT_, D, H);
+    ops->gelu_forward(a->gelu, a->fc1, (size_t)BT_ * H);
+    ops->matmul_forward_residual(m->res[l + 1], a->gelu, W_(m, BT(m, l, BT_FC2_W)),
+                                 P_(m, BT(m, l, BT_FC2_B)), a->res2, BT_, H, D);
+}
+
+/* dres holds d(block output); each LayerNorm backward adds its branch,
+ * which is the residual add's backward. On return dres = d(block input). */
+static void block_backward(vit_model *m, int l, block_acts *a, int B)
+{
+    const vit_ops *ops = m->ops;
+    const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
+    ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)),
+                         dout_of_residual(m, BT_ * D), a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H,
+                         D);
+    ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
+    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
+                         m->dbuf_h, a->ln2, W_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
+    ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM2_W)), G_(m, BT(m, l, BT_NORM2_B)),
+                            m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
+                            a->ln2_rstd, BT_, D);
+    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
+                         dout_of_residual(m, BT_ * D), a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_,
+                         D, D);
+    ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
+    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)), m->dqkv,
+                         a->ln1, W_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
+    ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM1_W)), G_(m, BT(m, l, BT_NORM1_B)),
+                            m->dbuf_d, m->res[l], P_(m, BT(m, l, BT_NORM1_W)), a->ln1_mean,
+                            a->ln1_rstd, BT_, D);
+}
+
+float model_forward(vit_model *m, const float *images, const int *targets, int B)
+{
+    const vit_ops *ops = m->ops;
+    const int T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
+    m->B = B;
+
+    ops->upload(m->images, images, sizeof(float) * (size_t)B * m->C * m->S * m->S);
+    if (targets) ops->upload(m->targets, targets, sizeof(int) * (size_t)B);
+    use_unit(m, 0, 0);
+    ops->patchify(m->patches, m->images, B, m->C, m->S, m->P);
+    ops->matmul_forward(m->patch_out, m->patches, W_(m, m->t_patch_w), W_(m, m->t_patch_b),
+                        B * m->N, CPP, D);
+    ops->embed_forward(m->res[0], m->patch_out, P_(m, m->t_cls), P_(m, m->t_pos), B, T, D);
+
+    m->abandoned = 0;
+    for (int l = 0; l < m->L; l++) {
+        if (stop_asked(m, "forward", l)) return NAN;
+        use_unit(m, l + 1, 0);
+        block_forward(m, l, acts_of(m, l), B);
+    }
+    use_unit(m, m->L + 1, 0);
+
+    /* Final norm on the class tokens only: identical output and gradients
+     * to timm's norm over all tokens followed by x[:, 0]. */
+    ops->gather_cls(m->cls, m->res[m->L], B, T, D);
+    ops->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->cls, P_(m, m->t_norm_w),
+                           P_(m, m->t_norm_b), B, D);
+    ops->matmul_forward(m->logits, m->lnf, W_(m, m->t_head_w), W_(m, m->t_head_b), B, D, K);
+    if (!targets) return 0.0f;
+    ops->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, B, K);
+    ops->download(m->losses_host, m->losses, sizeof(float) * (size_t)B);
+    double sum = 0.0;
+    for (int b = 0; b < B; b++) sum += m->losses_host[b];
+    return (float)(sum / B);
+}
+
+void model_backward(vit_model *m, float dloss)
+{
+    const vit_ops *ops = m->ops;
+    const int B = m->B, T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
+
+    use_unit(m, m->L + 1, 1);
+    grads_begin(m, m->L + 1);
+    ops->crossentropy_backward(m->dlogits, m->probs, m->targets, dloss, B, K);
+    ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
+                         W_(m, m->t_head_w), B, D, K);
+    ops->zero(m->dcls, (size_t)B * D);
+    ops->layernorm_backward(m->dcls, G_(m, m->t_norm_w), G_(m, m->t_norm_b), m->dlnf, m->cls,
+                            P_(m, m->t_norm_w), m->lnf_mean, m->lnf_rstd, B, D);
+    ops->zero(m->dres, (size_t)B * T * D);
+    ops->scatter_cls_backward(m->dres, m->dcls, B, T, D);
+    grads_end(m, m->L + 1);
+
+    /* dres holds d(block output); each LayerNorm backward adds its branch,
+     * which is the residual add's backward. */
+    m->abandoned = 0;
+    for (int l = m->L - 1; l >= 0; l--) {
+        if (stop_asked(m, "backward", l)) return;
+        block_acts *a = acts_of(m, l);
+        use_unit(m, l + 1, 1);
+        grads_begin(m, l + 1);
+        if (m->ckpt) block_forward(m, l, a, B); /* recompute from the kept input res[l] */
+        block_backward(m, l, a, B);
+        grads_end(m, l + 1);
+    }
+    use_unit(m, 0, 1);
+    grads_begin(m, 0);
+
+    ops->embed_backward(m->dpatch_out, G_(m, m->t_cls), G_(m, m->t_pos), m->dres, B, T, D);
+    ops->matmul_backward(NULL, G_(m, m->t_patch_w), G_(m, m->t_patch_b), m->dpatch_out,
+                         m->patches, W_(m, m->t_patch_w), B * m->N, CPP, D);
+    grads_end(m, 0);
+}

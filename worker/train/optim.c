@@ -1,0 +1,155 @@
+/* worker/train/optim.c - see optim.h. */
+#include "optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define M_PI_VALUE 3.14159265358979323846
+
+struct optim {
+    const vit_ops *ops; /* m and v live in its memory */
+    optimizer_config oc;
+    long total_steps;
+    optim_span *spans;  /* the parameters this state covers */
+    int n_spans;
+    size_t n;           /* their count: the spans' lengths summed */
+    float *m, *v;       /* n each, span after span */
+};
+
+double optim_lr_at(const optimizer_config *oc, long step, long total)
+{
+    if (step < oc->warmup_steps) return oc->lr * (double)(step + 1) / oc->warmup_steps;
+    if (oc->schedule == SCHEDULE_COSINE) {
+        long span = total - oc->warmup_steps;
+        double progress = (double)(step - oc->warmup_steps) / (double)(span > 1 ? span : 1);
+        if (progress > 1.0) progress = 1.0;
+        return oc->min_lr + 0.5 * (oc->lr - oc->min_lr) * (1.0 + cos(M_PI_VALUE * progress));
+    }
+    return oc->lr;
+}
+
+size_t optim_memory_bytes(size_t n) { return 2 * n * sizeof(float); }
+
+int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
+              char *err, size_t errlen)
+{
+    return optim_new_slice(out, m, oc, total_steps, 0, model_num_params(m), err, errlen);
+}
+
+int optim_new_slice(optim **out, const vit_model *m, const optimizer_config *oc,
+                    long total_steps, size_t lo, size_t hi, char *err, size_t errlen)
+{
+    if (hi > model_num_params(m)) hi = model_num_params(m); /* the padding has no state */
+    if (lo > hi) lo = hi;
+    const optim_span s = {lo, hi, lo};
+    return optim_new_spans(out, m, oc, total_steps, &s, 1, err, errlen);
+}
+
+int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
+                    long total_steps, const optim_span *spans, int n, char *err, size_t errlen)
+{
+    optim *o = calloc(1, sizeof *o);
+    if (o) o->spans = calloc(n > 0 ? (size_t)n : 1, sizeof *o->spans);
+    if (o && o->spans) {
+        o->ops = model_ops(m);
+        o->oc = *oc;
+        o->total_steps = total_steps;
+        o->n_spans = n;
+        for (int i = 0; i < n; i++) {
+            o->spans[i] = spans[i];
+            o->n += spans[i].hi - spans[i].lo;
+        }
+        o->m = o->ops->alloc(o->n * sizeof(float));
+        o->v = o->ops->alloc(o->n * sizeof(float));
+    }
+    if (!o || !o->spans || !o->m || !o->v) {
+        size_t want = o ? o->n : 0;
+        snprintf(err, errlen, "optimizer: AdamW state of %zu parameters needs %zu bytes of %s "
+                 "memory and the backend could not allocate them", want,
+                 optim_memory_bytes(want), model_ops(m)->gpu ? "GPU" : "host");
+        optim_free(o);
+        return VJ_ERR_TOO_LARGE;
+    }
+    *out = o;
+    return 0;
+}
+
+void optim_free(optim *o)
+{
+    if (!o) return;
+    if (o->ops) {
+        o->ops->release(o->m);
+        o->ops->release(o->v);
+    }
+    free(o->spans);
+    free(o);
+}
+
+float *optim_m(optim *o) { return o->m; }
+float *optim_v(optim *o) { return o->v; }
+size_t optim_num_params(const optim *o) { return o->n; }
+int optim_num_spans(const optim *o) { return o->n_spans; }
+
+optim_span optim_span_at(const optim *o, int i, size_t *state_off)
+{
+    size_t off = 0;
+    for (int k = 0; k < i; k++) off += o->spans[k].hi - o->spans[k].lo;
+    *state_off = off;
+    return o->spans[i];
+}
+
+double optim_grad_sq_in(const optim *o, const float *g)
+{
+    double sq = 0.0;
+    for (int i = 0; i < o->n_spans; i++) {
+        const optim_span *s = &o->spans[i];
+        if (s->hi > s->lo) sq += o->ops->sum_squares(g + s->at, s->hi - s->lo);
+    }
+    return sq;
+}
+
+double optim_grad_sq(const optim *o, vit_model *m) { return optim_grad_sq_in(o, model_grads(m)); }
+
+optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
+{
+    return optim_step_norm(o, m, ops, step, sqrt(optim_grad_sq(o, m)));
+}
+
+optim_result optim_step_norm(optim *o, vit_model *m, const vit_ops *ops, long step,
+                             double grad_norm)
+{
+    return optim_step_in(o, m, ops, step, grad_norm, model_params(m), model_grads(m));
+}
+
+optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
+                           double grad_norm, float *p, float *g)
+{
+    optim_result r;
+    r.grad_norm = grad_norm;
+    r.lr = optim_lr_at(&o->oc, step, o->total_steps);
+    double coef = o->oc.grad_clip > 0 ? o->oc.grad_clip / (r.grad_norm + 1e-6) : 1.0;
+    size_t state = 0; /* the state of span i starts here */
+    for (int i = 0; i < o->n_spans; i++) {
+        const optim_span *s = &o->spans[i];
+        if (s->hi <= s->lo) continue;
+        if (coef < 1.0) ops->scale(g + s->at, (float)coef, s->hi - s->lo);
+        for (int k = 0; k < model_num_tensors(m); k++) {
+            const model_tensor *t = model_tensor_at(m, k);
+            /* the part of tensor t inside [lo, hi) */
+            size_t a = t->offset > s->lo ? t->offset : s->lo;
+            size_t b = t->offset + t->numel < s->hi ? t->offset + t->numel : s->hi;
+            if (a >= b) continue;
+            floatX *lp = model_params_lp(m, k);
+            size_t at = s->at + (a - s->lo), st = state + (a - s->lo);
+            /* the bf16 copy of the matmul weights is written in the same pass */
+            ops->adamw_update(p + at, lp ? lp + (a - t->offset) : NULL, o->m + st, o->v + st,
+                              g + at, b - a, (float)r.lr, (float)o->oc.beta1,
+                              (float)o->oc.beta2, (float)o->oc.eps,
+                              t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
+        }
+        state += s->hi - s->lo;
+    }
+    return r;
+}

@@ -1,0 +1,79 @@
+/* worker/train/optim.h - the optimizer step: learning-rate schedule, global
+ * gradient-norm clipping and AdamW over the flat parameter buffer.
+ *
+ * Owns: the fp32 AdamW state (m, v) laid out like the parameters, timm's
+ * weight-decay groups (per tensor flag from model.h), the schedule formula.
+ * Must not: run forward or backward, or know about data.
+ */
+#ifndef VITJOB_OPTIM_H
+#define VITJOB_OPTIM_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "model.h"
+
+typedef struct optim optim;
+
+/* Learning rate of 0-based optimizer step `step` out of `total`:
+ * linear warmup base*(step+1)/warmup for step < warmup, then cosine from base
+ * to minLr over the remaining steps (or constant). */
+double optim_lr_at(const optimizer_config *oc, long step, long total);
+
+/* State for model m; zeroed. *out is the caller's, freed with optim_free.
+ * Returns 0 or VJ_ERR_TOO_LARGE (its state cannot be allocated) with a
+ * message in err. The state is optim_memory_bytes(n) bytes of backend memory. */
+/* Backend bytes of the optimizer state of n parameters (AdamW m and v). */
+size_t optim_memory_bytes(size_t n);
+int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
+              char *err, size_t errlen);
+/* State for the slice [lo, hi) of the flat parameter vector only (a rank's
+ * shard under sharding grad-op; hi is clamped to the parameter count). */
+int optim_new_slice(optim **out, const vit_model *m, const optimizer_config *oc,
+                    long total_steps, size_t lo, size_t hi, char *err, size_t errlen);
+
+/* Parameters [lo, hi) of the flat vector, stored from index at of the
+ * buffers a step is given (sharding full: a rank's shard is one span per
+ * unit, concatenated). */
+typedef struct {
+    size_t lo, hi, at;
+} optim_span;
+/* State for n spans (copied; ascending, disjoint, within the parameter
+ * count): the AdamW state is the spans' lengths, concatenated. */
+int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
+                    long total_steps, const optim_span *spans, int n, char *err, size_t errlen);
+/* The number of parameters the state covers. */
+size_t optim_num_params(const optim *o);
+/* Its spans (checkpoints save and load the state span by span): the count,
+ * and span i with where its AdamW state starts in optim_m / optim_v. */
+int optim_num_spans(const optim *o);
+optim_span optim_span_at(const optim *o, int i, size_t *state_off);
+void optim_free(optim *o); /* accepts NULL */
+
+typedef struct {
+    double lr;
+    double grad_norm; /* before clipping */
+} optim_result;
+
+/* Step `step` (0-based): clip the model's gradients to gradClip (as
+ * torch.nn.utils.clip_grad_norm_: coef = clip/(norm+1e-6), at most 1), then
+ * AdamW with the scheduled lr. */
+optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step);
+/* The sum of squares of the gradients of this state's slice. */
+double optim_grad_sq(const optim *o, vit_model *m);
+/* The step with the global gradient norm given (summed over every rank's
+ * slice): clips and updates only the slice [lo, hi). */
+optim_result optim_step_norm(optim *o, vit_model *m, const vit_ops *ops, long step,
+                             double grad_norm);
+/* The same two on buffers of the caller's (sharding full: the shard's
+ * parameters and gradients, spans' `at` indexing them); the bf16 copy is
+ * written where the model has one (model_params_lp). */
+double optim_grad_sq_in(const optim *o, const float *g);
+optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
+                           double grad_norm, float *p, float *g);
+
+/* The AdamW state, borrowed (for checkpoints). */
+float *optim_m(optim *o);
+float *optim_v(optim *o);
+
+#endif

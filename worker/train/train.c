@@ -1,0 +1,708 @@
+/* worker/train/train.c - see train.h. */
+#include "train.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "data.h"
+#include "dp.h"
+#include "exitcode.h"
+#include "file.h"
+#include "log.h"
+#include "model.h"
+#include "model_io.h"
+#include "report.h"
+#include "sysres.h"
+#include "util.h"
+
+
+static double peak_rss_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+vj_err train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
+                          size_t errlen)
+{
+    const int bf16 = tc->precision == PRECISION_BF16_MIXED;
+    const vit_ops *cpu = bf16 ? ops_cpu_bf16() : ops_cpu();
+    if (tc->device == DEVICE_CPU) {
+        *out = cpu;
+        return 0;
+    }
+    char why[512] = "";
+    const vit_ops *gpu = ops_cuda(bf16, why, sizeof why);
+    if (gpu) {
+        *out = gpu;
+        return 0;
+    }
+    if (tc->device == DEVICE_CUDA) {
+        snprintf(err, errlen, "training.device=cuda: %s; use training.device=cpu or auto", why);
+        return VJ_ERR_NO_DEVICE;
+    }
+    LOG_INFO("train", "event=device device=cpu reason=\"%s\"", why);
+    *out = cpu;
+    return 0;
+}
+
+/* Tensor cores want matrix dims that are multiples of 8; say which are not. */
+static void report_dims(const model_config *mc, const vit_ops *ops)
+{
+    const struct {
+        const char *name;
+        int value;
+    } dims[] = {{"model.dim", mc->dim},
+                {"mlpHidden", config_mlp_hidden(mc)},
+                {"model.numClasses", mc->num_classes},
+                {"patchFeatures(channels*patchSize^2)",
+                 mc->channels * mc->patch_size * mc->patch_size},
+                {"headDim", mc->dim / mc->heads}};
+    char list[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].value % 8 != 0 && used < sizeof list)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s=%d", used ? "," : "",
+                                     dims[i].name, dims[i].value);
+    if (!list[0]) return;
+    if (ops->gpu)
+        LOG_WARN("train", "event=dims_not_multiple_of_8 dims=%s msg=\"slower tensor-core matmuls\"",
+                 list);
+    else
+        LOG_INFO("train", "event=dims_not_multiple_of_8 dims=%s", list);
+}
+
+
+/* One training run: what train_run sets up, uses and frees. */
+typedef struct {
+    const vit_job_config *cfg;
+    const train_options *opt;
+    const vit_ops *ops;
+    dataset *train, *test;
+    vit_model *model;
+    dp *dp; /* the data-parallel strategy: the state's layout over the ranks */
+    data_loader loader;
+    float *images; /* one micro-batch */
+    int *labels;
+    FILE *metrics; /* NULL without --metrics */
+    int threads, micro, accum;
+    int rank, world; /* this rank's index and their count */
+    /* checkpoints (checkpoint.uri): the store and the background writer */
+    ckpt_store *cstore;
+    ckpt_writer *cwriter;
+    long start_step;             /* steps done before this process (resumed) */
+    long done_epoch, done_index; /* the loader's position after the last completed step */
+    int stop_agreed;             /* many ranks: a stop was asked; every rank ends after this step */
+    char threads_source[64];
+    long steps_per_epoch, total;
+    /* progress */
+    double t_train, last_loss;
+    long images_done;
+    /* rank 0 in Kubernetes: the writer of the job's status.progress (else
+     * NULL), the newest stored checkpoint handed to it, and the rate it is
+     * told (over windows of >= 2 s of training time) */
+    report *rep;
+    long steps_done, ckpt_reported;
+    double rate, rate_t;
+    long rate_images;
+} run;
+
+static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
+
+typedef struct {
+    double accuracy, loss;
+} eval_result;
+
+/* Accuracy and mean loss over the whole test split, in batches of the
+ * micro-batch size. With many ranks each evaluates its part (all ranks
+ * run the same number of forward passes, as a sharded strategy needs: a rank
+ * whose part has run out computes one image and ignores it) and the sums
+ * are added over ranks. Stops early (*stopped = 1) when the stop flag is
+ * set, so that SIGTERM is honoured promptly. */
+static vj_err evaluate(run *r, eval_result *out, int *stopped, char *err, size_t errlen)
+{
+    const dataset *d = r->test;
+    vit_model *m = r->model;
+    const int K = model_num_classes(m), B = r->micro;
+    const size_t img = (size_t)d->rows * d->cols;
+    const long per = ((long)d->n + r->world - 1) / r->world, first = (long)r->rank * per;
+    long end = first + per < d->n ? first + per : d->n;
+    if (end < first) end = first;
+    const long batches = (per + B - 1) / B;
+    double sums[2] = {0.0, 0.0}; /* correct, loss */
+    *stopped = 0;
+    for (long k = 0; k < batches; k++) {
+        if (stop_set(r) && r->world == 1) { /* many ranks: every rank evaluates to the end */
+            *stopped = 1;
+            return VJ_OK;
+        }
+        long start = first + k * B;
+        int n = end - start < B ? (int)(end - start) : B;
+        if (n < 0) n = 0;
+        for (int b = 0; b < (n ? n : 1); b++) {
+            long i = n ? start + b : 0;
+            dataset_image(d, (int)i, 0, 0, 0, r->images + b * img);
+            r->labels[b] = d->labels[i];
+        }
+        model_forward(m, r->images, r->labels, n ? n : 1);
+        const float *logits = model_logits(m), *losses = model_losses(m);
+        for (int b = 0; b < n; b++) {
+            const float *z = logits + (size_t)b * K;
+            int best = 0;
+            for (int c = 1; c < K; c++)
+                if (z[c] > z[best]) best = c;
+            sums[0] += best == r->labels[b];
+            sums[1] += losses[b];
+        }
+    }
+    vj_err rc = dp_sync(r->dp, err, errlen);
+    if (rc == VJ_OK) rc = dp_sum(r->dp, sums, 2, err, errlen);
+    if (rc) return rc;
+    out->accuracy = sums[0] / d->n;
+    out->loss = sums[1] / d->n;
+    return VJ_OK;
+}
+
+/* Evaluates on the test split (every rank) and reports it (rank 0): a log
+ * line and, with a metrics file, a JSON line. */
+static vj_err evaluate_and_report(run *r, long step, eval_result *ev, int *stopped, char *err,
+                                  size_t errlen)
+{
+    vj_err rc = evaluate(r, ev, stopped, err, errlen);
+    if (rc || *stopped || r->rank != 0) return rc;
+    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", step,
+             ev->accuracy, ev->loss, r->t_train);
+    if (r->metrics)
+        fprintf(r->metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n",
+                step, ev->accuracy, r->t_train);
+    return VJ_OK;
+}
+
+/* The data sets, checked against the model, and the number of steps. */
+static vj_err load_data(run *r, char *err, size_t errlen)
+{
+    const vit_job_config *cfg = r->cfg;
+    const model_config *mc = &cfg->model;
+    const training_config *tc = &cfg->training;
+    vj_err rc = dataset_load_idx(&r->train, cfg->data.uri, "train", mc->num_classes, err, errlen);
+    if (rc == 0)
+        rc = dataset_load_idx(&r->test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
+    if (rc)
+        return rc;
+    if (r->train->rows != mc->image_size || r->train->cols != mc->image_size) {
+        snprintf(err, errlen, "%s: images are %dx%d but model.imageSize=%d", cfg->data.uri,
+                 r->train->rows, r->train->cols, mc->image_size);
+        return VJ_ERR_DATA;
+    }
+    if (r->test->rows != r->train->rows || r->test->cols != r->train->cols) {
+        snprintf(err, errlen, "%s: test images are %dx%d but training images are %dx%d",
+                 cfg->data.uri, r->test->rows, r->test->cols, r->train->rows, r->train->cols);
+        return VJ_ERR_DATA;
+    }
+    r->steps_per_epoch = r->train->n / tc->global_batch_size;
+    if (r->steps_per_epoch < 1) {
+        snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
+                 tc->global_batch_size, r->train->n);
+        return VJ_ERR_CONFIG;
+    }
+    r->total = tc->steps > 0 ? tc->steps : (long)tc->epochs * r->steps_per_epoch;
+    if (tc->optimizer.warmup_steps > r->total) {
+        snprintf(err, errlen, "training.optimizer.warmupSteps=%d exceeds the %ld steps of "
+                 "training.epochs=%d", tc->optimizer.warmup_steps, r->total, tc->epochs);
+        return VJ_ERR_CONFIG;
+    }
+    return 0;
+}
+
+/* Why a write to an output failed, as an error class: what can pass (a
+ * full disk, a quota, an I/O error) is retried; anything else will fail
+ * the same way again. */
+static vj_err write_error_class(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EIO || e == EAGAIN || e == EINTR ? VJ_ERR_IO
+                                                                              : VJ_ERR_OUTPUT;
+}
+
+/* Host memory the run needs besides what the backend holds: the data
+ * sets and the batch buffers; plus, on the CPU, the model and optimizer. */
+static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t errlen)
+{
+    const vit_job_config *cfg = r->cfg;
+    size_t n_params = 0;
+    size_t model = model_memory_bytes(&cfg->model, r->micro, mopts, r->ops, &n_params);
+    if (model == 0) {
+        snprintf(err, errlen, "out of host memory planning the model");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    /* the strategy's own: the optimizer state, and under full the shard */
+    size_t optim = dp_memory_of(r->dp, n_params).own_bytes;
+    if (r->ops->gpu) return VJ_OK; /* the backend reports what it cannot allocate */
+    /* the data sets are already loaded, so they count as used; a staging
+     * copy of the parameters comes and goes at init */
+    const model_config *mc = &cfg->model;
+    size_t batch = (sizeof(float) * (size_t)mc->channels * mc->image_size * mc->image_size +
+                    sizeof(int)) * (size_t)r->micro;
+    size_t need = model + optim + batch + n_params * sizeof(float);
+    char source[64];
+    long long avail = sysres_memory_available("", source, sizeof source);
+    if (avail >= 0 && need > (size_t)avail) {
+        snprintf(err, errlen,
+                 "the run needs %zu bytes of host memory (model %zu, optimizer state %zu, "
+                 "batches and staging %zu) but %lld are available (%s); lower model.dim, "
+                 "model.depth or training.microBatchSize, turn on "
+                 "training.activationCheckpointing, or give the pod more memory",
+                 need, model, optim, need - model - optim, avail, source);
+        return VJ_ERR_TOO_LARGE;
+    }
+    LOG_DEBUG("train", "event=memory need_bytes=%zu available_bytes=%lld source=\"%s\"", need,
+              avail, source);
+    return VJ_OK;
+}
+
+/* The backend, the model with its first weights, the optimizer, the batch
+ * buffers, the data loader and the metrics file. */
+static vj_err build(run *r, char *err, size_t errlen)
+{
+    const vit_job_config *cfg = r->cfg;
+    const model_config *mc = &cfg->model;
+    const training_config *tc = &cfg->training;
+    vj_err rc = VJ_OK;
+    if (!(r->ops = r->opt->ops) && (rc = train_pick_backend(&r->ops, tc, err, errlen)) != VJ_OK)
+        return rc;
+    report_dims(mc, r->ops);
+    /* with many ranks a stop is honoured at a step's end, where all agree */
+    model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
+                           .stop = r->world == 1 ? r->opt->stop_flag : NULL};
+    dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &tc->optimizer,
+                      .total_steps = r->total, .mode = tc->sharding};
+    if ((rc = dp_new(&r->dp, &dpo, &mopts, err, errlen)) != VJ_OK ||
+        (rc = check_memory(r, &mopts, err, errlen)) != VJ_OK ||
+        (rc = dp_prepare(r->dp, &mopts, err, errlen)) != VJ_OK ||
+        (rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != VJ_OK)
+        return rc;
+    if (mc->init[0]) {
+        if (model_load_safetensors(r->model, mc->init, err, errlen) != 0)
+            return VJ_ERR_INIT_WEIGHTS; /* unreadable, malformed, mismatched or not finite */
+        LOG_INFO("train", "event=init_loaded path=%s", mc->init);
+    } else if (model_init_random(r->model, tc->seed) != 0) {
+        snprintf(err, errlen, "out of host memory for the initial weights");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    if ((rc = dp_attach(r->dp, r->model, err, errlen)) != VJ_OK)
+        return rc;
+    r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
+    r->labels = malloc(sizeof(int) * (size_t)r->micro);
+    if (!r->images || !r->labels ||
+        data_loader_init(&r->loader, r->train, tc->seed, cfg->data.augment)) {
+        snprintf(err, errlen, "out of memory for batch buffers");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    if (r->opt->metrics_path && r->rank == 0) {
+        char why[1024];
+        int fd = file_create(r->opt->metrics_path, why, sizeof why);
+        if (fd < 0) {
+            snprintf(err, errlen, "--metrics: %s", why);
+            return VJ_ERR_OUTPUT;
+        }
+        if ((r->metrics = fdopen(fd, "w")) == NULL) {
+            close(fd);
+            snprintf(err, errlen, "%s: out of memory opening the metrics file",
+                     r->opt->metrics_path);
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+    }
+    return VJ_OK;
+}
+
+/* Flushes the metrics lines just written; a failed write ends the run. */
+static vj_err flush_metrics(run *r, char *err, size_t errlen)
+{
+    if (!r->metrics || (fflush(r->metrics) == 0 && !ferror(r->metrics)))
+        return VJ_OK;
+    int e = errno ? errno : EIO;
+    snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(e));
+    return write_error_class(e);
+}
+
+/* One optimizer step: the micro-batches of this rank's part of a global
+ * batch, accumulated, then the update. *loss is the global batch's mean
+ * loss. A stop request abandons the step between micro-batches or between
+ * blocks (VJ_ERR_STOPPED): the weights are then those of the last
+ * completed step. */
+static vj_err train_step(run *r, long step, double *loss, optim_result *res, char *err,
+                         size_t errlen)
+{
+    const training_config *tc = &r->cfg->training;
+    const int G = tc->global_batch_size;
+    const long part = G / r->world; /* this rank's samples of the global batch */
+    /* each sample's loss enters the mean over the global batch, so the
+     * accumulated micro-batch gradients (over every rank) add up to the
+     * global batch's */
+    const float dloss = 1.0f / (float)G;
+    double t0 = mono_seconds();
+    dp_zero_grads(r->dp);
+    *loss = 0.0;
+    /* epochs end at optimizer-step (global batch) boundaries, so that a step
+     * never mixes two epochs whatever the micro-batch size; rank q reads the
+     * q-th part of the step's samples, so the samples the job sees do not
+     * depend on the world size */
+    data_loader_begin_step(&r->loader, G);
+    data_loader_skip(&r->loader, (long)r->rank * part);
+    int a = 0;
+    const char *where = NULL;
+    const int solo = r->world == 1; /* many ranks finish the step together */
+    for (; a < r->accum && !(solo && stop_set(r)); a++) {
+        data_loader_next(&r->loader, r->micro, r->images, r->labels);
+        *loss += model_forward(r->model, r->images, r->labels, r->micro) * (double)r->micro;
+        if ((where = model_abandoned(r->model)) != NULL) break;
+        model_backward(r->model, dloss);
+        if ((where = model_abandoned(r->model)) != NULL) break;
+    }
+    data_loader_skip(&r->loader, (long)(r->world - 1 - r->rank) * part);
+    if (solo && stop_set(r)) {
+        snprintf(err, errlen, "stopped by signal during step %ld (micro-batch %d of %d%s%s); the "
+                 "step was abandoned, the last completed step is %ld", step + 1,
+                 a < r->accum ? a + 1 : a, r->accum, where ? ", " : "", where ? where : "", step);
+        return VJ_ERR_STOPPED;
+    }
+    double sums[2] = {*loss, stop_set(r) ? 1.0 : 0.0}; /* the loss, and whether to stop */
+    vj_err rc = dp_sync(r->dp, err, errlen);
+    if (rc == VJ_OK) rc = dp_sum(r->dp, sums, solo ? 1 : 2, err, errlen);
+    if (rc == VJ_OK) rc = dp_update(r->dp, step, res, err, errlen);
+    if (rc) return rc;
+    *loss = sums[0] / G;
+    if (!solo && sums[1] > 0) r->stop_agreed = 1;
+    r->done_epoch = r->loader.epoch;
+    r->done_index = r->loader.index;
+    r->t_train += mono_seconds() - t0;
+    if (model_status(r->model, err, errlen))
+        return VJ_ERR_DEVICE_FAULT; /* retryable from the last checkpoint */
+    r->images_done += G;
+    if (!isfinite(*loss)) {
+        snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
+                 *loss, step + 1);
+        return VJ_ERR_DIVERGED;
+    }
+    r->last_loss = *loss;
+    if (r->metrics)
+        fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g}\n",
+                step + 1, *loss, res->lr, res->grad_norm);
+    return flush_metrics(r, err, errlen);
+}
+
+/* The final evaluation (every rank), the export and the summary line (rank 0). */
+static vj_err finish(run *r, char *err, size_t errlen)
+{
+    const model_config *mc = &r->cfg->model;
+    const training_config *tc = &r->cfg->training;
+    int stopped;
+    eval_result ev;
+    vj_err rc = evaluate_and_report(r, r->total, &ev, &stopped, err, errlen);
+    if (rc == VJ_OK && stopped) {
+        snprintf(err, errlen, "stopped by signal during the final evaluation");
+        rc = VJ_ERR_STOPPED;
+    }
+    if (rc) return rc;
+    if (r->rank != 0) {
+        /* the export may read the parameters through collectives: take part */
+        if (tc->export_path[0] && (rc = dp_export_part(r->dp, err, errlen)) != VJ_OK)
+            return rc;
+        LOG_INFO("train", "event=done rank=%d steps=%ld train_seconds=%.1f peak_rss_mib=%.1f",
+                 r->rank, r->total, r->t_train, peak_rss_mib());
+        return VJ_OK;
+    }
+    rc = flush_metrics(r, err, errlen);
+    if (rc)
+        return rc;
+    if (tc->export_path[0]) {
+        errno = 0;
+        if (model_save_safetensors(r->model, mc, tc->export_path, err, errlen) != 0) {
+            int e = errno;
+            if (dp_sync(r->dp, err, errlen) != VJ_OK) return VJ_ERR_PEER_LOST;
+            return write_error_class(e);
+        }
+        LOG_INFO("train", "event=exported path=%s", tc->export_path);
+    }
+    double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
+    LOG_INFO("train",
+             "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f img_per_s=%.1f "
+             "train_seconds=%.1f peak_rss_mib=%.1f",
+             r->total, r->last_loss, ev.accuracy, ips, r->t_train, peak_rss_mib());
+    printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%.6f,"
+           "\"test_loss\":%.6f,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
+           "\"threads\":%d,\"peak_rss_mib\":%.1f}\n",
+           r->total, r->last_loss, ev.accuracy, ev.loss, ips, r->t_train,
+           model_num_params(r->model), r->threads, peak_rss_mib());
+    fflush(stdout);
+    return VJ_OK;
+}
+
+#define RATE_WINDOW_S 2.0
+
+/* Rank 0 in Kubernetes: the progress after r->steps_done steps to the
+ * reporter, which writes it on its own thread (this returns at once). A
+ * checkpoint stored since the last call is written without waiting for the
+ * report interval. */
+static void hand_progress(run *r)
+{
+    if (!r->rep) return;
+    const long G = r->cfg->training.global_batch_size;
+    if (r->t_train - r->rate_t >= RATE_WINDOW_S) {
+        r->rate = (double)(r->images_done - r->rate_images) / (r->t_train - r->rate_t);
+        r->rate_t = r->t_train;
+        r->rate_images = r->images_done;
+    }
+    double rate = r->rate;
+    if (rate <= 0 && r->t_train > r->rate_t) /* the first window: what there is */
+        rate = (double)(r->images_done - r->rate_images) / (r->t_train - r->rate_t);
+    report_info p = {.step = r->steps_done, .total_steps = r->total,
+                     .epoch = r->train && r->train->n ? (double)r->images_done / r->train->n : 0,
+                     .loss = r->steps_done > r->start_step ? r->last_loss : NAN,
+                     .images_per_second = rate,
+                     .eta_seconds = rate > 0 ? (double)(r->total - r->steps_done) * G / rate : -1,
+                     .last_checkpoint_step = -1};
+    long stored = ckpt_stored_step(r->cwriter);
+    if (stored < 0 && r->start_step > 0) stored = r->start_step; /* resumed from it */
+    if (stored >= 0) {
+        const char *uri = r->cfg->checkpoint.uri;
+        size_t n = strlen(uri);
+        while (n > 0 && uri[n - 1] == '/') n--;
+        char name[32];
+        ckpt_step_name(stored, name, sizeof name);
+        p.last_checkpoint_step = stored;
+        snprintf(p.last_checkpoint_uri, sizeof p.last_checkpoint_uri, "%.*s/%s", (int)n, uri,
+                 name);
+    }
+    if (stored > r->ckpt_reported) {
+        r->ckpt_reported = stored;
+        report_checkpoint(r->rep, &p);
+    } else {
+        report_progress(r->rep, &p);
+    }
+}
+
+/* Frees what the run holds; a metrics file that fails to close fails the run. */
+static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
+{
+    if (r->rep) { /* the final state, with a checkpoint still being stored */
+        char why[256];
+        if (r->cwriter) ckpt_wait(r->cwriter, NULL, why, sizeof why);
+        hand_progress(r);
+        report_free(r->rep);
+        r->rep = NULL;
+    }
+    if (r->metrics && fclose(r->metrics) != 0 && rc == VJ_OK) {
+        snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(errno));
+        rc = write_error_class(errno);
+    }
+    data_loader_free(&r->loader);
+    free(r->images);
+    free(r->labels);
+    model_free(r->model); /* before the strategy: it may hold the model's shard */
+    dp_free(r->dp);
+    ckpt_writer_free(r->cwriter);
+    ckpt_store_free(r->cstore);
+    dataset_free(r->train);
+    dataset_free(r->test);
+    return rc;
+}
+
+/* Compute threads: training.threads when set, else OMP_NUM_THREADS when
+ * the environment sets it (as torchrun does), else what the CPU affinity and
+ * the cgroup's CPU quota allow (never one per core of a node the pod may
+ * use two of). */
+static int pick_threads(const training_config *tc, char *source, size_t srclen)
+{
+    if (tc->threads > 0) {
+        snprintf(source, srclen, "training.threads");
+        return ops_cpu_set_threads(tc->threads);
+    }
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        long n = strtol(env, &end, 10);
+        if (*end == '\0' && n >= 1 && n <= 1024) {
+            snprintf(source, srclen, "OMP_NUM_THREADS");
+            return ops_cpu_set_threads((int)n);
+        }
+        LOG_WARN("train", "event=ignored_env name=OMP_NUM_THREADS value=\"%s\" reason=\"not a "
+                 "count in [1, 1024]\"", env);
+    }
+    return ops_cpu_set_threads(sysres_cpus("", 0, source, srclen));
+}
+
+
+/* Saves the state after `steps` completed steps; with wait, returns once
+ * it is stored (the end of training, a stop), else while it uploads. */
+static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t errlen)
+{
+    if (!r->cwriter) return VJ_OK;
+    ckpt_meta meta = {.step = steps, .epoch = r->done_epoch, .index = r->done_index,
+                      .images_done = r->images_done, .world_size = r->world,
+                      .n_params = model_num_params(r->model)};
+    snprintf(meta.sharding, sizeof meta.sharding, "%s", dp_name(r->dp));
+    model_config_json(&r->cfg->model, meta.model, sizeof meta.model);
+    ckpt_segment *segs = NULL;
+    int n = dp_segments(r->dp, &segs);
+    if (n < 0) {
+        snprintf(err, errlen, "checkpoint: out of host memory");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    double t0 = mono_seconds();
+    ckpt_status st = ckpt_save(r->cwriter, &meta, segs, n, r->ops, err, errlen);
+    free(segs);
+    /* stall: what training waited (the previous save, if still running,
+     * and the host copy); copy: the host copy alone */
+    double stall_s = mono_seconds() - t0, copy_s = ckpt_copy_seconds(r->cwriter);
+    if (st == CKPT_OK && wait) st = ckpt_wait(r->cwriter, NULL, err, errlen);
+    if (st) return ckpt_status_class(st);
+    LOG_INFO("ckpt", "event=checkpoint step=%ld rank=%d wait=%d stall_s=%.4f copy_s=%.4f%s",
+             steps, r->rank, wait, stall_s, copy_s, wait ? " stored=1" : "");
+    return VJ_OK;
+}
+
+static ckpt_status load_step(void *ctx, ckpt_store *store, const ckpt_manifest *man, char *err,
+                             size_t errlen)
+{
+    return dp_load(ctx, store, man, err, errlen);
+}
+
+/* At start, with checkpoint.uri: the store, the newest complete checkpoint
+ * loaded into this rank's state whatever world size and sharding wrote it
+ * (ckpt_resume: the ranks agree on it), and the writer. */
+static vj_err resume(run *r, char *err, size_t errlen)
+{
+    const checkpoint_config *cc = &r->cfg->checkpoint;
+    if (!cc->uri[0]) return VJ_OK;
+    ckpt_status st = ckpt_store_open(&r->cstore, cc->uri, cc->endpoint, err, errlen);
+    if (st) return ckpt_status_class(st);
+    char mine[512];
+    model_config_json(&r->cfg->model, mine, sizeof mine);
+    ckpt_resume_options o = {.store = r->cstore, .r = r->opt->rdzv, .rank = r->rank,
+                             .world = r->world,
+                             .timeout_s = r->cfg->training.rendezvous_timeout_seconds,
+                             .uri = cc->uri, .model_json = mine,
+                             .n_params = model_num_params(r->model), .load = load_step,
+                             .ctx = r->dp};
+    ckpt_meta meta;
+    vj_err rc = ckpt_resume(&o, &meta, err, errlen);
+    if (rc) return rc;
+    if (meta.step >= 0) {
+        r->start_step = meta.step;
+        r->images_done = meta.images_done;
+        r->done_epoch = meta.epoch;
+        r->done_index = meta.index;
+        data_loader_seek(&r->loader, meta.epoch, meta.index);
+    }
+    if (ckpt_writer_new(&r->cwriter, r->cstore, r->opt->rdzv, r->rank, r->world, cc->keep,
+                        r->cfg->training.collective_timeout_seconds, err, errlen) != 0)
+        return VJ_ERR_OUT_OF_MEMORY;
+    return VJ_OK;
+}
+
+vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
+{
+    const training_config *tc = &cfg->training;
+    run r = {.cfg = cfg, .opt = opt, .rank = opt->rank, .world = opt->world > 1 ? opt->world : 1};
+    if (r.world > 1 && !opt->comm) {
+        snprintf(err, errlen, "world size %d without a communicator", r.world);
+        return VJ_ERR_UNSUPPORTED;
+    }
+    r.threads = pick_threads(tc, r.threads_source, sizeof r.threads_source);
+    r.micro = tc->micro_batch_size;
+    r.accum = config_accum_steps(cfg);
+    vj_err rc = load_data(&r, err, errlen);
+    if (rc == VJ_OK)
+        rc = build(&r, err, errlen);
+    if (rc == VJ_OK)
+        rc = resume(&r, err, errlen);
+    if (rc)
+        return run_free(&r, rc, err, errlen);
+    r.steps_done = r.start_step;
+    r.ckpt_reported = r.start_step > 0 ? r.start_step - 1 : -1; /* the resumed one: reported once */
+    r.rate_t = r.t_train;
+    r.rate_images = r.images_done;
+    if (r.rank == 0) {
+        r.rep = report_from_env(&(report_options){.interval_s = tc->report_interval_seconds});
+        hand_progress(&r);
+    }
+
+    LOG_INFO("train",
+             "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d "
+             "threads_source=\"%s\" params=%zu activation_mib=%.1f tokens=%d "
+             "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
+             r.ops->name, r.ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing,
+             r.threads, r.threads_source, model_num_params(r.model),
+             model_activation_bytes(r.model) / 1048576.0, model_tokens(r.model), r.total,
+             r.steps_per_epoch, tc->global_batch_size, r.micro, r.accum);
+
+    double interval_loss = 0.0, t_interval = mono_seconds();
+    long interval_steps = 0;
+    for (long step = r.start_step; step < r.total; step++) {
+        double loss;
+        optim_result res;
+        if ((rc = train_step(&r, step, &loss, &res, err, errlen)) != VJ_OK) {
+            if (rc == VJ_ERR_STOPPED) { /* one rank: the state of the last completed step */
+                char why[1024];
+                vj_err c = save_checkpoint(&r, step, 1, why, sizeof why);
+                if (c) LOG_ERROR("ckpt", "event=final_checkpoint_failed msg=\"%s\"", why);
+            }
+            return run_free(&r, rc, err, errlen);
+        }
+        interval_loss += loss;
+        interval_steps++;
+        r.steps_done = step + 1;
+        int last = step + 1 == r.total;
+        if (((step + 1) % tc->log_interval == 0 || last) && r.rank == 0) {
+            double t = mono_seconds(),
+                   rate = interval_steps * tc->global_batch_size / (t - t_interval);
+            double eta = (double)(r.total - step - 1) * tc->global_batch_size / rate;
+            LOG_INFO("train",
+                     "step=%ld/%ld epoch=%.2f loss=%.4f lr=%.3e grad_norm=%.3f img_per_s=%.1f "
+                     "eta_s=%.0f",
+                     step + 1, r.total, (double)r.images_done / r.train->n,
+                     interval_loss / interval_steps, res.lr, res.grad_norm, rate, eta);
+            interval_loss = 0.0;
+            interval_steps = 0;
+            t_interval = mono_seconds();
+        }
+        hand_progress(&r);
+        if (r.stop_agreed) { /* many ranks: all stop after this step, checkpointed */
+            rc = save_checkpoint(&r, step + 1, 1, err, errlen);
+            if (rc == VJ_OK)
+                snprintf(err, errlen, "stopped by signal; every rank ended after step %ld%s",
+                         step + 1, r.cwriter ? ", checkpointed" : "");
+            return run_free(&r, rc ? rc : VJ_ERR_STOPPED, err, errlen);
+        }
+        if (r.cwriter && (step + 1) % r.cfg->checkpoint.interval_steps == 0 && !last &&
+            (rc = save_checkpoint(&r, step + 1, 0, err, errlen)) != VJ_OK)
+            return run_free(&r, rc, err, errlen);
+        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
+            int stopped;
+            eval_result ev;
+            if ((rc = evaluate_and_report(&r, step + 1, &ev, &stopped, err, errlen)) != VJ_OK)
+                return run_free(&r, rc, err, errlen);
+            if (stopped) {
+                snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
+                         step + 1);
+                return run_free(&r, VJ_ERR_STOPPED, err, errlen);
+            }
+            if ((rc = flush_metrics(&r, err, errlen)) != VJ_OK)
+                return run_free(&r, rc, err, errlen);
+            t_interval = mono_seconds(); /* keep eval time out of the rate */
+        }
+    }
+    if (r.start_step < r.total && (rc = save_checkpoint(&r, r.total, 1, err, errlen)) != VJ_OK)
+        return run_free(&r, rc, err, errlen);
+    return run_free(&r, finish(&r, err, errlen), err, errlen);
+}
