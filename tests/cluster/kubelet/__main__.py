@@ -59,8 +59,8 @@ import time
 import urllib.parse
 import http.client
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Client  # noqa: E402
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from kubeclient import for_server  # noqa: E402
 
 # where a pod finds its "image": the build directory (bin/, lib/) mounted read-only
 IMAGE_DIR = "/opt/vitjob"
@@ -128,7 +128,7 @@ class Api:
         with open(os.path.join(state, "token")) as f:
             token = f.read().strip()
         self.ca_path = os.path.join(state, "pki", "ca.crt")
-        self.client = Client(self.port, self.ca_path, token)
+        self.client = for_server(self.port, self.ca_path, token)
 
     def call(self, method, path, body=None, ctype="application/json"):
         try:
