@@ -1,18 +1,17 @@
 # tests/cluster/harness.py: what the cluster tests share: starting the test
-# API server as a subprocess (port 0, temp state dir), an HTTPS client that
-# trusts its CA and sends its token, a line reader for watch streams, polling
-# until a condition holds (wait_for), and stopping a child process politely
-# (stop_process).
+# API server as a subprocess (port 0, temp state dir) and a client of it
+# (kubeclient.py: trusts its CA, sends its token), polling until a condition
+# holds (wait_for), stopping a child process politely (stop_process), and
+# reading YAML test data.
+# Must not: hold an API client of its own (kubeclient.py is the one).
 
-import http.client
-import json
 import os
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 import time
+
+import kubeclient
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APISERVER = os.path.join(HERE, "apiserver")
@@ -73,95 +72,7 @@ class ServerProcess:
         self.log.close()
 
     def client(self, token=None):
-        return Client(self.port, self.ca, self.token if token is None else token)
-
-
-class Response:
-    def __init__(self, status, headers, body):
-        self.status, self.headers, self.body = status, headers, body
-
-    def __repr__(self):
-        return "<%d %s>" % (self.status, json.dumps(self.body)[:400])
-
-
-class Client:
-    def __init__(self, port, ca, token):
-        self.port, self.token = port, token
-        self.ctx = ssl.create_default_context(cafile=ca)
-
-    def conn(self, timeout=10):
-        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=timeout)
-
-    def headers(self, extra=None):
-        h = {"Accept": "application/json"}
-        if self.token:
-            h["Authorization"] = "Bearer " + self.token
-        h.update(extra or {})
-        return h
-
-    def request(self, method, path, body=None, ctype="application/json", headers=None):
-        c = self.conn()
-        h = self.headers(headers)
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            h["Content-Type"] = ctype
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        raw = r.read()
-        c.close()
-        try:
-            parsed = json.loads(raw) if raw else None
-        except ValueError:
-            parsed = raw.decode()
-        return Response(r.status, r.headers, parsed)
-
-    def get(self, path, **kw):
-        return self.request("GET", path, **kw)
-
-    def post(self, path, body, **kw):
-        return self.request("POST", path, body, **kw)
-
-    def put(self, path, body, **kw):
-        return self.request("PUT", path, body, **kw)
-
-    def patch(self, path, body, ctype="application/merge-patch+json", **kw):
-        return self.request("PATCH", path, body, ctype=ctype, **kw)
-
-    def delete(self, path, body=None, **kw):
-        return self.request("DELETE", path, body, **kw)
-
-    def watch(self, path, headers=None):
-        return Watch(self, path, headers)
-
-
-class Watch:
-    """An open watch; next() returns the next event or None at end of stream."""
-
-    def __init__(self, client, path, headers=None):
-        self.conn = client.conn(timeout=10)
-        self.conn.request("GET", path, headers=client.headers(headers))
-        self.resp = self.conn.getresponse()
-
-    def next(self, timeout=5):
-        self.conn.sock.settimeout(timeout)
-        try:
-            line = self.resp.readline()
-        except (socket.timeout, TimeoutError):
-            raise AssertionError("no watch event within %ss" % timeout)
-        return json.loads(line) if line.strip() else None
-
-    def collect(self, n, timeout=5):
-        out = []
-        for _ in range(n):
-            ev = self.next(timeout)
-            if ev is None:
-                break
-            out.append(ev)
-        return out
-
-    def close(self):
-        self.conn.close()
+        return kubeclient.for_server(self.port, self.ca, self.token if token is None else token)
 
 
 def load_yaml_docs(path):

@@ -4,7 +4,6 @@
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_apiserver.py
 
 import copy
-import http.client
 import os
 import shutil
 import ssl
@@ -14,7 +13,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CRD, ServerProcess, load_yaml_docs
+import kubeclient  # noqa: E402
+from harness import CRD, ServerProcess, load_yaml_docs  # noqa: E402
 
 NS = "/api/v1/namespaces/default"
 VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"
@@ -623,13 +623,7 @@ class RestartTest(unittest.TestCase):
 
 def https_status(host, port, ca, path="/version"):
     """GET path on host:port, verifying the server's certificate names host."""
-    ctx = ssl.create_default_context(cafile=ca)
-    c = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
-    try:
-        c.request("GET", path)
-        return c.getresponse().status
-    finally:
-        c.close()
+    return kubeclient.for_server(port, ca, None, host=host).get(path).status
 
 
 class ListenAddressTest(unittest.TestCase):

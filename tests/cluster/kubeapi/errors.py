@@ -1,4 +1,6 @@
-# kubeapi/errors.py: API errors and the metav1.Status bodies the real server sends.
+# kubeapi/errors.py: API errors and the metav1.Status bodies the real server
+# sends: the test server raises and answers them, and the one client of the
+# test cluster (../kubeclient.py) raises them again from a Status it read.
 
 
 class ApiError(Exception):
@@ -10,6 +12,13 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.details = details
+
+    @classmethod
+    def from_response(cls, code, body):
+        """The error an answer with this code and (decoded) body stands for."""
+        if isinstance(body, dict):
+            return cls(code, body.get("reason", ""), body.get("message"), body.get("details"))
+        return cls(code, "", str(body)[:300])
 
     def status(self):
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {},

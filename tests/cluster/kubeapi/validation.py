@@ -13,6 +13,7 @@
 import re
 
 from . import errors
+from .quantity import parse_quantity
 
 LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS1123_LABEL = re.compile("^" + LABEL_FMT + "$")
@@ -98,31 +99,6 @@ def label_value_errs(path, v):
 
 # --- quantities ----------------------------------------------------------------
 
-_SUFFIX = {"": 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-           "E": 1e18, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
-_QTY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
-
-
-def parse_quantity(v):
-    """A quantity's value, or None when Go's ParseQuantity refuses it."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if not isinstance(v, str):
-        return None
-    m = _QTY.match(v)
-    if not m:
-        return None
-    num, suffix = float(m.group(1) + m.group(2)), m.group(3)
-    if suffix in _SUFFIX:
-        return num * _SUFFIX[suffix]
-    m2 = re.match(r"^[eE]([+-]?[0-9]+)$", suffix)
-    if m2:
-        return num * 10.0 ** int(m2.group(1))
-    return None
-
-
 def check_quantities(kind, version, obj):
     """The 400 a real server answers when a quantity does not decode."""
     spec = obj.get("spec") or {}
@@ -161,7 +137,7 @@ def container_resource_errs(path, res):
             if val is not None and val < 0:
                 errs.append((p, "FieldValueInvalid", "Invalid value: %s: must be greater than or equal to 0"
                              % q(_fmt_q(v))))
-            if val is not None and _extended(k) and not float(val).is_integer():
+            if val is not None and _extended(k) and val.denominator != 1:
                 errs.append((p, "FieldValueInvalid", "Invalid value: %s: must be an integer" % q(_fmt_q(v))))
     for k, v in requests.items():
         rv, lv = parse_quantity(v), parse_quantity(limits.get(k)) if k in limits else None

@@ -1,0 +1,100 @@
+# kubelet/pods.py: the kubelet's own record of the pods it runs and their
+# containers (processes, exits, restarts, readiness, the phase reported), and
+# what a container's exit does to them: restartPolicy Always/OnFailure
+# restarts in place with back-off (2^n/2 s, at most 300 s), Never and
+# OnFailure pods end Succeeded or Failed, FallbackToLogsOnError takes the
+# log's tail as the message.
+# Must not: start, signal or kill processes (runtime.py does), or talk to the
+# API server.
+
+import os
+import time
+
+from .api import now_rfc3339
+from .log import log
+
+LOG_TAIL_LINES = 80
+LOG_TAIL_BYTES = 2048
+
+
+class Container:
+    def __init__(self, spec):
+        self.spec = spec
+        self.name = spec["name"]
+        self.proc = None
+        self.log_path = None
+        self.started_at = None
+        self.finished_at = None
+        self.exit_code = None
+        self.reason = None
+        self.message = None
+        self.restart_count = 0
+        self.next_start = 0.0
+        self.ready = False
+        self.probe_fails = 0
+        self.probe_ok = 0
+        self.next_probe = 0.0
+        self.failed_to_start = None
+
+
+class Pod:
+    def __init__(self, obj, ip, netns, veth, root):
+        self.obj = obj
+        self.uid = obj["metadata"]["uid"]
+        self.ns = obj["metadata"]["namespace"]
+        self.name = obj["metadata"]["name"]
+        self.ip, self.netns, self.veth, self.root = ip, netns, veth, root
+        self.containers = [Container(c) for c in obj["spec"].get("containers", [])]
+        self.term_sent = None       # monotonic time SIGTERM went out
+        self.kill_at = None
+        self.phase = "Pending"
+        self.start_time = now_rfc3339()
+        self.hosts_text = None
+        self.status_sent = None
+        self.done = False           # terminal: no more containers run
+
+
+def reap(pod):
+    """Records the exit of containers that ended; sets a finished pod's phase."""
+    exited_now = False
+    policy = pod.obj["spec"].get("restartPolicy", "Always")
+    for c in pod.containers:
+        if c.proc is None or c.exit_code is not None:
+            continue
+        rc = c.proc.poll()
+        if rc is None:
+            continue
+        c.exit_code = rc if rc >= 0 else 128 - rc
+        c.finished_at = now_rfc3339()
+        c.reason = "Completed" if c.exit_code == 0 else "Error"
+        if c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError" and c.exit_code != 0:
+            c.message = log_tail(c)
+        exited_now = True
+        log("info", "container_exited", pod="%s/%s" % (pod.ns, pod.name), container=c.name,
+            exit_code=c.exit_code)
+        if pod.term_sent is None and (policy == "Always" or (policy == "OnFailure" and c.exit_code != 0)):
+            c.restart_count += 1
+            c.next_start = time.monotonic() + min(300, 2 ** min(c.restart_count, 8) / 2)
+    if exited_now and pod.term_sent is None:
+        exited = [c for c in pod.containers if c.exit_code is not None]
+        if len(exited) == len(pod.containers):
+            if policy == "Never":
+                pod.done = True
+                pod.phase = "Succeeded" if all(c.exit_code == 0 for c in exited) else "Failed"
+            elif policy == "OnFailure" and all(c.exit_code == 0 for c in exited):
+                pod.done = True
+                pod.phase = "Succeeded"
+
+
+def log_tail(c):
+    """The end of a container's log: its termination message under FallbackToLogsOnError."""
+    try:
+        with open(c.log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = data.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
+    return "\n".join(lines)[-LOG_TAIL_BYTES:]
