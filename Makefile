@@ -239,14 +239,16 @@ bench: deps
 	python3 bench/ranks_bench.py --build $(BUILD)
 	python3 bench/ckpt_bench.py --build $(BUILD)
 
-# Every CUDA op against the CPU op, and bf16 training on the GPU against the
-# CPU (tests/test_gpu_*.c; `make test` runs them too, and they skip, saying
+# Every CUDA op against the CPU op, bf16 training on the GPU against the
+# CPU, and the data-parallel strategies on NCCL ranks against the CPU
+# (tests/test_gpu_*.c; `make test` runs them too, and they skip, saying
 # why, where no GPU exists).
 gpu-test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/tests/test_gpu_ops $(BUILD)/tests/test_gpu_train \
-		$(CUDA_PLUGIN)
+		$(BUILD)/tests/test_gpu_dp $(CUDA_PLUGIN)
 	$(BUILD)/tests/test_gpu_ops --verbose
 	$(BUILD)/tests/test_gpu_train --verbose
+	$(BUILD)/tests/test_gpu_dp --verbose
 
 # The GPU engine against PyTorch + timm (eager and torch.compile) on the
 # same GPU, in one run (bench/gpu_vs_torch.py; needs a GPU, torch and timm).

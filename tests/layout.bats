@@ -5,7 +5,9 @@
 # it uses (no BLAS, SLEEF or OpenMP in the operator, whose image would carry
 # them; no HTTP server in the worker; the S3 client and libxml2 in the worker
 # only), and neither carries the other's code; every lib/ file opens with a
-# comment naming itself.
+# comment naming itself; inside worker/, each folder includes only what its
+# README allows; only the strategies decide the sharding mode; `make` alone
+# builds every binary; docs/design.md's layout table names every folder.
 #
 # BUILD (default build) points at the build tree.
 
@@ -14,8 +16,8 @@ setup() {
   cd "$BATS_TEST_DIRNAME/.."
 }
 
-# headers of a directory, as #include "name.h" would name them
-headers() { ls "$1"/*.h "$1"/*.cuh 2>/dev/null | xargs -n1 basename; }
+# headers of a directory and its folders, as #include "name.h" would name them
+headers() { find "$1" \( -name '*.h' -o -name '*.cuh' \) -printf '%f\n' 2>/dev/null; }
 
 # prints the files under $1 that include a header of $2..., or nothing
 includes_of() {
@@ -111,4 +113,49 @@ includes_of() {
   run bash -c "git grep -n 'design\.md' -- '*.c' '*.h' '*.cu' '*.py' '*.yaml' '*.md' \
                ':!docs/design.md' | grep -v 'docs/'"
   [ -z "$output" ] || { echo "every reference names docs/design.md:"; echo "$output"; false; }
+}
+
+@test "inside worker/: data/ and dist/ include nothing of the worker's, ckpt/ only dist/" {
+  local bad=""
+  bad+=$(includes_of worker/data worker/train worker/dist worker/ckpt)
+  bad+=$(includes_of worker/dist worker/train worker/ckpt worker/data)
+  bad+=$(includes_of worker/ckpt worker/train worker/data)
+  [ -z "$bad" ] || { echo "$bad"; false; }
+}
+
+@test "every folder of worker/ says in its README what it owns and what it must not touch" {
+  local d bad=""
+  for d in worker/*/; do
+    grep -q "^Owns:" "$d/README.md" 2>/dev/null && grep -q "^Must not:" "$d/README.md" ||
+      bad="$bad $d"
+  done
+  [ -z "$bad" ] || { echo "no README with Owns:/Must not: in$bad"; false; }
+}
+
+@test "only the data-parallel strategies (worker/train/dp*.c) decide on the sharding mode" {
+  run bash -c "grep -rlE 'SHARDING_(NONE|GRAD_OP|FULL)|fsdp_' worker --include='*.c' --include='*.h' \
+               | grep -vE '^worker/train/(dp[a-z_]*|fsdp)\.[ch]$'"
+  [ -z "$output" ] || { echo "the sharding mode is tested outside the strategies:"; echo "$output"; false; }
+}
+
+@test "plain make on a clean tree builds every binary (all is the default goal)" {
+  local b; b=$(mktemp -d)
+  run make -n BUILD="$b/b" NVCC= GO=
+  rm -rf "$b"
+  [ "$status" -eq 0 ]
+  local bin
+  for bin in vitjob-worker vitjob-operator vit_refcheck comm_bench ckpt_bench; do
+    [[ "$output" == *"-o $b/b/bin/$bin "* ]] || { echo "make would not build $bin"; false; }
+  done
+  [[ "$output" == *"-o $b/b/tests/test_rdzv "* ]]
+}
+
+@test "docs/design.md's layout table names every top-level folder" {
+  local d missing=""
+  for d in $(git ls-files | cut -d/ -f1 | sort -u); do
+    [ -d "$d" ] || continue
+    case "$d" in .*) continue ;; esac
+    grep -qE "^\| *\`$d/\`" docs/design.md || missing="$missing $d"
+  done
+  [ -z "$missing" ] || { echo "not in docs/design.md's layout table:$missing"; false; }
 }

@@ -124,8 +124,7 @@ kill_one() {
         --set training.logInterval=1 --set training.sharding="$1")
   for r in 0 1 2; do start_rank 3 $r "$port" 0 "$TMP/k" "${ARGS[@]}" "${long[@]}"; done
   for _ in $(seq 1 600); do grep -q "step=" "$TMP/k/rank-0.log" 2>/dev/null && break; sleep 0.1; done
-  pid=$(pgrep -f "$WORKER train" | while read -r p; do
-          tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx VITJOB_RANK=2 && echo "$p"; done | head -1)
+  pid=$(test_pids VITJOB_RANK=2 | head -1)
   [ -n "$pid" ]
   kill -KILL "$pid"
   wait
@@ -187,7 +186,8 @@ start_pod() {
   shift 3
   mkdir -p "$out"
   ( rc=0
-    env VITJOB_REPLICAS=1 VITJOB_LOCAL_RANKS="$n" VITJOB_RANK=0 VITJOB_RESTART=0 \
+    timeout -k 10 "$RANK_TIMEOUT" env VITJOB_TEST_TMP="$TMP" \
+      VITJOB_REPLICAS=1 VITJOB_LOCAL_RANKS="$n" VITJOB_RANK=0 VITJOB_RESTART=0 \
       VITJOB_RDZV_ENDPOINT="127.0.0.1:$port" VITJOB_COMM_HOST=127.0.0.1 \
       "$WORKER" train "$@" --log-level info > "$out/pod.out" 2> "$out/pod.log" || rc=$?
     echo "$rc" > "$out/pod.rc" ) &
@@ -195,8 +195,7 @@ start_pod() {
 
 # pid_of_local K: the process of local rank K
 pid_of_local() {
-  pgrep -f "$WORKER train" | while read -r p; do
-    tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "VITJOB_LOCAL_RANK=$1" && echo "$p"; done | head -1
+  test_pids "VITJOB_LOCAL_RANK=$1" | head -1
 }
 
 @test "one pod of 2 local ranks trains like 2 pods and like one process" {
@@ -228,7 +227,7 @@ pid_of_local() {
   port=$(free_port)
   start_pod 2 "$port" "$TMP/lt" "${ARGS[@]}" --set training.steps=100000 --set training.logInterval=1
   for _ in $(seq 1 600); do grep -q "step=" "$TMP/lt/pod.log" 2>/dev/null && break; sleep 0.1; done
-  agent=$(pgrep -f "$WORKER train" | while read -r p; do
+  agent=$(test_pids | while read -r p; do
             tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^VITJOB_LOCAL_RANK=' || echo "$p"; done | head -1)
   [ -n "$agent" ]
   kill -TERM "$agent"

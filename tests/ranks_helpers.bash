@@ -2,14 +2,27 @@
 # on loopback (ranks.bats, ckpt.bats): start ranks, run a world, compare
 # metrics and exported weights. Needs WORKER and TMP (the files' setup).
 
-# teardown of those files: kills what a failed test left running (workers
-# whose endpoint is on loopback), unmounts a test's small file system, and
-# removes TMP
-teardown() {
+# Every worker a test starts carries VITJOB_TEST_TMP=$TMP (its local ranks
+# inherit it), so that a test finds and kills only its own processes, never
+# those of another run on the same machine; and runs under timeout(1), so that
+# a hung rank fails its test in minutes (RANK_TIMEOUT seconds, default 600).
+RANK_TIMEOUT=${RANK_TIMEOUT:-600}
+
+# test_pids [VAR=value]: this test's worker processes (with that variable
+# in their environment, when given)
+test_pids() {
+  local p
   for p in $(pgrep -f "$WORKER train" || true); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^VITJOB_RDZV_ENDPOINT=127.0.0.1:' &&
-      kill -KILL "$p" 2>/dev/null
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "VITJOB_TEST_TMP=$TMP" || continue
+    [ -z "${1:-}" ] || tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "$1" || continue
+    echo "$p"
   done
+}
+
+# teardown of those files: kills what a failed test left running, unmounts
+# a test's small file system, and removes TMP
+teardown() {
+  for p in $(test_pids); do kill -KILL "$p" 2>/dev/null; done
   umount "$TMP/small" 2>/dev/null || true
   rm -rf "$TMP"
 }
@@ -37,7 +50,8 @@ start_rank() {
   local w=$1 rank=$2 port=$3 gen=$4 out=$5
   shift 5
   ( rc=0
-    env VITJOB_REPLICAS="$w" VITJOB_RANK="$rank" VITJOB_RESTART="$gen" \
+    timeout -k 10 "$RANK_TIMEOUT" env VITJOB_TEST_TMP="$TMP" \
+      VITJOB_REPLICAS="$w" VITJOB_RANK="$rank" VITJOB_RESTART="$gen" \
       VITJOB_RDZV_ENDPOINT="127.0.0.1:$port" VITJOB_COMM_HOST=127.0.0.1 \
       "$WORKER" train "$@" --log-level info > "$out/rank-$rank.out" 2> "$out/rank-$rank.log" || rc=$?
     echo "$rc" > "$out/rank-$rank.rc" ) &

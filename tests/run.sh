@@ -3,7 +3,9 @@
 # BUILD (default: build) and its sanitizer twin BUILD/asan, and prints one
 # line per suite and a closing "N passed, N failed" line (", N skipped (why)"
 # added where Criterion tests skipped, e.g. the GPU suites without a GPU:
-# skipped tests are not counted as passed). Exits non-zero if anything failed.
+# skipped tests are not counted as passed). Each suite's line ends with its
+# seconds, and the five slowest suites are listed at the end, so that where
+# the time goes is visible. Exits non-zero if anything failed.
 #
 #   unit (C, Criterion):   tests/test_*.c            one per source file, named for it
 #                                                    (test_config.c: api/config.c, ...);
@@ -35,7 +37,15 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 passed=0 failed=0 skipped=0 failures=()
-note() { printf '%-44s %s\n' "$1" "$2"; }
+TIMES=$WORK/times # one line per suite: SECONDS NAME
+suite_start=$(date +%s)
+suite_start=$start
+# note NAME RESULT: the suite's line, with the seconds since the last note
+note() {
+  local now secs; now=$(date +%s); secs=$((now - suite_start)); suite_start=$now
+  printf '%-44s %-40s %5ds\n' "$1" "$2" "$secs"
+  echo "$secs $1" >> "$TIMES"
+}
 
 # criterion_suite NAME BINARY [sanitized]: counts from Criterion's synthesis line,
 # skips from its TAP report (the synthesis line leaves skipped tests out of
@@ -157,7 +167,8 @@ else
   failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"
 fi
 
-echo "elapsed: $(( $(date +%s) - start ))s"
+echo "elapsed: $(( $(date +%s) - start ))s; the five slowest suites:"
+sort -rn "$TIMES" | head -5 | while read -r secs name; do printf '  %5ds  %s\n' "$secs" "$name"; done
 [ ${#failures[@]} -eq 0 ] || echo "failed suites: ${failures[*]}"
 echo "tests: $passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped")"
 [ "$failed" -eq 0 ]

@@ -28,8 +28,7 @@ static dp_memory memory(const dp *d, size_t n)
     (void)n;
     size_t pb, gb;
     fsdp_memory_bytes(d->bounds, d->units, d->world, &pb, &gb);
-    size_t mine = d->fsdp ? optim_memory_bytes(fsdp_shard_len(d->fsdp))
-                          : optim_memory_bytes(pb / sizeof(float));
+    size_t mine = optim_memory_bytes(fsdp_planned_shard_len(d->bounds, d->units, d->world));
     return (dp_memory){.param_bytes = pb, .grad_bytes = gb, .optim_bytes = mine,
                        .own_bytes = pb + gb + mine};
 }

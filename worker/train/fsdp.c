@@ -229,6 +229,13 @@ void fsdp_memory_bytes(const size_t *bounds, int n_units, int world, size_t *par
     *grad_bytes = (len + 2 * maxp) * sizeof(float);
 }
 
+size_t fsdp_planned_shard_len(const size_t *bounds, int n_units, int world)
+{
+    size_t len, maxp;
+    layout(bounds, n_units, world, NULL, NULL, &len, &maxp);
+    return len;
+}
+
 int fsdp_new(fsdp **out, comm *c, const vit_ops *ops, const size_t *bounds, int n_units,
              char *err, size_t errlen)
 {
