@@ -145,7 +145,7 @@ static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
  * and the README's table (a key in a new section needs that section's object
  * and markers in the CRD first); tests/schema.bats fails until then. */
 static const config_key config_keys[] = {
-    {ROW_PRESET("model.preset", model.preset, DEF_STR("fmnist_tiny")),
+    {ROW_PRESET("model.preset", model.preset, DEF_STR("fmnist_tiny")), .kind = "string",
      .help = "Named model size: vit_ti16, vit_s16, vit_b16, vit_l16, vit_h14, vit_g14 (timm's "
              "dims, 224x224x3, 1000 classes), fmnist_tiny, fmnist_small (28x28x1, 10 classes). "
              "\"\" = no preset (every dimension as given).",
@@ -1394,6 +1394,27 @@ cJSON *config_describe(void)
             }
             ok = ok && e;
         }
+        static const char *const formats_of[] = {[KT_INT] = "int32", [KT_LONG] = "int64",
+                                                 [KT_U64] = "int64", [KT_DOUBLE] = "double",
+                                                 [KT_PAIR] = "double"};
+        if (k->type <= KT_DOUBLE || k->type == KT_PAIR)
+            ok = ok && cJSON_AddStringToObject(row, "format", formats_of[k->type]);
+        if (k->type == KT_STRING)
+            ok = ok && cJSON_AddNumberToObject(row, "maxLength", (double)(k->size - 1));
+        if (k->type == KT_PAIR)
+            ok = ok && cJSON_AddNumberToObject(row, "minItems", 2) &&
+                 cJSON_AddNumberToObject(row, "maxItems", 2);
+        static const char *const from[] = {[DEF_KEY] = "key", [DEF_PRESET] = "preset",
+                                           [DEF_UNSET] = "unset"};
+        ok = ok && cJSON_AddStringToObject(row, "defaultFrom", from[k->dflt.from]) &&
+             cJSON_AddStringToObject(row, "description", k->help ? k->help : "") &&
+             cJSON_AddStringToObject(row, "readme", k->readme ? k->readme : "");
+        if (k->kind)
+            ok = ok && cJSON_AddStringToObject(row, "readmeType", k->kind);
+        if (k->pattern)
+            ok = ok && cJSON_AddStringToObject(row, "pattern", k->pattern);
+        if (k->item_help)
+            ok = ok && cJSON_AddStringToObject(row, "itemDescription", k->item_help);
         cJSON *v = field_to_json(&d, k, 0);
         if (!ok || !v || !cJSON_AddItemToObject(row, "default", v)) {
             cJSON_Delete(v);
