@@ -1,10 +1,12 @@
 /* api/config.c - see config.h.
  *
  * One static table (config_keys) describes every key of the config file: its
- * dotted camelCase path as in docs/design.md, its type, its bounds and the field
- * it fills. Loading a file, applying `--set key=value`, validating and
- * printing the effective config all walk that table, so a key exists in all
- * four places or in none.
+ * dotted camelCase path as in docs/design.md, its type, its bounds, its
+ * default, the field it fills and the words that document it. Defaults,
+ * loading a file, applying `--set key=value`, validating and printing the
+ * effective config all walk that table, so a key exists in all five places or
+ * in none; the CRD's schema of the key and the README's row for it are
+ * written from it too (config_describe, api/config_schema.c, `make schema`).
  *
  * Documents are parsed into a cJSON tree first: JSON with cJSON, YAML with
  * libyaml's event API (plain scalars resolved as YAML 1.1 does: numbers,
@@ -108,7 +110,8 @@ typedef struct {
     /* The documentation (api/config_schema.c writes it into the CRD and the
      * README): `help` is the CRD's description, which `kubectl explain` shows
      * (the generator adds "Default X."); `readme` the README's meaning column;
-     * `kind` what the README's type column says of a string ("path", "URL");
+     * `kind` what the README's type column says where the type says too
+     * little ("path", "URL"; else it is derived from type and bounds);
      * `pattern` a CRD-only regular expression; `item_help` the description of
      * each element of a KT_PAIR. */
     const char *help, *readme, *kind, *pattern, *item_help;
