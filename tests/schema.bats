@@ -54,6 +54,7 @@ fresh() {
   grep -v 'generated: checkpoint' manifests/00-crd.yaml > "$TMP/crd.yaml"
   run "$WORKER" schema "$TMP/crd.yaml"
   [ "$status" -eq 2 ]
+  [[ "$output" == *"class=config "* ]]
   [[ "$output" == *"$TMP/crd.yaml: no region 'BEGIN generated: checkpoint' for the key checkpoint.uri"* ]]
 }
 
@@ -88,5 +89,6 @@ fresh() {
 @test "schema with two files is a usage error" {
   run "$WORKER" schema README.md README.md
   [ "$status" -eq 2 ]
+  [[ "$output" == *"class=usage "* ]]
   [[ "$output" == *"usage: vitjob-worker schema [FILE]"* ]]
 }

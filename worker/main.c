@@ -442,9 +442,13 @@ static int cmd_schema(int argc, char **argv)
     }
     buf_free(&in);
     buf_free(&out);
-    if (e != VJ_OK)
-        fprintf(stderr, "vitjob-worker schema: %s\n", err);
-    return vj_exit_code(e, 0);
+    int code = vj_exit_code(e, 0);
+    if (e != VJ_OK) {
+        const vj_err_row *row = vj_err_info(e);
+        LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=\"%s\"", code,
+                  row ? row->name : "unknown", vj_exit_permanent(code) ? "no" : "yes", err);
+    }
+    return code;
 }
 
 int main(int argc, char **argv)
