@@ -11,6 +11,8 @@
 #   make bench-gpu  the GPU engine against PyTorch/timm on the same GPU
 #   make asan       the same programs built with AddressSanitizer + UBSan
 #   make image-test the container images built with buildah and run (slow)
+#   make schema     the CRD's config keys (and the chart's copy) and the README's
+#                   key table written again from the config table in api/config.c
 #   make clean
 
 # `make` alone builds everything: the first rule below must not be the
@@ -93,8 +95,10 @@ CORE_OBJ     = $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(CXX_OBJ)
 SHARED_OBJ   = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(API_SRC:%.c=$(BUILD)/obj/%.o)
 WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c=$(BUILD)/obj/%.o) \
                $(CXX_OBJ)
-# the S3 client is the worker's (checkpoints); the operator never talks to S3
-OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o,$(SHARED_OBJ)) $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
+# the S3 client is the worker's (checkpoints); the operator never talks to S3,
+# nor writes the CRD (api/config_schema.c: `vitjob-worker schema`)
+OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o $(BUILD)/obj/api/config_schema.o,$(SHARED_OBJ)) \
+               $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
@@ -111,7 +115,7 @@ $(BUILD)/bin/helmrender: tools/helmrender/main.go
 	$(Q)GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(abspath $(BUILD))/.gocache \
 		$(GO) build -o $@ ./tools/helmrender
 
-.PHONY: all test demo train bench bench-gpu gpu-test asan clean deps image-test
+.PHONY: all test demo train bench bench-gpu gpu-test asan clean deps image-test schema
 .SECONDARY:
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN) $(HELMRENDER)
@@ -203,6 +207,21 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
+
+# The parts of other files that the config table (api/config.c) writes
+# (api/config_schema.h): each config key's schema in the CRD, between its
+# "BEGIN generated" and "END generated" comments; the chart's byte copy of the
+# CRD; the README's key table. A file is replaced only when it changes.
+# tests/schema.bats fails when a committed file is not what this writes.
+SCHEMA_FILES = manifests/00-crd.yaml README.md
+CHART_CRD    = charts/vitjob-operator/crds/vitjobs.vitjob.dev.yaml
+schema: $(BUILD)/bin/vitjob-worker
+	$(Q)for f in $(SCHEMA_FILES); do \
+	  $(BUILD)/bin/vitjob-worker schema $$f > $$f.tmp || { rm -f $$f.tmp; exit 1; }; \
+	  if cmp -s $$f.tmp $$f; then rm $$f.tmp; else mv $$f.tmp $$f; echo "  SCHEMA  $$f"; fi; \
+	done
+	$(Q)cmp -s manifests/00-crd.yaml $(CHART_CRD) || { cp manifests/00-crd.yaml $(CHART_CRD) && \
+	  echo "  SCHEMA  $(CHART_CRD)"; }
 
 # The container images (docker/*.Dockerfile) built with buildah (vfs
 # storage, chroot isolation) from a Debian base made with debootstrap, then

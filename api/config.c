@@ -1,10 +1,12 @@
 /* api/config.c - see config.h.
  *
  * One static table (config_keys) describes every key of the config file: its
- * dotted camelCase path as in docs/design.md, its type, its bounds and the field
- * it fills. Loading a file, applying `--set key=value`, validating and
- * printing the effective config all walk that table, so a key exists in all
- * four places or in none.
+ * dotted camelCase path as in docs/design.md, its type, its bounds, its
+ * default, the field it fills and the words that document it. Defaults,
+ * loading a file, applying `--set key=value`, validating and printing the
+ * effective config all walk that table, so a key exists in all five places or
+ * in none; the CRD's schema of the key and the README's row for it are
+ * written from it too (config_describe, api/config_schema.c, `make schema`).
  *
  * Documents are parsed into a cJSON tree first: JSON with cJSON, YAML with
  * libyaml's event API (plain scalars resolved as YAML 1.1 does: numbers,
@@ -73,6 +75,28 @@ enum key_type {
 
 enum { OPEN_MIN = 1, OPEN_MAX = 2 }; /* bound excluded: (min, ...  or ..., max) */
 
+/* Where a key's default comes from. */
+enum default_from {
+    DEF_KEY,    /* the row's own value; the CRD's schema default too */
+    DEF_PRESET, /* the default preset's value (model dims): the CRD has no default, which
+                 * would override whatever preset a spec names */
+    DEF_UNSET,  /* the zero value ("" = none); the CRD has no default: unset means none */
+};
+
+typedef struct {
+    enum default_from from;
+    double num, num2; /* numbers, booleans, an enum's value; KT_PAIR: both */
+    const char *str;  /* KT_STRING, KT_PRESET */
+} key_default;
+
+#define DEF_NUM(x) {DEF_KEY, (x), 0, NULL}
+#define DEF_BOOL(x) {DEF_KEY, (x), 0, NULL}
+#define DEF_ENUM(x) {DEF_KEY, (x), 0, NULL}
+#define DEF_STR(s) {DEF_KEY, 0, 0, (s)}
+#define DEF_PAIR(a, b) {DEF_KEY, (a), (b), NULL}
+#define FROM_PRESET {DEF_PRESET, 0, 0, NULL}
+#define UNSET {DEF_UNSET, 0, 0, NULL}
+
 typedef struct {
     const char *path;  /* dotted camelCase, relative to the spec */
     enum key_type type;
@@ -82,25 +106,35 @@ typedef struct {
     double min, max;   /* numbers only; inclusive unless `open` says otherwise */
     unsigned open;
     const char *const *choices; /* KT_ENUM: NULL-terminated */
+    key_default dflt;
+    /* The documentation (api/config_schema.c writes it into the CRD and the
+     * README): `help` is the CRD's description, which `kubectl explain` shows
+     * (the generator adds "Default X."); `readme` the README's meaning column;
+     * `kind` what the README's type column says where the type says too
+     * little ("path", "URL"; else it is derived from type and bounds);
+     * `pattern` a CRD-only regular expression; `item_help` the description of
+     * each element of a KT_PAIR. */
+    const char *help, *readme, *kind, *pattern, *item_help;
 } config_key;
 
-/* The _Generic makes the build fail when a row's type does not match its field. */
+/* The _Generic makes the build fail when a row's type does not match its field.
+ * Each row is {ROW_x(path, field, ..., default), .help = ..., .readme = ...}. */
 #define FIELD_T(f, T, kt) _Generic(((vit_job_config *)0)->f, T: kt)
 #define AT(f) offsetof(vit_job_config, f), sizeof(((vit_job_config *)0)->f)
-#define ROW_INT(p, f, lo, hi) {p, FIELD_T(f, int, KT_INT), AT(f), 0, lo, hi, 0, NULL}
-#define ROW_LONG(p, f, lo, hi) {p, FIELD_T(f, long, KT_LONG), AT(f), 0, lo, hi, 0, NULL}
-#define ROW_U64(p, f, lo, hi) {p, FIELD_T(f, unsigned long long, KT_U64), AT(f), 0, lo, hi, 0, NULL}
-#define ROW_DBL(p, f, lo, hi, open) {p, FIELD_T(f, double, KT_DOUBLE), AT(f), 0, lo, hi, open, NULL}
-#define ROW_BOOL(p, f) {p, FIELD_T(f, int, KT_BOOL), AT(f), 0, 0, 1, 0, NULL}
-#define ROW_STR(p, f) {p, FIELD_T(f, char *, KT_STRING), AT(f), 0, 0, 0, 0, NULL}
+#define ROW_INT(p, f, lo, hi, d) p, FIELD_T(f, int, KT_INT), AT(f), 0, lo, hi, 0, NULL, d
+#define ROW_LONG(p, f, lo, hi, d) p, FIELD_T(f, long, KT_LONG), AT(f), 0, lo, hi, 0, NULL, d
+#define ROW_U64(p, f, lo, hi, d) p, FIELD_T(f, unsigned long long, KT_U64), AT(f), 0, lo, hi, 0, NULL, d
+#define ROW_DBL(p, f, lo, hi, open, d) p, FIELD_T(f, double, KT_DOUBLE), AT(f), 0, lo, hi, open, NULL, d
+#define ROW_BOOL(p, f, d) p, FIELD_T(f, int, KT_BOOL), AT(f), 0, 0, 1, 0, NULL, d
+#define ROW_STR(p, f, d) p, FIELD_T(f, char *, KT_STRING), AT(f), 0, 0, 0, 0, NULL, d
 #define ENUM_T(f)                                                                          \
     _Generic(((vit_job_config *)0)->f, data_format: KT_ENUM, precision_mode: KT_ENUM,       \
              sharding_mode: KT_ENUM, optimizer_kind: KT_ENUM, lr_schedule: KT_ENUM,        \
              device_kind: KT_ENUM)
-#define ROW_ENUM(p, f, ch) {p, ENUM_T(f), AT(f), 0, 0, 0, 0, ch}
-#define ROW_PAIR(p, f1, f2, lo, hi, open) \
-    {p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), lo, hi, open, NULL}
-#define ROW_PRESET(p, f) {p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, NULL}
+#define ROW_ENUM(p, f, ch, d) p, ENUM_T(f), AT(f), 0, 0, 0, 0, ch, d
+#define ROW_PAIR(p, f1, f2, lo, hi, open, d) \
+    p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), lo, hi, open, NULL, d
+#define ROW_PRESET(p, f, d) p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, NULL, d
 
 static const char *const formats[] = {"fashion-mnist", "shards", NULL};
 static const char *const precisions[] = {"fp32", "bf16-mixed", NULL};
@@ -109,54 +143,195 @@ static const char *const optimizers[] = {"adamw", NULL};
 static const char *const schedules[] = {"cosine", "constant", NULL};
 static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
 
+/* Adding a key: a field in config.h, a row here (bounds, default, help,
+ * readme), then `make schema` writes it into the CRD, the chart's copy of it
+ * and the README's table (a key in a new section needs that section's object
+ * and markers in the CRD first); tests/schema.bats fails until then. */
 static const config_key config_keys[] = {
-    ROW_PRESET("model.preset", model.preset),
-    ROW_INT("model.imageSize", model.image_size, 1, 4096),
-    ROW_INT("model.patchSize", model.patch_size, 1, 4096),
-    ROW_INT("model.channels", model.channels, 1, 1024),
-    ROW_INT("model.dim", model.dim, 1, 65536),
-    ROW_INT("model.depth", model.depth, 1, 1024),
-    ROW_INT("model.heads", model.heads, 1, 1024),
-    ROW_DBL("model.mlpRatio", model.mlp_ratio, 0, 64, OPEN_MIN),
-    ROW_INT("model.numClasses", model.num_classes, 1, 1048576),
-    ROW_STR("model.init", model.init),
+    {ROW_PRESET("model.preset", model.preset, DEF_STR("fmnist_tiny")), .kind = "string",
+     .help = "Named model size: vit_ti16, vit_s16, vit_b16, vit_l16, vit_h14, vit_g14 (timm's "
+             "dims, 224x224x3, 1000 classes), fmnist_tiny, fmnist_small (28x28x1, 10 classes). "
+             "\"\" = no preset (every dimension as given).",
+     .readme = "`vit_ti16`, `vit_s16`, `vit_b16`, `vit_l16`, `vit_h14`, `vit_g14` (timm's dims, "
+               "224x224x3, 1000 classes), `fmnist_tiny`, `fmnist_small` (28x28x1, 10 classes); "
+               "applied first, explicit keys override it"},
+    {ROW_INT("model.imageSize", model.image_size, 1, 4096, FROM_PRESET),
+     .help = "Input height = width in pixels (from the preset when left out; fmnist_tiny: 28). "
+             "Must be divisible by patchSize; 28 for Fashion-MNIST.",
+     .readme = "input height = width"},
+    {ROW_INT("model.patchSize", model.patch_size, 1, 4096, FROM_PRESET),
+     .help = "Side of the non-overlapping square patches (from the preset when left out; "
+             "fmnist_tiny: 7).",
+     .readme = "non-overlapping square patches; must divide `imageSize`"},
+    {ROW_INT("model.channels", model.channels, 1, 1024, FROM_PRESET),
+     .help = "Input channels (from the preset when left out; fmnist_tiny: 1). 1 for Fashion-MNIST.",
+     .readme = "input channels"},
+    {ROW_INT("model.dim", model.dim, 1, 65536, FROM_PRESET),
+     .help = "Embedding width D (from the preset when left out; fmnist_tiny: 64). Must be "
+             "divisible by heads.",
+     .readme = "width; must be divisible by `heads`"},
+    {ROW_INT("model.depth", model.depth, 1, 1024, FROM_PRESET),
+     .help = "Number of transformer blocks (from the preset when left out; fmnist_tiny: 4).",
+     .readme = "transformer blocks"},
+    {ROW_INT("model.heads", model.heads, 1, 1024, FROM_PRESET),
+     .help = "Attention heads per block (from the preset when left out; fmnist_tiny: 4).",
+     .readme = "attention heads"},
+    {ROW_DBL("model.mlpRatio", model.mlp_ratio, 0, 64, OPEN_MIN, FROM_PRESET),
+     .help = "MLP hidden width = round(dim x mlpRatio); > 0 and <= 64 (from the preset when left "
+             "out; 4 for all but vit_g14).",
+     .readme = "MLP hidden = round(dim x mlpRatio)"},
+    {ROW_INT("model.numClasses", model.num_classes, 1, 1048576, FROM_PRESET),
+     .help = "Classifier outputs (from the preset when left out; fmnist_tiny: 10). At least 10 "
+             "for Fashion-MNIST.",
+     .readme = "classifier outputs"},
+    {ROW_STR("model.init", model.init, DEF_STR("")), .kind = "path",
+     .help = "Safetensors file with timm parameter names to start from (e.g. a pretrained "
+             "checkpoint); \"\" = random initialisation from training.seed.",
+     .readme = "safetensors file (timm names) to start from"},
 
-    ROW_ENUM("data.format", data.format, formats),
-    ROW_STR("data.uri", data.uri),
-    ROW_BOOL("data.augment", data.augment),
+    {ROW_ENUM("data.format", data.format, formats, DEF_ENUM(DATA_FASHION_MNIST)),
+     .help = "fashion-mnist (the gzipped IDX files) or shards (pre-sharded image records, each "
+             "rank reads its own slice).",
+     .readme = "`shards` is not in this build"},
+    {ROW_STR("data.uri", data.uri, DEF_STR("file:///usr/share/datasets/fashion-mnist")),
+     .kind = "path or `file://`",
+     .help = "Where the data lives: file:///dir, /dir, or s3://bucket/prefix for shards.",
+     .readme = "directory with the (gzipped) IDX files"},
+    {ROW_BOOL("data.augment", data.augment, DEF_BOOL(0)),
+     .help = "Random crop (2 px zero padding) and horizontal flip, drawn per (seed, epoch, "
+             "sample).",
+     .readme = "random crop (2 px zero padding) + horizontal flip, drawn per (seed, epoch, sample)"},
 
-    ROW_LONG("training.steps", training.steps, 0, 1e12),
-    ROW_INT("training.epochs", training.epochs, 0, 1000000),
-    ROW_INT("training.globalBatchSize", training.global_batch_size, 1, 16777216),
-    ROW_INT("training.microBatchSize", training.micro_batch_size, 1, 65536),
-    ROW_ENUM("training.precision", training.precision, precisions),
-    ROW_ENUM("training.sharding", training.sharding, shardings),
-    ROW_BOOL("training.activationCheckpointing", training.activation_checkpointing),
-    ROW_ENUM("training.optimizer.name", training.optimizer.name, optimizers),
-    ROW_DBL("training.optimizer.lr", training.optimizer.lr, 0, 10, OPEN_MIN),
-    ROW_DBL("training.optimizer.weightDecay", training.optimizer.weight_decay, 0, 10, 0),
-    ROW_PAIR("training.optimizer.betas", training.optimizer.beta1, training.optimizer.beta2, 0, 1,
-             OPEN_MAX),
-    ROW_DBL("training.optimizer.eps", training.optimizer.eps, 0, 1, OPEN_MIN),
-    ROW_INT("training.optimizer.warmupSteps", training.optimizer.warmup_steps, 0, 1000000000),
-    ROW_ENUM("training.optimizer.schedule", training.optimizer.schedule, schedules),
-    ROW_DBL("training.optimizer.minLr", training.optimizer.min_lr, 0, 10, 0),
-    ROW_DBL("training.optimizer.gradClip", training.optimizer.grad_clip, 0, 1e6, 0),
-    ROW_U64("training.seed", training.seed, 0, JSON_EXACT_INT),
-    ROW_ENUM("training.device", training.device, devices),
-    ROW_INT("training.rendezvousTimeoutSeconds", training.rendezvous_timeout_seconds, 1, 86400),
-    ROW_INT("training.collectiveTimeoutSeconds", training.collective_timeout_seconds, 1, 86400),
-    ROW_INT("training.threads", training.threads, 0, 1024),
-    ROW_INT("training.logInterval", training.log_interval, 1, 1000000000),
-    ROW_INT("training.reportIntervalSeconds", training.report_interval_seconds, 1, 86400),
-    ROW_INT("training.evalInterval", training.eval_interval, 0, 1000000000),
-    ROW_STR("training.exportPath", training.export_path),
+    {ROW_LONG("training.steps", training.steps, 0, 1e12, DEF_NUM(0)),
+     .help = "Optimizer steps to train. 0 = epochs x (training images / globalBatchSize).",
+     .readme = "optimizer steps; 0 = `epochs` x (train images / global batch)"},
+    {ROW_INT("training.epochs", training.epochs, 0, 1000000, DEF_NUM(2)),
+     .help = "Passes over the training set; used when steps is 0.",
+     .readme = "used when `steps` is 0"},
+    {ROW_INT("training.globalBatchSize", training.global_batch_size, 1, 16777216, DEF_NUM(128)),
+     .help = "Images per optimizer step over all ranks; must be divisible by microBatchSize x "
+             "world size.",
+     .readme = "images per optimizer step; divisible by microBatchSize x world size"},
+    {ROW_INT("training.microBatchSize", training.micro_batch_size, 1, 65536, DEF_NUM(64)),
+     .help = "Images per rank per forward/backward pass; gradient accumulation fills the rest of "
+             "the global batch.",
+     .readme = "per rank per forward/backward; gradient accumulation fills the rest"},
+    {ROW_ENUM("training.precision", training.precision, precisions, DEF_ENUM(PRECISION_FP32)),
+     .help = "fp32, or bf16-mixed (bf16 matmuls and activations, fp32 master weights, optimizer "
+             "state, LayerNorm and loss; on the CPU an emulation).",
+     .readme = "bf16-mixed: fp32 master weights, AdamW state, LayerNorm and loss; matmuls read "
+               "bf16 weights, and activations are stored in bf16 (on the CPU: rounded to bf16 "
+               "where the GPU stores it, see `floatX` in `kernels/ops.h`)"},
+    {ROW_ENUM("training.sharding", training.sharding, shardings, DEF_ENUM(SHARDING_NONE)),
+     .help = "none (DDP: replicated parameters, all-reduced gradients), grad-op (ZeRO-2: "
+             "gradients and optimizer state sharded) or full (FSDP: parameters too, gathered per "
+             "block). No effect at world size 1.",
+     .readme = "no effect at world size 1"},
+    {ROW_BOOL("training.activationCheckpointing", training.activation_checkpointing, DEF_BOOL(0)),
+     .help = "Recompute each block's activations in the backward pass instead of keeping them "
+             "(less memory, ~1/3 more compute).",
+     .readme = "keep only each block's input and recompute the block in backward (identical "
+               "gradients, depth x less block activation memory)"},
+    {ROW_ENUM("training.optimizer.name", training.optimizer.name, optimizers,
+              DEF_ENUM(OPTIMIZER_ADAMW)),
+     .help = "adamw (torch.optim.AdamW semantics; no weight decay on biases, norms, pos_embed, "
+             "cls_token).",
+     .readme = "torch.optim.AdamW semantics; no decay on biases, norms, `pos_embed`, `cls_token` "
+               "(timm's groups)"},
+    {ROW_DBL("training.optimizer.lr", training.optimizer.lr, 0, 10, OPEN_MIN, DEF_NUM(3e-3)),
+     .help = "Peak learning rate, in (0, 10].",
+     .readme = "peak learning rate"},
+    {ROW_DBL("training.optimizer.weightDecay", training.optimizer.weight_decay, 0, 10, 0,
+             DEF_NUM(0.05)),
+     .help = "Decoupled weight decay, in [0, 10].",
+     .readme = "decoupled weight decay"},
+    {ROW_PAIR("training.optimizer.betas", training.optimizer.beta1, training.optimizer.beta2, 0, 1,
+              OPEN_MAX, DEF_PAIR(0.9, 0.999)),
+     .help = "AdamW's [beta1, beta2], each in [0, 1).",
+     .item_help = "An exponential decay rate, in [0, 1).",
+     .readme = ""},
+    {ROW_DBL("training.optimizer.eps", training.optimizer.eps, 0, 1, OPEN_MIN, DEF_NUM(1e-8)),
+     .help = "AdamW's epsilon, in (0, 1].",
+     .readme = ""},
+    {ROW_INT("training.optimizer.warmupSteps", training.optimizer.warmup_steps, 0, 1000000000,
+             DEF_NUM(50)),
+     .help = "Linear warmup, lr x (step+1)/warmupSteps; must not exceed steps.",
+     .readme = "linear warmup lr x (step+1)/warmup; must not exceed `steps`"},
+    {ROW_ENUM("training.optimizer.schedule", training.optimizer.schedule, schedules,
+              DEF_ENUM(SCHEDULE_COSINE)),
+     .help = "cosine (from lr down to minLr over the steps after warmup) or constant.",
+     .readme = "cosine from lr to minLr over the steps after warmup"},
+    {ROW_DBL("training.optimizer.minLr", training.optimizer.min_lr, 0, 10, 0, DEF_NUM(0.0)),
+     .help = "Final learning rate of the cosine schedule, in [0, 10] and at most lr.",
+     .readme = ""},
+    {ROW_DBL("training.optimizer.gradClip", training.optimizer.grad_clip, 0, 1e6, 0, DEF_NUM(1.0)),
+     .help = "Clip the global gradient norm to this value (as clip_grad_norm_); 0 = off.",
+     .readme = "global gradient-norm clip (0 = off), as `clip_grad_norm_`"},
+    {ROW_U64("training.seed", training.seed, 0, JSON_EXACT_INT, DEF_NUM(1234)),
+     .help = "Seed of initialisation, shuffling and augmentation; the same seed and thread count "
+             "give the same bits.",
+     .readme = "init, shuffle and augmentation; same seed and thread count = same bits"},
+    {ROW_ENUM("training.device", training.device, devices, DEF_ENUM(DEVICE_AUTO)),
+     .help = "cpu, cuda, or auto (cuda when a GPU is visible, else cpu).",
+     .readme = "`auto`: the GPU when one is usable, else the CPU (logged); `cuda` without a "
+               "usable GPU exits 2"},
+    {ROW_INT("training.rendezvousTimeoutSeconds", training.rendezvous_timeout_seconds, 1, 86400,
+             DEF_NUM(300)),
+     .help = "How long the ranks wait for each other at rendezvous before exiting (retryable).",
+     .readme = "seconds the ranks wait for each other at start before exiting (retryable), "
+               "naming the missing ranks"},
+    {ROW_INT("training.collectiveTimeoutSeconds", training.collective_timeout_seconds, 1, 86400,
+             DEF_NUM(600)),
+     .help = "How long a collective (all-reduce, all-gather, ...) waits for the other ranks "
+             "before the peer counts as lost and every rank exits (retryable).",
+     .readme = "seconds a collective waits for the other ranks before the peer counts as lost "
+               "(retryable exit)"},
+    {ROW_INT("training.threads", training.threads, 0, 1024, DEF_NUM(0)),
+     .help = "CPU threads per process (OpenBLAS and OpenMP); 0 = as many as the CPU affinity and "
+             "the cgroup CPU quota allow.",
+     .readme = "CPU threads (OpenBLAS and OpenMP); 0 = as many as the CPU affinity and the cgroup "
+               "CPU quota allow"},
+    {ROW_INT("training.logInterval", training.log_interval, 1, 1000000000, DEF_NUM(50)),
+     .help = "Steps between progress log lines.",
+     .readme = "steps between progress lines"},
+    {ROW_INT("training.reportIntervalSeconds", training.report_interval_seconds, 1, 86400,
+             DEF_NUM(10)),
+     .help = "Least seconds between two writes of status.progress by rank 0 (a stored checkpoint "
+             "and the end of training are reported at once).",
+     .readme = "least seconds between two writes of the ViTJob's `status.progress` by rank 0 "
+               "(stored checkpoints and the end are written at once)"},
+    {ROW_INT("training.evalInterval", training.eval_interval, 0, 1000000000, DEF_NUM(0)),
+     .help = "Steps between test-set evaluations; 0 = at the end only.",
+     .readme = "steps between test-set evaluations; 0 = at the end only"},
+    {ROW_STR("training.exportPath", training.export_path, DEF_STR("model.safetensors")),
+     .kind = "path",
+     .help = "File the final weights are written to (safetensors, timm names); \"\" = none.",
+     .readme = "final weights; \"\" = none"},
 
-    ROW_STR("checkpoint.uri", checkpoint.uri),
-    ROW_INT("checkpoint.intervalSteps", checkpoint.interval_steps, 1, 1000000000),
-    ROW_INT("checkpoint.keep", checkpoint.keep, 1, 1000000),
-    ROW_STR("checkpoint.endpoint", checkpoint.endpoint),
-    ROW_STR("checkpoint.credentialsSecret", checkpoint.credentials_secret),
+    {ROW_STR("checkpoint.uri", checkpoint.uri, UNSET),
+     .kind = "`s3://BUCKET[/PREFIX]` \\| `file:///DIR`", .pattern = "^$|^(s3|file)://",
+     .help = "Where checkpoints go: s3://bucket/prefix or file:///dir; each step is a directory "
+             "step-NNNNNNNNN/ with one shard per rank and a manifest.json written last. Unset or "
+             "\"\" = no checkpoints.",
+     .readme = "where checkpoints go and resume comes from; \"\" = none"},
+    {ROW_INT("checkpoint.intervalSteps", checkpoint.interval_steps, 1, 1000000000, DEF_NUM(500)),
+     .help = "Steps between checkpoints.",
+     .readme = "steps between checkpoints (also one at the end and on SIGTERM)"},
+    {ROW_INT("checkpoint.keep", checkpoint.keep, 1, 1000000, DEF_NUM(3)),
+     .help = "Complete checkpoints kept; older ones are deleted after a newer manifest is "
+             "written.",
+     .readme = "newest complete steps kept; older ones are deleted once a newer manifest exists"},
+    {ROW_STR("checkpoint.endpoint", checkpoint.endpoint, UNSET), .kind = "URL",
+     .help = "S3 endpoint URL for s3:// URIs, e.g. https://s3.example:9000; unset = AWS S3.",
+     .readme = "an S3-compatible server (MinIO, Ceph): path-style there; \"\" = AWS, "
+               "virtual-hosted"},
+    {ROW_STR("checkpoint.credentialsSecret", checkpoint.credentials_secret, UNSET),
+     .kind = "Secret name",
+     .help = "Name of a Secret in the job's namespace with keys AWS_ACCESS_KEY_ID and "
+             "AWS_SECRET_ACCESS_KEY (optionally AWS_REGION, AWS_SESSION_TOKEN), passed to the "
+             "workers as environment variables.",
+     .readme = "the operator mounts its `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, "
+               "`AWS_SESSION_TOKEN` into the workers (ignored by the worker itself)"},
 };
 #define N_KEYS (sizeof config_keys / sizeof config_keys[0])
 
@@ -849,46 +1024,48 @@ int config_preset(model_config *m, const char *name)
     return -1;
 }
 
+/* Writes the row's default into its field (DEF_PRESET and DEF_UNSET: the
+ * field keeps what it holds: the preset's value, or zero). */
+static void set_default(vit_job_config *cfg, const config_key *k)
+{
+    if (k->dflt.from != DEF_KEY)
+        return;
+    char *field = (char *)cfg + k->off;
+    const key_default *d = &k->dflt;
+    switch (k->type) {
+    case KT_INT:
+    case KT_BOOL:
+    case KT_ENUM:
+        *(int *)(void *)field = (int)d->num;
+        break;
+    case KT_LONG:
+        *(long *)(void *)field = (long)d->num;
+        break;
+    case KT_U64:
+        *(unsigned long long *)(void *)field = (unsigned long long)d->num;
+        break;
+    case KT_DOUBLE:
+        *(double *)(void *)field = d->num;
+        break;
+    case KT_PAIR:
+        *(double *)(void *)field = d->num;
+        *(double *)(void *)((char *)cfg + k->off2) = d->num2;
+        break;
+    case KT_STRING:
+        set_str(field, k->size, d->str ? d->str : "");
+        break;
+    case KT_PRESET:
+        config_preset(&cfg->model, d->str ? d->str : "");
+        break;
+    }
+}
+
 void config_defaults(vit_job_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    config_preset(&cfg->model, "fmnist_tiny");
-
-    cfg->data.format = DATA_FASHION_MNIST;
-    set_str(cfg->data.uri, sizeof cfg->data.uri, "file:///usr/share/datasets/fashion-mnist");
-    cfg->data.augment = 0;
-
-    training_config *t = &cfg->training;
-    t->steps = 0;
-    t->epochs = 2;
-    t->global_batch_size = 128;
-    t->micro_batch_size = 64;
-    t->precision = PRECISION_FP32;
-    t->sharding = SHARDING_NONE;
-    t->activation_checkpointing = 0;
-    optimizer_config *o = &t->optimizer;
-    o->name = OPTIMIZER_ADAMW;
-    o->lr = 3e-3;
-    o->weight_decay = 0.05;
-    o->beta1 = 0.9;
-    o->beta2 = 0.999;
-    o->eps = 1e-8;
-    o->warmup_steps = 50;
-    o->schedule = SCHEDULE_COSINE;
-    o->min_lr = 0.0;
-    o->grad_clip = 1.0;
-    t->seed = 1234;
-    t->device = DEVICE_AUTO;
-    t->rendezvous_timeout_seconds = 300;
-    t->collective_timeout_seconds = 600;
-    t->threads = 0;
-    t->log_interval = 50;
-    t->report_interval_seconds = 10;
-    t->eval_interval = 0;
-    set_str(t->export_path, sizeof t->export_path, "model.safetensors");
-
-    cfg->checkpoint.interval_steps = 500;
-    cfg->checkpoint.keep = 3;
+    /* in table order: model.preset, the first row, fills the dims that come from it */
+    for (size_t i = 0; i < N_KEYS; i++)
+        set_default(cfg, &config_keys[i]);
     cfg->world_size = 1;
 }
 
@@ -1220,6 +1397,27 @@ cJSON *config_describe(void)
             }
             ok = ok && e;
         }
+        static const char *const formats_of[] = {[KT_INT] = "int32", [KT_LONG] = "int64",
+                                                 [KT_U64] = "int64", [KT_DOUBLE] = "double",
+                                                 [KT_PAIR] = "double"};
+        if (k->type <= KT_DOUBLE || k->type == KT_PAIR)
+            ok = ok && cJSON_AddStringToObject(row, "format", formats_of[k->type]);
+        if (k->type == KT_STRING)
+            ok = ok && cJSON_AddNumberToObject(row, "maxLength", (double)(k->size - 1));
+        if (k->type == KT_PAIR)
+            ok = ok && cJSON_AddNumberToObject(row, "minItems", 2) &&
+                 cJSON_AddNumberToObject(row, "maxItems", 2);
+        static const char *const from[] = {[DEF_KEY] = "key", [DEF_PRESET] = "preset",
+                                           [DEF_UNSET] = "unset"};
+        ok = ok && cJSON_AddStringToObject(row, "defaultFrom", from[k->dflt.from]) &&
+             cJSON_AddStringToObject(row, "description", k->help ? k->help : "") &&
+             cJSON_AddStringToObject(row, "readme", k->readme ? k->readme : "");
+        if (k->kind)
+            ok = ok && cJSON_AddStringToObject(row, "readmeType", k->kind);
+        if (k->pattern)
+            ok = ok && cJSON_AddStringToObject(row, "pattern", k->pattern);
+        if (k->item_help)
+            ok = ok && cJSON_AddStringToObject(row, "itemDescription", k->item_help);
         cJSON *v = field_to_json(&d, k, 0);
         if (!ok || !v || !cJSON_AddItemToObject(row, "default", v)) {
             cJSON_Delete(v);

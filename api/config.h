@@ -4,7 +4,8 @@
  * spec {model, data, training, checkpoint} or a whole ViTJob manifest, whose
  * `spec` is used), `--set key=value` overrides, model presets, defaults and
  * validation. Configuration is table-driven: one row per key (dotted path,
- * type, bounds, default, target field).
+ * type, bounds, default, target field, and the words the CRD and the README
+ * say of it: api/config_schema.c writes those files' parts from the table).
  * Must not: touch data files, allocate model memory, or exit the process.
  *
  * Errors: every function returns 0 on success or a vj_err (api/exitcode.h), and
@@ -130,11 +131,21 @@ int config_mlp_hidden(const model_config *m);
  * Caller frees the result with free(). */
 char *config_to_json(const vit_job_config *cfg);
 
-/* The key table itself, for checks that the CRD and the README agree with it:
- * an array of {path, type ("integer", "number", "boolean", "string",
- * "array"), minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers
- * and arrays of numbers), enum (strings from a fixed set), default (as
- * config_defaults sets it)}. Caller frees with cJSON_Delete; NULL on OOM. */
+/* The key table itself, for api/config_schema.c (which writes the CRD's and
+ * the README's parts from it) and the tests: an array, in table order, of
+ *   path, type ("integer", "number", "boolean", "string", "array");
+ *   format ("int32", "int64", "double"; of an array: its elements');
+ *   minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, arrays);
+ *   minItems, maxItems (arrays); maxLength (free strings: the capacity);
+ *   enum (strings from a fixed set);
+ *   default (as config_defaults sets it), defaultFrom ("key": the row's own,
+ *     which the CRD repeats; "preset": the default preset's, and no CRD
+ *     default; "unset": zero or "", and no CRD default);
+ *   description (the CRD's, without "Default X."), readme (the README's
+ *     meaning column), and where the row has them readmeType (the README's
+ *     type column where the type says too little, e.g. "path"), pattern
+ *     (the CRD's) and itemDescription (the CRD's, of an array's elements).
+ * Caller frees with cJSON_Delete; NULL on OOM. */
 cJSON *config_describe(void);
 
 /* The spelling of an enumerated key's value, e.g. ("training.precision",

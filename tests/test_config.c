@@ -1077,6 +1077,21 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
                                              NULL};
     cJSON *table = config_describe();
     cr_assert_not_null(table);
+    /* ... which are the table's keys whose default is not their own */
+    int own = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, table) {
+        const char *path = cJSON_GetObjectItem(r, "path")->valuestring;
+        int listed = 0;
+        for (const char *const *e = no_default; *e; e++)
+            listed |= strcmp(*e, path) == 0;
+        int from_key = strcmp(cJSON_GetObjectItem(r, "defaultFrom")->valuestring, "key") == 0;
+        cr_assert_neq(listed, from_key, "%s: defaultFrom %s", path,
+                      cJSON_GetObjectItem(r, "defaultFrom")->valuestring);
+        own += from_key;
+    }
+    cr_assert_eq(own + 11, cJSON_GetArraySize(table));
+    cr_assert_not_null(table);
     const cJSON *row;
     int rows = 0;
     cJSON_ArrayForEach(row, table) {

@@ -19,6 +19,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "config.h"
+#include "config_schema.h"
 #include "contract.h"
 #include "exitcode.h"
 #include "file.h"
@@ -49,6 +50,7 @@ static void usage(FILE *to)
             "       vitjob-worker checkpoints --uri URI [--endpoint URL]\n"
             "       vitjob-worker export --from URI[/step-N] --out FILE [--endpoint URL]\n"
             "       vitjob-worker exit-codes\n"
+            "       vitjob-worker schema [FILE]\n"
             "       vitjob-worker version\n"
             "\n"
             "Trains a Vision Transformer as the config (JSON or YAML: the spec of a ViTJob,\n"
@@ -410,6 +412,45 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
     return rc;
 }
 
+/* `schema FILE`: FILE with its generated regions written again from the
+ * config table (api/config_schema.h), on stdout; `make schema` writes it
+ * back. `schema` alone: each section's CRD properties. Returns the exit code. */
+static int cmd_schema(int argc, char **argv)
+{
+    char err[1024] = "";
+    buf in = {.max = 16u << 20}, out = {0};
+    vj_err e = VJ_OK;
+    if (argc > 1) {
+        snprintf(err, sizeof err, "usage: vitjob-worker schema [FILE]");
+        e = VJ_ERR_USAGE;
+    } else if (argc == 1) {
+        if (file_read(&in, argv[0], err, sizeof err) != 0)
+            e = VJ_ERR_CONFIG;
+        else
+            e = config_schema_rewrite(&out, in.data ? in.data : "", in.len, argv[0], err, sizeof err);
+    } else {
+        static const char *const sections[] = {"model", "data", "training", "training.optimizer",
+                                               "checkpoint"};
+        for (size_t i = 0; e == VJ_OK && i < sizeof sections / sizeof sections[0]; i++) {
+            buf_printf(&out, "# spec.%s.properties\n", sections[i]);
+            e = config_schema_crd_section(&out, sections[i], 0, err, sizeof err);
+        }
+    }
+    if (e == VJ_OK && out.len && fwrite(out.data, 1, out.len, stdout) != out.len) {
+        snprintf(err, sizeof err, "cannot write to stdout");
+        e = VJ_ERR_IO;
+    }
+    buf_free(&in);
+    buf_free(&out);
+    int code = vj_exit_code(e, 0);
+    if (e != VJ_OK) {
+        const vj_err_row *row = vj_err_info(e);
+        LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=\"%s\"", code,
+                  row ? row->name : "unknown", vj_exit_permanent(code) ? "no" : "yes", err);
+    }
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     const int usage_code = vj_exit_code(VJ_ERR_USAGE, 0);
@@ -438,6 +479,7 @@ int main(int argc, char **argv)
         return code;
     }
     if (strcmp(argv[1], "exit-codes") == 0) return cmd_exit_codes();
+    if (strcmp(argv[1], "schema") == 0) return cmd_schema(argc - 2, argv + 2);
     if (strcmp(argv[1], "checkpoints") == 0 || strcmp(argv[1], "export") == 0) {
         char err[1024] = "";
         vj_err e = argv[1][0] == 'c' ? cmd_checkpoints(argc - 2, argv + 2, err, sizeof err)

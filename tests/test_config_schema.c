@@ -1,0 +1,246 @@
+/* tests/test_config_schema.c - api/config_schema.c: the YAML it writes reads
+ * back as the config table says (types, bounds, defaults, enums, the
+ * descriptions word for word through folding), rewriting keeps every byte
+ * outside the markers and is idempotent, and the README table has one row
+ * per key. Whether the committed files are fresh is tests/schema.bats'. */
+#include "config.h"
+#include "config_schema.h"
+
+#include "buf.h"
+#include "yaml_json.h"
+
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const sections[] = {"model", "data", "training", "training.optimizer",
+                                       "checkpoint"};
+#define N_SECTIONS (sizeof sections / sizeof sections[0])
+
+static cJSON *parse(const char *text)
+{
+    cJSON *j = NULL;
+    char err[256] = "";
+    const yaml_json_opts typed = {.typed_scalars = 1};
+    cr_assert_eq(yaml_json_parse(text, strlen(text), &typed, &j, err, sizeof err), 0, "%s\n%s", err,
+                 text);
+    return j;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Numbers exactly equal (the YAML is written to read back as the same double). */
+static int same(const cJSON *a, const cJSON *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    if (cJSON_IsNumber(a) && cJSON_IsNumber(b))
+        return a->valuedouble == b->valuedouble;
+    if (cJSON_IsArray(a) && cJSON_IsArray(b)) {
+        if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b))
+            return 0;
+        for (int i = 0; i < cJSON_GetArraySize(a); i++)
+            if (!same(cJSON_GetArrayItem(a, i), cJSON_GetArrayItem(b, i)))
+                return 0;
+        return 1;
+    }
+    return cJSON_Compare(a, b, 1);
+}
+
+static int in_section(const char *path, const char *section)
+{
+    const char *dot = strrchr(path, '.');
+    return dot && (size_t)(dot - path) == strlen(section) &&
+           strncmp(path, section, strlen(section)) == 0;
+}
+
+Test(config_schema, each_sections_yaml_reads_back_as_the_config_table)
+{
+    cJSON *table = config_describe();
+    cr_assert_not_null(table);
+    int keys = 0, folded = 0, one_line = 0;
+    for (size_t s = 0; s < N_SECTIONS; s++) {
+        buf out = {0};
+        char err[256] = "";
+        cr_assert_eq(config_schema_crd_section(&out, sections[s], 4, err, sizeof err), 0, "%s", err);
+        cr_assert(strncmp(out.data, "    ", 4) == 0 && out.data[4] != ' ', "%s", out.data);
+        for (const char *d = out.data; (d = strstr(d, "description: ")) != NULL; d++) {
+            folded += strncmp(d, "description: >-\n", 16) == 0;
+            one_line += strncmp(d, "description: >-\n", 16) != 0;
+        }
+        cJSON *props = parse(out.data);
+        const cJSON *row;
+        cJSON_ArrayForEach(row, table) {
+            const char *path = str(row, "path");
+            if (!in_section(path, sections[s]))
+                continue;
+            keys++;
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(props, strrchr(path, '.') + 1);
+            cr_assert_not_null(p, "%s: not in\n%s", path, out.data);
+            cr_assert_str_eq(str(p, "type"), str(row, "type"), "%s", path);
+            const int array = strcmp(str(row, "type"), "array") == 0;
+            const cJSON *nums = array ? cJSON_GetObjectItem(p, "items") : p;
+            static const char *const same_keys[] = {"minimum", "maximum", "maxLength", "pattern",
+                                                    "enum", "format"};
+            for (size_t i = 0; i < sizeof same_keys / sizeof same_keys[0]; i++)
+                cr_assert(same(cJSON_GetObjectItem(nums, same_keys[i]),
+                               cJSON_GetObjectItem(row, same_keys[i])),
+                          "%s: %s", path, same_keys[i]);
+            static const char *const excl[] = {"exclusiveMinimum", "exclusiveMaximum"};
+            for (int i = 0; i < 2; i++)
+                cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(nums, excl[i])),
+                             cJSON_IsTrue(cJSON_GetObjectItem(row, excl[i])), "%s: %s", path, excl[i]);
+            /* a default where the row has its own, exactly that one */
+            const int own = strcmp(str(row, "defaultFrom"), "key") == 0;
+            const cJSON *d = cJSON_GetObjectItem(p, "default");
+            if (own)
+                cr_assert(d && same(d, cJSON_GetObjectItem(row, "default")), "%s: default", path);
+            else
+                cr_assert_null(d, "%s: a default the row does not own", path);
+            /* the description word for word, then "Default X." */
+            const char *want = str(row, "description"), *got = str(p, "description");
+            cr_assert_not_null(got, "%s", path);
+            cr_assert(strncmp(got, want, strlen(want)) == 0, "%s:\n got %s\nwant %s", path, got, want);
+            const char *rest = got + strlen(want);
+            const cJSON *dv = cJSON_GetObjectItem(row, "default");
+            if (own && !(cJSON_IsString(dv) && !dv->valuestring[0]))
+                cr_assert(strncmp(rest, " Default ", 9) == 0 && rest[strlen(rest) - 1] == '.',
+                          "%s: %s", path, got);
+            else
+                cr_assert_str_empty(rest, "%s: %s", path, got);
+            if (array)
+                cr_assert_str_eq(str(nums, "description"), str(row, "itemDescription"), "%s", path);
+        }
+        cJSON_Delete(props);
+        buf_free(&out);
+    }
+    cr_assert_eq(keys, cJSON_GetArraySize(table), "every key is in one of the sections");
+    cr_assert(folded > 0 && one_line > 0, "both description forms are exercised");
+    cJSON_Delete(table);
+}
+
+Test(config_schema, double_defaults_are_yaml_1_1_floats)
+{
+    buf out = {0};
+    cr_assert_eq(config_schema_crd_section(&out, "training.optimizer", 0, NULL, 0), 0);
+    /* a YAML 1.1 float needs the point and the exponent's sign */
+    cr_assert(strstr(out.data, "default: 1.0e-8\n") != NULL, "%s", out.data);
+    cr_assert(strstr(out.data, "default: 0.003\n") != NULL, "%s", out.data);
+    cr_assert(strstr(out.data, "default: 1.0\n") != NULL, "%s", out.data);
+    cr_assert(strstr(out.data, "default: [0.9, 0.999]\n") != NULL, "%s", out.data);
+    cr_assert(strstr(out.data, "Default 1e-8.") != NULL, "%s", out.data);
+    buf_free(&out);
+}
+
+Test(config_schema, an_unknown_section_is_an_error)
+{
+    buf out = {0};
+    char err[256] = "";
+    cr_assert_eq(config_schema_crd_section(&out, "trainingx", 0, err, sizeof err), VJ_ERR_CONFIG);
+    cr_assert_str_eq(err, "no config key is directly in section 'trainingx'");
+    buf_free(&out);
+}
+
+/* A file with every section's region, hand-written lines around them. */
+static char *template(const char *tail)
+{
+    buf t = {0};
+    buf_puts(&t, "# hand: head\nspec:\n");
+    for (size_t s = 0; s < N_SECTIONS; s++)
+        buf_printf(&t,
+                   "  s%zu:\n    x-hand: [%zu]\n    properties:\n"
+                   "      # BEGIN generated: %s (anything)\n      stale: {}\n"
+                   "      # END generated: %s\n      handKey: {type: string}\n",
+                   s, s, sections[s], sections[s]);
+    buf_puts(&t, tail);
+    return buf_take(&t);
+}
+
+Test(config_schema, rewriting_keeps_the_hand_written_lines_and_is_idempotent)
+{
+    static const char *const tails[] = {"# the end\n", "# no newline at the end"};
+    for (int k = 0; k < 2; k++) {
+        char *in = template(tails[k]);
+        buf once = {0}, twice = {0};
+        char err[256] = "";
+        cr_assert_eq(config_schema_rewrite(&once, in, strlen(in), "t.yaml", err, sizeof err), 0, "%s", err);
+        cr_assert_eq(config_schema_rewrite(&twice, once.data, once.len, "t.yaml", err, sizeof err), 0,
+                     "%s", err);
+        cr_assert_str_eq(twice.data, once.data);
+        cr_assert_null(strstr(once.data, "stale"));
+        /* each hand-written line of the input, in order */
+        const char *at = once.data;
+        for (char *line = strtok(in, "\n"); line; line = strtok(NULL, "\n")) {
+            if (strstr(line, "stale"))
+                continue;
+            const char *found = strstr(at, line);
+            cr_assert_not_null(found, "lost: %s", line);
+            at = found + strlen(line);
+        }
+        cr_assert_str_eq(once.data + once.len - strlen(tails[k]), tails[k]);
+        cJSON *doc = parse(once.data);
+        const cJSON *lr = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "spec"), "s3"), "properties"), "lr"), "default");
+        cr_assert(cJSON_IsNumber(lr) && lr->valuedouble == 3e-3);
+        cJSON_Delete(doc);
+        buf_free(&once);
+        buf_free(&twice);
+        free(in);
+    }
+}
+
+Test(config_schema, a_marker_must_be_a_comment_line_of_its_own)
+{
+    const char *text = "text that says BEGIN generated: model in passing\n";
+    buf out = {0};
+    char err[256] = "";
+    cr_assert_eq(config_schema_rewrite(&out, text, strlen(text), "x.md", err, sizeof err), VJ_ERR_CONFIG);
+    cr_assert_str_eq(err, "x.md: no generated region ('BEGIN generated: NAME' ... 'END generated: NAME')");
+    buf_free(&out);
+}
+
+Test(config_schema, a_section_twice_is_an_error)
+{
+    const char *text = "# BEGIN generated: data\n# END generated: data\n"
+                       "# BEGIN generated: data\n# END generated: data\n";
+    buf out = {0};
+    char err[256] = "";
+    cr_assert_eq(config_schema_rewrite(&out, text, strlen(text), "x.yaml", err, sizeof err), VJ_ERR_CONFIG);
+    cr_assert_str_eq(err, "x.yaml:3: a second region 'BEGIN generated: data'");
+    buf_free(&out);
+}
+
+Test(config_schema, the_readme_table_has_one_row_per_key_in_table_order)
+{
+    const char *text = "intro\n<!-- BEGIN generated: config-keys -->\nold\n<!-- END generated: config-keys -->\nafter\n";
+    buf out = {0};
+    char err[256] = "";
+    cr_assert_eq(config_schema_rewrite(&out, text, strlen(text), "R.md", err, sizeof err), 0, "%s", err);
+    const char *head = "intro\n<!-- BEGIN generated: config-keys -->\n"
+                       "| key | type | default | meaning |\n| --- | --- | --- | --- |\n";
+    cr_assert(strncmp(out.data, head, strlen(head)) == 0, "%s", out.data);
+    cr_assert(strstr(out.data, "<!-- END generated: config-keys -->\nafter\n") != NULL);
+    cr_assert_null(strstr(out.data, "\nold\n"));
+    cJSON *table = config_describe();
+    const cJSON *row;
+    const char *at = out.data;
+    cJSON_ArrayForEach(row, table) {
+        char head[160];
+        snprintf(head, sizeof head, "\n| `%s` | ", str(row, "path"));
+        const char *found = strstr(at, head);
+        cr_assert_not_null(found, "%s: no row, or out of order", str(row, "path"));
+        at = found + 1;
+    }
+    cr_assert(strstr(out.data, "| `training.optimizer.lr` | number (0, 10] | 0.003 | peak learning rate |\n"));
+    cr_assert(strstr(out.data, "| `training.epochs` | int 0..1000000 | 2 | used when `steps` is 0 |\n"));
+    cr_assert(strstr(out.data, "| `data.format` | `fashion-mnist` \\| `shards` | `fashion-mnist` |"));
+    cJSON_Delete(table);
+    buf_free(&out);
+}
