@@ -194,7 +194,8 @@ static void hook_write(void *ctx, const float *host)
         const size_t n = f->lo[u + 1] - f->lo[u], c = f->chunk[u], first = (size_t)f->rank * c;
         size_t have = first < n ? n - first : 0; /* this rank's chunk; the padding is zero */
         if (have > c) have = c;
-        if (have) f->ops->upload(f->params + f->at[u], host + f->lo[u] + first, have * sizeof(float));
+        if (have)
+            f->ops->upload(f->params + f->at[u], host + f->lo[u] + first, have * sizeof(float));
         f->ops->zero(f->params + f->at[u] + have, c - have);
     }
     f->pslot_unit[0] = f->pslot_unit[1] = -1;
