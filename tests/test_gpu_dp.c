@@ -108,7 +108,7 @@ Test(gpu_dp, two_nccl_ranks_on_two_gpus_run_every_strategy_along_the_cpu_traject
         for (int r = 0; r < 2; r++) {
             cr_assert_eq(pipe(fds[r]), 0);
             if ((pids[r] = fork()) == 0) {
-                char dev[8], err[512] = "";
+                char dev[16], err[512] = "";
                 snprintf(dev, sizeof dev, "%d", r);
                 setenv("CUDA_VISIBLE_DEVICES", dev, 1);
                 signal(SIGPIPE, SIG_IGN);
