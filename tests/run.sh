@@ -41,7 +41,6 @@ trap 'rm -rf "$WORK"' EXIT
 passed=0 failed=0 skipped=0 failures=()
 TIMES=$WORK/times # one line per suite: SECONDS NAME
 suite_start=$(date +%s)
-suite_start=$start
 # note NAME RESULT: the suite's line, with the seconds since the last note
 note() {
   local now secs; now=$(date +%s); secs=$((now - suite_start)); suite_start=$now
@@ -131,6 +130,7 @@ script_suite() {
 }
 
 start=$(date +%s)
+suite_start=$start
 # protect_shadow_gap=0: the CUDA driver maps memory where ASan's shadow gap
 # would be, so with a GPU present the sanitized binaries need it to start CUDA.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:protect_shadow_gap=0
