@@ -8,9 +8,17 @@ Throughput: the images of the timed steps over their time, from rank 0's
 summary (img_per_s: the global batch per second). Memory: each rank's
 params + grads + optimizer bytes as it logs them (event=shard), and its
 peak resident set (peak_rss_mib of its done line).
+
+Then the peer: vitjob at 2 ranks (sharding none and grad-op) against
+PyTorch's DistributedDataParallel on gloo (bench/ddp_train.py, run by
+Debian's /usr/bin/python3, which has torch) with the same model, global
+batch 64, micro-batch 16 (no_sync accumulation), one thread per rank, the
+three taken in turns for --rounds rounds; each one's best and median img/s
+and the ratio of vitjob's to DDP's.
 Must not: assert anything (a benchmark prints).
 """
 import argparse
+import json
 import os
 import re
 import socket
@@ -61,12 +69,85 @@ def run(worker, world, mode, steps, tmp):
     return out
 
 
+def run_ddp(world, steps, tmp, python="/usr/bin/python3"):
+    """PyTorch DDP on gloo (bench/ddp_train.py), world ranks on loopback."""
+    port = free_port()
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_train.py")
+    procs = []
+    for r in range(world):
+        log = open(os.path.join(tmp, "ddp-%d.log" % r), "w")
+        args = [python, script, "--rank", str(r), "--world", str(world), "--port", str(port),
+                "--preset", "fmnist_small", "--global-batch", "64", "--micro-batch", "16",
+                "--threads", "1", "--steps", str(steps)]
+        procs.append((subprocess.Popen(args, stdout=subprocess.PIPE if r == 0 else
+                                       subprocess.DEVNULL, stderr=log, text=True), log))
+    out = procs[0][0].communicate()[0]
+    codes = [p.wait() for p, _ in procs]
+    for _, log in procs:
+        log.close()
+    if any(codes):
+        text = open(os.path.join(tmp, "ddp-%d.log" % codes.index(next(c for c in codes if c)))).read()
+        last = [l for l in text.splitlines() if l][-1:]
+        return {"error": "exit %s: %s" % (codes, last[0][-160:] if last else "")}
+    res = json.loads(out.strip().splitlines()[-1])
+    return {"img_s": res["images_per_sec"], "torch": res["torch"]}
+
+
+def ddp_table(worker, steps, rounds, tmp):
+    """vitjob (none, grad-op) against DDP at 2 ranks, in turns."""
+    kinds = [("vitjob none", lambda: run(worker, 2, "none", steps, tmp)),
+             ("vitjob grad-op", lambda: run(worker, 2, "grad-op", steps, tmp)),
+             ("PyTorch DDP (gloo)", lambda: run_ddp(2, steps, tmp))]
+    got = {k: [] for k, _ in kinds}
+    errors, torch_version = {}, "?"
+    for _ in range(rounds):
+        for name, fn in kinds:
+            r = fn()
+            if "error" in r:
+                errors[name] = r["error"]
+            else:
+                got[name].append(r["img_s"])
+                torch_version = r.get("torch", torch_version)
+    print("\n## vitjob against PyTorch DDP at 2 ranks on loopback (fmnist_small, global batch "
+          "64, micro-batch 16, no_sync accumulation, %d steps, 1 thread per rank, %d cores, "
+          "torch %s, %d rounds in turns, load average before: %s)\n" % (
+              steps, os.cpu_count(), torch_version, rounds, LOAD_BEFORE))
+    print("| implementation | img/s best | img/s median | runs | best / DDP best "
+          "| median / DDP median |")
+    print("| --- | ---: | ---: | --- | ---: | ---: |")
+    ddp = got["PyTorch DDP (gloo)"]
+    for name, _ in kinds:
+        v = sorted(got[name])
+        if not v:
+            print("| %s | failed: %s | | | | |" % (name, errors.get(name, "?")))
+            continue
+        best, med = v[-1], v[len(v) // 2]
+        ratio = lambda a, b: "%.2fx" % (a / b) if b else "-"
+        print("| %s | %.1f | %.1f | %s | %s | %s |" % (
+            name, best, med, " ".join("%.1f" % x for x in got[name]),
+            ratio(best, max(ddp) if ddp else 0), ratio(med, sorted(ddp)[len(ddp) // 2] if ddp else 0)))
+    print("\nload average after: %s" % open("/proc/loadavg").read().split()[0])
+    sys.stdout.flush()
+
+
+LOAD_BEFORE = "?"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the DDP comparison")
+    ap.add_argument("--only", choices=("scaling", "ddp"),
+                    help="print only the scaling table or only the DDP comparison")
     a = ap.parse_args()
     worker = os.path.join(a.build, "bin", "vitjob-worker")
+    global LOAD_BEFORE
+    LOAD_BEFORE = open("/proc/loadavg").read().split()[0]
+    if a.only == "ddp":
+        with tempfile.TemporaryDirectory() as tmp:
+            ddp_table(worker, a.steps, a.rounds, tmp)
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for world in (1, 2, 4):
@@ -90,6 +171,9 @@ def main():
             world, mode, r["img_s"], r["img_s"] / base["img_s"], state / 2**20,
             state / base["ranks"][0][0], rss))
     sys.stdout.flush()
+    if a.only != "scaling":
+        with tempfile.TemporaryDirectory() as tmp:
+            ddp_table(worker, a.steps, a.rounds, tmp)
 
 
 if __name__ == "__main__":
