@@ -208,14 +208,14 @@ Test(comm, one_rank_is_local_copies_and_no_ops)
     comm_free(c);
 }
 
-/* reduce-scatter and all-reduce over the sizes that change the ring's
- * segmenting (one element; fewer elements than segments; just over one
- * segment of 1 MiB; several), each call on a freshly allocated buffer (a
+/* reduce-scatter and all-reduce over the sizes that change the rings'
+ * segmenting (one element; fewer elements than the two segments a chunk
+ * has at least; two; three segments of 4 MiB and a ragged one), each call on a freshly allocated buffer (a
  * backend must not keep a caller's pointer), with the other chunks left
  * as scratch; integer values, so the sums are exact */
 static int sizes(comm *c, int rank, int world)
 {
-    static const size_t counts[] = {1, 3, 262145, 600001};
+    static const size_t counts[] = {1, 3, 262145, 3 * 1048576 + 5};
     char err[512];
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
         const size_t n = counts[k], all = n * (size_t)world;

@@ -15,7 +15,8 @@
 // rebuilt), or let an exception cross into C.
 //
 // Per call, nothing is built that outlives it but the reduce-scatter's two
-// segment buffers (kept by the communicator, grown to the largest call):
+// segment buffers (kept by the communicator, grown to the largest call: at
+// most 2 x 4 MiB):
 // gloo's unbound buffers are wrappers of a pointer, made and dropped per
 // call at no cost, and carry no registration; the peer's data is written
 // straight into the destination (the receiver posts its buffer first).
@@ -99,15 +100,15 @@ class CStore : public gloo::rendezvous::Store {
 
 int communicators; // for store key prefixes: one per communicator of a process
 
-// The ring's segments: a ring step moves one chunk per rank in segments of
+// The rings' segments: a ring step moves one chunk per rank in segments of
 // at most this many bytes, two in flight, so that adding a received segment
-// overlaps the transfer of the next. gloo's all-reduce takes the same bound
-// (AllreduceOptions::setMaxSegmentSize).
-size_t segment_bytes(const char *env, size_t dflt)
-{
-    const char *v = std::getenv(env); // TUNING, to be removed
-    return v && *v ? std::strtoul(v, nullptr, 10) : dflt;
-}
+// overlaps the transfer of the next (gloo's all-reduce takes the bound from
+// AllreduceOptions::setMaxSegmentSize, 1 MiB by default). 4 MiB: measured
+// at 2 ranks on a loaded 2-core machine (bench/NOTES.md, issue 24), 1 MiB
+// gave the all-reduce 10-20% less bus bandwidth for 4-64 MiB messages (each
+// segment is a rendezvous of the two ranks' threads, and those wait for a
+// core), and 16 MiB lost the overlap (-40% at 64 MiB).
+constexpr size_t kSegmentBytes = 4u << 20;
 
 // slot prefix of the reduce-scatter's messages: gloo's own collectives use
 // 0x01-0x08 (gloo/types.h), so a tag never meets one of theirs
@@ -147,7 +148,7 @@ int allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
     try {
         gloo::AllreduceOptions opts(state(c)->ctx);
         opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        opts.setMaxSegmentSize(segment_bytes("VJ_SEG_AR", 1u << 20));
+        opts.setMaxSegmentSize(kSegmentBytes);
         opts.setOutput(buf, count);
         opts.setReduceFunction(
             static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
@@ -178,7 +179,7 @@ int reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t errl
     gloo_comm *g = state(c);
     const int n = c->world, r = c->rank;
     try {
-        const size_t max_seg = std::max<size_t>(1, segment_bytes("VJ_SEG_RS", 1u << 20) / sizeof(float));
+        const size_t max_seg = kSegmentBytes / sizeof(float);
         // at least two segments per chunk: a chunk's segment is sent on at
         // the next step only once it has been added (two ops later)
         const size_t nseg = std::max<size_t>(2, (count + max_seg - 1) / max_seg);
