@@ -12,9 +12,11 @@ peak resident set (peak_rss_mib of its done line).
 Then the peer: vitjob at 2 ranks (sharding none and grad-op) against
 PyTorch's DistributedDataParallel on gloo (bench/ddp_train.py, run by
 Debian's /usr/bin/python3, which has torch) with the same model, global
-batch 64, micro-batch 16 (no_sync accumulation), one thread per rank, the
-three taken in turns for --rounds rounds; each one's best and median img/s
-and the ratio of vitjob's to DDP's.
+batch 64, micro-batch 16 (no_sync accumulation), one thread per rank, and
+both at 1 rank (the same micro-batches: the compute per image without
+collectives), taken in turns for --rounds rounds; each one's best and
+median img/s, the ratio of vitjob's to DDP's at the same world size, and
+vitjob's time inside its gradient collective per step.
 Must not: assert anything (a benchmark prints).
 """
 import argparse
@@ -66,6 +68,10 @@ def run(worker, world, mode, steps, tmp):
         out["ranks"].append((state, rss))
         if r == 0:
             out["img_s"] = float(re.search(r"img_per_s=([\d.]+)", done).group(1))
+            out["train_s"] = float(re.search(r"train_seconds=([\d.]+)", done).group(1))
+            stats = [l for l in text.splitlines() if "event=comm_stats" in l]
+            if stats:  # many ranks: seconds inside the collectives (worker/comm.c)
+                out["comm"] = {k: float(v) for k, v in re.findall(r"(\w+_s)=([\d.]+)", stats[0])}
     return out
 
 
@@ -94,39 +100,53 @@ def run_ddp(world, steps, tmp, python="/usr/bin/python3"):
 
 
 def ddp_table(worker, steps, rounds, tmp):
-    """vitjob (none, grad-op) against DDP at 2 ranks, in turns."""
-    kinds = [("vitjob none", lambda: run(worker, 2, "none", steps, tmp)),
-             ("vitjob grad-op", lambda: run(worker, 2, "grad-op", steps, tmp)),
-             ("PyTorch DDP (gloo)", lambda: run_ddp(2, steps, tmp))]
-    got = {k: [] for k, _ in kinds}
+    """vitjob (none, grad-op) against DDP at 2 ranks, and both at 1 rank (the
+    same micro-batches, so the compute per image), in turns."""
+    kinds = [("vitjob none", 1, lambda: run(worker, 1, "none", steps, tmp)),
+             ("PyTorch DDP (gloo)", 1, lambda: run_ddp(1, steps, tmp)),
+             ("vitjob none", 2, lambda: run(worker, 2, "none", steps, tmp)),
+             ("vitjob grad-op", 2, lambda: run(worker, 2, "grad-op", steps, tmp)),
+             ("PyTorch DDP (gloo)", 2, lambda: run_ddp(2, steps, tmp))]
+    got = {(k, w): [] for k, w, _ in kinds}
+    comm_ms = {(k, w): [] for k, w, _ in kinds}
     errors, torch_version = {}, "?"
     for _ in range(rounds):
-        for name, fn in kinds:
+        for name, world, fn in kinds:
             r = fn()
             if "error" in r:
-                errors[name] = r["error"]
-            else:
-                got[name].append(r["img_s"])
-                torch_version = r.get("torch", torch_version)
-    print("\n## vitjob against PyTorch DDP at 2 ranks on loopback (fmnist_small, global batch "
-          "64, micro-batch 16, no_sync accumulation, %d steps, 1 thread per rank, %d cores, "
+                errors[(name, world)] = r["error"]
+                continue
+            got[(name, world)].append(r["img_s"])
+            torch_version = r.get("torch", torch_version)
+            if "comm" in r:  # the step's gradient collective: all-reduce or reduce-scatter
+                c = r["comm"]
+                comm_ms[(name, world)].append(
+                    1000 * (c.get("allreduce_s", 0) + c.get("reduce_scatter_s", 0)) / steps)
+    print("\n## vitjob against PyTorch DDP on loopback (fmnist_small, global batch 64, "
+          "micro-batch 16, no_sync accumulation, %d steps, 1 thread per rank, %d cores, "
           "torch %s, %d rounds in turns, load average before: %s)\n" % (
               steps, os.cpu_count(), torch_version, rounds, LOAD_BEFORE))
-    print("| implementation | img/s best | img/s median | runs | best / DDP best "
-          "| median / DDP median |")
-    print("| --- | ---: | ---: | --- | ---: | ---: |")
-    ddp = got["PyTorch DDP (gloo)"]
-    for name, _ in kinds:
-        v = sorted(got[name])
+    print("| implementation | ranks | img/s best | img/s median | runs | best / DDP best "
+          "| median / DDP median | gradient collective ms/step (rank 0) |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+    med = lambda v: sorted(v)[len(v) // 2]
+    for name, world, _ in kinds:
+        v = got[(name, world)]
+        ddp = got[("PyTorch DDP (gloo)", world)]
         if not v:
-            print("| %s | failed: %s | | | | |" % (name, errors.get(name, "?")))
+            print("| %s | %d | failed: %s | | | | | |" % (name, world, errors.get((name, world), "?")))
             continue
-        best, med = v[-1], v[len(v) // 2]
         ratio = lambda a, b: "%.2fx" % (a / b) if b else "-"
-        print("| %s | %.1f | %.1f | %s | %s | %s |" % (
-            name, best, med, " ".join("%.1f" % x for x in got[name]),
-            ratio(best, max(ddp) if ddp else 0), ratio(med, sorted(ddp)[len(ddp) // 2] if ddp else 0)))
-    print("\nload average after: %s" % open("/proc/loadavg").read().split()[0])
+        cm = comm_ms[(name, world)]
+        print("| %s | %d | %.1f | %.1f | %s | %s | %s | %s |" % (
+            name, world, max(v), med(v), " ".join("%.1f" % x for x in v),
+            ratio(max(v), max(ddp) if ddp else 0), ratio(med(v), med(ddp) if ddp else 0),
+            "%.1f" % med(cm) if cm else "-"))
+    print("\nload average after: %s; img/s: the global batch's images over the summed wall "
+          "time of every step (vitjob: its done line; DDP: bench/ddp_train.py, timed the same "
+          "way); gradient collective: seconds inside the all-reduce (none) or reduce-scatter "
+          "(grad-op) per step, from the worker's event=comm_stats" %
+          open("/proc/loadavg").read().split()[0])
     sys.stdout.flush()
 
 
