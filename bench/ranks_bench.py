@@ -85,8 +85,14 @@ def run_ddp(world, steps, tmp, python="/usr/bin/python3"):
         args = [python, script, "--rank", str(r), "--world", str(world), "--port", str(port),
                 "--preset", "fmnist_small", "--global-batch", "64", "--micro-batch", "16",
                 "--threads", "1", "--steps", str(steps)]
-        procs.append((subprocess.Popen(args, stdout=subprocess.PIPE if r == 0 else
-                                       subprocess.DEVNULL, stderr=log, text=True), log))
+        try:
+            procs.append((subprocess.Popen(args, stdout=subprocess.PIPE if r == 0 else
+                                           subprocess.DEVNULL, stderr=log, text=True), log))
+        except OSError as e:  # no such python: the row says so
+            log.close()
+            for p, _ in procs:
+                p.kill()
+            return {"error": "%s: %s" % (python, e)}
     out = procs[0][0].communicate()[0]
     codes = [p.wait() for p, _ in procs]
     for _, log in procs:
@@ -107,6 +113,7 @@ def ddp_table(worker, steps, rounds, tmp):
              ("vitjob none", 2, lambda: run(worker, 2, "none", steps, tmp)),
              ("vitjob grad-op", 2, lambda: run(worker, 2, "grad-op", steps, tmp)),
              ("PyTorch DDP (gloo)", 2, lambda: run_ddp(2, steps, tmp))]
+    load_before = open("/proc/loadavg").read().split()[0]
     got = {(k, w): [] for k, w, _ in kinds}
     comm_ms = {(k, w): [] for k, w, _ in kinds}
     errors, torch_version = {}, "?"
@@ -125,7 +132,7 @@ def ddp_table(worker, steps, rounds, tmp):
     print("\n## vitjob against PyTorch DDP on loopback (fmnist_small, global batch 64, "
           "micro-batch 16, no_sync accumulation, %d steps, 1 thread per rank, %d cores, "
           "torch %s, %d rounds in turns, load average before: %s)\n" % (
-              steps, os.cpu_count(), torch_version, rounds, LOAD_BEFORE))
+              steps, os.cpu_count(), torch_version, rounds, load_before))
     print("| implementation | ranks | img/s best | img/s median | runs | best / DDP best "
           "| median / DDP median | gradient collective ms/step (rank 0) |")
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
@@ -150,9 +157,6 @@ def ddp_table(worker, steps, rounds, tmp):
     sys.stdout.flush()
 
 
-LOAD_BEFORE = "?"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -162,8 +166,7 @@ def main():
                     help="print only the scaling table or only the DDP comparison")
     a = ap.parse_args()
     worker = os.path.join(a.build, "bin", "vitjob-worker")
-    global LOAD_BEFORE
-    LOAD_BEFORE = open("/proc/loadavg").read().split()[0]
+    load_before = open("/proc/loadavg").read().split()[0]
     if a.only == "ddp":
         with tempfile.TemporaryDirectory() as tmp:
             ddp_table(worker, a.steps, a.rounds, tmp)
@@ -176,7 +179,9 @@ def main():
                     continue
                 rows.append((world, mode, run(worker, world, mode, a.steps, tmp)))
     print("## Training with many ranks on loopback (fmnist_small, global batch 64, "
-          "micro-batch 16, %d steps, 1 thread per rank, %d cores)\n" % (a.steps, os.cpu_count()))
+          "micro-batch 16, %d steps, 1 thread per rank, %d cores, load average before: %s, "
+          "after: %s)\n" % (a.steps, os.cpu_count(), load_before,
+                            open("/proc/loadavg").read().split()[0]))
     print("| world | sharding | img/s (job) | vs 1 rank | params+grads+optimizer per rank (MiB) "
           "| vs 1 rank | peak RSS per rank (MiB) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
