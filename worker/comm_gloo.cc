@@ -15,11 +15,10 @@
 // rebuilt), or let an exception cross into C.
 //
 // Per call, nothing is built that outlives it but the reduce-scatter's two
-// segment buffers (kept by the communicator, grown to the largest call: at
-// most 2 x 4 MiB):
-// gloo's unbound buffers are wrappers of a pointer, made and dropped per
-// call at no cost, and carry no registration; the peer's data is written
-// straight into the destination (the receiver posts its buffer first).
+// receive segments (kept by the communicator, grown to the largest call's,
+// at most 2 x 4 MiB): gloo's unbound buffers wrap a pointer for one call at
+// no cost and register nothing, and a sender writes once its peer has
+// posted the receive, straight into the destination.
 //
 // Determinism: the ring all-reduce and the ring reduce-scatter add in an
 // order fixed by rank and world size, so repeated runs with one world size
@@ -32,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -101,13 +101,15 @@ class CStore : public gloo::rendezvous::Store {
 int communicators; // for store key prefixes: one per communicator of a process
 
 // The rings' segments: a ring step moves one chunk per rank in segments of
-// at most this many bytes, two in flight, so that adding a received segment
-// overlaps the transfer of the next (gloo's all-reduce takes the bound from
+// at most this many bytes, so that adding a received segment overlaps the
+// transfer of the next (gloo's all-reduce takes the bound from
 // AllreduceOptions::setMaxSegmentSize, 1 MiB by default). 4 MiB: measured
-// at 2 ranks on a loaded 2-core machine (bench/NOTES.md, issue 24), 1 MiB
-// gave the all-reduce 10-20% less bus bandwidth for 4-64 MiB messages (each
-// segment is a rendezvous of the two ranks' threads, and those wait for a
-// core), and 16 MiB lost the overlap (-40% at 64 MiB).
+// at 2 ranks on 2 cores (bench/NOTES.md, issue 24), gloo's 1 MiB gave the
+// all-reduce 4-9% more time by median and 17-23% by best time at 16-128
+// MiB (each segment is a rendezvous of the two ranks' threads, and under
+// load those wait for a core), and 16 MiB lost the overlap (20-45% less
+// at 64 MiB under load); a size adapted to the message (chunk / 8 within
+// 1-4 MiB) was no better.
 constexpr size_t kSegmentBytes = 4u << 20;
 
 // slot prefix of the reduce-scatter's messages: gloo's own collectives use
@@ -172,23 +174,29 @@ int allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
 // at step s rank r sends chunk r - s - 1 (its partial sum so far) to rank
 // r + 1 and adds chunk r - s - 2 from rank r - 1 into its own, so that after
 // the last step chunk r holds the sum of every rank's, in place. Each
-// chunk moves in segments, two in flight: the receive of segment i + 2 and
-// the send of segment i + 1 run while segment i is added.
+// chunk moves in segments received into two buffers in turn: segment i + 1
+// arrives while segment i is added.
 int reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
 {
     gloo_comm *g = state(c);
     const int n = c->world, r = c->rank;
-    try {
-        const size_t max_seg = kSegmentBytes / sizeof(float);
-        // at least two segments per chunk: a chunk's segment is sent on at
-        // the next step only once it has been added (two ops later)
-        const size_t nseg = std::max<size_t>(2, (count + max_seg - 1) / max_seg);
-        const size_t seg = (count + nseg - 1) / nseg;
-        if (g->segments.size() < 2 * seg) {
+    const size_t max_seg = kSegmentBytes / sizeof(float);
+    // at least two segments per chunk: a chunk's segment is sent on at the
+    // next step only once it has been added (two ops later)
+    const size_t nseg = std::max<size_t>(2, (count + max_seg - 1) / max_seg);
+    const size_t seg = (count + nseg - 1) / nseg;
+    if (g->segments.size() < 2 * seg) {
+        try {
             g->segments.clear();
             g->segments.shrink_to_fit();
             g->segments.resize(2 * seg);
+        } catch (const std::bad_alloc &) {
+            std::snprintf(err, errlen, "reduce-scatter: out of memory for its %zu-byte receive "
+                          "buffers", 2 * seg * sizeof(float));
+            return -1;
         }
+    }
+    try {
         float *tmp_ptr = g->segments.data();
         auto out = g->ctx->createUnboundBuffer(buf, count * static_cast<size_t>(n) * sizeof(float));
         auto tmp = g->ctx->createUnboundBuffer(tmp_ptr, 2 * seg * sizeof(float));
