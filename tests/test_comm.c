@@ -208,6 +208,45 @@ Test(comm, one_rank_is_local_copies_and_no_ops)
     comm_free(c);
 }
 
+/* reduce-scatter and all-reduce over the sizes that change the rings'
+ * segmenting (one element; fewer elements than the two segments a chunk
+ * has at least; two; three segments of 4 MiB and a ragged one), each call on a freshly allocated buffer (a
+ * backend must not keep a caller's pointer), with the other chunks left
+ * as scratch; integer values, so the sums are exact */
+static int sizes(comm *c, int rank, int world)
+{
+    static const size_t counts[] = {1, 3, 262145, 3 * 1048576 + 5};
+    char err[512];
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+        const size_t n = counts[k], all = n * (size_t)world;
+        for (int pass = 0; pass < 2; pass++) {
+            float *v = malloc(sizeof(float) * all);
+            if (!v) return 1;
+            for (size_t i = 0; i < all; i++) v[i] = (float)(i % 1013) + (float)(rank * 3 + pass);
+            if (comm_reduce_scatter_sum(c, v, n, err, sizeof err)) return 2;
+            /* sum over q of (i % 1013) + 3q + pass */
+            const float add = (float)(3 * world * (world - 1) / 2 + world * pass);
+            for (size_t i = (size_t)rank * n; i < (size_t)(rank + 1) * n; i++)
+                if (v[i] != (float)world * (float)(i % 1013) + add) return 3;
+            for (size_t i = 0; i < all; i++) v[i] = (float)(i % 511) * (float)(rank + 1);
+            if (comm_allreduce_sum(c, v, all, err, sizeof err)) return 4;
+            for (size_t i = 0; i < all; i++)
+                if (v[i] != (float)(i % 511) * (float)(world * (world + 1) / 2)) return 5;
+            free(v);
+        }
+    }
+    return comm_failed(c) ? 6 : 0;
+}
+
+Test(comm, reduce_scatter_and_all_reduce_are_exact_at_every_size_on_fresh_buffers)
+{
+    for (int world = 2; world <= 4; world++) {
+        int st[4];
+        run(world, 30, sizes, st);
+        expect_all_zero(world, st);
+    }
+}
+
 /* random floats: the sum is the same bits on every rank and in every run */
 static int random_sum(comm *c, int rank, int world)
 {

@@ -7,8 +7,11 @@
  * the CPU itself; comm_gloo.cc is the CPU's (gloo's TCP transport, its
  * rendezvous Store implemented on worker/dist/rdzv.h as PyTorch's c10d does);
  * comm_nccl.c the GPU's (NCCL, inside the CUDA plugin: kernels/comm_nccl.cu).
- * Must not: write ring or tree algorithms (the libraries have them), know
- * about models, or wait without the collective timeout.
+ * Must not: write ring or tree algorithms (the libraries have them; the
+ * one exception is the gloo reduce-scatter, gloo's own ring reduce-scatter
+ * phase on its unbound buffers, because gloo 0.5 has no reduce-scatter
+ * that can be kept across calls: see worker/comm_gloo.cc), know about
+ * models, or wait without the collective timeout.
  *
  * Buffers: counts are elements; for reduce-scatter and all-gather every
  * rank's chunk is count elements (callers pad the flat vector to a multiple
@@ -19,9 +22,9 @@
  * the library says, the peer; comm_failed then stays set (the communicator
  * is unusable after a timeout or a lost peer).
  *
- * Determinism: summation order is fixed for a given world size. gloo: its
- * ring all-reduce and halving-doubling reduce-scatter add in an order fixed
- * by rank and world size, so repeated runs are bit-identical. NCCL: the
+ * Determinism: summation order is fixed for a given world size. gloo: the
+ * ring all-reduce and ring reduce-scatter add in an order fixed by rank and
+ * world size, so repeated runs are bit-identical. NCCL: the
  * order follows the algorithm, protocol and channel count NCCL picks from
  * the topology and the message size; on one machine with one NCCL version
  * and the same sizes it picks the same ones, and repeated runs are

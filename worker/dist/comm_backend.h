@@ -28,11 +28,18 @@ typedef struct comm_backend {
     int (*barrier)(comm *c, char *err, size_t errlen);
 } comm_backend;
 
+/* worker/comm.c's tally of the calls a backend served, by operation */
+enum { COMM_OP_ALLREDUCE, COMM_OP_REDUCE_SCATTER, COMM_OP_ALLGATHER, COMM_OP_BROADCAST,
+       COMM_OP_BARRIER, COMM_OPS };
+
 struct comm {
     const comm_backend *be; /* NULL: world size 1, host memory, no library */
     void *impl;             /* the backend's state, freed by be->destroy */
     int rank, world, failed;
     double timeout_s;
+    long calls[COMM_OPS];   /* per operation: calls, seconds inside them, bytes of the */
+    double seconds[COMM_OPS]; /* whole vector (all-gather: out, reduce-scatter: buf) */
+    double bytes[COMM_OPS];
 };
 
 /* A communicator of backend be (NULL: local) owning impl; NULL when out of

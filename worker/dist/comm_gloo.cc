@@ -4,22 +4,34 @@
 // Owns: comm_new_cpu_store and the gloo slots of worker/dist/comm_backend.h
 // (worker/dist/comm.c dispatches to them, and serves world size 1 without gloo),
 // gloo's rendezvous Store implemented on the comm_store callbacks (as
-// PyTorch's c10d implements it on its TCPStore), and turning every C++
-// exception into -1 plus one line in err.
-// Must not: implement reduction algorithms (gloo's ring all-reduce, its
-// halving-doubling reduce-scatter and its all-gather are used), or let an
-// exception cross into C.
+// PyTorch's c10d implements it on its TCPStore), the reduce-scatter (the
+// first half of gloo's ring all-reduce, on gloo's unbound buffers: see
+// reduce_scatter_sum), and turning every C++ exception into -1 plus one
+// line in err.
+// Must not: implement other reduction algorithms (gloo's ring all-reduce
+// and ring all-gather are used as they are), bind gloo buffers to a
+// caller's pointer beyond one call (callers' buffers come and go, and gloo's
+// pointer-bound algorithms would have to agree across ranks on when to be
+// rebuilt), or let an exception cross into C.
 //
-// Determinism: the ring all-reduce and the halving-doubling reduce-scatter
-// add in an order fixed by rank and world size, so repeated runs with one
-// world size are bit-identical.
+// Per call, nothing is built that outlives it but the reduce-scatter's two
+// receive segments (kept by the communicator, grown to the largest call's,
+// at most 2 x 4 MiB): gloo's unbound buffers wrap a pointer for one call at
+// no cost and register nothing, and a sender writes once its peer has
+// posted the receive, straight into the destination.
+//
+// Determinism: the ring all-reduce and the ring reduce-scatter add in an
+// order fixed by rank and world size, so repeated runs with one world size
+// are bit-identical.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -28,11 +40,12 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
-#include <gloo/reduce_scatter.h>
+#include <gloo/types.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 extern "C" {
 #include "comm_backend.h"
@@ -87,10 +100,27 @@ class CStore : public gloo::rendezvous::Store {
 
 int communicators; // for store key prefixes: one per communicator of a process
 
+// The rings' segments: a ring step moves one chunk per rank in segments of
+// at most this many bytes, so that adding a received segment overlaps the
+// transfer of the next (gloo's all-reduce takes the bound from
+// AllreduceOptions::setMaxSegmentSize, 1 MiB by default). 4 MiB: measured
+// at 2 ranks on 2 cores (bench/NOTES.md, issue 24), gloo's 1 MiB gave the
+// all-reduce 4-9% more time by median and 17-23% by best time at 16-128
+// MiB (each segment is a rendezvous of the two ranks' threads, and under
+// load those wait for a core), and 16 MiB lost the overlap (20-45% less
+// at 64 MiB under load); a size adapted to the message (chunk / 8 within
+// 1-4 MiB) was no better.
+constexpr size_t kSegmentBytes = 4u << 20;
+
+// slot prefix of the reduce-scatter's messages: gloo's own collectives use
+// 0x01-0x08 (gloo/types.h), so a tag never meets one of theirs
+constexpr uint8_t kReduceScatterSlotPrefix = 0x56;
+
 // a gloo communicator's state (struct comm's impl)
 struct gloo_comm {
     uint32_t tag = 0;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::vector<float> segments; // the reduce-scatter's two receive segments
 };
 
 gloo_comm *state(comm *c) { return static_cast<gloo_comm *>(c->impl); }
@@ -120,6 +150,7 @@ int allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
     try {
         gloo::AllreduceOptions opts(state(c)->ctx);
         opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        opts.setMaxSegmentSize(kSegmentBytes);
         opts.setOutput(buf, count);
         opts.setReduceFunction(
             static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
@@ -132,25 +163,76 @@ int allreduce_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
     return 0;
 }
 
+// The reduce-scatter: gloo 0.5 (Debian's 2022 snapshot) has none in its
+// unbound-buffer API, and its ReduceScatterHalvingDoubling binds the
+// caller's pointer at construction (so it cannot be kept across calls
+// whose buffers differ by rank), allocates and zeroes two scratch vectors
+// the size of the whole buffer on every construction, adds each half only
+// after all of it has arrived, and leaves the result at the start of the
+// buffer. This is the reduce-scatter phase of gloo's ring all-reduce
+// (gloo/allreduce.cc, ring()), on gloo's unbound buffers: world - 1 steps;
+// at step s rank r sends chunk r - s - 1 (its partial sum so far) to rank
+// r + 1 and adds chunk r - s - 2 from rank r - 1 into its own, so that after
+// the last step chunk r holds the sum of every rank's, in place. Each
+// chunk moves in segments received into two buffers in turn: segment i + 1
+// arrives while segment i is added.
 int reduce_scatter_sum(comm *c, float *buf, size_t count, char *err, size_t errlen)
 {
-    if (count * static_cast<size_t>(c->world) > static_cast<size_t>(INT32_MAX)) {
-        std::snprintf(err, errlen, "reduce-scatter: %zu elements per rank x %d ranks is over "
-                      "gloo's 2^31 - 1", count, c->world);
-        return -1;
+    gloo_comm *g = state(c);
+    const int n = c->world, r = c->rank;
+    const size_t max_seg = kSegmentBytes / sizeof(float);
+    // at least two segments per chunk: a chunk's segment is sent on at the
+    // next step only once it has been added (two ops later)
+    const size_t nseg = std::max<size_t>(2, (count + max_seg - 1) / max_seg);
+    const size_t seg = (count + nseg - 1) / nseg;
+    if (g->segments.size() < 2 * seg) {
+        try {
+            g->segments.clear();
+            g->segments.shrink_to_fit();
+            g->segments.resize(2 * seg);
+        } catch (const std::bad_alloc &) {
+            std::snprintf(err, errlen, "reduce-scatter: out of memory for its %zu-byte receive "
+                          "buffers", 2 * seg * sizeof(float));
+            return -1;
+        }
     }
     try {
-        // gloo's halving-doubling reduce-scatter works in place on the whole
-        // vector and leaves this rank's chunk of the sum at the START of the
-        // buffer (it compacts what it receives from offset 0); move it to
-        // this rank's own offset, where the interface promises it
-        std::vector<int> recv(static_cast<size_t>(c->world), static_cast<int>(count));
-        std::vector<float *> ptrs{buf};
-        gloo::ReduceScatterHalvingDoubling<float> algo(
-            state(c)->ctx, ptrs, static_cast<int>(count * c->world), recv);
-        algo.run();
-        if (c->rank != 0)
-            std::memmove(buf + static_cast<size_t>(c->rank) * count, buf, count * sizeof(float));
+        float *tmp_ptr = g->segments.data();
+        auto out = g->ctx->createUnboundBuffer(buf, count * static_cast<size_t>(n) * sizeof(float));
+        auto tmp = g->ctx->createUnboundBuffer(tmp_ptr, 2 * seg * sizeof(float));
+        const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, g->tag++);
+        const auto timeout = timeout_of(c);
+        const int to = (r + 1) % n, from = (r + n - 1) % n;
+        // op i: step i / nseg, segment i % nseg; sent (send) or received
+        // (!send) chunk's elements [*off, *off + return value) of buf
+        auto span = [&](size_t i, bool send, size_t *off) {
+            const size_t step = i / nseg, k = i % nseg;
+            const size_t chunk = (static_cast<size_t>(r) + static_cast<size_t>(n) * 2 - step -
+                                  (send ? 1 : 2)) % static_cast<size_t>(n);
+            const size_t lo = std::min(count, k * seg), hi = std::min(count, lo + seg);
+            *off = chunk * count + lo;
+            return hi - lo;
+        };
+        const size_t ops = static_cast<size_t>(n - 1) * nseg;
+        for (size_t i = 0; i < ops + 2; i++) {
+            if (i >= 2) { // op i - 2: add what arrived, and see its send off
+                size_t off, len = span(i - 2, false, &off);
+                if (len) {
+                    tmp->waitRecv(timeout);
+                    float *dst = buf + off;
+                    const float *got = tmp_ptr + ((i - 2) & 1) * seg;
+                    for (size_t j = 0; j < len; j++) dst[j] += got[j];
+                }
+                if (span(i - 2, true, &off)) out->waitSend(timeout);
+            }
+            if (i < ops) { // op i: post the receive first, then the send
+                size_t off, len = span(i, false, &off);
+                if (len)
+                    tmp->recv(from, slot, (i & 1) * seg * sizeof(float), len * sizeof(float));
+                if ((len = span(i, true, &off)) != 0)
+                    out->send(to, slot, off * sizeof(float), len * sizeof(float));
+            }
+        }
     } catch (const std::exception &e) {
         return fail(c, err, errlen, "reduce-scatter", e);
     }
