@@ -26,10 +26,12 @@ static dp_memory memory(const dp *d, size_t n)
 
 static vj_err attach(dp *d, char *err, size_t errlen)
 {
+    const size_t n = model_num_params(d->model);
     d->slice = model_padded_params(d->model) / (size_t)d->world;
     d->lo = (size_t)d->rank * d->slice;
-    return optim_new_slice(&d->opt, d->model, d->oc, d->total_steps, d->lo, d->lo + d->slice,
-                           err, errlen);
+    size_t lo = d->lo < n ? d->lo : n, hi = d->lo + d->slice < n ? d->lo + d->slice : n;
+    const optim_span mine = {lo, hi, lo}; /* the padding has no state */
+    return optim_new_spans(&d->opt, d->model, d->oc, d->total_steps, &mine, 1, err, errlen);
 }
 
 static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errlen)
@@ -39,7 +41,7 @@ static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errl
     double norm;
     vj_err rc = dp_global_norm(d, g, &norm, err, errlen);
     if (rc) return rc;
-    *res = optim_step_norm(d->opt, d->model, d->ops, step, norm);
+    *res = optim_step_in(d->opt, d->model, d->ops, step, norm, p, g);
     if (comm_allgather(d->comm, p + d->lo, p, d->slice, COMM_F32, err, errlen) != 0)
         return VJ_ERR_PEER_LOST;
     model_params_refreshed(d->model);

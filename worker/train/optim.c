@@ -35,16 +35,8 @@ size_t optim_memory_bytes(size_t n) { return 2 * n * sizeof(float); }
 int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
               char *err, size_t errlen)
 {
-    return optim_new_slice(out, m, oc, total_steps, 0, model_num_params(m), err, errlen);
-}
-
-int optim_new_slice(optim **out, const vit_model *m, const optimizer_config *oc,
-                    long total_steps, size_t lo, size_t hi, char *err, size_t errlen)
-{
-    if (hi > model_num_params(m)) hi = model_num_params(m); /* the padding has no state */
-    if (lo > hi) lo = hi;
-    const optim_span s = {lo, hi, lo};
-    return optim_new_spans(out, m, oc, total_steps, &s, 1, err, errlen);
+    const optim_span all = {0, model_num_params(m), 0};
+    return optim_new_spans(out, m, oc, total_steps, &all, 1, err, errlen);
 }
 
 int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
@@ -110,17 +102,10 @@ double optim_grad_sq_in(const optim *o, const float *g)
     return sq;
 }
 
-double optim_grad_sq(const optim *o, vit_model *m) { return optim_grad_sq_in(o, model_grads(m)); }
-
 optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
 {
-    return optim_step_norm(o, m, ops, step, sqrt(optim_grad_sq(o, m)));
-}
-
-optim_result optim_step_norm(optim *o, vit_model *m, const vit_ops *ops, long step,
-                             double grad_norm)
-{
-    return optim_step_in(o, m, ops, step, grad_norm, model_params(m), model_grads(m));
+    float *g = model_grads(m);
+    return optim_step_in(o, m, ops, step, sqrt(optim_grad_sq_in(o, g)), model_params(m), g);
 }
 
 optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,

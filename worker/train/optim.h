@@ -27,14 +27,10 @@ double optim_lr_at(const optimizer_config *oc, long step, long total);
 size_t optim_memory_bytes(size_t n);
 int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long total_steps,
               char *err, size_t errlen);
-/* State for the slice [lo, hi) of the flat parameter vector only (a rank's
- * shard under sharding grad-op; hi is clamped to the parameter count). */
-int optim_new_slice(optim **out, const vit_model *m, const optimizer_config *oc,
-                    long total_steps, size_t lo, size_t hi, char *err, size_t errlen);
-
 /* Parameters [lo, hi) of the flat vector, stored from index at of the
- * buffers a step is given (sharding full: a rank's shard is one span per
- * unit, concatenated). */
+ * buffers a step is given: a data-parallel strategy's part (dp.h: grad-op
+ * one slice of the model's buffers, full one span per unit of the shard,
+ * concatenated). */
 typedef struct {
     size_t lo, hi, at;
 } optim_span;
@@ -59,14 +55,10 @@ typedef struct {
  * torch.nn.utils.clip_grad_norm_: coef = clip/(norm+1e-6), at most 1), then
  * AdamW with the scheduled lr. */
 optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step);
-/* The sum of squares of the gradients of this state's slice. */
-double optim_grad_sq(const optim *o, vit_model *m);
-/* The step with the global gradient norm given (summed over every rank's
- * slice): clips and updates only the slice [lo, hi). */
-optim_result optim_step_norm(optim *o, vit_model *m, const vit_ops *ops, long step,
-                             double grad_norm);
-/* The same two on buffers of the caller's (sharding full: the shard's
- * parameters and gradients, spans' `at` indexing them); the bf16 copy is
+/* The sum of squares of the gradients of this state's spans in g (the
+ * buffer the spans' `at` index), and the step with the global gradient
+ * norm given (summed over every rank's spans): clips and updates only the
+ * spans, in p and g (the model's buffers, or a shard's); the bf16 copy is
  * written where the model has one (model_params_lp). */
 double optim_grad_sq_in(const optim *o, const float *g);
 optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
