@@ -47,7 +47,7 @@ vj_err dp_new(dp **out, const dp_options *o, model_options *mo, char *err, size_
     d->total_steps = o->total_steps;
     mo->pad_multiple = d->world;
     mo->shard = NULL;
-    vj_err rc = d->impl->plan(d, mo, err, errlen);
+    vj_err rc = d->impl->plan ? d->impl->plan(d, mo, err, errlen) : VJ_OK;
     if (rc) {
         dp_free(d);
         return rc;
@@ -62,6 +62,7 @@ void dp_free(dp *d)
     optim_free(d->opt);
     if (d->impl->free) d->impl->free(d);
     if (d->stage) d->ops->release(d->stage);
+    free(d->stage_host);
     if (d->own_comm) comm_free(d->comm);
     free(d);
 }
@@ -73,7 +74,8 @@ dp_memory dp_memory_of(const dp *d, size_t n_params) { return d->impl->memory(d,
 vj_err dp_prepare(dp *d, model_options *mo, char *err, size_t errlen)
 {
     d->stage = d->ops->alloc(sizeof(double) * SUM_MAX * (size_t)d->world);
-    if (!d->stage) {
+    d->stage_host = malloc(sizeof(double) * SUM_MAX * (size_t)d->world);
+    if (!d->stage || !d->stage_host) {
         snprintf(err, errlen, "out of %s memory for the sums over ranks",
                  d->ops->gpu ? "GPU" : "host");
         return VJ_ERR_TOO_LARGE;
@@ -126,26 +128,20 @@ vj_err dp_sum(dp *d, double *v, int n, char *err, size_t errlen)
         snprintf(err, errlen, "dp_sum: %d values (at most %d)", n, SUM_MAX);
         return VJ_ERR_OUT_OF_MEMORY;
     }
-    double all[SUM_MAX * 64], *host = all;
-    const size_t bytes = sizeof(double) * (size_t)n * (size_t)d->world;
-    if (d->world > 64 && !(host = malloc(bytes))) {
-        snprintf(err, errlen, "out of host memory summing over ranks");
-        return VJ_ERR_OUT_OF_MEMORY;
-    }
+    double *host = d->stage_host;
     double *mine = d->stage + (size_t)d->rank * (size_t)n;
     d->ops->upload(mine, v, sizeof *v * (size_t)n);
     vj_err rc = VJ_OK;
     if (comm_allgather(d->comm, mine, d->stage, (size_t)n * 2, COMM_F32, err, errlen) != 0) {
         rc = VJ_ERR_PEER_LOST;
     } else {
-        d->ops->download(host, d->stage, bytes);
+        d->ops->download(host, d->stage, sizeof(double) * (size_t)n * (size_t)d->world);
         for (int k = 0; k < n; k++) {
             double s = 0.0;
             for (int q = 0; q < d->world; q++) s += host[(size_t)q * (size_t)n + (size_t)k];
             v[k] = s;
         }
     }
-    if (host != all) free(host);
     return rc;
 }
 
@@ -164,7 +160,7 @@ int dp_segments(dp *d, ckpt_segment **out)
     if (!segs) return -1;
     size_t lo, hi;
     d->impl->save_range(d, &lo, &hi);
-    const float *p = d->impl->params(d);
+    const float *p = d->impl->params ? d->impl->params(d) : model_params(d->model);
     int k = 0;
     for (int i = 0; i < n; i++) {
         size_t so;

@@ -12,7 +12,8 @@
 
 typedef struct dp_impl {
     const char *name; /* as training.sharding spells it */
-    /* dp_new: the layout, the model options it needs; nothing allocated */
+    /* dp_new (may be NULL: the model padded to the world size is all): the
+     * layout, the model options it needs; nothing allocated */
     vj_err (*plan)(dp *d, model_options *mo, char *err, size_t errlen);
     dp_memory (*memory)(const dp *d, size_t n_params);
     /* dp_prepare (may be NULL): the buffers, the model's hooks */
@@ -24,7 +25,8 @@ typedef struct dp_impl {
     vj_err (*update)(dp *d, long step, optim_result *res, char *err, size_t errlen);
     /* the range [lo, hi) of the flat vector this rank saves */
     void (*save_range)(const dp *d, size_t *lo, size_t *hi);
-    /* the buffer the optimizer spans' `at` index (backend memory) */
+    /* the buffer the optimizer spans' `at` index (backend memory); NULL:
+     * the model's parameters */
     float *(*params)(dp *d);
     vj_err (*export_part)(dp *d, char *err, size_t errlen); /* may be NULL */
     void (*free)(dp *d);                                    /* may be NULL */
@@ -43,7 +45,8 @@ struct dp {
     long total_steps;
     vit_model *model; /* dp_attach's */
     optim *opt;
-    double *stage;    /* dp_sum's world x 8 doubles, backend memory */
+    double *stage;      /* dp_sum's world x 8 doubles, backend memory */
+    double *stage_host; /* ... and their host copy */
     /* grad-op: this rank's slice [lo, lo + slice) of the padded flat vector */
     size_t slice, lo;
     /* full: the shard, and the model's units (model_unit_bounds) */

@@ -5,13 +5,6 @@
  * Must not: keep state beyond the model and the optimizer (dp.h). */
 #include "dp_impl.h"
 
-#include <stdio.h>
-
-static vj_err plan(dp *d, model_options *mo, char *err, size_t errlen)
-{
-    (void)d, (void)mo, (void)err, (void)errlen; /* the model pads to the world size */
-    return VJ_OK;
-}
 
 static dp_memory memory(const dp *d, size_t n)
 {
@@ -45,12 +38,8 @@ static void save_range(const dp *d, size_t *lo, size_t *hi)
     *hi = *lo + c < np ? *lo + c : np;
 }
 
-static float *params(dp *d) { return model_params(d->model); }
-
 const dp_impl dp_none = {.name = "none",
-                         .plan = plan,
                          .memory = memory,
                          .attach = attach,
                          .update = update,
-                         .save_range = save_range,
-                         .params = params};
+                         .save_range = save_range};
