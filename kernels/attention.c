@@ -3,23 +3,22 @@
  * timm's qkv layout (see ops.h), and the backward through all three.
  * Must not: project q, k, v or the output (those are matmuls in the model).
  *
- * Every product here is a weighted sum of rows (`weighted_sum`), which keeps
- * eight accumulators in one vector register while it walks the rows. Keys
- * (forward) and values (backward) are first copied transposed, (hd, T), so
- * that a score row is a weighted sum of their rows too. Parallel over
- * (batch, head); each output element is written by one thread in a fixed
- * order, so results are deterministic and independent of the thread count. */
+ * Each (batch, head) is five small products, written as what they are:
+ * OpenBLAS sgemm calls reading q, k and v in place through their row stride
+ * (3D), with the softmax and its backward as row loops between them. Parallel
+ * over (batch, head) with OpenMP; inside a parallel region (and at these
+ * sizes anyway) OpenBLAS runs each call on the calling thread, and each output
+ * element is written by one call in a fixed order, so results are
+ * deterministic and independent of the thread count. */
 #include "ops.h"
 
+#include <cblas.h>
 #include <math.h>
-#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-/* Per thread: the softmax gradient (T, T), a transposed head (hd, T), a
- * scaled query (hd). */
-static size_t per_thread(int T, int hd) { return (size_t)T * T + (size_t)hd * T + (size_t)hd; }
+#include "simd.h"
 
 static int thread_id(void)
 {
@@ -30,76 +29,66 @@ static int thread_id(void)
 #endif
 }
 
+/* Per thread: the softmax gradient of one head, (T, T). */
 size_t ops_cpu_attention_scratch_bytes(int B, int T, int D, int NH)
 {
-    (void)B;
-    const int hd = D / NH;
+    (void)B, (void)D, (void)NH;
 #ifdef _OPENMP
-    return per_thread(T, hd) * (size_t)omp_get_max_threads() * sizeof(float);
+    return (size_t)T * T * (size_t)omp_get_max_threads() * sizeof(float);
 #else
-    return per_thread(T, hd) * sizeof(float);
+    return (size_t)T * T * sizeof(float);
 #endif
 }
 
-/* out[c] = sum_r w[r * wstride] * rows[r * rstride + c], for c < width */
-static void weighted_sum(float *out, const float *w, size_t wstride, const float *rows,
-                         size_t rstride, int n, int width)
+/* row[0..n) = softmax(row): the max subtracted, exp, then scaled by 1 / sum.
+ * exp comes from SLEEF's vector function (1.0 ULP) where simd.h has a vector
+ * type, as in gelu.c; libm's expf for the tail and elsewhere. */
+static void softmax_row(float *row, int n)
 {
-    int c0 = 0;
-    for (; c0 + 8 <= width; c0 += 8) {
-        float acc[8] = {0};
-        for (int r = 0; r < n; r++) {
-            const float wr = w[r * wstride], *x = rows + r * rstride + c0;
-            for (int k = 0; k < 8; k++) acc[k] += wr * x[k];
-        }
-        for (int k = 0; k < 8; k++) out[c0 + k] = acc[k];
+    float maxv = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < n; j++) maxv = row[j] > maxv ? row[j] : maxv;
+    int j = 0;
+#if VF_WIDTH
+    const vf m = vf_set1(maxv);
+    vf acc = vf_zero();
+    for (; j + VF_WIDTH <= n; j += VF_WIDTH) {
+        vf e = vf_exp(vf_sub(vf_load(row + j), m));
+        vf_store(row + j, e);
+        acc = vf_add(acc, e);
     }
-    for (; c0 < width; c0++) {
-        float acc = 0.0f;
-        for (int r = 0; r < n; r++) acc += w[r * wstride] * rows[r * rstride + c0];
-        out[c0] = acc;
+    sum = vf_sum(acc);
+#endif
+    for (; j < n; j++) {
+        row[j] = expf(row[j] - maxv);
+        sum += row[j];
     }
+    const float inv = 1.0f / sum;
+    for (j = 0; j < n; j++) row[j] *= inv;
 }
 
-/* dst (hd, T) = src rows j (stride C3), columns 0..hd-1 */
-static void transpose_head(float *dst, const float *src, int T, int hd, int C3)
+/* C (m, n) = alpha * op(A) op(B), row-major, overwritten */
+static void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float *c, int ldc)
 {
-    for (int j = 0; j < T; j++)
-        for (int e = 0; e < hd; e++) dst[(size_t)e * T + j] = src[(size_t)j * C3 + e];
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 // qkv (B,T,3D) -> out (B,T,D), att (B,NH,T,T)
 void attention_forward_cpu(float *out, float *att, void *scratch, const float *qkv, int B, int T,
                            int D, int NH)
 {
+    (void)scratch;
     const int hd = D / NH, C3 = 3 * D;
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float *mine = (float *)scratch + per_thread(T, hd) * (size_t)thread_id();
-            float *kt = mine + (size_t)T * T, *qs = kt + (size_t)hd * T; /* keys (hd, T); query */
-            const float *base = qkv + (size_t)b * T * C3 + h * hd;
-            transpose_head(kt, base + D, T, hd, C3);
+            const float *q = qkv + (size_t)b * T * C3 + h * hd, *k = q + D, *v = q + 2 * D;
             float *p = att + ((size_t)b * NH + h) * T * T;
-            for (int i = 0; i < T; i++) {
-                const float *q = base + (size_t)i * C3;
-                float *row = p + (size_t)i * T;
-                for (int e = 0; e < hd; e++) qs[e] = q[e] * scale;
-                weighted_sum(row, qs, 1, kt, (size_t)T, hd, T); /* scores q.k_j */
-                float maxv = -INFINITY;
-                for (int j = 0; j < T; j++) maxv = row[j] > maxv ? row[j] : maxv;
-                float sum = 0.0f;
-                for (int j = 0; j < T; j++) {
-                    row[j] = expf(row[j] - maxv);
-                    sum += row[j];
-                }
-                const float inv = 1.0f / sum;
-                for (int j = 0; j < T; j++) row[j] *= inv;
-                /* out_i = sum_j p_ij v_j */
-                weighted_sum(out + ((size_t)b * T + i) * D + h * hd, row, 1, base + 2 * D,
-                             (size_t)C3, T, hd);
-            }
+            gemm(0, 1, T, T, hd, scale, q, C3, k, C3, p, T); /* scores = q k^T * scale */
+            for (int i = 0; i < T; i++) softmax_row(p + (size_t)i * T, T);
+            gemm(0, 0, T, hd, T, 1.0f, p, T, v, C3, out + (size_t)b * T * D + h * hd, D); /* p v */
         }
     }
 }
@@ -113,33 +102,22 @@ void attention_backward_cpu(float *dqkv, void *scratch, const float *dout, const
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float *ds = (float *)scratch + per_thread(T, hd) * (size_t)thread_id();
-            float *vt = ds + (size_t)T * T; /* this head's values, (hd, T) */
-            const float *base = qkv + (size_t)b * T * C3 + h * hd;
-            const float *dbase_out = dout + (size_t)b * T * D + h * hd;
-            float *dbase = dqkv + (size_t)b * T * C3 + h * hd;
+            float *ds = (float *)scratch + (size_t)T * T * (size_t)thread_id();
+            const float *q = qkv + (size_t)b * T * C3 + h * hd, *k = q + D, *v = q + 2 * D;
+            const float *dO = dout + (size_t)b * T * D + h * hd;
             const float *p = att + ((size_t)b * NH + h) * T * T;
-            transpose_head(vt, base + 2 * D, T, hd, C3);
+            float *dq = dqkv + (size_t)b * T * C3 + h * hd, *dk = dq + D, *dv = dq + 2 * D;
+            gemm(0, 1, T, T, hd, 1.0f, dO, D, v, C3, ds, T); /* dp = dout v^T */
             for (int i = 0; i < T; i++) {
-                const float *prow = p + (size_t)i * T;
-                float *dsrow = ds + (size_t)i * T;
-                /* dp_ij = dout_i . v_j */
-                weighted_sum(dsrow, dbase_out + (size_t)i * D, 1, vt, (size_t)T, hd, T);
                 /* softmax backward, with the score scale folded in */
-                float dot = 0.0f;
-                for (int j = 0; j < T; j++) dot += dsrow[j] * prow[j];
-                for (int j = 0; j < T; j++) dsrow[j] = prow[j] * (dsrow[j] - dot) * scale;
+                const float *prow = p + (size_t)i * T;
+                float *row = ds + (size_t)i * T, dot = 0.0f;
+                for (int j = 0; j < T; j++) dot += row[j] * prow[j];
+                for (int j = 0; j < T; j++) row[j] = prow[j] * (row[j] - dot) * scale;
             }
-            for (int j = 0; j < T; j++) {
-                /* dv_j = sum_i p_ij dout_i; dk_j = sum_i ds_ij q_i */
-                weighted_sum(dbase + (size_t)j * C3 + 2 * D, p + j, (size_t)T, dbase_out,
-                             (size_t)D, T, hd);
-                weighted_sum(dbase + (size_t)j * C3 + D, ds + j, (size_t)T, base, (size_t)C3, T,
-                             hd);
-            }
-            for (int i = 0; i < T; i++) /* dq_i = sum_j ds_ij k_j */
-                weighted_sum(dbase + (size_t)i * C3, ds + (size_t)i * T, 1, base + D, (size_t)C3,
-                             T, hd);
+            gemm(1, 0, T, hd, T, 1.0f, p, T, dO, D, dv, C3);  /* dv = p^T dout */
+            gemm(1, 0, T, hd, T, 1.0f, ds, T, q, C3, dk, C3); /* dk = ds^T q */
+            gemm(0, 0, T, hd, T, 1.0f, ds, T, k, C3, dq, C3); /* dq = ds k */
         }
     }
 }

@@ -6,16 +6,14 @@
  * t = 1 / (1 + p z), absolute error below 1.5e-7 (gelu values then agree with
  * the libm form to ~1e-7 relative). With z = x / sqrt 2, e^{-z^2} is also the
  * Gaussian density's exponential, so the backward needs one exp and no erf.
- * exp comes from SLEEF's vector function (1.0 ULP) on AVX2 + FMA machines,
- * from libm elsewhere; both paths use the same formula. */
+ * exp comes from SLEEF's vector function (1.0 ULP) where simd.h has a vector
+ * type (AVX-512, or AVX2 + FMA), from libm elsewhere and in the tails; every
+ * path uses the same formula. */
 #include "ops.h"
 
 #include <math.h>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#include <sleef.h>
-#define GELU_SIMD 1
-#endif
+
+#include "simd.h"
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
@@ -25,7 +23,7 @@
 #define AS_A3 1.421413741f
 #define AS_A4 -1.453152027f
 #define AS_A5 1.061405429f
-#define CHUNK 1024 /* elements per parallel work item, a multiple of 8 */
+#define CHUNK 1024 /* elements per parallel work item, a multiple of 16 */
 
 /* Phi(x) = 0.5 (1 + erf(x / sqrt 2)) and g = exp(-x^2 / 2), scalar */
 static inline float cdf_and_gauss(float x, float *g)
@@ -38,31 +36,31 @@ static inline float cdf_and_gauss(float x, float *g)
     return 0.5f * (1.0f + copysignf(erf_abs, x));
 }
 
-#ifdef GELU_SIMD
-static inline __m256 cdf_and_gauss8(__m256 x, __m256 *g)
+#if VF_WIDTH
+/* the same, VF_WIDTH lanes at a time */
+static inline vf cdf_and_gauss_v(vf x, vf *g)
 {
-    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
-    __m256 z = _mm256_mul_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(INV_SQRT2));
-    __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(AS_P), z, one));
-    __m256 poly = _mm256_fmadd_ps(t, _mm256_set1_ps(AS_A5), _mm256_set1_ps(AS_A4));
-    poly = _mm256_fmadd_ps(t, poly, _mm256_set1_ps(AS_A3));
-    poly = _mm256_fmadd_ps(t, poly, _mm256_set1_ps(AS_A2));
-    poly = _mm256_fmadd_ps(t, poly, _mm256_set1_ps(AS_A1));
-    poly = _mm256_mul_ps(t, poly);
-    *g = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(z, z)));
-    __m256 erf_abs = _mm256_fnmadd_ps(poly, *g, one);
-    __m256 erf = _mm256_or_ps(erf_abs, _mm256_and_ps(sign, x));
-    return _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(one, erf));
+    const vf one = vf_set1(1.0f);
+    vf z = vf_mul(vf_abs(x), vf_set1(INV_SQRT2));
+    vf t = vf_div(one, vf_fmadd(vf_set1(AS_P), z, one));
+    vf poly = vf_fmadd(t, vf_set1(AS_A5), vf_set1(AS_A4));
+    poly = vf_fmadd(t, poly, vf_set1(AS_A3));
+    poly = vf_fmadd(t, poly, vf_set1(AS_A2));
+    poly = vf_fmadd(t, poly, vf_set1(AS_A1));
+    poly = vf_mul(t, poly);
+    *g = vf_exp(vf_sub(vf_zero(), vf_mul(z, z)));
+    vf erf = vf_with_sign(vf_fnmadd(poly, *g, one), x);
+    return vf_mul(vf_set1(0.5f), vf_add(one, erf));
 }
 #endif
 
 static void gelu_fwd_range(float *out, const float *inp, size_t lo, size_t hi)
 {
     size_t i = lo;
-#ifdef GELU_SIMD
-    for (; i + 8 <= hi; i += 8) {
-        __m256 x = _mm256_loadu_ps(inp + i), g;
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(x, cdf_and_gauss8(x, &g)));
+#if VF_WIDTH
+    for (; i + VF_WIDTH <= hi; i += VF_WIDTH) {
+        vf x = vf_load(inp + i), g;
+        vf_store(out + i, vf_mul(x, cdf_and_gauss_v(x, &g)));
     }
 #endif
     for (; i < hi; i++) {
@@ -74,13 +72,13 @@ static void gelu_fwd_range(float *out, const float *inp, size_t lo, size_t hi)
 static void gelu_bwd_range(float *dinp, const float *inp, const float *dout, size_t lo, size_t hi)
 {
     size_t i = lo;
-#ifdef GELU_SIMD
-    const __m256 c = _mm256_set1_ps(INV_SQRT_2PI);
-    for (; i + 8 <= hi; i += 8) {
-        __m256 x = _mm256_loadu_ps(inp + i), g;
-        __m256 cdf = cdf_and_gauss8(x, &g);
-        __m256 d = _mm256_fmadd_ps(x, _mm256_mul_ps(c, g), cdf); /* Phi + x phi */
-        _mm256_storeu_ps(dinp + i, _mm256_mul_ps(_mm256_loadu_ps(dout + i), d));
+#if VF_WIDTH
+    const vf c = vf_set1(INV_SQRT_2PI);
+    for (; i + VF_WIDTH <= hi; i += VF_WIDTH) {
+        vf x = vf_load(inp + i), g;
+        vf cdf = cdf_and_gauss_v(x, &g);
+        vf d = vf_fmadd(x, vf_mul(c, g), cdf); /* Phi + x phi */
+        vf_store(dinp + i, vf_mul(vf_load(dout + i), d));
     }
 #endif
     for (; i < hi; i++) {
