@@ -11,6 +11,10 @@
 # refused; on S3 a failing server is retried through and one that stays
 # down is a retryable error.
 
+# Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
+# regression that hangs fails in minutes; the environment may set another.
+: "${BATS_TEST_TIMEOUT:=300}"
+
 load ranks_helpers
 
 setup_file() {

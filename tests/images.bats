@@ -8,6 +8,10 @@
 # Debian's mirror). BUILD: where the base rootfs and buildah's storage live
 # (default build/, they are kept between runs: the base is made once).
 
+# Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
+# regression that hangs fails in minutes; the environment may set another.
+: "${BATS_TEST_TIMEOUT:=900}"
+
 # buildah with its own storage under BUILD/image, vfs (no overlay mounts needed)
 bh() { buildah --root "$IMG/storage" --runroot "$IMG/run" --storage-driver vfs "$@"; }
 

@@ -11,6 +11,10 @@
 #
 # BUILD (default build) points at the build tree.
 
+# Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
+# regression that hangs fails in minutes; the environment may set another.
+: "${BATS_TEST_TIMEOUT:=300}"
+
 setup() {
   BUILD=${BUILD:-build}
   cd "$BATS_TEST_DIRNAME/.."

@@ -7,6 +7,10 @@
 # accuracy; model.init starts training from such a file; and the bf16-mixed
 # recipe with activation checkpointing learns as well.
 
+# Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
+# regression that hangs fails in minutes; the environment may set another.
+: "${BATS_TEST_TIMEOUT:=300}"
+
 setup_file() {
   export BUILD=${BUILD:-build}
   export WORKER=${WORKER:-$BUILD/bin/vitjob-worker}

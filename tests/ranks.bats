@@ -7,6 +7,10 @@
 #
 # BUILD (default build) points at the build tree; WORKER may override.
 
+# Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
+# regression that hangs fails in minutes; the environment may set another.
+: "${BATS_TEST_TIMEOUT:=300}"
+
 load ranks_helpers
 
 setup() {

@@ -16,6 +16,7 @@
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
+#                          tests/limits.bats         every test has a time limit, and it works
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
 #   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
@@ -39,6 +40,21 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 passed=0 failed=0 skipped=0 failures=()
+# Time limits, so that a regression that hangs fails in minutes and names
+# itself: every test has its own (Criterion's --timeout; BATS_TEST_TIMEOUT,
+# set at the top of each .bats file; tests/cluster/testlimit.py's alarm in
+# each Python module), and each suite as a whole is stopped at SUITE_LIMIT
+# (a hang outside any test: a setup_file, a setUpClass, a script).
+TEST_LIMIT=${TEST_LIMIT:-300}
+SUITE_LIMIT=${SUITE_LIMIT:-900}
+# limited CMD...: CMD under SUITE_LIMIT (TERM, then KILL 10 s later)
+limited() { timeout -k 10 "$SUITE_LIMIT" "$@"; }
+# past_limit RC LOG: notes in LOG, and says, when RC is timeout's
+past_limit() {
+  if [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then
+    echo "the suite ran past its limit of ${SUITE_LIMIT}s and was stopped" | tee -a "$2"
+  fi
+}
 TIMES=$WORK/times # one line per suite: SECONDS NAME
 suite_start=$(date +%s)
 # note NAME RESULT: the suite's line, with the seconds since the last note
@@ -53,8 +69,9 @@ note() {
 # every count, Passing included)
 criterion_suite() {
   local name=$1 bin=$2 log=$WORK/${1//\//_}.log tap=$WORK/${1//\//_}.tap
-  "$bin" --no-early-exit -j2 --tap="$tap" > "$log" 2>&1
+  limited "$bin" --no-early-exit -j2 --timeout "$TEST_LIMIT" --tap="$tap" > "$log" 2>&1
   local rc=$?
+  past_limit "$rc" "$log"
   local s why=""
   s=$(grep -ac '# SKIP' "$tap" 2>/dev/null); s=${s:-0}
   if [ "$s" -gt 0 ]; then
@@ -82,11 +99,12 @@ criterion_suite() {
 bats_suite() {
   local name=$1 file=$2; shift 2
   local log=$WORK/${name//\//_}.log
-  env "$@" bats --tap "$file" > "$log" 2>&1
-  local p f
+  limited env "$@" bats --tap "$file" > "$log" 2>&1
+  local rc=$? p f
+  past_limit "$rc" "$log"
   p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
   if grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then f=$((f + 1)); fi
-  if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  if { [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; } || { [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; }; then f=1; fi
   passed=$((passed + p)); failed=$((failed + f))
   note "$name" "$p passed, $f failed"
   if [ "$f" -ne 0 ]; then failures+=("$name"); grep -A12 '^not ok' "$log" | head -60; fi
@@ -97,8 +115,9 @@ bats_suite() {
 unittest_suite() {
   local name=$1 file=$2; shift 2
   local log=$WORK/${name//\//_}.log
-  env "$@" "$PY" "$file" -v > "$log" 2>&1
+  limited env "$@" "$PY" "$file" -v > "$log" 2>&1
   local rc=$? ran f
+  past_limit "$rc" "$log"
   ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' "$log" | tail -1)
   ran=${ran:-0}
   f=$(( $(grep -cE '^(FAIL|ERROR):' "$log") ))
@@ -121,7 +140,10 @@ unittest_suite() {
 script_suite() {
   local name=$1; shift
   local log=$WORK/${name//\//_}.log
-  if "$@" > "$log" 2>&1 && ! grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then
+  limited "$@" > "$log" 2>&1
+  local rc=$?
+  past_limit "$rc" "$log"
+  if [ "$rc" -eq 0 ] && ! grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then
     passed=$((passed + 1)); note "$name" "1 passed, 0 failed"
   else
     failed=$((failed + 1)); failures+=("$name"); note "$name" "0 passed, 1 failed"; tail -30 "$log"
@@ -144,6 +166,7 @@ bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
+bats_suite layout/limits.bats tests/limits.bats
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
 # the same fp32 engine against PyTorch in float64: the 1e-4 bound holds

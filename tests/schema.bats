@@ -9,6 +9,10 @@
 # BUILD (default build) points at the build tree; WORKER may override the
 # binary (the ASan run uses build/asan).
 
+# Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
+# regression that hangs fails in minutes; the environment may set another.
+: "${BATS_TEST_TIMEOUT:=300}"
+
 setup() {
   cd "$BATS_TEST_DIRNAME/.."
   BUILD=${BUILD:-build}

@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 from harness import ServerProcess, wait_for  # noqa: E402
+import testlimit  # noqa: E402
 from localcluster import LocalCluster, missing_prerequisites  # noqa: E402
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
@@ -306,4 +307,4 @@ class ChartInstallTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)

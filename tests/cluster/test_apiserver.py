@@ -15,6 +15,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kubeclient  # noqa: E402
 from harness import CRD, ServerProcess, load_yaml_docs  # noqa: E402
+import testlimit  # noqa: E402
 
 NS = "/api/v1/namespaces/default"
 VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"
@@ -662,4 +663,4 @@ class ListenAddressTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)

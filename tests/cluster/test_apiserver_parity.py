@@ -20,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import HERE, ServerProcess, load_yaml_docs  # noqa: E402
+import testlimit  # noqa: E402
 
 PROJECT_CRD = os.path.join(HERE, "..", "..", "manifests", "00-crd.yaml")
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -534,4 +535,4 @@ class ParityTest(unittest.TestCase):
                                      lease).status, 201)
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)

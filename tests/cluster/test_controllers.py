@@ -20,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import HERE, ServerProcess, stop_process, wait_for  # noqa: E402
+import testlimit  # noqa: E402
 
 CONTROLLERS = os.path.join(HERE, "controllers")
 PODS = "/api/v1/namespaces/default/pods"
@@ -556,4 +557,4 @@ class ControllersTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)

@@ -33,6 +33,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import wait_for  # noqa: E402
+import testlimit  # noqa: E402
 from localcluster import ROOT, LocalCluster, missing_prerequisites  # noqa: E402
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
@@ -303,4 +304,4 @@ class EndToEnd(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)

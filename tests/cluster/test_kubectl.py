@@ -17,6 +17,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import HERE, ServerProcess  # noqa: E402
+import testlimit  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 TESTDATA = os.path.join(HERE, "testdata")
@@ -383,4 +384,4 @@ class ProjectManifestsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)

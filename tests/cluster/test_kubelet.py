@@ -21,6 +21,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import wait_for  # noqa: E402
+import testlimit  # noqa: E402
 from localcluster import LocalCluster, missing_prerequisites  # noqa: E402
 
 WHY_NOT = missing_prerequisites()
@@ -147,4 +148,4 @@ class Kubelet(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)

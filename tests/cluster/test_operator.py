@@ -38,6 +38,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import HERE, ServerProcess, stop_process, wait_for  # noqa: E402
+import testlimit  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
@@ -619,4 +620,4 @@ class LeaderElectionTest(Base):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    testlimit.main(300)
