@@ -45,3 +45,16 @@ Test(buf, the_cap_fails_the_append_stickily_until_cleared)
     buf_free(&b);
     cr_assert_eq(b.max, 8, "the cap survives free");
 }
+
+Test(buf, clearing_forgets_that_the_cap_was_hit)
+{
+    /* a reused buffer: a later failure must not be reported as over the cap */
+    buf b = {.max = 4};
+    cr_assert_eq(buf_puts(&b, "12345"), -1);
+    cr_assert(b.over_max);
+    buf_clear(&b);
+    cr_assert(!b.over_max, "over_max cleared");
+    cr_assert_eq(buf_puts(&b, "1234"), 0);
+    cr_assert(!b.failed && !b.over_max);
+    buf_free(&b);
+}

@@ -208,6 +208,25 @@ Test(comm, one_rank_is_local_copies_and_no_ops)
     comm_free(c);
 }
 
+Test(comm, one_rank_gathers_exactly_its_bf16_or_f32_values_and_nothing_past_them)
+{
+    comm *c = NULL;
+    char err[512];
+    cr_assert_eq(comm_new_cpu_store(&c, NULL, 0, 1, 1, err, sizeof err), 0, "%s", err);
+    /* bf16: 2 bytes a value; the gather writes 5 of them and leaves the rest */
+    uint16_t in[8] = {0x3f80, 0x3f81, 0x3f82, 0x3f83, 0x3f84, 0xdead, 0xdead, 0xdead};
+    uint16_t out[8];
+    for (int i = 0; i < 8; i++) out[i] = 0xbeef;
+    cr_assert_eq(comm_allgather(c, in, out, 5, COMM_BF16, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < 5; i++) cr_assert_eq(out[i], 0x3f80 + i, "value %d", i);
+    for (int i = 5; i < 8; i++) cr_assert_eq(out[i], 0xbeef, "byte pair %d past the count written", i);
+    /* f32: 4 bytes a value */
+    float fin[3] = {1.5f, -2.0f, 3.25f}, fout[4] = {0, 0, 0, 7.0f};
+    cr_assert_eq(comm_allgather(c, fin, fout, 3, COMM_F32, err, sizeof err), 0, "%s", err);
+    cr_assert(fout[0] == 1.5f && fout[1] == -2.0f && fout[2] == 3.25f && fout[3] == 7.0f);
+    comm_free(c);
+}
+
 /* reduce-scatter and all-reduce over the sizes that change the rings'
  * segmenting (one element; fewer elements than the two segments a chunk
  * has at least; two; three segments of 4 MiB and a ragged one), each call on a freshly allocated buffer (a

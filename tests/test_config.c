@@ -811,6 +811,16 @@ Test(config, min_lr_above_lr_fails_validation)
     expect_invalid(&c, "training.optimizer.minLr=0.01", "training.optimizer.lr=0.001");
 }
 
+Test(config, warmup_equal_to_steps_and_min_lr_equal_to_lr_are_valid)
+{
+    /* "must not exceed": the equal values are the edge of what is allowed */
+    vit_job_config c = load_ok("training: {steps: 50, optimizer: {warmupSteps: 50}}\n");
+    char err[ERRLEN] = "";
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    c = load_ok("training: {optimizer: {lr: 0.001, minLr: 0.001}}\n");
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+}
+
 Test(config, shards_format_is_refused_as_unsupported_not_as_a_bad_value)
 {
     vit_job_config c = load_ok("data: {format: shards}\n");

@@ -778,6 +778,19 @@ Test(decide, ttl_requeues_until_completion_plus_ttl_then_deletes_the_job)
     world_free(&w);
 }
 
+Test(decide, ttl_of_zero_deletes_the_job_as_soon_as_it_finishes)
+{
+    /* as for a Kubernetes Job: 0 is "at once", only an absent ttl keeps it */
+    world w = running_job("\"runPolicy\":{\"ttlSecondsAfterFinished\":0}");
+    set_all_phase(&w, "Succeeded");
+    vj_plan *p = decide_at(&w, NOW + 100);
+    cr_assert_eq(p->delete_job, 1, "deleted in the pass that finishes it");
+    cr_assert_not_null(p->status_patch, "which still writes the final status");
+    cr_assert_eq(p->requeue_after, 0, "nothing left to wait for");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
 Test(decide, finished_job_is_stable_and_a_deleting_job_gets_an_empty_plan)
 {
     world w = running_job(NULL);

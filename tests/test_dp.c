@@ -191,3 +191,81 @@ Test(dp, an_unknown_sharding_mode_is_refused_naming_it)
     cr_assert_null(d);
     cr_assert(strstr(err, "mode 7"), "%s", err);
 }
+
+/* rank r of world under grad-op: its memory plan's optimizer bytes to fd */
+static int optim_bytes_of(const char *ep, int rank, int world, size_t n, int fd)
+{
+    const model_config mc = dpf_vit();
+    const optimizer_config oc = dpf_adamw();
+    rdzv_options ro = {.endpoint = ep, .rank = rank, .world_size = world, .timeout_s = 30};
+    rdzv *z = NULL;
+    comm *c = NULL;
+    dp *d = NULL;
+    char err[512];
+    model_options mo = {0};
+    dp_options o = {.ops = ops_cpu(), .mc = &mc, .oc = &oc, .total_steps = 1,
+                    .mode = SHARDING_GRAD_OP};
+    if (rdzv_new(&z, &ro, NULL, err, sizeof err) || comm_new_cpu(&c, z, 30, err, sizeof err)) {
+        fprintf(stderr, "rank %d of %d: %s\n", rank, world, err);
+        return 1;
+    }
+    o.comm = c;
+    if (dp_new(&d, &o, &mo, err, sizeof err)) {
+        fprintf(stderr, "rank %d of %d: %s\n", rank, world, err);
+        return 2;
+    }
+    dp_memory mem = dp_memory_of(d, n);
+    char line[64];
+    int len = snprintf(line, sizeof line, "%d %zu\n", rank, mem.optim_bytes);
+    if (write(fd, line, (size_t)len) != len) return 3;
+    dp_free(d);
+    if (comm_barrier(c, err, sizeof err)) return 4;
+    comm_free(c);
+    rdzv_free(z);
+    return 0;
+}
+
+Test(dp, under_grad_op_each_rank_plans_adamw_state_for_its_slice_only_and_the_slices_sum_to_all)
+{
+    setenv("VITJOB_COMM_HOST", "127.0.0.1", 1);
+    vit_model *m = NULL;
+    char err[256];
+    const model_config mc = dpf_vit();
+    cr_assert_eq(model_new(&m, &mc, 1, NULL, ops_cpu(), err, sizeof err), 0);
+    const size_t n = model_num_params(m);
+    model_free(m);
+    enum { W = 3 };
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pids[W];
+    for (int r = 0; r < W; r++) {
+        if ((pids[r] = fork()) == 0) {
+            signal(SIGPIPE, SIG_IGN);
+            close(fds[0]);
+            _exit(optim_bytes_of(ep, r, W, n, fds[1]));
+        }
+    }
+    close(fds[1]);
+    size_t bytes[W] = {0}, total = 0;
+    int rank, seen = 0;
+    size_t b;
+    FILE *f = fdopen(fds[0], "r");
+    while (fscanf(f, "%d %zu", &rank, &b) == 2)
+        if (rank >= 0 && rank < W) bytes[rank] = b, seen++;
+    fclose(f);
+    for (int r = 0; r < W; r++) {
+        int s;
+        cr_assert_eq(waitpid(pids[r], &s, 0), pids[r]);
+        cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "rank %d: %d", r, WEXITSTATUS(s));
+    }
+    cr_assert_eq(seen, W);
+    const size_t slice = (n + W - 1) / W;
+    for (int r = 0; r < W; r++) {
+        cr_assert_leq(bytes[r], optim_memory_bytes(slice), "rank %d plans %zu bytes, more than "
+                      "its slice of %zu parameters", r, bytes[r], slice);
+        total += bytes[r];
+    }
+    cr_assert_eq(total, optim_memory_bytes(n), "the slices' state sums to every parameter's");
+}

@@ -21,3 +21,14 @@ Test(json, getters_read_present_values_and_answer_absent_for_everything_else)
     cr_assert_eq(json_int(NULL, "n", 7), 7);
     cJSON_Delete(o);
 }
+
+Test(json, integers_beyond_32_bits_keep_their_value)
+{
+    /* byte counts and timestamps: json_int is long long, not int */
+    cJSON *o = cJSON_Parse("{\"big\":5000000000,\"neg\":-3000000000,\"ts\":1700000000123}");
+    cr_assert_not_null(o);
+    cr_assert_eq(json_int(o, "big", -1), 5000000000LL);
+    cr_assert_eq(json_int(o, "neg", -1), -3000000000LL);
+    cr_assert_eq(json_int(o, "ts", -1), 1700000000123LL);
+    cJSON_Delete(o);
+}

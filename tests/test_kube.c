@@ -23,6 +23,27 @@ Test(kube_paths, names_namespaces_and_selectors_are_escaped)
     cr_assert_eq(kube_path(small, sizeof small, "/api/v1", "default", "pods", NULL, NULL), -1);
 }
 
+Test(kube_paths, a_path_that_exactly_fills_the_buffer_fits_and_one_byte_less_is_refused_in_bounds)
+{
+    const char *want = "/api/v1/namespaces/default/pods/a%20b";
+    const size_t len = strlen(want);
+    char b[128];
+    memset(b, '#', sizeof b);
+    cr_assert_eq(kube_path(b, len + 1, "/api/v1", "default", "pods", "a b", NULL), 0);
+    cr_assert_str_eq(b, want);
+    cr_assert_eq(b[len + 1], '#', "nothing written past the buffer");
+    memset(b, '#', sizeof b);
+    cr_assert_eq(kube_path(b, len, "/api/v1", "default", "pods", "a b", NULL), -1,
+                 "no room for the NUL");
+    cr_assert_eq(b[len], '#', "nothing written past the buffer");
+    const size_t plain = strlen("/api/v1/namespaces/default/pods/ab"); /* ends plain */
+    memset(b, '#', sizeof b);
+    cr_assert_eq(kube_path(b, plain, "/api/v1", "default", "pods", "ab", NULL), -1);
+    cr_assert_eq(b[plain], '#', "nothing written past the buffer");
+    cr_assert_eq(kube_path(b, plain + 1, "/api/v1", "default", "pods", "ab", NULL), 0);
+    cr_assert_str_eq(b, "/api/v1/namespaces/default/pods/ab");
+}
+
 /* ================================================ against the API server */
 
 TestSuite(kube_api, .timeout = 30);

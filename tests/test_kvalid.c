@@ -72,3 +72,27 @@ Test(kvalid, quantities_follow_parse_quantity_and_carry_their_value)
                   "%s: %s", bad[i], why);
     }
 }
+
+Test(kvalid, a_subdomain_of_253_characters_is_valid_and_254_is_not)
+{
+    char why[128], name[300];
+    memset(name, 'a', 254);
+    for (int i = 63; i < 254; i += 64) name[i] = '.'; /* labels of 63 */
+    name[253] = '\0';
+    cr_assert(kv_is_dns1123_subdomain(name, why, sizeof why), "253: %s", why);
+    name[253] = 'a';
+    name[254] = '\0';
+    cr_assert_not(kv_is_dns1123_subdomain(name, why, sizeof why));
+    cr_assert(strstr(why, "no more than 253"), "%s", why);
+}
+
+Test(kvalid, every_label_of_a_subdomain_must_end_with_an_alphanumeric)
+{
+    char why[128];
+    cr_assert_not(kv_is_dns1123_subdomain("a-", why, sizeof why));
+    cr_assert(strstr(why, "start and end with an alphanumeric"), "%s", why);
+    cr_assert_not(kv_is_dns1123_subdomain("my-.job", why, sizeof why));
+    cr_assert_not(kv_is_dns1123_subdomain("my.job-", why, sizeof why));
+    cr_assert_not(kv_is_dns1123_subdomain("-my.job", why, sizeof why));
+    cr_assert(kv_is_dns1123_subdomain("my-job.a-b", why, sizeof why), "%s", why);
+}

@@ -233,3 +233,51 @@ Test(leader, two_electors_one_leads_the_other_follows_and_takes_over_only_after_
     cr_assert_eq(a3, 0, "a no longer leads");
     cr_assert_str_eq(a_saw, "b");
 }
+
+Test(leader, a_released_lease_is_taken_over_at_once_and_counts_one_transition)
+{
+    char dir[256], state[300];
+    int port;
+    make_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/state", dir);
+    pid_t pid = server_start(state, 0, NULL, &port);
+    cr_assert(pid > 0, "the test API server did not start (see %s/apiserver.log)", state);
+    kube_client *ca = client_for(state), *cb = client_for(state);
+    leader_opts oa = {.ns = "default", .name = "lock", .identity = "a",
+                      .lease_duration = 15, .renew_deadline = 10};
+    leader_opts ob = oa;
+    ob.identity = "b";
+    leader_elector *a = NULL, *b = NULL;
+    cr_assert_eq(leader_new(ca, &oa, &a), 0);
+    cr_assert_eq(leader_new(cb, &ob, &b), 0);
+    kube_status st;
+    int a1 = leader_try(a, 1000, &st);
+    int b1 = leader_try(b, 5000, &st); /* b sees a holding it */
+    int rel = leader_release(a, &st);  /* a shuts down cleanly */
+    int a_after = leader_is_leader(a, 1001);
+    int b2 = leader_try(b, 5001, &st); /* 1 s later, far inside leaseDuration */
+    cJSON *lease = NULL;
+    int got = kube_get(ca, LEASE_PATH, &lease, &st);
+    const cJSON *spec = cJSON_GetObjectItem(lease, "spec");
+    const cJSON *holder = cJSON_GetObjectItem(spec, "holderIdentity");
+    const cJSON *tr = cJSON_GetObjectItem(spec, "leaseTransitions");
+    char holder_s[64] = "";
+    if (cJSON_IsString(holder)) snprintf(holder_s, sizeof holder_s, "%s", holder->valuestring);
+    double transitions = cJSON_IsNumber(tr) ? tr->valuedouble : -1;
+    cJSON_Delete(lease);
+    leader_free(a);
+    leader_free(b);
+    kube_client_free(ca);
+    kube_client_free(cb);
+    server_stop(pid, SIGTERM);
+    rm_rf(dir);
+
+    cr_assert_eq(a1, 1);
+    cr_assert_eq(b1, 0);
+    cr_assert_eq(rel, KUBE_OK);
+    cr_assert_eq(a_after, 0, "a no longer leads once it released");
+    cr_assert_eq(b2, 1, "b takes a released Lease without waiting for it to expire");
+    cr_assert_eq(got, KUBE_OK);
+    cr_assert_str_eq(holder_s, "b");
+    cr_assert_eq(transitions, 1, "a -> b is one transition (leaseTransitions %g)", transitions);
+}

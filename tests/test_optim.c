@@ -1,8 +1,14 @@
 /* tests/test_optim.c - worker/train/optim.c: the learning-rate schedule (linear
- * warmup, then cosine to minLr, or constant). */
+ * warmup, then cosine to minLr, or constant), and the AdamW step itself
+ * (clipping, bias correction, weight decay by group) against torch's formula. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+#include "model.h"
+#include "ops.h"
 #include "optim.h"
 
 Test(optim, lr_schedule_warms_up_linearly_then_follows_the_cosine)
@@ -15,4 +21,115 @@ Test(optim, lr_schedule_warms_up_linearly_then_follows_the_cosine)
     cr_assert(optim_lr_at(&oc, 13, 14) > 0.1 && optim_lr_at(&oc, 13, 14) < 0.13);
     oc.schedule = SCHEDULE_CONSTANT;
     cr_assert_float_eq(optim_lr_at(&oc, 9, 14), 1.0, 1e-12);
+}
+
+Test(optim, lr_stays_at_min_lr_on_and_after_the_last_step)
+{
+    /* a resumed run may go past the steps it planned: the cosine must not
+     * come back up */
+    optimizer_config oc = {.lr = 1.0, .warmup_steps = 4, .min_lr = 0.1, .schedule = SCHEDULE_COSINE};
+    cr_assert_float_eq(optim_lr_at(&oc, 14, 14), 0.1, 1e-12);
+    cr_assert_float_eq(optim_lr_at(&oc, 20, 14), 0.1, 1e-12);
+    cr_assert_float_eq(optim_lr_at(&oc, 1000, 14), 0.1, 1e-12);
+}
+
+/* torch.nn.utils.clip_grad_norm_(max_norm=clip) then torch.optim.AdamW, in
+ * double: g is clipped in place; returns the norm before clipping. */
+static double ref_step(double *p, double *m, double *v, double *g, const int *decay, size_t n,
+                       const optimizer_config *oc, long t)
+{
+    double sq = 0.0;
+    for (size_t i = 0; i < n; i++) sq += g[i] * g[i];
+    const double norm = sqrt(sq);
+    if (oc->grad_clip > 0) {
+        const double c = oc->grad_clip / (norm + 1e-6);
+        if (c < 1.0)
+            for (size_t i = 0; i < n; i++) g[i] *= c;
+    }
+    const double bc1 = 1.0 - pow(oc->beta1, (double)t), bc2 = 1.0 - pow(oc->beta2, (double)t);
+    for (size_t i = 0; i < n; i++) {
+        p[i] *= 1.0 - oc->lr * (decay[i] ? oc->weight_decay : 0.0);
+        m[i] = oc->beta1 * m[i] + (1.0 - oc->beta1) * g[i];
+        v[i] = oc->beta2 * v[i] + (1.0 - oc->beta2) * g[i] * g[i];
+        p[i] -= oc->lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + oc->eps);
+    }
+    return norm;
+}
+
+/* Three AdamW steps of a tiny ViT's flat parameters, gradient norms about
+ * 0.7 x scales[s], under gradClip=clip: the weights after each step match
+ * the reference within float rounding. */
+static void steps_match_the_reference(double clip, const double scales[3])
+{
+    model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.image_size = 8;
+    mc.patch_size = 4;
+    mc.channels = 1;
+    mc.dim = 8;
+    mc.depth = 1;
+    mc.heads = 2;
+    mc.mlp_ratio = 2.0;
+    mc.num_classes = 3;
+    vit_job_config cfg;
+    config_defaults(&cfg);
+    optimizer_config oc = cfg.training.optimizer;
+    oc.lr = 0.01;
+    oc.weight_decay = 0.1;
+    oc.warmup_steps = 0;
+    oc.schedule = SCHEDULE_CONSTANT;
+    oc.grad_clip = clip;
+    model_options mo = {0};
+    vit_model *mdl = NULL;
+    optim *o = NULL;
+    char err[512] = "";
+    cr_assert_eq(model_new(&mdl, &mc, 1, &mo, ops_cpu(), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(optim_new(&o, mdl, &oc, 3, err, sizeof err), 0, "%s", err);
+    const size_t n = model_num_params(mdl);
+    double *p = calloc(n, sizeof *p), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v),
+           *g = calloc(n, sizeof *g);
+    int *decay = calloc(n, sizeof *decay);
+    cr_assert(p && m && v && g && decay);
+    int groups[2] = {0, 0};
+    for (int k = 0; k < model_num_tensors(mdl); k++) {
+        const model_tensor *t = model_tensor_at(mdl, k);
+        for (size_t j = t->offset; j < t->offset + t->numel; j++) decay[j] = t->decay;
+        groups[t->decay != 0]++;
+    }
+    cr_assert(groups[0] > 0 && groups[1] > 0, "both weight-decay groups are present");
+    float *mp = model_params(mdl), *mg = model_grads(mdl);
+    for (size_t i = 0; i < n; i++) p[i] = mp[i] = (float)(1.0 + 0.001 * (double)(i % 7));
+    for (int s = 0; s < 3; s++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = mg[i] = (float)(scales[s] * sin(0.37 * (double)i + s) / sqrt((double)n));
+        const double norm = ref_step(p, m, v, g, decay, n, &oc, s + 1);
+        optim_result r = optim_step(o, mdl, ops_cpu(), s);
+        cr_assert_float_eq(r.grad_norm, norm, 1e-5 * norm, "step %d: norm %g, want %g", s,
+                           r.grad_norm, norm);
+        cr_assert_float_eq(r.lr, 0.01, 1e-12);
+        for (size_t i = 0; i < n; i++)
+            cr_assert(fabs(mp[i] - p[i]) < 1e-5, "step %d, parameter %zu (decay %d): %.8f, want %.8f",
+                      s, i, decay[i], mp[i], p[i]);
+    }
+    free(p);
+    free(m);
+    free(v);
+    free(g);
+    free(decay);
+    optim_free(o);
+    model_free(mdl);
+}
+
+Test(optim, adamw_matches_torch_with_bias_correction_and_weight_decay_only_on_the_decay_group)
+{
+    /* gradClip=0 is off: the gradients are used as they are */
+    const double scales[3] = {20.0, 0.05, 5.0};
+    steps_match_the_reference(0.0, scales);
+}
+
+Test(optim, gradients_over_grad_clip_are_scaled_down_to_it_and_smaller_ones_are_left_alone)
+{
+    /* steps 0 and 2 are clipped to norm 1, step 1 (norm about 0.035) is not */
+    const double scales[3] = {20.0, 0.05, 5.0};
+    steps_match_the_reference(1.0, scales);
 }

@@ -374,6 +374,34 @@ Test(rdzv, no_rank_lost_is_minus_1)
     for (int r = 0; r < 2; r++) cr_assert_eq(st[r], 0, "rank %d: %d %s", r, st[r], msgs[r]);
 }
 
+/* what the store holds under rdzv/lost is a rank only if it is one of this
+ * world's: 0 .. world-1 */
+static int lost_range(rdzv *z, int rank, int world)
+{
+    char err[256], v[16];
+    if (rank == 0) {
+        snprintf(v, sizeof v, "%d", world);
+        if (rdzv_set(z, "rdzv/lost", v, strlen(v), NULL, err, sizeof err)) return 1;
+    }
+    if (rdzv_barrier(z, "w", 10, NULL, NULL, 0)) return 2;
+    if (rdzv_lost_rank(z, 0.3) != -1) return 3; /* the world size is no rank */
+    if (rdzv_barrier(z, "r", 10, NULL, NULL, 0)) return 4;
+    if (rank == 0) {
+        snprintf(v, sizeof v, "%d", world - 1);
+        if (rdzv_set(z, "rdzv/lost", v, strlen(v), NULL, err, sizeof err)) return 5;
+    }
+    if (rdzv_barrier(z, "w2", 10, NULL, NULL, 0)) return 6;
+    return rdzv_lost_rank(z, 0.3) == world - 1 ? 0 : 7; /* the last rank is */
+}
+
+Test(rdzv, a_lost_rank_outside_the_world_is_no_rank)
+{
+    int st[2];
+    char msgs[2][512];
+    run_ranks(2, NULL, 10, lost_range, st, msgs);
+    for (int r = 0; r < 2; r++) cr_assert_eq(st[r], 0, "rank %d: %d %s", r, st[r], msgs[r]);
+}
+
 Test(rdzv, the_same_rank_twice_or_a_world_size_mismatch_is_invalid)
 {
     char ep[64];

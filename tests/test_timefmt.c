@@ -38,3 +38,19 @@ Test(timefmt, fractions_for_logs_and_micro_times)
     long long t;
     cr_assert_eq(timefmt_parse(ts, &t), 0);
 }
+
+Test(timefmt, every_day_from_1970_to_2100_reads_back_as_written_february_included)
+{
+    char ts[TIMEFMT_LEN];
+    long long t;
+    cr_assert_eq(timefmt_parse("2000-02-29T00:00:00Z", &t), 0);
+    cr_assert_eq(t, 951782400LL, "a leap day");
+    cr_assert_eq(timefmt_parse("2024-02-01T12:00:00Z", &t), 0);
+    cr_assert_eq(t, 1706788800LL);
+    for (long long day = 0; day < 47482; day++) { /* 1970-01-01 .. 2100-01-01 */
+        const long long at = day * 86400 + 3723;
+        timefmt_rfc3339(ts, at, 0, 0);
+        cr_assert_eq(timefmt_parse(ts, &t), 0, "%s", ts);
+        cr_assert_eq(t, at, "%s read back as %lld, want %lld", ts, t, at);
+    }
+}

@@ -273,6 +273,18 @@ Test(workqueue, backoff_is_capped_like_client_go_default)
     wq_free(q);
 }
 
+Test(workqueue, a_cap_equal_to_the_base_is_a_constant_backoff)
+{
+    wq *q = wq_new();
+    cr_assert_eq(wq_set_backoff(q, 0.002, 0.002), WQ_OK, "cap == base is allowed");
+    for (int i = 0; i < 4; i++) {
+        double d = -1;
+        cr_assert_eq(wq_add_rate_limited(q, "r/const", &d), WQ_OK);
+        cr_assert_float_eq(d, 0.002, 1e-12, "failure %d", i);
+    }
+    wq_free(q);
+}
+
 Test(workqueue, rate_limited_key_is_handed_out_after_its_backoff_not_before)
 {
     wq *q = wq_new();

@@ -63,3 +63,20 @@ Test(yaml_json, aliases_where_refused_second_documents_and_syntax_errors_name_th
     cr_assert_eq(yaml_json_parse("", 0, NULL, &out, err, sizeof err), 0);
     cr_assert_null(out, "an empty document is no tree");
 }
+
+Test(yaml_json, numbers_with_a_unit_or_trailing_text_and_signed_leading_zeros_stay_strings)
+{
+    /* "4Gi" is a quantity, not the number 4; -0123 is as ambiguous as 0123 */
+    char err[256];
+    cJSON *j = parse("a: 4Gi\nb: 12abc\nc: 1.5x\nd: -0123\ne: +0123\nf: -12\ng: 1e3\n", 1, 0, err,
+                     sizeof err);
+    cr_assert_not_null(j, "%s", err);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "a")->valuestring, "4Gi");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "b")->valuestring, "12abc");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "c")->valuestring, "1.5x");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "d")->valuestring, "-0123");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "e")->valuestring, "+0123");
+    cr_assert_eq(cJSON_GetObjectItem(j, "f")->valuedouble, -12);
+    cr_assert_eq(cJSON_GetObjectItem(j, "g")->valuedouble, 1000);
+    cJSON_Delete(j);
+}
