@@ -199,16 +199,9 @@ static vj_err load_data(run *r, char *err, size_t errlen)
         rc = dataset_load_idx(&r->test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
     if (rc)
         return rc;
-    if (r->train->rows != mc->image_size || r->train->cols != mc->image_size) {
-        snprintf(err, errlen, "%s: images are %dx%d but model.imageSize=%d", cfg->data.uri,
-                 r->train->rows, r->train->cols, mc->image_size);
-        return VJ_ERR_DATA;
-    }
-    if (r->test->rows != r->train->rows || r->test->cols != r->train->cols) {
-        snprintf(err, errlen, "%s: test images are %dx%d but training images are %dx%d",
-                 cfg->data.uri, r->test->rows, r->test->cols, r->train->rows, r->train->cols);
-        return VJ_ERR_DATA;
-    }
+    rc = dataset_check_image_size(r->train, mc->image_size, err, errlen);
+    if (rc == 0) rc = dataset_check_same_size(r->test, r->train, err, errlen);
+    if (rc) return rc;
     r->steps_per_epoch = r->train->n / tc->global_batch_size;
     if (r->steps_per_epoch < 1) {
         snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
