@@ -481,6 +481,21 @@ print("%016x" % h)')
   [[ "$output" == *'"threads":1'* ]]
 }
 
+@test "training.threads above the CPUs the affinity allows is kept, with a warning naming both" {
+  command -v taskset >/dev/null || skip "taskset missing"
+  [ "$(nproc --all)" -ge 2 ] || skip "one CPU: affinity cannot be narrower"
+  run taskset -c 0 "$WORKER" train "${FAST[@]}" --set training.steps=1 --set training.threads=4 \
+    --set training.optimizer.warmupSteps=0
+  [ "$status" -eq 0 ]
+  [[ "$output" == *'level=warn'*'event=threads_above_cpus threads=4 cpus=1 cpus_source="affinity"'* ]]
+  [[ "$output" == *'threads=4 threads_source="training.threads"'* ]]
+  # at or below the CPUs allowed: no warning
+  run taskset -c 0 "$WORKER" train "${FAST[@]}" --set training.steps=1 --set training.threads=1 \
+    --set training.optimizer.warmupSteps=0
+  [ "$status" -eq 0 ]
+  [[ "$output" != *'threads_above_cpus'* ]]
+}
+
 @test "SIGTERM between micro-batches abandons the step and exits 143 without finishing it" {
   # 512 micro-batches in one step: tens of seconds of work
   "$WORKER" train --set training.steps=1 --set training.globalBatchSize=32768 \

@@ -510,13 +510,22 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     return rc;
 }
 
-/* Compute threads: training.threads when set, else OMP_NUM_THREADS when
+/* Compute threads: training.threads when set (a warning when above the CPUs
+ * the affinity mask and the cgroup quota allow), else OMP_NUM_THREADS when
  * the environment sets it (as torchrun does), else what the CPU affinity and
  * the cgroup's CPU quota allow (never one per core of a node the pod may
  * use two of). */
 static int pick_threads(const training_config *tc, char *source, size_t srclen)
 {
     if (tc->threads > 0) {
+        /* kept as asked (the user may know better, e.g. threads that wait on
+         * I/O), but said: more threads than CPUs only time-slice */
+        char cpus_source[64];
+        int cpus = sysres_cpus("", 0, cpus_source, sizeof cpus_source);
+        if (tc->threads > cpus)
+            LOG_WARN("train", "event=threads_above_cpus threads=%d cpus=%d cpus_source=\"%s\" "
+                     "msg=\"training.threads=%d exceeds the %d CPUs this process may use; "
+                     "kept as set\"", tc->threads, cpus, cpus_source, tc->threads, cpus);
         snprintf(source, srclen, "training.threads");
         return ops_cpu_set_threads(tc->threads);
     }
