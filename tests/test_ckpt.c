@@ -4,7 +4,8 @@
  * writer saved them all or a resumed run follows one that stopped; a torn
  * step (shards without a manifest, a save that died) never counts toward
  * keep, so it never makes a complete step disappear, and it goes once it is
- * older than the oldest step kept. */
+ * older than the oldest step kept. A resume that finds every step corrupt
+ * tries each once and ends. */
 #include "ckpt.h"
 
 #include <criterion/criterion.h>
@@ -182,4 +183,44 @@ Test(ckpt, fewer_complete_steps_than_keep_delete_nothing, .init = open_store, .f
     save(w, 3);
     ASSERT_STEPS("1,2,3", "2,3");
     ckpt_writer_free(w);
+}
+
+/* A loader that finds every step corrupt, noting which it was handed. */
+typedef struct {
+    long seen[16];
+    int n;
+} corrupt_log;
+
+static ckpt_status always_corrupt(void *ctx, ckpt_store *store, const ckpt_manifest *man,
+                                  char *why, size_t len)
+{
+    (void)store;
+    corrupt_log *l = ctx;
+    if (l->n < 16) l->seen[l->n] = ckpt_manifest_meta(man)->step;
+    l->n++;
+    snprintf(why, len, "block 0 does not match its CRC (corrupt)");
+    return CKPT_PERMANENT;
+}
+
+/* Every step corrupt: the resume tries each once, newest first, and ends
+ * in a fresh start; it never tries a step it has passed over again (that
+ * would loop for ever), and a step offered again ends it at once. */
+Test(ckpt, a_resume_tries_each_corrupt_step_once_newest_first_and_then_starts_fresh,
+     .init = open_store, .fini = close_store, .timeout = 10)
+{
+    ckpt_writer *w = writer(10);
+    for (long step = 1; step <= 3; step++) save(w, step);
+    ckpt_writer_free(w);
+    torn(4);
+    corrupt_log l = {0};
+    ckpt_resume_options o = {.store = s, .rank = 0, .world = 1, .timeout_s = 5,
+                             .uri = "file:///test", .model_json = "{\"dim\":4}", .n_params = 16,
+                             .load = always_corrupt, .ctx = &l};
+    ckpt_meta meta;
+    vj_err rc = ckpt_resume(&o, &meta, err, sizeof err);
+    cr_assert_eq(rc, VJ_OK, "%d: %s", rc, err);
+    cr_assert_eq(meta.step, -1, "a fresh start");
+    cr_assert_eq(l.n, 3, "each complete step once, not %d loads", l.n);
+    cr_assert(l.seen[0] == 3 && l.seen[1] == 2 && l.seen[2] == 1, "%ld %ld %ld", l.seen[0],
+              l.seen[1], l.seen[2]);
 }
