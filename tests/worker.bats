@@ -175,6 +175,22 @@ copy_dataset() {
   [[ "$output" == *"truncated"* ]]
 }
 
+@test "images of another size than model.imageSize exit 3 naming the images file and both sizes" {
+  mkdir "$TMP/ds"
+  # well-formed IDX files of 27x27 images (model.imageSize=28 is Fashion-MNIST's)
+  python3 - "$TMP/ds" <<'PY'
+import gzip, struct, sys
+for split, n in (("train", 256), ("t10k", 64)):
+    with gzip.open(f"{sys.argv[1]}/{split}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 27, 27) + bytes(n * 27 * 27))
+    with gzip.open(f"{sys.argv[1]}/{split}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+  worker train --set data.uri=$TMP/ds "${FAST[@]}"
+  [ "$status" -eq 3 ]
+  [[ "$output" == *"$TMP/ds/train-images-idx3-ubyte.gz: images are 27x27 but model.imageSize=28"* ]]
+}
+
 @test "IDX file with the wrong magic exits 3 naming the file and the magic" {
   copy_dataset
   # a labels file where the images should be: magic 0x801, not 0x803
