@@ -288,9 +288,11 @@ static const config_key config_keys[] = {
                "(retryable exit)"},
     {ROW_INT("training.threads", training.threads, 0, 1024, DEF_NUM(0)),
      .help = "CPU threads per process (OpenBLAS and OpenMP); 0 = as many as the CPU affinity and "
-             "the cgroup CPU quota allow.",
+             "the cgroup CPU quota allow. A value above that is kept, with a warning "
+             "(event=threads_above_cpus) naming both numbers.",
      .readme = "CPU threads (OpenBLAS and OpenMP); 0 = as many as the CPU affinity and the cgroup "
-               "CPU quota allow"},
+               "CPU quota allow; a value above that is kept, with a warning "
+               "(`event=threads_above_cpus`) naming both numbers"},
     {ROW_INT("training.logInterval", training.log_interval, 1, 1000000000, DEF_NUM(50)),
      .help = "Steps between progress log lines.",
      .readme = "steps between progress lines"},

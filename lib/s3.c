@@ -381,7 +381,9 @@ static void say(char *err, size_t errlen, buf *m)
     buf_free(m);
 }
 
-/* The status of a non-2xx reply, from S3's <Code> when the body has one. */
+/* The status of a non-2xx reply, from S3's <Code> when the body has one,
+ * else from the HTTP status alone: a load balancer's HTML 502/503 (no S3
+ * code, not XML) may pass like S3's InternalError, so it is transient. */
 static s3_status http_status(long status, const char *code)
 {
     static const struct { const char *code; s3_status st; } codes[] = {

@@ -130,6 +130,72 @@ Test(data, label_beyond_num_classes_is_exit_3)
     cr_assert(strstr(err, "not below model.numClasses=5"), "%s", err);
 }
 
+/* Every IDX error names the file, not only the directory: four files sit
+ * side by side (train and t10k, images and labels), and "dir: ..." leaves the
+ * reader to guess which one is wrong. */
+static void file_path(char *out, size_t len, const char *name)
+{
+    snprintf(out, len, "%s/%s.gz", dir, name);
+}
+
+Test(data, label_count_mismatch_names_the_labels_file_and_the_images_file)
+{
+    write_idx("train-images-idx3-ubyte", 0, 50, 28, 28, 0);
+    write_idx("train-labels-idx1-ubyte", 0, 49, 0, 0, 0);
+    dataset *d = NULL;
+    char err[512], labels[300], images[300];
+    file_path(labels, sizeof labels, "train-labels-idx1-ubyte");
+    file_path(images, sizeof images, "train-images-idx3-ubyte");
+    cr_assert_eq(load(&d, err, sizeof err), VJ_ERR_DATA);
+    cr_assert(strncmp(err, labels, strlen(labels)) == 0, "%s", err);
+    cr_assert(strstr(err, images), "%s", err);
+}
+
+Test(data, label_beyond_num_classes_names_the_labels_file)
+{
+    good_split("train", 50);
+    dataset *d = NULL;
+    char err[512], labels[300];
+    file_path(labels, sizeof labels, "train-labels-idx1-ubyte");
+    cr_assert_eq(dataset_load_idx(&d, dir, "train", 5, err, sizeof err), VJ_ERR_DATA);
+    cr_assert(strncmp(err, labels, strlen(labels)) == 0, "%s", err);
+}
+
+Test(data, images_of_the_wrong_size_name_the_images_file_and_both_sizes)
+{
+    write_idx("train-images-idx3-ubyte", 0, 20, 27, 27, 0);
+    write_idx("train-labels-idx1-ubyte", 0, 20, 0, 0, 0);
+    dataset *d = NULL;
+    char err[512], images[300], want[400];
+    cr_assert_eq(load(&d, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(dataset_check_image_size(d, 27, err, sizeof err), 0);
+    cr_assert_eq(dataset_check_image_size(d, 28, err, sizeof err), VJ_ERR_DATA);
+    file_path(images, sizeof images, "train-images-idx3-ubyte");
+    snprintf(want, sizeof want, "%s: images are 27x27 but model.imageSize=28", images);
+    cr_assert_str_eq(err, want);
+    dataset_free(d);
+}
+
+Test(data, test_images_of_another_size_name_both_images_files)
+{
+    write_idx("train-images-idx3-ubyte", 0, 20, 28, 28, 0);
+    write_idx("train-labels-idx1-ubyte", 0, 20, 0, 0, 0);
+    write_idx("t10k-images-idx3-ubyte", 0, 10, 27, 27, 0);
+    write_idx("t10k-labels-idx1-ubyte", 0, 10, 0, 0, 0);
+    dataset *train = NULL, *test = NULL;
+    char err[512], tr[300], te[300];
+    cr_assert_eq(dataset_load_idx(&train, dir, "train", 10, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(dataset_load_idx(&test, dir, "t10k", 10, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(dataset_check_same_size(train, train, err, sizeof err), 0);
+    cr_assert_eq(dataset_check_same_size(test, train, err, sizeof err), VJ_ERR_DATA);
+    file_path(tr, sizeof tr, "train-images-idx3-ubyte");
+    file_path(te, sizeof te, "t10k-images-idx3-ubyte");
+    cr_assert(strncmp(err, te, strlen(te)) == 0, "%s", err);
+    cr_assert(strstr(err, tr) && strstr(err, "27x27") && strstr(err, "28x28"), "%s", err);
+    dataset_free(train);
+    dataset_free(test);
+}
+
 /* labels are 0..9: with model.numClasses=9 the label 9 indexes one past the
  * head's last class */
 Test(data, a_label_equal_to_num_classes_is_refused)

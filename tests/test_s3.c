@@ -669,6 +669,69 @@ Test(s3, put_and_get_pass_after_500s_and_resets_from_the_proxy)
     stop(proxy);
 }
 
+/* Something in front of the store (a load balancer, an ingress) answers
+ * 502 or 503 with its own HTML page: no S3 <Code>, and not XML at all. It may
+ * pass like S3's InternalError, so it is retried; the operation then
+ * succeeds. */
+Test(s3, html_502_and_503_from_a_load_balancer_are_retried_until_the_store_answers)
+{
+    use_moto();
+    const char *flags[] = {"--fail-500", "3", "--fail-status", "502,503", "--fail-html", NULL};
+    int pport;
+    pid_t proxy = proxy_start("lb", flags, &pport);
+    char ep[64], err[ERRLEN];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", pport);
+    s3_client *c = client_at(ep, (s3_options){.max_attempts = 5, .backoff_s = 0.01});
+    unsigned char data[1000], out[1000];
+    fill(data, sizeof data, 7);
+    cr_assert_eq(s3_put(c, "vj-retry", "lb/k", data, sizeof data, err, sizeof err), S3_OK, "%s",
+                 err);
+    char *st = proxy_stats("lb");
+    cr_assert(strncmp(st, "requests=4 fail500=3 ", 21) == 0, "3 HTML answers, the 4th passed: %s",
+              st);
+    free(st);
+    size_t got = 0;
+    cr_assert_eq(s3_get(c, "vj-retry", "lb/k", 0, sizeof out, out, &got, err, sizeof err), S3_OK,
+                 "%s", err);
+    cr_assert_eq(got, sizeof data);
+    cr_assert_arr_eq(out, data, sizeof data);
+    s3_free(c);
+    stop(proxy);
+}
+
+/* The HTML 500 never ends: giving up is retryable (transient) and names the
+ * HTTP status, not a code the page does not hold, nor the page itself. */
+Test(s3, html_500s_that_never_end_give_up_naming_the_status)
+{
+    use_moto();
+    const char *flags[] = {"--fail-500", "1000", "--fail-status", "500", "--fail-html", NULL};
+    int pport;
+    pid_t proxy = proxy_start("lb500", flags, &pport);
+    char ep[64], err[ERRLEN];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", pport);
+    s3_client *c = client_at(ep, (s3_options){.max_attempts = 3, .backoff_s = 0.01});
+    s3_status st = s3_put(c, "vj-retry", "lb/never", "x", 1, err, sizeof err);
+    cr_assert_eq(st, S3_TRANSIENT, "%s: %s", s3_status_name(st), err);
+    cr_assert(s3_status_retryable(st));
+    cr_assert(strstr(err, "(HTTP 500) at http://127.0.0.1:"), "%s", err);
+    cr_assert(strstr(err, "gave up after 3 attempts"), "%s", err);
+    cr_assert(!strstr(err, "<") && !strstr(err, "nginx"), "no HTML in the message: %s", err);
+    char *stats = proxy_stats("lb500");
+    cr_assert(strncmp(stats, "requests=3 fail500=3 ", 21) == 0, "%s", stats);
+    free(stats);
+    /* a GET and a HEAD (no body at all) meet the same */
+    size_t got = 0;
+    unsigned char out[16];
+    st = s3_get(c, "vj-retry", "lb/never", 0, sizeof out, out, &got, err, sizeof err);
+    cr_assert_eq(st, S3_TRANSIENT, "%s: %s", s3_status_name(st), err);
+    cr_assert(strstr(err, "HTTP 500"), "%s", err);
+    st = s3_head(c, "vj-retry", "lb/never", NULL, err, sizeof err);
+    cr_assert_eq(st, S3_TRANSIENT, "%s: %s", s3_status_name(st), err);
+    cr_assert(strstr(err, "HTTP 500"), "%s", err);
+    s3_free(c);
+    stop(proxy);
+}
+
 /* The store answered once (500 InternalError), then reset every
  * connection: the message gives up naming the answer, the strongest cause,
  * with the resets as the last attempt's error, not the resets alone. */

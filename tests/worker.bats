@@ -179,6 +179,22 @@ copy_dataset() {
   [[ "$output" == *"truncated"* ]]
 }
 
+@test "images of another size than model.imageSize exit 3 naming the images file and both sizes" {
+  mkdir "$TMP/ds"
+  # well-formed IDX files of 27x27 images (model.imageSize=28 is Fashion-MNIST's)
+  python3 - "$TMP/ds" <<'PY'
+import gzip, struct, sys
+for split, n in (("train", 256), ("t10k", 64)):
+    with gzip.open(f"{sys.argv[1]}/{split}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 27, 27) + bytes(n * 27 * 27))
+    with gzip.open(f"{sys.argv[1]}/{split}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+  worker train --set data.uri=$TMP/ds "${FAST[@]}"
+  [ "$status" -eq 3 ]
+  [[ "$output" == *"$TMP/ds/train-images-idx3-ubyte.gz: images are 27x27 but model.imageSize=28"* ]]
+}
+
 @test "IDX file with the wrong magic exits 3 naming the file and the magic" {
   copy_dataset
   # a labels file where the images should be: magic 0x801, not 0x803
@@ -483,6 +499,21 @@ print("%016x" % h)')
   [ "$status" -eq 0 ]
   [[ "$output" == *'threads=1 threads_source="affinity"'* ]]
   [[ "$output" == *'"threads":1'* ]]
+}
+
+@test "training.threads above the CPUs the affinity allows is kept, with a warning naming both" {
+  command -v taskset >/dev/null || skip "taskset missing"
+  [ "$(nproc --all)" -ge 2 ] || skip "one CPU: affinity cannot be narrower"
+  run taskset -c 0 "$WORKER" train "${FAST[@]}" --set training.steps=1 --set training.threads=4 \
+    --set training.optimizer.warmupSteps=0
+  [ "$status" -eq 0 ]
+  [[ "$output" == *'level=warn'*'event=threads_above_cpus threads=4 cpus=1 cpus_source="affinity"'* ]]
+  [[ "$output" == *'threads=4 threads_source="training.threads"'* ]]
+  # at or below the CPUs allowed: no warning
+  run taskset -c 0 "$WORKER" train "${FAST[@]}" --set training.steps=1 --set training.threads=1 \
+    --set training.optimizer.warmupSteps=0
+  [ "$status" -eq 0 ]
+  [[ "$output" != *'threads_above_cpus'* ]]
 }
 
 @test "SIGTERM between micro-batches abandons the step and exits 143 without finishing it" {

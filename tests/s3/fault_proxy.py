@@ -3,12 +3,14 @@
 S3 client and moto, to prove its retries.
 
     python3 tests/s3/fault_proxy.py --listen-port P --target HOST:PORT --ready-file F
-        [--fail-500 N] [--reset N] [--cut N] [--only-method M] [--down-file D] [--stats-file S] [--log L]
+        [--fail-500 N [--fail-status S[,S...]] [--fail-html]] [--reset N] [--cut N] [--only-method M] [--down-file D] [--stats-file S] [--log L]
 
 Listens on 127.0.0.1:P (0 = a free port; the port is written to F, atomically,
 once it listens). Each request is read whole (headers and Content-Length
 body), then: while --fail-500 has requests left, it is answered 500 with S3's
-InternalError XML; else while --reset has requests left, the connection is
+InternalError XML (with --fail-status, the statuses given in turn, e.g.
+502,503; with --fail-html, the body is a load balancer's HTML page, not XML
+and without an S3 error code); else while --reset has requests left, the connection is
 reset (RST: SO_LINGER 0); else while --cut has requests left, the request
 is forwarded and the reply's head and the first half of its body are sent,
 then the connection is reset (a transfer dying midway); with --only-method, only requests of that method
@@ -30,6 +32,14 @@ import struct
 import sys
 import threading
 import time
+
+# what nginx answers when its upstream is gone: HTML, not well-formed XML
+# (<hr> is never closed), no S3 <Code>
+ERROR_HTML = (b'<html>\r\n<head><title>{status}</title></head>\r\n<body>\r\n'
+              b'<center><h1>{status}</h1></center>\r\n<hr><center>nginx</center>\r\n'
+              b'</body>\r\n</html>\r\n')
+REASONS = {500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable",
+           504: b"Gateway Timeout"}
 
 ERROR_500 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
              b'<Message>We encountered an internal error. Please try again.</Message>'
@@ -162,6 +172,7 @@ def serve(conn):
                     action = "forward"
                 elif args.fail_500 > 0:
                     args.fail_500 -= 1
+                    fail_status = args.fail_status[state["fail500"] % len(args.fail_status)]
                     state["fail500"] += 1
                     action = "500"
                 elif args.reset > 0:
@@ -176,9 +187,16 @@ def serve(conn):
                     action = "forward"
                 stats()
             if action == "500":
-                conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml"
-                             b"\r\nContent-Length: " + str(len(ERROR_500)).encode() +
-                             b"\r\n\r\n" + ERROR_500)
+                code = str(fail_status).encode()
+                if args.fail_html:
+                    ctype = b"text/html"
+                    page = ERROR_HTML.replace(b"{status}", code + b" " +
+                                              REASONS.get(fail_status, b"Error"))
+                else:
+                    ctype, page = b"application/xml", ERROR_500
+                conn.sendall(b"HTTP/1.1 " + code + b" " + REASONS.get(fail_status, b"Error") +
+                             b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: " +
+                             str(len(page)).encode() + b"\r\n\r\n" + page)
                 continue
             if action == "reset":
                 reset(conn)
@@ -232,6 +250,9 @@ def main():
     ap.add_argument("--target", required=True)
     ap.add_argument("--ready-file", required=True)
     ap.add_argument("--fail-500", type=int, default=0)
+    ap.add_argument("--fail-status", default="500",
+                    type=lambda v: [int(x) for x in v.split(",")])
+    ap.add_argument("--fail-html", action="store_true")
     ap.add_argument("--reset", type=int, default=0)
     ap.add_argument("--cut", type=int, default=0)
     ap.add_argument("--only-method")

@@ -891,6 +891,16 @@ vj_err ckpt_resume(const ckpt_resume_options *o, ckpt_meta *meta, char *err, siz
             if (rc) return rc;
             break;
         }
+        /* each attempt must go below the step passed over before it: the
+         * same step again would be loaded, found corrupt and offered again
+         * for ever (a retry that cannot help), so it ends here instead */
+        if (step >= below) {
+            snprintf(err, errlen, "checkpoint.uri=%s: step %ld was offered again after it was "
+                     "passed over as corrupt (the search must go below step %ld); giving up "
+                     "instead of loading it again", o->uri, step, below);
+            ckpt_manifest_free(man);
+            return VJ_ERR_OUTPUT;
+        }
         const ckpt_meta *m = ckpt_manifest_meta(man);
         if (strcmp(m->model, o->model_json) != 0 || m->n_params != o->n_params) {
             snprintf(err, errlen, "checkpoint.uri=%s: step %ld was written for the model %s "

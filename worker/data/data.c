@@ -64,10 +64,9 @@ static uint32_t be32(const unsigned char *b)
 
 /* Reads an IDX file of unsigned bytes with `ndims` dims; dims[] out. */
 static int read_idx(const char *dir, const char *base, int ndims, uint32_t *dims,
-                    uint8_t **data, char *err, size_t errlen)
+                    uint8_t **data, char *path, size_t pathlen, char *err, size_t errlen)
 {
-    char path[1024];
-    gzFile gz = open_idx(dir, base, path, sizeof path, err, errlen);
+    gzFile gz = open_idx(dir, base, path, pathlen, err, errlen);
     if (!gz)
         return VJ_ERR_DATA;
     int rc = VJ_ERR_DATA;
@@ -129,13 +128,16 @@ int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_
     char base[64];
     uint32_t idims[3], ldims[1];
     snprintf(base, sizeof base, "%s-images-idx3-ubyte", split);
-    int rc = read_idx(dir, base, 3, idims, &d->pixels, err, errlen);
+    int rc = read_idx(dir, base, 3, idims, &d->pixels, d->images_path, sizeof d->images_path, err,
+                      errlen);
     if (rc) goto fail;
     snprintf(base, sizeof base, "%s-labels-idx1-ubyte", split);
-    rc = read_idx(dir, base, 1, ldims, &d->labels, err, errlen);
+    rc = read_idx(dir, base, 1, ldims, &d->labels, d->labels_path, sizeof d->labels_path, err,
+                  errlen);
     if (rc) goto fail;
     if (idims[0] != ldims[0]) {
-        snprintf(err, errlen, "%s/%s: %u labels for %u images", dir, base, ldims[0], idims[0]);
+        snprintf(err, errlen, "%s: %u labels for %u images in %s", d->labels_path, ldims[0],
+                 idims[0], d->images_path);
         rc = VJ_ERR_DATA;
         goto fail;
     }
@@ -144,8 +146,8 @@ int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_
     d->cols = (int)idims[2];
     for (int i = 0; i < d->n; i++) {
         if (d->labels[i] >= max_label) {
-            snprintf(err, errlen, "%s/%s: label %d of sample %d is not below model.numClasses=%d",
-                     dir, base, d->labels[i], i, max_label);
+            snprintf(err, errlen, "%s: label %d of sample %d is not below model.numClasses=%d",
+                     d->labels_path, d->labels[i], i, max_label);
             rc = VJ_ERR_DATA;
             goto fail;
         }
@@ -155,6 +157,23 @@ int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_
 fail:
     dataset_free(d);
     return rc;
+}
+
+int dataset_check_image_size(const dataset *d, int image_size, char *err, size_t errlen)
+{
+    if (d->rows == image_size && d->cols == image_size) return 0;
+    snprintf(err, errlen, "%s: images are %dx%d but model.imageSize=%d", d->images_path, d->rows,
+             d->cols, image_size);
+    return VJ_ERR_DATA;
+}
+
+int dataset_check_same_size(const dataset *test, const dataset *train, char *err, size_t errlen)
+{
+    if (test->rows == train->rows && test->cols == train->cols) return 0;
+    snprintf(err, errlen, "%s: test images are %dx%d but the training images of %s are %dx%d",
+             test->images_path, test->rows, test->cols, train->images_path, train->rows,
+             train->cols);
+    return VJ_ERR_DATA;
 }
 
 void dataset_image(const dataset *d, int i, int augment, uint64_t seed, long epoch, float *out)

@@ -19,6 +19,8 @@ typedef struct {
     int n, rows, cols;
     uint8_t *pixels; /* n * rows * cols */
     uint8_t *labels; /* n */
+    char images_path[1024]; /* the files read, for messages about them */
+    char labels_path[1024];
 } dataset;
 
 /* Loads the split ("train" or "t10k") from dir (a path or file:// URI):
@@ -30,6 +32,13 @@ typedef struct {
 int dataset_load_idx(dataset **out, const char *dir, const char *split, int max_label,
                      char *err, size_t errlen);
 void dataset_free(dataset *d); /* accepts NULL */
+
+/* Checks that d's images are image_size x image_size; otherwise VJ_ERR_DATA
+ * with a message naming d's images file, its size and model.imageSize. */
+int dataset_check_image_size(const dataset *d, int image_size, char *err, size_t errlen);
+/* Checks that the test split's images have the training split's size;
+ * otherwise VJ_ERR_DATA naming both images files and both sizes. */
+int dataset_check_same_size(const dataset *test, const dataset *train, char *err, size_t errlen);
 
 /* Writes image i, normalised, into out (rows*cols floats); with augment,
  * the crop and flip are drawn from (seed, epoch, i), so they do not depend

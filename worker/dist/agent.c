@@ -67,6 +67,26 @@ static void describe(int status, char *out, size_t len)
         snprintf(out, len, "was killed by signal %d", WTERMSIG(status));
 }
 
+/* How strong a cause a wait status is (lower: stronger; 3: not a failure). */
+static int cause_rank(int status)
+{
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 3;
+    return !WIFEXITED(status) ? 0 : WEXITSTATUS(status) != 1 ? 1 : 2;
+}
+
+int agent_pick_culprit(const int *status, int n)
+{
+    int culprit = -1, best = 3;
+    for (int i = 0; i < n; i++) {
+        int r = cause_rank(status[i]);
+        if (r < best) {
+            best = r;
+            culprit = i;
+        }
+    }
+    return culprit;
+}
+
 static void signal_all(const pid_t *pids, int n, int sig)
 {
     for (int k = 0; k < n; k++)
@@ -77,7 +97,12 @@ int agent_run(const agent_options *o, char *err, size_t errlen)
 {
     const int n = o->local_ranks;
     pid_t *pids = calloc((size_t)n, sizeof *pids);
-    if (!pids) {
+    int *ended_rank = calloc((size_t)n, sizeof *ended_rank);
+    int *ended_status = calloc((size_t)n, sizeof *ended_status);
+    if (!pids || !ended_rank || !ended_status) {
+        free(pids);
+        free(ended_rank);
+        free(ended_status);
         snprintf(err, errlen, "local agent: out of memory");
         return vj_exit_code(VJ_ERR_OUT_OF_MEMORY, 0);
     }
@@ -133,22 +158,18 @@ int agent_run(const agent_options *o, char *err, size_t errlen)
             if (k == n) continue; /* not ours */
             pids[k] = 0;
             left--;
+            ended_rank[ended] = k;
+            ended_status[ended] = status;
             ended++;
             char how[64];
             describe(status, how, sizeof how);
             LOG_INFO("agent", "event=exited local_rank=%d global_rank=%d how=\"%s\"", k,
                      o->pod_rank * n + k, how);
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-            /* the cause rather than its echo: a child killed by a signal, or
-             * failing for its own reason, before one that lost a peer (1) */
-            int rank_of = !WIFEXITED(status) ? 0 : WEXITSTATUS(status) != 1 ? 1 : 2;
-            int rank_cur = culprit < 0                  ? 3
-                           : !WIFEXITED(culprit_status) ? 0
-                           : WEXITSTATUS(culprit_status) != 1 ? 1 : 2;
-            if (rank_of < rank_cur) {
-                culprit = k;
-                culprit_status = status;
-            }
+        }
+        int i = agent_pick_culprit(ended_status, ended);
+        if (i >= 0) {
+            culprit = ended_rank[i];
+            culprit_status = ended_status[i];
         }
         if (p < 0 && errno == ECHILD) left = 0;
         if (culprit >= 0 && !failed && !forwarded) {
@@ -174,6 +195,8 @@ int agent_run(const agent_options *o, char *err, size_t errlen)
         nap();
     }
     free(pids);
+    free(ended_rank);
+    free(ended_status);
     if (!failed && forwarded) {
         snprintf(err, errlen, "stopped by signal %d; the local ranks stopped", (int)*o->stop);
         return vj_exit_code(VJ_ERR_STOPPED, (int)*o->stop);

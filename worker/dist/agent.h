@@ -27,6 +27,15 @@ typedef struct {
     const volatile sig_atomic_t *stop; /* set by the agent's SIGTERM/SIGINT handler */
 } agent_options;
 
+/* Which of the children that ended together names the pod's failure: the
+ * cause rather than its echo. status[0..n) are waitpid statuses; the
+ * strongest cause is a child killed by a signal, then one that exited
+ * non-zero for its own reason (any code but 1), then one that exited 1 (the
+ * retryable code a rank exits with when it loses a peer: the echo of
+ * another's failure); among equals, the first. Returns its index, or -1
+ * when every one exited 0. Pure. */
+int agent_pick_culprit(const int *status, int n);
+
 /* Runs the local ranks until all have exited and returns the pod's exit
  * code (0 when every one exited 0); err gets one line when it is not 0. */
 int agent_run(const agent_options *o, char *err, size_t errlen);

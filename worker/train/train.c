@@ -199,16 +199,9 @@ static vj_err load_data(run *r, char *err, size_t errlen)
         rc = dataset_load_idx(&r->test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
     if (rc)
         return rc;
-    if (r->train->rows != mc->image_size || r->train->cols != mc->image_size) {
-        snprintf(err, errlen, "%s: images are %dx%d but model.imageSize=%d", cfg->data.uri,
-                 r->train->rows, r->train->cols, mc->image_size);
-        return VJ_ERR_DATA;
-    }
-    if (r->test->rows != r->train->rows || r->test->cols != r->train->cols) {
-        snprintf(err, errlen, "%s: test images are %dx%d but training images are %dx%d",
-                 cfg->data.uri, r->test->rows, r->test->cols, r->train->rows, r->train->cols);
-        return VJ_ERR_DATA;
-    }
+    rc = dataset_check_image_size(r->train, mc->image_size, err, errlen);
+    if (rc == 0) rc = dataset_check_same_size(r->test, r->train, err, errlen);
+    if (rc) return rc;
     r->steps_per_epoch = r->train->n / tc->global_batch_size;
     if (r->steps_per_epoch < 1) {
         snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
@@ -517,13 +510,22 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     return rc;
 }
 
-/* Compute threads: training.threads when set, else OMP_NUM_THREADS when
+/* Compute threads: training.threads when set (a warning when above the CPUs
+ * the affinity mask and the cgroup quota allow), else OMP_NUM_THREADS when
  * the environment sets it (as torchrun does), else what the CPU affinity and
  * the cgroup's CPU quota allow (never one per core of a node the pod may
  * use two of). */
 static int pick_threads(const training_config *tc, char *source, size_t srclen)
 {
     if (tc->threads > 0) {
+        /* kept as asked (the user may know better, e.g. threads that wait on
+         * I/O), but said: more threads than CPUs only time-slice */
+        char cpus_source[64];
+        int cpus = sysres_cpus("", 0, cpus_source, sizeof cpus_source);
+        if (tc->threads > cpus)
+            LOG_WARN("train", "event=threads_above_cpus threads=%d cpus=%d cpus_source=\"%s\" "
+                     "msg=\"training.threads=%d exceeds the %d CPUs this process may use; "
+                     "kept as set\"", tc->threads, cpus, cpus_source, tc->threads, cpus);
         snprintf(source, srclen, "training.threads");
         return ops_cpu_set_threads(tc->threads);
     }
