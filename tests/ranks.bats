@@ -9,7 +9,7 @@
 
 # Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
 # regression that hangs fails in minutes; the environment may set another.
-: "${BATS_TEST_TIMEOUT:=300}"
+: "${BATS_TEST_TIMEOUT:=600}"
 
 load ranks_helpers
 
