@@ -46,7 +46,7 @@ passed=0 failed=0 skipped=0 failures=()
 # each Python module), and each suite as a whole is stopped at SUITE_LIMIT
 # (a hang outside any test: a setup_file, a setUpClass, a script).
 TEST_LIMIT=${TEST_LIMIT:-300}
-SUITE_LIMIT=${SUITE_LIMIT:-900}
+SUITE_LIMIT=${SUITE_LIMIT:-1200}
 # limited CMD...: CMD under SUITE_LIMIT (TERM, then KILL 10 s later)
 limited() { timeout -k 10 "$SUITE_LIMIT" "$@"; }
 # past_limit RC LOG: notes in LOG, and says, when RC is timeout's
