@@ -7,7 +7,9 @@
 # only), and neither carries the other's code; every lib/ file opens with a
 # comment naming itself; inside worker/, each folder includes only what its
 # README allows; only the strategies decide the sharding mode; `make` alone
-# builds every binary; docs/design.md's layout table names every folder.
+# builds every binary; docs/design.md's layout table names every folder;
+# every string a log line carries goes through lib/log.h's one quoting
+# (tests/log_lint.py).
 #
 # BUILD (default build) points at the build tree.
 
@@ -158,4 +160,9 @@ includes_of() {
     grep -qE "^\| *\`$d/\`" docs/design.md || missing="$missing $d"
   done
   [ -z "$missing" ] || { echo "not in docs/design.md's layout table:$missing"; false; }
+}
+
+@test "every string value of a log line goes through LOGV or LOGVF (tests/log_lint.py)" {
+  run python3 tests/log_lint.py
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
 }
