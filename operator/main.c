@@ -30,6 +30,7 @@
 #include "kube.h"
 #include "leader.h"
 #include "log.h"
+#include "stdfds.h"
 #include "util.h"
 #include "version.h"
 
@@ -116,6 +117,8 @@ static void usage(FILE *to)
 
 int main(int argc, char **argv)
 {
+    /* 0, 1 and 2 open before any file is: see lib/stdfds.h */
+    stdfds_ensure("vitjob-operator", 1);
     factory_ctx fctx = {NULL};
     const char *ns = NULL, *metrics_addr = ":8080", *lease_ns = getenv("POD_NAMESPACE");
     const char *lease_name = "vitjob-operator";

@@ -27,6 +27,7 @@
 #include "model_io.h"
 #include "ops.h"
 #include "rdzv.h"
+#include "stdfds.h"
 #include "train.h"
 #include "version.h"
 
@@ -456,6 +457,8 @@ static int cmd_schema(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* 0, 1 and 2 open before any file is: see lib/stdfds.h */
+    stdfds_ensure("vitjob-worker", vj_exit_code(VJ_ERR_IO, 0));
     const int usage_code = vj_exit_code(VJ_ERR_USAGE, 0);
     if (argc < 2) {
         usage(stderr);
