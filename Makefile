@@ -115,10 +115,21 @@ $(BUILD)/bin/helmrender: tools/helmrender/main.go
 	$(Q)GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(abspath $(BUILD))/.gocache \
 		$(GO) build -o $@ ./tools/helmrender
 
+# tests/logfmt_decode: the log tests' logfmt parser (go-logfmt, the reference
+# decoder, from Debian's golang-github-go-logfmt-logfmt-dev), built the same
+# way; tests/worker.bats pipes the worker's log through it, and skips its
+# parse-back tests, saying why, without it.
+LOGFMT_DECODE = $(if $(GO),$(BUILD)/bin/logfmt_decode)
+$(BUILD)/bin/logfmt_decode: tests/logfmt_decode/main.go
+	@mkdir -p $(@D)
+	@echo "  GO      $@"
+	$(Q)GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(abspath $(BUILD))/.gocache \
+		$(GO) build -o $@ ./tests/logfmt_decode
+
 .PHONY: all test demo train bench bench-gpu gpu-test asan clean deps image-test schema
 .SECONDARY:
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
-all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN) $(HELMRENDER)
+all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN) $(HELMRENDER) $(LOGFMT_DECODE)
 
 # V=1 shows the full command lines.
 Q := $(if $(V),,@)
@@ -198,7 +209,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 
 # The sanitizer build: same sources, its own tree.
 asan:
-	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CUDA_BUILD=$(CUDA_BUILD) CFLAGS="$(ASAN_FLAGS)" HELMRENDER= all
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CUDA_BUILD=$(CUDA_BUILD) CFLAGS="$(ASAN_FLAGS)" HELMRENDER= LOGFMT_DECODE= all
 
 deps:
 	@scripts/deps.sh

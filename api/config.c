@@ -904,7 +904,7 @@ static int apply_section(const load_ctx *c, vit_job_config *cfg, const cJSON *ob
             continue;
         }
         if (spec_level && in_list(operator_keys, path)) {
-            LOG_DEBUG("config", "ignored=%s reason=operator-only", path);
+            LOG_DEBUG("config", "ignored=%s reason=operator-only", LOGV(path));
             continue;
         }
         return fail_unknown(c, path, spec_level);

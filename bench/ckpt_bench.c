@@ -29,6 +29,7 @@
 #include "ckpt_store.h"
 #include "log.h"
 #include "ops.h"
+#include "stdfds.h"
 #include "util.h"
 
 static void die(const char *what, const char *err)
@@ -39,6 +40,7 @@ static void die(const char *what, const char *err)
 
 int main(int argc, char **argv)
 {
+    stdfds_ensure("ckpt_bench", 1);
     const char *uri = NULL, *endpoint = "";
     size_t n = 86567656;
     int pause = 0;

@@ -24,6 +24,7 @@
 #include "comm.h"
 #include "log.h"
 #include "rdzv.h"
+#include "stdfds.h"
 #include "util.h"
 
 static int free_port(void)
@@ -212,6 +213,7 @@ static int run_rank(int rank, int world, const char *ep, size_t max_bytes, unsig
 
 int main(int argc, char **argv)
 {
+    stdfds_ensure("comm_bench", 1);
     int worlds[4] = {2, 4}, nworlds = 2;
     size_t max_mib = 256;
     unsigned ops = 7;

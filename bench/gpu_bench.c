@@ -37,6 +37,7 @@
 #include "ops.h"
 #include "optim.h"
 #include "rng.h"
+#include "stdfds.h"
 #include "train.h"
 #include "util.h"
 
@@ -338,6 +339,7 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    stdfds_ensure("gpu_bench", 1);
     const double t_start = mono_seconds();
     const bench_args a = parse_args(argc, argv);
     char err[1024] = "";

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "ops.h"
+#include "stdfds.h"
 
 static double now(void)
 {
@@ -19,6 +20,7 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
+    stdfds_ensure("sgemm_rate", 1);
     int n = argc > 1 ? atoi(argv[1]) : 1024, threads = argc > 2 ? atoi(argv[2]) : 0,
         reps = argc > 3 ? atoi(argv[3]) : 10;
     if (n < 1 || reps < 1) {

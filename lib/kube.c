@@ -269,13 +269,13 @@ int kube_request(kube_client *c, const char *method, const char *path, const cha
     double t0 = 1e3 * mono_seconds();
     if (http_request(c->http, method, url, headers, body, body ? strlen(body) : 0, c->timeout_ms,
                      &resp, err, sizeof err)) {
-        LOG_DEBUG("kube", "method=%s path=\"%s\" error=\"%s\"", method, path, err);
+        LOG_DEBUG("kube", "method=%s path=%s error=%s", LOGV(method), LOGV(path), LOGV(err));
         observe(method, 0);
         st_set(st, 0, "Transport", "%s", err);
         rc = KUBE_ERR_TRANSPORT;
         goto out;
     }
-    LOG_DEBUG("kube", "method=%s path=\"%s\" status=%ld ms=%.1f", method, path, resp.status,
+    LOG_DEBUG("kube", "method=%s path=%s status=%ld ms=%.1f", LOGV(method), LOGV(path), resp.status,
               1e3 * mono_seconds() - t0);
     observe(method, (int)resp.status);
     if (resp.status < 200 || resp.status >= 300) {
@@ -396,7 +396,7 @@ int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSO
         rc = kube_get(c, url, &page, st);
         if (rc == KUBE_ERR_HTTP && st->http_code == 410 && cont && restarts < 3) {
             /* The continue token expired: start the list again. */
-            LOG_INFO("kube", "msg=\"list continue token expired, relisting\" path=\"%s\"", path);
+            LOG_INFO("kube", "msg=\"list continue token expired, relisting\" path=%s", LOGV(path));
             restarts++;
             free(cont);
             cont = NULL;

@@ -225,7 +225,7 @@ int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts
         watch_state w = {.lines = lines, .cb = cb, .user = user, .rv = rv, .rvlen = rvlen};
         kube_lines_reset(lines);
         double t0 = 1e3 * mono_seconds();
-        LOG_DEBUG("kube", "msg=\"watch connecting\" path=\"%s\" rv=\"%s\" attempt=%d", path, rv,
+        LOG_DEBUG("kube", "msg=\"watch connecting\" path=%s rv=%s attempt=%d", LOGV(path), LOGV(rv),
                   attempt);
         /* The server ends the stream after timeout_seconds; give it slack. */
         rc = kube_stream(c, h, url, (o.timeout_seconds + 30) * 1000L, on_chunk, &w, stop, st);
@@ -237,8 +237,8 @@ int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts
         }
         if (w.gone || (rc == KUBE_ERR_HTTP && st->http_code == 410)) {
             if (w.gone) *st = w.err;
-            LOG_INFO("kube", "msg=\"watch resourceVersion expired, relist needed\" path=\"%s\" "
-                     "rv=\"%s\"", path, rv);
+            LOG_INFO("kube", "msg=\"watch resourceVersion expired, relist needed\" path=%s "
+                     "rv=%s", LOGV(path), LOGV(rv));
             rc = KUBE_WATCH_GONE;
             break;
         }
@@ -247,8 +247,8 @@ int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts
         if (rc == KUBE_WATCH_STOPPED && !w.error_event) break;
         if (rc == KUBE_ERR_HTTP && (st->http_code == 400 || st->http_code == 401 ||
                                     st->http_code == 403 || st->http_code == 404)) {
-            LOG_WARN("kube", "msg=\"watch failed\" path=\"%s\" code=%d reason=%s", path,
-                     st->http_code, st->reason);
+            LOG_WARN("kube", "msg=\"watch failed\" path=%s code=%d reason=%s", LOGV(path),
+                     st->http_code, LOGV(st->reason));
             break;
         }
         if (rc == KUBE_ERR_INVALID) break;
@@ -258,16 +258,16 @@ int kube_watch_run(kube_client *c, const char *path, const kube_watch_opts *opts
         if (healthy) {
             backoff = o.backoff_initial_ms;
             attempt = 0;
-            LOG_DEBUG("kube", "msg=\"watch stream ended, reconnecting\" path=\"%s\" rv=\"%s\"",
-                      path, rv);
+            LOG_DEBUG("kube", "msg=\"watch stream ended, reconnecting\" path=%s rv=%s",
+                      LOGV(path), LOGV(rv));
             continue;
         }
         const char *why = w.error_event ? w.err.message : rc == KUBE_OK ? "stream ended early"
                                                                           : st->message;
         long wait = (long)(backoff * jitter());
         attempt++;
-        LOG_WARN("kube", "msg=\"watch interrupted, reconnecting\" path=\"%s\" rv=\"%s\" "
-                 "attempt=%d wait_ms=%ld error=\"%s\"", path, rv, attempt, wait, why);
+        LOG_WARN("kube", "msg=\"watch interrupted, reconnecting\" path=%s rv=%s "
+                 "attempt=%d wait_ms=%ld error=%s", LOGV(path), LOGV(rv), attempt, wait, LOGV(why));
         sleep_ms_stoppable(wait, stop);
         backoff = backoff * 2 > o.backoff_max_ms ? o.backoff_max_ms : backoff * 2;
     }

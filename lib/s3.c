@@ -580,7 +580,8 @@ static s3_status perform(s3_client *c, req *r, double deadline, int ok_416, char
         double wait = cap * jitter(&seed);
         if (attempt >= c->max_attempts || mono_seconds() + wait >= deadline) break;
         LOG_WARN("s3", "op=%s bucket=%s key=%s attempt=%d status=%ld curl=%d retry_in=%.3fs",
-                 r->op, r->bucket ? r->bucket : "", r->key ? r->key : "", attempt, r->status,
+                 LOGV(r->op), LOGV(r->bucket ? r->bucket : ""), LOGV(r->key ? r->key : ""),
+                 attempt, r->status,
                  (int)cc, wait);
         sleep_s(wait);
     }
@@ -841,7 +842,7 @@ static void mp_abort(s3_client *c, const char *bucket, const char *key, const ch
     s3_status st = perform(c, &r, deadline > now + 10 ? deadline : now + 10, 0, err, sizeof err);
     if (st != S3_OK && st != S3_NOT_FOUND)
         LOG_WARN("s3", "msg=\"abort of a failed multipart upload failed; the bucket's lifecycle "
-                 "rule must remove it\" err=\"%s\"", err);
+                 "rule must remove it\" err=%s", LOGV(err));
     req_free(&r);
 }
 

@@ -76,8 +76,8 @@ static int create_child(kube_client *k, const char *ns, const cJSON *obj,
     int rc = kube_create(k, path, obj, NULL, st);
     if (rc != KUBE_OK && st->http_code == 409) return KUBE_OK;
     if (rc == KUBE_OK)
-        LOG_INFO("reconcile", "event=created kind=%s namespace=%s name=%s", ki->kind, ns,
-                 kube_meta_str(obj, "name") ? kube_meta_str(obj, "name") : "");
+        LOG_INFO("reconcile", "event=created kind=%s namespace=%s name=%s", LOGV(ki->kind),
+                 LOGV(ns), LOGV(kube_meta_str(obj, "name") ? kube_meta_str(obj, "name") : ""));
     return rc;
 }
 
@@ -113,8 +113,8 @@ static int emit_event(kube_client *k, const cJSON *job, const vj_event *ev,
     cJSON_AddStringToObject(cJSON_GetObjectItem(e, "source"), "component", "vitjob-operator");
     int rc = create_child(k, ns, e, st);
     cJSON_Delete(e);
-    LOG_INFO("reconcile", "event=emitted namespace=%s job=%s type=%s reason=%s", ns, name,
-             ev->type, ev->reason);
+    LOG_INFO("reconcile", "event=emitted namespace=%s job=%s type=%s reason=%s", LOGV(ns),
+             LOGV(name), LOGV(ev->type), LOGV(ev->reason));
     return rc;
 }
 
@@ -190,8 +190,8 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         int rc = kube_delete(k, path, p->deletes[i].force ? 0 : -1, NULL, NULL, &st);
         if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK;
         if (rc == KUBE_OK)
-            LOG_INFO("reconcile", "event=deleted kind=Pod namespace=%s name=%s force=%d", ns,
-                     p->deletes[i].name, p->deletes[i].force);
+            LOG_INFO("reconcile", "event=deleted kind=Pod namespace=%s name=%s force=%d", LOGV(ns),
+                     LOGV(p->deletes[i].name), p->deletes[i].force);
         KEEP(rc);
     }
     const cJSON *obj;
@@ -211,8 +211,8 @@ static int apply_plan(controller *c, kube_client *k, const cJSON *job, const vj_
         int rc = kube_delete(k, path, -1, "Background", NULL, &st);
         if (rc != KUBE_OK && kube_is_not_found(&st)) rc = KUBE_OK;
         if (rc == KUBE_OK)
-            LOG_INFO("reconcile", "event=deleted kind=ViTJob namespace=%s name=%s reason=ttl", ns,
-                     name);
+            LOG_INFO("reconcile", "event=deleted kind=ViTJob namespace=%s name=%s reason=ttl",
+                     LOGV(ns), LOGV(name));
         KEEP(rc);
     }
 #undef KEEP
@@ -267,13 +267,14 @@ static int settle_child(controller *c, kube_client *k, const cJSON *job, int inf
     if (d == VJ_CHILD_OK) {
         result = 1;
     } else if (d == VJ_CHILD_RECREATE) {
-        LOG_INFO("reconcile", "event=deleted kind=%s namespace=%s name=%s reason=%s", ki->kind,
-                 ns, name, owned_by(have, uid) ? "immutable-field" : "stale-owner");
+        LOG_INFO("reconcile", "event=deleted kind=%s namespace=%s name=%s reason=%s",
+                 LOGV(ki->kind), LOGV(ns), LOGV(name),
+                 owned_by(have, uid) ? "immutable-field" : "stale-owner");
         kube_delete(k, path, -1, NULL, NULL, &st);
     } else if (d == VJ_CHILD_PATCH) {
         if (kube_merge_patch(k, path, patch, NULL, &st) == KUBE_OK) {
-            LOG_INFO("reconcile", "event=patched kind=%s namespace=%s name=%s", ki->kind, ns,
-                     name);
+            LOG_INFO("reconcile", "event=patched kind=%s namespace=%s name=%s", LOGV(ki->kind),
+                     LOGV(ns), LOGV(name));
             result = 1;
         } else if (kube_is_permanent(&st)) {
             refused(ref, 0, ki->kind, ns, name, &st);
@@ -304,8 +305,8 @@ static run_result fail_refused(controller *c, kube_client *k, const char *key, c
     char msg[1024], err[512];
     snprintf(msg, sizeof msg, "cannot %s: %s", ref->what,
              ref->st.server_message[0] ? ref->st.server_message : ref->st.message);
-    LOG_ERROR("reconcile", "key=%s event=refused code=%d reason=%s msg=\"%s\"", key,
-              ref->st.http_code, ref->st.reason, msg);
+    LOG_ERROR("reconcile", "key=%s event=refused code=%d reason=%s msg=%s", LOGV(key),
+              ref->st.http_code, LOGV(ref->st.reason), LOGV(msg));
     vj_plan *plan = NULL;
     kube_status first;
     refusal again = {0};
@@ -333,8 +334,8 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
     int rc = kube_get(k, path, &job, &st);
     if (rc != KUBE_OK) {
         if (kube_is_not_found(&st)) return RUN_DONE; /* deleted: children go by GC */
-        LOG_WARN("reconcile", "key=%s event=get_failed code=%d msg=\"%s\"", key, st.http_code,
-                 st.message);
+        LOG_WARN("reconcile", "key=%s event=get_failed code=%d msg=%s", LOGV(key), st.http_code,
+                 LOGV(st.message));
         return RUN_ERROR;
     }
     cJSON *pods = cache_list(runner_cache(c->run, INF_PODS), ns, VJ_LABEL_JOB, name);
@@ -351,10 +352,11 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
     run_result result = RUN_DONE;
     long long now = (long long)time(NULL);
     if (!pods || (!ref.set && vj_decide(job, pods, &have, now, &plan, err, sizeof err) != 0)) {
-        LOG_ERROR("reconcile", "key=%s msg=\"%s\"", key, pods ? err : "out of memory");
+        LOG_ERROR("reconcile", "key=%s msg=%s", LOGV(key), LOGV(pods ? err : "out of memory"));
         result = RUN_ERROR;
     } else if (!may_act(c)) {
-        LOG_WARN("reconcile", "key=%s event=skipped reason=\"not (or no longer) the leader\"", key);
+        LOG_WARN("reconcile", "key=%s event=skipped reason=\"not (or no longer) the leader\"",
+                 LOGV(key));
         result = RUN_ERROR;
     } else {
         kube_status first;
@@ -362,8 +364,8 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
         if (ref.set) {
             result = fail_refused(c, k, key, job, pods, &ref, now);
         } else if (applied != KUBE_OK) {
-            LOG_WARN("reconcile", "key=%s event=apply_failed code=%d reason=%s msg=\"%s\"", key,
-                     first.http_code, first.reason, first.message);
+            LOG_WARN("reconcile", "key=%s event=apply_failed code=%d reason=%s msg=%s", LOGV(key),
+                     first.http_code, LOGV(first.reason), LOGV(first.message));
             /* e.g. the job's own status refused: retrying the same write cannot help */
             result = kube_is_permanent(&first) ? RUN_TERMINAL : RUN_ERROR;
         } else if (plan->requeue_after > 0) {

@@ -202,7 +202,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
-    LOG_WARN("httpd", "msg=\"libmicrohttpd: %s\"", msg);
+    LOG_WARN("httpd", "msg=%s", LOGVF("libmicrohttpd: %s", msg));
 }
 
 /* ---------------------------------------------------------------- public */
@@ -240,7 +240,7 @@ int httpd_start(httpd **out, const httpd_config *cfg, char *err, size_t errlen)
         free(h);
         return -1;
     }
-    LOG_INFO("httpd", "msg=\"serving /metrics /healthz /readyz\" addr=%s port=%d", h->addr,
+    LOG_INFO("httpd", "msg=\"serving /metrics /healthz /readyz\" addr=%s port=%d", LOGV(h->addr),
              h->port);
     *out = h;
     return 0;

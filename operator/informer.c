@@ -49,8 +49,8 @@ static void *run(void *arg)
     double backoff = 0.2;
     while (!*inf->o.stop) {
         if (!c && inf->o.factory(inf->o.factory_user, &c, &st) != KUBE_OK) {
-            LOG_ERROR("informer", "resource=%s msg=\"cannot make a client: %s\"", inf->name,
-                      st.message);
+            LOG_ERROR("informer", "resource=%s msg=%s", LOGV(inf->name),
+                      LOGVF("cannot make a client: %s", st.message));
             sleep_s(inf, backoff);
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
             continue;
@@ -60,8 +60,8 @@ static void *run(void *arg)
         cJSON *items = NULL;
         char rv[64] = "";
         if (kube_list(c, inf->path, &lo, &items, rv, sizeof rv, &st) != KUBE_OK) {
-            LOG_WARN("informer", "resource=%s event=list_failed code=%d msg=\"%s\" retry_s=%.1f",
-                     inf->name, st.http_code, st.message, backoff);
+            LOG_WARN("informer", "resource=%s event=list_failed code=%d msg=%s retry_s=%.1f",
+                     LOGV(inf->name), st.http_code, LOGV(st.message), backoff);
             sleep_s(inf, backoff);
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
             continue;
@@ -70,8 +70,8 @@ static void *run(void *arg)
         cache_replace(inf->o.cache, items, &removed);
         atomic_fetch_add(&inf->lists, 1);
         atomic_store(&inf->synced, 1);
-        LOG_INFO("informer", "resource=%s event=listed items=%d rv=%s", inf->name,
-                 cJSON_GetArraySize(listed), rv);
+        LOG_INFO("informer", "resource=%s event=listed items=%d rv=%s", LOGV(inf->name),
+                 cJSON_GetArraySize(listed), LOGV(rv));
         if (inf->o.on_change) {
             cJSON *o;
             cJSON_ArrayForEach(o, removed) inf->o.on_change(inf->o.user, "DELETED", o);
@@ -85,11 +85,11 @@ static void *run(void *arg)
         if (rc == KUBE_WATCH_GONE || rc == KUBE_OK) backoff = 0.2;
         if (rc == KUBE_WATCH_GONE)
             LOG_INFO("informer", "resource=%s event=relist reason=\"resourceVersion too old\"",
-                     inf->name);
+                     LOGV(inf->name));
         else if (rc != KUBE_WATCH_STOPPED) {
             /* e.g. 403 on watch while list works: relist, but not in a hot loop */
-            LOG_WARN("informer", "resource=%s event=watch_ended code=%d msg=\"%s\" retry_s=%.1f",
-                     inf->name, st.http_code, st.message, backoff);
+            LOG_WARN("informer", "resource=%s event=watch_ended code=%d msg=%s retry_s=%.1f",
+                     LOGV(inf->name), st.http_code, LOGV(st.message), backoff);
             sleep_s(inf, backoff);
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
         }

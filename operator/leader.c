@@ -118,8 +118,8 @@ int leader_try(leader_elector *le, double now, kube_status *st)
         if (rc == KUBE_OK) {
             observe(le, created, now);
             le->last_renew = now;
-            LOG_INFO("leader", "event=acquired lease=%s/%s identity=%s", le->ns, le->name,
-                     le->identity);
+            LOG_INFO("leader", "event=acquired lease=%s identity=%s",
+                     LOGVF("%s/%s", le->ns, le->name), LOGV(le->identity));
         }
         cJSON_Delete(created);
         return leader_is_leader(le, now);
@@ -151,8 +151,9 @@ int leader_try(leader_elector *le, double now, kube_status *st)
     if (rc == KUBE_OK) {
         observe(le, updated, now);
         if (!ours)
-            LOG_INFO("leader", "event=acquired lease=%s/%s identity=%s previous=%s", le->ns,
-                     le->name, le->identity, holder[0] ? "expired" : "released");
+            LOG_INFO("leader", "event=acquired lease=%s identity=%s previous=%s",
+                     LOGVF("%s/%s", le->ns, le->name), LOGV(le->identity),
+                     holder[0] ? "expired" : "released");
         le->last_renew = now;
     }
     cJSON_Delete(updated);
@@ -178,8 +179,8 @@ int leader_release(leader_elector *le, kube_status *st)
     cJSON_Delete(lease);
     if (rc == KUBE_OK) {
         le->last_renew = -1e300;
-        LOG_INFO("leader", "event=released lease=%s/%s identity=%s", le->ns, le->name,
-                 le->identity);
+        LOG_INFO("leader", "event=released lease=%s identity=%s", LOGVF("%s/%s", le->ns, le->name),
+                 LOGV(le->identity));
     }
     return rc;
 }

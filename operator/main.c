@@ -30,6 +30,7 @@
 #include "kube.h"
 #include "leader.h"
 #include "log.h"
+#include "stdfds.h"
 #include "util.h"
 #include "version.h"
 
@@ -116,6 +117,8 @@ static void usage(FILE *to)
 
 int main(int argc, char **argv)
 {
+    /* 0, 1 and 2 open before any file is: see lib/stdfds.h */
+    stdfds_ensure("vitjob-operator", 1);
     factory_ctx fctx = {NULL};
     const char *ns = NULL, *metrics_addr = ":8080", *lease_ns = getenv("POD_NAMESPACE");
     const char *lease_name = "vitjob-operator";
@@ -144,14 +147,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--retry-period") && more) retry_period = atof(argv[++i]);
         else if (!strcmp(a, "--log-level") && more) {
             if (log_set_level_name(argv[++i]) != 0) {
-                LOG_ERROR("operator", "msg=\"--log-level: unknown level '%s'\"", argv[i]);
+                LOG_ERROR("operator", "msg=%s", LOGVF("--log-level: unknown level '%s'", argv[i]));
                 return 2;
             }
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else {
-            LOG_ERROR("operator", "msg=\"unknown or incomplete argument '%s'\"", a);
+            LOG_ERROR("operator", "msg=%s", LOGVF("unknown or incomplete argument '%s'", a));
             usage(stderr);
             return 2;
         }
@@ -190,7 +193,8 @@ int main(int argc, char **argv)
     kube_client *client = NULL;
     kube_status st;
     if (make_client(&fctx, &client, &st) != KUBE_OK) {
-        LOG_ERROR("operator", "msg=\"cannot configure the Kubernetes client: %s\"", st.message);
+        LOG_ERROR("operator", "msg=%s",
+                  LOGVF("cannot configure the Kubernetes client: %s", st.message));
         return 2;
     }
 
@@ -208,13 +212,14 @@ int main(int argc, char **argv)
     httpd_config hc = {.addr = metrics_addr, .metrics = metrics, .ready = ready,
                        .ready_arg = &rctx, .liveness_timeout_s = 30};
     if (!metrics || httpd_start(&http, &hc, err, sizeof err) != 0) {
-        LOG_ERROR("operator", "msg=\"%s\"", metrics ? err : "out of memory");
+        LOG_ERROR("operator", "msg=%s", LOGV(metrics ? err : "out of memory"));
         kube_client_free(client);
         metrics_registry_free(metrics);
         return 1;
     }
     LOG_INFO("operator", "event=start identity=%s namespace=%s metrics_port=%d leader_elect=%d "
-             "workers=%d", identity, ns && *ns ? ns : "(all)", httpd_port(http), elect, workers);
+             "workers=%d", LOGV(identity), LOGV(ns && *ns ? ns : "(all)"), httpd_port(http), elect,
+             workers);
 
     leader_elector *le = NULL;
     leader_opts lo = {.ns = lease_ns, .name = lease_name, .identity = identity,
@@ -245,7 +250,7 @@ int main(int argc, char **argv)
             next_try = now + retry_period;
             if (!leading && atomic_load(&rctx.ctl)) {
                 /* Lost the lease: stop acting at once; a restart rejoins as standby. */
-                LOG_ERROR("operator", "event=leadership_lost identity=%s", identity);
+                LOG_ERROR("operator", "event=leadership_lost identity=%s", LOGV(identity));
                 exit_code = 1;
                 break;
             }
@@ -256,12 +261,12 @@ int main(int argc, char **argv)
         if ((!le || atomic_load(&rctx.leading)) && !atomic_load(&rctx.ctl)) {
             controller *ctl = NULL;
             if (controller_start(&co, &ctl, err, sizeof err) != 0) {
-                LOG_ERROR("operator", "msg=\"%s\"", err);
+                LOG_ERROR("operator", "msg=%s", LOGV(err));
                 exit_code = 1;
                 break;
             }
             atomic_store(&rctx.ctl, ctl);
-            LOG_INFO("operator", "event=controller_started identity=%s", identity);
+            LOG_INFO("operator", "event=controller_started identity=%s", LOGV(identity));
         }
         sleep_s(0.2);
     }

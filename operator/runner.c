@@ -61,7 +61,7 @@ static void *worker(void *arg)
     kube_status st;
     while (!*r->o.stop && !wq_shutting_down(r->queue)) {
         if (!k && r->o.factory(r->o.factory_user, &k, &st) != KUBE_OK) {
-            LOG_ERROR("reconcile", "msg=\"cannot make a client: %s\"", st.message);
+            LOG_ERROR("reconcile", "msg=%s", LOGVF("cannot make a client: %s", st.message));
             struct timespec ts = {1, 0};
             nanosleep(&ts, NULL);
             continue;
@@ -95,7 +95,7 @@ static void *worker(void *arg)
             if (res == RUN_REQUEUE) wq_add_after(r->queue, key, requeue);
             if (res == RUN_TERMINAL)
                 LOG_ERROR("reconcile", "key=%s event=terminal msg=\"not retried until it changes\"",
-                          key);
+                          LOGV(key));
         }
         wq_done(r->queue, key);
         metrics_gauge_set(r->m_depth, (double)wq_len(r->queue));

@@ -28,6 +28,7 @@ case "${1:-all}" in
   all)
     PACKAGES=(
       "${BUILD_PACKAGES[@]}" "${CHART_PACKAGES[@]}"
+      golang-github-go-logfmt-logfmt-dev
       libcriterion-dev bats
       dataset-fashion-mnist python3-torch
       python3-jsonschema python3-yaml openssl iproute2

@@ -7,7 +7,10 @@
 # only), and neither carries the other's code; every lib/ file opens with a
 # comment naming itself; inside worker/, each folder includes only what its
 # README allows; only the strategies decide the sharding mode; `make` alone
-# builds every binary; docs/design.md's layout table names every folder.
+# builds every binary; docs/design.md's layout table names every folder;
+# every string a log line carries goes through lib/log.h's one quoting
+# (tests/log_lint.py); every program's main() first opens /dev/null onto
+# closed descriptors 0, 1 and 2 (lib/stdfds.h).
 #
 # BUILD (default build) points at the build tree.
 
@@ -162,4 +165,19 @@ includes_of() {
     grep -qE "^\| *\`$d/\`" docs/design.md || missing="$missing $d"
   done
   [ -z "$missing" ] || { echo "not in docs/design.md's layout table:$missing"; false; }
+}
+
+@test "every string value of a log line goes through LOGV or LOGVF (tests/log_lint.py)" {
+  run python3 tests/log_lint.py
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+}
+
+@test "every program's main() calls stdfds_ensure before anything else" {
+  local f bad=""
+  for f in $(git grep -l '^int main(' -- '*.c' ':!tests/test_*.c'); do
+    # the first statement of main, comments skipped
+    awk '/^int main\(/ { m = 1; next } m && /^\{/ { next }
+         m && !/^ *\/\*/ { print; exit }' "$f" | grep -q '^    stdfds_ensure(' || bad="$bad $f"
+  done
+  [ -z "$bad" ] || { echo "main() does not start with stdfds_ensure in:$bad"; false; }
 }

@@ -13,6 +13,7 @@
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
 #                          tests/schema.bats         the CRD, its chart copy and the README's
 #                                                    key table are what `make schema` writes
+#                          tests/stdfds.bats         the programs started with 0, 1 or 2 closed
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
@@ -162,6 +163,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t"; done
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
 bats_suite cli/schema.bats tests/schema.bats BUILD="$BUILD"
+bats_suite cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD"
 bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
@@ -187,6 +189,8 @@ if [ -d "$ASAN/tests" ]; then
   for t in "$ASAN"/tests/test_*; do criterion_suite "asan/unit/$(basename "$t")" "$t"; done
   bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/schema.bats tests/schema.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
+  bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
+    OPERATOR="$ASAN/bin/vitjob-operator"
   script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
     --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --quiet
   unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"

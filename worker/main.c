@@ -27,6 +27,7 @@
 #include "model_io.h"
 #include "ops.h"
 #include "rdzv.h"
+#include "stdfds.h"
 #include "train.h"
 #include "version.h"
 
@@ -182,7 +183,7 @@ static vj_err check_outputs(const vit_job_config *cfg, const char *metrics, char
         }
         if (removed)
             LOG_INFO("worker", "event=removed_temporaries path=%s count=%d reason=\"left by a "
-                     "writer that died\"", outs[i].path, removed);
+                     "writer that died\"", LOGV(outs[i].path), removed);
     }
     return VJ_OK;
 }
@@ -255,7 +256,9 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
 
     char *json = config_to_json(&cfg);
     if (json) {
-        LOG_INFO("worker", "event=config version=%s config=%s", VJ_RELEASE, json);
+        /* the whole config is longer than LOGV's values: a buffer of its own */
+        LOG_INFO("worker", "event=config version=%s config=%s", LOGV(VJ_RELEASE),
+                 log_value((char[3072]){0}, 3072, json));
         free(json);
     }
     train_options opt = {.metrics_path = metrics, .stop_flag = &stop_requested,
@@ -400,8 +403,8 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
             } else if (model_save_safetensors(m, &cfg.model, out, err, errlen) != 0) {
                 rc = VJ_ERR_OUTPUT;
             } else {
-                LOG_INFO("worker", "event=exported step=%ld out=%s params=%zu", meta->step, out,
-                         meta->n_params);
+                LOG_INFO("worker", "event=exported step=%ld out=%s params=%zu", meta->step,
+                         LOGV(out), meta->n_params);
             }
         }
     }
@@ -445,14 +448,17 @@ static int cmd_schema(int argc, char **argv)
     int code = vj_exit_code(e, 0);
     if (e != VJ_OK) {
         const vj_err_row *row = vj_err_info(e);
-        LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=\"%s\"", code,
-                  row ? row->name : "unknown", vj_exit_permanent(code) ? "no" : "yes", err);
+        LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
+                  LOGV(row ? row->name : "unknown"), vj_exit_permanent(code) ? "no" : "yes",
+                  LOGV(err));
     }
     return code;
 }
 
 int main(int argc, char **argv)
 {
+    /* 0, 1 and 2 open before any file is: see lib/stdfds.h */
+    stdfds_ensure("vitjob-worker", vj_exit_code(VJ_ERR_IO, 0));
     const int usage_code = vj_exit_code(VJ_ERR_USAGE, 0);
     if (argc < 2) {
         usage(stderr);
@@ -464,17 +470,18 @@ int main(int argc, char **argv)
         vj_err e = cmd_train(argc - 2, argv + 2, err, sizeof err);
         if (e == VJ_OK && agent_code >= 0) { /* the local agent's verdict */
             if (agent_code != 0)
-                LOG_ERROR("agent", "exit_code=%d class=%s retried=%s msg=\"%s\"", agent_code,
-                          agent_code >= 128 ? "stopped"
-                          : vj_exit_permanent(agent_code) ? "local_rank" : "peer_lost",
-                          vj_exit_permanent(agent_code) ? "no" : "yes", err);
+                LOG_ERROR("agent", "exit_code=%d class=%s retried=%s msg=%s", agent_code,
+                          LOGV(agent_code >= 128 ? "stopped"
+                               : vj_exit_permanent(agent_code) ? "local_rank" : "peer_lost"),
+                          vj_exit_permanent(agent_code) ? "no" : "yes", LOGV(err));
             return agent_code;
         }
         int code = vj_exit_code(e, stop_requested);
         if (e != VJ_OK) {
             const vj_err_row *row = vj_err_info(e);
-            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=\"%s\"", code,
-                      row ? row->name : "unknown", vj_exit_permanent(code) ? "no" : "yes", err);
+            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
+                      LOGV(row ? row->name : "unknown"), vj_exit_permanent(code) ? "no" : "yes",
+                      LOGV(err));
         }
         return code;
     }
@@ -487,8 +494,9 @@ int main(int argc, char **argv)
         int code = vj_exit_code(e, 0);
         if (e != VJ_OK) {
             const vj_err_row *row = vj_err_info(e);
-            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=\"%s\"", code,
-                      row ? row->name : "unknown", vj_exit_permanent(code) ? "no" : "yes", err);
+            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
+                      LOGV(row ? row->name : "unknown"), vj_exit_permanent(code) ? "no" : "yes",
+                      LOGV(err));
         }
         return code;
     }
@@ -504,8 +512,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    LOG_ERROR("worker", "exit_code=%d class=usage retried=no msg=\"unknown command '%s'\"",
-              usage_code, argv[1]);
+    LOG_ERROR("worker", "exit_code=%d class=usage retried=no msg=%s", usage_code,
+              LOGVF("unknown command '%s'", argv[1]));
     usage(stderr);
     return usage_code;
 }

@@ -21,6 +21,7 @@
 #include "model_io.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "stdfds.h"
 
 static int fail(const char *msg)
 {
@@ -30,6 +31,7 @@ static int fail(const char *msg)
 
 int main(int argc, char **argv)
 {
+    stdfds_ensure("vit_refcheck", 1);
     const char *cfg_path = NULL, *init = NULL, *inputs = NULL, *out_path = NULL;
     long steps = 10;
     for (int i = 1; i + 1 < argc; i += 2) {

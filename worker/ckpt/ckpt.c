@@ -107,7 +107,7 @@ static void retain(ckpt_writer *w)
     uint64_t *sizes = NULL;
     size_t n = 0;
     if (ckpt_store_list(w->store, &names, &sizes, &n, err, sizeof err) != CKPT_OK) {
-        LOG_WARN("ckpt", "event=retention_skipped reason=\"%s\"", err);
+        LOG_WARN("ckpt", "event=retention_skipped reason=%s", LOGV(err));
         return;
     }
     /* complete steps, newest first (names are sorted ascending) */
@@ -126,7 +126,8 @@ static void retain(ckpt_writer *w)
             long step;
             if (sscanf(names[i], "step-%ld/", &step) == 1 && step < oldest_kept) {
                 if (ckpt_store_delete(w->store, names[i], err, sizeof err) != CKPT_OK)
-                    LOG_WARN("ckpt", "event=delete_failed name=%s reason=\"%s\"", names[i], err);
+                    LOG_WARN("ckpt", "event=delete_failed name=%s reason=%s", LOGV(names[i]),
+                             LOGV(err));
             }
         }
     }
@@ -687,7 +688,7 @@ static ckpt_status find(ckpt_store *store, long below, int read_blocks, ckpt_man
             snprintf(err, errlen, "%s", why);
             st = CKPT_RETRY;
         } else {
-            LOG_WARN("ckpt", "event=skipped step=%ld reason=\"%s\"", steps[i], why);
+            LOG_WARN("ckpt", "event=skipped step=%ld reason=%s", steps[i], LOGV(why));
         }
     }
     if (st == CKPT_NOT_FOUND) snprintf(err, errlen, "no complete checkpoint");
@@ -781,7 +782,7 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
         ckpt_status s = check_step(store, &o, steps[i], 1, &m, why, sizeof why);
         if (s == CKPT_OK) {
             fprintf(out, "%-12ld %-9s world_size=%d sharding=%s params=%zu epoch=%ld\n",
-                    steps[i], "complete", m->meta.world_size, m->meta.sharding,
+                    steps[i], "complete", m->meta.world_size, LOGV(m->meta.sharding),
                     m->meta.n_params, m->meta.epoch);
             ckpt_manifest_free(m);
         } else if (s == CKPT_RETRY) {
@@ -789,9 +790,12 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
             st = CKPT_RETRY;
             break;
         } else {
-            const char *colon = strchr(why, ':');
-            fprintf(out, "%-12ld %-9.*s %s\n", steps[i], colon ? (int)(colon - why) : 7, why,
-                    colon ? colon + 2 : why);
+            /* one line per step, whatever a corrupt file put in the reason */
+            char line[sizeof why * 2];
+            log_escape(line, sizeof line, why);
+            const char *colon = strchr(line, ':');
+            fprintf(out, "%-12ld %-9.*s %s\n", steps[i], colon ? (int)(colon - line) : 7, line,
+                    colon ? colon + 2 : line);
         }
     }
     free(steps);
@@ -922,14 +926,16 @@ vj_err ckpt_resume(const ckpt_resume_options *o, ckpt_meta *meta, char *err, siz
             return ckpt_status_class(all);
         }
         if (o->rank == 0)
-            LOG_WARN("ckpt", "event=skipped step=%ld reason=\"corrupt: %s\"", step, all_why);
+            LOG_WARN("ckpt", "event=skipped step=%ld reason=%s", step,
+                     LOGVF("corrupt: %s", all_why));
         below = step;
     }
     if (meta->step >= 0)
         LOG_INFO("ckpt", "event=resumed step=%ld from_world_size=%d from_sharding=%s "
                  "world_size=%d epoch=%ld index=%ld", meta->step, meta->world_size,
-                 meta->sharding, o->world, meta->epoch, meta->index);
+                 LOGV(meta->sharding), o->world, meta->epoch, meta->index);
     else if (o->rank == 0)
-        LOG_INFO("ckpt", "event=fresh_start uri=%s reason=\"no complete checkpoint\"", o->uri);
+        LOG_INFO("ckpt", "event=fresh_start uri=%s reason=\"no complete checkpoint\"",
+                 LOGV(o->uri));
     return VJ_OK;
 }

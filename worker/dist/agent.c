@@ -133,7 +133,7 @@ int agent_run(const agent_options *o, char *err, size_t errlen)
         started++;
         LOG_INFO("agent", "event=started local_rank=%d global_rank=%d pid=%ld threads=%d%s%s", k,
                  o->pod_rank * n + k, (long)p, threads, gpus ? " gpu=" : "",
-                 gpus && nth_item(gpus, k, tmp, sizeof tmp) ? tmp : "");
+                 gpus ? LOGV(nth_item(gpus, k, tmp, sizeof tmp) ? tmp : "") : "");
     }
     int code = 0, failed = started < n, forwarded = 0, left = started;
     double deadline = 0.0;
@@ -163,8 +163,8 @@ int agent_run(const agent_options *o, char *err, size_t errlen)
             ended++;
             char how[64];
             describe(status, how, sizeof how);
-            LOG_INFO("agent", "event=exited local_rank=%d global_rank=%d how=\"%s\"", k,
-                     o->pod_rank * n + k, how);
+            LOG_INFO("agent", "event=exited local_rank=%d global_rank=%d how=%s", k,
+                     o->pod_rank * n + k, LOGV(how));
         }
         int i = agent_pick_culprit(ended_status, ended);
         if (i >= 0) {

@@ -44,8 +44,8 @@ void comm_free(comm *c)
             n += (size_t)snprintf(line + n, sizeof line - n, "%s%s_calls=%ld %s_s=%.4f %s_mib=%.1f",
                                   op ? " " : "", op_keys[op], c->calls[op], op_keys[op],
                                   c->seconds[op], op_keys[op], c->bytes[op] / 1048576.0);
-        LOG_INFO("comm", "event=comm_stats backend=%s rank=%d world=%d %s", c->be->name, c->rank,
-                 c->world, line);
+        LOG_INFO("comm", "event=comm_stats backend=%s rank=%d world=%d %s", LOGV(c->be->name),
+                 c->rank, c->world, line /* pairs: the fixed keys above, numbers */);
         c->be->destroy(c->impl);
     }
     free(c);

@@ -336,7 +336,7 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
                      "is of generation %ld (stale: a newer gang replaced it)", s->generation, gen);
             reply_text(c, RDZV_STALE, msg);
             LOG_WARN("rdzv", "event=refused reason=stale rank=%d generation=%ld peer=%s", rank,
-                     gen, c->peer);
+                     gen, LOGV(c->peer));
             return 0;
         }
         if (gen > s->generation) {
@@ -359,7 +359,7 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
         s->joined[rank] = 1;
         c->rank = rank;
         LOG_INFO("rdzv", "event=joined rank=%d world=%d generation=%ld peer=%s", rank, world,
-                 gen, c->peer);
+                 gen, LOGV(c->peer));
         reply(c, ST_OK, NULL, 0);
         return 0;
     }
@@ -462,7 +462,7 @@ static void drop(server *s, size_t i, int clean)
     client *c = &s->cl[i];
     if (c->rank >= 0 && !clean && s->lost_rank < 0) {
         s->lost_rank = c->rank;
-        LOG_WARN("rdzv", "event=lost rank=%d peer=%s", c->rank, c->peer);
+        LOG_WARN("rdzv", "event=lost rank=%d peer=%s", c->rank, LOGV(c->peer));
         char v[16]; /* for rdzv_lost_rank: the survivors ask who it was */
         int n = snprintf(v, sizeof v, "%d", c->rank);
         kv_put(s, "rdzv/lost", (const unsigned char *)v, (size_t)n);
@@ -850,7 +850,7 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
             } else if (status == RDZV_STALE || status == RDZV_INVALID) {
                 snprintf(why, sizeof why, "rendezvous at %s: %s", o->endpoint, (char *)p);
                 free(p);
-                LOG_ERROR("rdzv", "event=refused rank=%d msg=\"%s\"", o->rank, why);
+                LOG_ERROR("rdzv", "event=refused rank=%d msg=%s", o->rank, LOGV(why));
                 fail(kind, (rdzv_error)status, err, errlen, "%s", why);
                 rdzv_free(r);
                 return -1;
@@ -859,8 +859,8 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
                          o->endpoint, (char *)p);
                 cause = CAUSE_ANSWER;
                 if (!told_old++)
-                    LOG_WARN("rdzv", "event=waiting reason=older_generation rank=%d msg=\"%s\"",
-                             o->rank, (char *)p);
+                    LOG_WARN("rdzv", "event=waiting reason=older_generation rank=%d msg=%s",
+                             o->rank, LOGV((char *)p));
                 free(p);
             }
             close(r->fd);
@@ -900,7 +900,7 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
         return -1;
     }
     LOG_INFO("rdzv", "event=rendezvous rank=%d world=%d generation=%ld endpoint=%s seconds=%.2f",
-             o->rank, o->world_size, o->generation, o->endpoint, mono_seconds() - start);
+             o->rank, o->world_size, o->generation, LOGV(o->endpoint), mono_seconds() - start);
     *out = r;
     return 0;
 }

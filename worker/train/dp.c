@@ -92,7 +92,7 @@ vj_err dp_attach(dp *d, vit_model *m, char *err, size_t errlen)
     dp_memory mem = dp_memory_of(d, n);
     LOG_INFO("train", "event=shard rank=%d world=%d sharding=%s params=%zu padded=%zu "
              "shard_params=%zu param_bytes=%zu grad_bytes=%zu optim_bytes=%zu", d->rank,
-             d->world, d->impl->name, n,
+             d->world, LOGV(d->impl->name), n,
              d->fsdp ? fsdp_shard_len(d->fsdp) * (size_t)d->world : model_padded_params(m), mine,
              mem.param_bytes, mem.grad_bytes, optim_memory_bytes(mine));
     return VJ_OK;

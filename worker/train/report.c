@@ -126,12 +126,14 @@ static int send_progress(report *r, const report_info *p, double timeout_s, int 
      * line per attempt is one line per interval, whatever the step rate */
     if (rc != KUBE_OK)
         LOG_WARN("report", "event=report_failed job=%s step=%ld final=%d code=%d reason=%s "
-                 "msg=\"%s\"%s", r->job, p->step, final, st.http_code, st.reason, st.message,
+                 "msg=%s%s", LOGV(r->job), p->step, final, st.http_code, LOGV(st.reason),
+                 LOGV(st.message),
                  final ? "" : " retry=next_interval");
     else if (was_failing)
-        LOG_INFO("report", "event=report_recovered job=%s step=%ld", r->job, p->step);
+        LOG_INFO("report", "event=report_recovered job=%s step=%ld", LOGV(r->job), p->step);
     else
-        LOG_DEBUG("report", "event=reported job=%s step=%ld final=%d", r->job, p->step, final);
+        LOG_DEBUG("report", "event=reported job=%s step=%ld final=%d", LOGV(r->job), p->step,
+                  final);
     return rc == KUBE_OK;
 }
 
@@ -184,13 +186,13 @@ report *report_from_env(const report_options *o)
         return NULL;
     }
     if (!name || !*name) {
-        LOG_DEBUG("report", "event=reporting_off reason=\"no %s\"", VJ_ENV_NAME);
+        LOG_DEBUG("report", "event=reporting_off reason=%s", LOGVF("no %s", VJ_ENV_NAME));
         return NULL;
     }
     char err[512];
     kube_config *cfg = NULL;
     if (kube_config_in_cluster(o ? o->sa_dir : NULL, &cfg, err, sizeof err) != 0) {
-        LOG_DEBUG("report", "event=reporting_off reason=\"%s\"", err);
+        LOG_DEBUG("report", "event=reporting_off reason=%s", LOGV(err));
         return NULL;
     }
     if (!ns || !*ns) ns = kube_config_namespace(cfg);
@@ -202,7 +204,7 @@ report *report_from_env(const report_options *o)
     }
     kube_status st;
     if (kube_client_new(cfg, &r->k, &st) != KUBE_OK) {
-        LOG_WARN("report", "event=reporting_off reason=\"%s\"", st.message);
+        LOG_WARN("report", "event=reporting_off reason=%s", LOGV(st.message));
         free(r);
         return NULL;
     }
@@ -231,7 +233,7 @@ report *report_from_env(const report_options *o)
         free_all(r);
         return NULL;
     }
-    LOG_INFO("report", "event=reporting job=%s interval_s=%g", r->job, r->interval_s);
+    LOG_INFO("report", "event=reporting job=%s interval_s=%g", LOGV(r->job), r->interval_s);
     return r;
 }
 
@@ -261,7 +263,7 @@ void report_free(report *r)
     if (!r->finished) {
         /* a write hangs past the wait: training's exit does not wait for it */
         r->abandoned = 1;
-        LOG_WARN("report", "event=final_report_abandoned job=%s waited_s=%g", r->job,
+        LOG_WARN("report", "event=final_report_abandoned job=%s waited_s=%g", LOGV(r->job),
                  r->final_timeout_s);
         pthread_mutex_unlock(&r->mu);
         pthread_detach(r->thread);

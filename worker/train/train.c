@@ -51,7 +51,7 @@ vj_err train_pick_backend(const vit_ops **out, const training_config *tc, char *
         snprintf(err, errlen, "training.device=cuda: %s; use training.device=cpu or auto", why);
         return VJ_ERR_NO_DEVICE;
     }
-    LOG_INFO("train", "event=device device=cpu reason=\"%s\"", why);
+    LOG_INFO("train", "event=device device=cpu reason=%s", LOGV(why));
     *out = cpu;
     return 0;
 }
@@ -77,9 +77,9 @@ static void report_dims(const model_config *mc, const vit_ops *ops)
     if (!list[0]) return;
     if (ops->gpu)
         LOG_WARN("train", "event=dims_not_multiple_of_8 dims=%s msg=\"slower tensor-core matmuls\"",
-                 list);
+                 LOGV(list));
     else
-        LOG_INFO("train", "event=dims_not_multiple_of_8 dims=%s", list);
+        LOG_INFO("train", "event=dims_not_multiple_of_8 dims=%s", LOGV(list));
 }
 
 
@@ -257,8 +257,8 @@ static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t
                  need, model, optim, need - model - optim, avail, source);
         return VJ_ERR_TOO_LARGE;
     }
-    LOG_DEBUG("train", "event=memory need_bytes=%zu available_bytes=%lld source=\"%s\"", need,
-              avail, source);
+    LOG_DEBUG("train", "event=memory need_bytes=%zu available_bytes=%lld source=%s", need,
+              avail, LOGV(source));
     return VJ_OK;
 }
 
@@ -286,7 +286,7 @@ static vj_err build(run *r, char *err, size_t errlen)
     if (mc->init[0]) {
         if (model_load_safetensors(r->model, mc->init, err, errlen) != 0)
             return VJ_ERR_INIT_WEIGHTS; /* unreadable, malformed, mismatched or not finite */
-        LOG_INFO("train", "event=init_loaded path=%s", mc->init);
+        LOG_INFO("train", "event=init_loaded path=%s", LOGV(mc->init));
     } else if (model_init_random(r->model, tc->seed) != 0) {
         snprintf(err, errlen, "out of host memory for the initial weights");
         return VJ_ERR_OUT_OF_MEMORY;
@@ -424,7 +424,7 @@ static vj_err finish(run *r, char *err, size_t errlen)
             if (dp_sync(r->dp, err, errlen) != VJ_OK) return VJ_ERR_PEER_LOST;
             return write_error_class(e);
         }
-        LOG_INFO("train", "event=exported path=%s", tc->export_path);
+        LOG_INFO("train", "event=exported path=%s", LOGV(tc->export_path));
     }
     double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
     LOG_INFO("train",
@@ -523,9 +523,10 @@ static int pick_threads(const training_config *tc, char *source, size_t srclen)
         char cpus_source[64];
         int cpus = sysres_cpus("", 0, cpus_source, sizeof cpus_source);
         if (tc->threads > cpus)
-            LOG_WARN("train", "event=threads_above_cpus threads=%d cpus=%d cpus_source=\"%s\" "
-                     "msg=\"training.threads=%d exceeds the %d CPUs this process may use; "
-                     "kept as set\"", tc->threads, cpus, cpus_source, tc->threads, cpus);
+            LOG_WARN("train", "event=threads_above_cpus threads=%d cpus=%d cpus_source=%s msg=%s",
+                     tc->threads, cpus, LOGV(cpus_source),
+                     LOGVF("training.threads=%d exceeds the %d CPUs this process may use; "
+                           "kept as set", tc->threads, cpus));
         snprintf(source, srclen, "training.threads");
         return ops_cpu_set_threads(tc->threads);
     }
@@ -537,8 +538,8 @@ static int pick_threads(const training_config *tc, char *source, size_t srclen)
             snprintf(source, srclen, "OMP_NUM_THREADS");
             return ops_cpu_set_threads((int)n);
         }
-        LOG_WARN("train", "event=ignored_env name=OMP_NUM_THREADS value=\"%s\" reason=\"not a "
-                 "count in [1, 1024]\"", env);
+        LOG_WARN("train", "event=ignored_env name=OMP_NUM_THREADS value=%s reason=\"not a "
+                 "count in [1, 1024]\"", LOGV(env));
     }
     return ops_cpu_set_threads(sysres_cpus("", 0, source, srclen));
 }
@@ -641,10 +642,10 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
 
     LOG_INFO("train",
              "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d "
-             "threads_source=\"%s\" params=%zu activation_mib=%.1f tokens=%d "
+             "threads_source=%s params=%zu activation_mib=%.1f tokens=%d "
              "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
-             r.ops->name, r.ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing,
-             r.threads, r.threads_source, model_num_params(r.model),
+             LOGV(r.ops->name), r.ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing,
+             r.threads, LOGV(r.threads_source), model_num_params(r.model),
              model_activation_bytes(r.model) / 1048576.0, model_tokens(r.model), r.total,
              r.steps_per_epoch, tc->global_batch_size, r.micro, r.accum);
 
@@ -657,7 +658,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             if (rc == VJ_ERR_STOPPED) { /* one rank: the state of the last completed step */
                 char why[1024];
                 vj_err c = save_checkpoint(&r, step, 1, why, sizeof why);
-                if (c) LOG_ERROR("ckpt", "event=final_checkpoint_failed msg=\"%s\"", why);
+                if (c) LOG_ERROR("ckpt", "event=final_checkpoint_failed msg=%s", LOGV(why));
             }
             return run_free(&r, rc, err, errlen);
         }
