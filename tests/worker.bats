@@ -508,7 +508,7 @@ print("%016x" % h)')
     --set training.optimizer.warmupSteps=0
   [ "$status" -eq 0 ]
   [[ "$output" == *'level=warn'*'event=threads_above_cpus threads=4 cpus=1 cpus_source=affinity'* ]]
-  [[ "$output" == *'threads=4 threads_source="training.threads"'* ]]
+  [[ "$output" == *'threads=4 threads_source=training.threads'* ]]
   # at or below the CPUs allowed: no warning
   run taskset -c 0 "$WORKER" train "${FAST[@]}" --set training.steps=1 --set training.threads=1 \
     --set training.optimizer.warmupSteps=0
