@@ -794,8 +794,9 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
             char line[sizeof why * 2];
             log_escape(line, sizeof line, why);
             const char *colon = strchr(line, ':');
+            const char *rest = !colon ? line : colon[1] ? colon + 2 : colon + 1;
             fprintf(out, "%-12ld %-9.*s %s\n", steps[i], colon ? (int)(colon - line) : 7, line,
-                    colon ? colon + 2 : line);
+                    rest);
         }
     }
     free(steps);
