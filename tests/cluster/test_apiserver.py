@@ -20,6 +20,7 @@ import testlimit  # noqa: E402
 NS = "/api/v1/namespaces/default"
 VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"
 HISTORY = 60
+AUTHZ = "/apis/authorization.k8s.io/v1"
 
 
 def vitjob(name, **spec):
@@ -585,6 +586,223 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(cells[:4], ["tbl", "Running", 3, 42])
         self.assertRegex(cells[4], r"^\d+s$")
         self.assertEqual(r.body["rows"][0]["object"]["kind"], "PartialObjectMetadata")
+
+    # --- authorization.k8s.io: access reviews and impersonation ---------------------------
+
+    def sa_client(self, ns, sa):
+        """A client holding a token of ServiceAccount ns/sa (namespace and account made here)."""
+        self.assertIn(self.c.post("/api/v1/namespaces", {"metadata": {"name": ns}}).status, (201, 409))
+        self.assertIn(self.c.post("/api/v1/namespaces/%s/serviceaccounts" % ns,
+                                  {"metadata": {"name": sa}}).status, (201, 409))
+        r = self.c.post("/api/v1/namespaces/%s/serviceaccounts/%s/token" % (ns, sa),
+                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+        self.assertEqual(r.status, 201, r)
+        return self.server.client(token=r.body["status"]["token"])
+
+    def grant(self, ns, name, rules, subject, cluster=False):
+        """A Role (ClusterRole when cluster) and its binding of `subject`."""
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        kind = "ClusterRole" if cluster else "Role"
+        base = rbac if cluster else "%s/namespaces/%s" % (rbac, ns)
+        self.create(base + ("/clusterroles" if cluster else "/roles"), {"metadata": {"name": name}, "rules": rules})
+        self.create(base + ("/clusterrolebindings" if cluster else "/rolebindings"), {
+            "metadata": {"name": name}, "subjects": [subject],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}})
+
+    def ssar(self, client, spec, headers=None):
+        return client.post(AUTHZ + "/selfsubjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec},
+            headers=headers)
+
+    def test_authorization_group_is_discovered_with_its_create_only_reviews(self):
+        groups = {g["name"]: g for g in self.c.get("/apis").body["groups"]}
+        self.assertEqual(groups["authorization.k8s.io"]["preferredVersion"]["groupVersion"], "authorization.k8s.io/v1")
+        self.assertEqual(self.c.get("/apis/authorization.k8s.io").body["versions"][0]["version"], "v1")
+        res = {r["name"]: r for r in self.c.get(AUTHZ).body["resources"]}
+        self.assertEqual(sorted(res), ["localsubjectaccessreviews", "selfsubjectaccessreviews",
+                                       "selfsubjectrulesreviews", "subjectaccessreviews"])
+        self.assertEqual(res["selfsubjectaccessreviews"]["kind"], "SelfSubjectAccessReview")
+        self.assertTrue(res["localsubjectaccessreviews"]["namespaced"])
+        self.assertFalse(res["subjectaccessreviews"]["namespaced"])
+        self.assertTrue(all(r["verbs"] == ["create"] for r in res.values()))
+        # create only, never stored
+        self.assertEqual(self.c.get(AUTHZ + "/selfsubjectaccessreviews").status, 405)
+
+    def test_self_subject_access_review_answers_per_rbac_and_echoes_the_spec(self):
+        robot = self.sa_client("ssar1", "robot")
+        self.grant("ssar1", "pod-maker", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get"]}],
+                   {"kind": "ServiceAccount", "name": "robot", "namespace": "ssar1"})
+        spec = {"resourceAttributes": {"namespace": "ssar1", "verb": "create", "resource": "pods"}}
+        r = self.ssar(robot, spec)
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(r.body["kind"], "SelfSubjectAccessReview")
+        self.assertEqual(r.body["apiVersion"], "authorization.k8s.io/v1")
+        self.assertEqual(r.body["spec"], spec)
+        self.assertEqual(r.body["status"], {"allowed": True, "reason": 'RBAC: allowed by RoleBinding '
+                                            '"pod-maker/ssar1" of Role "pod-maker" to ServiceAccount "robot/ssar1"'})
+        # elsewhere, or another verb: RBAC has no opinion, so not allowed and not denied
+        for attrs in ({"namespace": "default", "verb": "create", "resource": "pods"},
+                      {"namespace": "ssar1", "verb": "delete", "resource": "pods"},
+                      {"namespace": "ssar1", "verb": "get", "resource": "secrets"}):
+            r = self.ssar(robot, {"resourceAttributes": attrs})
+            self.assertEqual(r.body["status"], {"allowed": False}, attrs)
+        # non-resource paths: the bootstrap discovery role
+        r = self.ssar(robot, {"nonResourceAttributes": {"path": "/apis", "verb": "get"}})
+        self.assertEqual(r.body["status"], {"allowed": True, "reason": 'RBAC: allowed by ClusterRoleBinding '
+                                            '"system:discovery" of ClusterRole "system:discovery" to Group '
+                                            '"system:authenticated"'})
+        self.assertFalse(self.ssar(robot, {"nonResourceAttributes": {"path": "/metrics", "verb": "get"}})
+                         .body["status"]["allowed"])
+        # system:masters may do anything, with no reason given
+        self.assertEqual(self.ssar(self.c, {"resourceAttributes": {"verb": "delete", "resource": "nodes"}})
+                         .body["status"], {"allowed": True})
+        # nothing was stored: the same review again is answered again
+        self.assertEqual(self.ssar(robot, spec).status, 201)
+
+    def test_subject_access_review_needs_create_on_it_and_evaluates_the_user_of_its_spec(self):
+        robot = self.sa_client("sar1", "robot")
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": "system:serviceaccount:sar1:robot", "groups": ["system:authenticated"],
+                         "resourceAttributes": {"namespace": "sar1", "verb": "list", "resource": "configmaps"}}}
+        r = robot.post(AUTHZ + "/subjectaccessreviews", body)
+        self.assertEqual(r.status, 403, r)
+        self.assertEqual(r.body["message"], 'subjectaccessreviews.authorization.k8s.io is forbidden: User '
+                         '"system:serviceaccount:sar1:robot" cannot create resource "subjectaccessreviews" in API '
+                         'group "authorization.k8s.io" at the cluster scope')
+        r = self.c.post(AUTHZ + "/subjectaccessreviews", body)
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(r.body["spec"], body["spec"])
+        self.assertEqual(r.body["status"], {"allowed": False})
+        self.grant("sar1", "cm-reader", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
+                   {"kind": "ServiceAccount", "name": "robot", "namespace": "sar1"})
+        self.assertTrue(self.c.post(AUTHZ + "/subjectaccessreviews", body).body["status"]["allowed"])
+        # a caller allowed to create them may ask too
+        self.grant("", "sar1-reviewer", [{"apiGroups": ["authorization.k8s.io"],
+                                          "resources": ["subjectaccessreviews"], "verbs": ["create"]}],
+                   {"kind": "ServiceAccount", "name": "robot", "namespace": "sar1"}, cluster=True)
+        self.assertTrue(robot.post(AUTHZ + "/subjectaccessreviews", body).body["status"]["allowed"])
+        # the spec's groups are taken as given: without system:authenticated no bootstrap role applies
+        disc = {"user": "bob", "nonResourceAttributes": {"path": "/api", "verb": "get"}}
+        self.assertEqual(self.c.post(AUTHZ + "/subjectaccessreviews", {"spec": disc}).body["status"],
+                         {"allowed": False})
+        disc["groups"] = ["system:authenticated"]
+        self.assertTrue(self.c.post(AUTHZ + "/subjectaccessreviews", {"spec": disc}).body["status"]["allowed"])
+        # a group alone is a subject too
+        self.grant("sar1", "team-edit", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}],
+                   {"kind": "Group", "name": "team", "apiGroup": "rbac.authorization.k8s.io"})
+        r = self.c.post(AUTHZ + "/subjectaccessreviews", {"spec": {"groups": ["team"], "resourceAttributes": {
+            "namespace": "sar1", "verb": "delete", "resource": "pods", "name": "p"}}})
+        self.assertEqual(r.body["status"], {"allowed": True, "reason": 'RBAC: allowed by RoleBinding '
+                                            '"team-edit/sar1" of Role "team-edit" to Group "team"'})
+
+    def test_local_subject_access_review_is_bound_to_its_namespace(self):
+        self.sa_client("lsar1", "robot")
+        path = AUTHZ + "/namespaces/lsar1/localsubjectaccessreviews"
+        spec = {"user": "system:serviceaccount:lsar1:robot",
+                "resourceAttributes": {"namespace": "lsar1", "verb": "get", "resource": "pods"}}
+        r = self.c.post(path, {"spec": spec})
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(r.body["kind"], "LocalSubjectAccessReview")
+        self.assertEqual(r.body["metadata"]["namespace"], "lsar1")
+        self.assertEqual(r.body["status"], {"allowed": False})
+        spec["resourceAttributes"]["namespace"] = "other"
+        r = self.c.post(path, {"spec": spec})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.body["message"], '.authorization.k8s.io "" is invalid: spec.resourceAttributes.namespace: '
+                         'Invalid value: "other": must match metadata.namespace')
+        r = self.c.post(path, {"spec": {"user": "u", "nonResourceAttributes": {"path": "/api", "verb": "get"}}})
+        self.assertEqual(r.body["message"], '.authorization.k8s.io "" is invalid: spec.nonResourceAttributes: '
+                         'Invalid value: authorization.NonResourceAttributes{Path:"/api", Verb:"get"}: disallowed '
+                         'on this kind of request')
+        self.assertEqual(self.c.post(AUTHZ + "/localsubjectaccessreviews", {"spec": spec}).status, 404)
+
+    def test_access_review_validation_is_worded_as_on_a_real_server(self):
+        r = self.ssar(self.c, {})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.body["reason"], "Invalid")
+        self.assertEqual(r.body["message"], '.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid '
+                         'value: "null": exactly one of nonResourceAttributes or resourceAttributes must be specified')
+        self.assertEqual(r.body["details"]["causes"][0]["field"], "spec.resourceAttributes")
+        r = self.ssar(self.c, {"resourceAttributes": {"verb": "get", "resource": "pods"},
+                               "nonResourceAttributes": {"path": "/api", "verb": "get"}})
+        self.assertEqual(r.body["message"], '.authorization.k8s.io "" is invalid: spec.nonResourceAttributes: '
+                         'Invalid value: authorization.NonResourceAttributes{Path:"/api", Verb:"get"}: cannot be '
+                         'specified in combination with resourceAttributes')
+        r = self.c.post(AUTHZ + "/subjectaccessreviews", {"spec": {}})
+        self.assertEqual(r.body["message"], '.authorization.k8s.io "" is invalid: [spec.resourceAttributes: Invalid '
+                         'value: "null": exactly one of nonResourceAttributes or resourceAttributes must be specified, '
+                         'spec.user: Invalid value: "": at least one of user or group must be specified]')
+
+    def test_self_subject_rules_review_lists_the_rules_of_the_caller_in_a_namespace(self):
+        robot = self.sa_client("ssrr1", "robot")
+        self.grant("ssrr1", "one-job", [{"apiGroups": ["vitjob.dev"], "resources": ["vitjobs/status"],
+                                         "resourceNames": ["j"], "verbs": ["get", "patch"]}],
+                   {"kind": "ServiceAccount", "name": "robot", "namespace": "ssrr1"})
+        r = robot.post(AUTHZ + "/selfsubjectrulesreviews", {"spec": {"namespace": "ssrr1"}})
+        self.assertEqual(r.status, 201, r)
+        self.assertIn({"verbs": ["get", "patch"], "apiGroups": ["vitjob.dev"], "resources": ["vitjobs/status"],
+                       "resourceNames": ["j"]}, r.body["status"]["resourceRules"])
+        self.assertIn({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+                       "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+                      r.body["status"]["resourceRules"])
+        self.assertFalse(r.body["status"]["incomplete"])
+        elsewhere = robot.post(AUTHZ + "/selfsubjectrulesreviews", {"spec": {"namespace": "default"}}).body
+        self.assertNotIn("vitjob.dev", str(elsewhere["status"]["resourceRules"]))
+        self.assertEqual(robot.post(AUTHZ + "/selfsubjectrulesreviews", {"spec": {}}).body["message"],
+                         "no namespace on request")
+
+    def test_impersonation_needs_the_impersonate_verb_worded_as_on_a_real_server(self):
+        robot = self.sa_client("imp1", "robot")
+        r = robot.get("/api/v1/namespaces/imp1/pods", headers={"Impersonate-User": "jane"})
+        self.assertEqual(r.status, 403, r)
+        self.assertEqual(r.body["message"], 'users "jane" is forbidden: User "system:serviceaccount:imp1:robot" '
+                         'cannot impersonate resource "users" in API group "" at the cluster scope')
+        self.assertEqual(r.body["details"], {"name": "jane", "kind": "users"})
+        r = robot.get("/api/v1/namespaces/imp1/pods", headers={"Impersonate-User": "system:serviceaccount:imp1:other"})
+        self.assertEqual(r.body["message"], 'serviceaccounts "other" is forbidden: User '
+                         '"system:serviceaccount:imp1:robot" cannot impersonate resource "serviceaccounts" in API '
+                         'group "" in the namespace "imp1"')
+        self.grant("", "imp1-users", [{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"],
+                                       "resourceNames": ["jane"]}],
+                   {"kind": "ServiceAccount", "name": "robot", "namespace": "imp1"}, cluster=True)
+        r = robot.get("/api/v1/namespaces/imp1/pods", headers={"Impersonate-User": "jane",
+                                                                "Impersonate-Group": "admins"})
+        self.assertEqual(r.body["message"], 'groups "admins" is forbidden: User "system:serviceaccount:imp1:robot" '
+                         'cannot impersonate resource "groups" in API group "" at the cluster scope')
+        # allowed: the request runs as jane, who may do nothing here
+        r = robot.get("/api/v1/namespaces/imp1/pods", headers={"Impersonate-User": "jane"})
+        self.assertEqual(r.status, 403, r)
+        self.assertEqual(r.body["message"], 'pods is forbidden: User "jane" cannot list resource "pods" in API '
+                         'group "" in the namespace "imp1"')
+        self.grant("imp1", "jane-pods", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+                   {"kind": "User", "name": "jane", "apiGroup": "rbac.authorization.k8s.io"})
+        self.assertEqual(robot.get("/api/v1/namespaces/imp1/pods", headers={"Impersonate-User": "jane"}).status, 200)
+        # the impersonated user is authenticated: the bootstrap roles apply to it
+        self.assertEqual(robot.get("/api", headers={"Impersonate-User": "jane"}).status, 200)
+
+    def test_impersonating_a_service_account_or_groups_reviews_their_access(self):
+        self.sa_client("imp2", "worker")
+        self.grant("imp2", "worker-status", [{"apiGroups": ["vitjob.dev"], "resources": ["vitjobs/status"],
+                                              "verbs": ["patch"]}],
+                   {"kind": "ServiceAccount", "name": "worker", "namespace": "imp2"})
+        as_worker = {"Impersonate-User": "system:serviceaccount:imp2:worker"}
+        ask = {"resourceAttributes": {"namespace": "imp2", "verb": "patch", "group": "vitjob.dev",
+                                      "resource": "vitjobs", "subresource": "status", "name": "j"}}
+        self.assertEqual(self.ssar(self.c, ask, headers=as_worker).body["status"]["reason"],
+                         'RBAC: allowed by RoleBinding "worker-status/imp2" of Role "worker-status" to '
+                         'ServiceAccount "worker/imp2"')
+        ask["resourceAttributes"]["verb"] = "delete"
+        self.assertEqual(self.ssar(self.c, ask, headers=as_worker).body["status"], {"allowed": False})
+        r = self.c.get("/api/v1/namespaces/imp2/pods", headers=as_worker)
+        self.assertEqual(r.body["message"], 'pods is forbidden: User "system:serviceaccount:imp2:worker" cannot '
+                         'list resource "pods" in API group "" in the namespace "imp2"')
+        # groups given: taken with system:authenticated; system:masters may do anything
+        self.assertEqual(self.c.get("/api/v1/namespaces/imp2/pods",
+                                    headers={"Impersonate-User": "x", "Impersonate-Group": "system:masters"}).status,
+                         200)
+        # groups without a user are refused
+        r = self.c.get("/api/v1/namespaces", headers={"Impersonate-Group": "team"})
+        self.assertEqual(r.status, 500)
 
 
 class RestartTest(unittest.TestCase):

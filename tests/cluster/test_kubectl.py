@@ -2,7 +2,8 @@
 # tests/cluster/test_kubectl.py: the test API server driven only by the real
 # kubectl (default flags, KUBECONFIG=state/kubeconfig): apply, get with the
 # CRD's printer columns, -o yaml, describe, patches, edit, get -w, cascading
-# delete, and invalid ViTJobs refused with a message naming the field.
+# delete, invalid ViTJobs refused with a message naming the field, and
+# `kubectl auth can-i [--list] --as` against the project's RBAC.
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_kubectl.py
 
 import os
@@ -345,6 +346,57 @@ class ProjectManifestsTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertIn('"event":"summary"', r.stdout)
+
+    def test_auth_can_i_answers_per_the_operator_and_worker_rbac(self):
+        """`kubectl auth can-i --as` (impersonation and SelfSubjectAccessReview)
+        agrees with manifests/01-rbac.yaml for the operator and with the
+        identity the operator gives a job's rank 0 (operator/render.c:
+        ServiceAccount, Role and RoleBinding <job>-worker: get and patch of
+        that one job's status)."""
+        worker = "fmnist-tiny-worker"
+        identity = [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": worker, "namespace": "default"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": worker, "namespace": "default"},
+             "rules": [{"apiGroups": ["vitjob.dev"], "resources": ["vitjobs/status"],
+                        "resourceNames": ["fmnist-tiny"], "verbs": ["get", "patch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": worker, "namespace": "default"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": worker},
+             "subjects": [{"kind": "ServiceAccount", "name": worker, "namespace": "default"}]}]
+        self.ok(["apply", "-f", "-"], stdin=yaml.safe_dump_all(identity))
+        op = "system:serviceaccount:vitjob-system:vitjob-operator"
+        wk = "system:serviceaccount:default:" + worker
+        cases = [
+            (op, ["create", "pods"], "yes"),
+            (op, ["delete", "pods"], "yes"),
+            (op, ["update", "pods"], "no"),
+            (op, ["get", "secrets"], "no"),
+            (op, ["create", "roles.rbac.authorization.k8s.io"], "yes"),
+            (op, ["patch", "vitjobs.vitjob.dev", "--subresource=status"], "yes"),
+            (op, ["create", "vitjobs.vitjob.dev"], "no"),
+            (wk, ["create", "pods"], "no"),
+            (wk, ["get", "vitjobs.vitjob.dev/fmnist-tiny"], "no"),
+            (wk, ["patch", "vitjobs.vitjob.dev/fmnist-tiny", "--subresource=status"], "yes"),
+            (wk, ["get", "vitjobs.vitjob.dev/fmnist-tiny", "--subresource=status"], "yes"),
+            (wk, ["patch", "vitjobs.vitjob.dev/fashion-mnist", "--subresource=status"], "no"),
+        ]
+        for user, args, want in cases:
+            with self.subTest(user=user, args=args):
+                r = self.run_kubectl(["auth", "can-i"] + args + ["-n", "default", "--as", user])
+                self.assertEqual(r.stdout.strip(), want, r.stdout + r.stderr)
+                self.assertEqual(r.returncode, 0 if want == "yes" else 1, r.stderr)
+        # the worker's rules as `--list` shows them
+        out = self.ok(["auth", "can-i", "--list", "-n", "default", "--as", wk])
+        rows = [line.split() for line in out.splitlines()]
+        self.assertIn(["vitjobs.vitjob.dev/status", "[]", "[fmnist-tiny]", "[get", "patch]"], rows)
+        self.assertNotIn("pods", out)
+        # impersonating needs the impersonate verb: the operator may not
+        r = self.run_kubectl(["auth", "can-i", "create", "pods", "--as", wk, "--token",
+                              self.ok(["create", "token", "vitjob-operator", "-n", "vitjob-system"]).strip()])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('cannot impersonate resource "serviceaccounts" in API group "" in the namespace "default"',
+                      r.stderr)
 
     def test_invalid_vitjobs_are_refused_naming_the_field(self):
         base = {"apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob",

@@ -28,6 +28,8 @@ class User:
     name: str
     groups: list = field(default_factory=list)
     sa: tuple = None          # (namespace, name) for service accounts
+    uid: str = ""
+    extra: dict = field(default_factory=dict)
 
     @property
     def admin(self):
@@ -41,6 +43,14 @@ def sa_user(ns, name):
     return User("system:serviceaccount:%s:%s" % (ns, name),
                 ["system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"],
                 sa=(ns, name))
+
+
+def split_sa_username(name):
+    """(namespace, name) of a "system:serviceaccount:NS:NAME" user name, or None."""
+    parts = name.split(":")
+    if len(parts) == 4 and parts[0] == "system" and parts[1] == "serviceaccount" and parts[2] and parts[3]:
+        return parts[2], parts[3]
+    return None
 
 
 def _b64(data):

@@ -6,6 +6,7 @@
 import hashlib
 import json
 
+from . import authorization
 from .resources import VERBS
 
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-vitjob-test", "gitCommit": "0" * 40,
@@ -23,19 +24,29 @@ def _group(name, versions):
     return {"name": name, "versions": vs, "preferredVersion": vs[0]}
 
 
+def _groups(registry):
+    """The served groups: the registry's and authorization.k8s.io (never stored)."""
+    out = dict(registry.groups())
+    out.setdefault(authorization.GROUP, [authorization.VERSION])
+    return out
+
+
 def api_group_list(registry):
     return {"kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [_group(g, vs) for g, vs in registry.groups().items()]}
+            "groups": [_group(g, vs) for g, vs in _groups(registry).items()]}
 
 
 def api_group(registry, group):
-    vs = registry.groups().get(group)
+    vs = _groups(registry).get(group)
     if not vs:
         return None
     return dict(_group(group, vs), kind="APIGroup", apiVersion="v1")
 
 
 def resource_list(registry, group, version):
+    if (group, version) == (authorization.GROUP, authorization.VERSION):
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group + "/" + version,
+                "resources": authorization.resource_list()}
     types = registry.in_group_version(group, version)
     if not types:
         return None

@@ -1,6 +1,7 @@
 # kubeapi/http.py: the HTTPS front end: bearer-token authentication
-# (kubeapi/auth.py) and RBAC authorization (kubeapi/rbac.py) of every
-# request, URL routing (discovery, OpenAPI, resource and subresource paths),
+# (kubeapi/auth.py), impersonation (Impersonate-* headers,
+# kubeapi/authorization.py) and RBAC authorization (kubeapi/rbac.py) of every
+# request, the authorization.k8s.io access reviews, URL routing (discovery, OpenAPI, resource and subresource paths),
 # pods/binding, request bodies in JSON or Kubernetes protobuf (kubeapi/protobuf.py), content
 # negotiation (JSON, Table, PartialObjectMetadata) and chunked watch streams.
 
@@ -12,7 +13,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import discovery, errors, protobuf, rbac, table
+from . import authorization, discovery, errors, protobuf, rbac, table
 from .watch import WatchRequest
 
 UNAUTHENTICATED = {"/version", "/healthz", "/livez", "/readyz"}
@@ -96,10 +97,21 @@ class Handler(BaseHTTPRequestHandler):
             self.user = self.server.api.auth.authenticate(self.headers.get("Authorization", ""))
             if self.user is None and path not in UNAUTHENTICATED:
                 raise errors.unauthorized()
+            if self.user is not None:
+                self.user = authorization.impersonate(self.server.api.authz, self.user, self.headers, self.path)
             self._route(method, path, params)
         except errors.ApiError as e:
             self._raw_body()
             self._send_json(e.code, e.status())
+        except authorization.PlainError as e:
+            self._raw_body()
+            data = (e.text + "\n").encode()
+            self.send_response(e.code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         except (ConnectionError, ssl.SSLError):
             self.close_connection = True
         except Exception as e:  # a bug in the server: answer 500, keep serving
@@ -174,6 +186,8 @@ class Handler(BaseHTTPRequestHandler):
             version, _, rest = rest[1:].partition("/")
             rest = "/" + rest if rest else ""
         parts = [urllib.parse.unquote(p) for p in rest.split("/") if p]
+        if group == authorization.GROUP and version == authorization.VERSION and parts:
+            return self._review(method, parts, params)
         if not parts:
             doc = discovery.resource_list(reg, group, version)
             if doc is None:
@@ -196,6 +210,21 @@ class Handler(BaseHTTPRequestHandler):
         api.authz.check(self.user, rbac.Attributes(_verb(method, name, params), rtype.group, rtype.resource,
                                                    sub or "", ns, name or ""))
         self._resource(method, rtype, version, ns, name, sub, params)
+
+    def _review(self, method, parts, params):
+        """authorization.k8s.io/v1: create-only reviews, answered, never stored."""
+        ns = ""
+        if parts[0] == "namespaces" and len(parts) >= 3:
+            ns, parts = parts[1], parts[2:]
+        kind = authorization.KINDS.get(parts[0])
+        if kind is None or len(parts) > 1 or bool(ns) != kind[1]:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        self.server.api.authz.check(self.user, rbac.Attributes(_verb(method, None, params), authorization.GROUP,
+                                                               parts[0], "", ns, ""))
+        if method != "POST":
+            raise errors.method_not_allowed()
+        self._send_json(201, authorization.review(self.server.api.authz, self.user, parts[0], ns,
+                                                  self._read_body()))
 
     def _warning_headers(self, warnings):
         return [("Warning", '299 - "%s"' % w.replace('"', '\\"')) for w in warnings]

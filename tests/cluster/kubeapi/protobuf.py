@@ -48,6 +48,15 @@ LABEL_SELECTOR = {1: ("matchLabels", "map", "string"), 2: ("matchExpressions", "
 BOUND_REF = {1: ("kind", "string", None), 2: ("apiVersion", "string", None), 3: ("name", "string", None),
              4: ("uid", "string", None)}
 
+# k8s.io/api/authorization/v1 (kubectl auth can-i)
+RESOURCE_ATTRS = {1: ("namespace", "string", None), 2: ("verb", "string", None), 3: ("group", "string", None),
+                  4: ("version", "string", None), 5: ("resource", "string", None),
+                  6: ("subresource", "string", None), 7: ("name", "string", None)}
+NON_RESOURCE_ATTRS = {1: ("path", "string", None), 2: ("verb", "string", None)}
+SAR_SPEC = {1: ("resourceAttributes", "msg", RESOURCE_ATTRS), 2: ("nonResourceAttributes", "msg", NON_RESOURCE_ATTRS),
+            3: ("user", "string", None), 4: ("groups", "*string", None), 6: ("uid", "string", None)}
+
+
 def _with_meta(fields):
     return {**META, **fields}
 
@@ -64,6 +73,12 @@ KINDS = {
     ("authentication.k8s.io/v1", "TokenRequest"): _with_meta({2: ("spec", "msg", {
         1: ("audiences", "*string", None), 4: ("expirationSeconds", "int", None),
         3: ("boundObjectRef", "msg", BOUND_REF)})}),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _with_meta({2: ("spec", "msg", {
+        1: ("resourceAttributes", "msg", RESOURCE_ATTRS), 2: ("nonResourceAttributes", "msg", NON_RESOURCE_ATTRS)})}),
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): _with_meta({2: ("spec", "msg", SAR_SPEC)}),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): _with_meta({2: ("spec", "msg", SAR_SPEC)}),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): _with_meta({2: ("spec", "msg", {
+        1: ("namespace", "string", None)})}),
     ("rbac.authorization.k8s.io/v1", "Role"): _with_meta({2: ("rules", "*msg", POLICY_RULE)}),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): _with_meta({
         2: ("rules", "*msg", POLICY_RULE),

@@ -14,14 +14,24 @@ from . import errors
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
 # system:discovery, system:public-info-viewer and system:basic-user, bound to
-# system:authenticated in every cluster: what a token may do with no binding.
-BOOTSTRAP_RULES = [
-    {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*",
-                                           "/version", "/version/", "/healthz", "/livez", "/readyz"]},
-    {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
-     "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
-    {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
+# system:authenticated in every cluster (public-info-viewer to
+# system:unauthenticated too): what a token may do with no binding.
+# (binding = role name, rules, groups bound)
+BOOTSTRAP = [
+    ("system:discovery", [
+        {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*",
+                                               "/version", "/version/", "/healthz", "/livez", "/readyz"]}],
+     ["system:authenticated"]),
+    ("system:public-info-viewer", [
+        {"verbs": ["get"], "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"]}],
+     ["system:authenticated", "system:unauthenticated"]),
+    ("system:basic-user", [
+        {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+         "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+        {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]}],
+     ["system:authenticated"]),
 ]
+BOOTSTRAP_RULES = [r for _, rules, _ in BOOTSTRAP for r in rules]
 
 
 @dataclass
@@ -87,17 +97,49 @@ class Authorizer:
             role = self.store.peek("roles." + RBAC_GROUP, ns, ref.get("name"))
         return (role or {}).get("rules") or []
 
-    def rules_for(self, user, ns):
-        """Every rule that applies to user in namespace ns ("" = cluster-wide only)."""
-        out = list(BOOTSTRAP_RULES)
+    def sourced_rules(self, user, ns):
+        """(rule, source) for every rule that applies to user in namespace ns
+        ("" = cluster-wide only), in the order the RBAC authorizer visits
+        them: source words the binding as the authorizer's reason does."""
+        for name, rules, groups in BOOTSTRAP:
+            g = next((g for g in groups if g in user.groups), None)
+            if g is not None:
+                src = 'ClusterRoleBinding "%s" of ClusterRole "%s" to Group "%s"' % (name, name, g)
+                for r in rules:
+                    yield r, src
         for b in self.store.scan("clusterrolebindings." + RBAC_GROUP, ""):
-            if any(_subject_matches(s, user, "") for s in b.get("subjects") or []):
-                out += self._role_rules(b.get("roleRef") or {}, "")
+            subj = next((s for s in b.get("subjects") or [] if _subject_matches(s, user, "")), None)
+            if subj is not None:
+                ref = b.get("roleRef") or {}
+                src = 'ClusterRoleBinding "%s" of %s "%s" to %s' % (
+                    b["metadata"]["name"], ref.get("kind"), ref.get("name"), _describe_subject(subj, ""))
+                for r in self._role_rules(ref, ""):
+                    yield r, src
         if ns:
             for b in self.store.scan("rolebindings." + RBAC_GROUP, ns):
-                if any(_subject_matches(s, user, ns) for s in b.get("subjects") or []):
-                    out += self._role_rules(b.get("roleRef") or {}, ns)
-        return out
+                subj = next((s for s in b.get("subjects") or [] if _subject_matches(s, user, ns)), None)
+                if subj is not None:
+                    ref = b.get("roleRef") or {}
+                    src = 'RoleBinding "%s/%s" of %s "%s" to %s' % (
+                        b["metadata"]["name"], ns, ref.get("kind"), ref.get("name"), _describe_subject(subj, ns))
+                    for r in self._role_rules(ref, ns):
+                        yield r, src
+
+    def rules_for(self, user, ns):
+        """Every rule that applies to user in namespace ns ("" = cluster-wide only)."""
+        return [r for r, _ in self.sourced_rules(user, ns)]
+
+    def decide(self, user, a):
+        """(allowed, reason) as the real server's authorizer chain answers a
+        SubjectAccessReview: system:masters allowed with no reason, RBAC's
+        "RBAC: allowed by ..." naming the first binding that allows, or no
+        opinion (denied stays false) with no reason."""
+        if user.admin:
+            return True, ""
+        for r, src in self.sourced_rules(user, a.namespace):
+            if rule_allows(r, a):
+                return True, "RBAC: allowed by " + src
+        return False, ""
 
     def allowed(self, user, a):
         if user.admin:
@@ -135,6 +177,12 @@ class Authorizer:
 
     def role_ref_rules(self, ref, ns):
         return self._role_rules(ref, ns)
+
+
+def _describe_subject(s, binding_ns):
+    if s.get("kind") == "ServiceAccount":
+        return 'ServiceAccount "%s/%s"' % (s.get("name"), s.get("namespace") or binding_ns)
+    return '%s "%s"' % (s.get("kind"), s.get("name"))
 
 
 def _goq(s):
