@@ -1,6 +1,6 @@
 /* lib/timefmt.c - see timefmt.h.
  *
- * Owns: RFC 3339 formatting and parsing in UTC.
+ * Owns: RFC 3339 formatting and parsing in UTC; kubectl-style durations.
  * Must not: allocate or depend on the process's time zone.
  */
 #include "timefmt.h"
@@ -48,6 +48,33 @@ void timefmt_rfc3339(char buf[TIMEFMT_LEN], long long t, long nsec, int frac_dig
         snprintf(buf + n, (size_t)(TIMEFMT_LEN - n), ".%06ldZ", nsec / 1000L);
     else
         snprintf(buf + n, (size_t)(TIMEFMT_LEN - n), "Z");
+}
+
+/* "<a><ua><b><ub>", or "<a><ua>" when b is 0 */
+static void two_units(char buf[TIMEFMT_DUR_LEN], long long a, char ua, long long b, char ub)
+{
+    if (b) snprintf(buf, TIMEFMT_DUR_LEN, "%lld%c%lld%c", a, ua, b, ub);
+    else snprintf(buf, TIMEFMT_DUR_LEN, "%lld%c", a, ua);
+}
+
+void timefmt_duration(char buf[TIMEFMT_DUR_LEN], long long s)
+{
+    /* HumanDuration's cut-offs, each unit truncated as it truncates them */
+    if (s < -1) {
+        snprintf(buf, TIMEFMT_DUR_LEN, "<invalid>");
+        return;
+    }
+    if (s < 0) s = 0;
+    long long m = s / 60, h = s / 3600, d = h / 24, y = d / 365;
+    if (s < 2 * 60) two_units(buf, s, 's', 0, 0);
+    else if (m < 10) two_units(buf, m, 'm', s % 60, 's');
+    else if (m < 3 * 60) two_units(buf, m, 'm', 0, 0);
+    else if (h < 8) two_units(buf, h, 'h', m % 60, 'm');
+    else if (h < 48) two_units(buf, h, 'h', 0, 0);
+    else if (d < 8) two_units(buf, d, 'd', h % 24, 'h');
+    else if (y < 2) two_units(buf, d, 'd', 0, 0);
+    else if (y < 8) two_units(buf, y, 'y', d % 365, 'd');
+    else two_units(buf, y, 'y', 0, 0);
 }
 
 void timefmt_now(char buf[TIMEFMT_LEN], int frac_digits)

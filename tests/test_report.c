@@ -228,6 +228,62 @@ static report_info info(long step)
 
 TestSuite(report, .timeout = 60);
 
+/* status.progress.eta, asserted present */
+static const char *eta_of(const cJSON *job)
+{
+    const char *e = str_at(cJSON_GetObjectItem(job, "status"), "progress", "eta");
+    cr_assert(e, "status.progress.eta is a string");
+    return e;
+}
+
+/* what kubectl get vj prints is what the status holds: loss to 4
+ * significant digits, images/s to 1 decimal */
+Test(report_round, loss_keeps_four_significant_digits_at_any_magnitude)
+{
+    cr_assert_eq(report_round_sig(0.39043454825878143, 4), 0.3904);
+    cr_assert_eq(report_round_sig(2.302585092994046, 4), 2.303);
+    cr_assert_eq(report_round_sig(0.000123456, 4), 0.0001235);
+    cr_assert_eq(report_round_sig(12345.678, 4), 12350.0);
+    cr_assert_eq(report_round_sig(-0.51234, 4), -0.5123);
+    cr_assert_eq(report_round_sig(0.0, 4), 0.0);
+    cr_assert_eq(report_round_sig(1.234567e-20, 4), 1.235e-20);
+    cr_assert_eq(report_round_sig(9.99999, 4), 10.0);
+    cr_assert(isinf(report_round_sig(INFINITY, 4)), "not finite: as it was");
+}
+
+Test(report_round, throughput_keeps_one_decimal)
+{
+    cr_assert_eq(report_round_places(3317.91833261528, 1), 3317.9);
+    cr_assert_eq(report_round_places(1830.26, 1), 1830.3);
+    cr_assert_eq(report_round_places(0.04, 1), 0.0);
+    cr_assert_eq(report_round_places(512.5, 1), 512.5);
+    cr_assert(isnan(report_round_places(NAN, 1)), "not finite: as it was");
+}
+
+Test(report, loss_and_throughput_are_written_rounded_and_the_eta_as_a_kubectl_duration)
+{
+    pod pd;
+    pod_for(&pd, "rep-round", "rep-round-worker", 1);
+    report *r = report_from_env(&(report_options){.interval_s = 30, .sa_dir = pd.dir});
+    cr_assert(r);
+    report_info p = info(120);
+    p.loss = 0.39043454825878143;
+    p.images_per_second = 3317.91833261528;
+    p.eta_seconds = 192.4;
+    report_progress(r, &p);
+    report_free(r);
+    cJSON *job = get_job(pd.admin, "rep-round");
+    const cJSON *pr = progress_of(job);
+    cr_assert(pr, "status.progress written");
+    /* exactly the doubles that print short: 0.3904, not 0.39043454825878143 */
+    cr_assert_eq(num(pr, "loss"), 0.3904);
+    cr_assert_eq(num(pr, "imagesPerSecond"), 3317.9);
+    cr_assert_eq(num(pr, "etaSeconds"), 192);
+    cr_assert_str_eq(eta_of(job), "3m12s");
+    cJSON_Delete(job);
+    pod_free(&pd);
+}
+
 Test(report, a_report_merges_every_progress_field_into_the_status_subresource_and_keeps_the_rest)
 {
     pod pd;
@@ -259,6 +315,7 @@ Test(report, a_report_merges_every_progress_field_into_the_status_subresource_an
     cr_assert_float_eq(num(pr, "loss"), 1.88, 1e-12);
     cr_assert_float_eq(num(pr, "imagesPerSecond"), 512.5, 1e-12);
     cr_assert_eq(num(pr, "etaSeconds"), 220);
+    cr_assert_str_eq(eta_of(job), "3m40s");
     cr_assert_eq(num(pr, "lastCheckpointStep"), 100);
     cr_assert_str_eq(cJSON_GetObjectItem(pr, "lastCheckpointURI")->valuestring,
                      "file:///ck/step-000000100");

@@ -54,3 +54,29 @@ Test(timefmt, every_day_from_1970_to_2100_reads_back_as_written_february_include
         cr_assert_eq(t, at, "%s read back as %lld, want %lld", ts, t, at);
     }
 }
+
+/* kubectl's ages (k8s.io/apimachinery/pkg/util/duration.HumanDuration): each
+ * unit up to its threshold, the next smaller one beside it only in the
+ * first stretch of the next unit, a zero remainder left off. */
+Test(timefmt, durations_read_as_kubectl_ages_at_every_unit_boundary)
+{
+    static const struct {
+        long long s;
+        const char *want;
+    } cases[] = {
+        {-2, "<invalid>"}, {-1, "0s"}, {0, "0s"}, {45, "45s"}, {119, "119s"},
+        {120, "2m"}, {192, "3m12s"}, {599, "9m59s"},
+        {600, "10m"}, {659, "10m"}, {10799, "179m"},
+        {10800, "3h"}, {11100, "3h5m"}, {28799, "7h59m"},
+        {28800, "8h"}, {172799, "47h"},
+        {172800, "2d"}, {273600, "3d4h"}, {691199, "7d23h"},
+        {691200, "8d"}, {63071999, "729d"},
+        {63072000, "2y"}, {63158400, "2y1d"}, {252287999, "7y364d"},
+        {252288000, "8y"}, {3153600000LL, "100y"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char d[TIMEFMT_DUR_LEN];
+        timefmt_duration(d, cases[i].s);
+        cr_expect_str_eq(d, cases[i].want, "%llds: %s, not %s", cases[i].s, d, cases[i].want);
+    }
+}

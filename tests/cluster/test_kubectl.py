@@ -313,15 +313,17 @@ class ProjectManifestsTest(unittest.TestCase):
         again = self.ok(["apply", "-f", MANIFESTS])
         self.assertIn("customresourcedefinition.apiextensions.k8s.io/vitjobs.vitjob.dev unchanged", again)
 
-    def test_get_vj_shows_phase_step_loss_from_status_in_printer_columns(self):
+    def test_get_vj_shows_phase_step_readable_loss_img_s_and_eta_from_status_in_printer_columns(self):
+        # as the worker writes them: loss to 4 significant digits, images/s to
+        # 1 decimal, the ETA as a kubectl duration beside etaSeconds
         self.ok(["patch", "vj", "fmnist-tiny", "--subresource=status", "--type=merge", "-p",
                  '{"status": {"phase": "Running", "restarts": 1, "progress": '
-                 '{"step": 120, "totalSteps": 936, "loss": 0.61, "imagesPerSecond": 2950.5, '
-                 '"etaSeconds": 17}}}'])
+                 '{"step": 120, "totalSteps": 936, "loss": 0.5123, "imagesPerSecond": 1830.2, '
+                 '"etaSeconds": 192, "eta": "3m12s"}}}'])
         out = self.ok(["get", "vj", "fmnist-tiny"])
         header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
         self.assertEqual(header[:8], ["NAME", "PHASE", "STEP", "TOTAL", "LOSS", "IMG/S", "ETA", "RESTARTS"])
-        self.assertEqual(row[:8], ["fmnist-tiny", "Running", "120", "936", "0.61", "2950.5", "17", "1"])
+        self.assertEqual(row[:8], ["fmnist-tiny", "Running", "120", "936", "0.5123", "1830.2", "3m12s", "1"])
         # short name and the `all` category find it too
         self.assertIn("fmnist-tiny", self.ok(["get", "all"]))
 

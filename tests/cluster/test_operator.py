@@ -354,7 +354,7 @@ class ReconcileTest(Base):
         self.apply(job_doc("prog"))
         self.wait_pods("prog", ["prog-worker-0-r0", "prog-worker-1-r0"])
         progress = {"step": 5, "totalSteps": 10, "epoch": 0.25, "loss": 1.25,
-                    "imagesPerSecond": 300.5, "etaSeconds": 12, "lastCheckpointStep": 4,
+                    "imagesPerSecond": 300.5, "etaSeconds": 12, "eta": "12s", "lastCheckpointStep": 4,
                     "lastCheckpointURI": "file:///ck/step-000000004",
                     "updateTime": "2026-01-02T03:04:05Z"}
         r = self.c.patch(VJ + "/prog/status", {"status": {"progress": progress}})

@@ -65,6 +65,24 @@ static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, double until)
     pthread_cond_timedwait(c, m, &ts);
 }
 
+/* Through the decimal text: strtod gives the double nearest it, which
+ * prints back as written (0.3904, not 0.39040000000000002). */
+double report_round_places(double v, int places)
+{
+    if (!isfinite(v) || places < 0 || places > 17 || fabs(v) >= 1e21) return v;
+    char t[64];
+    snprintf(t, sizeof t, "%.*f", places, v);
+    return strtod(t, NULL);
+}
+
+double report_round_sig(double v, int digits)
+{
+    if (!isfinite(v) || digits < 1 || digits > 17) return v;
+    char t[64];
+    snprintf(t, sizeof t, "%.*e", digits - 1, v);
+    return strtod(t, NULL);
+}
+
 /* The merge patch {"status":{"progress":{...}}} of p; NULL if out of memory.
  * Values a schema would refuse (not finite, negative where it has a
  * minimum of 0) are left out rather than sent. */
@@ -81,11 +99,17 @@ static cJSON *progress_patch(const report_info *p)
     NUM("step", (double)(p->step > 0 ? p->step : 0));
     NUM("totalSteps", (double)(p->total_steps > 0 ? p->total_steps : 0));
     if (isfinite(p->epoch) && p->epoch >= 0) NUM("epoch", p->epoch);
-    if (isfinite(p->loss)) NUM("loss", p->loss);
+    /* as kubectl get vj prints them: 0.5123, 1830.2, 3m12s */
+    if (isfinite(p->loss)) NUM("loss", report_round_sig(p->loss, 4));
     if (isfinite(p->images_per_second) && p->images_per_second >= 0)
-        NUM("imagesPerSecond", p->images_per_second);
-    if (isfinite(p->eta_seconds) && p->eta_seconds >= 0 && p->eta_seconds < 1e15)
-        NUM("etaSeconds", (double)llround(p->eta_seconds));
+        NUM("imagesPerSecond", report_round_places(p->images_per_second, 1));
+    if (isfinite(p->eta_seconds) && p->eta_seconds >= 0 && p->eta_seconds < 1e15) {
+        long long eta = llround(p->eta_seconds);
+        char human[TIMEFMT_DUR_LEN];
+        timefmt_duration(human, eta);
+        NUM("etaSeconds", (double)eta);
+        ok &= cJSON_AddStringToObject(pr, "eta", human) != NULL;
+    }
     if (p->last_checkpoint_step >= 0) {
         NUM("lastCheckpointStep", (double)p->last_checkpoint_step);
         if (p->last_checkpoint_uri[0])

@@ -1,8 +1,10 @@
 /* worker/train/report.h - rank 0's training progress in the ViTJob's status.
  *
  * Owns: a thread of its own that merge-patches status.progress (step,
- * totalSteps, epoch, loss, imagesPerSecond, etaSeconds, lastCheckpointStep,
- * lastCheckpointURI, updateTime) on the job's status subresource through
+ * totalSteps, epoch, loss, imagesPerSecond, etaSeconds, eta,
+ * lastCheckpointStep, lastCheckpointURI, updateTime; loss to 4 significant
+ * digits, imagesPerSecond to 1 decimal and eta as a kubectl duration, as
+ * `kubectl get vj` shows them) on the job's status subresource through
  * lib/kube with the in-cluster configuration (service-account token and CA,
  * KUBERNETES_SERVICE_HOST/PORT); the job is $VITJOB_NAME in $VITJOB_NAMESPACE
  * (api/contract.h). It writes at most once per interval, at once for a
@@ -59,6 +61,12 @@ void report_checkpoint(report *r, const report_info *p);
  * flight, then stops the thread and frees. Accepts NULL. A write still
  * hanging after the wait is abandoned (its thread frees what is left). */
 void report_free(report *r);
+
+/* v to `digits` significant digits (4: 0.39043454825878143 -> 0.3904), as
+ * the nearest double, which prints short; not finite or 0: v. */
+double report_round_sig(double v, int digits);
+/* v to `places` decimals (1: 3317.91833261528 -> 3317.9); not finite: v. */
+double report_round_places(double v, int places);
 
 /* Writes made so far (2xx answers) and failed, for tests and logs. */
 long report_sent(report *r);
