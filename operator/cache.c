@@ -106,7 +106,20 @@ void cache_remove(obj_cache *c, const char *ns, const char *name)
     free(k);
 }
 
+/* 1 when key ("ns/name") lies in namespace ns (NULL: every key does). */
+static int in_scope(const char *key, const char *ns)
+{
+    if (!ns) return 1;
+    size_t n = strlen(ns);
+    return strncmp(key, ns, n) == 0 && key[n] == '/';
+}
+
 int cache_replace(obj_cache *c, cJSON *items, cJSON **removed)
+{
+    return cache_replace_ns(c, NULL, items, removed);
+}
+
+int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed)
 {
     entry *fresh = NULL, *e, *tmp;
     int rc = -1;
@@ -124,7 +137,10 @@ int cache_replace(obj_cache *c, cJSON *items, cJSON **removed)
         if (dup) free_entry(dup);
     }
     pthread_rwlock_wrlock(&c->lock);
+    /* drop what was cached in the scope (keeping what was not relisted to
+     * report as gone), then add the fresh list: other namespaces stay */
     HASH_ITER(hh, c->table, e, tmp) {
+        if (!in_scope(e->key, ns)) continue;
         entry *f = NULL;
         HASH_FIND_STR(fresh, e->key, f);
         HASH_DEL(c->table, e);
@@ -134,8 +150,12 @@ int cache_replace(obj_cache *c, cJSON *items, cJSON **removed)
         }
         free_entry(e);
     }
-    c->table = fresh;
-    fresh = NULL;
+    HASH_ITER(hh, fresh, e, tmp) {
+        entry *old = NULL;
+        HASH_DEL(fresh, e);
+        HASH_REPLACE_STR(c->table, key, e, old);
+        if (old) free_entry(old);
+    }
     pthread_rwlock_unlock(&c->lock);
     if (removed) *removed = gone;
     gone = NULL;

@@ -30,6 +30,10 @@ void cache_remove(obj_cache *c, const char *ns, const char *name);
  * objects that were cached but are not in items (caller frees), so that
  * their owners can be re-queued. Returns 0 or -1 (out of memory). */
 int cache_replace(obj_cache *c, cJSON *items, cJSON **removed);
+/* As cache_replace, but only for namespace ns (NULL = all, as cache_replace):
+ * objects cached in other namespaces are kept, so that one cache can be
+ * filled by an informer per watched namespace, each relisting its own. */
+int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed);
 
 /* A deep copy of ns/name, or NULL if absent. Caller frees with cJSON_Delete. */
 cJSON *cache_get(obj_cache *c, const char *ns, const char *name);

@@ -447,7 +447,7 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
         c->sources[i] = KINDS[i].src;
     runner_opts ro = {.sources = c->sources, .n_sources = INF_COUNT, .owner_label = VJ_LABEL_JOB,
                       .reconcile = reconcile, .user = c, .factory = o->factory,
-                      .factory_user = o->factory_user, .namespace = o->namespace,
+                      .factory_user = o->factory_user, .namespaces = o->namespaces,
                       .workers = o->workers, .metrics = o->metrics, .stop = o->stop};
     if (runner_start(&ro, &c->run, err, errlen) != 0) {
         free(c);

@@ -26,11 +26,12 @@
 
 #include "informer.h"
 #include "metrics.h"
+#include "nslist.h"
 
 typedef struct {
     kube_client_factory factory;   /* a client per thread */
     void *factory_user;
-    const char *namespace;         /* NULL or "" = all namespaces */
+    const ns_list *namespaces;     /* borrowed; NULL or empty = all namespaces */
     int workers;                   /* reconcile threads, >= 1 */
     metrics_registry *metrics;     /* borrowed */
     const volatile sig_atomic_t *stop;

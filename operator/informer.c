@@ -12,7 +12,7 @@
 
 struct informer {
     informer_opts o;
-    char *name, *path, *selector;
+    char *name, *path, *selector, *ns;
     pthread_t thread;
     atomic_int synced, lists;
 };
@@ -67,11 +67,12 @@ static void *run(void *arg)
             continue;
         }
         cJSON *listed = cJSON_Duplicate(items, 1), *removed = NULL;
-        cache_replace(inf->o.cache, items, &removed);
+        cache_replace_ns(inf->o.cache, inf->ns, items, &removed);
         atomic_fetch_add(&inf->lists, 1);
         atomic_store(&inf->synced, 1);
-        LOG_INFO("informer", "resource=%s event=listed items=%d rv=%s", LOGV(inf->name),
-                 cJSON_GetArraySize(listed), LOGV(rv));
+        LOG_INFO("informer", "resource=%s event=listed items=%d rv=%s namespace=%s",
+                 LOGV(inf->name), cJSON_GetArraySize(listed), LOGV(rv),
+                 LOGV(inf->ns ? inf->ns : "(all)"));
         if (inf->o.on_change) {
             cJSON *o;
             cJSON_ArrayForEach(o, removed) inf->o.on_change(inf->o.user, "DELETED", o);
@@ -106,8 +107,10 @@ int informer_start(const informer_opts *opts, informer **out)
     inf->name = strdup(opts->name);
     inf->path = strdup(opts->path);
     inf->selector = opts->label_selector ? strdup(opts->label_selector) : NULL;
+    inf->ns = opts->namespace ? strdup(opts->namespace) : NULL;
     if (!inf->name || !inf->path || (opts->label_selector && !inf->selector) ||
-        pthread_create(&inf->thread, NULL, run, inf) != 0) {
+        (opts->namespace && !inf->ns) || pthread_create(&inf->thread, NULL, run, inf) != 0) {
+        free(inf->ns);
         free(inf->name);
         free(inf->path);
         free(inf->selector);
@@ -128,5 +131,6 @@ void informer_join(informer *inf)
     free(inf->name);
     free(inf->path);
     free(inf->selector);
+    free(inf->ns);
     free(inf);
 }

@@ -1,7 +1,7 @@
 /* operator/informer.h - list + watch of one resource into a cache.
  *
  * Owns: one thread per resource that lists the collection (pages followed),
- * replaces the cache with the result, then watches from the list's
+ * replaces the cache (its namespace's part of it) with the result, then watches from the list's
  * resourceVersion, applying every event to the cache; on 410 Gone it relists;
  * transport errors and stream ends are retried by kube_watch_run with backoff.
  * After every change it calls on_change, which only enqueues keys (watches
@@ -27,6 +27,9 @@ typedef void (*informer_change_fn)(void *user, const char *type, const cJSON *ob
 typedef struct {
     const char *name;             /* for logs: "vitjobs", "pods", ... */
     const char *path;             /* the collection, e.g. /api/v1/pods (all namespaces) */
+    const char *namespace;        /* the path's namespace, NULL = all: a relist replaces
+                                   * only that namespace's objects in the cache, which
+                                   * may be shared with the informers of others */
     const char *label_selector;   /* NULL = all */
     obj_cache *cache;             /* borrowed; filled by the informer */
     informer_change_fn on_change;

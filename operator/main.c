@@ -7,12 +7,15 @@
  * Must not: reconcile (operator/controller.c) or log a token.
  *
  * usage: vitjob-operator --version   (release, commit, what it talks over)
- *        vitjob-operator [--kubeconfig FILE] [--namespace NS] [--metrics-addr :8080]
+ *        vitjob-operator [--kubeconfig FILE] [--namespace NS[,NS...]] [--metrics-addr :8080]
  *                        [--leader-elect] [--lease-namespace NS] [--lease-name NAME]
  *                        [--identity ID]   (lease name: vitjob-operator by default)
  *                        (identity: --identity, else $POD_NAME, else host_pid)
  *                        [--workers N] [--log-level info]
  *                        [--lease-duration 15] [--renew-deadline 10] [--retry-period 2]
+ *        --namespace: the namespaces whose ViTJobs it manages, comma-separated
+ *        DNS-1123 labels (an informer per resource per namespace, one work
+ *        queue); absent or "" = every namespace. A bad name exits 2.
  */
 #include <curl/curl.h>
 #include <microhttpd.h>
@@ -30,6 +33,7 @@
 #include "kube.h"
 #include "leader.h"
 #include "log.h"
+#include "nslist.h"
 #include "stdfds.h"
 #include "util.h"
 #include "version.h"
@@ -106,7 +110,7 @@ static int ready(void *arg, char *why, size_t whylen)
 static void usage(FILE *to)
 {
     fprintf(to, "usage: vitjob-operator --version\n"
-                "       vitjob-operator [--kubeconfig FILE] [--namespace NS] "
+                "       vitjob-operator [--kubeconfig FILE] [--namespace NS[,NS...]] "
                 "[--metrics-addr :8080]\n"
                 "                       [--leader-elect] [--lease-namespace NS] [--lease-name NAME]\n"
                 "                       [--identity ID]\n"
@@ -125,6 +129,7 @@ int main(int argc, char **argv)
     char identity[256] = "";
     int elect = 0, workers = 2;
     double lease_duration = 15, renew_deadline = 10, retry_period = 2;
+    char err[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -169,6 +174,13 @@ int main(int argc, char **argv)
                   renew_deadline, lease_duration);
         return 2;
     }
+    ns_list watched;
+    if (ns_list_parse(ns, &watched, err, sizeof err) != 0) {
+        LOG_ERROR("operator", "msg=%s", LOGV(err));
+        return 2;
+    }
+    char watched_s[1024];
+    ns_list_join(&watched, watched_s, sizeof watched_s);
     /* The leader-election identity: --identity, else the pod's name (the
      * Deployment passes POD_NAME from the downward API: unique per pod and
      * readable in the Lease), else host_pid outside Kubernetes. */
@@ -195,6 +207,7 @@ int main(int argc, char **argv)
     if (make_client(&fctx, &client, &st) != KUBE_OK) {
         LOG_ERROR("operator", "msg=%s",
                   LOGVF("cannot configure the Kubernetes client: %s", st.message));
+        ns_list_free(&watched);
         return 2;
     }
 
@@ -202,7 +215,6 @@ int main(int argc, char **argv)
     ready_ctx rctx = {.ctl = NULL, .leading = 0, .elect = elect,
                       .lock = PTHREAD_MUTEX_INITIALIZER};
     httpd *http = NULL;
-    char err[512];
     metrics_counter *api = metrics ? metrics_counter_new(metrics, "vitjob_api_requests_total",
                                                          "Kubernetes API requests by HTTP status "
                                                          "code (0: no answer).",
@@ -215,10 +227,12 @@ int main(int argc, char **argv)
         LOG_ERROR("operator", "msg=%s", LOGV(metrics ? err : "out of memory"));
         kube_client_free(client);
         metrics_registry_free(metrics);
+        ns_list_free(&watched);
         return 1;
     }
     LOG_INFO("operator", "event=start identity=%s namespace=%s metrics_port=%d leader_elect=%d "
-             "workers=%d", LOGV(identity), LOGV(ns && *ns ? ns : "(all)"), httpd_port(http), elect,
+             "workers=%d", LOGV(identity), LOGV(watched.n ? watched_s : "(all)"), httpd_port(http),
+             elect,
              workers);
 
     leader_elector *le = NULL;
@@ -229,7 +243,7 @@ int main(int argc, char **argv)
         stop_requested = 1;
     }
 
-    controller_opts co = {.factory = make_client, .factory_user = &fctx, .namespace = ns,
+    controller_opts co = {.factory = make_client, .factory_user = &fctx, .namespaces = &watched,
                           .workers = workers, .metrics = metrics, .stop = &stop_requested,
                           .leading_until_ms = le ? &leading_until_ms : NULL};
     /* Lease calls must fail well inside the renew deadline, so that a replica
@@ -280,6 +294,7 @@ int main(int argc, char **argv)
     httpd_stop(http);
     metrics_registry_free(metrics);
     kube_client_free(client);
+    ns_list_free(&watched);
     LOG_INFO("operator", "event=stopped exit_code=%d", exit_code);
     return exit_code;
 }

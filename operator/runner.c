@@ -20,9 +20,10 @@
 
 struct runner {
     runner_opts o;
-    char ns[256];
+    ns_list ns;                   /* a copy of o.namespaces (n = 0: all) */
     obj_cache *cache[MAX_SOURCES];
-    informer *inf[MAX_SOURCES];
+    informer **inf;               /* n_inf: source i, namespace j at i * n_ns + j */
+    int n_inf;
     wq *queue;
     pthread_t *workers;
     int n_workers;
@@ -33,7 +34,7 @@ struct runner {
 
 static void enqueue(runner *r, const char *ns, const char *name)
 {
-    if (!ns || !name) return;
+    if (!ns || !name || !ns_list_contains(&r->ns, ns)) return; /* not ours to reconcile */
     char key[512];
     snprintf(key, sizeof key, "%s/%s", ns, name);
     wq_add(r->queue, key);
@@ -82,7 +83,8 @@ static void *worker(void *arg)
         if (slash) {
             snprintf(ns, sizeof ns, "%.*s", (int)(slash - key), key);
             snprintf(name, sizeof name, "%s", slash + 1);
-            res = r->o.reconcile(r->o.user, k, ns, name, &requeue);
+            if (ns_list_contains(&r->ns, ns))
+                res = r->o.reconcile(r->o.user, k, ns, name, &requeue);
         }
         metrics_histogram_observe(r->m_duration, mono_seconds() - t0);
         static const char *const names[] = {"done", "requeue", "error", "terminal"};
@@ -118,8 +120,23 @@ int runner_start(const runner_opts *o, runner **out, char *err, size_t errlen)
     }
     r->o = *o;
     *out = r; /* before any thread runs: the reconciler may look into it */
-    snprintf(r->ns, sizeof r->ns, "%s", o->namespace ? o->namespace : "");
     r->queue = wq_new();
+    int n_ns = o->namespaces ? o->namespaces->n : 0;
+    if (n_ns > 0) {
+        r->ns.names = calloc((size_t)n_ns, sizeof *r->ns.names);
+        for (int j = 0; r->ns.names && j < n_ns; j++) {
+            if (!(r->ns.names[r->ns.n] = strdup(o->namespaces->names[j]))) break;
+            r->ns.n++;
+        }
+        if (r->ns.n != n_ns) {
+            snprintf(err, errlen, "runner: out of memory");
+            r->ns.n = n_ns; /* keeps an all-namespaces list from standing in */
+            goto fail;
+        }
+    }
+    int per_source = n_ns > 0 ? n_ns : 1;
+    r->inf = calloc((size_t)(o->n_sources * per_source), sizeof *r->inf);
+    r->n_inf = r->inf ? o->n_sources * per_source : 0;
     char merr[256] = "";
     r->m_reconcile = metrics_counter_new(o->metrics, "vitjob_reconcile_total",
                                          "Reconciles by result.", merr, sizeof merr, 1, "result");
@@ -128,27 +145,34 @@ int runner_start(const runner_opts *o, runner **out, char *err, size_t errlen)
                                           sizeof merr, 0);
     r->m_depth = metrics_gauge_new(o->metrics, "vitjob_workqueue_depth",
                                    "Keys waiting in the work queue.", merr, sizeof merr, 0);
-    if (!r->queue || !r->m_reconcile || !r->m_duration || !r->m_depth) {
+    if (!r->queue || !r->inf || !r->m_reconcile || !r->m_duration || !r->m_depth) {
         snprintf(err, errlen, "runner: cannot set up queue or metrics: %s", merr);
         goto fail;
     }
     for (int i = 0; i < o->n_sources; i++) {
-        char path[512];
         r->cache[i] = cache_new();
-        if (!r->cache[i] || kube_path(path, sizeof path, o->sources[i].prefix,
-                                      r->ns[0] ? r->ns : NULL, o->sources[i].resource, NULL, NULL)) {
+        if (!r->cache[i]) {
             snprintf(err, errlen, "runner: out of memory");
             goto fail;
         }
-        int owned = i > 0;
-        informer_opts io = {.name = o->sources[i].resource, .path = path,
-                            .label_selector = owned ? o->owner_label : NULL,
-                            .cache = r->cache[i], .on_change = owned ? on_owned : on_primary,
-                            .user = r, .factory = o->factory, .factory_user = o->factory_user,
-                            .stop = o->stop};
-        if (informer_start(&io, &r->inf[i]) != 0) {
-            snprintf(err, errlen, "runner: cannot start the %s informer", o->sources[i].resource);
-            goto fail;
+        for (int j = 0; j < per_source; j++) {
+            const char *ns = n_ns > 0 ? r->ns.names[j] : NULL;
+            char path[512];
+            if (kube_path(path, sizeof path, o->sources[i].prefix, ns, o->sources[i].resource,
+                          NULL, NULL)) {
+                snprintf(err, errlen, "runner: path too long for the %s informer", o->sources[i].resource);
+                goto fail;
+            }
+            int owned = i > 0;
+            informer_opts io = {.name = o->sources[i].resource, .path = path, .namespace = ns,
+                                .label_selector = owned ? o->owner_label : NULL,
+                                .cache = r->cache[i], .on_change = owned ? on_owned : on_primary,
+                                .user = r, .factory = o->factory, .factory_user = o->factory_user,
+                                .stop = o->stop};
+            if (informer_start(&io, &r->inf[i * per_source + j]) != 0) {
+                snprintf(err, errlen, "runner: cannot start the %s informer", o->sources[i].resource);
+                goto fail;
+            }
         }
     }
     int n_workers = o->workers > 0 ? o->workers : 1;
@@ -181,7 +205,8 @@ obj_cache *runner_cache(runner *r, int i)
 
 int runner_synced(const runner *r)
 {
-    for (int i = 0; i < r->o.n_sources; i++)
+    if (r->n_inf == 0) return 0;
+    for (int i = 0; i < r->n_inf; i++)
         if (!r->inf[i] || !informer_synced(r->inf[i])) return 0;
     return 1;
 }
@@ -192,10 +217,10 @@ void runner_join(runner *r)
     if (r->queue) wq_shutdown(r->queue);
     for (int i = 0; i < r->n_workers; i++) pthread_join(r->workers[i], NULL);
     free(r->workers);
-    for (int i = 0; i < r->o.n_sources; i++) {
-        informer_join(r->inf[i]);
-        cache_free(r->cache[i]);
-    }
+    for (int i = 0; i < r->n_inf; i++) informer_join(r->inf[i]);
+    free(r->inf);
+    for (int i = 0; i < r->o.n_sources; i++) cache_free(r->cache[i]);
+    ns_list_free(&r->ns);
     wq_free(r->queue);
     free(r);
 }

@@ -3,7 +3,8 @@
  * of "namespace/name" keys of the primary kind, and N worker threads calling
  * a reconciler.
  *
- * Owns: one informer and cache per source (sources[0] is the primary kind:
+ * Owns: one cache per source, filled by one informer per watched namespace
+ * (one for all namespaces when none is named) (sources[0] is the primary kind:
  * its changes enqueue its own key; the other sources are owned objects whose
  * `owner_label` names their primary, whose key they enqueue), the queue, the
  * workers, waiting for synced caches before any reconcile, and what each
@@ -22,6 +23,7 @@
 #include "cache.h"
 #include "informer.h"
 #include "metrics.h"
+#include "nslist.h"
 
 typedef enum { RUN_DONE, RUN_REQUEUE, RUN_ERROR, RUN_TERMINAL } run_result;
 
@@ -43,7 +45,10 @@ typedef struct {
     void *user;
     kube_client_factory factory;  /* a client per thread */
     void *factory_user;
-    const char *namespace;        /* NULL or "" = all namespaces */
+    const ns_list *namespaces;    /* borrowed; NULL or empty = all namespaces; else an
+                                   * informer per source per namespace, all feeding
+                                   * the one queue, and keys of other namespaces are
+                                   * never reconciled */
     int workers;                  /* reconcile threads, >= 1 */
     metrics_registry *metrics;    /* borrowed */
     const volatile sig_atomic_t *stop;

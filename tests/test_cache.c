@@ -88,6 +88,35 @@ Test(cache, replace_after_relist_reports_the_objects_that_disappeared)
     cache_free(c);
 }
 
+Test(cache, a_relist_of_one_namespace_keeps_the_objects_of_the_others)
+{
+    /* one cache, an informer per watched namespace: a's relist must not
+     * drop b's objects (nor "ab"'s, whose name a is a prefix of) */
+    obj_cache *c = cache_new();
+    cache_put(c, pod("a", "gone", "j", "1"));
+    cache_put(c, pod("b", "other", "j", "2"));
+    cache_put(c, pod("ab", "prefix", "j", "3"));
+    cJSON *items = cJSON_CreateArray();
+    cJSON_AddItemToArray(items, pod("a", "new", "j", "4"));
+    cJSON *removed = NULL;
+    cr_assert_eq(cache_replace_ns(c, "a", items, &removed), 0);
+    cr_assert_eq(cJSON_GetArraySize(removed), 1, "only a's vanished object is reported");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(removed, 0), "metadata"),
+                                         "name")->valuestring, "gone");
+    cJSON_Delete(removed);
+    cr_assert_eq(cache_len(c), 3);
+    cJSON *k = cache_get(c, "b", "other");
+    cr_assert_not_null(k, "b's object survives a's relist");
+    cJSON_Delete(k);
+    k = cache_get(c, "ab", "prefix");
+    cr_assert_not_null(k, "ab is not in a's scope");
+    cJSON_Delete(k);
+    k = cache_get(c, "a", "new");
+    cr_assert_not_null(k);
+    cJSON_Delete(k);
+    cache_free(c);
+}
+
 static obj_cache *shared;
 
 static void *writer(void *arg)

@@ -2,7 +2,8 @@
 # tests/chart/test_chart.py: the Helm chart charts/vitjob-operator, rendered
 # by tools/helmrender (Helm's rendering, since no Helm binary can be had
 # here): default and non-default values render what they say; every
-# rendering is accepted by `kubectl apply --dry-run=server` against the test
+# rendering (a list of watched namespaces too: a Role and RoleBinding in each)
+# is accepted by `kubectl apply --dry-run=server` against the test
 # API server; wrong values are refused by values.schema.json naming the
 # field; the chart's CRD is manifests/00-crd.yaml byte for byte; and the
 # chart installed on the local cluster runs an operator that runs a job.
@@ -157,6 +158,33 @@ class ChartRenderingTest(unittest.TestCase):
                        "vitjob_job_eta_seconds"):
             self.assertIn(metric, exprs)
 
+    def test_a_list_of_watch_namespaces_renders_a_role_and_binding_in_each_and_one_namespace_flag(self):
+        ds = docs(render("--release", "vitjob", "--namespace", NS, "--set", "watchNamespace={ml,team2}",
+                         "--set", "leaderElection.enabled=false").stdout)
+        args = find(ds, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertEqual(args.count("--namespace"), 1)
+        self.assertEqual(args[args.index("--namespace") + 1], "ml,team2")
+        self.assertFalse([d for d in ds if d["kind"] in ("ClusterRole", "ClusterRoleBinding")],
+                         "no cluster-wide permission when namespaces are named")
+        roles = [d for d in ds if d["kind"] == "Role"]
+        bindings = [d for d in ds if d["kind"] == "RoleBinding"]
+        self.assertEqual(sorted(r["metadata"]["namespace"] for r in roles), ["ml", "team2"])
+        self.assertEqual(sorted(b["metadata"]["namespace"] for b in bindings), ["ml", "team2"])
+        for rb in bindings:
+            self.assertEqual(rb["metadata"]["name"], "vitjob-vitjob-operator")
+            self.assertEqual(rb["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                             "name": "vitjob-vitjob-operator"})
+            self.assertEqual(rb["subjects"][0], {"kind": "ServiceAccount",
+                                                 "name": "vitjob-vitjob-operator", "namespace": NS})
+        self.assertEqual(roles[0]["rules"], roles[1]["rules"])
+        # the empty list is every namespace, as the empty string
+        ds = docs(render("--set", "watchNamespace={}").stdout)
+        self.assertNotIn("--namespace", find(ds, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+        find(ds, "ClusterRole")
+        notes = render("--release", "vitjob", "--namespace", NS, "--set", "watchNamespace={ml,team2}",
+                       "--notes").stdout
+        self.assertIn('namespaces "ml", "team2" only', notes)
+
     def test_notes_tell_what_to_do_next_with_the_releases_names(self):
         out = render("--release", "vitjob", "--namespace", NS, "--notes").stdout
         notes = out[out.index("NOTES:"):]
@@ -172,6 +200,8 @@ class ChartRenderingTest(unittest.TestCase):
             (["--set", "replicaCount=2", "--set", "leaderElection.enabled=false"],
              "leaderElection.enabled: leaderElection.enabled does not match: true"),
             (["--set", "watchNamespace=Not_A_Namespace"], "watchNamespace: Does not match pattern"),
+            (["--set", "watchNamespace={ml,Not_A_Namespace}"], "watchNamespace.1: Does not match pattern"),
+            (["--set", "watchNamespace={ml,ml}"], "watchNamespace: array items[0,1] must be unique"),
             (["--set", "metrics.port=70000"], "metrics.port: Must be less than or equal to 65535"),
             (["--set", "resources.limits.memory=lots"], "resources.limits.memory"),
         ]
@@ -206,7 +236,7 @@ class ChartDryRunTest(unittest.TestCase):
         cls.kubectl_ok("apply", "-f", "-", stdin=json.dumps(SERVICEMONITOR_CRD))
         cls.kubectl_ok("wait", "--for", "condition=established", "--timeout=10s",
                        "crd/vitjobs.vitjob.dev", "crd/servicemonitors.monitoring.coreos.com")
-        for ns in (NS, "ml"):
+        for ns in (NS, "ml", "team2"):
             cls.kubectl_ok("create", "namespace", ns)
 
     @classmethod
@@ -243,6 +273,13 @@ class ChartDryRunTest(unittest.TestCase):
         self.assertEqual(out.count("(server dry run)"), len(ds), out)
         self.assertIn("servicemonitor.monitoring.coreos.com/vj-op created (server dry run)", out)
         self.assertIn("role.rbac.authorization.k8s.io/vj-op created (server dry run)", out)
+
+    def test_a_rendering_with_a_list_of_watch_namespaces_is_accepted_by_a_server_side_dry_run(self):
+        ds, out = self.dry_run("--set", "watchNamespace={ml,team2}")
+        self.assertEqual(out.count("(server dry run)"), len(ds), out)
+        self.assertEqual(out.count("role.rbac.authorization.k8s.io/vitjob-vitjob-operator created"), 2, out)
+        self.assertEqual(out.count("rolebinding.rbac.authorization.k8s.io/vitjob-vitjob-operator created"), 2,
+                         out)
 
     def test_a_rendering_the_server_would_refuse_is_refused_by_the_dry_run(self):
         # proof that the dry run checks: a label value a real server refuses

@@ -19,7 +19,9 @@
 # backoffLimit is enforced and disruptions do not spend it; success, suspend
 # and resume, deadline, TTL; deleting the job removes its children; invalid
 # specs fail naming the field; no duplicated pods across an operator restart;
-# leader election (only the leader acts, the standby takes over); an API
+# leader election (only the leader acts, the standby takes over); a
+# --namespace list reconciles the jobs of each listed namespace and leaves an
+# unlisted one's alone, and refuses a bad name; an API
 # server restart under the operator and 410 relists; /metrics and probes; the
 # token never appears in the logs.
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_operator.py
@@ -451,6 +453,61 @@ class IdentityAndPodSecurityTest(Base):
         self.assertIn('violates PodSecurity "restricted:latest"', failed["message"])
         self.assertIn("allowPrivilegeEscalation != false", failed["message"])
         self.assertEqual(self.ns_pods("rooty"), [])
+
+
+class NamespacesTest(Base):
+    # --namespace with a list: an informer per namespace, one work queue
+    WATCHED = ("ns-a", "ns-b")
+    UNWATCHED = "ns-c"
+    operator_args = ("--namespace", ",".join(WATCHED))
+
+    def setUp(self):
+        for ns in self.WATCHED + (self.UNWATCHED,):
+            if self.c.get("/api/v1/namespaces/" + ns).status == 404:
+                r = self.kubectl(["create", "namespace", ns])
+                self.assertEqual(r.returncode, 0, r.stderr)
+
+    def ns_get(self, ns, what):
+        r = self.c.get("/api/v1/namespaces/%s/%s" % (ns, what))
+        return body(r) if r.status == 200 else None
+
+    def ns_pods(self, ns, name):
+        items = self.ns_get(ns, "pods?labelSelector=vitjob.dev/job-name%3D" + name)["items"]
+        return sorted(p["metadata"]["name"] for p in items)
+
+    def test_jobs_in_each_listed_namespace_run_and_a_job_in_an_unlisted_one_is_left_alone(self):
+        for ns in (self.UNWATCHED,) + self.WATCHED:
+            doc = job_doc("multi")
+            doc["metadata"]["namespace"] = ns
+            self.apply(doc)
+        for ns in self.WATCHED:
+            wait_for("pods in " + ns, lambda: self.ns_pods(ns, "multi") ==
+                     ["multi-worker-0-r0", "multi-worker-1-r0"], 15)
+            self.assertIsNotNone(self.ns_get(ns, "configmaps/multi-config"), ns)
+            wait_for("status in " + ns, lambda: (body(self.c.get(vj_path(ns, "multi"))).get("status")
+                                                  or {}).get("phase"), 15)
+        # a change in a watched namespace is still seen after both listed:
+        # the one queue serves every namespace's informers
+        self.c.patch("/api/v1/namespaces/ns-b/pods/multi-worker-0-r0/status",
+                     {"status": {"phase": "Running"}})
+        self.c.patch("/api/v1/namespaces/ns-b/pods/multi-worker-1-r0/status",
+                     {"status": {"phase": "Running"}})
+        wait_for("ns-b's job running", lambda: (body(self.c.get(vj_path("ns-b", "multi"))).get("status")
+                                                 or {}).get("phase") == "Running", 15)
+        time.sleep(1.0)  # time enough for a wrongly queued key to be reconciled
+        self.assertEqual(self.ns_pods(self.UNWATCHED, "multi"), [], "no pods in the unwatched namespace")
+        self.assertIsNone(self.ns_get(self.UNWATCHED, "configmaps/multi-config"))
+        self.assertNotIn("status", body(self.c.get(vj_path(self.UNWATCHED, "multi"))),
+                         "no status on the unwatched namespace's job")
+        self.assertNotIn("namespace=" + self.UNWATCHED, self.ops[0].text())
+        self.assertIn("namespace=ns-a,ns-b", self.ops[0].text())
+
+    def test_a_bad_name_in_the_list_exits_2_naming_it(self):
+        r = subprocess.run([OPERATOR, "--kubeconfig", self.op_kubeconfig, "--metrics-addr", "127.0.0.1:0",
+                            "--namespace", "ns-a,Team_B"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("Team_B", r.stdout + r.stderr)
+        self.assertIn("not a valid namespace name", r.stdout + r.stderr)
 
 
 class ChildrenTest(Base):

@@ -58,3 +58,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "vitjob-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
+
+{{/*
+The watched namespaces, comma-separated ("" = every namespace):
+watchNamespace is one name (a string, as before) or a list of names.
+*/}}
+{{- define "vitjob-operator.watchNamespaces" -}}
+{{- $w := .Values.watchNamespace -}}
+{{- if kindIs "string" $w -}}
+{{- $w -}}
+{{- else if $w -}}
+{{- join "," $w -}}
+{{- end -}}
+{{- end }}
