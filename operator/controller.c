@@ -9,6 +9,7 @@
 #include "cache.h"
 #include "runner.h"
 #include "decide.h"
+#include "jobspec.h"
 #include "render.h"
 #include "timefmt.h"
 #include "util.h"
@@ -51,9 +52,23 @@ struct controller {
 
 /* ---- applying a plan ------------------------------------------------------ */
 
+/* A gang scheduler's PodGroup: not watched (its CRD is optional; the job's
+ * reconcile reads it), found by its apiVersion. */
+static const kind_info PODGROUP_KINDS[] = {
+    {VJ_PG_KIND, {"/apis/" VJ_PG_VOLCANO_API, VJ_PG_RESOURCE}, vj_render_podgroup},
+    {VJ_PG_KIND, {"/apis/" VJ_PG_COSCHED_API, VJ_PG_RESOURCE}, vj_render_podgroup},
+};
+
 static const kind_info *kind_of(const cJSON *obj)
 {
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(obj, "kind");
+    const cJSON *api = cJSON_GetObjectItemCaseSensitive(obj, "apiVersion");
+    if (cJSON_IsString(kind) && strcmp(kind->valuestring, VJ_PG_KIND) == 0) {
+        for (size_t i = 0; cJSON_IsString(api) && i < 2; i++)
+            if (strcmp(PODGROUP_KINDS[i].src.prefix + strlen("/apis/"), api->valuestring) == 0)
+                return &PODGROUP_KINDS[i];
+        return NULL;
+    }
     for (size_t i = 0; cJSON_IsString(kind) && i < sizeof KINDS / sizeof KINDS[0]; i++)
         if (strcmp(KINDS[i].kind, kind->valuestring) == 0)
             return &KINDS[i];
@@ -290,6 +305,82 @@ out:
     return result;
 }
 
+/* Whether the API serves podgroups in the gang's group and version
+ * (discovery; a 404 there means the CRD is not installed). 1 served, 0 not,
+ * -1 unknown (the server did not answer). */
+static int podgroups_served(kube_client *k, const char *prefix)
+{
+    cJSON *doc = NULL;
+    kube_status st;
+    int rc = kube_get(k, prefix, &doc, &st);
+    if (rc != KUBE_OK) return kube_is_not_found(&st) ? 0 : -1;
+    int served = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(doc, "resources")) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(r, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, VJ_PG_RESOURCE) == 0) served = 1;
+    }
+    cJSON_Delete(doc);
+    return served;
+}
+
+/* The gang's PodGroup, read fresh at each reconcile (nothing watches it):
+ * ours is patched in the fields the operator owns and handed to decide with
+ * its status (*pg_out, caller frees); one of an earlier incarnation of the
+ * job is deleted; a 404 asks discovery whether the CRD is there at all.
+ * Returns -1 if the server refused the change for good (*ref), else 0. */
+static int settle_podgroup(kube_client *k, const cJSON *job, vj_children *have, cJSON **pg_out,
+                           refusal *ref)
+{
+    vj_jobspec js;
+    char err[256], path[512];
+    if (vj_jobspec_parse(job, &js, err, sizeof err) != 0 ||
+        (js.gang != VJ_GANG_VOLCANO && js.gang != VJ_GANG_COSCHEDULING) ||
+        vj_jobspec_validate(&js, err, sizeof err) != 0) /* decide reports it */
+        return 0;
+    cJSON *want = vj_render_podgroup(job, err, sizeof err);
+    if (!want) return 0;
+    const kind_info *ki = kind_of(want);
+    const char *ns = js.ns, *name = js.name;
+    kube_path(path, sizeof path, ki->src.prefix, ns, ki->src.resource, name, NULL);
+    cJSON *pg = NULL, *patch = NULL;
+    kube_status st;
+    int result = 0;
+    if (kube_get(k, path, &pg, &st) != KUBE_OK) {
+        if (kube_is_not_found(&st) && podgroups_served(k, ki->src.prefix) == 0) {
+            have->podgroup_crd_missing = 1;
+            LOG_WARN("reconcile", "namespace=%s job=%s event=podgroup_crd_missing gang=%s",
+                     LOGV(ns), LOGV(name), LOGV(js.gang_name));
+        }
+        goto out;
+    }
+    if (!owned_by(pg, js.uid)) {
+        LOG_INFO("reconcile", "event=deleted kind=%s namespace=%s name=%s reason=stale-owner",
+                 LOGV(ki->kind), LOGV(ns), LOGV(name));
+        kube_delete(k, path, -1, NULL, NULL, &st);
+        goto out;
+    }
+    vj_child_diff d = vj_render_diff(pg, want, &patch);
+    if (d == VJ_CHILD_PATCH) {
+        if (kube_merge_patch(k, path, patch, NULL, &st) == KUBE_OK) {
+            LOG_INFO("reconcile", "event=patched kind=%s namespace=%s name=%s", LOGV(ki->kind),
+                     LOGV(ns), LOGV(name));
+        } else if (kube_is_permanent(&st)) {
+            refused(ref, 0, ki->kind, ns, name, &st);
+            result = -1;
+        }
+    }
+    have->podgroup = 1;
+    have->podgroup_obj = pg;
+    *pg_out = pg;
+    pg = NULL;
+out:
+    cJSON_Delete(patch);
+    cJSON_Delete(pg);
+    cJSON_Delete(want);
+    return result;
+}
+
 /* Whether the leadership (if elected) still covers a write now. */
 static int may_act(const controller *c)
 {
@@ -347,6 +438,8 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
                     &have.role_binding};
     for (int i = INF_CONFIGMAPS; i <= INF_ROLEBINDINGS && !ref.set; i++)
         *flags[i - INF_CONFIGMAPS] = settle_child(c, k, job, i, &ref) > 0;
+    cJSON *podgroup = NULL;
+    if (!ref.set) settle_podgroup(k, job, &have, &podgroup, &ref);
     vj_plan *plan = NULL;
     char err[512];
     run_result result = RUN_DONE;
@@ -374,6 +467,7 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
         }
     }
     vj_plan_free(plan);
+    cJSON_Delete(podgroup);
     cJSON_Delete(job);
     cJSON_Delete(pods);
     return result;

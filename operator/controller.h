@@ -6,7 +6,9 @@
  * reconcile(namespace, name): read the ViTJob fresh from the API server (the
  * cache may lag our own status writes), bring its ConfigMap, Service and
  * identity to their desired state (patching only the fields the operator
- * owns), compute the plan (operator/decide.c) and apply it with the smallest
+ * owns) and, with gang scheduling, its PodGroup (read fresh each time: it
+ * is not watched, as its CRD may be absent; discovery tells a missing CRD
+ * from a missing object), compute the plan (operator/decide.c) and apply it with the smallest
  * set of API calls. Results: done, requeue after N, error (requeued with
  * backoff), terminal (the job's own write refused for good: not requeued). A
  * child the API server refuses for good (kube_is_permanent: an invalid

@@ -395,6 +395,101 @@ static void ensure_children(ctx *c, const vj_children *have)
         if (!have->role_binding)
             create_rendered(c, vj_render_role_binding(c->job, err, sizeof err), err);
     }
+    if (c->js->gang != VJ_GANG_NONE && !have->podgroup && !have->podgroup_crd_missing)
+        create_rendered(c, vj_render_podgroup(c->job, err, sizeof err), err);
+}
+
+/* ------------------------------------------------------------------- gang */
+
+static const char *gang_crd(vj_gang g)
+{
+    return g == VJ_GANG_VOLCANO ? VJ_PG_RESOURCE "." VJ_PG_VOLCANO_GROUP
+                                : VJ_PG_RESOURCE "." VJ_PG_COSCHED_GROUP;
+}
+
+/* The gang scheduler's PodGroup CRD is not installed: one condition and one
+ * event, and a look again much later (no hot loop). */
+static void gang_unavailable(ctx *c, desired_status *ds)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "gang scheduler %s requested but its PodGroup CRD (%s) is not installed; no pods "
+             "are created until it is",
+             c->js->gang_name, gang_crd(c->js->gang));
+    if (!cond_true(ds->conds, "GangSchedulingUnavailable"))
+        event(c, "Warning", "PodGroupCRDMissing", msg);
+    set_cond(c, ds->conds, "GangSchedulingUnavailable", "True", "PodGroupCRDMissing", msg, 0);
+    requeue(c, VJ_GANG_MISSING_RECHECK_S);
+}
+
+/* Whether the PodGroup waits for its gang, since when, and the scheduler's
+ * words: volcano's condition Unschedulable (its message), or a phase before
+ * the gang is placed (volcano Pending; coscheduling Pending, PreScheduling,
+ * Scheduling). */
+static int podgroup_waiting(const ctx *c, const cJSON *pg, long long *since, char *why,
+                            size_t whylen)
+{
+    const cJSON *st = json_get(pg, "status");
+    const char *phase = json_str(st, "phase");
+    const cJSON *cond, *unsched = NULL;
+    cJSON_ArrayForEach(cond, json_get(st, "conditions"))
+    {
+        if (str_eq(json_str(cond, "type"), "Unschedulable") &&
+            str_eq(json_str(cond, "status"), "True"))
+            unsched = cond;
+    }
+    int waiting = unsched != NULL || str_eq(phase, "Pending") ||
+                  str_eq(phase, "PreScheduling") || str_eq(phase, "Scheduling");
+    if (!waiting)
+        return 0;
+    const char *t = unsched ? json_str(unsched, "lastTransitionTime") : NULL;
+    if (t == NULL)
+        t = json_str(st, "scheduleStartTime");
+    if (t == NULL)
+        t = json_str(json_get(pg, "metadata"), "creationTimestamp");
+    if (t == NULL || timefmt_parse(t, since) != 0)
+        *since = c->now;
+    const char *m = unsched ? json_str(unsched, "message") : NULL;
+    if (m && m[0])
+        snprintf(why, whylen, "%s", m);
+    else
+        snprintf(why, whylen, "phase %s, %d of minMember %d running", phase ? phase : "Pending",
+                 (int)json_int(st, "running", 0), c->js->min_available);
+    return 1;
+}
+
+/* While the job waits for its gang, reads the PodGroup's status (level-
+ * triggered: nothing watches PodGroups, so it is requeued to look again),
+ * and says so when it waits past the timeout. */
+static void watch_gang(ctx *c, desired_status *ds, const vj_children *have)
+{
+    const vj_jobspec *js = c->js;
+    long long timeout = js->schedule_timeout > 0 ? js->schedule_timeout : VJ_GANG_DEFAULT_TIMEOUT_S;
+    long long since = 0;
+    char why[256], msg[512];
+    int waiting_job = str_eq(ds->phase, "Pending") || str_eq(ds->phase, "Restarting");
+    if (waiting_job && have->podgroup_obj &&
+        podgroup_waiting(c, have->podgroup_obj, &since, why, sizeof why)) {
+        requeue(c, timeout < 30 ? timeout : 30);
+        if (c->now < since + timeout) {
+            requeue(c, since + timeout - c->now);
+            return;
+        }
+        snprintf(msg, sizeof msg,
+                 "PodGroup %s/%s has waited for the %s gang scheduler longer than "
+                 "scheduleTimeoutSeconds=%lld: %s",
+                 js->ns, js->name, js->gang_name, timeout, why);
+        if (!cond_true(ds->conds, "GangUnschedulable"))
+            event(c, "Warning", "GangUnschedulable", msg);
+        set_cond(c, ds->conds, "GangUnschedulable", "True", "PodGroupUnschedulable", msg, 0);
+        return;
+    }
+    if (waiting_job)
+        requeue(c, timeout < 30 ? timeout : 30);
+    static const char *const types[] = {"GangUnschedulable", NULL};
+    snprintf(msg, sizeof msg, "PodGroup %s/%s is no longer waiting for its gang", js->ns,
+             js->name);
+    clear_conds(c, ds->conds, "PodGroupScheduled", msg, types);
 }
 
 /* Leaving Suspended: a fresh generation when pods ran before (it resumes
@@ -792,8 +887,19 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
                      js.active_deadline);
             finish_job(&c, &ds, pods, n, 0, "DeadlineExceeded", msg);
             clean_pods(&c, &ds, pods, n);
+        } else if (js.gang != VJ_GANG_NONE && have->podgroup_crd_missing) {
+            gang_unavailable(&c, &ds);
+            if (n > 0) /* pods made before the CRD went: still watched */
+                run_job(&c, &ds, pods, n, cur_phase, have);
         } else {
+            if (js.gang != VJ_GANG_NONE) {
+                static const char *const types[] = {"GangSchedulingUnavailable", NULL};
+                clear_conds(&c, ds.conds, "PodGroupCRDInstalled",
+                            "the gang scheduler's PodGroup CRD is installed", types);
+            }
             run_job(&c, &ds, pods, n, cur_phase, have);
+            if (js.gang != VJ_GANG_NONE)
+                watch_gang(&c, &ds, have);
             if (js.active_deadline > 0 && ds.start >= 0 && str_eq(ds.phase, "Failed") == 0 &&
                 str_eq(ds.phase, "Succeeded") == 0)
                 requeue(&c, ds.start + js.active_deadline - now);
@@ -842,7 +948,7 @@ int vj_decide(const cJSON *job, const cJSON *pods, const vj_children *have, long
 int vj_decide_failed(const cJSON *job, const cJSON *pods, const char *reason,
                      const char *message, long long now, vj_plan **out, char *err, size_t errlen)
 {
-    static const vj_children all = {1, 1, 1, 1, 1};
+    static const vj_children all = {1, 1, 1, 1, 1, 1, 0, NULL};
     return decide(job, pods, &all, reason, message, now, out, err, errlen);
 }
 

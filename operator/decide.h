@@ -3,7 +3,8 @@
  * Owns: the rules of the job's lifecycle (validation, gang start, permanent
  * exit codes, retryable failures against backoffLimit, disruptions that do
  * not spend it, stale generations, success and cleanPodPolicy, suspend and
- * resume, activeDeadlineSeconds, ttlSecondsAfterFinished) and the status the
+ * resume, activeDeadlineSeconds, ttlSecondsAfterFinished, gang scheduling's
+ * PodGroup and its conditions) and the status the
  * operator writes.
  * Must not: do I/O, read the clock (`now` is an input), or touch
  * status.progress (rank 0 of the worker owns it).
@@ -52,7 +53,23 @@ typedef struct {
 typedef struct {
     int configmap, service;                  /* <job>-config, <job> */
     int service_account, role, role_binding; /* <job>-worker, the job's own identity */
+    /* With spec.runPolicy.schedulingPolicy.gang volcano or coscheduling: */
+    int podgroup;              /* PodGroup <job> exists (and is as desired) */
+    int podgroup_crd_missing;  /* the API has no podgroups in the gang's group */
+    const cJSON *podgroup_obj; /* that PodGroup as read (its status), or NULL; borrowed */
 } vj_children;
+
+/* Gang scheduling (spec.runPolicy.schedulingPolicy.gang not none): the
+ * PodGroup is created before the pods. Without its CRD no pods are created:
+ * condition GangSchedulingUnavailable (reason PodGroupCRDMissing, the CRD
+ * named), one Warning event, and a look again after
+ * VJ_GANG_MISSING_RECHECK_S. While the job waits for its gang (Pending or
+ * Restarting), the PodGroup's status is read at each reconcile (requeued
+ * every min(scheduleTimeoutSeconds, 30) s): unschedulable (volcano's
+ * condition Unschedulable, or phase Pending/PreScheduling/Scheduling/
+ * Inqueue) for longer than scheduleTimeoutSeconds (default
+ * VJ_GANG_DEFAULT_TIMEOUT_S) gives condition GangUnschedulable True with the
+ * scheduler's message; False once the gang runs. */
 
 /* Computes the plan for `job` (the ViTJob as read from the API server) given
  * `pods` (a JSON array of its pods as listed, or NULL = none; pods not

@@ -60,6 +60,17 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
         s.clean_pod_policy = VJ_CLEAN_ALL;
     else if (cpp && strcmp(cpp, "None") == 0)
         s.clean_pod_policy = VJ_CLEAN_NONE;
+    const cJSON *sp = json_get(rp, "schedulingPolicy");
+    const char *gang = json_str(sp, "gang");
+    s.gang_name = gang ? gang : "none";
+    s.gang = (gang == NULL || strcmp(gang, "none") == 0) ? VJ_GANG_NONE
+             : strcmp(gang, "volcano") == 0              ? VJ_GANG_VOLCANO
+             : strcmp(gang, "coscheduling") == 0         ? VJ_GANG_COSCHEDULING
+                                                         : VJ_GANG_INVALID;
+    s.min_available = (int)json_int(sp, "minAvailable", s.replicas);
+    s.queue = json_str(sp, "queue");
+    s.priority_class = json_str(sp, "priorityClass");
+    s.schedule_timeout = json_int(sp, "scheduleTimeoutSeconds", -1);
     s.suspend = cJSON_IsTrue(json_get(spec, "suspend"));
     const cJSON *t = json_get(spec, "template");
     s.tmpl = cJSON_IsObject(t) ? t : NULL;
@@ -67,6 +78,43 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
     s.service_account = (sa && sa[0]) ? sa : NULL;
     *js = s;
     return 0;
+}
+
+const char *vj_gang_api_version(vj_gang g)
+{
+    return g == VJ_GANG_VOLCANO ? VJ_PG_VOLCANO_API : g == VJ_GANG_COSCHEDULING ? VJ_PG_COSCHED_API : "";
+}
+
+/* spec.runPolicy.schedulingPolicy (the CRD checks the same, for jobs that
+ * reach the operator some other way). */
+static int validate_scheduling(const vj_jobspec *js, char *err, size_t errlen)
+{
+#define SP "spec.runPolicy.schedulingPolicy."
+    char why[160];
+    if (js->gang == VJ_GANG_INVALID) {
+        snprintf(err, errlen, SP "gang=\"%s\": must be one of none, volcano, coscheduling",
+                 js->gang_name);
+        return -1;
+    }
+    if (js->min_available < 1 || js->min_available > js->replicas) {
+        snprintf(err, errlen, SP "minAvailable=%d: must be in [1, spec.replicas=%d]",
+                 js->min_available, js->replicas);
+        return -1;
+    }
+    if (js->schedule_timeout != -1 && js->schedule_timeout < 1) {
+        snprintf(err, errlen, SP "scheduleTimeoutSeconds=%lld: must be >= 1", js->schedule_timeout);
+        return -1;
+    }
+    if (js->queue && !kv_is_dns1123_subdomain(js->queue, why, sizeof why)) {
+        snprintf(err, errlen, SP "queue=\"%s\": %s", js->queue, why);
+        return -1;
+    }
+    if (js->priority_class && !kv_is_dns1123_subdomain(js->priority_class, why, sizeof why)) {
+        snprintf(err, errlen, SP "priorityClass=\"%s\": %s", js->priority_class, why);
+        return -1;
+    }
+    return 0;
+#undef SP
 }
 
 cJSON *vj_jobspec_worker_config(const vj_jobspec *js)
@@ -129,6 +177,8 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
         set_err(err, errlen, "spec.image: missing or empty");
         return -1;
     }
+    if (validate_scheduling(js, err, errlen) != 0)
+        return -1;
     if (vj_template_validate(js->tmpl, js->gpus, err, errlen) != 0)
         return -1;
 

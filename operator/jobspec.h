@@ -25,6 +25,33 @@ typedef enum {
     VJ_CLEAN_NONE,        /* keep every pod */
 } vj_clean_policy;
 
+/* spec.runPolicy.schedulingPolicy.gang: which gang scheduler's PodGroup the
+ * operator makes for the job (docs/design.md, "Gang scheduling"). */
+typedef enum {
+    VJ_GANG_NONE = 0,     /* no PodGroup (default) */
+    VJ_GANG_VOLCANO,      /* scheduling.volcano.sh/v1beta1 PodGroup, schedulerName volcano */
+    VJ_GANG_COSCHEDULING, /* scheduling.x-k8s.io/v1alpha1 PodGroup (scheduler-plugins) */
+    VJ_GANG_INVALID,      /* any other value: vj_jobspec_validate refuses it */
+} vj_gang;
+
+#define VJ_PG_VOLCANO_GROUP "scheduling.volcano.sh"
+#define VJ_PG_VOLCANO_API VJ_PG_VOLCANO_GROUP "/v1beta1"
+#define VJ_PG_COSCHED_GROUP "scheduling.x-k8s.io"
+#define VJ_PG_COSCHED_API VJ_PG_COSCHED_GROUP "/v1alpha1"
+#define VJ_PG_RESOURCE "podgroups"
+#define VJ_PG_KIND "PodGroup"
+/* volcano: the pods' annotation naming their PodGroup, and its scheduler */
+#define VJ_PG_VOLCANO_ANNOTATION "scheduling.k8s.io/group-name"
+#define VJ_PG_VOLCANO_SCHEDULER "volcano"
+/* coscheduling: the pods' label naming their PodGroup */
+#define VJ_PG_COSCHED_LABEL "scheduling.x-k8s.io/pod-group"
+/* How long a PodGroup may wait unschedulable before the job says so, when
+ * scheduleTimeoutSeconds is unset. */
+#define VJ_GANG_DEFAULT_TIMEOUT_S 60
+/* How long a job whose gang scheduler is not installed waits before it
+ * looks again (no hot loop; installing the CRD is a human's act). */
+#define VJ_GANG_MISSING_RECHECK_S 300
+
 /* Strings are borrowed from the job object: valid while it lives, unchanged. */
 typedef struct {
     const char *name;               /* metadata.name */
@@ -43,6 +70,12 @@ typedef struct {
     long long node_lost_toleration; /* spec.runPolicy.nodeLostTolerationSeconds (default
                                        VJ_NODE_LOST_TOLERATION_S) */
     vj_clean_policy clean_pod_policy;
+    vj_gang gang;                   /* spec.runPolicy.schedulingPolicy.gang (default none) */
+    const char *gang_name;          /* its value as written ("none" if absent) */
+    int min_available;              /* .minAvailable (default replicas) */
+    const char *queue;              /* .queue; NULL if unset */
+    const char *priority_class;     /* .priorityClass; NULL if unset */
+    long long schedule_timeout;     /* .scheduleTimeoutSeconds; -1 = unset */
     int suspend;                    /* spec.suspend */
     const cJSON *spec;              /* the spec object (NULL if absent) */
     const cJSON *tmpl;              /* spec.template (NULL if absent) */
@@ -54,8 +87,11 @@ typedef struct {
  * (no metadata.name); everything else is left to vj_jobspec_validate. */
 int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen);
 
+/* The API version of the gang's PodGroup ("" for VJ_GANG_NONE or invalid). */
+const char *vj_gang_api_version(vj_gang g);
+
 /* Validates what the schema cannot: the name (a DNS-1035 label short enough
- * for pod hostnames), replicas, image, spec.template (operator/template.h), and the
+ * for pod hostnames), replicas, image, spec.runPolicy.schedulingPolicy, spec.template (operator/template.h), and the
  * worker's part through config_load_string + config_validate with the job's
  * world size. On failure err holds the message (the worker's own for its keys). */
 int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen);

@@ -387,6 +387,12 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     add_str(&b, labels, VJ_LABEL_RANK, buf);
     snprintf(buf, sizeof buf, "%d", restart);
     add_str(&b, labels, VJ_LABEL_RESTART, buf);
+    /* the gang's PodGroup, named after the job */
+    if (js.gang == VJ_GANG_COSCHEDULING)
+        add_str(&b, labels, VJ_PG_COSCHED_LABEL, js.name);
+    else if (js.gang == VJ_GANG_VOLCANO)
+        add_str(&b, add_obj(&b, cJSON_GetObjectItemCaseSensitive(o, "metadata"), "annotations"),
+                VJ_PG_VOLCANO_ANNOTATION, js.name);
 
     cJSON *spec = add_obj(&b, o, "spec");
     add_str(&b, spec, "hostname", host);
@@ -447,6 +453,8 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     add_str(&b, vol, "name", "config");
     add_str(&b, add_obj(&b, vol, "configMap"), "name", cm);
 
+    if (js.gang == VJ_GANG_VOLCANO) /* spec.template.schedulerName still wins */
+        add_str(&b, spec, "schedulerName", VJ_PG_VOLCANO_SCHEDULER);
     static const char *const pod_keys[] = {"nodeSelector", "schedulerName",
                                            "priorityClassName"}; /* as they are */
     for (size_t i = 0; js.tmpl && i < sizeof pod_keys / sizeof pod_keys[0]; i++) {
@@ -455,6 +463,31 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
             add_dup(&b, spec, pod_keys[i], v);
     }
     add_tolerations(&b, spec, &js);
+    return finish(&b, o, err, errlen);
+}
+
+cJSON *vj_render_podgroup(const cJSON *job, char *err, size_t errlen)
+{
+    vj_jobspec js;
+    if (vj_jobspec_parse(job, &js, err, errlen) != 0)
+        return NULL;
+    if (js.gang != VJ_GANG_VOLCANO && js.gang != VJ_GANG_COSCHEDULING) {
+        snprintf(err, errlen, "spec.runPolicy.schedulingPolicy.gang=\"%s\": no PodGroup",
+                 js.gang_name);
+        return NULL;
+    }
+    bld b = {1};
+    cJSON *o = new_child(&b, &js, vj_gang_api_version(js.gang), VJ_PG_KIND, js.name, NULL);
+    cJSON *spec = add_obj(&b, o, "spec");
+    add_num(&b, spec, "minMember", js.min_available);
+    if (js.gang == VJ_GANG_VOLCANO) {
+        if (js.queue)
+            add_str(&b, spec, "queue", js.queue);
+        if (js.priority_class)
+            add_str(&b, spec, "priorityClassName", js.priority_class);
+    } else if (js.schedule_timeout > 0) {
+        add_num(&b, spec, "scheduleTimeoutSeconds", (double)js.schedule_timeout);
+    }
     return finish(&b, o, err, errlen);
 }
 
@@ -552,6 +585,12 @@ vj_child_diff vj_render_diff(const cJSON *existing, const cJSON *desired, cJSON 
     } else if (strcmp(k, "RoleBinding") == 0) {
         if (!subset(json_at(desired, "subjects", NULL), json_at(existing, "subjects", NULL)))
             add_dup(&b, p, "subjects", json_at(desired, "subjects", NULL));
+    } else if (strcmp(k, VJ_PG_KIND) == 0) {
+        /* the spec fields we set; the scheduler's status and others' fields stay */
+        const cJSON *want = json_at(desired, "spec", NULL), *have = json_at(existing, "spec", NULL);
+        for (const cJSON *f = want ? want->child : NULL; f; f = f->next)
+            if (!subset(f, json_at(have, f->string, NULL)))
+                add_dup(&b, obj_in(&b, p, "spec"), f->string, f);
     }
     if (!b.ok) {
         cJSON_Delete(p);

@@ -49,11 +49,21 @@ cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen);
 
 /* Worker pod of `rank` in restart generation `restart` (see docs/design.md):
  * name, hostname, subdomain, labels, owner reference, env contract, config
- * mount, GPU limit, the service account (spec.template's, else the job's own
+ * mount, GPU limit, the gang's PodGroup (vj_render_podgroup), the service
+ * account (spec.template's, else the job's own
  * identity, whose token only rank 0 mounts), security contexts that pass the
  * restricted Pod Security Standard (spec.template.securityContext and
  * .containerSecurityContext replace them) and spec.template overrides. */
 cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen);
+
+/* The gang's PodGroup <job> (spec.runPolicy.schedulingPolicy.gang volcano
+ * or coscheduling; NULL with a message for none), owned by the job:
+ * volcano's scheduling.volcano.sh/v1beta1 {minMember, queue,
+ * priorityClassName}, coscheduling's scheduling.x-k8s.io/v1alpha1
+ * {minMember, scheduleTimeoutSeconds}, those set. The pods name it:
+ * volcano's annotation scheduling.k8s.io/group-name and schedulerName
+ * volcano, coscheduling's label scheduling.x-k8s.io/pod-group. */
+cJSON *vj_render_podgroup(const cJSON *job, char *err, size_t errlen);
 
 typedef enum {
     VJ_CHILD_OK = 0,   /* as desired: nothing to do */
@@ -68,7 +78,8 @@ typedef enum {
  * vj_render_* result, whose kind says what is compared). Owned fields: the
  * operator's labels (others' labels and all annotations stay), and per kind
  * ConfigMap data."config.json", Service spec fields the operator sets (the
- * selector exactly), Role rules, RoleBinding subjects. *patch (caller frees
+ * selector exactly), Role rules, RoleBinding subjects, PodGroup spec
+ * fields. *patch (caller frees
  * with cJSON_Delete) is set only for VJ_CHILD_PATCH. Pods are never patched:
  * they are immutable, and decide.c replaces them by generation. */
 vj_child_diff vj_render_diff(const cJSON *existing, const cJSON *desired, cJSON **patch);

@@ -21,6 +21,7 @@ typedef struct {
     cJSON *pods; /* array */
     vj_children have;
     int job_deleted;
+    cJSON *podgroup; /* have.podgroup_obj: the PodGroup as the scheduler left it */
 } world;
 
 static const char *SPEC_OK =
@@ -49,6 +50,7 @@ static void world_free(world *w)
 {
     cJSON_Delete(w->job);
     cJSON_Delete(w->pods);
+    cJSON_Delete(w->podgroup);
 }
 
 static cJSON *find_pod(world *w, const char *name)
@@ -160,6 +162,8 @@ static void apply(world *w, const vj_plan *p, long long now)
             w->have.role = 1;
         } else if (strcmp(kind, "RoleBinding") == 0) {
             w->have.role_binding = 1;
+        } else if (strcmp(kind, "PodGroup") == 0) {
+            w->have.podgroup = 1;
         } else {
             cr_assert_str_eq(kind, "Pod");
             cJSON *pod = cJSON_Duplicate(obj, 1);
@@ -920,5 +924,144 @@ Test(decide, workers_that_all_lost_their_peers_or_failed_otherwise_restart_at_on
     set_exit(&w, "j-worker-0-r1", 137);
     vj_plan_free(step(&w, NOW + 22));
     cr_assert_eq(restarts(&w), 2);
+    world_free(&w);
+}
+
+/* ------------------------------------------------------- gang scheduling */
+
+static world gang_world(const char *gang, const char *more)
+{
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "\"runPolicy\":{\"schedulingPolicy\":{\"gang\":\"%s\"%s%s}}", gang,
+             more ? "," : "", more ? more : "");
+    return mk(extra, NULL);
+}
+
+/* The scheduler writes the PodGroup's status (decide reads it as given). */
+static void set_podgroup(world *w, const char *status_json)
+{
+    cJSON_Delete(w->podgroup);
+    char buf[1024];
+    snprintf(buf, sizeof buf, "{\"metadata\":{\"name\":\"j\",\"creationTimestamp\":"
+             "\"2023-11-14T22:13:20Z\"},\"status\":%s}", status_json);
+    w->podgroup = cJSON_Parse(buf);
+    cr_assert_not_null(w->podgroup, "%s", buf);
+    w->have.podgroup_obj = w->podgroup;
+}
+
+static int n_creates_of(const vj_plan *p, const char *kind)
+{
+    int n = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, p->creates) n += strcmp(cJSON_GetObjectItem(o, "kind")->valuestring, kind) == 0;
+    return n;
+}
+
+Test(decide, a_gang_job_creates_its_podgroup_before_the_pods_and_polls_it_while_pending)
+{
+    world w = gang_world("volcano", NULL);
+    vj_plan *p = step(&w, NOW);
+    static const char *const order[] = {"ConfigMap", "Service", "ServiceAccount", "Role",
+                                        "RoleBinding", "PodGroup", "Pod", "Pod"};
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 8);
+    for (int i = 0; i < 8; i++)
+        cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(p->creates, i), "kind")->valuestring,
+                         order[i], "create %d", i);
+    cr_assert_eq(p->requeue_after, 30, "nothing watches PodGroups: %lld", p->requeue_after);
+    cr_assert_null(cond(&w, "GangUnschedulable"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_missing_podgroup_crd_gives_one_condition_no_pods_and_a_long_requeue_until_installed)
+{
+    world w = gang_world("volcano", NULL);
+    w.have.podgroup_crd_missing = 1;
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(n_creates_of(p, "Pod") + n_creates_of(p, "PodGroup"), 0);
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    cr_assert_str_eq(cond_field(&w, "GangSchedulingUnavailable", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "GangSchedulingUnavailable", "reason"), "PodGroupCRDMissing");
+    cr_assert(strstr(cond_field(&w, "GangSchedulingUnavailable", "message"),
+                     "gang scheduler volcano requested but its PodGroup CRD "
+                     "(podgroups.scheduling.volcano.sh) is not installed"),
+              "%s", cond_field(&w, "GangSchedulingUnavailable", "message"));
+    cr_assert(has_event(p, "PodGroupCRDMissing"));
+    cr_assert_eq(p->requeue_after, VJ_GANG_MISSING_RECHECK_S);
+    vj_plan_free(p);
+    p = step(&w, NOW + VJ_GANG_MISSING_RECHECK_S); /* looked again: still missing */
+    cr_assert(vj_plan_is_empty(p), "one condition, one event");
+    cr_assert_eq(p->requeue_after, VJ_GANG_MISSING_RECHECK_S);
+    vj_plan_free(p);
+    w.have.podgroup_crd_missing = 0; /* installed */
+    p = step(&w, NOW + 2 * VJ_GANG_MISSING_RECHECK_S);
+    cr_assert_eq(n_creates_of(p, "PodGroup"), 1);
+    cr_assert_eq(n_creates_of(p, "Pod"), 2);
+    cr_assert_str_eq(cond_field(&w, "GangSchedulingUnavailable", "status"), "False");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_volcano_podgroup_unschedulable_past_the_timeout_gives_a_condition_with_its_message)
+{
+    world w = gang_world("volcano", "\"scheduleTimeoutSeconds\":60");
+    vj_plan_free(step(&w, NOW));
+    set_podgroup(&w, "{\"phase\":\"Pending\",\"conditions\":[{\"type\":\"Unschedulable\","
+                     "\"status\":\"True\",\"reason\":\"NotEnoughResources\",\"message\":"
+                     "\"0/4 nodes are available: 4 Insufficient nvidia.com/gpu\","
+                     "\"lastTransitionTime\":\"2023-11-14T22:13:30Z\"}]}"); /* NOW + 10 */
+    vj_plan *p = step(&w, NOW + 40);
+    cr_assert_null(cond(&w, "GangUnschedulable"), "not before the timeout");
+    cr_assert_eq(p->requeue_after, 30);
+    vj_plan_free(p);
+    p = step(&w, NOW + 69);
+    cr_assert_eq(p->requeue_after, 1, "at the timeout: %lld", p->requeue_after);
+    vj_plan_free(p);
+    p = step(&w, NOW + 70);
+    cr_assert_str_eq(cond_field(&w, "GangUnschedulable", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "GangUnschedulable", "reason"), "PodGroupUnschedulable");
+    const char *msg = cond_field(&w, "GangUnschedulable", "message");
+    cr_assert(strstr(msg, "scheduleTimeoutSeconds=60: 0/4 nodes are available: 4 Insufficient "
+                          "nvidia.com/gpu"), "%s", msg);
+    cr_assert(has_event(p, "GangUnschedulable"));
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    vj_plan_free(p);
+    /* placed: the gang runs and the condition goes False */
+    set_podgroup(&w, "{\"phase\":\"Running\",\"running\":2}");
+    set_all_phase(&w, "Running");
+    p = step(&w, NOW + 80);
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_str_eq(cond_field(&w, "GangUnschedulable", "status"), "False");
+    cr_assert_eq(p->requeue_after, 0, "a running gang is not polled");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_coscheduling_podgroup_pending_past_the_timeout_counts_from_its_schedule_start)
+{
+    world w = gang_world("coscheduling", "\"scheduleTimeoutSeconds\":5,\"minAvailable\":2");
+    vj_plan_free(step(&w, NOW));
+    set_podgroup(&w, "{\"phase\":\"Pending\",\"running\":0,\"scheduleStartTime\":"
+                     "\"2023-11-14T22:13:40Z\"}"); /* NOW + 20 */
+    vj_plan_free(step(&w, NOW + 24));
+    cr_assert_null(cond(&w, "GangUnschedulable"));
+    vj_plan_free(step(&w, NOW + 25));
+    cr_assert(strstr(cond_field(&w, "GangUnschedulable", "message"),
+                     "phase Pending, 0 of minMember 2 running"),
+              "%s", cond_field(&w, "GangUnschedulable", "message"));
+    world_free(&w);
+}
+
+Test(decide, an_unknown_gang_fails_the_job_naming_the_field_without_children)
+{
+    world w = gang_world("kueue", NULL);
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert(strstr(cond_field(&w, "Failed", "message"),
+                     "spec.runPolicy.schedulingPolicy.gang=\"kueue\""),
+              "%s", cond_field(&w, "Failed", "message"));
+    vj_plan_free(p);
     world_free(&w);
 }

@@ -64,3 +64,54 @@ Test(jobspec, a_service_account_named_in_the_template_is_the_pods_identity)
     cr_assert_null(js.service_account);
     cJSON_Delete(job);
 }
+
+Test(jobspec, scheduling_policy_defaults_to_no_gang_and_min_available_to_replicas)
+{
+    cJSON *job = cJSON_Parse("{\"metadata\":{\"name\":\"j\"},\"spec\":{\"replicas\":3,"
+                             "\"runPolicy\":{\"schedulingPolicy\":{\"gang\":\"coscheduling\"}}}}");
+    vj_jobspec js;
+    char err[128];
+    cr_assert_eq(vj_jobspec_parse(job, &js, err, sizeof err), 0);
+    cr_assert_eq(js.gang, VJ_GANG_COSCHEDULING);
+    cr_assert_eq(js.min_available, 3);
+    cr_assert_null(js.queue);
+    cr_assert_eq(js.schedule_timeout, -1);
+    cr_assert_str_eq(vj_gang_api_version(js.gang), "scheduling.x-k8s.io/v1alpha1");
+    cJSON_Delete(job);
+    job = cJSON_Parse("{\"metadata\":{\"name\":\"j\"},\"spec\":{\"replicas\":3}}");
+    cr_assert_eq(vj_jobspec_parse(job, &js, err, sizeof err), 0);
+    cr_assert_eq(js.gang, VJ_GANG_NONE);
+    cr_assert_str_eq(js.gang_name, "none");
+    cJSON_Delete(job);
+}
+
+Test(jobspec, bad_scheduling_policy_values_fail_naming_the_field)
+{
+    static const struct {
+        const char *policy, *want;
+    } cases[] = {
+        {"{\"gang\":\"kueue\"}",
+         "spec.runPolicy.schedulingPolicy.gang=\"kueue\": must be one of none, volcano, "
+         "coscheduling"},
+        {"{\"gang\":\"volcano\",\"minAvailable\":3}",
+         "spec.runPolicy.schedulingPolicy.minAvailable=3: must be in [1, spec.replicas=2]"},
+        {"{\"gang\":\"volcano\",\"minAvailable\":0}",
+         "spec.runPolicy.schedulingPolicy.minAvailable=0: must be in [1, spec.replicas=2]"},
+        {"{\"gang\":\"coscheduling\",\"scheduleTimeoutSeconds\":0}",
+         "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds=0: must be >= 1"},
+        {"{\"gang\":\"volcano\",\"queue\":\"Research Q\"}",
+         "spec.runPolicy.schedulingPolicy.queue=\"Research Q\""},
+        {"{\"gang\":\"volcano\",\"priorityClass\":\"High_Prio\"}",
+         "spec.runPolicy.schedulingPolicy.priorityClass=\"High_Prio\""},
+    };
+    char err[512], extra[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(extra, sizeof extra, "\"runPolicy\":{\"schedulingPolicy\":%s}", cases[i].policy);
+        cr_assert_eq(validate("j", extra, err, sizeof err), -1, "%s accepted", cases[i].policy);
+        cr_assert(strstr(err, cases[i].want), "%s: %s", cases[i].policy, err);
+    }
+    snprintf(extra, sizeof extra, "\"runPolicy\":{\"schedulingPolicy\":{\"gang\":\"volcano\","
+             "\"minAvailable\":2,\"queue\":\"research\",\"priorityClass\":\"high\","
+             "\"scheduleTimeoutSeconds\":30}}");
+    cr_assert_eq(validate("j", extra, err, sizeof err), 0, "%s", err);
+}

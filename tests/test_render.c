@@ -1,6 +1,7 @@
 /* tests/test_render.c - operator/render.c: the ConfigMap, Service and worker
  * Pods of a ViTJob (docs/design.md's operator <-> worker contract), template
- * overrides, the worker identity, security contexts, and vj_render_diff. */
+ * overrides, the worker identity, security contexts, the gang's PodGroup and
+ * what the pods say of it, and vj_render_diff. */
 #include "render.h"
 #include "contract.h"
 
@@ -404,4 +405,128 @@ Test(render, pods_tolerate_a_lost_node_for_node_lost_toleration_seconds_unless_t
     cr_assert_eq(at(p, "spec.tolerations.1.tolerationSeconds")->valueint, 45);
     cJSON_Delete(p);
     cJSON_Delete(j);
+}
+
+/* A job of 4 replicas with this spec.runPolicy.schedulingPolicy. */
+static cJSON *gang_job(const char *policy, const char *tmpl)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\","
+             "\"metadata\":{\"name\":\"vit\",\"namespace\":\"ml\",\"uid\":\"uid-7\"},"
+             "\"spec\":{\"replicas\":4,\"image\":\"img:1\","
+             "\"runPolicy\":{\"schedulingPolicy\":%s}%s%s}}",
+             policy, tmpl ? ",\"template\":" : "", tmpl ? tmpl : "");
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j, "bad JSON: %s", buf);
+    return j;
+}
+
+static cJSON *podgroup(cJSON *job)
+{
+    char err[256] = "";
+    cJSON *pg = vj_render_podgroup(job, err, sizeof err);
+    cr_assert_not_null(pg, "%s", err);
+    return pg;
+}
+
+static void assert_owned_by_the_job(cJSON *o)
+{
+    cr_assert_str_eq(str_at(o, "metadata.ownerReferences.0.kind"), "ViTJob");
+    cr_assert_str_eq(str_at(o, "metadata.ownerReferences.0.uid"), "uid-7");
+    cr_assert(cJSON_IsTrue(at(o, "metadata.ownerReferences.0.controller")));
+}
+
+Test(render, volcano_podgroup_has_min_member_queue_and_priority_and_is_owned_by_the_job)
+{
+    cJSON *job = gang_job("{\"gang\":\"volcano\",\"minAvailable\":3,\"queue\":\"research\","
+                          "\"priorityClass\":\"high\",\"scheduleTimeoutSeconds\":9}", NULL);
+    cJSON *pg = podgroup(job);
+    cr_assert_str_eq(str_at(pg, "apiVersion"), "scheduling.volcano.sh/v1beta1");
+    cr_assert_str_eq(str_at(pg, "kind"), "PodGroup");
+    cr_assert_str_eq(str_at(pg, "metadata.name"), "vit");
+    cr_assert_str_eq(str_at(pg, "metadata.namespace"), "ml");
+    cr_assert_str_eq(cJSON_GetObjectItem(at(pg, "metadata.labels"), VJ_LABEL_JOB)->valuestring,
+                     "vit");
+    assert_owned_by_the_job(pg);
+    char *spec = cJSON_PrintUnformatted(at(pg, "spec"));
+    cr_assert_str_eq(spec, "{\"minMember\":3,\"queue\":\"research\",\"priorityClassName\":\"high\"}");
+    free(spec);
+    cJSON_Delete(pg);
+    cJSON_Delete(job);
+}
+
+Test(render, coscheduling_podgroup_has_min_member_of_all_replicas_and_the_timeout)
+{
+    cJSON *job = gang_job("{\"gang\":\"coscheduling\",\"scheduleTimeoutSeconds\":90,"
+                          "\"queue\":\"ignored\"}", NULL);
+    cJSON *pg = podgroup(job);
+    cr_assert_str_eq(str_at(pg, "apiVersion"), "scheduling.x-k8s.io/v1alpha1");
+    assert_owned_by_the_job(pg);
+    char *spec = cJSON_PrintUnformatted(at(pg, "spec"));
+    cr_assert_str_eq(spec, "{\"minMember\":4,\"scheduleTimeoutSeconds\":90}");
+    free(spec);
+    cJSON_Delete(pg);
+    cJSON_Delete(job);
+}
+
+Test(render, no_gang_has_no_podgroup_and_pods_name_none)
+{
+    cJSON *job = gang_job("{\"gang\":\"none\"}", NULL);
+    char err[256] = "";
+    cr_assert_null(vj_render_podgroup(job, err, sizeof err));
+    cr_assert(strstr(err, "gang=\"none\""), "%s", err);
+    cJSON *p = pod(job, 0, 0);
+    cr_assert_null(at(p, "metadata.annotations"));
+    cr_assert_null(at(p, "spec.schedulerName"));
+    cr_assert_null(cJSON_GetObjectItem(at(p, "metadata.labels"), "scheduling.x-k8s.io/pod-group"));
+    cJSON_Delete(p);
+    cJSON_Delete(job);
+}
+
+Test(render, volcano_pods_carry_the_group_annotation_and_the_volcano_scheduler_unless_the_template_names_one)
+{
+    cJSON *job = gang_job("{\"gang\":\"volcano\"}", NULL);
+    cJSON *p = pod(job, 1, 2);
+    cr_assert_str_eq(cJSON_GetObjectItem(at(p, "metadata.annotations"),
+                                         "scheduling.k8s.io/group-name")->valuestring, "vit");
+    cr_assert_str_eq(str_at(p, "spec.schedulerName"), "volcano");
+    cJSON_Delete(p);
+    cJSON_Delete(job);
+    job = gang_job("{\"gang\":\"volcano\"}", "{\"schedulerName\":\"volcano-gpu\"}");
+    p = pod(job, 0, 0);
+    cr_assert_str_eq(str_at(p, "spec.schedulerName"), "volcano-gpu");
+    cJSON_Delete(p);
+    cJSON_Delete(job);
+}
+
+Test(render, coscheduling_pods_carry_the_pod_group_label_and_keep_the_clusters_scheduler)
+{
+    cJSON *job = gang_job("{\"gang\":\"coscheduling\"}", NULL);
+    cJSON *p = pod(job, 3, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(at(p, "metadata.labels"),
+                                         "scheduling.x-k8s.io/pod-group")->valuestring, "vit");
+    cr_assert_null(at(p, "metadata.annotations"));
+    cr_assert_null(at(p, "spec.schedulerName"));
+    cJSON_Delete(p);
+    cJSON_Delete(job);
+}
+
+Test(render, diff_of_a_podgroup_patches_only_our_spec_fields_and_keeps_the_schedulers_status)
+{
+    cJSON *job = gang_job("{\"gang\":\"volcano\",\"minAvailable\":2}", NULL);
+    cJSON *want = podgroup(job);
+    cJSON *live = as_listed(want);
+    cJSON_AddStringToObject(at(live, "spec"), "queue", "default"); /* the CRD's default */
+    cJSON *st = cJSON_AddObjectToObject(live, "status");
+    cJSON_AddStringToObject(st, "phase", "Pending");
+    char *text = NULL;
+    cr_assert_eq(diff(live, want, &text), VJ_CHILD_OK, "%s", text ? text : "");
+    cJSON_ReplaceItemInObject(at(live, "spec"), "minMember", cJSON_CreateNumber(4));
+    cr_assert_eq(diff(live, want, &text), VJ_CHILD_PATCH);
+    cr_assert_str_eq(text, "{\"spec\":{\"minMember\":2}}");
+    free(text);
+    cJSON_Delete(live);
+    cJSON_Delete(want);
+    cJSON_Delete(job);
 }

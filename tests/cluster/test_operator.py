@@ -23,7 +23,11 @@
 # --namespace list reconciles the jobs of each listed namespace and leaves an
 # unlisted one's alone, and refuses a bad name; an API
 # server restart under the operator and 410 relists; /metrics and probes; the
-# token never appears in the logs.
+# token never appears in the logs; gang scheduling: a volcano or
+# coscheduling PodGroup owned by the job (collected with it) and pods that
+# name it, a PodGroup unschedulable past its timeout shown as a condition with
+# the scheduler's message, and a missing PodGroup CRD as one condition
+# without pods or a retry loop.
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_operator.py
 
 import json
@@ -586,6 +590,149 @@ class ChildrenTest(Base):
         refusals = [line for line in self.ops[0].text().splitlines() if "event=refused" in line and "nosa" in line]
         self.assertEqual(len(refusals), 1, "a refusal is not retried: %s" % refusals)
         self.assertEqual(self.live_pod_names("nosa"), [])
+
+
+VOLCANO_PG = "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups"
+COSCHED_PG = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups"
+
+
+def gang_doc(name, replicas=2, **policy):
+    return job_doc(name, replicas=replicas, runPolicy={"schedulingPolicy": policy})
+
+
+def rfc3339(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+class GangSchedulingTest(Base):
+    """With volcano's and scheduler-plugins' PodGroup CRDs installed
+    (tests/cluster/testdata/podgroups.*.yaml, trimmed from the upstream ones)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        for f in ("podgroups.volcano.yaml", "podgroups.coscheduling.yaml"):
+            r = cls.kubectl(["apply", "-f", os.path.join(HERE, "testdata", f)])
+            assert r.returncode == 0, r.stderr
+        for gv in ("scheduling.volcano.sh/v1beta1", "scheduling.x-k8s.io/v1alpha1"):
+            wait_for("%s served" % gv, lambda: cls.c.get("/apis/" + gv).status == 200)
+
+    def podgroup(self, base, name):
+        r = self.c.get(base + "/" + name)
+        return body(r) if r.status == 200 else None
+
+    def condition(self, name, ctype):
+        return next((c for c in self.status(name).get("conditions", []) if c["type"] == ctype), None)
+
+    def assert_owned_and_collected(self, base, name):
+        pg = self.podgroup(base, name)
+        ref = pg["metadata"]["ownerReferences"][0]
+        self.assertEqual((ref["kind"], ref["name"], ref["uid"], ref["controller"]),
+                         ("ViTJob", name, self.job(name)["metadata"]["uid"], True))
+        r = self.kubectl(["delete", "vj", name])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        wait_for("podgroup %s collected" % name, lambda: self.c.get(base + "/" + name).status == 404)
+
+    def test_volcano_gang_gets_an_owned_podgroup_and_pods_annotated_for_the_volcano_scheduler(self):
+        self.apply(gang_doc("gv", gang="volcano", minAvailable=1, queue="research",
+                            priorityClass="high-priority"))
+        self.wait_pods("gv", ["gv-worker-0-r0", "gv-worker-1-r0"])
+        pg = self.podgroup(VOLCANO_PG, "gv")
+        self.assertEqual(pg["spec"], {"minMember": 1, "queue": "research",
+                                      "priorityClassName": "high-priority"})
+        for pod in self.pods("gv"):
+            self.assertEqual(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "gv")
+            self.assertEqual(pod["spec"]["schedulerName"], "volcano")
+        self.assertIsNone(self.podgroup(COSCHED_PG, "gv"))
+        self.assert_owned_and_collected(VOLCANO_PG, "gv")
+
+    def test_coscheduling_gang_gets_an_owned_podgroup_of_all_replicas_and_pods_labelled_with_it(self):
+        self.apply(gang_doc("gc", gang="coscheduling", scheduleTimeoutSeconds=30))
+        self.wait_pods("gc", ["gc-worker-0-r0", "gc-worker-1-r0"])
+        pg = self.podgroup(COSCHED_PG, "gc")
+        self.assertEqual(pg["spec"], {"minMember": 2, "scheduleTimeoutSeconds": 30})
+        for pod in self.pods("gc"):
+            self.assertEqual(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "gc")
+            self.assertNotIn("scheduling.k8s.io/group-name", pod["metadata"].get("annotations", {}))
+            self.assertNotEqual(pod["spec"].get("schedulerName"), "volcano")
+        self.assertIsNone(self.podgroup(VOLCANO_PG, "gc"))
+        self.assert_owned_and_collected(COSCHED_PG, "gc")
+
+    def test_a_volcano_podgroup_unschedulable_past_the_timeout_shows_the_schedulers_message(self):
+        self.apply(gang_doc("gu", gang="volcano", scheduleTimeoutSeconds=1))
+        self.wait_pods("gu", ["gu-worker-0-r0", "gu-worker-1-r0"])
+        why = "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable"
+        # volcano's PodGroup has no status subresource: the scheduler patches the object
+        r = self.c.patch(VOLCANO_PG + "/gu", {"status": {"phase": "Pending", "conditions": [{
+            "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+            "message": why, "transitionID": "1", "lastTransitionTime": rfc3339(time.time() - 5)}]}})
+        self.assertEqual(r.status, 200, r)
+        cond = wait_for("GangUnschedulable", lambda: self.condition("gu", "GangUnschedulable"), 20)
+        self.assertEqual((cond["status"], cond["reason"]), ("True", "PodGroupUnschedulable"))
+        self.assertIn(why, cond["message"])
+        self.assertIn("scheduleTimeoutSeconds=1", cond["message"])
+        self.assertEqual(self.status("gu")["phase"], "Pending")
+        # the scheduler places the gang: the condition goes False
+        r = self.c.patch(VOLCANO_PG + "/gu", {"status": {"phase": "Running", "conditions": None}})
+        self.assertEqual(r.status, 200, r)
+        self.run_all("gu")
+        wait_for("GangUnschedulable False",
+                 lambda: self.condition("gu", "GangUnschedulable")["status"] == "False", 20)
+
+    def test_a_coscheduling_podgroup_pending_past_the_timeout_shows_as_a_condition(self):
+        self.apply(gang_doc("gp", gang="coscheduling", scheduleTimeoutSeconds=1))
+        self.wait_pods("gp", ["gp-worker-0-r0", "gp-worker-1-r0"])
+        r = self.c.patch(COSCHED_PG + "/gp/status", {"status": {
+            "phase": "Pending", "scheduleStartTime": rfc3339(time.time() - 5)}})
+        self.assertEqual(r.status, 200, r)
+        cond = wait_for("GangUnschedulable", lambda: self.condition("gp", "GangUnschedulable"), 20)
+        self.assertEqual((cond["status"], cond["reason"]), ("True", "PodGroupUnschedulable"))
+        self.assertIn("phase Pending, 0 of minMember 2 running", cond["message"])
+
+
+class GangWithoutCRDTest(Base):
+    def test_the_crd_refuses_an_unknown_gang_and_min_available_above_replicas_naming_the_field(self):
+        for policy, want in (({"gang": "kueue"}, 'spec.runPolicy.schedulingPolicy.gang: Unsupported value: '
+                              '"kueue": supported values: "none", "volcano", "coscheduling"'),
+                             ({"gang": "volcano", "minAvailable": 3},
+                              "runPolicy.schedulingPolicy.minAvailable must not exceed replicas"),
+                             ({"gang": "volcano", "scheduleTimeoutSeconds": 0},
+                              "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds: Invalid value: 0: "
+                              "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds in body should be "
+                              "greater than or equal to 1")):
+            r = self.kubectl(["apply", "-f", "-"], stdin=json.dumps(gang_doc("badgang", **policy)))
+            self.assertNotEqual(r.returncode, 0, policy)
+            self.assertIn(want, r.stderr)
+        self.assertIsNone(self.job("badgang"))
+
+    def test_a_gang_without_its_podgroup_crd_gets_one_condition_no_pods_and_no_hot_loop(self):
+        self.apply(gang_doc("nocrd", gang="volcano"))
+        cond = wait_for("GangSchedulingUnavailable", lambda: next(
+            (c for c in self.status("nocrd").get("conditions", [])
+             if c["type"] == "GangSchedulingUnavailable"), None))
+        self.assertEqual((cond["status"], cond["reason"]), ("True", "PodGroupCRDMissing"))
+        self.assertIn("gang scheduler volcano requested but its PodGroup CRD "
+                      "(podgroups.scheduling.volcano.sh) is not installed", cond["message"])
+        self.assertEqual(self.status("nocrd")["phase"], "Pending")
+        time.sleep(3)
+        self.assertEqual(self.live_pod_names("nocrd"), [])
+        looks = [ln for ln in self.ops[0].text().splitlines()
+                 if "podgroup_crd_missing" in ln and "job=nocrd" in ln]
+        self.assertLessEqual(len(looks), 3, "not retried in a loop: %s" % looks)
+        ev = self.kubectl(["get", "events", "--field-selector", "involvedObject.name=nocrd",
+                           "-o", "json"]).stdout
+        self.assertEqual([e["reason"] for e in json.loads(ev)["items"]].count("PodGroupCRDMissing"), 1)
+        # once the CRD is installed, the next reconcile (here: a touched job) goes on
+        r = self.kubectl(["apply", "-f", os.path.join(HERE, "testdata", "podgroups.volcano.yaml")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        wait_for("served", lambda: self.c.get("/apis/scheduling.volcano.sh/v1beta1").status == 200)
+        r = self.kubectl(["annotate", "vj", "nocrd", "touched=1"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.wait_pods("nocrd", ["nocrd-worker-0-r0", "nocrd-worker-1-r0"])
+        self.assertEqual(body(self.c.get(VOLCANO_PG + "/nocrd"))["spec"]["minMember"], 2)
+        wait_for("condition False", lambda: next(
+            c for c in self.status("nocrd")["conditions"]
+            if c["type"] == "GangSchedulingUnavailable")["status"] == "False")
 
 
 class OperatorRestartTest(Base):
