@@ -6,7 +6,8 @@
 # Deployment, in-cluster), `kubectl apply -f manifests/examples/fashion-mnist.yaml`
 # (2 CPU replicas; s3:// checkpoints with moto, else the file:// of the
 # manifest), `kubectl get vj` rows as they change until the job ends, the test
-# accuracy from rank 0's log, the final checkpoint exported to
+# accuracy from rank 0's log and its last lines through `kubectl logs --tail=5`
+# (the API server's pods/log, served by the local kubelet), the final checkpoint exported to
 # BUILD/demo/model.safetensors, and everything stopped, also on Ctrl-C.
 # Where the machine cannot run the cluster (not root, no network namespaces,
 # no kubectl) it says why and exits 3; `make train` is the single-process run.
@@ -123,6 +124,11 @@ def main():
         say("Succeeded: %d steps, final loss %s, test accuracy %s, %d restart(s)" % (
             (st.get("progress") or {}).get("step", 0), (st.get("progress") or {}).get("loss"),
             acc[-1] if acc else "?", st.get("restarts", 0)))
+        if rank0:
+            name = rank0[-1]["metadata"]["name"]
+            say("kubectl logs --tail=5 %s" % name)
+            r = c.kubectl("logs", "--tail=5", name, check=False)
+            print(r.stdout if r.returncode == 0 else r.stderr, end="", flush=True)
         out = os.path.join(build, "demo", "model.safetensors")
         cmd = [os.path.join(build, "bin", "vitjob-worker"), "export", "--from", uri, "--out", out]
         env = dict(os.environ)

@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 from harness import ServerProcess, stop_process  # noqa: E402
+from kubelet import logs as container_logs  # noqa: E402
 
 BRIDGE = "vjbr0"
 BRIDGE_IP = "10.89.0.1"
@@ -161,15 +162,17 @@ class LocalCluster:
         p.wait()
 
     def pod_log(self, pod):
-        """The log of a pod's containers, from its kubelet's log directory (kept after deletion)."""
+        """The log of a pod's containers, every instance in order, from its
+        kubelet's log directory (kept after deletion; CRI records as text)."""
         m = pod["metadata"]
         for name in self.kubelets:
             d = os.path.join(self.work, "nodes", name, "logs", "%s_%s_%s" % (m["namespace"], m["name"], m["uid"]))
             if os.path.isdir(d):
                 out = []
-                for f in sorted(os.listdir(d)):
-                    with open(os.path.join(d, f), errors="replace") as fh:
-                        out.append(fh.read())
+                for c in sorted(os.listdir(d)):
+                    files = [f for f in os.listdir(os.path.join(d, c)) if f.endswith(".log")]
+                    for f in sorted(files, key=lambda f: int(f.split(".")[0])):
+                        out.append(container_logs.text(os.path.join(d, c, f)).decode(errors="replace"))
                 return "".join(out)
         return ""
 

@@ -805,6 +805,138 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(r.status, 500)
 
 
+class FakeKubelet:
+    """A kubelet API endpoint on 127.0.0.1 that records what the API server
+    asks of GET /containerLogs and answers from answers: {container: (code,
+    body)}; it asks for a client certificate of the cluster CA."""
+
+    def __init__(self, pki, answers):
+        import http.server
+        import threading
+        outer = self
+        self.requests, self.answers = [], answers
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                cert = self.connection.getpeercert() or {}
+                cn = [v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"]
+                outer.requests.append((self.path, cn))
+                container = self.path.split("?")[0].rsplit("/", 1)[-1]
+                code, body = outer.answers.get(container, (404, "no such container"))
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(pki, "server.crt"), os.path.join(pki, "server.key"))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        ctx.load_verify_locations(os.path.join(pki, "ca.crt"))
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class PodLogTest(unittest.TestCase):
+    """GET pods/NAME/log: checked and worded as a real server, then proxied to
+    the node's kubelet endpoint (status.addresses InternalIP,
+    daemonEndpoints.kubeletEndpoint.Port) with the server's kubelet client
+    certificate; a fake kubelet answers here."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="apiserver-logs-")
+        cls.server = ServerProcess(os.path.join(cls.tmp, "state"))
+        cls.c = cls.server.client()
+        cls.kubelet = FakeKubelet(os.path.join(cls.server.state, "pki"), {
+            "main": (200, "one\ntwo\n"),
+            "gone": (400, 'previous terminated container "gone" in pod "p1" not found'),
+            "new": (400, 'container "new" in pod "p1" is waiting to start: ContainerCreating')})
+        r = cls.c.post("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fk"}})
+        assert r.status == 201, r
+        r = cls.c.patch("/api/v1/nodes/fk/status", {"status": {
+            "addresses": [{"type": "Hostname", "address": "fk"}, {"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": cls.kubelet.port}}}})
+        assert r.status == 200, r
+        containers = [{"name": n, "image": "busybox"} for n in ("main", "gone", "new")]
+        for name, node, cs in (("p1", "fk", containers), ("solo", "fk", containers[:1]),
+                               ("unbound", None, containers[:1])):
+            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                    "spec": {"containers": cs}}
+            if node:
+                body["spec"]["nodeName"] = node
+            r = cls.c.post(NS + "/pods", body)
+            assert r.status == 201, r
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.kubelet.stop()
+        cls.server.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_log_of_a_missing_pod_is_404_pods_not_found(self):
+        r = self.c.get(NS + "/pods/ghost/log")
+        self.assertEqual((r.status, r.body["reason"], r.body["message"]), (404, "NotFound", 'pods "ghost" not found'))
+
+    def test_log_of_a_pod_with_several_containers_needs_a_container_named_as_a_real_server_says(self):
+        r = self.c.get(NS + "/pods/p1/log")
+        self.assertEqual((r.status, r.body["reason"]), (400, "BadRequest"))
+        self.assertEqual(r.body["message"], "a container name must be specified for pod p1, choose one of: "
+                                            "[main gone new]")
+        r = self.c.get(NS + "/pods/p1/log?container=nope")
+        self.assertEqual((r.status, r.body["message"]), (400, "container nope is not valid for pod p1"))
+
+    def test_log_is_proxied_to_the_nodes_kubelet_with_its_options_and_the_client_certificate(self):
+        n = len(self.kubelet.requests)
+        r = self.c.get(NS + "/pods/p1/log?container=main&tailLines=2&timestamps=true&limitBytes=50"
+                       "&sinceSeconds=9&previous=false")
+        self.assertEqual((r.status, r.body), (200, "one\ntwo\n"))
+        self.assertEqual(r.headers["Content-Type"], "text/plain")
+        path, cn = self.kubelet.requests[n]
+        self.assertEqual(path, "/containerLogs/default/p1/main?timestamps=true&sinceSeconds=9&tailLines=2"
+                               "&limitBytes=50")
+        self.assertEqual(cn, ["kube-apiserver-kubelet-client"])
+        r = self.c.get(NS + "/pods/solo/log")      # the only container needs no name
+        self.assertEqual((r.status, r.body), (200, "one\ntwo\n"))
+        self.assertEqual(self.kubelet.requests[-1][0], "/containerLogs/default/solo/main")
+
+    def test_a_kubelets_refusal_is_a_bad_request_with_its_words(self):
+        r = self.c.get(NS + "/pods/p1/log?container=gone&previous=true")
+        self.assertEqual((r.status, r.body["reason"], r.body["message"]),
+                         (400, "BadRequest", 'previous terminated container "gone" in pod "p1" not found'))
+        self.assertIn("previous=true", self.kubelet.requests[-1][0])
+        r = self.c.get(NS + "/pods/p1/log?container=new")
+        self.assertEqual((r.status, r.body["message"]),
+                         (400, 'container "new" in pod "p1" is waiting to start: ContainerCreating'))
+
+    def test_log_of_a_pod_on_no_node_is_empty(self):
+        r = self.c.get(NS + "/pods/unbound/log")
+        self.assertEqual((r.status, r.body), (200, None))
+
+    def test_log_options_are_validated_as_pod_log_options(self):
+        r = self.c.get(NS + "/pods/solo/log?tailLines=-1")
+        self.assertEqual((r.status, r.body["message"]), (422, 'PodLogOptions "" is invalid: tailLines: '
+                                                              'Invalid value: -1: must be greater than or equal to 0'))
+
+    def test_pods_log_is_authorized_as_get_on_the_log_subresource(self):
+        r = self.c.get(NS + "/pods/solo/log", headers={"Impersonate-User": "nobody"})
+        self.assertEqual((r.status, r.body["message"]), (403, 'pods "solo" is forbidden: User "nobody" cannot get '
+                                                              'resource "pods/log" in API group "" in the namespace '
+                                                              '"default"'))
+
+
 class RestartTest(unittest.TestCase):
     def test_restart_keeps_objects_and_resource_versions_increase(self):
         tmp = tempfile.mkdtemp(prefix="apiserver-restart-")

@@ -6,13 +6,17 @@
 # field and secret refs, its user), the status it reports (exit codes, the log
 # tail as termination message), graceful deletion (SIGTERM, then SIGKILL
 # after the grace period, then the pod is gone), and a killed kubelet taking
-# its pods with it. Pods run shell commands with an image named
+# its pods with it; `kubectl logs` through the API server and the kubelet
+# API (plain, --tail, --timestamps, --limit-bytes, --follow while the
+# container runs, --previous after a restart, the wording for a container
+# that has not started). Pods run shell commands with an image named
 # `*vitjob-worker*` (the kubelet runs any command for such images).
 # Needs root; skipped, saying why, without. Run: /usr/bin/python3 tests/cluster/test_kubelet.py -v
 
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import wait_for  # noqa: E402
 import testlimit  # noqa: E402
-from localcluster import LocalCluster, missing_prerequisites  # noqa: E402
+from localcluster import KUBECTL, LocalCluster, missing_prerequisites  # noqa: E402
 
 WHY_NOT = missing_prerequisites()
 IMAGE = "example.com/vitjob-worker:test"
@@ -127,6 +131,89 @@ class Kubelet(unittest.TestCase):
         self.assertTrue(os.path.exists(mark), "SIGTERM came first")
         wait_for("stubborn gone", lambda: not self.get("stubborn"), 20, 0.2)
         self.assertGreaterEqual(time.monotonic() - t0, 2.0, "the grace period was given")
+
+    def logs(self, *args):
+        return self.c.kubectl("logs", *args, check=False)
+
+    def test_kubectl_logs_shows_the_output_its_tail_timestamps_and_a_byte_limit(self):
+        self.apply(pod("talker", "for i in $(seq 1 10); do echo line-$i; done; sleep 0.3; echo oops >&2"))
+        wait_for("talker to finish", lambda: self.finished("talker"), 30, 0.2)
+        r = self.logs("talker")
+        self.assertEqual((r.returncode, r.stdout), (0, "".join("line-%d\n" % i for i in range(1, 11)) + "oops\n"),
+                         r.stderr)
+        self.assertEqual(self.logs("talker", "--tail=3").stdout, "line-9\nline-10\noops\n")
+        self.assertEqual(self.logs("talker", "--limit-bytes=9").stdout, "line-1\nli")
+        stamped = self.logs("talker", "--timestamps", "--tail=2").stdout.splitlines()
+        self.assertEqual(len(stamped), 2, stamped)
+        self.assertRegex(stamped[0], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z line-10$")
+        self.assertEqual(self.logs("talker", "--since=1h").stdout.count("\n"), 11)
+        r = self.logs("talker", "--previous")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('previous terminated container "c" in pod "talker" not found', r.stderr)
+        r = self.logs("nobody-here")
+        self.assertIn('pods "nobody-here" not found', r.stderr)
+
+    def test_kubectl_logs_follow_reads_lines_while_the_container_runs_and_ends_when_it_exits(self):
+        self.apply(pod("ticker", "for i in $(seq 1 8); do echo tick-$i; sleep 0.5; done"))
+        wait_for("ticker running", lambda: (self.get("ticker").get("status") or {}).get("phase") == "Running",
+                 30, 0.1)
+        p = subprocess.Popen([KUBECTL, "logs", "-f", "ticker"], env=dict(os.environ, KUBECONFIG=self.c.kubeconfig),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = p.stdout.readline()
+            self.assertEqual(first, "tick-1\n", p.stderr.read() if not first else "")
+            self.assertEqual(self.get("ticker")["status"]["phase"], "Running", "read while the container runs")
+            rest = p.stdout.read()
+            self.assertEqual(p.wait(30), 0, p.stderr.read())
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+            p.stderr.close()
+        self.assertEqual(first + rest, "".join("tick-%d\n" % i for i in range(1, 9)))
+        self.assertEqual(self.get("ticker")["status"]["phase"], "Succeeded", "it ended when the container did")
+
+    def test_kubectl_logs_previous_shows_the_container_before_its_restart(self):
+        script = ("n=$(cat /etc/restarter/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /etc/restarter/n; echo instance-$n; "
+                  "[ $n -ge 2 ] || exit 1; exec sleep 60")
+        p = pod("restarter", script, restartPolicy="OnFailure", terminationGracePeriodSeconds=1,
+                volumes=[{"name": "data", "emptyDir": {}}])
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/etc/restarter"}]
+        self.apply(p)
+
+        def restarted():
+            cs = ((self.get("restarter").get("status") or {}).get("containerStatuses") or [{}])[0]
+            return cs.get("restartCount", 0) >= 1 and "running" in (cs.get("state") or {})
+        wait_for("restarter to restart", restarted, 30, 0.2)
+        wait_for("the new instance's line", lambda: self.logs("restarter").stdout == "instance-2\n", 10, 0.2)
+        r = self.logs("restarter", "--previous")
+        self.assertEqual((r.returncode, r.stdout), (0, "instance-1\n"), r.stderr)
+        self.c.kubectl("delete", "pod", "restarter", "--wait=false")
+
+    def test_kubectl_logs_of_a_container_not_started_says_what_it_waits_for(self):
+        p = pod("blocked", "echo never", volumes=[{"name": "cfg", "configMap": {"name": "absent"}}])
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/blocked"}]
+        self.apply(p)
+        wait_for("blocked waiting", lambda: ((self.get("blocked").get("status") or {}).get(
+            "containerStatuses") or [{}])[0].get("state", {}).get("waiting", {}).get("reason") ==
+            "CreateContainerConfigError", 30, 0.2)
+        r = self.logs("blocked")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('container "c" in pod "blocked" is waiting to start: CreateContainerConfigError', r.stderr)
+        self.c.kubectl("delete", "pod", "blocked", "--wait=false")
+
+    def test_the_kubelet_api_refuses_a_client_without_a_certificate_of_the_cluster_ca(self):
+        import ssl
+        import urllib.request
+        node = self.c.get_json("node", "node-1")
+        port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        ip = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"][0]
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen("https://%s:%d/containerLogs/default/x/c" % (ip, port), context=ctx, timeout=10)
+        self.assertEqual(e.exception.code, 401)
 
     def test_a_killed_kubelet_takes_its_pods_processes_with_it(self):
         self.apply(pod("victim", "exec sleep 300"))

@@ -62,6 +62,9 @@ def resource_list(registry, group, version):
         if rt.status:
             resources.append({"name": rt.resource + "/status", "singularName": "", "namespaced": rt.namespaced,
                               "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+        if rt.resource == "pods":      # as a real server lists it (binding: not listed here yet)
+            resources.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod",
+                              "verbs": ["get"]})
         if rt.resource == "serviceaccounts":
             resources.append({"name": "serviceaccounts/token", "singularName": "", "namespaced": True,
                               "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",

@@ -2,9 +2,10 @@
 # (kubeapi/auth.py), impersonation (Impersonate-* headers,
 # kubeapi/authorization.py) and RBAC authorization (kubeapi/rbac.py) of every
 # request, the authorization.k8s.io access reviews, URL routing (discovery, OpenAPI, resource and subresource paths),
-# pods/binding, request bodies in JSON or Kubernetes protobuf (kubeapi/protobuf.py), content
+# pods/binding, pods/log (kubeapi/podlogs.py: proxied to the node's kubelet, streamed), request bodies in JSON or Kubernetes protobuf (kubeapi/protobuf.py), content
 # negotiation (JSON, Table, PartialObjectMetadata) and chunked watch streams.
 
+import http.client
 import json
 import re
 import ssl
@@ -13,7 +14,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import authorization, discovery, errors, protobuf, rbac, table
+from . import authorization, discovery, errors, podlogs, protobuf, rbac, table
 from .watch import WatchRequest
 
 UNAUTHENTICATED = {"/version", "/healthz", "/livez", "/readyz"}
@@ -32,6 +33,7 @@ class Server(ThreadingHTTPServer):
         self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
         self.api, self.verbose = api, verbose
         self.bookmark_interval = bookmark_interval
+        self.kubelet_client = None      # (crt, key) for pods/log (tls.ensure_kubelet_client)
 
     @property
     def port(self):
@@ -203,7 +205,7 @@ class Handler(BaseHTTPRequestHandler):
         sub = parts[2] if len(parts) > 2 else None
         if sub is not None and not ((sub == "status" and rtype.status) or
                                     (sub == "token" and rtype.resource == "serviceaccounts") or
-                                    (sub == "binding" and rtype.resource == "pods")):
+                                    (sub in ("binding", "log") and rtype.resource == "pods")):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
         if rtype.namespaced and name is not None and not ns:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -248,6 +250,10 @@ class Handler(BaseHTTPRequestHandler):
             if method != "POST":
                 raise errors.method_not_allowed()
             return self._send_json(201, api.token_request(ns, name, self._read_body()))
+        if sub == "log":
+            if method != "GET":
+                raise errors.method_not_allowed()
+            return self._pod_log(ns, name, params)
         if sub == "binding":
             if method != "POST":
                 raise errors.method_not_allowed()
@@ -295,6 +301,29 @@ class Handler(BaseHTTPRequestHandler):
             return self._send_json(200, {"kind": rtype.kind + "List", "apiVersion": rtype.api_version(version),
                                          "metadata": {"resourceVersion": str(rv)}, "items": items})
         raise errors.method_not_allowed()
+
+    def _pod_log(self, ns, name, params):
+        """GET pods/NAME/log: the kubelet's answer, streamed as it comes (chunked)."""
+        resp = podlogs.open_log(self.server.api, ns, name, params, self.server.kubelet_client)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        try:
+            while resp is not None:
+                data = resp.read1(32768)
+                if not data:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (ConnectionError, ssl.SSLError, OSError, http.client.HTTPException):
+            self.close_connection = True
+        finally:
+            if resp is not None:
+                resp.conn.close()
 
     def _watch(self, rtype, version, ns, params):
         accept = self.headers.get("Accept", "")

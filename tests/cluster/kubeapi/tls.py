@@ -3,7 +3,9 @@
 # for) made with the openssl command line, the admin bearer token, and the
 # kubeconfig that kubectl and the operator read. Existing files are reused so
 # that clients survive a restart; a server certificate that lacks a requested
-# IP is re-issued from the same CA. Must not: replace an existing CA.
+# IP is re-issued from the same CA; the API server's client certificate for
+# kubelets (pods/log), and a kubelet's self-signed serving certificate (as a
+# real kubelet makes without --tls-cert-file). Must not: replace an existing CA.
 
 import os
 import secrets
@@ -61,6 +63,38 @@ def ensure_certs(state, sans=()):
         sans = sorted(have | set(sans))
     _issue_server(pki, sans)
     return ca, crt, key
+
+
+def ensure_kubelet_client(state):
+    """(crt, key) under state/pki: the API server's client certificate for
+    kubelets (CN kube-apiserver-kubelet-client, as kubeadm issues it), signed
+    by the cluster CA, which kubelets trust for clients."""
+    pki = os.path.join(state, "pki")
+    crt, key = (os.path.join(pki, n) for n in ("apiserver-kubelet-client.crt", "apiserver-kubelet-client.key"))
+    if os.path.exists(crt) and os.path.exists(key):
+        return crt, key
+    _openssl("req", *EC, "-keyout", "kc.key.new", "-out", "kc.csr",
+             "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client", cwd=pki)
+    with open(os.path.join(pki, "kc.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")
+    _openssl("x509", "-req", "-in", "kc.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "kc.crt.new", "-days", "3650", "-extfile", "kc.ext", cwd=pki)
+    os.chmod(os.path.join(pki, "kc.key.new"), 0o600)
+    os.replace(os.path.join(pki, "kc.key.new"), key)
+    os.replace(os.path.join(pki, "kc.crt.new"), crt)
+    return crt, key
+
+
+def self_signed(d, cn, ips):
+    """(crt, key) under d: a self-signed serving certificate for cn and ips
+    (a kubelet's own, as a real one makes at start)."""
+    os.makedirs(d, exist_ok=True)
+    crt, key = os.path.join(d, "kubelet.crt"), os.path.join(d, "kubelet.key")
+    sans = ",".join(["DNS:%s" % cn] + ["IP:%s" % ip for ip in ips])
+    _openssl("req", "-x509", *EC, "-keyout", key, "-out", crt, "-days", "3650", "-subj", "/CN=%s" % cn,
+             "-addext", "subjectAltName=%s" % sans, "-addext", "extendedKeyUsage=serverAuth", cwd=d)
+    os.chmod(key, 0o600)
+    return crt, key
 
 
 def ensure_token(state):

@@ -2,7 +2,7 @@
 # test and demo tool, never shipped). One process is one node:
 #
 #   python3 tests/cluster/kubelet --apiserver-state DIR --node NAME --index N
-#           --root DIR --bin-dir build/bin [--lease-seconds 10] [--period 0.3]
+#           --root DIR --bin-dir build/bin [--port 10250] [--lease-seconds 10] [--period 0.3]
 #           [--cpu N] [--memory-mi N] [-v]
 #
 # It registers the Node (Ready, capacity, allocatable) and renews its Lease in
@@ -35,6 +35,11 @@
 #     and, for terminationMessagePolicy FallbackToLogsOnError, the log's tail as
 #     the message; readiness probes (httpGet); restartPolicy Always/OnFailure
 #     restart in place with back-off.
+#   - the kubelet API (server.py): GET /containerLogs over HTTPS on the node's
+#     address, port --port (published in the Node's daemonEndpoints), for
+#     clients with a certificate of the cluster CA (the API server's pods/log);
+#     container output is kept per instance in CRI format (logs.py), the
+#     previous instance's too.
 #   - deletion: SIGTERM, the grace period, SIGKILL, then the kubelet confirms
 #     the deletion (grace 0), as a real one does.
 #   - killing the kubelet kills its pods (every container has PR_SET_PDEATHSIG
@@ -67,6 +72,8 @@ def main():
     p.add_argument("--index", type=int, required=True, help="1-254: the node's pod subnet 10.89.N.0/24")
     p.add_argument("--root", required=True, help="where pods' volumes, logs and hosts files live")
     p.add_argument("--bin-dir", required=True, help="the build's bin directory (vitjob-worker, vitjob-operator)")
+    p.add_argument("--port", type=int, default=10250,
+                   help="the kubelet API's port on the node's address (taken: an ephemeral one)")
     p.add_argument("--lease-seconds", type=float, default=10.0, help="seconds between Lease renewals")
     p.add_argument("--period", type=float, default=0.3, help="seconds between sync passes")
     p.add_argument("--cpu", type=int, default=0)

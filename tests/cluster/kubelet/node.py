@@ -1,5 +1,6 @@
 # kubelet/node.py: this kubelet's Node object: registering it (labels,
-# capacity and allocatable, addresses, nodeInfo), the heartbeat of its
+# capacity and allocatable, addresses, the kubelet API's port in
+# daemonEndpoints, nodeInfo), the heartbeat of its
 # conditions (all healthy, Ready True; lastTransitionTime kept where the
 # status did not change), and its Lease in kube-node-lease, made (owned by
 # the Node) when missing.
@@ -16,6 +17,7 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 class Node:
     def __init__(self, api, name, address):
         self.api, self.name, self.address = api, name, address
+        self.port = 0               # the kubelet API's (server.py), once it serves
 
     def register(self, cpu, mem):
         node = {"apiVersion": "v1", "kind": "Node",
@@ -48,6 +50,7 @@ class Node:
              "message": "kubelet is posting ready status", "lastHeartbeatTime": t}],
             "addresses": [{"type": "InternalIP", "address": self.address},
                           {"type": "Hostname", "address": self.name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
             "nodeInfo": {"kubeletVersion": "v1.26.0-vitjob-local", "operatingSystem": "linux",
                          "architecture": "amd64", "containerRuntimeVersion": "vitjob-local://0",
                          "kernelVersion": os.uname().release, "osImage": "local processes",

@@ -7,9 +7,9 @@
 # Must not: start, signal or kill processes (runtime.py does), or talk to the
 # API server.
 
-import os
 import time
 
+from . import logs
 from .api import now_rfc3339
 from .log import log
 
@@ -22,7 +22,10 @@ class Container:
         self.spec = spec
         self.name = spec["name"]
         self.proc = None
-        self.log_path = None
+        self.log_path = None        # the log of the current (last started) instance
+        self.prev_log_path = None   # the one before it (kubectl logs --previous)
+        self.starts = 0
+        self.pumps = []             # the threads writing the current instance's log
         self.started_at = None
         self.finished_at = None
         self.exit_code = None
@@ -64,6 +67,8 @@ def reap(pod):
         rc = c.proc.poll()
         if rc is None:
             continue
+        for t in c.pumps:          # its output written out (a child still holding the pipe: 1 s)
+            t.join(1)
         c.exit_code = rc if rc >= 0 else 128 - rc
         c.finished_at = now_rfc3339()
         c.reason = "Completed" if c.exit_code == 0 else "Error"
@@ -88,13 +93,6 @@ def reap(pod):
 
 def log_tail(c):
     """The end of a container's log: its termination message under FallbackToLogsOnError."""
-    try:
-        with open(c.log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            data = f.read()
-    except OSError:
-        return ""
+    data = logs.text(c.log_path, LOG_TAIL_BYTES * 4) if c.log_path else b""
     lines = data.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
     return "\n".join(lines)[-LOG_TAIL_BYTES:]

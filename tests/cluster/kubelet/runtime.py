@@ -2,8 +2,10 @@
 # `nsenter --net=<the pod's netns> unshare --mount --uts` a shell that makes
 # its mounts (mounts.py) and hostname, then execs its command (image.py) with
 # its environment (env.py), as runAsUser/runAsGroup/fsGroup where set
-# (setpriv); stdout and stderr go to <root>/logs/<ns>_<pod>_<uid>/<c>.log,
-# kept after the pod (as /var/log/pods). Every container has
+# (setpriv); stdout and stderr go through pipes to the instance's log file
+# (logs.py: <root>/logs/<ns>_<pod>_<uid>/<c>/<n>.log, CRI format, kept after
+# the pod as /var/log/pods; the previous instance's file is kept for
+# `kubectl logs --previous`). Every container has
 # PR_SET_PDEATHSIG SIGKILL and its own process group: a kubelet that dies
 # takes its pods with it. Readiness probes (httpGet) run from here.
 # Must not: decide a pod's phase (pods.py) or report status (status.py).
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import time
 
+from . import logs
 from .api import now_rfc3339
 from .env import env_for
 from .image import argv_for
@@ -71,21 +74,21 @@ class Runtime:
                          (uid, gid if gid is not None else uid, ",".join(groups) or str(uid)))
         else:
             lines.append('exec "$@"')
-        # logs outlive the pod (as /var/log/pods): <root>/logs/<ns>_<pod>_<uid>/<container>.log
-        logdir = os.path.join(self.root, "logs", "%s_%s_%s" % (pod.ns, pod.name, pod.uid))
+        # logs outlive the pod (as /var/log/pods): <root>/logs/<ns>_<pod>_<uid>/<container>/<n>.log
+        logdir = os.path.join(self.root, "logs", "%s_%s_%s" % (pod.ns, pod.name, pod.uid), c.name)
         os.makedirs(logdir, exist_ok=True)
-        c.log_path = os.path.join(logdir, "%s.log" % c.name)
-        logf = open(c.log_path, "ab")
+        path = os.path.join(logdir, "%d.log" % c.starts)
         cmd = ["nsenter", "--net=/run/netns/" + pod.netns, "unshare", "--mount", "--uts",
                "--propagation", "private", "--", "/bin/sh", "-c", "\n".join(lines), "sh", hostname] + argv
         try:
-            c.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env,
-                                      preexec_fn=_child_setup, close_fds=True)
+            c.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, env=env, preexec_fn=_child_setup, close_fds=True)
         except OSError as e:
             c.failed_to_start = ("StartError", str(e))
-            logf.close()
             return
-        logf.close()
+        c.pumps = logs.pump(c.proc, path)
+        c.prev_log_path, c.log_path = c.log_path, path
+        c.starts += 1
         c.started_at = now_rfc3339()
         c.exit_code = c.reason = c.message = c.finished_at = None
         c.ready = not spec.get("readinessProbe")

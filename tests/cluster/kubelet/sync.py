@@ -16,6 +16,8 @@ import shutil
 import signal
 import time
 
+from kubeapi import tls
+
 from . import dns, status
 from .api import Api, q
 from .log import log
@@ -23,6 +25,7 @@ from .network import PodNetwork
 from .node import Node
 from .pods import Pod, reap
 from .runtime import Runtime
+from .server import KubeletServer
 from .volumes import Volumes
 
 
@@ -33,6 +36,7 @@ class Kubelet:
         self.root = os.path.abspath(args.root)
         self.net = PodNetwork(args.node, args.index)
         self.node = Node(self.api, args.node, self.net.node_ip)
+        self.server = None          # the kubelet API (server.py), from run()
         with open(self.api.ca_path) as f:
             ca_pem = f.read()
         volumes = Volumes(self.api, args.node, self.net.node_ip, ca_pem)
@@ -171,8 +175,16 @@ class Kubelet:
             self.runtime.send_signal(pod, signal.SIGKILL)
             self.net.free(pod)
 
+    def serve(self):
+        """The kubelet API on the node's address; its port goes into the Node's daemonEndpoints."""
+        crt, key = tls.self_signed(os.path.join(self.root, "pki"), self.node.name, [self.net.node_ip])
+        self.server = KubeletServer(self, self.net.node_ip, self.args.port, crt, key, self.api.ca_path).start()
+        self.node.port = self.server.port
+        log("info", "serving", address="%s:%d" % (self.net.node_ip, self.server.port))
+
     def run(self):
         self.net.up()
+        self.serve()
         self.node.register(str(self.args.cpu or os.cpu_count() or 1), "%dMi" % (self.args.memory_mi or 8192))
 
         def stop(signum, frame):
@@ -187,4 +199,5 @@ class Kubelet:
             time.sleep(self.args.period)
         log("info", "stopping", node=self.node.name, pods=len(self.pods))
         self.stop_all()
+        self.server.shutdown()
         self.net.down()
