@@ -29,7 +29,12 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # what each program links: the worker no HTTP server, the operator no BLAS,
 # SLEEF, OpenMP or zlib (and so neither does its container image); only the
 # worker has the S3 client (lib/s3.c: libxml2 for S3's XML, libcrypto's SHA-256)
-WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto libisal 2>/dev/null)
+WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto libisal $(DECODE_PKGS) 2>/dev/null)
+# the image decoders (worker/data/decode.c): TurboJPEG and libspng, linked by
+# the worker and by the one test that decodes (tests/test_decode.c), no other
+DECODE_PKGS   := libturbojpeg spng
+DECODE_CFLAGS  = $(shell pkg-config --cflags $(DECODE_PKGS) 2>/dev/null)
+DECODE_LIBS    = $(shell pkg-config --libs $(DECODE_PKGS) 2>/dev/null)
 OPERATOR_PKG_LIBS = $(shell pkg-config --libs libcjson yaml-0.1 libcurl libmicrohttpd 2>/dev/null)
 # OpenBLAS built on OpenMP, so that its GEMM threads and our OpenMP loops share
 # one thread pool (with the pthread build, OpenMP's spinning workers and
@@ -204,8 +209,17 @@ $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 $(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
+# the decoder is left out of the other tests, so that only the worker and
+# test_decode link TurboJPEG and libspng
+DECODE_OBJ = $(BUILD)/obj/worker/data/decode.o
+$(DECODE_OBJ) $(BUILD)/obj/tests/test_decode.o: ALL_CFLAGS += $(DECODE_CFLAGS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(filter-out $(DECODE_OBJ),$(CORE_OBJ))
 	$(call link,$(LDLIBS) -lcriterion)
+
+# test_decode: the decoder alone (lib/check.h is header-only)
+$(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)
+	$(call link,$(DECODE_LIBS) -lcriterion)
 
 # The sanitizer build: same sources, its own tree.
 asan:

@@ -10,7 +10,8 @@
  * CUDA, cuBLAS and NCCL variants join the same way (CUDA_CHECK with
  * cudaGetErrorString, CUBLAS_CHECK with cublasGetStatusString, NCCL_CHECK with
  * ncclGetErrorString) under their own #ifdef so this header stays includable
- * from plain C builds.
+ * from plain C builds; so do TurboJPEG (TJ_CHECK with tjGetErrorStr2) and
+ * libspng (SPNG_CHECK with spng_strerror), the worker's image decoders.
  */
 #ifndef VITJOB_CHECK_H
 #define VITJOB_CHECK_H
@@ -76,6 +77,34 @@ static inline int check_nccl(ncclResult_t code, const char *expr, const char *fi
 }
 /* Evaluates an ncclResult_t expression. */
 #define NCCL_CHECK(expr, err, errlen) check_nccl((expr), #expr, __FILE__, __LINE__, (err), (errlen))
+#endif
+
+#ifdef __TURBOJPEG_H__ /* <turbojpeg.h> was included first */
+static inline int check_tj(int rc, tjhandle h, const char *expr, const char *file, int line,
+                           char *err, size_t errlen)
+{
+    if (rc == 0) return 0;
+    /* TurboJPEG reports a libjpeg warning (TJERR_WARNING) as -1 too */
+    char what[256];
+    snprintf(what, sizeof what, "%s%s", tjGetErrorCode(h) == TJERR_WARNING ? "warning: " : "",
+             tjGetErrorStr2(h));
+    return check_report(rc, "turbojpeg", what, expr, file, line, err, errlen);
+}
+/* Evaluates a TurboJPEG call (0 or -1) on handle h; 0 on success, else -1 with
+ * err filled with the handle's own error string. */
+#define TJ_CHECK(expr, h, err, errlen) check_tj((expr), (h), #expr, __FILE__, __LINE__, (err), (errlen))
+#endif
+
+#ifdef SPNG_H /* <spng.h> was included first */
+static inline int check_spng(int code, const char *expr, const char *file, int line, char *err,
+                             size_t errlen)
+{
+    if (code == 0) return 0;
+    return check_report(code, "spng", spng_strerror(code), expr, file, line, err, errlen);
+}
+/* Evaluates a libspng call (0 or an spng_errno); 0 on success, else the code
+ * with err filled. */
+#define SPNG_CHECK(expr, err, errlen) check_spng((expr), #expr, __FILE__, __LINE__, (err), (errlen))
 #endif
 
 #endif

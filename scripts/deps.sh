@@ -17,6 +17,7 @@ BUILD_PACKAGES=(
   build-essential pkg-config
   libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev libsleef-dev
   libmicrohttpd-dev uthash-dev libgloo-dev libxml2-dev libssl-dev libisal-dev
+  libturbojpeg0-dev libspng-dev
 )
 CHART_PACKAGES=(
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
@@ -31,7 +32,7 @@ case "${1:-all}" in
       golang-github-go-logfmt-logfmt-dev
       libcriterion-dev bats
       dataset-fashion-mnist python3-torch
-      python3-jsonschema python3-yaml openssl iproute2
+      python3-jsonschema python3-yaml python3-pil libjpeg-turbo-progs openssl iproute2
       curl
     ) ;;
   *) echo "usage: scripts/deps.sh [build|image]" >&2; exit 2 ;;

@@ -94,6 +94,17 @@ includes_of() {
   [[ "$output" == *libgloo* ]]
 }
 
+@test "TurboJPEG and libspng: the worker and test_decode link them, the operator and other tests do not" {
+  run ldd "$BUILD/bin/vitjob-worker"
+  [[ "$output" == *libturbojpeg* && "$output" == *libspng* ]]
+  run ldd "$BUILD/tests/test_decode"
+  [[ "$output" == *libturbojpeg* && "$output" == *libspng* ]]
+  run ldd "$BUILD/bin/vitjob-operator"
+  [[ "$output" != *libturbojpeg* && "$output" != *libspng* ]]
+  run ldd "$BUILD/tests/test_buf"
+  [[ "$output" != *libturbojpeg* && "$output" != *libspng* ]]
+}
+
 @test "neither program carries the other's code" {
   run nm --defined-only "$BUILD/bin/vitjob-worker"
   [[ "$output" == *" train_run"* ]]
