@@ -207,7 +207,7 @@ steps_in() {
   for _ in $(seq 1 600); do grep -q "event=saved step=12" "$TMP/k/rank-0.log" 2>/dev/null && break; sleep 0.05; done
   sleep 0.0$((RANDOM % 10))
   pkill -KILL -f "checkpoint.uri=$(uri ck)" || true
-  wait
+  wait_ranks
   last=$(grep -o 'event=saved step=[0-9]*' "$TMP/k/rank-0.log" | tail -1 | grep -o '[0-9]*$')
   echo "killed after the checkpoint of step $last; the newest steps then:"
   "$WORKER" checkpoints --uri "$(uri ck)" "${ENDPOINT[@]}" | tail -3
@@ -228,7 +228,7 @@ steps_in() {
   for r in 0 1; do start_rank 2 $r "$port" 0 "$TMP/t" "${ARGS[@]}" "${CK[@]}"; done
   for _ in $(seq 1 600); do grep -q "step=5/" "$TMP/t/rank-0.log" 2>/dev/null && break; sleep 0.05; done
   pkill -TERM -f "checkpoint.uri=$(uri ck)" || true
-  wait
+  wait_ranks
   for r in 0 1; do [ "$(cat "$TMP/t/rank-$r.rc")" -eq 143 ]; done
   tail -1 "$TMP/t/rank-0.log"
   grep -q "every rank ended after step [0-9]*, checkpointed" "$TMP/t/rank-0.log"

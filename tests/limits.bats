@@ -29,6 +29,14 @@ teardown() {
   [ ${#missing[@]} -eq 0 ] || { echo "no BATS_TEST_TIMEOUT before the first test: ${missing[*]}"; false; }
 }
 
+@test "no bats test waits with a bare wait, which would wait out bats' own per-test timer" {
+  # bats runs its timer as a child of the test: `wait` with no operand waits
+  # for it too, so the test would sit until its limit and fail as a timeout
+  run grep -nE '(^|[;&|({]|then|do|else)[[:space:]]*wait[[:space:]]*($|[;&|)}#])' tests/*.bats tests/*.bash
+  echo "$output"
+  [ "$status" -eq 1 ]
+}
+
 @test "every Python test module runs its tests under testlimit.main" {
   local missing=()
   for f in tests/cluster/test_*.py tests/chart/test_*.py; do

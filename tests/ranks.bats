@@ -131,7 +131,7 @@ kill_one() {
   pid=$(test_pids VITJOB_RANK=2 | head -1)
   [ -n "$pid" ]
   kill -KILL "$pid"
-  wait
+  wait_ranks
   for r in 0 1; do
     echo "sharding $1, rank $r: $(cat "$TMP/k/rank-$r.rc") $(tail -1 "$TMP/k/rank-$r.log")"
     [ "$(cat "$TMP/k/rank-$r.rc")" -eq 1 ]
@@ -146,7 +146,7 @@ kill_one() {
   start_rank 2 0 "$port" 3 "$TMP/g" "${ARGS[@]}" "${short[@]}"
   sleep 1
   start_rank 2 1 "$port" 2 "$TMP/g" "${ARGS[@]}" "${short[@]}"
-  wait
+  wait_ranks
   cat "$TMP/g/rank-1.log" | tail -1
   [ "$(cat "$TMP/g/rank-1.rc")" -eq 1 ]
   grep -q "class=rendezvous" "$TMP/g/rank-1.log"
@@ -158,7 +158,7 @@ kill_one() {
 @test "rank 0 unreachable: the others exit retryably after the rendezvous timeout" {
   mkdir -p "$TMP/u"
   start_rank 2 1 "$(free_port)" 0 "$TMP/u" "${ARGS[@]}" --set training.rendezvousTimeoutSeconds=2
-  wait
+  wait_ranks
   tail -1 "$TMP/u/rank-1.log"
   [ "$(cat "$TMP/u/rank-1.rc")" -eq 1 ]
   grep -q "class=rendezvous retried=yes" "$TMP/u/rank-1.log"
@@ -195,6 +195,7 @@ start_pod() {
       VITJOB_RDZV_ENDPOINT="127.0.0.1:$port" VITJOB_COMM_HOST=127.0.0.1 \
       "$WORKER" train "$@" --log-level info > "$out/pod.out" 2> "$out/pod.log" || rc=$?
     echo "$rc" > "$out/pod.rc" ) &
+  RANK_PIDS+=($!)
 }
 
 # pid_of_local K: the process of local rank K
@@ -206,7 +207,7 @@ pid_of_local() {
   run_world 1 "$TMP/l1" "${ARGS[@]}" --set training.steps=6
   start_pod 2 "$(free_port)" "$TMP/l2" "${ARGS[@]}" --set training.steps=6 --set training.sharding=grad-op \
     --metrics "$TMP/l2/metrics.jsonl"
-  wait
+  wait_ranks
   [ "$(cat "$TMP/l2/pod.rc")" -eq 0 ] || { tail -5 "$TMP/l2/pod.log"; false; }
   grep -q "event=started local_rank=1 global_rank=1" "$TMP/l2/pod.log"
   grep -q "event=shard rank=1 world=2 sharding=grad-op" "$TMP/l2/pod.log"
@@ -220,7 +221,7 @@ pid_of_local() {
   pid=$(pid_of_local 2)
   [ -n "$pid" ]
   kill -KILL "$pid"
-  wait
+  wait_ranks
   tail -1 "$TMP/lk/pod.log"
   [ "$(cat "$TMP/lk/pod.rc")" -eq 1 ]
   grep -q 'class=peer_lost retried=yes msg="local rank 2 (global rank 2) was killed by signal 9; the pod'"'"'s other local ranks were stopped"' "$TMP/lk/pod.log"
@@ -235,7 +236,7 @@ pid_of_local() {
             tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^VITJOB_LOCAL_RANK=' || echo "$p"; done | head -1)
   [ -n "$agent" ]
   kill -TERM "$agent"
-  wait
+  wait_ranks
   tail -2 "$TMP/lt/pod.log"
   [ "$(cat "$TMP/lt/pod.rc")" -eq 143 ]
   [ "$(grep -c 'how="exited 143"' "$TMP/lt/pod.log")" -eq 2 ]

@@ -58,6 +58,15 @@ start_rank() {
   RANK_PIDS+=($!)
 }
 
+# wait_ranks: waits for the ranks and pods this test started (RANK_PIDS), not
+# for every child of the test: bats' own per-test timer (BATS_TEST_TIMEOUT)
+# is one too, and a bare `wait` would wait it out and fail as a timeout
+wait_ranks() {
+  local p
+  for p in "${RANK_PIDS[@]}"; do wait "$p" || true; done
+  RANK_PIDS=()
+}
+
 # run_world W OUTDIR [worker args...]: W ranks; rank 0 writes OUTDIR/metrics.jsonl
 # and, when asked, exports. Waits for all; fails unless every rank exited 0.
 run_world() {

@@ -8,6 +8,10 @@
 # BUILD (default build) points at the build tree; WORKER and OPERATOR may
 # override the binaries (the ASan run uses build/asan).
 
+# Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
+# regression that hangs fails in minutes; the environment may set another.
+: "${BATS_TEST_TIMEOUT:=300}"
+
 setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
