@@ -244,7 +244,7 @@ steps_in() {
   run_world 1 "$TMP/a" "${ARGS[@]}" "${CK[@]}" --set training.steps=2
   run "$WORKER" train "${ARGS[@]}" "${CK[@]}" --set model.depth=2
   [ "$status" -eq 2 ]
-  [[ "$output" == *"class=config"*"was written for the model"*'"depth":4'*"not this run's"*'"depth":2'* ]]
+  [[ "$output" == *"class=config"*"was written for the model"*'\"depth\":4'*"not this run's"*'\"depth\":2'* ]]
 }
 
 @test "export writes the newest complete step, or the one named, as the run's own export" {
