@@ -161,7 +161,9 @@ class ParityTest(unittest.TestCase):
         self.refused(r, 422, 'ViTJob.vitjob.dev "zero" is invalid: spec.replicas: Invalid value: 0: '
                      "spec.replicas in body should be greater than or equal to 1")
         crd = renamed(project_crd(), "unguardeds")
-        spec_schema(crd)["x-kubernetes-validations"][0]["rule"] = \
+        batch_rule = next(v for v in spec_schema(crd)["x-kubernetes-validations"]
+                          if v["message"].startswith("training.globalBatchSize must be divisible"))
+        batch_rule["rule"] = \
             "self.training.globalBatchSize % (self.training.microBatchSize * self.replicas) == 0"
         self.assertEqual(self.c.post(CRDS, crd).status, 201)
         obj = job("zero", replicas=0)
