@@ -18,6 +18,7 @@ typedef struct {
 struct obj_cache {
     pthread_rwlock_t lock;
     entry *table;
+    cache_transform_fn transform;
 };
 
 obj_cache *cache_new(void)
@@ -27,7 +28,58 @@ obj_cache *cache_new(void)
         free(c);
         return NULL;
     }
+    if (c) c->transform = cache_strip_meta;
     return c;
+}
+
+void cache_set_transform(obj_cache *c, cache_transform_fn fn) { c->transform = fn; }
+
+/* ---- transforms ----------------------------------------------------------- */
+
+#define LAST_APPLIED "kubectl.kubernetes.io/last-applied-configuration"
+
+void cache_strip_meta(cJSON *obj)
+{
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    if (!cJSON_IsObject(meta)) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "managedFields");
+    cJSON *ann = cJSON_GetObjectItemCaseSensitive(meta, "annotations");
+    cJSON_DeleteItemFromObjectCaseSensitive(ann, LAST_APPLIED);
+    if (cJSON_IsObject(ann) && !ann->child) cJSON_DeleteItemFromObjectCaseSensitive(meta, "annotations");
+}
+
+/* Keeps in object o only the members named in keep (NULL-terminated). */
+static void keep_only(cJSON *o, const char *const *keep)
+{
+    if (!cJSON_IsObject(o)) return;
+    cJSON *it = o->child;
+    while (it) {
+        cJSON *next = it->next;
+        int kept = 0;
+        for (const char *const *k = keep; *k && !kept; k++) kept = it->string && strcmp(it->string, *k) == 0;
+        if (!kept) cJSON_Delete(cJSON_DetachItemViaPointer(o, it));
+        it = next;
+    }
+}
+
+void cache_trim_pod(cJSON *obj)
+{
+    static const char *const status_keep[] = {"phase", "reason", "conditions", "containerStatuses",
+                                              NULL};
+    static const char *const cond_keep[] = {"type", "status", "reason", NULL};
+    static const char *const cs_keep[] = {"name", "state", "lastState", NULL};
+    static const char *const state_keep[] = {"terminated", NULL};
+    cache_strip_meta(obj);
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, "spec");
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    keep_only(st, status_keep);
+    cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(st, "conditions")) keep_only(it, cond_keep);
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(st, "containerStatuses")) {
+        keep_only(it, cs_keep);
+        keep_only(cJSON_GetObjectItemCaseSensitive(it, "state"), state_keep);
+        keep_only(cJSON_GetObjectItemCaseSensitive(it, "lastState"), state_keep);
+    }
 }
 
 static void free_entry(entry *e)
@@ -80,6 +132,7 @@ static entry *new_entry(cJSON *obj)
 
 int cache_put(obj_cache *c, cJSON *obj)
 {
+    if (c->transform && obj) c->transform(obj);
     entry *e = new_entry(obj);
     if (!e) {
         cJSON_Delete(obj);
@@ -128,6 +181,7 @@ int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed
     if (removed && !gone) goto out;
     while (cJSON_GetArraySize(items) > 0) {
         cJSON *obj = cJSON_DetachItemFromArray(items, 0);
+        if (c->transform) c->transform(obj);
         entry *n = new_entry(obj), *dup = NULL;
         if (!n) { /* nameless objects cannot be cached; skip them */
             cJSON_Delete(obj);
