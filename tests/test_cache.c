@@ -313,3 +313,21 @@ Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_spec_and_mana
     }
     cJSON_Delete(job);
 }
+
+Test(cache, a_label_lookup_matches_whole_members_only_never_a_prefix_or_text_inside_a_key_or_value)
+{
+    obj_cache *c = cache_new();
+    cache_put(c, pod("ns", "exact", "j", "1"));
+    cache_put(c, pod("ns", "longer", "j-2", "1"));
+    cache_put(c, cJSON_Parse("{\"metadata\":{\"namespace\":\"ns\",\"name\":\"inside\",\"labels\":"
+                             "{\"a\\\"vitjob.dev/job-name\":\"j\",\"x\":\"{\\\"vitjob.dev/job-name\\\":\\\"j\\\"}\"}}}"));
+    cJSON *got = cache_list(c, "ns", "vitjob.dev/job-name", "j");
+    cr_assert_eq(cJSON_GetArraySize(got), 1);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(got, 0), "metadata"),
+                                         "name")->valuestring, "exact");
+    cJSON_Delete(got);
+    got = cache_list(c, "ns", "vitjob.dev/job-name", NULL);
+    cr_assert_eq(cJSON_GetArraySize(got), 2, "any value: exact and longer, not inside");
+    cJSON_Delete(got);
+    cache_free(c);
+}

@@ -1,5 +1,6 @@
 # kubeapi/api.py: the semantics of the REST verbs on top of the store: object
-# metadata (uid, creationTimestamp, generation), optimistic concurrency (409),
+# metadata (uid, creationTimestamp, generation, managedFields: kubeapi/
+# managed.py), optimistic concurrency (409),
 # the status subresource, patches, CRD registration and custom object
 # validation, the built-in types' validation (kubeapi/validation.py) with
 # pod spec immutability on update, pods/binding (the only way to set
