@@ -11,7 +11,15 @@ these numbers bound the operator from below: the server is the slower side
 (its own CPU time is printed too). No peer operator can run here (no
 Kubeflow), so there is no ratio column.
 
+(4) --real-jobs N (issue 28): N one-replica ViTJobs on objects as big as a
+real server's (the test server writes managedFields and a real server's
+defaults), each against a fresh server: the operator of --build and, with
+--peer-bin, a peer binary (e.g. the build before the cache transform) in the
+same run: peak RSS, time to take all jobs on, reconciles per job and the
+operator's API requests per second over a minute idle afterwards.
+
 usage: operator_bench.py [--build build] [--replicas 1024] [--jobs 500] [--workers 4]
+                         [--real-jobs 0] [--peer-bin PATH] [--idle 60]
 """
 import argparse
 import json
@@ -69,13 +77,89 @@ def reconciles(port):
     return sum(float(v) for v in re.findall(r'^vitjob_reconcile_total\{[^}]*\} (\S+)$', text, re.M))
 
 
+def count_all_pods(client):
+    """The pods in default, from a one-item page's remainingItemCount: listing
+    thousands of real-sized pods every half second would load the server
+    more than the operator does."""
+    r = client.get("/api/v1/namespaces/default/pods?limit=1")
+    body = r.body if isinstance(r.body, dict) else json.loads(r.body)
+    return len(body["items"]) + int(body["metadata"].get("remainingItemCount") or 0)
+
+
+def api_requests(port):
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    return sum(float(v) for v in re.findall(r'^vitjob_api_requests_total\{[^}]*\} (\S+)$', text, re.M))
+
+
+def start_operator(binary, server, workers, tmp):
+    log = open(os.path.join(tmp, "operator-%d.log" % time.monotonic_ns()), "w")
+    op = subprocess.Popen([binary, "--kubeconfig", server.kubeconfig, "--metrics-addr", "127.0.0.1:0",
+                           "--workers", str(workers), "--log-level", "warn"],
+                          stdout=log, stderr=subprocess.STDOUT)
+    port = None
+    while port is None:  # the port is in the start line; warn level hides it: ask /proc
+        time.sleep(0.2)
+        out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+        m = re.search(r"127\.0\.0\.1:(\d+)\s.*pid=%d," % op.pid, out)
+        port = int(m.group(1)) if m else None
+    return op, port
+
+
+def real_jobs_run(binary, n, workers, idle):
+    """One fresh server, the operator `binary`, n one-replica jobs: a row."""
+    tmp = tempfile.mkdtemp(prefix="operator-bench-real-")
+    server = ServerProcess(os.path.join(tmp, "state"))
+    env = dict(os.environ, KUBECONFIG=server.kubeconfig, HOME=tmp)
+    op = None
+    try:
+        subprocess.run([KUBECTL, "apply", "-f", os.path.join(ROOT, "manifests", "00-crd.yaml")],
+                       env=env, check=True, capture_output=True)
+        op, port = start_operator(binary, server, workers, tmp)
+        client = server.client()
+        base = vm_hwm_mib(op.pid)
+        docs = yaml.safe_dump_all(job("real-%d" % i, 1) for i in range(n))
+        t0 = time.monotonic()
+        subprocess.run([KUBECTL, "apply", "-f", "-"], input=docs, text=True, env=env, check=True,
+                       capture_output=True)
+        while count_all_pods(client) < n:
+            time.sleep(0.5)
+        took = time.monotonic() - t0
+        r0, q0 = reconciles(port), api_requests(port)
+        time.sleep(idle)
+        r1, q1 = reconciles(port), api_requests(port)
+        return (os.path.basename(os.path.dirname(os.path.dirname(binary))) + "/" + os.path.basename(binary),
+                "%.1f" % base, "%.1f" % vm_hwm_mib(op.pid), "%.1f s" % took,
+                "%.3f" % ((r1 - r0) / n), "%.2f" % ((q1 - q0) / idle))
+    finally:
+        if op and op.poll() is None:
+            op.terminate()
+            op.wait(20)
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--replicas", type=int, default=1024)
     ap.add_argument("--jobs", type=int, default=500)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--real-jobs", type=int, default=0)
+    ap.add_argument("--peer-bin", default=None)
+    ap.add_argument("--idle", type=float, default=60)
     args = ap.parse_args()
+    if args.real_jobs:
+        rows = []
+        for b in ([args.peer_bin] if args.peer_bin else []) + [os.path.join(args.build, "bin", "vitjob-operator")]:
+            rows.append(real_jobs_run(b, args.real_jobs, args.workers, args.idle))
+        print("\n%d one-replica ViTJobs on real-sized objects (test API server, %d workers, idle %.0f s)\n"
+              % (args.real_jobs, args.workers, args.idle))
+        head = ("operator", "RSS at start MiB", "peak RSS MiB", "all jobs on", "reconciles/job idle", "API req/s idle")
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---" for _ in head) + "|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+        return 0
     tmp = tempfile.mkdtemp(prefix="operator-bench-")
     server = ServerProcess(os.path.join(tmp, "state"))
     env = dict(os.environ, KUBECONFIG=server.kubeconfig, HOME=tmp)

@@ -1,4 +1,5 @@
-/* operator/cache.c - see cache.h. A uthash table under a read-write lock. */
+/* operator/cache.c - see cache.h. A uthash table of compact JSON texts under
+ * a read-write lock. */
 #include "cache.h"
 
 #include <pthread.h>
@@ -9,15 +10,21 @@
 
 #include "kube.h"
 
+/* An object is kept as its compact JSON text, which takes a fifth of the
+ * memory of its cJSON tree (a node per value, a malloc per key and string),
+ * and parsed again when read: every read returns a fresh tree anyway. */
 typedef struct {
     char *key;       /* "namespace/name" */
-    cJSON *obj;
+    size_t ns_len;   /* of the namespace part of key */
+    char *text;      /* the object (after the transform), cJSON_PrintUnformatted */
+    char *labels;    /* its metadata.labels the same way, or NULL when none */
     UT_hash_handle hh;
 } entry;
 
 struct obj_cache {
     pthread_rwlock_t lock;
     entry *table;
+    cache_transform_fn transform;
 };
 
 obj_cache *cache_new(void)
@@ -27,12 +34,64 @@ obj_cache *cache_new(void)
         free(c);
         return NULL;
     }
+    if (c) c->transform = cache_strip_meta;
     return c;
+}
+
+void cache_set_transform(obj_cache *c, cache_transform_fn fn) { c->transform = fn; }
+
+/* ---- transforms ----------------------------------------------------------- */
+
+#define LAST_APPLIED "kubectl.kubernetes.io/last-applied-configuration"
+
+void cache_strip_meta(cJSON *obj)
+{
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    if (!cJSON_IsObject(meta)) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "managedFields");
+    cJSON *ann = cJSON_GetObjectItemCaseSensitive(meta, "annotations");
+    cJSON_DeleteItemFromObjectCaseSensitive(ann, LAST_APPLIED);
+    if (cJSON_IsObject(ann) && !ann->child) cJSON_DeleteItemFromObjectCaseSensitive(meta, "annotations");
+}
+
+/* Keeps in object o only the members named in keep (NULL-terminated). */
+static void keep_only(cJSON *o, const char *const *keep)
+{
+    if (!cJSON_IsObject(o)) return;
+    cJSON *it = o->child;
+    while (it) {
+        cJSON *next = it->next;
+        int kept = 0;
+        for (const char *const *k = keep; *k && !kept; k++) kept = it->string && strcmp(it->string, *k) == 0;
+        if (!kept) cJSON_Delete(cJSON_DetachItemViaPointer(o, it));
+        it = next;
+    }
+}
+
+void cache_trim_pod(cJSON *obj)
+{
+    static const char *const status_keep[] = {"phase", "reason", "conditions", "containerStatuses",
+                                              NULL};
+    static const char *const cond_keep[] = {"type", "status", "reason", NULL};
+    static const char *const cs_keep[] = {"name", "state", "lastState", NULL};
+    static const char *const state_keep[] = {"terminated", NULL};
+    cache_strip_meta(obj);
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, "spec");
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    keep_only(st, status_keep);
+    cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(st, "conditions")) keep_only(it, cond_keep);
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(st, "containerStatuses")) {
+        keep_only(it, cs_keep);
+        keep_only(cJSON_GetObjectItemCaseSensitive(it, "state"), state_keep);
+        keep_only(cJSON_GetObjectItemCaseSensitive(it, "lastState"), state_keep);
+    }
 }
 
 static void free_entry(entry *e)
 {
-    cJSON_Delete(e->obj);
+    free(e->text);
+    free(e->labels);
     free(e->key);
     free(e);
 }
@@ -63,28 +122,32 @@ static char *make_key(const char *ns, const char *name)
     return k;
 }
 
-static entry *new_entry(cJSON *obj)
+/* The entry of obj (which stays the caller's), or NULL: nameless or no memory. */
+static entry *new_entry(const cJSON *obj)
 {
-    const char *name = kube_meta_str(obj, "name");
+    const char *name = kube_meta_str(obj, "name"), *ns = kube_meta_str(obj, "namespace");
     if (!name) return NULL;
     entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
-    e->key = make_key(kube_meta_str(obj, "namespace"), name);
-    if (!e->key) {
-        free(e);
+    e->key = make_key(ns, name);
+    e->ns_len = strlen(ns ? ns : "");
+    e->text = cJSON_PrintUnformatted(obj);
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
+    if (cJSON_IsObject(labels) && labels->child) e->labels = cJSON_PrintUnformatted(labels);
+    if (!e->key || !e->text || (cJSON_IsObject(labels) && labels->child && !e->labels)) {
+        free_entry(e);
         return NULL;
     }
-    e->obj = obj;
     return e;
 }
 
 int cache_put(obj_cache *c, cJSON *obj)
 {
+    if (c->transform && obj) c->transform(obj);
     entry *e = new_entry(obj);
-    if (!e) {
-        cJSON_Delete(obj);
-        return -1;
-    }
+    cJSON_Delete(obj);
+    if (!e) return -1;
     pthread_rwlock_wrlock(&c->lock);
     entry *old = NULL;
     HASH_REPLACE_STR(c->table, key, e, old);
@@ -128,11 +191,10 @@ int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed
     if (removed && !gone) goto out;
     while (cJSON_GetArraySize(items) > 0) {
         cJSON *obj = cJSON_DetachItemFromArray(items, 0);
+        if (c->transform) c->transform(obj);
         entry *n = new_entry(obj), *dup = NULL;
-        if (!n) { /* nameless objects cannot be cached; skip them */
-            cJSON_Delete(obj);
-            continue;
-        }
+        cJSON_Delete(obj);
+        if (!n) continue; /* nameless objects cannot be cached; skip them */
         HASH_REPLACE_STR(fresh, key, n, dup);
         if (dup) free_entry(dup);
     }
@@ -145,8 +207,8 @@ int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed
         HASH_FIND_STR(fresh, e->key, f);
         HASH_DEL(c->table, e);
         if (!f && gone) {
-            cJSON_AddItemToArray(gone, e->obj);
-            e->obj = NULL;
+            cJSON *o = cJSON_Parse(e->text);
+            if (o) cJSON_AddItemToArray(gone, o);
         }
         free_entry(e);
     }
@@ -178,19 +240,44 @@ cJSON *cache_get(obj_cache *c, const char *ns, const char *name)
     pthread_rwlock_rdlock(&c->lock);
     entry *e = NULL;
     HASH_FIND_STR(c->table, k, e);
-    if (e) copy = cJSON_Duplicate(e->obj, 1);
+    if (e) copy = cJSON_Parse(e->text);
     pthread_rwlock_unlock(&c->lock);
     free(k);
     return copy;
 }
 
-static int label_matches(const cJSON *obj, const char *key, const char *value)
+/* The text to look for in an entry's labels for key (=value): "key": or
+ * "key":"value", escaped as cJSON prints them; caller frees. */
+static char *label_pattern(const char *key, const char *value)
 {
-    if (!key) return 1;
-    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(labels, key);
-    return cJSON_IsString(v) && (!value || strcmp(v->valuestring, value) == 0);
+    cJSON *k = cJSON_CreateString(key), *v = value ? cJSON_CreateString(value) : NULL;
+    char *ks = k ? cJSON_PrintUnformatted(k) : NULL, *vs = v ? cJSON_PrintUnformatted(v) : NULL;
+    char *out = NULL;
+    if (ks && (!value || vs)) {
+        size_t n = strlen(ks) + (vs ? strlen(vs) : 0) + 2;
+        out = malloc(n);
+        if (out) snprintf(out, n, "%s:%s", ks, vs ? vs : "");
+    }
+    free(ks);
+    free(vs);
+    cJSON_Delete(k);
+    cJSON_Delete(v);
+    return out;
+}
+
+/* Whether labels text (a flat JSON object of strings, as cJSON prints it)
+ * holds pattern as a whole member: after { or , and, with a value, before ,
+ * or }. Exact: inside a printed string every quote is escaped. */
+static int label_matches(const char *labels, const char *pattern, int with_value)
+{
+    if (!pattern) return 1;
+    if (!labels) return 0;
+    size_t n = strlen(pattern);
+    for (const char *p = labels; (p = strstr(p, pattern)) != NULL; p++) {
+        if (p == labels || (p[-1] != '{' && p[-1] != ',')) continue;
+        if (!with_value || p[n] == ',' || p[n] == '}') return 1;
+    }
+    return 0;
 }
 
 static int by_name(const void *a, const void *b)
@@ -204,21 +291,27 @@ cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *val
 {
     cJSON *out = cJSON_CreateArray();
     cJSON **picked = NULL;
-    size_t n = 0;
-    if (!out) return NULL;
+    size_t n = 0, ns_len = ns ? strlen(ns) : 0;
+    char *pattern = key ? label_pattern(key, value) : NULL;
+    if (!out || (key && !pattern)) {
+        cJSON_Delete(out);
+        free(pattern);
+        return NULL;
+    }
     pthread_rwlock_rdlock(&c->lock);
     picked = malloc(sizeof *picked * (HASH_COUNT(c->table) + 1));
     if (picked) {
         entry *e, *tmp;
         HASH_ITER(hh, c->table, e, tmp) {
-            const char *ons = kube_meta_str(e->obj, "namespace");
-            if (ns && (!ons || strcmp(ons, ns) != 0)) continue;
-            if (!label_matches(e->obj, key, value)) continue;
-            cJSON *copy = cJSON_Duplicate(e->obj, 1);
+            if (ns && (e->ns_len == 0 || e->ns_len != ns_len || strncmp(e->key, ns, ns_len) != 0))
+                continue;
+            if (!label_matches(e->labels, pattern, value != NULL)) continue;
+            cJSON *copy = cJSON_Parse(e->text);
             if (copy) picked[n++] = copy;
         }
     }
     pthread_rwlock_unlock(&c->lock);
+    free(pattern);
     if (!picked) {
         cJSON_Delete(out);
         return NULL;

@@ -16,9 +16,29 @@
 
 typedef struct obj_cache obj_cache;
 
-/* Returns a new empty cache (caller frees with cache_free), or NULL. */
+/* A transform, as client-go's cache.TransformFunc: edits an object in place
+ * as it enters the cache (cache_put, cache_replace*), so the cache keeps only
+ * what the reconcile reads. The objects handed to informer callbacks are not
+ * transformed. */
+typedef void (*cache_transform_fn)(cJSON *obj);
+
+/* Returns a new empty cache (caller frees with cache_free), or NULL. Its
+ * transform is cache_strip_meta. */
 obj_cache *cache_new(void);
 void cache_free(obj_cache *c); /* accepts NULL */
+/* Sets the cache's transform (NULL: none); call before filling it. */
+void cache_set_transform(obj_cache *c, cache_transform_fn fn);
+
+/* Drops what no reconcile reads from any object: metadata.managedFields
+ * (the server's field ownership, often the largest part of an object) and
+ * the annotation kubectl.kubernetes.io/last-applied-configuration (a copy of
+ * the object as `kubectl apply` last sent it). */
+void cache_strip_meta(cJSON *obj);
+/* cache_strip_meta, then what decide.c does not read of a pod: its spec
+ * (rendered by the operator, never read back) and of its status all but
+ * phase, reason, conditions[].{type,status,reason} and containerStatuses[].
+ * {name, state.terminated, lastState.terminated}. */
+void cache_trim_pod(cJSON *obj);
 
 /* Inserts or replaces the object under its metadata.namespace/name. Takes
  * ownership of obj (freed on error). Returns 0, or -1 if obj has no name. */

@@ -30,15 +30,15 @@ enum { INF_JOBS, INF_PODS, INF_CONFIGMAPS, INF_SERVICES, INF_SERVICEACCOUNTS, IN
        INF_ROLEBINDINGS, INF_COUNT };
 
 static const kind_info KINDS[] = {
-    [INF_JOBS] = {VJ_KIND, {VJ_PREFIX, VJ_RESOURCE}, NULL},
-    [INF_PODS] = {"Pod", {"/api/v1", "pods"}, NULL},
-    [INF_CONFIGMAPS] = {"ConfigMap", {"/api/v1", "configmaps"}, vj_render_configmap},
-    [INF_SERVICES] = {"Service", {"/api/v1", "services"}, vj_render_service},
-    [INF_SERVICEACCOUNTS] = {"ServiceAccount", {"/api/v1", "serviceaccounts"},
+    [INF_JOBS] = {VJ_KIND, {VJ_PREFIX, VJ_RESOURCE, NULL}, NULL},
+    [INF_PODS] = {"Pod", {"/api/v1", "pods", cache_trim_pod}, NULL},
+    [INF_CONFIGMAPS] = {"ConfigMap", {"/api/v1", "configmaps", NULL}, vj_render_configmap},
+    [INF_SERVICES] = {"Service", {"/api/v1", "services", NULL}, vj_render_service},
+    [INF_SERVICEACCOUNTS] = {"ServiceAccount", {"/api/v1", "serviceaccounts", NULL},
                              vj_render_service_account},
-    [INF_ROLES] = {"Role", {RBAC_PREFIX, "roles"}, vj_render_role},
-    [INF_ROLEBINDINGS] = {"RoleBinding", {RBAC_PREFIX, "rolebindings"}, vj_render_role_binding},
-    [INF_COUNT] = {"Event", {"/api/v1", "events"}, NULL},
+    [INF_ROLES] = {"Role", {RBAC_PREFIX, "roles", NULL}, vj_render_role},
+    [INF_ROLEBINDINGS] = {"RoleBinding", {RBAC_PREFIX, "rolebindings", NULL}, vj_render_role_binding},
+    [INF_COUNT] = {"Event", {"/api/v1", "events", NULL}, NULL},
 };
 
 struct controller {
@@ -55,8 +55,8 @@ struct controller {
 /* A gang scheduler's PodGroup: not watched (its CRD is optional; the job's
  * reconcile reads it), found by its apiVersion. */
 static const kind_info PODGROUP_KINDS[] = {
-    {VJ_PG_KIND, {"/apis/" VJ_PG_VOLCANO_API, VJ_PG_RESOURCE}, vj_render_podgroup},
-    {VJ_PG_KIND, {"/apis/" VJ_PG_COSCHED_API, VJ_PG_RESOURCE}, vj_render_podgroup},
+    {VJ_PG_KIND, {"/apis/" VJ_PG_VOLCANO_API, VJ_PG_RESOURCE, NULL}, vj_render_podgroup},
+    {VJ_PG_KIND, {"/apis/" VJ_PG_COSCHED_API, VJ_PG_RESOURCE, NULL}, vj_render_podgroup},
 };
 
 static const kind_info *kind_of(const cJSON *obj)

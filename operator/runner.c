@@ -155,6 +155,7 @@ int runner_start(const runner_opts *o, runner **out, char *err, size_t errlen)
             snprintf(err, errlen, "runner: out of memory");
             goto fail;
         }
+        if (o->sources[i].transform) cache_set_transform(r->cache[i], o->sources[i].transform);
         for (int j = 0; j < per_source; j++) {
             const char *ns = n_ns > 0 ? r->ns.names[j] : NULL;
             char path[512];

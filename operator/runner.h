@@ -30,6 +30,7 @@ typedef enum { RUN_DONE, RUN_REQUEUE, RUN_ERROR, RUN_TERMINAL } run_result;
 typedef struct {
     const char *prefix;   /* "/api/v1" or "/apis/GROUP/VERSION" */
     const char *resource; /* plural: "pods" */
+    cache_transform_fn transform; /* what its cache keeps; NULL = cache_strip_meta */
 } runner_source;
 
 /* Reconciles ns/name with client k (the worker thread's own). *requeue_s is

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
@@ -157,4 +158,176 @@ Test(cache, concurrent_writers_and_readers_stay_consistent)
     cr_assert_eq((size_t)cJSON_GetArraySize(l), cache_len(shared));
     cJSON_Delete(l);
     cache_free(shared);
+}
+
+/* ---- what enters the cache (the transform) ------------------------------------ */
+
+#include "decide.h"
+
+/* A pod as a real 1.26 server sends it: managedFields of three managers, the
+ * defaulted spec, the kubelet's status; rank 1 of job j, generation 0. */
+static cJSON *real_pod(const char *name, int rank, const char *phase, const char *state,
+                       const char *extra_meta)
+{
+    char text[8192];
+    snprintf(text, sizeof text,
+             "{\"metadata\":{\"namespace\":\"ns\",\"name\":\"%s\",\"uid\":\"p-%d\",%s"
+             "\"resourceVersion\":\"7\",\"creationTimestamp\":\"2026-11-26T04:00:00Z\","
+             "\"labels\":{\"vitjob.dev/job-name\":\"j\",\"vitjob.dev/rank\":\"%d\","
+             "\"vitjob.dev/restart\":\"0\"},"
+             "\"annotations\":{\"kubectl.kubernetes.io/last-applied-configuration\":\"{\\\"a\\\":1}\"},"
+             "\"ownerReferences\":[{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\","
+             "\"name\":\"j\",\"uid\":\"u-1\",\"controller\":true,\"blockOwnerDeletion\":true}],"
+             "\"managedFields\":[{\"manager\":\"vitjob-operator\",\"operation\":\"Update\","
+             "\"apiVersion\":\"v1\",\"time\":\"2026-11-26T04:00:00Z\",\"fieldsType\":\"FieldsV1\","
+             "\"fieldsV1\":{\"f:metadata\":{\"f:labels\":{\".\":{},\"f:vitjob.dev/rank\":{}}},"
+             "\"f:spec\":{\"f:containers\":{\"k:{\\\"name\\\":\\\"worker\\\"}\":{\".\":{}}}}}},"
+             "{\"manager\":\"kubelet\",\"operation\":\"Update\",\"subresource\":\"status\","
+             "\"apiVersion\":\"v1\",\"time\":\"2026-11-26T04:00:05Z\",\"fieldsType\":\"FieldsV1\","
+             "\"fieldsV1\":{\"f:status\":{\"f:phase\":{},\"f:containerStatuses\":{}}}}]},"
+             "\"spec\":{\"containers\":[{\"name\":\"worker\",\"image\":\"img:1\","
+             "\"args\":[\"train\"],\"resources\":{},\"terminationMessagePath\":\"/dev/termination-log\","
+             "\"terminationMessagePolicy\":\"FallbackToLogsOnError\",\"imagePullPolicy\":\"IfNotPresent\"}],"
+             "\"restartPolicy\":\"Never\",\"dnsPolicy\":\"ClusterFirst\",\"nodeName\":\"n1\","
+             "\"securityContext\":{},\"schedulerName\":\"default-scheduler\","
+             "\"tolerations\":[{\"key\":\"node.kubernetes.io/not-ready\",\"operator\":\"Exists\","
+             "\"effect\":\"NoExecute\",\"tolerationSeconds\":300}]},"
+             "\"status\":{\"phase\":\"%s\",\"hostIP\":\"10.0.0.1\",\"podIP\":\"10.1.0.%d\","
+             "\"qosClass\":\"BestEffort\",\"startTime\":\"2026-11-26T04:00:01Z\","
+             "\"conditions\":[{\"type\":\"Ready\",\"status\":\"False\",\"lastProbeTime\":null,"
+             "\"lastTransitionTime\":\"2026-11-26T04:00:09Z\",\"reason\":\"PodFailed\"},"
+             "{\"type\":\"DisruptionTarget\",\"status\":\"%s\",\"reason\":\"DeletionByTaintManager\","
+             "\"lastTransitionTime\":\"2026-11-26T04:00:08Z\",\"message\":\"Taint manager\"}],"
+             "\"containerStatuses\":[{\"name\":\"worker\",\"image\":\"img:1\",\"imageID\":\"sha256:1\","
+             "\"containerID\":\"containerd://1\",\"ready\":false,\"restartCount\":0,\"started\":false,"
+             "\"state\":%s,\"lastState\":{}}]}}",
+             name, rank, extra_meta, rank, phase, rank, rank ? "True" : "False", state);
+    cJSON *o = cJSON_Parse(text);
+    cr_assert_not_null(o, "bad pod JSON: %s", text);
+    return o;
+}
+
+static const cJSON *at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    return b ? cJSON_GetObjectItemCaseSensitive(x, b) : x;
+}
+
+Test(cache, managed_fields_and_last_applied_never_reach_the_cache_by_put_or_relist)
+{
+    obj_cache *c = cache_new();
+    cr_assert_eq(cache_put(c, real_pod("a", 0, "Running", "{\"running\":{}}", "")), 0);
+    cJSON *items = cJSON_CreateArray();
+    cJSON_AddItemToArray(items, real_pod("b", 1, "Running", "{\"running\":{}}", ""));
+    cr_assert_eq(cache_replace_ns(c, "other", items, NULL), 0);
+    const char *names[] = {"a", "b"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *got = cache_get(c, "ns", names[i]);
+        cr_assert_not_null(got);
+        cr_assert_null(at(got, "metadata", "managedFields"), "%s: managedFields cached", names[i]);
+        cr_assert_null(at(got, "metadata", "annotations"), "%s: last-applied cached", names[i]);
+        cr_assert_not_null(at(got, "metadata", "ownerReferences"));
+        cr_assert_not_null(at(got, "metadata", "labels"));
+        cJSON_Delete(got);
+    }
+    cache_free(c);
+}
+
+/* The plan decide makes, printed: what must not change when pods are trimmed. */
+static char *plan_text(const cJSON *job, const cJSON *pods)
+{
+    vj_children have = {1, 1, 1, 1, 1, 0, 0, NULL};
+    vj_plan *p = NULL;
+    char err[256];
+    cr_assert_eq(vj_decide(job, pods, &have, 1795665600LL, &p, err, sizeof err), 0, "%s", err);
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddItemToObject(out, "status", p->status_patch ? cJSON_Duplicate(p->status_patch, 1)
+                                                         : cJSON_CreateNull());
+    cJSON_AddNumberToObject(out, "creates", cJSON_GetArraySize(p->creates));
+    cJSON *d = cJSON_AddArrayToObject(out, "deletes");
+    for (size_t i = 0; i < p->n_deletes; i++) {
+        char s[VJ_NAME_LEN + 16];
+        snprintf(s, sizeof s, "%s force=%d", p->deletes[i].name, p->deletes[i].force);
+        cJSON_AddItemToArray(d, cJSON_CreateString(s));
+    }
+    cJSON *e = cJSON_AddArrayToObject(out, "events");
+    for (size_t i = 0; i < p->n_events; i++)
+        cJSON_AddItemToArray(e, cJSON_CreateString(p->events[i].reason));
+    char *text = cJSON_PrintUnformatted(out);
+    cJSON_Delete(out);
+    vj_plan_free(p);
+    return text;
+}
+
+Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_spec_and_managed_fields)
+{
+    const char *job_text =
+        "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\","
+        "\"metadata\":{\"name\":\"j\",\"namespace\":\"ns\",\"uid\":\"u-1\",\"generation\":1},"
+        "\"spec\":{\"replicas\":2,\"gpusPerReplica\":0,\"image\":\"img:1\","
+        "\"model\":{\"preset\":\"fmnist_tiny\"},"
+        "\"training\":{\"steps\":100,\"globalBatchSize\":128,\"microBatchSize\":64}},"
+        "\"status\":{\"phase\":\"Running\",\"restarts\":0}}";
+    /* each case: what decide sees in the pods (running; a disrupted peer; a
+     * peer_lost exit; a permanent exit; a pod stuck deleting on a lost node) */
+    const char *cases[][4] = {
+        {"Running", "{\"running\":{}}", "Running", "{\"running\":{}}"},
+        {"Running", "{\"running\":{}}", "Failed",
+         "{\"terminated\":{\"exitCode\":137,\"reason\":\"Error\",\"finishedAt\":\"2026-11-26T04:00:07Z\"}}"},
+        {"Failed",
+         "{\"terminated\":{\"exitCode\":1,\"finishedAt\":\"2026-11-26T04:00:07Z\",\"message\":"
+         "\"exit_code=1 class=peer_lost step=3\\n\"}}",
+         "Running", "{\"running\":{}}"},
+        {"Failed", "{\"terminated\":{\"exitCode\":2,\"finishedAt\":\"2026-11-26T04:00:07Z\"}}", "Running",
+         "{\"running\":{}}"},
+        {"Unknown", "{\"running\":{}}", "Running", "{\"running\":{}}"},
+    };
+    cJSON *job = cJSON_Parse(job_text);
+    cr_assert_not_null(job);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        obj_cache *c = cache_new();
+        cache_set_transform(c, cache_trim_pod);
+        cJSON *full = cJSON_CreateArray();
+        for (int r = 0; r < 2; r++) {
+            char name[16];
+            snprintf(name, sizeof name, "j-%d", r);
+            const char *meta = k == 4 && r == 0 ? "\"deletionTimestamp\":\"2026-11-26T03:00:00Z\"," : "";
+            cJSON_AddItemToArray(full, real_pod(name, r, cases[k][2 * r], cases[k][2 * r + 1], meta));
+            cr_assert_eq(cache_put(c, real_pod(name, r, cases[k][2 * r], cases[k][2 * r + 1], meta)), 0);
+        }
+        cJSON *trimmed = cache_list(c, "ns", "vitjob.dev/job-name", "j");
+        cr_assert_eq(cJSON_GetArraySize(trimmed), 2);
+        const cJSON *p;
+        cJSON_ArrayForEach(p, trimmed) {
+            cr_assert_null(at(p, "metadata", "managedFields"));
+            cr_assert_null(at(p, "spec", NULL), "the pod spec is never read back");
+            cr_assert_null(at(p, "status", "hostIP"));
+        }
+        char *want = plan_text(job, full), *got = plan_text(job, trimmed);
+        cr_assert_str_eq(got, want, "case %zu: decide differs on trimmed pods", k);
+        free(want);
+        free(got);
+        cJSON_Delete(full);
+        cJSON_Delete(trimmed);
+        cache_free(c);
+    }
+    cJSON_Delete(job);
+}
+
+Test(cache, a_label_lookup_matches_whole_members_only_never_a_prefix_or_text_inside_a_key_or_value)
+{
+    obj_cache *c = cache_new();
+    cache_put(c, pod("ns", "exact", "j", "1"));
+    cache_put(c, pod("ns", "longer", "j-2", "1"));
+    cache_put(c, cJSON_Parse("{\"metadata\":{\"namespace\":\"ns\",\"name\":\"inside\",\"labels\":"
+                             "{\"a\\\"vitjob.dev/job-name\":\"j\",\"x\":\"{\\\"vitjob.dev/job-name\\\":\\\"j\\\"}\"}}}"));
+    cJSON *got = cache_list(c, "ns", "vitjob.dev/job-name", "j");
+    cr_assert_eq(cJSON_GetArraySize(got), 1);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(got, 0), "metadata"),
+                                         "name")->valuestring, "exact");
+    cJSON_Delete(got);
+    got = cache_list(c, "ns", "vitjob.dev/job-name", NULL);
+    cr_assert_eq(cJSON_GetArraySize(got), 2, "any value: exact and longer, not inside");
+    cJSON_Delete(got);
+    cache_free(c);
 }

@@ -477,6 +477,74 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(ev["object"]["kind"], "Table")
         self.assertEqual(ev["object"]["rows"][0]["cells"][0], "wt")
 
+    # --- managedFields and defaults, as a real server writes them ------------------------
+
+    def test_created_pod_carries_managed_fields_of_its_manager_as_a_real_server_writes(self):
+        ua = kubeclient.for_server(self.server.port, self.server.ca, self.server.token)
+        ua.user_agent = "kubectl/v1.26.3 (linux/amd64) kubernetes/9e64410"
+        r = ua.post(NS + "/pods", pod("mf", labels={"app": "x"}))
+        self.assertEqual(r.status, 201, r)
+        got = self.c.get(NS + "/pods/mf").body
+        (e,) = got["metadata"]["managedFields"]
+        self.assertEqual(set(e), {"manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1"})
+        self.assertEqual((e["manager"], e["operation"], e["apiVersion"], e["fieldsType"]),
+                         ("kubectl", "Update", "v1", "FieldsV1"))
+        fs = e["fieldsV1"]
+        self.assertEqual(fs["f:metadata"], {"f:labels": {".": {}, "f:app": {}}})
+        c = fs["f:spec"]["f:containers"]['k:{"name":"worker"}']
+        for k in (".", "f:image", "f:name", "f:imagePullPolicy", "f:resources", "f:terminationMessagePath",
+                  "f:terminationMessagePolicy"):
+            self.assertIn(k, c)
+        for k in ("f:dnsPolicy", "f:enableServiceLinks", "f:restartPolicy", "f:schedulerName",
+                  "f:securityContext", "f:terminationGracePeriodSeconds"):
+            self.assertIn(k, fs["f:spec"])
+        self.assertNotIn("f:status", fs)
+
+    def test_status_write_adds_an_entry_for_its_manager_and_subresource(self):
+        self.create(NS + "/pods", pod("mfs"))
+        st = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        r = self.c.patch(NS + "/pods/mfs/status?fieldManager=kubelet", st)
+        self.assertEqual(r.status, 200, r)
+        mf = {(e.get("manager"), e["operation"], e.get("subresource")): e
+              for e in self.c.get(NS + "/pods/mfs").body["metadata"]["managedFields"]}
+        fs = mf[("kubelet", "Update", "status")]["fieldsV1"]["f:status"]
+        self.assertEqual(fs["f:phase"], {})
+        self.assertEqual(fs["f:conditions"]['k:{"type":"Ready"}'], {".": {}, "f:status": {}, "f:type": {}})
+        # the same write again changes nothing, not even the entry's time
+        before = self.c.get(NS + "/pods/mfs").body["metadata"]
+        self.c.patch(NS + "/pods/mfs/status?fieldManager=kubelet", st)
+        after = self.c.get(NS + "/pods/mfs").body["metadata"]
+        self.assertEqual(before["resourceVersion"], after["resourceVersion"])
+        self.assertEqual(before["managedFields"], after["managedFields"])
+
+    def test_update_moves_changed_fields_to_its_manager(self):
+        self.create(NS + "/configmaps?fieldManager=creator", cm("mfu"))
+        r = self.c.patch(NS + "/configmaps/mfu?fieldManager=editor", {"data": {"k": "changed", "n": "new"}})
+        self.assertEqual(r.status, 200, r)
+        mf = {e["manager"]: e["fieldsV1"] for e in r.body["metadata"]["managedFields"]}
+        self.assertEqual(mf["editor"], {"f:data": {"f:k": {}, "f:n": {}}})
+        self.assertNotIn("f:k", mf.get("creator", {}).get("f:data", {}))
+
+    def test_pod_gets_the_defaults_and_admission_fields_a_real_server_writes(self):
+        got = self.create(NS + "/pods", pod("defaults"))
+        spec = got["spec"]
+        self.assertEqual({k: spec.get(k) for k in ("dnsPolicy", "restartPolicy", "schedulerName",
+                                                   "securityContext", "enableServiceLinks", "preemptionPolicy",
+                                                   "priority", "serviceAccountName",
+                                                   "terminationGracePeriodSeconds")},
+                         {"dnsPolicy": "ClusterFirst", "restartPolicy": "Always",
+                          "schedulerName": "default-scheduler", "securityContext": {},
+                          "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+                          "priority": 0, "serviceAccountName": "default",
+                          "terminationGracePeriodSeconds": 30})
+        c = spec["containers"][0]
+        self.assertEqual((c["terminationMessagePath"], c["terminationMessagePolicy"], c["imagePullPolicy"],
+                          c["resources"]), ("/dev/termination-log", "File", "Always", {}))
+        self.assertTrue(spec["volumes"][0]["name"].startswith("kube-api-access-"))
+        self.assertEqual(c["volumeMounts"][0]["mountPath"], "/var/run/secrets/kubernetes.io/serviceaccount")
+        self.assertEqual(sorted((t["key"], t["tolerationSeconds"]) for t in spec["tolerations"]),
+                         [("node.kubernetes.io/not-ready", 300), ("node.kubernetes.io/unreachable", 300)])
+
     # --- deletion, finalizers, grace periods, garbage collection ----------------------------
 
     def test_finalizer_keeps_object_with_deletion_timestamp_until_removed(self):

@@ -1,5 +1,6 @@
 # kubeapi/api.py: the semantics of the REST verbs on top of the store: object
-# metadata (uid, creationTimestamp, generation), optimistic concurrency (409),
+# metadata (uid, creationTimestamp, generation, managedFields: kubeapi/
+# managed.py), optimistic concurrency (409),
 # the status subresource, patches, CRD registration and custom object
 # validation, the built-in types' validation (kubeapi/validation.py) with
 # pod spec immutability on update, pods/binding (the only way to set
@@ -19,7 +20,7 @@ import random
 import threading
 import uuid
 
-from . import admission, crdcheck, errors, patch, rbac, schema, selectors, validation
+from . import admission, crdcheck, errors, managed, patch, rbac, schema, selectors, validation
 from .resources import Registry
 SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
@@ -168,7 +169,14 @@ class Api:
             spec.setdefault("dnsPolicy", "ClusterFirst")
             spec.setdefault("schedulerName", "default-scheduler")
             spec.setdefault("serviceAccountName", "default")
-            for c in spec.get("containers") or []:
+            spec.setdefault("securityContext", {})
+            spec.setdefault("enableServiceLinks", True)
+            spec.setdefault("preemptionPolicy", "PreemptLowerPriority")   # the Priority admission plugin
+            spec.setdefault("priority", 0)
+            for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+                c.setdefault("resources", {})
+                for p in c.get("ports") or []:
+                    p.setdefault("protocol", "TCP")
                 c.setdefault("terminationMessagePath", "/dev/termination-log")
                 c.setdefault("terminationMessagePolicy", "File")
                 c.setdefault("imagePullPolicy", "Always" if c.get("image", "").endswith(":latest")
@@ -237,7 +245,7 @@ class Api:
 
     # --- create ---------------------------------------------------------------------
 
-    def create(self, rtype, version, ns, body, params, user=None):
+    def create(self, rtype, version, ns, body, params, user=None, agent=""):
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         want = rtype.api_version(version)
@@ -262,6 +270,7 @@ class Api:
         for k in SERVER_META:
             meta.pop(k, None)
         normalize_meta(meta)
+        written = copy.deepcopy(obj)    # what the writer set (admission's additions aside)
         if rtype.resource == "pods":
             validation.check_quantities(rtype.kind, version, obj)
         self._escalation(rtype, obj, ns, user)
@@ -284,6 +293,11 @@ class Api:
         meta["creationTimestamp"] = now()
         if rtype.generation:
             meta["generation"] = 1
+        self._builtin_defaults(rtype, written, creating=False)
+        mf = managed.on_create(written, managed.manager_of(params, agent), rtype.api_version(version),
+                               meta["creationTimestamp"], bool(rtype.status))
+        if mf:
+            meta["managedFields"] = mf
         self.present(rtype, version, obj)
         dry = params.get("dryRun") == "All"
         with self.store.lock:
@@ -299,14 +313,14 @@ class Api:
 
     # --- update and patch -------------------------------------------------------------
 
-    def update(self, rtype, version, ns, name, body, params, subresource=None, user=None):
+    def update(self, rtype, version, ns, name, body, params, subresource=None, user=None, agent=""):
         with self.store.lock:
             old = self.store.get(rtype.key, self._ns(rtype, ns), name)
             if old is None:
                 raise errors.not_found(rtype, name)
-            return self._update(rtype, version, old, body, params, subresource, user)
+            return self._update(rtype, version, old, body, params, subresource, user, agent)
 
-    def patch(self, rtype, version, ns, name, ctype, body, params, subresource=None, user=None):
+    def patch(self, rtype, version, ns, name, ctype, body, params, subresource=None, user=None, agent=""):
         ctype = (ctype or "").split(";")[0].strip()
         with self.store.lock:
             old = self.store.get(rtype.key, self._ns(rtype, ns), name)
@@ -323,9 +337,9 @@ class Api:
                 raise errors.unsupported_media_type(ctype)
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
-            return self._update(rtype, version, old, new, params, subresource, user)
+            return self._update(rtype, version, old, new, params, subresource, user, agent)
 
-    def _update(self, rtype, version, old, body, params, subresource, user=None):
+    def _update(self, rtype, version, old, body, params, subresource, user=None, agent=""):
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         name = old["metadata"]["name"]
@@ -387,9 +401,21 @@ class Api:
                 meta["generation"] = old["metadata"].get("generation", 1) + 1
         self.present(rtype, version, new)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        # managedFields: the request's own when it sends a list ([] clears
+        # them), else the stored ones; a change updates its manager's entry
+        sent = (body.get("metadata") or {}).get("managedFields") if subresource != "status" else None
+        mf = sent if isinstance(sent, list) else old["metadata"].get("managedFields")
+        new["metadata"].pop("managedFields", None)
+        if mf:
+            new["metadata"]["managedFields"] = mf
         cmp_old = self.present(rtype, version, copy.deepcopy(old))
         if new == cmp_old:
             return new, warnings
+        mf = managed.on_update(mf, old, new, managed.manager_of(params, agent), rtype.api_version(version),
+                               now(), subresource, bool(rtype.status))
+        new["metadata"].pop("managedFields", None)
+        if mf:
+            new["metadata"]["managedFields"] = mf
         dry = params.get("dryRun") == "All"
         # the last finalizer gone: removed, unless a graceful deletion (a pod's
         # grace period) is still running, which only the kubelet ends

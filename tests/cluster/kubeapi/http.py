@@ -284,14 +284,17 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET":
             return self._present_one(rtype, version, api.get(rtype, version, ns, name))
         if method == "POST" and name is None:
-            obj, warnings = api.create(rtype, version, ns, self._read_body(), params, user=self.user)
+            obj, warnings = api.create(rtype, version, ns, self._read_body(), params, user=self.user,
+                                        agent=self.headers.get("User-Agent", ""))
             return self._present_one(rtype, version, obj, 201, warnings)
         if method == "PUT" and name is not None:
-            obj, warnings = api.update(rtype, version, ns, name, self._read_body(), params, sub, user=self.user)
+            obj, warnings = api.update(rtype, version, ns, name, self._read_body(), params, sub, user=self.user,
+                                        agent=self.headers.get("User-Agent", ""))
             return self._present_one(rtype, version, obj, 200, warnings)
         if method == "PATCH" and name is not None:
             obj, warnings = api.patch(rtype, version, ns, name, self.headers.get("Content-Type"),
-                                      self._read_body(), params, sub, user=self.user)
+                                      self._read_body(), params, sub, user=self.user,
+                                      agent=self.headers.get("User-Agent", ""))
             return self._present_one(rtype, version, obj, 200, warnings)
         if method == "DELETE" and name is not None and sub is None:
             obj = api.delete(rtype, version, ns, name, self._read_body(), params)
