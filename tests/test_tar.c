@@ -116,7 +116,7 @@ static const char *PY =
     "add('after_link.cls', 2, 6, tarfile.USTAR_FORMAT)\n"
     "t.close()\n";
 
-Test(tar, what_pythons_tarfile_writes_reads_as_the_same_members, .timeout = 120)
+Test(tar, what_pythons_tarfile_writes_reads_as_the_same_members)
 {
     char dir[] = "/tmp/vitjob-tar-XXXXXX", path[64], cmd[4096];
     cr_assert_not_null(mkdtemp(dir));
