@@ -170,14 +170,21 @@ Test(fsdp, gradients_of_every_rank_sum_into_the_owners_shard_and_accumulate)
     }
 }
 
-/* rank 1 leaves at once; rank 0's next gather fails, and says which unit */
+/* both ranks gather the stem (so that each is past its set-up: a rank that
+ * left while the other was still connecting would fail the set-up instead),
+ * then rank 1 leaves; rank 0's next gather fails, and says which unit */
 static int lose_peer(fsdp *f, int rank, int world)
 {
     (void)world;
-    if (rank == 1) _exit(0);
     const model_shard *h = fsdp_hooks(f);
-    h->params(h->ctx, 2, 0); /* returns: stale values, the failure is sticky */
+    h->params(h->ctx, 0, 0);
     char err[512] = "";
+    if (fsdp_sync(f, err, sizeof err) != 0) {
+        fprintf(stderr, "rank %d: the stem's gather failed: %s\n", rank, err);
+        return 4;
+    }
+    if (rank == 1) _exit(0);
+    h->params(h->ctx, 2, 0); /* returns: stale values, the failure is sticky */
     if (fsdp_sync(f, err, sizeof err) == 0) return 1;
     if (!strstr(err, "sharding full: gathering the parameters of block 1")) {
         fprintf(stderr, "message: %s\n", err);
