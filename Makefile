@@ -209,13 +209,13 @@ $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 $(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))
 
-# the decoder is left out of the other tests, so that only the worker and
-# test_decode link TurboJPEG and libspng
+# the decoders' headers (TurboJPEG, libspng) for the decoder and the tests
+# that make images; the tests link the whole core, the decoder included
 DECODE_OBJ = $(BUILD)/obj/worker/data/decode.o
-$(DECODE_OBJ) $(BUILD)/obj/tests/test_decode.o: ALL_CFLAGS += $(DECODE_CFLAGS)
+$(DECODE_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.o): ALL_CFLAGS += $(DECODE_CFLAGS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(filter-out $(DECODE_OBJ),$(CORE_OBJ))
-	$(call link,$(LDLIBS) -lcriterion)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
+	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
 # test_decode: the decoder alone (lib/check.h is header-only)
 $(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)

@@ -188,6 +188,7 @@ static ckpt_status store_all(ckpt_writer *w)
     cJSON_AddNumberToObject(man, "params", (double)w->meta.n_params);
     cJSON_AddNumberToObject(man, "blockBytes", CKPT_BLOCK_BYTES);
     cJSON_AddItemToObject(man, "model", cJSON_Parse(w->meta.model));
+    if (w->meta.loader[0]) cJSON_AddItemToObject(man, "loader", cJSON_Parse(w->meta.loader));
     cJSON_AddItemToObject(man, "shards", shards);
     for (int q = 0; q < w->world; q++) {
         cJSON_AddItemToArray(shards, cJSON_Parse(entries[q]));
@@ -353,6 +354,10 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
     char *mt = cJSON_PrintUnformatted(model);
     if (mt) snprintf(m->meta.model, sizeof m->meta.model, "%s", mt);
     free(mt);
+    const cJSON *ld = cJSON_GetObjectItemCaseSensitive(j, "loader");
+    char *lt = ld ? cJSON_PrintUnformatted(ld) : NULL; /* optional; too long: left out */
+    if (lt && strlen(lt) < sizeof m->meta.loader) memcpy(m->meta.loader, lt, strlen(lt) + 1);
+    free(lt);
     m->nshards = cJSON_GetArraySize(shards);
     if (m->nshards != m->meta.world_size || m->nshards < 1) {
         snprintf(why, len, "%d shards for world size %d", m->nshards, m->meta.world_size);

@@ -38,6 +38,10 @@ typedef struct {
     char sharding[16];
     size_t n_params;
     char model[512];      /* the model config as JSON (model_io's dims): must match to load */
+    /* "" or the data loader's per-rank positions as a JSON array (the
+     * manifest's "loader"; the train module's format): shards and image
+     * folders resume to the sample from it */
+    char loader[65536];
 } ckpt_meta;
 
 /* A range [lo, hi) of the flat vector a rank saves, with where its

@@ -89,6 +89,8 @@ void tar_reader_free(tar_reader *r)
     free(r);
 }
 
+void tar_reader_start_at(tar_reader *r, uint64_t off) { r->off = off; }
+
 uint64_t tar_reader_offset(const tar_reader *r) { return r->off; }
 
 static int copy_msg(const tar_reader *r, char *err, size_t errlen)

@@ -72,8 +72,13 @@ void tar_reader_free(tar_reader *r); /* accepts NULL */
  * naming the shard, the member and the byte offset; after 0 or -1 every
  * further call returns the same. */
 int tar_reader_next(tar_reader *r, tar_member *m, char *err, size_t errlen);
-/* Bytes taken from the stream so far. */
+/* Bytes taken from the stream so far (plus the start given to
+ * tar_reader_start_at). */
 uint64_t tar_reader_offset(const tar_reader *r);
+/* Says that the stream begins at byte off of the archive (a reader resumed
+ * at a member's header): offsets and messages count from there. Call
+ * before the first tar_reader_next. */
+void tar_reader_start_at(tar_reader *r, uint64_t off);
 
 /* Writes n bytes: returns 0, or -1 (the writer then fails). */
 typedef int (*tar_write_fn)(void *ctx, const void *buf, size_t n);

@@ -47,6 +47,8 @@ wds_reader *wds_reader_new(const char *shard, tar_read_fn fn, void *ctx, uint64_
     return w;
 }
 
+void wds_reader_start_at(wds_reader *w, uint64_t off) { tar_reader_start_at(w->tar, off); }
+
 void wds_reader_free(wds_reader *w)
 {
     if (!w)
@@ -199,17 +201,17 @@ static wds_status finish(wds_reader *w, wds_sample *s, char *err, size_t errlen)
                      w->has_json ? "no label (its .json has no integer \"label\" in [0, 2^31))"
                                  : "no label (.cls, or .json with \"label\")");
     }
+    s->key = w->key; /* a bad sample's too: where it was */
+    s->offset = w->offset;
     if (w->problem[0]) {
         snprintf(err, errlen, "shard %s: sample '%s' at offset %llu: %s (members: %s); skipped",
                  w->shard, w->key, (unsigned long long)w->offset, w->problem, w->exts);
         return WDS_BAD;
     }
-    s->key = w->key;
     s->image_ext = w->image_ext;
     s->image = w->image_size ? w->image : (const unsigned char *)"";
     s->image_size = w->image_size;
     s->label = w->has_cls ? w->label : w->json_label;
-    s->offset = w->offset;
     return WDS_SAMPLE;
 }
 

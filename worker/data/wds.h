@@ -47,9 +47,12 @@ typedef struct wds_reader wds_reader;
  * member). NULL only when out of memory. Freed with wds_reader_free. */
 wds_reader *wds_reader_new(const char *shard, tar_read_fn fn, void *ctx, uint64_t max_member);
 void wds_reader_free(wds_reader *w); /* accepts NULL */
+/* The stream begins at byte off of the shard, at a sample's first header
+ * (a reader resumed where a sample started): tar_reader_start_at. */
+void wds_reader_start_at(wds_reader *w, uint64_t off);
 
 /* The next sample in *s (when WDS_SAMPLE), or why not (err, for WDS_BAD and
- * WDS_ERROR). */
+ * WDS_ERROR); a WDS_BAD sample's key and offset are set too. */
 wds_status wds_next(wds_reader *w, wds_sample *s, char *err, size_t errlen);
 
 #endif

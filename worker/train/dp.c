@@ -145,6 +145,24 @@ vj_err dp_sum(dp *d, double *v, int n, char *err, size_t errlen)
     return rc;
 }
 
+vj_err dp_gather(dp *d, const double *v, int n, double *all, char *err, size_t errlen)
+{
+    if (n < 1 || n > SUM_MAX) {
+        snprintf(err, errlen, "dp_gather: %d values (at most %d)", n, SUM_MAX);
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    if (d->world == 1) {
+        memcpy(all, v, sizeof *v * (size_t)n);
+        return VJ_OK;
+    }
+    double *mine = d->stage + (size_t)d->rank * (size_t)n;
+    d->ops->upload(mine, v, sizeof *v * (size_t)n);
+    if (comm_allgather(d->comm, mine, d->stage, (size_t)n * 2, COMM_F32, err, errlen) != 0)
+        return VJ_ERR_PEER_LOST;
+    d->ops->download(all, d->stage, sizeof(double) * (size_t)n * (size_t)d->world);
+    return VJ_OK;
+}
+
 vj_err dp_global_norm(dp *d, const float *g, double *norm, char *err, size_t errlen)
 {
     double sq = optim_grad_sq_in(d->opt, g);

@@ -98,6 +98,9 @@ vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen);
  * rank order (bit-identical on every rank, and to v alone with one rank).
  * n <= 8. VJ_ERR_PEER_LOST or VJ_ERR_OUT_OF_MEMORY. */
 vj_err dp_sum(dp *d, double *v, int n, char *err, size_t errlen);
+/* all (world x n doubles, host memory) = every rank's v (n doubles), in rank
+ * order; with one rank, v. n <= 8. VJ_ERR_PEER_LOST or VJ_ERR_OUT_OF_MEMORY. */
+vj_err dp_gather(dp *d, const double *v, int n, double *all, char *err, size_t errlen);
 
 /* This rank's part of a checkpoint: the segments of the flat vector it
  * saves with where their parameters and AdamW state are (every parameter is

@@ -15,6 +15,7 @@
 #include "ckpt.h"
 #include "data.h"
 #include "dp.h"
+#include "feed.h"
 #include "exitcode.h"
 #include "file.h"
 #include "log.h"
@@ -88,10 +89,9 @@ typedef struct {
     const vit_job_config *cfg;
     const train_options *opt;
     const vit_ops *ops;
-    dataset *train, *test;
+    feed *feed; /* the training and test samples */
     vit_model *model;
     dp *dp; /* the data-parallel strategy: the state's layout over the ranks */
-    data_loader loader;
     float *images; /* one micro-batch */
     int *labels;
     FILE *metrics; /* NULL without --metrics */
@@ -102,6 +102,8 @@ typedef struct {
     ckpt_writer *cwriter;
     long start_step;             /* steps done before this process (resumed) */
     long done_epoch, done_index; /* the loader's position after the last completed step */
+    int resumed, resumed_world;  /* resumed from a checkpoint, and the world size that wrote it */
+    char *resumed_loader;        /* its loader positions (JSON; "" none) */
     int stop_agreed;             /* many ranks: a stop was asked; every rank ends after this step */
     char threads_source[64];
     long steps_per_epoch, total;
@@ -119,6 +121,13 @@ typedef struct {
 
 static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
 
+/* Epochs done, as a fraction: images seen over the training set's size. */
+static double train_epochs(const run *r)
+{
+    uint64_t n = r->feed ? feed_train_samples(r->feed) : 0;
+    return n ? (double)r->images_done / (double)n : 0.0;
+}
+
 typedef struct {
     double accuracy, loss;
 } eval_result;
@@ -131,29 +140,20 @@ typedef struct {
  * set, so that SIGTERM is honoured promptly. */
 static vj_err evaluate(run *r, eval_result *out, int *stopped, char *err, size_t errlen)
 {
-    const dataset *d = r->test;
     vit_model *m = r->model;
-    const int K = model_num_classes(m), B = r->micro;
-    const size_t img = (size_t)d->rows * d->cols;
-    const long per = ((long)d->n + r->world - 1) / r->world, first = (long)r->rank * per;
-    long end = first + per < d->n ? first + per : d->n;
-    if (end < first) end = first;
-    const long batches = (per + B - 1) / B;
-    double sums[2] = {0.0, 0.0}; /* correct, loss */
+    const int K = model_num_classes(m);
+    double sums[3] = {0.0, 0.0, 0.0}; /* correct, loss, samples */
+    long batches = 0;
     *stopped = 0;
-    for (long k = 0; k < batches; k++) {
+    vj_err rc = feed_eval_begin(r->feed, &batches, err, errlen);
+    for (long k = 0; rc == VJ_OK && k < batches; k++) {
         if (stop_set(r) && r->world == 1) { /* many ranks: every rank evaluates to the end */
             *stopped = 1;
-            return VJ_OK;
+            break;
         }
-        long start = first + k * B;
-        int n = end - start < B ? (int)(end - start) : B;
-        if (n < 0) n = 0;
-        for (int b = 0; b < (n ? n : 1); b++) {
-            long i = n ? start + b : 0;
-            dataset_image(d, (int)i, 0, 0, 0, r->images + b * img);
-            r->labels[b] = d->labels[i];
-        }
+        int n = 0;
+        if ((rc = feed_eval_next(r->feed, r->images, r->labels, &n, err, errlen)) != VJ_OK) break;
+        if (n == 0) r->labels[0] = 0; /* this rank's part has run out: one image, ignored */
         model_forward(m, r->images, r->labels, n ? n : 1);
         const float *logits = model_logits(m), *losses = model_losses(m);
         for (int b = 0; b < n; b++) {
@@ -164,12 +164,15 @@ static vj_err evaluate(run *r, eval_result *out, int *stopped, char *err, size_t
             sums[0] += best == r->labels[b];
             sums[1] += losses[b];
         }
+        sums[2] += n;
     }
-    vj_err rc = dp_sync(r->dp, err, errlen);
-    if (rc == VJ_OK) rc = dp_sum(r->dp, sums, 2, err, errlen);
+    feed_eval_end(r->feed);
+    if (rc || *stopped) return rc;
+    rc = dp_sync(r->dp, err, errlen);
+    if (rc == VJ_OK) rc = dp_sum(r->dp, sums, 3, err, errlen);
     if (rc) return rc;
-    out->accuracy = sums[0] / d->n;
-    out->loss = sums[1] / d->n;
+    out->accuracy = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+    out->loss = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
     return VJ_OK;
 }
 
@@ -192,23 +195,20 @@ static vj_err evaluate_and_report(run *r, long step, eval_result *ev, int *stopp
 static vj_err load_data(run *r, char *err, size_t errlen)
 {
     const vit_job_config *cfg = r->cfg;
-    const model_config *mc = &cfg->model;
     const training_config *tc = &cfg->training;
-    vj_err rc = dataset_load_idx(&r->train, cfg->data.uri, "train", mc->num_classes, err, errlen);
-    if (rc == 0)
-        rc = dataset_load_idx(&r->test, cfg->data.uri, "t10k", mc->num_classes, err, errlen);
-    if (rc)
-        return rc;
-    rc = dataset_check_image_size(r->train, mc->image_size, err, errlen);
-    if (rc == 0) rc = dataset_check_same_size(r->test, r->train, err, errlen);
+    feed_options fo = {.cfg = cfg, .ops = r->ops, .comm = r->opt->comm, .rank = r->rank,
+                       .world = r->world, .threads = r->threads};
+    vj_err rc = feed_new(&r->feed, &fo, err, errlen);
     if (rc) return rc;
-    r->steps_per_epoch = r->train->n / tc->global_batch_size;
+    r->steps_per_epoch = feed_epoch_steps(r->feed, 0);
     if (r->steps_per_epoch < 1) {
-        snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %d training images",
-                 tc->global_batch_size, r->train->n);
+        snprintf(err, errlen, "training.globalBatchSize=%d exceeds the %llu training images "
+                 "(with %d ranks, data.maxBadFraction's reserve and the split of shards "
+                 "over ranks)", tc->global_batch_size,
+                 (unsigned long long)feed_train_samples(r->feed), r->world);
         return VJ_ERR_CONFIG;
     }
-    r->total = tc->steps > 0 ? tc->steps : (long)tc->epochs * r->steps_per_epoch;
+    r->total = tc->steps > 0 ? tc->steps : feed_total_steps(r->feed, tc->epochs);
     if (tc->optimizer.warmup_steps > r->total) {
         snprintf(err, errlen, "training.optimizer.warmupSteps=%d exceeds the %ld steps of "
                  "training.epochs=%d", tc->optimizer.warmup_steps, r->total, tc->epochs);
@@ -270,8 +270,6 @@ static vj_err build(run *r, char *err, size_t errlen)
     const model_config *mc = &cfg->model;
     const training_config *tc = &cfg->training;
     vj_err rc = VJ_OK;
-    if (!(r->ops = r->opt->ops) && (rc = train_pick_backend(&r->ops, tc, err, errlen)) != VJ_OK)
-        return rc;
     report_dims(mc, r->ops);
     /* with many ranks a stop is honoured at a step's end, where all agree */
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
@@ -295,8 +293,7 @@ static vj_err build(run *r, char *err, size_t errlen)
         return rc;
     r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
-    if (!r->images || !r->labels ||
-        data_loader_init(&r->loader, r->train, tc->seed, cfg->data.augment)) {
+    if (!r->images || !r->labels) {
         snprintf(err, errlen, "out of memory for batch buffers");
         return VJ_ERR_OUT_OF_MEMORY;
     }
@@ -337,7 +334,6 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
 {
     const training_config *tc = &r->cfg->training;
     const int G = tc->global_batch_size;
-    const long part = G / r->world; /* this rank's samples of the global batch */
     /* each sample's loss enters the mean over the global batch, so the
      * accumulated micro-batch gradients (over every rank) add up to the
      * global batch's */
@@ -349,19 +345,18 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
      * never mixes two epochs whatever the micro-batch size; rank q reads the
      * q-th part of the step's samples, so the samples the job sees do not
      * depend on the world size */
-    data_loader_begin_step(&r->loader, G);
-    data_loader_skip(&r->loader, (long)r->rank * part);
+    feed_step_begin(r->feed);
     int a = 0;
     const char *where = NULL;
     const int solo = r->world == 1; /* many ranks finish the step together */
     for (; a < r->accum && !(solo && stop_set(r)); a++) {
-        data_loader_next(&r->loader, r->micro, r->images, r->labels);
+        vj_err rd = feed_next(r->feed, r->images, r->labels, err, errlen);
+        if (rd) return rd;
         *loss += model_forward(r->model, r->images, r->labels, r->micro) * (double)r->micro;
         if ((where = model_abandoned(r->model)) != NULL) break;
         model_backward(r->model, dloss);
         if ((where = model_abandoned(r->model)) != NULL) break;
     }
-    data_loader_skip(&r->loader, (long)(r->world - 1 - r->rank) * part);
     if (solo && stop_set(r)) {
         snprintf(err, errlen, "stopped by signal during step %ld (micro-batch %d of %d%s%s); the "
                  "step was abandoned, the last completed step is %ld", step + 1,
@@ -375,8 +370,8 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     if (rc) return rc;
     *loss = sums[0] / G;
     if (!solo && sums[1] > 0) r->stop_agreed = 1;
-    r->done_epoch = r->loader.epoch;
-    r->done_index = r->loader.index;
+    feed_step_end(r->feed);
+    feed_position(r->feed, &r->done_epoch, &r->done_index);
     r->t_train += mono_seconds() - t0;
     if (model_status(r->model, err, errlen))
         return VJ_ERR_DEVICE_FAULT; /* retryable from the last checkpoint */
@@ -398,9 +393,10 @@ static vj_err finish(run *r, char *err, size_t errlen)
 {
     const model_config *mc = &r->cfg->model;
     const training_config *tc = &r->cfg->training;
-    int stopped;
-    eval_result ev;
-    vj_err rc = evaluate_and_report(r, r->total, &ev, &stopped, err, errlen);
+    int stopped = 0;
+    eval_result ev = {NAN, NAN};
+    const int has_test = feed_has_test(r->feed);
+    vj_err rc = has_test ? evaluate_and_report(r, r->total, &ev, &stopped, err, errlen) : VJ_OK;
     if (rc == VJ_OK && stopped) {
         snprintf(err, errlen, "stopped by signal during the final evaluation");
         rc = VJ_ERR_STOPPED;
@@ -431,11 +427,16 @@ static vj_err finish(run *r, char *err, size_t errlen)
              "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f img_per_s=%.1f "
              "train_seconds=%.1f peak_rss_mib=%.1f",
              r->total, r->last_loss, ev.accuracy, ips, r->t_train, peak_rss_mib());
-    printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%.6f,"
-           "\"test_loss\":%.6f,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
-           "\"threads\":%d,\"peak_rss_mib\":%.1f}\n",
-           r->total, r->last_loss, ev.accuracy, ev.loss, ips, r->t_train,
-           model_num_params(r->model), r->threads, peak_rss_mib());
+    char acc[32] = "null", tl[32] = "null"; /* no test split: no accuracy */
+    if (has_test) {
+        snprintf(acc, sizeof acc, "%.6f", ev.accuracy);
+        snprintf(tl, sizeof tl, "%.6f", ev.loss);
+    }
+    printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%s,"
+           "\"test_loss\":%s,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
+           "\"threads\":%d,\"peak_rss_mib\":%.1f,\"skipped_samples\":%llu}\n",
+           r->total, r->last_loss, acc, tl, ips, r->t_train, model_num_params(r->model),
+           r->threads, peak_rss_mib(), (unsigned long long)feed_skipped(r->feed));
     fflush(stdout);
     return VJ_OK;
 }
@@ -459,7 +460,7 @@ static void hand_progress(run *r)
     if (rate <= 0 && r->t_train > r->rate_t) /* the first window: what there is */
         rate = (double)(r->images_done - r->rate_images) / (r->t_train - r->rate_t);
     report_info p = {.step = r->steps_done, .total_steps = r->total,
-                     .epoch = r->train && r->train->n ? (double)r->images_done / r->train->n : 0,
+                     .epoch = train_epochs(r),
                      .loss = r->steps_done > r->start_step ? r->last_loss : NAN,
                      .images_per_second = rate,
                      .eta_seconds = rate > 0 ? (double)(r->total - r->steps_done) * G / rate : -1,
@@ -498,15 +499,14 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
         snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(errno));
         rc = write_error_class(errno);
     }
-    data_loader_free(&r->loader);
+    feed_free(r->feed);
+    free(r->resumed_loader);
     free(r->images);
     free(r->labels);
     model_free(r->model); /* before the strategy: it may hold the model's shard */
     dp_free(r->dp);
     ckpt_writer_free(r->cwriter);
     ckpt_store_free(r->cstore);
-    dataset_free(r->train);
-    dataset_free(r->test);
     return rc;
 }
 
@@ -555,6 +555,9 @@ static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t er
                       .n_params = model_num_params(r->model)};
     snprintf(meta.sharding, sizeof meta.sharding, "%s", dp_name(r->dp));
     model_config_json(&r->cfg->model, meta.model, sizeof meta.model);
+    vj_err rl = feed_checkpoint_state(r->feed, r->dp, meta.loader, sizeof meta.loader, err,
+                                      errlen);
+    if (rl) return rl;
     ckpt_segment *segs = NULL;
     int n = dp_segments(r->dp, &segs);
     if (n < 0) {
@@ -605,7 +608,13 @@ static vj_err resume(run *r, char *err, size_t errlen)
         r->images_done = meta.images_done;
         r->done_epoch = meta.epoch;
         r->done_index = meta.index;
-        data_loader_seek(&r->loader, meta.epoch, meta.index);
+        r->resumed = 1;
+        r->resumed_world = meta.world_size;
+        free(r->resumed_loader);
+        if (!(r->resumed_loader = strdup(meta.loader))) {
+            snprintf(err, errlen, "out of host memory");
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
     }
     if (ckpt_writer_new(&r->cwriter, r->cstore, r->opt->rdzv, r->rank, r->world, cc->keep,
                         r->cfg->training.collective_timeout_seconds, err, errlen) != 0)
@@ -624,11 +633,17 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     r.threads = pick_threads(tc, r.threads_source, sizeof r.threads_source);
     r.micro = tc->micro_batch_size;
     r.accum = config_accum_steps(cfg);
-    vj_err rc = load_data(&r, err, errlen);
+    vj_err rc = VJ_OK;
+    if (!(r.ops = opt->ops)) rc = train_pick_backend(&r.ops, tc, err, errlen);
+    if (rc == VJ_OK)
+        rc = load_data(&r, err, errlen);
     if (rc == VJ_OK)
         rc = build(&r, err, errlen);
     if (rc == VJ_OK)
         rc = resume(&r, err, errlen);
+    if (rc == VJ_OK)
+        rc = feed_start(r.feed, r.resumed ? r.start_step : -1, r.done_epoch, r.done_index,
+                        r.resumed_loader ? r.resumed_loader : "", r.resumed_world, err, errlen);
     if (rc)
         return run_free(&r, rc, err, errlen);
     r.steps_done = r.start_step;
@@ -673,7 +688,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             LOG_INFO("train",
                      "step=%ld/%ld epoch=%.2f loss=%.4f lr=%.3e grad_norm=%.3f img_per_s=%.1f "
                      "eta_s=%.0f",
-                     step + 1, r.total, (double)r.images_done / r.train->n,
+                     step + 1, r.total, train_epochs(&r),
                      interval_loss / interval_steps, res.lr, res.grad_norm, rate, eta);
             interval_loss = 0.0;
             interval_steps = 0;
@@ -690,7 +705,8 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         if (r.cwriter && (step + 1) % r.cfg->checkpoint.interval_steps == 0 && !last &&
             (rc = save_checkpoint(&r, step + 1, 0, err, errlen)) != VJ_OK)
             return run_free(&r, rc, err, errlen);
-        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last) {
+        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last &&
+            feed_has_test(r.feed)) {
             int stopped;
             eval_result ev;
             if ((rc = evaluate_and_report(&r, step + 1, &ev, &stopped, err, errlen)) != VJ_OK)
