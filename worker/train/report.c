@@ -110,6 +110,7 @@ static cJSON *progress_patch(const report_info *p)
         NUM("etaSeconds", (double)eta);
         ok &= cJSON_AddStringToObject(pr, "eta", human) != NULL;
     }
+    if (p->skipped_samples > 0) NUM("skippedSamples", (double)p->skipped_samples);
     if (p->last_checkpoint_step >= 0) {
         NUM("lastCheckpointStep", (double)p->last_checkpoint_step);
         if (p->last_checkpoint_uri[0])

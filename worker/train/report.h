@@ -30,6 +30,7 @@ typedef struct {
     double epoch, loss, images_per_second;
     double eta_seconds;          /* < 0: unknown (left out) */
     long last_checkpoint_step;   /* < 0: none yet (left out, as is the URI) */
+    long skipped_samples;        /* bad samples skipped by all ranks (0: left out) */
     char last_checkpoint_uri[1024];
 } report_info;
 

@@ -110,6 +110,7 @@ typedef struct {
     /* progress */
     double t_train, last_loss;
     long images_done;
+    long skipped; /* bad samples skipped by all ranks */
     /* rank 0 in Kubernetes: the writer of the job's status.progress (else
      * NULL), the newest stored checkpoint handed to it, and the rate it is
      * told (over windows of >= 2 s of training time) */
@@ -363,9 +364,11 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
                  a < r->accum ? a + 1 : a, r->accum, where ? ", " : "", where ? where : "", step);
         return VJ_ERR_STOPPED;
     }
-    double sums[2] = {*loss, stop_set(r) ? 1.0 : 0.0}; /* the loss, and whether to stop */
+    /* the loss, whether to stop, and the bad samples skipped */
+    double sums[3] = {*loss, stop_set(r) ? 1.0 : 0.0, (double)feed_skipped(r->feed)};
     vj_err rc = dp_sync(r->dp, err, errlen);
-    if (rc == VJ_OK) rc = dp_sum(r->dp, sums, solo ? 1 : 2, err, errlen);
+    if (rc == VJ_OK) rc = dp_sum(r->dp, sums, solo ? 1 : 3, err, errlen);
+    r->skipped = (long)sums[2];
     if (rc == VJ_OK) rc = dp_update(r->dp, step, res, err, errlen);
     if (rc) return rc;
     *loss = sums[0] / G;
@@ -464,7 +467,7 @@ static void hand_progress(run *r)
                      .loss = r->steps_done > r->start_step ? r->last_loss : NAN,
                      .images_per_second = rate,
                      .eta_seconds = rate > 0 ? (double)(r->total - r->steps_done) * G / rate : -1,
-                     .last_checkpoint_step = -1};
+                     .last_checkpoint_step = -1, .skipped_samples = r->skipped};
     long stored = ckpt_stored_step(r->cwriter);
     if (stored < 0 && r->start_step > 0) stored = r->start_step; /* resumed from it */
     if (stored >= 0) {
