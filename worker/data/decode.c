@@ -215,33 +215,3 @@ int decode_image_rgb(const void *data, size_t len, const char *name, const decod
     if (len == 0) return fail(err, errlen, name, "empty (0 bytes): not a JPEG or PNG");
     return fail(err, errlen, name, "not a JPEG or PNG (%zu bytes starting %s)", len, head);
 }
-
-int decode_probe(const void *data, size_t len, const char *name, int *width, int *height,
-                 char *err, size_t errlen)
-{
-    if (!name) name = "(image)";
-    const uint8_t *p = data;
-    switch (decode_sniff(data, len)) {
-    case DECODE_JPEG: {
-        tjhandle h = tjInitDecompress();
-        if (!h) return fail(err, errlen, name, "tjInitDecompress: %s", tjGetErrorStr2(NULL));
-        int subsamp = 0, cs = 0, rc = 0;
-        char why[512];
-        if (TJ_CHECK(tjDecompressHeader3(h, data, (unsigned long)len, width, height, &subsamp,
-                                         &cs), h, why, sizeof why))
-            rc = fail(err, errlen, name, "%s", why);
-        tjDestroy(h);
-        return rc;
-    }
-    case DECODE_PNG: /* the signature, then IHDR: length 13, "IHDR", width, height */
-        if (len < 24 || memcmp(p + 12, "IHDR", 4) != 0)
-            return fail(err, errlen, name, "png: no IHDR chunk after the signature");
-        *width = (int)((uint32_t)p[16] << 24 | (uint32_t)p[17] << 16 | (uint32_t)p[18] << 8 | p[19]);
-        *height = (int)((uint32_t)p[20] << 24 | (uint32_t)p[21] << 16 | (uint32_t)p[22] << 8 | p[23]);
-        if (*width <= 0 || *height <= 0)
-            return fail(err, errlen, name, "png: IHDR gives a %d x %d image", *width, *height);
-        return 0;
-    default:
-        return fail(err, errlen, name, "not a JPEG or PNG (%zu bytes)", len);
-    }
-}

@@ -72,12 +72,6 @@ const char *decode_format_name(decode_format f);
 int decode_image_rgb(const void *data, size_t len, const char *name, const decode_opts *opts,
                      decode_image *out, char *err, size_t errlen);
 
-/* The width and height the header of a JPEG or PNG gives, without
- * decoding (the loader picks its crop, and so the DCT scale, from them).
- * Returns 0, or -1 with a message in err. */
-int decode_probe(const void *data, size_t len, const char *name, int *width, int *height,
-                 char *err, size_t errlen);
-
 /* Frees out->rgb and zeroes *img; NULL and a zeroed image are no-ops. */
 void decode_image_free(decode_image *img);
 
