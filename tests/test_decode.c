@@ -494,6 +494,36 @@ Test(decode, region_bomb_header_is_refused_before_decoding)
     free(jpg);
 }
 
+/* the header's size without decoding, as the decode reports it */
+Test(decode, probe_gives_the_format_and_the_headers_size)
+{
+    const char *files[] = {"jpeg_region_420.jpg", "jpeg_progressive.jpg", "jpeg_cmyk.jpg",
+                           "png_rgb8.png", "png_palette_4bit.png"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        size_t len;
+        uint8_t *b = slurp(files[i], &len);
+        decode_format f;
+        int w = -1, h = -1;
+        char err[256] = "";
+        cr_assert_eq(decode_probe(b, len, files[i], &f, &w, &h, err, sizeof err), 0, "%s", err);
+        decode_image img;
+        decode_ok(b, len, files[i], NULL, &img);
+        cr_expect_eq(f, img.format, "%s", files[i]);
+        cr_expect_eq(w, img.src_width, "%s", files[i]);
+        cr_expect_eq(h, img.src_height, "%s", files[i]);
+        decode_image_free(&img);
+        cr_expect_eq(decode_probe(b, 20, "cut", &f, &w, &h, err, sizeof err), -1, "%s", files[i]);
+        cr_expect(strncmp(err, "cut: ", 5) == 0, "%s: %s", files[i], err);
+        free(b);
+    }
+    decode_format f;
+    int w, h;
+    char err[256] = "";
+    cr_assert_eq(decode_probe("GIF89a", 6, "k.gif", &f, &w, &h, err, sizeof err), -1);
+    cr_expect_eq(f, DECODE_UNKNOWN);
+    cr_expect_str_eq(err, "k.gif: not a JPEG or PNG (6 bytes starting 47 49 46 38 39 61)");
+}
+
 Test(decode, png_ignores_the_region)
 {
     decode_opts o = {.crop_x = 5, .crop_y = 5, .crop_w = 10, .crop_h = 10};

@@ -372,6 +372,51 @@ out:
     return rc;
 }
 
+/* "NAME: not a JPEG or PNG (...)" */
+static int not_an_image(const void *data, size_t len, const char *name, char *err, size_t errlen)
+{
+    const uint8_t *p = data;
+    char head[3 * 8 + 1] = "";
+    for (size_t i = 0, n = 0; i < len && i < 8; i++)
+        n += (size_t)snprintf(head + n, sizeof head - n, "%s%02x", i ? " " : "", p[i]);
+    if (len == 0) return fail(err, errlen, name, "empty (0 bytes): not a JPEG or PNG");
+    return fail(err, errlen, name, "not a JPEG or PNG (%zu bytes starting %s)", len, head);
+}
+
+int decode_probe(const void *data, size_t len, const char *name, decode_format *fmt, int *width,
+                 int *height, char *err, size_t errlen)
+{
+    char why[512];
+    if (!name) name = "(image)";
+    *fmt = decode_sniff(data, len);
+    *width = *height = 0;
+    if (*fmt == DECODE_JPEG) {
+        tjhandle h = tjInitDecompress();
+        if (!h) return fail(err, errlen, name, "tjInitDecompress: %s", tjGetErrorStr2(NULL));
+        int subsamp = 0, cs = 0;
+        int rc = TJ_CHECK(tjDecompressHeader3(h, data, (unsigned long)len, width, height, &subsamp,
+                                              &cs),
+                          h, why, sizeof why);
+        tjDestroy(h);
+        if (rc) return fail(err, errlen, name, "%s", why);
+        /* a header cut before its SOF reads as "tables only": 0 x 0 */
+        return check_pixels(name, "jpeg", (uint64_t)*width, (uint64_t)*height, UINT64_MAX, err,
+                            errlen);
+    }
+    if (*fmt == DECODE_PNG) {
+        spng_ctx *ctx = spng_ctx_new(0);
+        if (!ctx) return fail(err, errlen, name, "spng_ctx_new: out of memory");
+        struct spng_ihdr ihdr;
+        int rc = SPNG_CHECK(spng_set_png_buffer(ctx, data, len), why, sizeof why) ||
+                 SPNG_CHECK(spng_get_ihdr(ctx, &ihdr), why, sizeof why);
+        spng_ctx_free(ctx);
+        if (rc) return fail(err, errlen, name, "%s", why);
+        *width = (int)ihdr.width, *height = (int)ihdr.height;
+        return 0;
+    }
+    return not_an_image(data, len, name, err, errlen);
+}
+
 int decode_image_rgb(const void *data, size_t len, const char *name, const decode_opts *opts,
                      decode_image *out, char *err, size_t errlen)
 {
@@ -386,10 +431,5 @@ int decode_image_rgb(const void *data, size_t len, const char *name, const decod
     case DECODE_PNG: return decode_png(data, len, name, max, out, err, errlen);
     default: break;
     }
-    const uint8_t *p = data;
-    char head[3 * 8 + 1] = "";
-    for (size_t i = 0, n = 0; i < len && i < 8; i++)
-        n += (size_t)snprintf(head + n, sizeof head - n, "%s%02x", i ? " " : "", p[i]);
-    if (len == 0) return fail(err, errlen, name, "empty (0 bytes): not a JPEG or PNG");
-    return fail(err, errlen, name, "not a JPEG or PNG (%zu bytes starting %s)", len, head);
+    return not_an_image(data, len, name, err, errlen);
 }

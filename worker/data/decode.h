@@ -114,6 +114,12 @@ decode_format decode_sniff(const void *data, size_t len);
 /* "jpeg", "png" or "unknown". */
 const char *decode_format_name(decode_format f);
 
+/* The format and the header's width and height, no pixels decoded (a
+ * random crop is drawn from the size before its region is decoded; about
+ * 3 us for a JPEG). 0, or -1 with err as decode_image_rgb's. */
+int decode_probe(const void *data, size_t len, const char *name, decode_format *fmt, int *width,
+                 int *height, char *err, size_t errlen);
+
 /* Decodes data (len bytes, borrowed) into *out; opts may be NULL (full
  * size, the default limit). name is only used in messages. On failure *out
  * holds nothing to free. Thread-safe: each call has its own decoder. */
