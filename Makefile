@@ -107,7 +107,7 @@ WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c
 OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o $(BUILD)/obj/api/config_schema.o,$(SHARED_OBJ)) \
                $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
-              $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
+              $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench $(BUILD)/bin/xf_check \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -207,6 +207,11 @@ $(BUILD)/bin/vitjob-operator: $(OPERATOR_OBJ) $(BUILD)/obj/operator/main.o
 # the reference check and the benchmark drivers (bench/NAME.c) run the worker's code
 $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 	$(call link,$(WORKER_LDLIBS))
+
+# the transforms against torch and torchvision (tests/transform.bats): transform.c alone
+$(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/data/transform.o \
+		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/stdfds.o
+	$(call link,-lm)
 
 $(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))

@@ -31,7 +31,7 @@ case "${1:-all}" in
       "${BUILD_PACKAGES[@]}" "${CHART_PACKAGES[@]}"
       golang-github-go-logfmt-logfmt-dev
       libcriterion-dev bats
-      dataset-fashion-mnist python3-torch
+      dataset-fashion-mnist python3-torch python3-torchvision
       python3-jsonschema python3-yaml python3-pil libjpeg-turbo-progs openssl iproute2
       curl
     ) ;;

@@ -19,6 +19,8 @@
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
 #                          tests/limits.bats         every test has a time limit, and it works
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
+#                          tests/transform.bats      the image transforms against torch
+#                                                    and torchvision
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
 #   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
 #                                                    real server refuses (parity), the
@@ -168,6 +170,7 @@ bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
+bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
 bats_suite layout/limits.bats tests/limits.bats
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
@@ -191,6 +194,7 @@ if [ -d "$ASAN/tests" ]; then
   bats_suite asan/cli/schema.bats tests/schema.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
     OPERATOR="$ASAN/bin/vitjob-operator"
+  bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"
   script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
     --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --quiet
   unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"
