@@ -30,9 +30,11 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # SLEEF, OpenMP or zlib (and so neither does its container image); only the
 # worker has the S3 client (lib/s3.c: libxml2 for S3's XML, libcrypto's SHA-256)
 WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto libisal $(DECODE_PKGS) 2>/dev/null)
-# the image decoders (worker/data/decode.c): TurboJPEG and libspng, linked by
-# the worker and by the one test that decodes (tests/test_decode.c), no other
-DECODE_PKGS   := libturbojpeg spng
+# the image decoders (worker/data/decode.c): TurboJPEG, libjpeg-turbo's
+# libjpeg API (a JPEG's region: jpeg_crop_scanline, jpeg_skip_scanlines) and
+# libspng, linked by the worker and by the one test that decodes
+# (tests/test_decode.c), no other
+DECODE_PKGS   := libturbojpeg libjpeg spng
 DECODE_CFLAGS  = $(shell pkg-config --cflags $(DECODE_PKGS) 2>/dev/null)
 DECODE_LIBS    = $(shell pkg-config --libs $(DECODE_PKGS) 2>/dev/null)
 OPERATOR_PKG_LIBS = $(shell pkg-config --libs libcjson yaml-0.1 libcurl libmicrohttpd 2>/dev/null)

@@ -17,7 +17,7 @@ BUILD_PACKAGES=(
   build-essential pkg-config
   libcurl4-openssl-dev libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libopenblas-openmp-dev libsleef-dev
   libmicrohttpd-dev uthash-dev libgloo-dev libxml2-dev libssl-dev libisal-dev
-  libturbojpeg0-dev libspng-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev
 )
 CHART_PACKAGES=(
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev

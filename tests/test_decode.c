@@ -87,6 +87,8 @@ static int max_diff_vs(const char *file, const char *ref, const decode_opts *o, 
     return worst;
 }
 
+static void patch_jpeg_size(uint8_t *b, size_t len, int w, int h);
+
 /* the bound for every case against PIL: exact (the same libjpeg-turbo with
  * the same IDCT and upsampling, the same PNG arithmetic) */
 static void equals_pil(const char *name, decode_format fmt)
@@ -212,6 +214,323 @@ Test(decode, png_ignores_the_scale_minimum)
     cr_expect_eq(max_diff_vs("png_rgb8.png", "png_rgb8.ref", &o, &img), 0);
     cr_expect_eq(img.scale_num, 1);
     cr_expect_eq(img.scale_denom, 1);
+    decode_image_free(&img);
+}
+
+/* libjpeg-turbo's scaled IDCTs other than 1/2, 1/4, 1/8 are slower than
+ * the full decode: fast_scales skips them; a region's box is scaled
+ * exactly, not rounded up as the whole image's size is */
+Test(decode, fast_scales_picks_only_pils_draft_factors_and_a_box_scales_exactly)
+{
+    size_t len;
+    uint8_t *jpg = slurp("jpeg_scaled_full.jpg", &len); /* 200 x 120 */
+    struct { int fast, min_w, crop_w, num, denom; } cases[] = {
+        {0, 60, 0, 3, 8},   /* 3/8 = 75 >= 60, 1/4 = 50 < 60 */
+        {1, 60, 0, 1, 2},   /* 3/8 left out: 1/2 */
+        {1, 50, 0, 1, 4},
+        {1, 101, 0, 1, 1},  /* 7/8 .. 5/8 left out: 1/1 */
+        {0, 30, 100, 3, 8}, /* a region: 100 * 3/8 = 37.5 >= 30 */
+        {1, 30, 100, 1, 2},
+        {0, 50, 99, 5, 8},  /* 99 / 2 = 49.5 < 50, not rounded up: 5/8 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        decode_opts o = {.min_width = cases[i].min_w, .fast_scales = cases[i].fast,
+                         .crop_w = cases[i].crop_w, .crop_h = cases[i].crop_w ? 50 : 0};
+        decode_image img;
+        char err[256];
+        cr_assert_eq(decode_image_rgb(jpg, len, "f", &o, &img, err, sizeof err), 0, "%s", err);
+        cr_expect_eq(img.scale_num * cases[i].denom, cases[i].num * img.scale_denom,
+                     "case %zu: scale %d/%d, want %d/%d", i, img.scale_num, img.scale_denom,
+                     cases[i].num, cases[i].denom);
+        decode_image_free(&img);
+    }
+    free(jpg);
+}
+
+/* ---- regions (decode_opts.crop_*) ---- */
+
+/* The bound on the outermost decoded column of a cropped side (decode.h):
+ * libjpeg's fancy upsampling gives (3 c0 + c1) / 4 where the crop gives c0,
+ * a chroma difference of at most 255 / 4 = 64 (rounded up), times 1.772
+ * (Cb into B), plus one for rounding. */
+#define REGION_EDGE_BOUND 115
+
+/* ceil of v >= 0, without libm */
+static int ceil_pos(double v)
+{
+    int i = (int)v;
+    return i + (v > i);
+}
+
+/* the decode must succeed */
+static void decode_ok(const uint8_t *data, size_t len, const char *name, const decode_opts *o,
+                      decode_image *img)
+{
+    char err[512] = "";
+    cr_assert_eq(decode_image_rgb(data, len, name, o, img, err, sizeof err), 0, "%s", err);
+}
+
+/* Random boxes of one file at scale k/8: every pixel inside the box equals
+ * the full decode's at that scale, every row is exact, only the outermost
+ * decoded column of a cropped side may differ (by at most the bound);
+ * returns the largest difference seen in those columns. */
+static int region_vs_full(const char *file, int k, uint64_t *seed)
+{
+    size_t len;
+    uint8_t *jpg = slurp(file, &len);
+    decode_image full;
+    tjscalingfactor f = {k, 8};
+    decode_opts fo = {.min_width = TJSCALED(203, f)};
+    decode_ok(jpg, len, file, &fo, &full);
+    cr_assert_eq(full.scale_num * 8, k * full.scale_denom, "%s: full decode at %d/8", file, k);
+    int worst_edge = 0;
+    for (int t = 0; t < 24; t++) {
+        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t r = *seed >> 16;
+        int bw = 24 + (int)(r % 180), bh = 1 + (int)((r >> 8) % 131);
+        if (t == 0) bw = 203, bh = 131; /* the whole image */
+        int bx = (int)((r >> 16) % (uint64_t)(203 - bw + 1));
+        int by = (int)((r >> 24) % (uint64_t)(131 - bh + 1));
+        if (t == 1) bx = 32;  /* on an iMCU boundary at 1/1: the cut column is the box's */
+        if (bx + bw > 203) bw = 203 - bx;
+        decode_opts o = {.crop_x = bx, .crop_y = by, .crop_w = bw, .crop_h = bh,
+                         .min_width = bw * k / 8};
+        decode_image img;
+        decode_ok(jpg, len, file, &o, &img);
+        cr_assert_eq(img.scale_num * 8, k * img.scale_denom, "%s box %dx%d: scale %d/%d, want %d/8",
+                     file, bw, bh, img.scale_num, img.scale_denom, k);
+        cr_assert_eq(img.scaled_width, full.width);
+        cr_assert_eq(img.scaled_height, full.height);
+        double box[4] = {bx, by, bw, bh};
+        decode_box_in_image(&img, box);
+        /* the box's pixels, outward (box[0] and box[1] are >= 0) */
+        int c0 = (int)box[0], c1 = ceil_pos(box[0] + box[2]);
+        int r0 = (int)box[1], r1 = ceil_pos(box[1] + box[3]);
+        if (c1 > img.width) c1 = img.width;
+        if (r1 > img.height) r1 = img.height;
+        /* the rows are the box's, exactly; the columns one more on each
+         * side than the box, then the left one down to an iMCU boundary */
+        cr_assert_eq(r0, 0, "%s: region starts %d rows above the box", file, -r0);
+        cr_assert_eq(r1, img.height, "%s: region ends %d rows below the box", file,
+                     img.height - r1);
+        cr_assert_geq(c0, img.x > 0 ? 1 : 0, "%s: no extra column left of the box", file);
+        cr_assert_lt(c0, 1 + 2 * k, "%s: %d columns left of the box, more than an iMCU", file, c0);
+        cr_assert_eq(img.width - c1, img.x + c1 < img.scaled_width ? 1 : 0,
+                     "%s: %d columns right of the box", file, img.width - c1);
+        for (int y = 0; y < img.height; y++)
+            for (int x = 0; x < img.width; x++)
+                for (int ch = 0; ch < 3; ch++) {
+                    int a = img.rgb[((size_t)y * img.width + x) * 3 + ch];
+                    int b = full.rgb[((size_t)(img.y + y) * full.width + img.x + x) * 3 + ch];
+                    int d = abs(a - b);
+                    int cut = (x == 0 && img.x > 0) ||
+                              (x == img.width - 1 && img.x + img.width < img.scaled_width);
+                    if (cut && !(x >= c0 && x < c1)) {
+                        if (d > worst_edge) worst_edge = d;
+                        cr_assert_leq(d, REGION_EDGE_BOUND, "%s %d/8: cut column differs by %d",
+                                      file, k, d);
+                    } else {
+                        cr_assert_eq(d, 0,
+                                     "%s %d/8 box %d,%d %dx%d: pixel %d,%d of the region (%d,%d "
+                                     "scaled) differs from the full decode by %d",
+                                     file, k, bx, by, bw, bh, x, y, img.x + x, img.y + y, d);
+                    }
+                }
+        decode_image_free(&img);
+    }
+    decode_image_free(&full);
+    free(jpg);
+    return worst_edge;
+}
+
+Test(decode, region_box_pixels_equal_the_full_decode_at_every_scale_and_kind_of_jpeg)
+{
+    const char *files[] = {"jpeg_region_420",       "jpeg_region_422",
+                           "jpeg_region_444",       "jpeg_region_progressive",
+                           "jpeg_region_grayscale", "jpeg_region_cmyk",
+                           "jpeg_region_restart"};
+    uint64_t seed = 7;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char file[64];
+        snprintf(file, sizeof file, "%s.jpg", files[i]);
+        int edge[9] = {0};
+        for (int k = 1; k <= 8; k++) edge[k] = region_vs_full(file, k, &seed);
+        cr_log_info("%s: largest difference in a cut column, 1/8..8/8: %d %d %d %d %d %d %d %d",
+                    files[i], edge[1], edge[2], edge[3], edge[4], edge[5], edge[6], edge[7],
+                    edge[8]);
+        /* what decode.h states: only horizontally upsampled chroma (4:2:0
+         * at 1/1, 4:2:2 at 7/8..1/4 too) makes the cut column inexact */
+        int h2 = strstr(file, "444") == NULL && strstr(file, "gray") == NULL &&
+                 strstr(file, "cmyk") == NULL;
+        int is422 = strstr(file, "422") != NULL;
+        for (int k = 1; k <= 8; k++) {
+            int may = h2 && (k == 8 || (is422 && k >= 2));
+            if (!may) cr_expect_eq(edge[k], 0, "%s at %d/8: cut column off by %d", file, k, edge[k]);
+        }
+        if (h2)
+            cr_expect_gt(edge[8], 0, "%s: the cut column is now exact at 1/1: libjpeg-turbo "
+                         "changed, decode.h's exactness note (and the extra column) can go",
+                         file);
+    }
+}
+
+/* the region path's own settings are PIL's: a box covering the image
+ * decodes to PIL's convert("RGB") exactly */
+Test(decode, region_covering_the_whole_image_equals_pil_exactly)
+{
+    const char *names[] = {"jpeg_baseline_420",  "jpeg_baseline_422", "jpeg_baseline_444",
+                           "jpeg_progressive",   "jpeg_optimized",    "jpeg_grayscale",
+                           "jpeg_cmyk",          "jpeg_restart",      "jpeg_region_420",
+                           "jpeg_region_422",    "jpeg_region_cmyk",  "jpeg_region_progressive"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char file[64], ref[64];
+        snprintf(file, sizeof file, "%s.jpg", names[i]);
+        snprintf(ref, sizeof ref, "%s.ref", names[i]);
+        decode_opts o = {.crop_w = 1000, .crop_h = 1000}; /* clipped to the image */
+        decode_image img;
+        int d = max_diff_vs(file, ref, &o, &img);
+        cr_expect_eq(d, 0, "%s: whole-image region differs from PIL by %d", names[i], d);
+        cr_expect_eq(img.x, 0);
+        cr_expect_eq(img.y, 0);
+        cr_expect_eq(img.scaled_width, img.width);
+        decode_image_free(&img);
+    }
+}
+
+/* the scale comes from the box, and the scaled region is PIL's draft() */
+Test(decode, region_scale_comes_from_the_box_and_equals_pils_draft)
+{
+    size_t len, rlen;
+    uint8_t *jpg = slurp("jpeg_scaled_full.jpg", &len); /* 200 x 120 */
+    uint8_t *ref = slurp("jpeg_scaled_half.ref", &rlen); /* PIL's draft at 1/2: 100 x 60 */
+    const uint8_t *px = memchr(ref, '\n', 32) + 1;
+    decode_opts o = {.crop_x = 37, .crop_y = 21, .crop_w = 100, .crop_h = 61,
+                     .min_width = 50, .min_height = 30};
+    decode_image img;
+    decode_ok(jpg, len, "s", &o, &img);
+    cr_assert_eq(img.scale_num * 2, img.scale_denom, "scale %d/%d, want 1/2 (the whole image "
+                 "would allow 1/4)", img.scale_num, img.scale_denom);
+    cr_expect_eq(img.scaled_width, 100);
+    cr_expect_eq(img.scaled_height, 60);
+    cr_expect_eq(img.y, 10);     /* floor(21 / 2) */
+    cr_expect_eq(img.height, 31); /* rows 10 .. ceil(82 / 2) = 41 */
+    cr_expect_leq(img.x, 17);    /* floor(37 / 2) = 18, less one column */
+    cr_expect_geq(img.x + img.width, 69); /* ceil(137 / 2) = 69, plus one column */
+    double box[4] = {37, 21, 100, 61};
+    decode_box_in_image(&img, box);
+    cr_expect_float_eq(box[0], 18.5 - img.x, 1e-12);
+    cr_expect_float_eq(box[1], 0.5, 1e-12);
+    cr_expect_float_eq(box[2], 50, 1e-12);
+    cr_expect_float_eq(box[3], 30.5, 1e-12);
+    int worst = 0;
+    for (int y = 0; y < img.height; y++)
+        for (int x = 18 - img.x; x < 69 - img.x; x++)
+            for (int c = 0; c < 3; c++) {
+                int d = abs((int)img.rgb[((size_t)y * img.width + x) * 3 + c] -
+                            (int)px[((size_t)(img.y + y) * 100 + img.x + x) * 3 + c]);
+                if (d > worst) worst = d;
+            }
+    cr_expect_eq(worst, 0, "region at 1/2 differs from PIL's draft by %d", worst);
+    decode_image_free(&img);
+    free(ref);
+    free(jpg);
+}
+
+Test(decode, region_is_clipped_to_the_image_and_refused_outside_it_naming_it)
+{
+    size_t len;
+    uint8_t *jpg = slurp("jpeg_scaled_full.jpg", &len); /* 200 x 120 */
+    decode_opts o = {.crop_x = -5, .crop_y = 100, .crop_w = 15, .crop_h = 50};
+    decode_image img;
+    decode_ok(jpg, len, "c", &o, &img);
+    cr_expect_eq(img.x, 0);
+    cr_expect_eq(img.y, 100);
+    cr_expect_eq(img.height, 20);
+    cr_expect_geq(img.width, 11);
+    decode_image_free(&img);
+    char err[512] = "";
+    o = (decode_opts){.crop_x = 200, .crop_y = 0, .crop_w = 10, .crop_h = 10};
+    cr_assert_eq(decode_image_rgb(jpg, len, "s.tar:k.jpg", &o, &img, err, sizeof err), -1);
+    cr_expect_null(img.rgb);
+    cr_expect_str_eq(err, "s.tar:k.jpg: region x=200 y=0 w=10 h=10 is outside the 200x120 image");
+    free(jpg);
+}
+
+/* decode.h: with a region, nothing past its last row is read */
+Test(decode, region_of_a_truncated_jpeg_fails_only_where_it_reaches_the_cut)
+{
+    size_t len;
+    uint8_t *jpg = slurp("jpeg_region_420.jpg", &len); /* 203 x 131 */
+    size_t cut = len * 2 / 3;
+    uint8_t *part = malloc(cut);
+    cr_assert(part);
+    memcpy(part, jpg, cut);
+    decode_opts top = {.crop_x = 50, .crop_y = 3, .crop_w = 100, .crop_h = 20};
+    decode_image img;
+    decode_ok(part, cut, "top", &top, &img);
+    decode_image_free(&img);
+    decode_opts bottom = {.crop_x = 50, .crop_y = 110, .crop_w = 100, .crop_h = 20};
+    char err[512] = "";
+    cr_assert_eq(decode_image_rgb(part, cut, "s.tar:cut.jpg", &bottom, &img, err, sizeof err), -1);
+    cr_expect_null(img.rgb);
+    cr_expect(strstr(err, "s.tar:cut.jpg: "), "%s", err);
+    cr_expect(strstr(err, ": jpeg_skip_scanlines: libjpeg error "), "%s", err);
+    cr_expect(strstr(err, ": warning: Premature end of JPEG file"), "%s", err);
+    free(part);
+    free(jpg);
+}
+
+Test(decode, region_bomb_header_is_refused_before_decoding)
+{
+    size_t len;
+    uint8_t *jpg = slurp("jpeg_baseline_420.jpg", &len);
+    patch_jpeg_size(jpg, len, 65000, 65000);
+    decode_opts o = {.crop_w = 10, .crop_h = 10};
+    decode_image img;
+    char err[512] = "";
+    cr_assert_eq(decode_image_rgb(jpg, len, "bomb.jpg", &o, &img, err, sizeof err), -1);
+    cr_expect(strstr(err, "bomb.jpg: jpeg header says 65000x65000 = 4225000000 pixels"), "%s",
+              err);
+    free(jpg);
+}
+
+/* the header's size without decoding, as the decode reports it */
+Test(decode, probe_gives_the_format_and_the_headers_size)
+{
+    const char *files[] = {"jpeg_region_420.jpg", "jpeg_progressive.jpg", "jpeg_cmyk.jpg",
+                           "png_rgb8.png", "png_palette_4bit.png"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        size_t len;
+        uint8_t *b = slurp(files[i], &len);
+        decode_format f;
+        int w = -1, h = -1;
+        char err[256] = "";
+        cr_assert_eq(decode_probe(b, len, files[i], &f, &w, &h, err, sizeof err), 0, "%s", err);
+        decode_image img;
+        decode_ok(b, len, files[i], NULL, &img);
+        cr_expect_eq(f, img.format, "%s", files[i]);
+        cr_expect_eq(w, img.src_width, "%s", files[i]);
+        cr_expect_eq(h, img.src_height, "%s", files[i]);
+        decode_image_free(&img);
+        cr_expect_eq(decode_probe(b, 20, "cut", &f, &w, &h, err, sizeof err), -1, "%s", files[i]);
+        cr_expect(strncmp(err, "cut: ", 5) == 0, "%s: %s", files[i], err);
+        free(b);
+    }
+    decode_format f;
+    int w, h;
+    char err[256] = "";
+    cr_assert_eq(decode_probe("GIF89a", 6, "k.gif", &f, &w, &h, err, sizeof err), -1);
+    cr_expect_eq(f, DECODE_UNKNOWN);
+    cr_expect_str_eq(err, "k.gif: not a JPEG or PNG (6 bytes starting 47 49 46 38 39 61)");
+}
+
+Test(decode, png_ignores_the_region)
+{
+    decode_opts o = {.crop_x = 5, .crop_y = 5, .crop_w = 10, .crop_h = 10};
+    decode_image img;
+    cr_expect_eq(max_diff_vs("png_rgb8.png", "png_rgb8.ref", &o, &img), 0);
+    cr_expect_eq(img.x, 0);
+    cr_expect_eq(img.y, 0);
     decode_image_free(&img);
 }
 
@@ -394,6 +713,10 @@ Test(decode, mutated_and_truncated_files_never_crash_or_leak, .timeout = 300)
             memcpy(exact, b, n);
             free(b);
             decode_opts o = {.max_pixels = 1u << 20, .min_width = (k % 3) * 20};
+            if (k % 5 >= 3) /* a region, half the time scaled */
+                o = (decode_opts){.max_pixels = 1u << 20, .min_width = (k % 2) * 10,
+                                  .crop_x = (int)(rnd() % 60), .crop_y = (int)(rnd() % 40),
+                                  .crop_w = 1 + (int)(rnd() % 60), .crop_h = 1 + (int)(rnd() % 40)};
             decode_image img;
             char err[512] = "";
             char name[96];

@@ -103,6 +103,20 @@ def main(out):
     write(out, "jpeg_scaled_half", "jpg", big_jpg, draft=(100, 60))
     write(out, "jpeg_scaled_quarter", "jpg", big_jpg, draft=(50, 30))
     write(out, "jpeg_scaled_eighth", "jpg", big_jpg, draft=(25, 15))
+    # regions (decode_opts.crop_*): larger than an iMCU many times over,
+    # neither side a multiple of 16, every kind of JPEG the decoder reads
+    reg = pattern(203, 131, seed=4)
+    write(out, "jpeg_region_420", "jpg", save(reg, "JPEG", quality=90))
+    write(out, "jpeg_region_422", "jpg", save(reg, "JPEG", quality=90, subsampling=1))
+    write(out, "jpeg_region_444", "jpg", save(reg, "JPEG", quality=90, subsampling=0))
+    write(out, "jpeg_region_progressive", "jpg", save(reg, "JPEG", quality=90, progressive=True))
+    write(out, "jpeg_region_grayscale", "jpg", save(reg.convert("L"), "JPEG", quality=90))
+    reg_cmyk = Image.merge("CMYK", [*reg.split(), reg.convert("L").point(lambda v: 255 - v)])
+    write(out, "jpeg_region_cmyk", "jpg", save(reg_cmyk, "JPEG", quality=90))
+    reg_rst = subprocess.run(["jpegtran", "-restart", "1", "-copy", "all"],
+                             input=save(reg, "JPEG", quality=90), capture_output=True,
+                             check=True).stdout
+    write(out, "jpeg_region_restart", "jpg", reg_rst)
     # PNG
     write(out, "png_rgb8", "png", save(rgb, "PNG"))
     write(out, "png_gray8", "png", save(rgb.convert("L"), "PNG"))

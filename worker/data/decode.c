@@ -1,16 +1,20 @@
-/* worker/data/decode.c - JPEG (TurboJPEG) and PNG (libspng) bytes to 8-bit RGB.
+/* worker/data/decode.c - JPEG (TurboJPEG; libjpeg's API for a region) and
+ * PNG (libspng) bytes to 8-bit RGB.
  *
  * Owns: the decoders' settings and the conversions to PIL's RGB (see
  * decode.h). Must not: read files, log, or know where the bytes came from.
  */
 #include <spng.h>
 #include <turbojpeg.h>
+/* jpeglib.h needs size_t and FILE first */
+#include <stdio.h>
+#include <jpeglib.h>
 
 #include "check.h"
 #include "decode.h"
 
+#include <setjmp.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,19 +71,36 @@ static int check_pixels(const char *name, const char *fmt, uint64_t w, uint64_t 
 }
 
 /* The smallest factor <= 1 (best starts at 1/1 and only shrinks: never an
- * upscale) whose output is still >= min_w x min_h (1/1 when
- * none is smaller or no minimum is asked). */
-static tjscalingfactor pick_scale(int w, int h, int min_w, int min_h)
+ * upscale) whose output is still >= min_w x min_h (1/1 when none is
+ * smaller or no minimum is asked): for the whole image, its rounded-up
+ * scaled size (TJSCALED); for a region (exact), w * num / denom itself.
+ * fast: only 1/1, 1/2, 1/4 and 1/8 (decode.h says why). */
+static tjscalingfactor pick_scale(int w, int h, int min_w, int min_h, int exact, int fast)
 {
     tjscalingfactor best = {1, 1};
     if (min_w <= 0 && min_h <= 0) return best;
     int n = 0;
     tjscalingfactor *sf = tjGetScalingFactors(&n);
     for (int i = 0; sf && i < n; i++) {
-        if (TJSCALED(w, sf[i]) < min_w || TJSCALED(h, sf[i]) < min_h) continue;
+        if (fast && !(sf[i].num == 1 && (sf[i].denom == 1 || sf[i].denom == 2 ||
+                                         sf[i].denom == 4 || sf[i].denom == 8)))
+            continue;
+        if (exact ? ((long)w * sf[i].num < (long)min_w * sf[i].denom ||
+                     (long)h * sf[i].num < (long)min_h * sf[i].denom)
+                  : (TJSCALED(w, sf[i]) < min_w || TJSCALED(h, sf[i]) < min_h))
+            continue;
         if ((long)sf[i].num * best.denom < (long)best.num * sf[i].denom) best = sf[i];
     }
     return best;
+}
+
+void decode_box_in_image(const decode_image *img, double box[4])
+{
+    double s = (double)img->scale_num / (double)img->scale_denom;
+    box[0] = box[0] * s - img->x;
+    box[1] = box[1] * s - img->y;
+    box[2] *= s;
+    box[3] *= s;
 }
 
 /* PIL's CMYK->RGB (Convert.c cmyk2rgb) on libjpeg's output read as Adobe
@@ -116,7 +137,8 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const 
     }
     if (check_pixels(name, "jpeg", (uint64_t)w, (uint64_t)ht, max_pixels, err, errlen)) goto out;
 
-    tjscalingfactor sf = pick_scale(w, ht, o ? o->min_width : 0, o ? o->min_height : 0);
+    tjscalingfactor sf = pick_scale(w, ht, o ? o->min_width : 0, o ? o->min_height : 0, 0,
+                                    o && o->fast_scales);
     int sw = TJSCALED(w, sf), sh = TJSCALED(ht, sf);
     int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
     int pf = cmyk ? TJPF_CMYK : TJPF_RGB;
@@ -139,13 +161,165 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const 
     }
     *out = (decode_image){.rgb = buf, .width = sw, .height = sh, .src_width = w,
                           .src_height = ht, .scale_num = sf.num, .scale_denom = sf.denom,
-                          .format = DECODE_JPEG};
+                          .scaled_width = sw, .scaled_height = sh, .format = DECODE_JPEG};
     buf = NULL;
     rc = 0;
 out:
     free(buf);
     tjDestroy(h);
     return rc;
+}
+
+/* libjpeg's errors and warnings end the decode through longjmp, as
+ * TurboJPEG's do (TJFLAG_STOPONWARNING); the message is libjpeg's own. */
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    int code;                 /* libjpeg's message code, or -1: too many scans */
+    int warning;
+    char msg[JMSG_LENGTH_MAX];
+} jerr_mgr;
+
+static void jerr_exit(j_common_ptr c)
+{
+    jerr_mgr *e = (jerr_mgr *)c->err;
+    e->code = e->pub.msg_code;
+    e->pub.format_message(c, e->msg);
+    longjmp(e->jump, 1);
+}
+
+static void jerr_emit(j_common_ptr c, int level)
+{
+    jerr_mgr *e = (jerr_mgr *)c->err;
+    if (level >= 0) return; /* trace messages */
+    e->warning = 1;
+    jerr_exit(c);
+}
+
+/* TJFLAG_LIMITSCANS: the same limit, the same words */
+static void jerr_progress(j_common_ptr c)
+{
+    jerr_mgr *e = (jerr_mgr *)c->err;
+    if (c->is_decompressor && ((j_decompress_ptr)c)->input_scan_number > 500) {
+        e->code = -1;
+        snprintf(e->msg, sizeof e->msg, "Progressive JPEG image has more than 500 scans");
+        longjmp(e->jump, 1);
+    }
+}
+
+/* The region path (decode.h, "A region"): libjpeg's API, TurboJPEG's settings. */
+static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
+                              const decode_opts *o, uint64_t max_pixels, decode_image *out,
+                              char *err, size_t errlen)
+{
+    struct jpeg_decompress_struct ci;
+    struct jpeg_progress_mgr progress = {.progress_monitor = jerr_progress};
+    jerr_mgr je;
+    /* what setjmp's return path reads: volatile, as C11 7.13.2.1 wants */
+    uint8_t *volatile buf = NULL;
+    const char *volatile stage = "jpeg_read_header";
+    int volatile created = 0;
+
+    memset(&je, 0, sizeof je);
+    ci.err = jpeg_std_error(&je.pub);
+    je.pub.error_exit = jerr_exit;
+    je.pub.emit_message = jerr_emit;
+    if (setjmp(je.jump)) {
+        /* lib/check.h's format, the call libjpeg failed in as EXPR */
+        char what[JMSG_LENGTH_MAX + 16], why[512];
+        snprintf(what, sizeof what, "%s%s", je.warning ? "warning: " : "", je.msg);
+        check_report(je.code ? je.code : -1, "libjpeg", what, stage, __FILE__, __LINE__, why,
+                     sizeof why);
+        fail(err, errlen, name, "%s", why);
+        if (created) jpeg_destroy_decompress(&ci);
+        free(buf);
+        return -1;
+    }
+    jpeg_create_decompress(&ci);
+    created = 1;
+    ci.progress = &progress;
+    jpeg_mem_src(&ci, data, (unsigned long)len);
+    jpeg_read_header(&ci, TRUE);
+    int w = (int)ci.image_width, ht = (int)ci.image_height;
+    if (check_pixels(name, "jpeg", (uint64_t)w, (uint64_t)ht, max_pixels, err, errlen)) goto fail;
+
+    /* the box, clipped to the image */
+    long bx0 = o->crop_x < 0 ? 0 : o->crop_x, by0 = o->crop_y < 0 ? 0 : o->crop_y;
+    long bx1 = (long)o->crop_x + o->crop_w, by1 = (long)o->crop_y + o->crop_h;
+    if (bx1 > w) bx1 = w;
+    if (by1 > ht) by1 = ht;
+    if (bx0 >= bx1 || by0 >= by1) {
+        fail(err, errlen, name, "region x=%d y=%d w=%d h=%d is outside the %dx%d image", o->crop_x,
+             o->crop_y, o->crop_w, o->crop_h, w, ht);
+        goto fail;
+    }
+    tjscalingfactor sf = pick_scale((int)(bx1 - bx0), (int)(by1 - by0), o->min_width,
+                                    o->min_height, 1, o->fast_scales);
+    int cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
+    ci.out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+    ci.dct_method = JDCT_ISLOW;
+    ci.do_fancy_upsampling = TRUE;
+    ci.scale_num = (unsigned)sf.num;
+    ci.scale_denom = (unsigned)sf.denom;
+    stage = "jpeg_start_decompress";
+    jpeg_start_decompress(&ci);
+    int sw = (int)ci.output_width, sh = (int)ci.output_height;
+
+    /* the box in scaled pixels, outward; one column more on each side (the
+     * outermost decoded column of a cropped side is inexact: decode.h) */
+    long x0 = bx0 * sf.num / sf.denom, y0 = by0 * sf.num / sf.denom;
+    long x1 = (bx1 * sf.num + sf.denom - 1) / sf.denom, y1 = (by1 * sf.num + sf.denom - 1) / sf.denom;
+    x0 = x0 > 0 ? x0 - 1 : 0;
+    x1 = x1 < sw ? x1 + 1 : sw;
+    if (y1 > sh) y1 = sh;
+    JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+    if (xoff != 0 || cw != (JDIMENSION)sw) {
+        stage = "jpeg_crop_scanline";
+        jpeg_crop_scanline(&ci, &xoff, &cw);
+    }
+    int rw = (int)cw, rh = (int)(y1 - y0), px = cmyk ? 4 : 3;
+    buf = malloc((size_t)rw * (size_t)rh * (size_t)px);
+    if (!buf) {
+        fail(err, errlen, name, "out of memory for a %dx%d region", rw, rh);
+        goto fail;
+    }
+    if (y0 > 0) {
+        stage = "jpeg_skip_scanlines";
+        JDIMENSION skipped = jpeg_skip_scanlines(&ci, (JDIMENSION)y0);
+        if (skipped != (JDIMENSION)y0) {
+            fail(err, errlen, name, "jpeg_skip_scanlines skipped %u of %ld rows", skipped, y0);
+            goto fail;
+        }
+    }
+    stage = "jpeg_read_scanlines";
+    for (int r = 0; r < rh;) {
+        JSAMPROW rows[16];
+        int n = rh - r < 16 ? rh - r : 16;
+        for (int i = 0; i < n; i++) rows[i] = buf + (size_t)(r + i) * (size_t)rw * (size_t)px;
+        JDIMENSION got = jpeg_read_scanlines(&ci, rows, (JDIMENSION)n);
+        if (got == 0) {
+            fail(err, errlen, name, "jpeg_read_scanlines returned no row at row %ld", y0 + r);
+            goto fail;
+        }
+        r += (int)got;
+    }
+    /* the rows below are never read: no jpeg_finish_decompress */
+    jpeg_abort_decompress(&ci);
+    jpeg_destroy_decompress(&ci);
+    if (cmyk) {
+        cmyk_inverted_to_rgb(buf, (size_t)rw * (size_t)rh);
+        uint8_t *shrunk = realloc(buf, (size_t)rw * (size_t)rh * 3);
+        if (shrunk) buf = shrunk;
+    }
+    *out = (decode_image){.rgb = buf, .width = rw, .height = rh, .src_width = w,
+                          .src_height = ht, .scale_num = sf.num, .scale_denom = sf.denom,
+                          .scaled_width = sw, .scaled_height = sh, .x = (int)xoff, .y = (int)y0,
+                          .format = DECODE_JPEG};
+    return 0;
+fail:
+    jpeg_destroy_decompress(&ci);
+    free(buf);
+    return -1;
 }
 
 static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_t max_pixels,
@@ -188,13 +362,59 @@ static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_
     }
     *out = (decode_image){.rgb = buf, .width = (int)ihdr.width, .height = (int)ihdr.height,
                           .src_width = (int)ihdr.width, .src_height = (int)ihdr.height,
-                          .scale_num = 1, .scale_denom = 1, .format = DECODE_PNG};
+                          .scale_num = 1, .scale_denom = 1, .scaled_width = (int)ihdr.width,
+                          .scaled_height = (int)ihdr.height, .format = DECODE_PNG};
     buf = NULL;
     rc = 0;
 out:
     free(buf);
     spng_ctx_free(ctx);
     return rc;
+}
+
+/* "NAME: not a JPEG or PNG (...)" */
+static int not_an_image(const void *data, size_t len, const char *name, char *err, size_t errlen)
+{
+    const uint8_t *p = data;
+    char head[3 * 8 + 1] = "";
+    for (size_t i = 0, n = 0; i < len && i < 8; i++)
+        n += (size_t)snprintf(head + n, sizeof head - n, "%s%02x", i ? " " : "", p[i]);
+    if (len == 0) return fail(err, errlen, name, "empty (0 bytes): not a JPEG or PNG");
+    return fail(err, errlen, name, "not a JPEG or PNG (%zu bytes starting %s)", len, head);
+}
+
+int decode_probe(const void *data, size_t len, const char *name, decode_format *fmt, int *width,
+                 int *height, char *err, size_t errlen)
+{
+    char why[512];
+    if (!name) name = "(image)";
+    *fmt = decode_sniff(data, len);
+    *width = *height = 0;
+    if (*fmt == DECODE_JPEG) {
+        tjhandle h = tjInitDecompress();
+        if (!h) return fail(err, errlen, name, "tjInitDecompress: %s", tjGetErrorStr2(NULL));
+        int subsamp = 0, cs = 0;
+        int rc = TJ_CHECK(tjDecompressHeader3(h, data, (unsigned long)len, width, height, &subsamp,
+                                              &cs),
+                          h, why, sizeof why);
+        tjDestroy(h);
+        if (rc) return fail(err, errlen, name, "%s", why);
+        /* a header cut before its SOF reads as "tables only": 0 x 0 */
+        return check_pixels(name, "jpeg", (uint64_t)*width, (uint64_t)*height, UINT64_MAX, err,
+                            errlen);
+    }
+    if (*fmt == DECODE_PNG) {
+        spng_ctx *ctx = spng_ctx_new(0);
+        if (!ctx) return fail(err, errlen, name, "spng_ctx_new: out of memory");
+        struct spng_ihdr ihdr;
+        int rc = SPNG_CHECK(spng_set_png_buffer(ctx, data, len), why, sizeof why) ||
+                 SPNG_CHECK(spng_get_ihdr(ctx, &ihdr), why, sizeof why);
+        spng_ctx_free(ctx);
+        if (rc) return fail(err, errlen, name, "%s", why);
+        *width = (int)ihdr.width, *height = (int)ihdr.height;
+        return 0;
+    }
+    return not_an_image(data, len, name, err, errlen);
 }
 
 int decode_image_rgb(const void *data, size_t len, const char *name, const decode_opts *opts,
@@ -204,14 +424,12 @@ int decode_image_rgb(const void *data, size_t len, const char *name, const decod
     if (!name) name = "(image)";
     uint64_t max = opts && opts->max_pixels ? opts->max_pixels : DECODE_MAX_PIXELS_DEFAULT;
     switch (decode_sniff(data, len)) {
-    case DECODE_JPEG: return decode_jpeg(data, len, name, opts, max, out, err, errlen);
+    case DECODE_JPEG:
+        if (opts && opts->crop_w > 0 && opts->crop_h > 0)
+            return decode_jpeg_region(data, len, name, opts, max, out, err, errlen);
+        return decode_jpeg(data, len, name, opts, max, out, err, errlen);
     case DECODE_PNG: return decode_png(data, len, name, max, out, err, errlen);
     default: break;
     }
-    const uint8_t *p = data;
-    char head[3 * 8 + 1] = "";
-    for (size_t i = 0, n = 0; i < len && i < 8; i++)
-        n += (size_t)snprintf(head + n, sizeof head - n, "%s%02x", i ? " " : "", p[i]);
-    if (len == 0) return fail(err, errlen, name, "empty (0 bytes): not a JPEG or PNG");
-    return fail(err, errlen, name, "not a JPEG or PNG (%zu bytes starting %s)", len, head);
+    return not_an_image(data, len, name, err, errlen);
 }
