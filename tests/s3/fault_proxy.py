@@ -3,7 +3,9 @@
 S3 client and moto, to prove its retries.
 
     python3 tests/s3/fault_proxy.py --listen-port P --target HOST:PORT --ready-file F
-        [--fail-500 N [--fail-status S[,S...]] [--fail-html]] [--reset N] [--cut N] [--only-method M] [--down-file D] [--stats-file S] [--log L]
+        [--fail-500 N [--fail-status S[,S...]] [--fail-html]] [--reset N]
+        [--cut N [--cut-bytes B] [--cut-close]] [--only-method M] [--down-file D]
+        [--stats-file S] [--log L [--log-range]]
 
 Listens on 127.0.0.1:P (0 = a free port; the port is written to F, atomically,
 once it listens). Each request is read whole (headers and Content-Length
@@ -13,7 +15,11 @@ InternalError XML (with --fail-status, the statuses given in turn, e.g.
 and without an S3 error code); else while --reset has requests left, the connection is
 reset (RST: SO_LINGER 0); else while --cut has requests left, the request
 is forwarded and the reply's head and the first half of its body are sent,
-then the connection is reset (a transfer dying midway); with --only-method, only requests of that method
+then the connection is reset (a transfer dying midway; with --cut-bytes B,
+the first B bytes of the body rather than half; with --cut-close, the
+connection is then closed cleanly (FIN) rather than reset, so that every
+byte sent arrives and the client knows exactly where its transfer broke);
+with --only-method, only requests of that method
 (PUT, GET, ...) count for these faults and the others pass; else it is sent on verbatim (the Host header the
 client signed included) to the target on a new connection and the reply
 sent back. While the file D exists, every connection is reset as it is
@@ -21,7 +27,8 @@ accepted (the store is "down"). After every request, S "requests=N
 fail500=N resets=N maxinflight=N" (atomically; maxinflight: the most
 requests forwarded at once, to see parallel uploads). Serves until SIGTERM/SIGINT or its
 parent dies. With --log, one line per request is appended to L:
-METHOD TARGET HOST (as the client sent them).
+METHOD TARGET HOST (as the client sent them), and with --log-range its
+Range header after them ("-" when it has none).
 """
 import argparse
 import ctypes
@@ -60,6 +67,19 @@ def write_atomic(path, text):
 def reset(sock):
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
+def close_cleanly(sock):
+    """FIN after what was sent, then waits (a while) for the client to close
+    its side, so that no unread byte turns the close into a reset."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(10)
+        while sock.recv(65536):
+            pass
     except OSError:
         pass
     sock.close()
@@ -166,7 +186,9 @@ def serve(conn):
                 if args.log:
                     with open(args.log, "ab") as f:
                         f.write(head.split(b" ", 2)[0] + b" " + head.split(b" ", 2)[1] + b" " +
-                                (header(head, b"host") or b"") + b"\n")
+                                (header(head, b"host") or b"") +
+                                (b" " + (header(head, b"range") or b"-") if args.log_range
+                                 else b"") + b"\n")
                 state["requests"] += 1
                 if args.only_method and method != args.only_method.encode():
                     action = "forward"
@@ -215,8 +237,12 @@ def serve(conn):
                     stats()
             if action == "cut":
                 i = reply.index(b"\r\n\r\n") + 4
-                conn.sendall(reply[:i + (len(reply) - i) // 2])
-                reset(conn)
+                keep = (len(reply) - i) // 2 if args.cut_bytes is None else args.cut_bytes
+                conn.sendall(reply[:i + keep])
+                if args.cut_close:
+                    close_cleanly(conn)
+                else:
+                    reset(conn)
                 return
             conn.sendall(reply)
     except (OSError, ConnectionError, ValueError, IndexError):
@@ -255,10 +281,13 @@ def main():
     ap.add_argument("--fail-html", action="store_true")
     ap.add_argument("--reset", type=int, default=0)
     ap.add_argument("--cut", type=int, default=0)
+    ap.add_argument("--cut-bytes", type=int)
+    ap.add_argument("--cut-close", action="store_true")
     ap.add_argument("--only-method")
     ap.add_argument("--down-file")
     ap.add_argument("--stats-file")
     ap.add_argument("--log")
+    ap.add_argument("--log-range", action="store_true")
     args = ap.parse_args()
     die_with_parent()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
