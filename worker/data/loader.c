@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -93,10 +94,8 @@ static char **list_dir(const char *dir, int want_dir, size_t *n, char *err, size
     int fail = 0;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (stat(path, &st) != 0) continue;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) continue;
         if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) continue;
         if (push_name(&v, n, &cap, strdup(e->d_name))) {
             fail = 1;
@@ -319,7 +318,7 @@ static int scan_shard(const ld_index *ix, src_client *c, size_t i, double *count
 {
     const char *uri = ix->units[i];
     src_stream *s = NULL;
-    char why[1024];
+    char why[640];
     if (src_open(c, uri, 0, &s, why, sizeof why)) {
         snprintf(err, errlen, "%s: shard %zu of %zu: %s", ix->key, i, ix->n, why);
         return VJ_ERR_DATA;
@@ -958,8 +957,9 @@ static void decode_one(ld_loader *l, slot *s)
 {
     char why[1200];
     int w = 0, h = 0;
+    decode_format fmt;
     s->good = 0;
-    if (decode_probe(s->bytes, s->len, s->name, &w, &h, why, sizeof why) != 0) {
+    if (decode_probe(s->bytes, s->len, s->name, &fmt, &w, &h, why, sizeof why) != 0) {
         s->why = strdup(why);
         return;
     }
@@ -974,22 +974,25 @@ static void decode_one(ld_loader *l, slot *s)
     } else {
         box = xf_center_crop_box(w, h, out, l->o.crop_pct);
     }
-    /* JPEG's DCT scaling: the smallest scale at which the box still has at
-     * least out x out pixels */
-    decode_opts dopt = {.max_pixels = l->o.max_pixels};
+    /* only the box's region of a JPEG, at the smallest of the fast DCT
+     * scales (1/2, 1/4, 1/8) at which the box keeps out x out pixels */
+    decode_opts dopt = {.max_pixels = l->o.max_pixels, .fast_scales = 1};
     if (box.w > 0 && box.h > 0) {
-        dopt.min_width = (int)ceil(out * (double)w / box.w);
-        dopt.min_height = (int)ceil(out * (double)h / box.h);
-        if (dopt.min_width > w) dopt.min_width = w;
-        if (dopt.min_height > h) dopt.min_height = h;
+        dopt.min_width = out;
+        dopt.min_height = out;
+        dopt.crop_x = (int)floor(box.x);
+        dopt.crop_y = (int)floor(box.y);
+        dopt.crop_w = (int)ceil(box.x + box.w) - dopt.crop_x;
+        dopt.crop_h = (int)ceil(box.y + box.h) - dopt.crop_y;
     }
     decode_image img;
     if (decode_image_rgb(s->bytes, s->len, s->name, &dopt, &img, why, sizeof why) != 0) {
         s->why = strdup(why);
         return;
     }
-    double fx = (double)img.width / img.src_width, fy = (double)img.height / img.src_height;
-    xf_box b = {box.x * fx, box.y * fy, box.w * fx, box.h * fy};
+    double b4[4] = {box.x, box.y, box.w, box.h};
+    decode_box_in_image(&img, b4);
+    xf_box b = {b4[0], b4[1], b4[2], b4[3]};
     if (xf_resample(img.rgb, img.width, img.height, b, flip, &l->o.xf, s->img, why,
                     sizeof why) != 0)
         s->why = strdup(why);
