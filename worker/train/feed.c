@@ -97,7 +97,7 @@ static vj_err index_split(feed *f, const char *uri, const char *key, ld_index **
     if (rc == VJ_OK) rc = ld_index_set_counts(*out, counts + 1, err, errlen);
     free(counts);
     if (rc == VJ_OK)
-        LOG_INFO("data", "event=indexed key=%s uri=%s units=%zu samples=%llu", key, LOGV(uri), n,
+        LOG_INFO("data", "event=indexed key=%s uri=%s units=%zu samples=%llu", LOGV(key), LOGV(uri), n,
                  (unsigned long long)ld_index_samples(*out));
     return rc;
 }
