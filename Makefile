@@ -209,13 +209,19 @@ $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 $(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))
 
-# the decoder is left out of the other tests, so that only the worker and
-# test_decode link TurboJPEG and libspng
+# the decoder, the encoder and the shard writer over them are left out of the
+# other tests, so that only the worker, test_decode and test_shardwriter
+# link TurboJPEG and libspng
 DECODE_OBJ = $(BUILD)/obj/worker/data/decode.o
-$(DECODE_OBJ) $(BUILD)/obj/tests/test_decode.o: ALL_CFLAGS += $(DECODE_CFLAGS)
+CODEC_OBJ  = $(DECODE_OBJ) $(BUILD)/obj/worker/data/encode.o $(BUILD)/obj/worker/data/shardwriter.o
+$(CODEC_OBJ) $(BUILD)/obj/tests/test_decode.o: ALL_CFLAGS += $(DECODE_CFLAGS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(filter-out $(DECODE_OBJ),$(CORE_OBJ))
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(filter-out $(CODEC_OBJ),$(CORE_OBJ))
 	$(call link,$(LDLIBS) -lcriterion)
+
+# test_shardwriter: the shard writer with everything else, and the codecs
+$(BUILD)/tests/test_shardwriter: $(BUILD)/obj/tests/test_shardwriter.o $(CORE_OBJ)
+	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
 # test_decode: the decoder alone (lib/check.h is header-only)
 $(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)
