@@ -216,12 +216,18 @@ $(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/dat
 $(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))
 
-# the decoders' headers (TurboJPEG, libspng) for the decoder and the tests
-# that make images; the tests link the whole core, the decoder included
+# the decoders' and encoders' headers (TurboJPEG, libspng) for the codecs
+# and the tests that make images; the tests link the whole core, the
+# codecs included (the loader decodes)
 DECODE_OBJ = $(BUILD)/obj/worker/data/decode.o
-$(DECODE_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.o): ALL_CFLAGS += $(DECODE_CFLAGS)
+CODEC_OBJ  = $(DECODE_OBJ) $(BUILD)/obj/worker/data/encode.o $(BUILD)/obj/worker/data/shardwriter.o
+$(CODEC_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.o): ALL_CFLAGS += $(DECODE_CFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
+	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
+
+# test_shardwriter: the shard writer with everything else, and the codecs
+$(BUILD)/tests/test_shardwriter: $(BUILD)/obj/tests/test_shardwriter.o $(CORE_OBJ)
 	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
 # test_decode: the decoder alone (lib/check.h is header-only)

@@ -32,7 +32,7 @@ case "${1:-all}" in
       golang-github-go-logfmt-logfmt-dev
       libcriterion-dev bats
       dataset-fashion-mnist python3-torch python3-torchvision
-      python3-jsonschema python3-yaml python3-pil libjpeg-turbo-progs openssl iproute2
+      python3-jsonschema python3-yaml python3-pil python3-numpy libjpeg-turbo-progs openssl iproute2
       curl
     ) ;;
   *) echo "usage: scripts/deps.sh [build|image]" >&2; exit 2 ;;

@@ -16,6 +16,7 @@
 #                          tests/stdfds.bats         the programs started with 0, 1 or 2 closed
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
+#                          tests/shardwriter.bats    `shards`: webdataset shards from IDX or a folder, file and S3
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
 #                          tests/limits.bats         every test has a time limit, and it works
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
@@ -169,6 +170,7 @@ bats_suite cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD"
 bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
+bats_suite cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD"
 bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
 bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
 bats_suite layout/limits.bats tests/limits.bats
@@ -192,6 +194,7 @@ if [ -d "$ASAN/tests" ]; then
   for t in "$ASAN"/tests/test_*; do criterion_suite "asan/unit/$(basename "$t")" "$t"; done
   bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/schema.bats tests/schema.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
+  bats_suite asan/cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
     OPERATOR="$ASAN/bin/vitjob-operator"
   bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"

@@ -9,6 +9,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include "model_io.h"
 #include "ops.h"
 #include "rdzv.h"
+#include "shardwriter.h"
 #include "stdfds.h"
 #include "train.h"
 #include "version.h"
@@ -50,6 +52,7 @@ static void usage(FILE *to)
             "                           [--log-level debug|info|warn|error]\n"
             "       vitjob-worker checkpoints --uri URI [--endpoint URL]\n"
             "       vitjob-worker export --from URI[/step-N] --out FILE [--endpoint URL]\n"
+            "       vitjob-worker shards --from SRC --out PATTERN [...]   (shards --help)\n"
             "       vitjob-worker exit-codes\n"
             "       vitjob-worker schema [FILE]\n"
             "       vitjob-worker version\n"
@@ -415,6 +418,114 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
     return rc;
 }
 
+static void shards_usage(FILE *to)
+{
+    fprintf(to,
+            "usage: vitjob-worker shards --from SRC --out PATTERN\n"
+            "                            [--samples-per-shard N | --shard-bytes SIZE]\n"
+            "                            [--format jpeg|png] [--quality Q] [--split train|t10k]\n"
+            "                            [--shuffle-seed S | --no-shuffle] [--endpoint URL]\n"
+            "                            [--log-level debug|info|warn|error]\n"
+            "\n"
+            "Writes webdataset tar shards (KEY.cls with the label, KEY.jpg/.jpeg/.png the\n"
+            "image), the same bytes for the same input and options. SRC is a directory:\n"
+            "  Fashion-MNIST IDX files (<split>-images-idx3-ubyte[.gz] and labels): each\n"
+            "    image encoded as grayscale JPEG (--quality, default 95) or PNG; key %%06d,\n"
+            "    the index in the split (--split, default train);\n"
+            "  else an image folder, root/<class>/<file> (ImageFolder): class index = the\n"
+            "    folder's place in bytewise order; .jpg .jpeg .png files copied as they\n"
+            "    are, other files skipped; key <class>/<file without extension>.\n"
+            "PATTERN: a path, file:// path or s3://bucket/key with one %%d or %%0Nd, e.g.\n"
+            "  s3://b/fmnist/train-%%06d.tar (credentials from AWS_*; --endpoint for a\n"
+            "  non-AWS store). The samples are shuffled once (--shuffle-seed, default 0)\n"
+            "  and dealt into shards of --samples-per-shard (default 10000) samples or at\n"
+            "  most --shard-bytes (1000000, 64M, 1G, 512Ki, 64Mi) bytes each.\n"
+            "Prints one line per shard, the totals, the data.uri that names every shard\n"
+            "and model.numClasses (and, for an image folder, the class names).\n");
+}
+
+/* a whole number in [lo, hi], in full */
+static int shards_whole(const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtoll(v, &end, 10);
+    return *v >= '0' && *v <= '9' && !*end && !errno && *out >= lo && *out <= hi ? 0 : -1;
+}
+
+/* `vitjob-worker shards`: webdataset shards (worker/data/shardwriter.h). */
+static vj_err cmd_shards(int argc, char **argv, char *err, size_t errlen)
+{
+    shardwriter_options o = {.report = stdout};
+    int seeded = 0;
+    signal(SIGPIPE, SIG_IGN); /* lib/s3.h: a closed connection is an error, not a kill */
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL, *want = NULL;
+        long long n = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            shards_usage(stdout);
+            return VJ_OK;
+        } else if (strcmp(a, "--no-shuffle") == 0) {
+            o.no_shuffle = 1;
+            continue;
+        } else if (!v || strncmp(a, "--", 2) != 0) {
+            shards_usage(stderr);
+            snprintf(err, errlen, "shards: unknown or incomplete argument '%s'", a);
+            return VJ_ERR_USAGE;
+        }
+        i++;
+        if (strcmp(a, "--from") == 0) {
+            o.from = v;
+        } else if (strcmp(a, "--out") == 0) {
+            o.out = v;
+        } else if (strcmp(a, "--endpoint") == 0) {
+            o.endpoint = v;
+        } else if (strcmp(a, "--samples-per-shard") == 0) {
+            if (shards_whole(v, 1, LONG_MAX, &n)) want = "a whole number of at least 1";
+            o.samples_per_shard = (long)n;
+        } else if (strcmp(a, "--shard-bytes") == 0) {
+            if (shardwriter_parse_size(v, &o.shard_bytes))
+                want = "a size in bytes such as 1000000, 64M, 1G, 512Ki or 64Mi";
+        } else if (strcmp(a, "--quality") == 0) {
+            if (shards_whole(v, 1, 100, &n)) want = "a whole number from 1 to 100";
+            o.quality = (int)n;
+            o.idx_options_given = 1;
+        } else if (strcmp(a, "--shuffle-seed") == 0) {
+            if (shards_whole(v, 0, LLONG_MAX, &n)) want = "a whole number of at least 0";
+            o.seed = (uint64_t)n;
+            seeded = 1;
+        } else if (strcmp(a, "--split") == 0) {
+            if (strcmp(v, "train") != 0 && strcmp(v, "t10k") != 0) want = "train or t10k";
+            o.split = v;
+            o.idx_options_given = 1;
+        } else if (strcmp(a, "--format") == 0) {
+            if (strcmp(v, "jpeg") != 0 && strcmp(v, "png") != 0) want = "jpeg or png";
+            o.format = strcmp(v, "png") == 0 ? ENCODE_PNG : ENCODE_JPEG;
+            o.idx_options_given = 1;
+        } else if (strcmp(a, "--log-level") == 0) {
+            if (log_set_level_name(v) != 0) want = "debug, info, warn or error";
+        } else {
+            shards_usage(stderr);
+            snprintf(err, errlen, "shards: unknown argument '%s'", a);
+            return VJ_ERR_USAGE;
+        }
+        if (want) {
+            snprintf(err, errlen, "shards: %s '%s': must be %s", a, v, want);
+            return VJ_ERR_USAGE;
+        }
+    }
+    if (seeded && o.no_shuffle) {
+        snprintf(err, errlen, "shards: --shuffle-seed and --no-shuffle do not go together");
+        return VJ_ERR_USAGE;
+    }
+    if (!o.from || !o.out) {
+        shards_usage(stderr);
+        snprintf(err, errlen, "shards: --from SRC and --out PATTERN are required");
+        return VJ_ERR_USAGE;
+    }
+    return shardwriter_run(&o, NULL, err, errlen);
+}
+
 /* `schema FILE`: FILE with its generated regions written again from the
  * config table (api/config_schema.h), on stdout; `make schema` writes it
  * back. `schema` alone: each section's CRD properties. Returns the exit code. */
@@ -487,10 +598,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "exit-codes") == 0) return cmd_exit_codes();
     if (strcmp(argv[1], "schema") == 0) return cmd_schema(argc - 2, argv + 2);
-    if (strcmp(argv[1], "checkpoints") == 0 || strcmp(argv[1], "export") == 0) {
+    if (strcmp(argv[1], "checkpoints") == 0 || strcmp(argv[1], "export") == 0 ||
+        strcmp(argv[1], "shards") == 0) {
         char err[1024] = "";
         vj_err e = argv[1][0] == 'c' ? cmd_checkpoints(argc - 2, argv + 2, err, sizeof err)
-                                     : cmd_export(argc - 2, argv + 2, err, sizeof err);
+                   : argv[1][0] == 's' ? cmd_shards(argc - 2, argv + 2, err, sizeof err)
+                                       : cmd_export(argc - 2, argv + 2, err, sizeof err);
         int code = vj_exit_code(e, 0);
         if (e != VJ_OK) {
             const vj_err_row *row = vj_err_info(e);
