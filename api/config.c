@@ -141,10 +141,13 @@ typedef struct {
 #define ROW_PAIR(p, f1, f2, lo, hi, open, d) \
     p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), 2, \
         lo, hi, open, NULL, d
-/* f: a double array; fn: its int count (0 = unset, the key's default) */
+/* f: a double array of at most NUMS_MAX (the build fails on a longer one);
+ * fn: its int count (0 = unset, the key's default) */
+#define NUMS_MAX 3
+#define VEC_LEN(f) (sizeof(((vit_job_config *)0)->f) / sizeof(double))
 #define ROW_VEC(p, f, fn, lo, hi, open) \
     p, FIELD_T(f, double *, KT_VEC), AT(f), FIELD_T(fn, int, offsetof(vit_job_config, fn)), \
-        (int)(sizeof(((vit_job_config *)0)->f) / sizeof(double)), lo, hi, open, NULL, UNSET
+        (int)(VEC_LEN(f) + 0 * sizeof(char[VEC_LEN(f) <= NUMS_MAX ? 1 : -1])), lo, hi, open, NULL, UNSET
 #define ROW_PRESET(p, f, d) p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, 0, NULL, d
 
 static const char *const formats[] = {"fashion-mnist", "webdataset", "imagefolder", NULL};
@@ -746,6 +749,8 @@ static int fail_choices(const load_ctx *c, const config_key *k, const char *valu
 }
 
 /* "an array of 2 numbers", "an array of 1 to 3 numbers" */
+_Static_assert(NUMS_MAX >= 2, "a KT_PAIR's two numbers fit in NUMS_MAX");
+
 static void items_words(char *out, size_t n, const config_key *k)
 {
     if (k->type == KT_PAIR)
@@ -856,7 +861,7 @@ static int apply_value(const load_ctx *c, vit_job_config *cfg, const config_key 
     }
     case KT_PAIR:
     case KT_VEC: {
-        double nums[CONFIG_DATA_CHANNELS_MAX > 2 ? CONFIG_DATA_CHANNELS_MAX : 2];
+        double nums[NUMS_MAX]; /* >= 2, a pair's */
         int n = 0;
         if (k->type == KT_VEC && cJSON_IsNull(v)) { /* not given: the key's default */
             memset(field, 0, k->size);
@@ -924,7 +929,7 @@ static cJSON *field_to_json(const vit_job_config *cfg, const config_key *k, int 
     }
     case KT_PAIR:
     case KT_VEC: {
-        double nums[CONFIG_DATA_CHANNELS_MAX > 2 ? CONFIG_DATA_CHANNELS_MAX : 2];
+        double nums[NUMS_MAX]; /* >= 2, a pair's */
         int n = 2;
         const void *second = (const char *)cfg + k->off2;
         if (k->type == KT_PAIR) {

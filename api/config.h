@@ -147,7 +147,10 @@ int config_load_string(vit_job_config *cfg, const char *text, size_t len,
 int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t errlen);
 
 /* Cross-field checks (dim % heads, imageSize % patchSize, batch divisibility,
- * ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
+ * the data format against the model: Fashion-MNIST's 28x28x1, 1 or 3
+ * channels and data.mean/data.std per channel for webdataset and
+ * imagefolder, imagefolder not on s3://; data.scale and data.ratio min <=
+ * max, ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
 
 /* Writes the preset's model dims into m (keeping m->init). Returns 0, or -1

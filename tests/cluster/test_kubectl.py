@@ -433,6 +433,12 @@ class ProjectManifestsTest(unittest.TestCase):
             ("old-format", {"data": {"format": "shards"}}, 'spec.data.format: Unsupported value: "shards"'),
             ("four-means", {"data": {"mean": [0.1, 0.2, 0.3, 0.4]}}, "spec.data.mean: Too many"),
             ("no-std", {"data": {"std": [0.5, 0]}}, "spec.data.std[1]"),
+            ("scale-reversed", {"data": {"scale": [0.9, 0.5]}},
+             "spec.data: Invalid value: \"object\": data.scale's minimum must not exceed its maximum"),
+            ("ratio-reversed", {"data": {"ratio": [2, 0.5]}},
+             "spec.data: Invalid value: \"object\": data.ratio's minimum must not exceed its maximum"),
+            ("folder-on-s3", {"data": {"format": "imagefolder", "uri": "/d", "testUri": "s3://b/val"}},
+             "spec.data: Invalid value: \"object\": imagefolder reads a local folder or mounted volume"),
         ]
         for name, change, message in cases:
             with self.subTest(name=name):
