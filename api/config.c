@@ -70,6 +70,8 @@ enum key_type {
     KT_STRING, /* char[]; any string that fits */
     KT_ENUM,   /* an enum field; its value is the index of its spelling in `choices` */
     KT_PAIR,   /* two doubles (off, off2) given as a 2-element array */
+    KT_VEC,    /* double[] at off, 1 to `items` of them, their count an int at off2 (0 =
+                * not given: the field's documented default); null = not given */
     KT_PRESET, /* char[] model.preset; setting it applies the preset */
 };
 
@@ -102,7 +104,8 @@ typedef struct {
     enum key_type type;
     size_t off;        /* offsetof(vit_job_config, field) */
     size_t size;       /* sizeof the field (string capacity including NUL) */
-    size_t off2;       /* KT_PAIR: the second double */
+    size_t off2;       /* KT_PAIR: the second double; KT_VEC: the int count */
+    int items;         /* KT_VEC: at most this many numbers (the array's length) */
     double min, max;   /* numbers only; inclusive unless `open` says otherwise */
     unsigned open;
     const char *const *choices; /* KT_ENUM: NULL-terminated */
@@ -113,30 +116,42 @@ typedef struct {
      * `kind` what the README's type column says where the type says too
      * little ("path", "URL"; else it is derived from type and bounds);
      * `pattern` a CRD-only regular expression; `item_help` the description of
-     * each element of a KT_PAIR. */
-    const char *help, *readme, *kind, *pattern, *item_help;
+     * each element of a KT_PAIR or KT_VEC; `dflt_words` what the README's
+     * default column says where the default is not a value of the key (a
+     * KT_VEC left unset). */
+    const char *help, *readme, *kind, *pattern, *item_help, *dflt_words;
 } config_key;
 
 /* The _Generic makes the build fail when a row's type does not match its field.
  * Each row is {ROW_x(path, field, ..., default), .help = ..., .readme = ...}. */
 #define FIELD_T(f, T, kt) _Generic(((vit_job_config *)0)->f, T: kt)
 #define AT(f) offsetof(vit_job_config, f), sizeof(((vit_job_config *)0)->f)
-#define ROW_INT(p, f, lo, hi, d) p, FIELD_T(f, int, KT_INT), AT(f), 0, lo, hi, 0, NULL, d
-#define ROW_LONG(p, f, lo, hi, d) p, FIELD_T(f, long, KT_LONG), AT(f), 0, lo, hi, 0, NULL, d
-#define ROW_U64(p, f, lo, hi, d) p, FIELD_T(f, unsigned long long, KT_U64), AT(f), 0, lo, hi, 0, NULL, d
-#define ROW_DBL(p, f, lo, hi, open, d) p, FIELD_T(f, double, KT_DOUBLE), AT(f), 0, lo, hi, open, NULL, d
-#define ROW_BOOL(p, f, d) p, FIELD_T(f, int, KT_BOOL), AT(f), 0, 0, 1, 0, NULL, d
-#define ROW_STR(p, f, d) p, FIELD_T(f, char *, KT_STRING), AT(f), 0, 0, 0, 0, NULL, d
+#define ROW_INT(p, f, lo, hi, d) p, FIELD_T(f, int, KT_INT), AT(f), 0, 0, lo, hi, 0, NULL, d
+#define ROW_LONG(p, f, lo, hi, d) p, FIELD_T(f, long, KT_LONG), AT(f), 0, 0, lo, hi, 0, NULL, d
+#define ROW_U64(p, f, lo, hi, d) \
+    p, FIELD_T(f, unsigned long long, KT_U64), AT(f), 0, 0, lo, hi, 0, NULL, d
+#define ROW_DBL(p, f, lo, hi, open, d) p, FIELD_T(f, double, KT_DOUBLE), AT(f), 0, 0, lo, hi, open, NULL, d
+#define ROW_BOOL(p, f, d) p, FIELD_T(f, int, KT_BOOL), AT(f), 0, 0, 0, 1, 0, NULL, d
+#define ROW_STR(p, f, d) p, FIELD_T(f, char *, KT_STRING), AT(f), 0, 0, 0, 0, 0, NULL, d
 #define ENUM_T(f)                                                                          \
-    _Generic(((vit_job_config *)0)->f, data_format: KT_ENUM, precision_mode: KT_ENUM,       \
-             sharding_mode: KT_ENUM, optimizer_kind: KT_ENUM, lr_schedule: KT_ENUM,        \
-             device_kind: KT_ENUM)
-#define ROW_ENUM(p, f, ch, d) p, ENUM_T(f), AT(f), 0, 0, 0, 0, ch, d
+    _Generic(((vit_job_config *)0)->f, data_format: KT_ENUM, interp_mode: KT_ENUM,          \
+             precision_mode: KT_ENUM, sharding_mode: KT_ENUM, optimizer_kind: KT_ENUM,     \
+             lr_schedule: KT_ENUM, device_kind: KT_ENUM)
+#define ROW_ENUM(p, f, ch, d) p, ENUM_T(f), AT(f), 0, 0, 0, 0, 0, ch, d
 #define ROW_PAIR(p, f1, f2, lo, hi, open, d) \
-    p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), lo, hi, open, NULL, d
-#define ROW_PRESET(p, f, d) p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, NULL, d
+    p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), 2, \
+        lo, hi, open, NULL, d
+/* f: a double array of at most NUMS_MAX (the build fails on a longer one);
+ * fn: its int count (0 = unset, the key's default) */
+#define NUMS_MAX 3
+#define VEC_LEN(f) (sizeof(((vit_job_config *)0)->f) / sizeof(double))
+#define ROW_VEC(p, f, fn, lo, hi, open) \
+    p, FIELD_T(f, double *, KT_VEC), AT(f), FIELD_T(fn, int, offsetof(vit_job_config, fn)), \
+        (int)(VEC_LEN(f) + 0 * sizeof(char[VEC_LEN(f) <= NUMS_MAX ? 1 : -1])), lo, hi, open, NULL, UNSET
+#define ROW_PRESET(p, f, d) p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, 0, NULL, d
 
-static const char *const formats[] = {"fashion-mnist", "shards", NULL};
+static const char *const formats[] = {"fashion-mnist", "webdataset", "imagefolder", NULL};
+static const char *const interpolations[] = {"bilinear", "bicubic", NULL};
 static const char *const precisions[] = {"fp32", "bf16-mixed", NULL};
 static const char *const shardings[] = {"none", "grad-op", "full", NULL};
 static const char *const optimizers[] = {"adamw", NULL};
@@ -190,17 +205,90 @@ static const config_key config_keys[] = {
      .readme = "safetensors file (timm names) to start from"},
 
     {ROW_ENUM("data.format", data.format, formats, DEF_ENUM(DATA_FASHION_MNIST)),
-     .help = "fashion-mnist (the gzipped IDX files) or shards (pre-sharded image records, each "
-             "rank reads its own slice).",
-     .readme = "`shards` is not in this build"},
+     .help = "fashion-mnist (the gzipped IDX files), webdataset (tar shards of images and "
+             "labels, local or on S3; each rank reads its own shards) or imagefolder (a local "
+             "directory with one subdirectory of images per class).",
+     .readme = "`webdataset`: tar shards (`KEY.jpg` + `KEY.cls`), local or `s3://`; "
+               "`imagefolder`: `DIR/CLASS/*.jpg`; see [Your own data](docs/user-guide.md#3-your-own-data)"},
     {ROW_STR("data.uri", data.uri, DEF_STR("file:///usr/share/datasets/fashion-mnist")),
-     .kind = "path or `file://`",
-     .help = "Where the data lives: file:///dir, /dir, or s3://bucket/prefix for shards.",
-     .readme = "directory with the (gzipped) IDX files"},
+     .kind = "path, pattern or URL",
+     .help = "The training data: fashion-mnist: a directory (file:///dir or /dir) with the "
+             "train-*-ubyte.gz files; webdataset: a shard pattern, local or "
+             "s3://bucket/train-{000000..001023}.tar; imagefolder: a local directory (or "
+             "mounted volume) of class subdirectories.",
+     .readme = "fashion-mnist: the directory of the (gzipped) IDX files; webdataset: a shard "
+               "pattern (`s3://b/train-{000000..001023}.tar`); imagefolder: a local directory"},
+    {ROW_STR("data.testUri", data.test_uri, DEF_STR("")), .kind = "path, pattern or URL",
+     .help = "The evaluation split, named as uri is. \"\" = fashion-mnist: the t10k files "
+             "beside uri; webdataset and imagefolder: no evaluation.",
+     .readme = "the evaluation split, named as `uri`; \"\" = fashion-mnist's t10k files beside "
+               "`uri`, else no evaluation"},
+    {ROW_STR("data.endpoint", data.endpoint, UNSET), .kind = "URL",
+     .help = "S3 endpoint URL for s3:// data, e.g. https://s3.example:9000; unset = "
+             "checkpoint.endpoint's, and without that AWS S3. The credentials are "
+             "checkpoint.credentialsSecret's.",
+     .readme = "S3 endpoint of `s3://` data; \"\" = `checkpoint.endpoint`'s, else AWS "
+               "(credentials: `checkpoint.credentialsSecret`)"},
     {ROW_BOOL("data.augment", data.augment, DEF_BOOL(0)),
-     .help = "Random crop (2 px zero padding) and horizontal flip, drawn per (seed, epoch, "
-             "sample).",
-     .readme = "random crop (2 px zero padding) + horizontal flip, drawn per (seed, epoch, sample)"},
+     .help = "Training augmentation, drawn per (seed, epoch, sample). fashion-mnist: random crop "
+             "(2 px zero padding) and horizontal flip; webdataset and imagefolder: "
+             "RandomResizedCrop(scale, ratio) to imageSize and horizontal flip (p 0.5). Off: "
+             "the evaluation transform.",
+     .readme = "drawn per (seed, epoch, sample); fashion-mnist: random crop (2 px zero padding) + "
+               "horizontal flip; else RandomResizedCrop(`scale`, `ratio`) + flip; off: the "
+               "evaluation transform"},
+    {ROW_VEC("data.mean", data.mean, data.mean_n, 0, 1, 0), .dflt_words = "by `channels`",
+     .help = "Per-channel mean subtracted after scaling pixels to [0, 1]: one number per "
+             "model.channels. Unset = ImageNet's [0.485, 0.456, 0.406] for 3 channels, [0.5] "
+             "for 1. Not used by fashion-mnist.",
+     .item_help = "A channel's mean, in [0, 1] (pixel / 255).",
+     .readme = "one per channel, pixel/255 units; unset: ImageNet's [0.485, 0.456, 0.406] "
+               "(3 channels), [0.5] (1)"},
+    {ROW_VEC("data.std", data.std, data.std_n, 0, 1, OPEN_MIN), .dflt_words = "by `channels`",
+     .help = "Per-channel standard deviation the centred pixels are divided by: one number per "
+             "model.channels. Unset = ImageNet's [0.229, 0.224, 0.225] for 3 channels, [0.5] "
+             "for 1. Not used by fashion-mnist.",
+     .item_help = "A channel's standard deviation, in (0, 1] (pixel / 255).",
+     .readme = "one per channel; unset: ImageNet's [0.229, 0.224, 0.225] (3 channels), [0.5] (1)"},
+    {ROW_PAIR("data.scale", data.scale_min, data.scale_max, 0, 1, OPEN_MIN, DEF_PAIR(0.08, 1.0)),
+     .help = "RandomResizedCrop's [min, max] fraction of the image's area the crop covers "
+             "(augment only); min <= max.",
+     .item_help = "A fraction of the area, in (0, 1].",
+     .readme = "RandomResizedCrop's area fraction [min, max] (with `augment`)"},
+    {ROW_PAIR("data.ratio", data.ratio_min, data.ratio_max, 0, 100, OPEN_MIN,
+              DEF_PAIR(0.75, 4.0 / 3.0)),
+     .help = "RandomResizedCrop's [min, max] aspect ratio (width / height) of the crop, drawn "
+             "log-uniformly (augment only); min <= max.",
+     .item_help = "An aspect ratio (width / height), in (0, 100].",
+     .readme = "RandomResizedCrop's aspect ratio [min, max], log-uniform (with `augment`)"},
+    {ROW_ENUM("data.interpolation", data.interpolation, interpolations, DEF_ENUM(INTERP_BICUBIC)),
+     .help = "How crops are resized to imageSize: bilinear or bicubic (antialiased when "
+             "shrinking, as torchvision's resize of a PIL image).",
+     .readme = "resizing of crops to `imageSize` (antialiased when shrinking)"},
+    {ROW_DBL("data.cropPct", data.crop_pct, 0, 1, OPEN_MIN, DEF_NUM(0.875)),
+     .help = "Evaluation (and augment off) transform: resize the shorter side to imageSize / "
+             "cropPct, then take the center imageSize x imageSize crop.",
+     .readme = "evaluation: shorter side resized to imageSize / cropPct, then the center crop"},
+    {ROW_INT("data.workers", data.workers, 0, 256, DEF_NUM(0)),
+     .help = "Decode threads per rank; 0 = the CPUs left after training.threads, at least 1.",
+     .readme = "decode threads per rank; 0 = the CPUs left after `training.threads`, at least 1"},
+    {ROW_INT("data.prefetchBatches", data.prefetch_batches, 1, 64, DEF_NUM(2)),
+     .help = "Micro-batches decoded ahead of training and queued, per rank.",
+     .readme = "ready micro-batches queued ahead per rank"},
+    {ROW_INT("data.shuffleBuffer", data.shuffle_buffer, 1, 1000000, DEF_NUM(1000)),
+     .help = "Samples per shuffled block: each rank's stream is cut into blocks of this many "
+             "samples, each permuted per (seed, epoch); resumable to the sample.",
+     .readme = "samples per block permuted per (seed, epoch); resumable to the sample"},
+    {ROW_U64("data.maxPixels", data.max_pixels, 1, JSON_EXACT_INT, DEF_NUM(89478485)),
+     .help = "Decompression-bomb limit: an image whose header claims more pixels (width x "
+             "height) is a bad sample, refused before decoding (PIL's default limit).",
+     .readme = "images claiming more pixels are bad samples, refused before decoding (PIL's "
+               "limit)"},
+    {ROW_DBL("data.maxBadFraction", data.max_bad_fraction, 0, 1, 0, DEF_NUM(0.001)),
+     .help = "Bad samples (undecodable, no label, too large) are skipped and counted; above this "
+             "fraction of the samples read the run exits 3, naming the worst shard.",
+     .readme = "bad samples are skipped and counted; above this fraction: exit 3 naming the "
+               "worst shard"},
 
     {ROW_LONG("training.steps", training.steps, 0, 1e12, DEF_NUM(0)),
      .help = "Optimizer steps to train. 0 = epochs x (training images / globalBatchSize).",
@@ -660,6 +748,49 @@ static int fail_choices(const load_ctx *c, const config_key *k, const char *valu
     return fail(c, "%s=%s is not one of %s", k->path, q, list);
 }
 
+/* "an array of 2 numbers", "an array of 1 to 3 numbers" */
+_Static_assert(NUMS_MAX >= 2, "a KT_PAIR's two numbers fit in NUMS_MAX");
+
+static void items_words(char *out, size_t n, const config_key *k)
+{
+    if (k->type == KT_PAIR)
+        snprintf(out, n, "an array of %d numbers", k->items);
+    else
+        snprintf(out, n, "an array of 1 to %d numbers", k->items);
+}
+
+/* The numbers of a KT_PAIR or KT_VEC value v (an array of 2, or of 1 to
+ * k->items), each checked against the row's bounds, into nums[0..*n). */
+static int number_array(const load_ctx *c, const config_key *k, const cJSON *v, double *nums,
+                        int *n)
+{
+    char got[256], want[64];
+    items_words(want, sizeof want, k);
+    if (!cJSON_IsArray(v)) {
+        describe(got, sizeof got, v);
+        return fail(c, "%s: expected %s, got %s", k->path, want, got);
+    }
+    const int len = cJSON_GetArraySize(v);
+    const int lo = k->type == KT_PAIR ? k->items : 1;
+    if (len < lo || len > k->items)
+        return fail(c, "%s: expected %s, got an array of %d", k->path, want, len);
+    for (int i = 0; i < len; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        char name[PATH_MAX_LEN + 8];
+        snprintf(name, sizeof name, "%s[%d]", k->path, i);
+        if (!cJSON_IsNumber(e)) {
+            describe(got, sizeof got, e);
+            return fail(c, "%s: expected a number, got %s", name, got);
+        }
+        int rc = check_range(c, k, name, e->valuedouble);
+        if (rc)
+            return rc;
+        nums[i] = e->valuedouble;
+    }
+    *n = len;
+    return 0;
+}
+
 /* Checks v against row k and, only if it passes, stores it into cfg. */
 static int apply_value(const load_ctx *c, vit_job_config *cfg, const config_key *k, const cJSON *v)
 {
@@ -728,28 +859,26 @@ static int apply_value(const load_ctx *c, vit_job_config *cfg, const config_key 
         set_str(field, k->size, s);
         return 0;
     }
-    case KT_PAIR: {
-        if (!cJSON_IsArray(v))
-            return fail(c, "%s: expected an array of 2 numbers, got %s", k->path, got);
-        int n = cJSON_GetArraySize(v);
-        if (n != 2)
-            return fail(c, "%s: expected an array of 2 numbers, got an array of %d", k->path, n);
-        double pair[2];
-        for (int i = 0; i < 2; i++) {
-            const cJSON *e = cJSON_GetArrayItem(v, i);
-            char name[PATH_MAX_LEN + 8];
-            snprintf(name, sizeof name, "%s[%d]", k->path, i);
-            if (!cJSON_IsNumber(e)) {
-                describe(got, sizeof got, e);
-                return fail(c, "%s: expected a number, got %s", name, got);
-            }
-            int rc = check_range(c, k, name, e->valuedouble);
-            if (rc)
-                return rc;
-            pair[i] = e->valuedouble;
+    case KT_PAIR:
+    case KT_VEC: {
+        double nums[NUMS_MAX]; /* >= 2, a pair's */
+        int n = 0;
+        if (k->type == KT_VEC && cJSON_IsNull(v)) { /* not given: the key's default */
+            memset(field, 0, k->size);
+            *(int *)(void *)((char *)cfg + k->off2) = 0;
+            return 0;
         }
-        *(double *)(void *)field = pair[0];
-        *(double *)(void *)((char *)cfg + k->off2) = pair[1];
+        int rc = number_array(c, k, v, nums, &n);
+        if (rc)
+            return rc;
+        if (k->type == KT_PAIR) {
+            *(double *)(void *)field = nums[0];
+            *(double *)(void *)((char *)cfg + k->off2) = nums[1];
+        } else {
+            memset(field, 0, k->size);
+            memcpy(field, nums, (size_t)n * sizeof nums[0]);
+            *(int *)(void *)((char *)cfg + k->off2) = n;
+        }
         return 0;
     }
     }
@@ -798,19 +927,32 @@ static cJSON *field_to_json(const vit_job_config *cfg, const config_key *k, int 
         free(s);
         return j;
     }
-    case KT_PAIR: {
+    case KT_PAIR:
+    case KT_VEC: {
+        double nums[NUMS_MAX]; /* >= 2, a pair's */
+        int n = 2;
+        const void *second = (const char *)cfg + k->off2;
+        if (k->type == KT_PAIR) {
+            nums[0] = *(const double *)(const void *)field;
+            nums[1] = *(const double *)second;
+        } else {
+            n = *(const int *)second;
+            if (n == 0)
+                return cJSON_CreateNull(); /* not given */
+            if (n < 0 || n > k->items)     /* set by code: shown as the error it is */
+                return cJSON_CreateNumber(n);
+            memcpy(nums, field, (size_t)n * sizeof nums[0]);
+        }
         cJSON *arr = cJSON_CreateArray();
         if (!arr)
             return NULL;
-        const double pair[2] = {*(const double *)(const void *)field,
-                                *(const double *)(const void *)((const char *)cfg + k->off2)};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < n; i++) {
             cJSON *e;
-            if (exact && isfinite(pair[i])) {
-                fmt_num(num, sizeof num, pair[i]);
+            if (exact && isfinite(nums[i])) {
+                fmt_num(num, sizeof num, nums[i]);
                 e = cJSON_CreateRaw(num);
             } else {
-                e = cJSON_CreateNumber(pair[i]);
+                e = cJSON_CreateNumber(nums[i]);
             }
             if (!e || !cJSON_AddItemToArray(arr, e)) {
                 cJSON_Delete(e);
@@ -1053,6 +1195,8 @@ static void set_default(vit_job_config *cfg, const config_key *k)
         *(double *)(void *)field = d->num;
         *(double *)(void *)((char *)cfg + k->off2) = d->num2;
         break;
+    case KT_VEC: /* only unset (ROW_VEC): config_defaults' memset left it so */
+        break;
     case KT_STRING:
         set_str(field, k->size, d->str ? d->str : "");
         break;
@@ -1137,17 +1281,21 @@ static cJSON *value_from_text(const config_key *k, const char *text)
             v = cJSON_CreateFalse();
         else
             v = cJSON_CreateString(t);
-    } else if (k->type == KT_PAIR) {
-        /* "0.9,0.95" or "[0.9, 0.95]" */
+    } else if (k->type == KT_VEC && (t[0] == '\0' || strcmp(t, "null") == 0)) {
+        v = cJSON_CreateNull(); /* "data.mean=": back to the key's default */
+    } else if (k->type == KT_PAIR || k->type == KT_VEC) {
+        /* "0.9,0.95" or "[0.9, 0.95]"; "0.5" or "[0.5]" */
         char *body = t;
         size_t n = strlen(body);
         if (n >= 2 && body[0] == '[' && body[n - 1] == ']') {
             body[n - 1] = '\0';
             body++;
         }
+        while (isspace((unsigned char)*body))
+            body++;
         v = cJSON_CreateArray();
         const char *p = body;
-        while (v) {
+        while (v && body[0]) { /* "[]": no numbers */
             const char *comma = strchr(p, ',');
             const char *end = comma ? comma : p + strlen(p);
             char *raw = dup_range(p, (size_t)(end - p));
@@ -1225,12 +1373,81 @@ int config_mlp_hidden(const model_config *m)
     return (int)lround((double)m->dim * m->mlp_ratio);
 }
 
+int config_data_norm(const vit_job_config *cfg, double mean[CONFIG_DATA_CHANNELS_MAX],
+                     double std[CONFIG_DATA_CHANNELS_MAX])
+{
+    static const double imagenet_mean[3] = {0.485, 0.456, 0.406};
+    static const double imagenet_std[3] = {0.229, 0.224, 0.225};
+    const int n = cfg->model.channels;
+    if (n < 1 || n > CONFIG_DATA_CHANNELS_MAX)
+        return 0;
+    const data_config *d = &cfg->data;
+    for (int i = 0; i < n; i++) {
+        mean[i] = d->mean_n == n ? d->mean[i] : n == 3 ? imagenet_mean[i] : 0.5;
+        std[i] = d->std_n == n ? d->std[i] : n == 3 ? imagenet_std[i] : 0.5;
+    }
+    return n;
+}
+
 int config_accum_steps(const vit_job_config *cfg)
 {
     long long per_step = (long long)cfg->training.micro_batch_size * cfg->world_size;
     if (per_step <= 0)
         return 0;
     return (int)(cfg->training.global_batch_size / per_step);
+}
+
+/* A [min, max] pair: min <= max. */
+static int validate_ordered(const load_ctx *c, const char *path, double lo, double hi)
+{
+    if (lo <= hi)
+        return 0;
+    char a[64], b[64];
+    fmt_num(a, sizeof a, lo);
+    fmt_num(b, sizeof b, hi);
+    return fail(c, "%s=[%s, %s]: the minimum %s exceeds the maximum %s", path, a, b, a, b);
+}
+
+/* data.mean or data.std, when given: one number per channel. */
+static int validate_per_channel(const load_ctx *c, const char *path, int n, int channels)
+{
+    if (n == 0 || n == channels)
+        return 0;
+    return fail(c, "%s has %d number%s but model.channels=%d: give one per channel, or leave "
+                   "%s out for the default", path, n, n == 1 ? "" : "s", channels, path);
+}
+
+/* imagefolder reads files, not objects. */
+static int validate_local(const load_ctx *c, const char *path, const char *uri)
+{
+    if (strncmp(uri, "s3://", 5) != 0)
+        return 0;
+    char q[200];
+    quote(q, sizeof q, uri);
+    return fail(c, "%s=%s: imagefolder reads a local folder or mounted volume; write webdataset "
+                   "shards with vitjob-worker shards for S3", path, q);
+}
+
+/* The checks of webdataset and imagefolder: RGB or grayscale, the
+ * normalisation per channel, imagefolder's URIs local. */
+static int validate_images(const load_ctx *c, const vit_job_config *cfg)
+{
+    const model_config *m = &cfg->model;
+    const data_config *d = &cfg->data;
+    const char *fmt = config_enum_name("data.format", (int)d->format);
+    if (m->channels != 1 && m->channels != 3)
+        return fail(c, "model.channels=%d does not fit data.format=%s: images are decoded to RGB "
+                       "(3 channels) or grayscale (1), so model.channels must be 3 or 1",
+                    m->channels, fmt);
+    int rc;
+    if ((rc = validate_per_channel(c, "data.mean", d->mean_n, m->channels)) ||
+        (rc = validate_per_channel(c, "data.std", d->std_n, m->channels)))
+        return rc;
+    if (d->format == DATA_IMAGEFOLDER &&
+        ((rc = validate_local(c, "data.uri", d->uri)) ||
+         (rc = validate_local(c, "data.testUri", d->test_uri))))
+        return rc;
+    return 0;
 }
 
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
@@ -1277,10 +1494,6 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
                     m->dim, r, config_mlp_hidden(m));
     }
 
-    if (cfg->data.format == DATA_SHARDS) {
-        fail(&c, "data.format=shards is not supported by this build yet");
-        return VJ_ERR_UNSUPPORTED;
-    }
     if (cfg->data.format == DATA_FASHION_MNIST) {
         if (m->image_size != 28)
             return fail(&c, "model.imageSize=%d does not fit data.format=fashion-mnist: "
@@ -1294,7 +1507,14 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
             return fail(&c, "model.numClasses=%d does not fit data.format=fashion-mnist: "
                             "Fashion-MNIST has 10 classes, so model.numClasses must be >= 10",
                         m->num_classes);
+    } else {
+        rc = validate_images(&c, cfg);
+        if (rc)
+            return rc;
     }
+    if ((rc = validate_ordered(&c, "data.scale", cfg->data.scale_min, cfg->data.scale_max)) ||
+        (rc = validate_ordered(&c, "data.ratio", cfg->data.ratio_min, cfg->data.ratio_max)))
+        return rc;
 
     if (cfg->world_size < 1)
         return fail(&c, "world size %d is invalid; it must be >= 1", cfg->world_size);
@@ -1378,10 +1598,12 @@ cJSON *config_describe(void)
         static const char *const types[] = {
             [KT_INT] = "integer", [KT_LONG] = "integer", [KT_U64] = "integer",
             [KT_DOUBLE] = "number", [KT_BOOL] = "boolean", [KT_STRING] = "string",
-            [KT_ENUM] = "string", [KT_PAIR] = "array", [KT_PRESET] = "string"};
+            [KT_ENUM] = "string", [KT_PAIR] = "array", [KT_VEC] = "array",
+            [KT_PRESET] = "string"};
+        const int array = k->type == KT_PAIR || k->type == KT_VEC;
         int ok = cJSON_AddStringToObject(row, "path", k->path) &&
                  cJSON_AddStringToObject(row, "type", types[k->type]) != NULL;
-        if (k->type <= KT_DOUBLE || k->type == KT_PAIR) {
+        if (k->type <= KT_DOUBLE || array) {
             ok = ok && cJSON_AddNumberToObject(row, "minimum", k->min) &&
                  cJSON_AddNumberToObject(row, "maximum", k->max) &&
                  cJSON_AddBoolToObject(row, "exclusiveMinimum", (k->open & OPEN_MIN) != 0) &&
@@ -1401,14 +1623,14 @@ cJSON *config_describe(void)
         }
         static const char *const formats_of[] = {[KT_INT] = "int32", [KT_LONG] = "int64",
                                                  [KT_U64] = "int64", [KT_DOUBLE] = "double",
-                                                 [KT_PAIR] = "double"};
-        if (k->type <= KT_DOUBLE || k->type == KT_PAIR)
+                                                 [KT_PAIR] = "double", [KT_VEC] = "double"};
+        if (k->type <= KT_DOUBLE || array)
             ok = ok && cJSON_AddStringToObject(row, "format", formats_of[k->type]);
         if (k->type == KT_STRING)
             ok = ok && cJSON_AddNumberToObject(row, "maxLength", (double)(k->size - 1));
-        if (k->type == KT_PAIR)
-            ok = ok && cJSON_AddNumberToObject(row, "minItems", 2) &&
-                 cJSON_AddNumberToObject(row, "maxItems", 2);
+        if (array)
+            ok = ok && cJSON_AddNumberToObject(row, "minItems", k->type == KT_PAIR ? k->items : 1) &&
+                 cJSON_AddNumberToObject(row, "maxItems", k->items);
         static const char *const from[] = {[DEF_KEY] = "key", [DEF_PRESET] = "preset",
                                            [DEF_UNSET] = "unset"};
         ok = ok && cJSON_AddStringToObject(row, "defaultFrom", from[k->dflt.from]) &&
@@ -1420,6 +1642,8 @@ cJSON *config_describe(void)
             ok = ok && cJSON_AddStringToObject(row, "pattern", k->pattern);
         if (k->item_help)
             ok = ok && cJSON_AddStringToObject(row, "itemDescription", k->item_help);
+        if (k->dflt_words)
+            ok = ok && cJSON_AddStringToObject(row, "defaultWords", k->dflt_words);
         cJSON *v = field_to_json(&d, k, 0);
         if (!ok || !v || !cJSON_AddItemToObject(row, "default", v)) {
             cJSON_Delete(v);

@@ -25,7 +25,8 @@
 
 /* The keys with a fixed set of values, as values: in each enum the order of
  * the spellings in the spec table (api/config.c), which maps one to the other. */
-typedef enum { DATA_FASHION_MNIST, DATA_SHARDS } data_format;                  /* data.format */
+typedef enum { DATA_FASHION_MNIST, DATA_WEBDATASET, DATA_IMAGEFOLDER } data_format; /* data.format */
+typedef enum { INTERP_BILINEAR, INTERP_BICUBIC } interp_mode;                 /* data.interpolation */
 typedef enum { PRECISION_FP32, PRECISION_BF16_MIXED } precision_mode;          /* training.precision */
 typedef enum { SHARDING_NONE, SHARDING_GRAD_OP, SHARDING_FULL } sharding_mode; /* training.sharding */
 typedef enum { OPTIMIZER_ADAMW } optimizer_kind;                  /* training.optimizer.name */
@@ -45,10 +46,42 @@ typedef struct {
     char init[CONFIG_STR];/* "" or a safetensors file with timm names to start from */
 } model_config;
 
+/* data.mean / data.std: at most this many numbers, one per channel */
+#define CONFIG_DATA_CHANNELS_MAX 3
+
 typedef struct {
     data_format format;
-    char uri[CONFIG_STR]; /* file:///dir or /dir */
-    int augment;          /* random crop (pad 2) + horizontal flip */
+    char uri[CONFIG_STR];       /* fashion-mnist: a directory (file:///dir or /dir);
+                                 * webdataset: a shard pattern, local or s3://;
+                                 * imagefolder: a local directory */
+    char test_uri[CONFIG_STR];  /* data.testUri: the evaluation split, named like uri; "" =
+                                 * fashion-mnist: the t10k files beside uri; other formats:
+                                 * no evaluation */
+    char endpoint[CONFIG_STR];  /* data.endpoint: S3 endpoint for s3:// data; "" =
+                                 * checkpoint.endpoint's, else AWS */
+    int augment;                /* fashion-mnist: random crop (pad 2) + horizontal flip;
+                                 * webdataset/imagefolder: RandomResizedCrop(scale, ratio) +
+                                 * horizontal flip (p 0.5); off: the evaluation transform */
+    double mean[CONFIG_DATA_CHANNELS_MAX], std[CONFIG_DATA_CHANNELS_MAX];
+                                /* data.mean / data.std: one number per model.channels, in
+                                 * pixel/255 units; */
+    int mean_n, std_n;          /*   how many were given; 0 = the default: ImageNet's
+                                 *   (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225) for 3
+                                 *   channels, 0.5 / 0.5 for 1 (config_data_norm) */
+    double scale_min, scale_max;   /* data.scale: [0.08, 1] (RandomResizedCrop's area fraction) */
+    double ratio_min, ratio_max;   /* data.ratio: [0.75, 1.3333333333333333] (aspect ratio) */
+    interp_mode interpolation;  /* data.interpolation: default bicubic */
+    double crop_pct;            /* data.cropPct: (0, 1], default 0.875: evaluation resizes the
+                                 * shorter side to imageSize / cropPct, then center-crops */
+    int workers;                /* data.workers: decode threads; 0 = what the CPUs leave after
+                                 * training.threads, at least 1; max 256 */
+    int prefetch_batches;       /* data.prefetchBatches: ready micro-batches queued ahead,
+                                 * 1..64, default 2 */
+    int shuffle_buffer;         /* data.shuffleBuffer: samples per shuffled block, 1..1000000,
+                                 * default 1000 */
+    unsigned long long max_pixels; /* data.maxPixels: decompression-bomb limit, default
+                                    * 89478485 (PIL's), >= 1 */
+    double max_bad_fraction;    /* data.maxBadFraction: [0, 1], default 0.001 */
 } data_config;
 
 typedef struct {
@@ -108,11 +141,16 @@ int config_load_file(vit_job_config *cfg, const char *path, char *err, size_t er
 int config_load_string(vit_job_config *cfg, const char *text, size_t len,
                        const char *origin, char *err, size_t errlen);
 
-/* Applies one "dotted.key=value" override, e.g. "training.steps=100". */
+/* Applies one "dotted.key=value" override, e.g. "training.steps=100".
+ * Arrays: "0.9,0.95" or "[0.9, 0.95]"; of data.mean and data.std also one
+ * number ("0.5", "[0.5]"), and "" or "null": not given (the default). */
 int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t errlen);
 
 /* Cross-field checks (dim % heads, imageSize % patchSize, batch divisibility,
- * ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
+ * the data format against the model: Fashion-MNIST's 28x28x1, 1 or 3
+ * channels and data.mean/data.std per channel for webdataset and
+ * imagefolder, imagefolder not on s3://; data.scale and data.ratio min <=
+ * max, ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
 
 /* Writes the preset's model dims into m (keeping m->init). Returns 0, or -1
@@ -120,6 +158,15 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
  * vit_g14 (timm's dims, 224x224x3, 1000 classes), fmnist_tiny, fmnist_small
  * (28x28x1, 10 classes). */
 int config_preset(model_config *m, const char *name);
+
+/* The normalisation a run uses: data.mean and data.std where given, else
+ * the default for model.channels (ImageNet's for 3 channels, 0.5 / 0.5 for
+ * 1; 0.5 for any other count). Fills mean[0..n) and std[0..n) and returns
+ * n = model.channels when it is 1 to CONFIG_DATA_CHANNELS_MAX, else 0
+ * (nothing written). Given numbers are used as they are: config_validate
+ * has checked that there are model.channels of them. */
+int config_data_norm(const vit_job_config *cfg, double mean[CONFIG_DATA_CHANNELS_MAX],
+                     double std[CONFIG_DATA_CHANNELS_MAX]);
 
 /* Number of micro-batches accumulated per optimizer step. */
 int config_accum_steps(const vit_job_config *cfg);
@@ -140,11 +187,14 @@ char *config_to_json(const vit_job_config *cfg);
  *   enum (strings from a fixed set);
  *   default (as config_defaults sets it), defaultFrom ("key": the row's own,
  *     which the CRD repeats; "preset": the default preset's, and no CRD
- *     default; "unset": zero or "", and no CRD default);
+ *     default; "unset": zero, "" or, of an array of 1 to N numbers, null:
+ *     not given, whose meaning the description says; and no CRD default);
  *   description (the CRD's, without "Default X."), readme (the README's
  *     meaning column), and where the row has them readmeType (the README's
  *     type column where the type says too little, e.g. "path"), pattern
- *     (the CRD's) and itemDescription (the CRD's, of an array's elements).
+ *     (the CRD's), itemDescription (the CRD's, of an array's elements) and
+ *     defaultWords (the README's default column where the default is no
+ *     value of the key, e.g. "by `channels`").
  * Caller frees with cJSON_Delete; NULL on OOM. */
 cJSON *config_describe(void);
 

@@ -252,13 +252,15 @@ static int in_section(const char *path, const char *section)
     return dot && (size_t)(dot - path) == n && strncmp(path, section, n) == 0;
 }
 
-/* A default as people read it: fmnist_tiny, "", false, 50, 0.003, [0.9, 0.999]. */
+/* A default as people read it: fmnist_tiny, "", false, 50, 0.003, [0.9, 0.999];
+ * the row's defaultWords where it has them. */
 static void default_words(char *out, size_t n, const cJSON *row)
 {
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(row, "default");
     const char *type = str_of(row, "type");
-    char a[64], b[64];
-    if (cJSON_IsString(d))
+    if (str_of(row, "defaultWords"))
+        snprintf(out, n, "%s", str_of(row, "defaultWords"));
+    else if (cJSON_IsString(d))
         snprintf(out, n, "%s", d->valuestring[0] ? d->valuestring : "\"\"");
     else if (cJSON_IsBool(d))
         snprintf(out, n, "%s", cJSON_IsTrue(d) ? "true" : "false");
@@ -266,10 +268,18 @@ static void default_words(char *out, size_t n, const cJSON *row)
         num_doc_double(out, n, d->valuedouble);
     else if (cJSON_IsNumber(d))
         num_plain(out, n, d->valuedouble);
-    else if (cJSON_IsArray(d) && cJSON_GetArraySize(d) == 2) {
-        num_shortest(a, sizeof a, cJSON_GetArrayItem(d, 0)->valuedouble);
-        num_shortest(b, sizeof b, cJSON_GetArrayItem(d, 1)->valuedouble);
-        snprintf(out, n, "[%s, %s]", a, b);
+    else if (cJSON_IsArray(d) && cJSON_GetArraySize(d) > 0) {
+        size_t used = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, d) {
+            char a[64];
+            num_shortest(a, sizeof a, e->valuedouble);
+            int w = snprintf(out + used, n - used, "%s%s", e == d->child ? "[" : ", ", a);
+            if (w < 0 || (size_t)w >= n - used)
+                return;
+            used += (size_t)w;
+        }
+        snprintf(out + used, n - used, "]");
     } else
         snprintf(out, n, "?");
 }
@@ -430,7 +440,14 @@ static void readme_type(buf *out, const cJSON *row)
     } else if (strcmp(type, "number") == 0) {
         buf_printf(out, "number %c%s, %s%c", open, lo, hi, close);
     } else if (strcmp(type, "array") == 0) {
-        buf_printf(out, "two numbers in %c%s, %s%c", open, lo, hi, close);
+        const cJSON *a = num_of(row, "minItems"), *b = num_of(row, "maxItems");
+        const int n_lo = a ? (int)a->valuedouble : 0, n_hi = b ? (int)b->valuedouble : 0;
+        static const char *const counts[] = {"no", "one", "two", "three", "four"};
+        if (n_lo == n_hi && n_lo >= 0 && n_lo <= 4)
+            buf_printf(out, "%s numbers", counts[n_lo]);
+        else
+            buf_printf(out, "%d to %d numbers", n_lo, n_hi);
+        buf_printf(out, " in %c%s, %s%c", open, lo, hi, close);
     } else if (strcmp(type, "boolean") == 0) {
         buf_puts(out, "bool");
     } else {

@@ -52,7 +52,26 @@ static void assert_config_eq(const vit_job_config *a, const vit_job_config *b)
     EQ_STR(model.init);
     EQ_NUM(data.format);
     EQ_STR(data.uri);
+    EQ_STR(data.test_uri);
+    EQ_STR(data.endpoint);
     EQ_NUM(data.augment);
+    EQ_NUM(data.mean_n);
+    EQ_NUM(data.std_n);
+    for (int i = 0; i < CONFIG_DATA_CHANNELS_MAX; i++) {
+        EQ_NUM(data.mean[i]);
+        EQ_NUM(data.std[i]);
+    }
+    EQ_NUM(data.scale_min);
+    EQ_NUM(data.scale_max);
+    EQ_NUM(data.ratio_min);
+    EQ_NUM(data.ratio_max);
+    EQ_NUM(data.interpolation);
+    EQ_NUM(data.crop_pct);
+    EQ_NUM(data.workers);
+    EQ_NUM(data.prefetch_batches);
+    EQ_NUM(data.shuffle_buffer);
+    EQ_NUM(data.max_pixels);
+    EQ_NUM(data.max_bad_fraction);
     EQ_NUM(training.steps);
     EQ_NUM(training.epochs);
     EQ_NUM(training.global_batch_size);
@@ -178,7 +197,11 @@ static const char *FULL_JSON =
     "{\"model\": {\"preset\": \"fmnist_small\", \"imageSize\": 28, \"patchSize\": 4, \"channels\": 1,"
     "  \"dim\": 96, \"depth\": 3, \"heads\": 6, \"mlpRatio\": 2.5, \"numClasses\": 10,"
     "  \"init\": \"/tmp/init.safetensors\"},"
-    " \"data\": {\"format\": \"fashion-mnist\", \"uri\": \"/data/fmnist\", \"augment\": false},"
+    " \"data\": {\"format\": \"fashion-mnist\", \"uri\": \"/data/fmnist\", \"testUri\": \"/data/fmnist-test\","
+    "  \"endpoint\": \"https://minio:9000\", \"augment\": false, \"mean\": [0.25], \"std\": [0.125, 0.5, 0.75],"
+    "  \"scale\": [0.25, 0.75], \"ratio\": [0.5, 2], \"interpolation\": \"bilinear\", \"cropPct\": 0.9,"
+    "  \"workers\": 6, \"prefetchBatches\": 4, \"shuffleBuffer\": 5000, \"maxPixels\": 1000000,"
+    "  \"maxBadFraction\": 0.01},"
     " \"training\": {\"steps\": 300, \"epochs\": 0, \"globalBatchSize\": 256, \"microBatchSize\": 32,"
     "  \"precision\": \"bf16-mixed\", \"sharding\": \"grad-op\", \"activationCheckpointing\": true,"
     "  \"optimizer\": {\"name\": \"adamw\", \"lr\": 0.0003, \"weightDecay\": 0.1, \"betas\": [0.9, 0.95],"
@@ -201,7 +224,26 @@ static const char *FULL_YAML =
     "  mlpRatio: 2.5\n"
     "  numClasses: 10\n"
     "  init: /tmp/init.safetensors\n"
-    "data: {format: fashion-mnist, uri: \"/data/fmnist\", augment: no}\n"
+    "data:\n"
+    "  format: fashion-mnist\n"
+    "  uri: \"/data/fmnist\"\n"
+    "  testUri: /data/fmnist-test\n"
+    "  endpoint: 'https://minio:9000'\n"
+    "  augment: no\n"
+    "  mean: [.25]\n"
+    "  std:\n"
+    "    - 0.125\n"
+    "    - 0.5\n"
+    "    - 0.75\n"
+    "  scale: [0.25, 0.75]\n"
+    "  ratio: [0.5, 2]\n"
+    "  interpolation: bilinear\n"
+    "  cropPct: 0.9\n"
+    "  workers: 6\n"
+    "  prefetchBatches: 4\n"
+    "  shuffleBuffer: 5000\n"
+    "  maxPixels: 1000000\n"
+    "  maxBadFraction: 0.01\n"
     "training:\n"
     "  steps: 300\n"
     "  epochs: 0\n"
@@ -245,7 +287,22 @@ static void assert_is_full(const vit_job_config *c)
     cr_assert(c->model.mlp_ratio == 2.5);
     cr_assert_str_eq(c->model.init, "/tmp/init.safetensors");
     cr_assert_str_eq(c->data.uri, "/data/fmnist");
+    cr_assert_str_eq(c->data.test_uri, "/data/fmnist-test");
+    cr_assert_str_eq(c->data.endpoint, "https://minio:9000");
     cr_assert_eq(c->data.augment, 0);
+    cr_assert_eq(c->data.mean_n, 1);
+    cr_assert(c->data.mean[0] == 0.25 && c->data.mean[1] == 0 && c->data.mean[2] == 0);
+    cr_assert_eq(c->data.std_n, 3);
+    cr_assert(c->data.std[0] == 0.125 && c->data.std[1] == 0.5 && c->data.std[2] == 0.75);
+    cr_assert(c->data.scale_min == 0.25 && c->data.scale_max == 0.75);
+    cr_assert(c->data.ratio_min == 0.5 && c->data.ratio_max == 2.0);
+    cr_assert_eq(c->data.interpolation, INTERP_BILINEAR);
+    cr_assert(c->data.crop_pct == 0.9);
+    cr_assert_eq(c->data.workers, 6);
+    cr_assert_eq(c->data.prefetch_batches, 4);
+    cr_assert_eq(c->data.shuffle_buffer, 5000);
+    cr_assert_eq(c->data.max_pixels, 1000000ULL);
+    cr_assert(c->data.max_bad_fraction == 0.01);
     cr_assert_eq(c->training.steps, 300);
     cr_assert_eq(c->training.epochs, 0);
     cr_assert_eq(c->training.global_batch_size, 256);
@@ -289,7 +346,20 @@ Test(config, defaults_are_the_documented_values)
     cr_assert_eq(c.model.num_classes, 10);
     cr_assert_eq(c.data.format, DATA_FASHION_MNIST);
     cr_assert_str_eq(c.data.uri, "file:///usr/share/datasets/fashion-mnist");
+    cr_assert_str_eq(c.data.test_uri, "");
+    cr_assert_str_eq(c.data.endpoint, "");
     cr_assert_eq(c.data.augment, 0);
+    cr_assert_eq(c.data.mean_n, 0, "unset: the default of the channels");
+    cr_assert_eq(c.data.std_n, 0);
+    cr_assert(c.data.scale_min == 0.08 && c.data.scale_max == 1.0);
+    cr_assert(c.data.ratio_min == 0.75 && c.data.ratio_max == 4.0 / 3.0);
+    cr_assert_eq(c.data.interpolation, INTERP_BICUBIC);
+    cr_assert(c.data.crop_pct == 0.875);
+    cr_assert_eq(c.data.workers, 0);
+    cr_assert_eq(c.data.prefetch_batches, 2);
+    cr_assert_eq(c.data.shuffle_buffer, 1000);
+    cr_assert_eq(c.data.max_pixels, 89478485ULL);
+    cr_assert(c.data.max_bad_fraction == 0.001);
     cr_assert_eq(c.training.steps, 0);
     cr_assert_eq(c.training.epochs, 2);
     cr_assert_eq(c.training.global_batch_size, 128);
@@ -557,6 +627,41 @@ Test(config, examples_load_validate_and_describe_the_same_job)
     cr_assert_gt(y.training.steps, 0);
 }
 
+Test(config, the_imagenet_example_validates_at_its_world_size_with_deits_lr_rule)
+{
+    char path[PATH_MAX], err[ERRLEN] = "";
+    vit_job_config c;
+    example_path(path, sizeof path, "imagenet-vitb16.yaml");
+    config_defaults(&c);
+    cr_assert_eq(config_load_file(&c, path, err, sizeof err), 0, "%s", err);
+    c.world_size = 4 * 8; /* its replicas x gpusPerReplica */
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(c.model.preset, "vit_b16");
+    cr_assert_eq(c.data.format, DATA_WEBDATASET);
+    cr_assert_str_eq(c.data.uri, "s3://imagenet/train-{000000..001023}.tar");
+    cr_assert_str_eq(c.data.test_uri, "s3://imagenet/val-{000000..000063}.tar");
+    cr_assert_eq(c.data.augment, 1);
+    cr_assert_eq(c.data.interpolation, INTERP_BICUBIC);
+    cr_assert(c.data.crop_pct == 0.875);
+    cr_assert_eq(c.training.precision, PRECISION_BF16_MIXED);
+    cr_assert_eq(c.training.sharding, SHARDING_FULL);
+    cr_assert_eq(c.training.activation_checkpointing, 1);
+    cr_assert_eq(c.training.optimizer.schedule, SCHEDULE_COSINE);
+    cr_assert(c.training.optimizer.weight_decay == 0.05);
+    cr_assert(fabs(c.training.optimizer.lr - 5e-4 * c.training.global_batch_size / 512) < 1e-12,
+              "lr %g is not 5e-4 x batch %d / 512", c.training.optimizer.lr,
+              c.training.global_batch_size);
+    cr_assert_gt(c.training.optimizer.warmup_steps, 0);
+    /* the explicit normalisation is the default one, written out */
+    double mean[3], std[3];
+    cr_assert_eq(config_data_norm(&c, mean, std), 3);
+    cr_assert(mean[0] == 0.485 && mean[2] == 0.406 && std[1] == 0.224);
+    c.data.mean_n = c.data.std_n = 0;
+    double dmean[3], dstd[3];
+    cr_assert_eq(config_data_norm(&c, dmean, dstd), 3);
+    cr_assert(memcmp(mean, dmean, sizeof mean) == 0 && memcmp(std, dstd, sizeof std) == 0);
+}
+
 /* ---------------------------------------------------------------- load errors */
 
 Test(config, unknown_key_is_rejected_naming_the_key)
@@ -821,12 +926,175 @@ Test(config, warmup_equal_to_steps_and_min_lr_equal_to_lr_are_valid)
     cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
 }
 
-Test(config, shards_format_is_refused_as_unsupported_not_as_a_bad_value)
+Test(config, shards_is_no_longer_a_format_and_is_refused_naming_the_formats)
 {
-    vit_job_config c = load_ok("data: {format: shards}\n");
+    expect_load_error_exact("data: {format: shards}\n", "job.yaml",
+                            "job.yaml: data.format=\"shards\" is not one of fashion-mnist, "
+                            "webdataset, imagefolder");
+    expect_set_error("data.format=shards", "--set: data.format=\"shards\" is not one of", NULL);
+}
+
+static void expect_valid(const vit_job_config *cfg)
+{
     char err[ERRLEN] = "";
-    cr_assert_eq(config_validate(&c, err, sizeof err), VJ_ERR_UNSUPPORTED);
-    cr_assert(strstr(err, "data.format=shards is not supported by this build yet"), "%s", err);
+    cr_assert_eq(config_validate(cfg, err, sizeof err), 0, "%s", err);
+}
+
+/* vit_ti16 (224x224x3) on webdataset shards, valid as it is, then `extra`
+ * (a second document: its keys override, its sections merge). */
+static vit_job_config wds(const char *extra)
+{
+    vit_job_config c = load_ok("model: {preset: vit_ti16}\n"
+                               "data: {format: webdataset, uri: \"s3://b/train-{0..9}.tar\"}\n");
+    char err[ERRLEN] = "";
+    if (extra)
+        cr_assert_eq(load(&c, extra, "extra.yaml", err), 0, "%s", err);
+    return c;
+}
+
+Test(config, webdataset_and_imagefolder_take_rgb_or_grayscale_of_any_size)
+{
+    vit_job_config c = wds(NULL);
+    expect_valid(&c);
+    c = wds("data: {format: imagefolder, uri: /data/train, testUri: /data/val}\n");
+    expect_valid(&c);
+    c = load_ok("model: {preset: vit_ti16, channels: 1, imageSize: 64, patchSize: 8, numClasses: 2}\n"
+                "data: {format: webdataset, uri: \"/data/train-{0..3}.tar\"}\n");
+    expect_valid(&c);
+}
+
+Test(config, webdataset_and_imagefolder_need_one_or_three_channels)
+{
+    vit_job_config c = wds("model: {channels: 2}\n");
+    expect_invalid(&c, "model.channels=2 does not fit data.format=webdataset", "must be 3 or 1");
+    c = load_ok("model: {preset: vit_ti16, channels: 4}\ndata: {format: imagefolder, uri: /d}\n");
+    expect_invalid(&c, "model.channels=4 does not fit data.format=imagefolder", NULL);
+}
+
+Test(config, mean_and_std_when_given_need_one_number_per_channel)
+{
+    vit_job_config c = wds("data: {mean: [0.5]}\n");
+    expect_invalid(&c, "data.mean has 1 number but model.channels=3", "leave data.mean out");
+    c = wds("data: {std: [0.2, 0.2]}\n");
+    expect_invalid(&c, "data.std has 2 numbers but model.channels=3", NULL);
+    c = wds("model: {channels: 1}\ndata: {mean: [0.4, 0.5, 0.6]}\n");
+    expect_invalid(&c, "data.mean has 3 numbers but model.channels=1", NULL);
+    c = wds("data: {mean: [0.4, 0.5, 0.6], std: [0.2, 0.25, 0.3]}\n");
+    expect_valid(&c);
+    c = wds("model: {channels: 1}\ndata: {mean: [0.4], std: [0.3]}\n");
+    expect_valid(&c);
+}
+
+Test(config, fashion_mnist_ignores_the_image_keys)
+{
+    /* three numbers for its one channel: not read, so not refused */
+    vit_job_config c = load_ok("data: {mean: [0.4, 0.5, 0.6], std: [0.2], interpolation: bilinear,"
+                               " cropPct: 0.5, workers: 3}\n");
+    expect_valid(&c);
+}
+
+Test(config, imagefolder_refuses_s3_uris_naming_the_key_and_the_way_to_s3)
+{
+    vit_job_config c = wds("data: {format: imagefolder, uri: \"s3://b/train\"}\n");
+    expect_invalid(&c, "data.uri=\"s3://b/train\": imagefolder reads a local folder or mounted volume",
+                   "write webdataset shards with vitjob-worker shards for S3");
+    c = wds("data: {format: imagefolder, uri: /d/train, testUri: \"s3://b/val\"}\n");
+    expect_invalid(&c, "data.testUri=\"s3://b/val\": imagefolder reads a local folder", NULL);
+    c = wds("data: {testUri: \"s3://b/val-{0..3}.tar\"}\n");
+    expect_valid(&c); /* webdataset reads S3 */
+}
+
+Test(config, scale_and_ratio_need_min_at_most_max)
+{
+    vit_job_config c = wds("data: {scale: [0.9, 0.5]}\n");
+    expect_invalid(&c, "data.scale=[0.9, 0.5]: the minimum 0.9 exceeds the maximum 0.5", NULL);
+    c = wds("data: {ratio: [2, 0.5]}\n");
+    expect_invalid(&c, "data.ratio=[2, 0.5]: the minimum 2 exceeds the maximum 0.5", NULL);
+    c = load_ok("data: {ratio: [2, 0.5]}\n"); /* a value malformed in itself, whatever the format */
+    expect_invalid(&c, "data.ratio=[2, 0.5]", NULL);
+    c = wds("data: {scale: [1, 1], ratio: [1, 1]}\n"); /* equal: a fixed crop */
+    expect_valid(&c);
+}
+
+Test(config, data_keys_refuse_values_out_of_their_bounds)
+{
+    expect_load_error("data: {workers: 257}\n", "t.yaml", "data.workers=257 is out of range [0, 256]", NULL);
+    expect_load_error("data: {workers: -1}\n", "t.yaml", "data.workers=-1 is out of range [0, 256]", NULL);
+    expect_load_error("data: {prefetchBatches: 0}\n", "t.yaml", "data.prefetchBatches=0 is out of range [1, 64]", NULL);
+    expect_load_error("data: {prefetchBatches: 65}\n", "t.yaml", "data.prefetchBatches=65 is out of range [1, 64]", NULL);
+    expect_load_error("data: {shuffleBuffer: 0}\n", "t.yaml", "data.shuffleBuffer=0 is out of range [1, 1000000]", NULL);
+    expect_load_error("data: {shuffleBuffer: 1000001}\n", "t.yaml", "data.shuffleBuffer=1000001 is out of range", NULL);
+    expect_load_error("data: {maxPixels: 0}\n", "t.yaml", "data.maxPixels=0 is out of range [1, 9007199254740991]", NULL);
+    expect_load_error("data: {maxPixels: 1.5}\n", "t.yaml", "data.maxPixels: expected an integer", NULL);
+    expect_load_error("data: {maxBadFraction: 1.5}\n", "t.yaml", "data.maxBadFraction=1.5 is out of range [0, 1]", NULL);
+    expect_load_error("data: {maxBadFraction: -0.1}\n", "t.yaml", "data.maxBadFraction=-0.1 is out of range [0, 1]", NULL);
+    expect_load_error("data: {cropPct: 0}\n", "t.yaml", "data.cropPct=0 is out of range (0, 1]", NULL);
+    expect_load_error("data: {cropPct: 1.01}\n", "t.yaml", "data.cropPct=1.01 is out of range (0, 1]", NULL);
+    expect_load_error("data: {scale: [0, 1]}\n", "t.yaml", "data.scale[0]=0 is out of range (0, 1]", NULL);
+    expect_load_error("data: {scale: [0.5, 1.5]}\n", "t.yaml", "data.scale[1]=1.5 is out of range (0, 1]", NULL);
+    expect_load_error("data: {scale: [0.5]}\n", "t.yaml", "data.scale: expected an array of 2 numbers, got an array of 1", NULL);
+    expect_load_error("data: {ratio: [0, 1]}\n", "t.yaml", "data.ratio[0]=0 is out of range (0, 100]", NULL);
+    expect_load_error("data: {ratio: [1, 101]}\n", "t.yaml", "data.ratio[1]=101 is out of range (0, 100]", NULL);
+    expect_load_error("data: {interpolation: nearest}\n", "t.yaml",
+                      "data.interpolation=\"nearest\" is not one of bilinear, bicubic", NULL);
+    expect_load_error("data: {testUri: 3}\n", "t.yaml", "data.testUri: expected a string, got number 3", NULL);
+    char doc[700];
+    snprintf(doc, sizeof doc, "data: {endpoint: \"%0600d\"}\n", 0);
+    expect_load_error(doc, "t.yaml", "data.endpoint: a string of 600 bytes is too long (at most 511)", NULL);
+}
+
+Test(config, mean_and_std_are_one_to_three_numbers_in_bounds)
+{
+    expect_load_error("data: {mean: []}\n", "t.yaml",
+                      "data.mean: expected an array of 1 to 3 numbers, got an array of 0", NULL);
+    expect_load_error("data: {mean: [0.1, 0.2, 0.3, 0.4]}\n", "t.yaml",
+                      "data.mean: expected an array of 1 to 3 numbers, got an array of 4", NULL);
+    expect_load_error("data: {mean: 0.5}\n", "t.yaml",
+                      "data.mean: expected an array of 1 to 3 numbers, got number 0.5", NULL);
+    expect_load_error("data: {mean: [0.5, x]}\n", "t.yaml", "data.mean[1]: expected a number, got string \"x\"", NULL);
+    expect_load_error("data: {mean: [123.675]}\n", "t.yaml", "data.mean[0]=123.675 is out of range [0, 1]", NULL);
+    expect_load_error("data: {mean: [-0.1]}\n", "t.yaml", "data.mean[0]=-0.1 is out of range [0, 1]", NULL);
+    expect_load_error("data: {std: [0.2, 0]}\n", "t.yaml", "data.std[1]=0 is out of range (0, 1]", NULL);
+    expect_load_error("data: {std: [58.395]}\n", "t.yaml", "data.std[0]=58.395 is out of range (0, 1]", NULL);
+    vit_job_config c = load_ok("data: {mean: [0], std: [1]}\n"); /* the closed ends */
+    cr_assert(c.data.mean_n == 1 && c.data.mean[0] == 0.0 && c.data.std[0] == 1.0);
+}
+
+Test(config, a_null_mean_or_std_is_the_default_and_a_later_one_replaces_the_earlier)
+{
+    vit_job_config c = load_ok("data: {mean: [0.1, 0.2, 0.3], std: [0.4, 0.5, 0.6]}\n");
+    char err[ERRLEN] = "";
+    cr_assert_eq(load(&c, "data: {mean: [0.7]}\n", "t2.yaml", err), 0, "%s", err);
+    cr_assert(c.data.mean_n == 1 && c.data.mean[0] == 0.7, "the later array, whole");
+    cr_assert(c.data.mean[1] == 0 && c.data.mean[2] == 0, "no number of the earlier left behind");
+    cr_assert_eq(load(&c, "data:\n  std:\n", "t3.yaml", err), 0, "%s", err);
+    cr_assert_eq(c.data.std_n, 0);
+    cr_assert(c.data.std[0] == 0 && c.data.std[2] == 0);
+    cr_assert_eq(load(&c, "{\"data\": {\"mean\": null}}", "t.json", err), 0, "%s", err);
+    cr_assert_eq(c.data.mean_n, 0);
+}
+
+Test(config, data_norm_is_the_given_numbers_or_the_channels_default)
+{
+    double mean[CONFIG_DATA_CHANNELS_MAX], std[CONFIG_DATA_CHANNELS_MAX];
+    vit_job_config c = wds(NULL);
+    cr_assert_eq(config_data_norm(&c, mean, std), 3);
+    cr_assert(mean[0] == 0.485 && mean[1] == 0.456 && mean[2] == 0.406);
+    cr_assert(std[0] == 0.229 && std[1] == 0.224 && std[2] == 0.225);
+    c = wds("data: {mean: [0.1, 0.2, 0.3]}\n");
+    cr_assert_eq(config_data_norm(&c, mean, std), 3);
+    cr_assert(mean[0] == 0.1 && mean[1] == 0.2 && mean[2] == 0.3);
+    cr_assert(std[0] == 0.229, "std not given: still the default");
+    c = wds("model: {channels: 1}\n");
+    cr_assert_eq(config_data_norm(&c, mean, std), 1);
+    cr_assert(mean[0] == 0.5 && std[0] == 0.5);
+    c = wds("model: {channels: 1}\ndata: {std: [0.25]}\n");
+    cr_assert_eq(config_data_norm(&c, mean, std), 1);
+    cr_assert(mean[0] == 0.5 && std[0] == 0.25);
+    c = wds("model: {channels: 5}\n");
+    mean[0] = -1;
+    cr_assert_eq(config_data_norm(&c, mean, std), 0);
+    cr_assert(mean[0] == -1, "nothing written");
 }
 
 Test(config, fashion_mnist_needs_28x28x1_images_and_10_classes)
@@ -863,6 +1131,15 @@ Test(config, validate_rechecks_fields_that_code_set_directly)
     config_defaults(&c);
     memset(c.model.init, 'x', sizeof c.model.init);
     expect_invalid(&c, "model.init: string is not NUL-terminated", NULL);
+    config_defaults(&c);
+    c.data.mean_n = 4;
+    expect_invalid(&c, "data.mean: expected an array of 1 to 3 numbers", NULL);
+    config_defaults(&c);
+    c.data.std_n = 1; /* std[0] still 0 */
+    expect_invalid(&c, "data.std[0]=0 is out of range (0, 1]", NULL);
+    config_defaults(&c);
+    c.data.scale_max = 0.01;
+    expect_invalid(&c, "data.scale=[0.08, 0.01]", NULL);
 }
 
 /* ---------------------------------------------------------------- --set */
@@ -921,6 +1198,66 @@ Test(config, set_overrides_betas_in_both_spellings)
                      "got an array of 1");
     expect_set_error("training.optimizer.betas=0.9,a", "training.optimizer.betas[1]: expected a number", "\"a\"");
     expect_set_error("training.optimizer.betas=[0.9,1]", "training.optimizer.betas[1]=1 is out of range [0, 1)", NULL);
+}
+
+Test(config, set_overrides_mean_and_std_with_one_to_three_numbers_and_empty_resets_them)
+{
+    vit_job_config c;
+    config_defaults(&c);
+    set_ok(&c, "data.mean=[0.5]");
+    cr_assert(c.data.mean_n == 1 && c.data.mean[0] == 0.5);
+    set_ok(&c, "data.mean=0.4,0.5,0.6");
+    cr_assert(c.data.mean_n == 3 && c.data.mean[0] == 0.4 && c.data.mean[2] == 0.6);
+    set_ok(&c, "data.std=[0.2, 0.25, 0.3]");
+    cr_assert(c.data.std_n == 3 && c.data.std[1] == 0.25);
+    set_ok(&c, "data.mean=0.45");
+    cr_assert(c.data.mean_n == 1 && c.data.mean[0] == 0.45 && c.data.mean[1] == 0);
+    set_ok(&c, "data.mean=");
+    cr_assert_eq(c.data.mean_n, 0);
+    set_ok(&c, "data.std=null");
+    cr_assert_eq(c.data.std_n, 0);
+    expect_set_error("data.mean=0.1,0.2,0.3,0.4", "--set: data.mean: expected an array of 1 to 3 numbers",
+                     "got an array of 4");
+    expect_set_error("data.std=[0.2, 0]", "--set: data.std[1]=0 is out of range (0, 1]", NULL);
+    expect_set_error("data.mean=[]", "data.mean: expected an array of 1 to 3 numbers, got an array of 0", NULL);
+    expect_set_error("data.mean=[0.5,]", "data.mean[1]: expected a number, got string \"\"", NULL);
+    expect_set_error("data.scale=[ ]", "data.scale: expected an array of 2 numbers, got an array of 0", NULL);
+}
+
+Test(config, set_overrides_the_other_data_keys)
+{
+    vit_job_config c;
+    config_defaults(&c);
+    set_ok(&c, "data.format=webdataset");
+    set_ok(&c, "data.uri=s3://b/train-{000000..000009}.tar");
+    set_ok(&c, "data.testUri=s3://b/val-{0..1}.tar");
+    set_ok(&c, "data.endpoint=https://minio:9000");
+    set_ok(&c, "data.scale=[0.35, 1]");
+    set_ok(&c, "data.ratio=0.5,2");
+    set_ok(&c, "data.interpolation=bilinear");
+    set_ok(&c, "data.cropPct=0.95");
+    set_ok(&c, "data.workers=12");
+    set_ok(&c, "data.prefetchBatches=8");
+    set_ok(&c, "data.shuffleBuffer=20000");
+    set_ok(&c, "data.maxPixels=178956970");
+    set_ok(&c, "data.maxBadFraction=0");
+    cr_assert_eq(c.data.format, DATA_WEBDATASET);
+    cr_assert_str_eq(c.data.uri, "s3://b/train-{000000..000009}.tar");
+    cr_assert_str_eq(c.data.test_uri, "s3://b/val-{0..1}.tar");
+    cr_assert_str_eq(c.data.endpoint, "https://minio:9000");
+    cr_assert(c.data.scale_min == 0.35 && c.data.scale_max == 1.0);
+    cr_assert(c.data.ratio_min == 0.5 && c.data.ratio_max == 2.0);
+    cr_assert_eq(c.data.interpolation, INTERP_BILINEAR);
+    cr_assert(c.data.crop_pct == 0.95);
+    cr_assert_eq(c.data.workers, 12);
+    cr_assert_eq(c.data.prefetch_batches, 8);
+    cr_assert_eq(c.data.shuffle_buffer, 20000);
+    cr_assert_eq(c.data.max_pixels, 178956970ULL);
+    cr_assert(c.data.max_bad_fraction == 0.0);
+    set_ok(&c, "data.format=imagefolder");
+    cr_assert_eq(c.data.format, DATA_IMAGEFOLDER);
+    expect_set_error("data.interpolation=area", "data.interpolation=\"area\" is not one of bilinear, bicubic", NULL);
+    expect_set_error("data.workers=many", "data.workers: expected an integer, got string \"many\"", NULL);
 }
 
 Test(config, set_preset_overwrites_model_dims)
@@ -1001,7 +1338,30 @@ Test(config, to_json_round_trips_awkward_doubles_and_large_integers_exactly)
     c.training.optimizer.eps = 4.9406564584124654e-324;  /* smallest subnormal */
     c.training.seed = 9007199254740991ULL;
     c.training.steps = 999999999999L;
+    c.data.mean_n = 3;
+    c.data.mean[0] = 0.1 + 0.2;
+    c.data.mean[1] = 1.0 / 3.0;
+    c.data.mean[2] = 0.485;
+    c.data.std_n = 1;
+    c.data.std[0] = 0.229;
+    c.data.ratio_max = 4.0 / 3.0;
+    c.data.max_pixels = 9007199254740991ULL;
     assert_round_trip(&c);
+}
+
+Test(config, to_json_writes_an_unset_mean_as_null_and_a_given_one_as_its_numbers)
+{
+    vit_job_config c;
+    config_defaults(&c);
+    char *json = config_to_json(&c);
+    cr_assert_not_null(json);
+    cr_assert(strstr(json, "\"mean\":null,\"std\":null,\"scale\":[0.08,1],") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"interpolation\":\"bicubic\"") != NULL, "%s", json);
+    free(json);
+    set_ok(&c, "data.mean=[0.5]");
+    json = config_to_json(&c);
+    cr_assert(strstr(json, "\"mean\":[0.5],\"std\":null") != NULL, "%s", json);
+    free(json);
 }
 
 Test(config, to_json_nests_keys_by_section_with_file_names)
@@ -1082,7 +1442,8 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
      * model's dimensions, and an unset checkpoint location means none */
     static const char *const no_default[] = {"model.imageSize", "model.patchSize", "model.channels",
                                              "model.dim", "model.depth", "model.heads",
-                                             "model.mlpRatio", "model.numClasses", "checkpoint.uri",
+                                             "model.mlpRatio", "model.numClasses", "data.endpoint",
+                                             "data.mean", "data.std", "checkpoint.uri",
                                              "checkpoint.endpoint", "checkpoint.credentialsSecret",
                                              NULL};
     cJSON *table = config_describe();
@@ -1100,7 +1461,7 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
                       cJSON_GetObjectItem(r, "defaultFrom")->valuestring);
         own += from_key;
     }
-    cr_assert_eq(own + 11, cJSON_GetArraySize(table));
+    cr_assert_eq(own + 14, cJSON_GetArraySize(table));
     cr_assert_not_null(table);
     const cJSON *row;
     int rows = 0;
@@ -1121,6 +1482,10 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
         for (int i = 0; i < 2 && cJSON_GetObjectItem(row, excl[i]); i++)
             cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(bounds, excl[i])),
                          cJSON_IsTrue(cJSON_GetObjectItem(row, excl[i])), "%s: %s", path, excl[i]);
+        static const char *const counts[] = {"minItems", "maxItems"};
+        for (int i = 0; i < 2; i++)
+            cr_assert(same_json_value(cJSON_GetObjectItem(prop, counts[i]), cJSON_GetObjectItem(row, counts[i])),
+                      "%s: %s differs between the CRD and the spec table", path, counts[i]);
         cr_assert(same_json_value(cJSON_GetObjectItem(prop, "enum"), cJSON_GetObjectItem(row, "enum")),
                   "%s: the allowed values differ between the CRD and the spec table", path);
         const cJSON *dflt = cJSON_GetObjectItem(prop, "default");
@@ -1150,7 +1515,9 @@ Test(config, enum_values_have_their_spellings)
     cr_assert_str_eq(config_enum_name("training.device", DEVICE_AUTO), "auto");
     cr_assert_str_eq(config_enum_name("training.sharding", SHARDING_GRAD_OP), "grad-op");
     cr_assert_str_eq(config_enum_name("training.optimizer.schedule", SCHEDULE_CONSTANT), "constant");
-    cr_assert_str_eq(config_enum_name("data.format", DATA_SHARDS), "shards");
+    cr_assert_str_eq(config_enum_name("data.format", DATA_WEBDATASET), "webdataset");
+    cr_assert_str_eq(config_enum_name("data.format", DATA_IMAGEFOLDER), "imagefolder");
+    cr_assert_str_eq(config_enum_name("data.interpolation", INTERP_BILINEAR), "bilinear");
     cr_assert_str_eq(config_enum_name("training.device", 9), "?");
     cr_assert_str_eq(config_enum_name("training.steps", 0), "?", "not an enumerated key");
 }
@@ -1207,7 +1574,7 @@ Test(config, the_readmes_config_reference_lists_each_enum_and_its_default_as_the
         cr_assert_str_eq(dflt, cJSON_GetObjectItem(row, "default")->valuestring,
                          "README.md: the default of %s", path);
     }
-    cr_assert_eq(enums, 6);
+    cr_assert_eq(enums, 7);
     cJSON_Delete(table);
     buf_free(&text);
 }

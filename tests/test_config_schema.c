@@ -139,6 +139,31 @@ Test(config_schema, double_defaults_are_yaml_1_1_floats)
     buf_free(&out);
 }
 
+Test(config_schema, an_array_of_one_to_three_numbers_has_its_counts_and_no_default)
+{
+    buf out = {0};
+    cr_assert_eq(config_schema_crd_section(&out, "data", 0, NULL, 0), 0);
+    cJSON *props = parse(out.data);
+    static const char *const vecs[] = {"mean", "std"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *p = cJSON_GetObjectItem(props, vecs[i]);
+        cr_assert_not_null(p, "%s", vecs[i]);
+        cr_assert_str_eq(str(p, "type"), "array");
+        cr_assert_eq(cJSON_GetObjectItem(p, "minItems")->valuedouble, 1, "%s", vecs[i]);
+        cr_assert_eq(cJSON_GetObjectItem(p, "maxItems")->valuedouble, 3, "%s", vecs[i]);
+        cr_assert_null(cJSON_GetObjectItem(p, "default"), "%s: the default depends on the channels",
+                       vecs[i]);
+        cr_assert_str_eq(str(cJSON_GetObjectItem(p, "items"), "type"), "number");
+    }
+    /* the pairs keep exactly two */
+    const cJSON *scale = cJSON_GetObjectItem(props, "scale");
+    cr_assert_eq(cJSON_GetObjectItem(scale, "minItems")->valuedouble, 2);
+    cr_assert_eq(cJSON_GetObjectItem(scale, "maxItems")->valuedouble, 2);
+    cr_assert(strstr(out.data, "default: [0.08, 1.0]\n") != NULL, "%s", out.data);
+    cJSON_Delete(props);
+    buf_free(&out);
+}
+
 Test(config_schema, an_unknown_section_is_an_error)
 {
     buf out = {0};
@@ -240,7 +265,13 @@ Test(config_schema, the_readme_table_has_one_row_per_key_in_table_order)
     }
     cr_assert(strstr(out.data, "| `training.optimizer.lr` | number (0, 10] | 0.003 | peak learning rate |\n"));
     cr_assert(strstr(out.data, "| `training.epochs` | int 0..1000000 | 2 | used when `steps` is 0 |\n"));
-    cr_assert(strstr(out.data, "| `data.format` | `fashion-mnist` \\| `shards` | `fashion-mnist` |"));
+    cr_assert(strstr(out.data, "| `data.format` | `fashion-mnist` \\| `webdataset` \\| `imagefolder` | "
+                               "`fashion-mnist` |"));
+    cr_assert(strstr(out.data, "| `data.mean` | 1 to 3 numbers in [0, 1] | by `channels` | "), "%s", out.data);
+    cr_assert(strstr(out.data, "| `data.std` | 1 to 3 numbers in (0, 1] | by `channels` | "), "%s", out.data);
+    cr_assert(strstr(out.data, "| `data.scale` | two numbers in (0, 1] | [0.08, 1] | "), "%s", out.data);
+    cr_assert(strstr(out.data, "| `training.optimizer.betas` | two numbers in [0, 1) | [0.9, 0.999] | "),
+              "%s", out.data);
     cJSON_Delete(table);
     buf_free(&out);
 }

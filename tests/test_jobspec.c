@@ -1,7 +1,11 @@
 /* tests/test_jobspec.c - operator/jobspec.c: a ViTJob whose name or template
  * a real API server would refuse in the job's children is invalid, naming
- * the field. */
+ * the field; the worker's own checks of its keys run in the operator too. */
 #include "jobspec.h"
+
+#include "buf.h"
+#include "file.h"
+#include "yaml_json.h"
 
 #include <criterion/criterion.h>
 
@@ -114,4 +118,36 @@ Test(jobspec, bad_scheduling_policy_values_fail_naming_the_field)
              "\"minAvailable\":2,\"queue\":\"research\",\"priorityClass\":\"high\","
              "\"scheduleTimeoutSeconds\":30}}");
     cr_assert_eq(validate("j", extra, err, sizeof err), 0, "%s", err);
+}
+
+Test(jobspec, the_workers_data_checks_fail_the_spec_naming_the_key)
+{
+    char err[512];
+    cr_assert_eq(validate("j", "\"data\":{\"format\":\"imagefolder\",\"uri\":\"s3://b/train\"}",
+                          err, sizeof err), -1);
+    cr_assert(strstr(err, "data.uri=\"s3://b/train\": imagefolder reads a local folder"), "%s", err);
+    cr_assert_eq(validate("j", "\"data\":{\"format\":\"webdataset\",\"uri\":\"s3://b/t-{0..9}.tar\","
+                               "\"mean\":[0.5,0.5,0.5]}", err, sizeof err), -1);
+    cr_assert(strstr(err, "data.mean has 3 numbers but model.channels=1"), "%s", err);
+    cr_assert_eq(validate("j", "\"data\":{\"format\":\"shards\"}", err, sizeof err), -1);
+    cr_assert(strstr(err, "data.format=\"shards\" is not one of"), "%s", err);
+    cr_assert_eq(validate("j", "\"data\":{\"format\":\"webdataset\",\"uri\":\"s3://b/t-{0..9}.tar\"}",
+                          err, sizeof err), 0, "%s", err);
+}
+
+Test(jobspec, the_imagenet_example_passes_the_operators_checks)
+{
+    buf text = {0};
+    cr_assert_eq(file_read(&text, "examples/imagenet-vitb16.yaml", NULL, 0), 0,
+                 "run from the repository root");
+    cJSON *job = NULL;
+    char err[512] = "";
+    const yaml_json_opts typed = {.typed_scalars = 1};
+    cr_assert_eq(yaml_json_parse(text.data, text.len, &typed, &job, err, sizeof err), 0, "%s", err);
+    buf_free(&text);
+    vj_jobspec js;
+    cr_assert_eq(vj_jobspec_parse(job, &js, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(vj_jobspec_validate(&js, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(js.world_size, 32);
+    cJSON_Delete(job);
 }

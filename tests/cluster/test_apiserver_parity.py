@@ -150,6 +150,13 @@ class ParityTest(unittest.TestCase):
              'spec: Invalid value: "object": training.globalBatchSize must be divisible by '
              "training.microBatchSize x world size (replicas x gpusPerReplica, or replicas when gpusPerReplica "
              "is 0)"),
+            ("scale", {"data": {"scale": [0.9, 0.5]}},
+             'spec.data: Invalid value: "object": data.scale\'s minimum must not exceed its maximum'),
+            ("ratio", {"data": {"ratio": [2, 0.5]}},
+             'spec.data: Invalid value: "object": data.ratio\'s minimum must not exceed its maximum'),
+            ("folder", {"data": {"format": "imagefolder", "uri": "s3://b/train"}},
+             'spec.data: Invalid value: "object": imagefolder reads a local folder or mounted volume; '
+             "write webdataset shards with vitjob-worker shards for S3"),
         ]
         for name, spec, message in cases:
             with self.subTest(name=name):

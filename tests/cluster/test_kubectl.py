@@ -23,6 +23,7 @@ import testlimit  # noqa: E402
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 TESTDATA = os.path.join(HERE, "testdata")
 MANIFESTS = os.path.join(HERE, "..", "..", "manifests")
+EXAMPLES = os.path.join(HERE, "..", "..", "examples")
 NS = "/api/v1/namespaces/default"
 
 
@@ -327,6 +328,15 @@ class ProjectManifestsTest(unittest.TestCase):
         # short name and the `all` category find it too
         self.assertIn("fmnist-tiny", self.ok(["get", "all"]))
 
+    def test_the_imagenet_example_passes_the_crds_schema_and_rules_and_keeps_its_data_keys(self):
+        out = self.ok(["apply", "-f", os.path.join(EXAMPLES, "imagenet-vitb16.yaml")])
+        self.assertIn("vitjob.vitjob.dev/imagenet-vitb16 created", out)
+        data = yaml.safe_load(self.ok(["get", "vj", "imagenet-vitb16", "-o", "yaml"]))["spec"]["data"]
+        self.assertEqual(data["format"], "webdataset")
+        self.assertEqual(data["uri"], "s3://imagenet/train-{000000..001023}.tar")
+        self.assertEqual(data["mean"], [0.485, 0.456, 0.406])  # not pruned
+        self.assertEqual(data["maxPixels"], 89478485)          # the CRD's default
+
     def test_schema_defaults_fill_the_stored_spec(self):
         spec = yaml.safe_load(self.ok(["get", "vj", "fmnist-tiny", "-o", "yaml"]))["spec"]
         self.assertEqual(spec["training"]["optimizer"]["name"], "adamw")
@@ -420,6 +430,15 @@ class ProjectManifestsTest(unittest.TestCase):
              "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
             ("bad-quantity", {"template": {"resources": {"limits": {"memory": "lots"}}}},
              "spec.template.resources.limits.memory"),
+            ("old-format", {"data": {"format": "shards"}}, 'spec.data.format: Unsupported value: "shards"'),
+            ("four-means", {"data": {"mean": [0.1, 0.2, 0.3, 0.4]}}, "spec.data.mean: Too many"),
+            ("no-std", {"data": {"std": [0.5, 0]}}, "spec.data.std[1]"),
+            ("scale-reversed", {"data": {"scale": [0.9, 0.5]}},
+             "spec.data: Invalid value: \"object\": data.scale's minimum must not exceed its maximum"),
+            ("ratio-reversed", {"data": {"ratio": [2, 0.5]}},
+             "spec.data: Invalid value: \"object\": data.ratio's minimum must not exceed its maximum"),
+            ("folder-on-s3", {"data": {"format": "imagefolder", "uri": "/d", "testUri": "s3://b/val"}},
+             "spec.data: Invalid value: \"object\": imagefolder reads a local folder or mounted volume"),
         ]
         for name, change, message in cases:
             with self.subTest(name=name):
