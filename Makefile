@@ -226,9 +226,6 @@ $(CODEC_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.o): ALL_CFLAGS += $(DECOD
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
-# test_shardwriter: the shard writer with everything else, and the codecs
-$(BUILD)/tests/test_shardwriter: $(BUILD)/obj/tests/test_shardwriter.o $(CORE_OBJ)
-	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
 # test_decode: the decoder alone (lib/check.h is header-only)
 $(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)
