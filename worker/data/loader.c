@@ -953,7 +953,7 @@ static void *reader_main(void *arg)
 
 /* ---- the decode threads ---- */
 
-static void decode_one(ld_loader *l, slot *s)
+static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch)
 {
     char why[1200];
     int w = 0, h = 0;
@@ -974,16 +974,26 @@ static void decode_one(ld_loader *l, slot *s)
     } else {
         box = xf_center_crop_box(w, h, out, l->o.crop_pct);
     }
-    /* only the box's region of a JPEG, at the smallest of the fast DCT
-     * scales (1/2, 1/4, 1/8) at which the box keeps out x out pixels */
+    /* training: only the box's region of a JPEG, at the smallest of the
+     * fast DCT scales (1/2, 1/4, 1/8) at which the box keeps out x out
+     * pixels; evaluation: the whole image (the resize reads past the crop's
+     * border), at the smallest such scale of the resized image */
+    const int region = l->o.train && l->o.augment;
     decode_opts dopt = {.max_pixels = l->o.max_pixels, .fast_scales = 1};
     if (box.w > 0 && box.h > 0) {
-        dopt.min_width = out;
-        dopt.min_height = out;
-        dopt.crop_x = (int)floor(box.x);
-        dopt.crop_y = (int)floor(box.y);
-        dopt.crop_w = (int)ceil(box.x + box.w) - dopt.crop_x;
-        dopt.crop_h = (int)ceil(box.y + box.h) - dopt.crop_y;
+        if (region) {
+            dopt.min_width = out;
+            dopt.min_height = out;
+            dopt.crop_x = (int)floor(box.x);
+            dopt.crop_y = (int)floor(box.y);
+            dopt.crop_w = (int)ceil(box.x + box.w) - dopt.crop_x;
+            dopt.crop_h = (int)ceil(box.y + box.h) - dopt.crop_y;
+        } else {
+            dopt.min_width = (int)ceil(out * (double)w / box.w);
+            dopt.min_height = (int)ceil(out * (double)h / box.h);
+            if (dopt.min_width > w) dopt.min_width = w;
+            if (dopt.min_height > h) dopt.min_height = h;
+        }
     }
     decode_image img;
     if (decode_image_rgb(s->bytes, s->len, s->name, &dopt, &img, why, sizeof why) != 0) {
@@ -993,8 +1003,9 @@ static void decode_one(ld_loader *l, slot *s)
     double b4[4] = {box.x, box.y, box.w, box.h};
     decode_box_in_image(&img, b4);
     xf_box b = {b4[0], b4[1], b4[2], b4[3]};
-    if (xf_resample(img.rgb, img.width, img.height, b, flip, &l->o.xf, s->img, why,
-                    sizeof why) != 0)
+    xf_box whole = {0, 0, img.width, img.height};
+    if (xf_resample_ex(img.rgb, img.width, img.height, b, region ? NULL : &whole, flip,
+                       &l->o.xf, scratch, s->img, why, sizeof why) != 0)
         s->why = strdup(why);
     else
         s->good = 1;
@@ -1004,6 +1015,7 @@ static void decode_one(ld_loader *l, slot *s)
 static void *worker_main(void *arg)
 {
     ld_loader *l = arg;
+    xf_scratch *scratch = xf_scratch_new(); /* NULL: xf_resample_ex allocates per call */
     pthread_mutex_lock(&l->mu);
     for (;;) {
         slot *s = &l->ring[l->seq_decode % (uint64_t)l->cap];
@@ -1017,12 +1029,13 @@ static void *worker_main(void *arg)
         int work = !(s->flags & (F_SKIP | F_BAD | F_END | F_ERROR)) &&
                    !(l->o.train && s->epoch < l->epoch);
         pthread_mutex_unlock(&l->mu);
-        if (work) decode_one(l, s);
+        if (work) decode_one(l, s, scratch);
         pthread_mutex_lock(&l->mu);
         s->state = SLOT_DONE;
         pthread_cond_broadcast(&l->can_take);
     }
     pthread_mutex_unlock(&l->mu);
+    xf_scratch_free(scratch);
     return NULL;
 }
 
