@@ -29,9 +29,6 @@ struct feed {
     float mean[3], stdv[3];
 };
 
-static const float IMAGENET_MEAN[3] = {0.485f, 0.456f, 0.406f};
-static const float IMAGENET_STD[3] = {0.229f, 0.224f, 0.225f};
-
 /* v (n doubles, host) summed over the ranks through the backend's memory,
  * in chunks (a data set's shard counts can be long). */
 static vj_err sum_over_ranks(const feed_options *o, double *v, size_t n, char *err,
@@ -153,9 +150,11 @@ vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
     lo->xf.out_size = mc->image_size;
     lo->xf.channels = mc->channels;
     lo->xf.interp = dc->interpolation == INTERP_BILINEAR ? XF_BILINEAR : XF_BICUBIC;
-    for (int c = 0; c < mc->channels && c < 3; c++) {
-        f->mean[c] = dc->mean_n ? (float)dc->mean[c] : mc->channels == 3 ? IMAGENET_MEAN[c] : 0.5f;
-        f->stdv[c] = dc->std_n ? (float)dc->std[c] : mc->channels == 3 ? IMAGENET_STD[c] : 0.5f;
+    double mean[3], stdv[3];
+    config_data_norm(cfg, mean, stdv);
+    for (int c = 0; c < 3; c++) {
+        f->mean[c] = (float)mean[c];
+        f->stdv[c] = (float)stdv[c];
     }
     lo->xf.mean = f->mean;
     lo->xf.std = f->stdv;
