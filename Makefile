@@ -31,7 +31,8 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # worker has the S3 client (lib/s3.c: libxml2 for S3's XML, libcrypto's SHA-256)
 WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto libisal $(DECODE_PKGS) 2>/dev/null)
 # the image decoders (worker/data/decode.c): TurboJPEG and libspng, linked by
-# the worker and by the one test that decodes (tests/test_decode.c), no other
+# the worker and by the two tests that decode (tests/test_decode.c and
+# tests/test_fuzz_data.c), no other
 DECODE_PKGS   := libturbojpeg spng
 DECODE_CFLAGS  = $(shell pkg-config --cflags $(DECODE_PKGS) 2>/dev/null)
 DECODE_LIBS    = $(shell pkg-config --libs $(DECODE_PKGS) 2>/dev/null)
@@ -209,10 +210,10 @@ $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 $(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))
 
-# the decoder is left out of the other tests, so that only the worker and
-# test_decode link TurboJPEG and libspng
+# the decoder is left out of the other tests, so that only the worker,
+# test_decode and test_fuzz_data link TurboJPEG and libspng
 DECODE_OBJ = $(BUILD)/obj/worker/data/decode.o
-$(DECODE_OBJ) $(BUILD)/obj/tests/test_decode.o: ALL_CFLAGS += $(DECODE_CFLAGS)
+$(DECODE_OBJ) $(BUILD)/obj/tests/test_decode.o $(BUILD)/obj/tests/test_fuzz_data.o: ALL_CFLAGS += $(DECODE_CFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(filter-out $(DECODE_OBJ),$(CORE_OBJ))
 	$(call link,$(LDLIBS) -lcriterion)
@@ -220,6 +221,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(filter-out $(DECODE_OBJ),$(CORE_OBJ))
 # test_decode: the decoder alone (lib/check.h is header-only)
 $(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)
 	$(call link,$(DECODE_LIBS) -lcriterion)
+
+# test_fuzz_data: the shard readers (tar, wds and its cJSON, rng) and the decoder
+$(BUILD)/tests/test_fuzz_data: $(BUILD)/obj/tests/test_fuzz_data.o $(DECODE_OBJ) \
+		$(addprefix $(BUILD)/obj/worker/data/,tar.o wds.o rng.o)
+	$(call link,$(DECODE_LIBS) $(shell pkg-config --libs libcjson) -lm -lcriterion)
 
 # The sanitizer build: same sources, its own tree.
 asan:
