@@ -32,8 +32,8 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WORKER_PKG_LIBS   = $(shell pkg-config --libs libcjson yaml-0.1 zlib libcurl libxml-2.0 libcrypto libisal $(DECODE_PKGS) 2>/dev/null)
 # the image decoders (worker/data/decode.c): TurboJPEG, libjpeg-turbo's
 # libjpeg API (a JPEG's region: jpeg_crop_scanline, jpeg_skip_scanlines) and
-# libspng, linked by the worker and by the one test that decodes
-# (tests/test_decode.c), no other
+# libspng, linked by the worker and by the tests (the loader decodes; the
+# operator links none of them)
 DECODE_PKGS   := libturbojpeg libjpeg spng
 DECODE_CFLAGS  = $(shell pkg-config --cflags $(DECODE_PKGS) 2>/dev/null)
 DECODE_LIBS    = $(shell pkg-config --libs $(DECODE_PKGS) 2>/dev/null)
@@ -230,6 +230,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 # test_decode: the decoder alone (lib/check.h is header-only)
 $(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)
 	$(call link,$(DECODE_LIBS) -lcriterion)
+
+# test_fuzz_data: the shard readers (tar, wds and its cJSON, rng) and the decoder
+$(BUILD)/tests/test_fuzz_data: $(BUILD)/obj/tests/test_fuzz_data.o $(DECODE_OBJ) \
+		$(addprefix $(BUILD)/obj/worker/data/,tar.o wds.o rng.o)
+	$(call link,$(DECODE_LIBS) $(shell pkg-config --libs libcjson) -lm -lcriterion)
 
 # The sanitizer build: same sources, its own tree.
 asan:

@@ -5,8 +5,9 @@
  * long names, ustar prefixes, directories and links between the files)
  * reads as the same members; and a stream cut anywhere before its end
  * blocks, a bad checksum, a member over the limit or a malformed pax
- * record is an error naming the shard and the byte offset. (Mutations of
- * a whole shard, under ASan too: tests/test_wds.c.) */
+ * record is an error naming the shard and the byte offset, and a failing
+ * stream a read error naming it. (Mutations of whole shards, under ASan
+ * too: tests/test_wds.c and tests/test_fuzz_data.c.) */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,5 +306,38 @@ Test(tar, a_single_zero_block_then_a_header_is_corrupt)
     memcpy(t + 1536, b.p, 1024);
     must_fail_with(t, sizeof t, 1 << 20,
                    "a single zero block at offset 1024, then a header at offset 1536");
+    free(b.p);
+}
+
+/* a stream whose reads fail (-1) once they would reach byte fail_at */
+typedef struct {
+    tar_mem m;
+    size_t fail_at;
+} failing_mem;
+
+static ssize_t failing_read(void *ctx, void *buf, size_t n)
+{
+    failing_mem *f = ctx;
+    if (f->m.pos + n > f->fail_at)
+        return -1;
+    return tar_mem_read(&f->m, buf, n);
+}
+
+/* Found by tests/test_fuzz_data.c: a read error in the padding after a pax
+ * header's records was reported as the archive being cut short there. */
+Test(tar, a_read_error_in_a_pax_headers_padding_is_a_read_error_not_a_cut, .init = names)
+{
+    fx_member m[] = {{long300, "x", 1}};
+    membuf b;
+    fx_write(&b, m, 1);
+    /* the pax header: its block, then "310 path=nnn...\n" (310 bytes), then 202 of padding */
+    cr_assert_eq(b.p[156], 'x');
+    failing_mem src = {{b.p, b.n, 0}, 900};
+    tar_reader *r = tar_reader_new("t.tar", failing_read, &src, 1 << 20);
+    tar_member mm;
+    char err[512] = "";
+    cr_assert_eq(tar_reader_next(r, &mm, err, sizeof err), -1);
+    cr_expect_str_eq(err, "shard t.tar: read error at offset 822");
+    tar_reader_free(r);
     free(b.p);
 }

@@ -357,7 +357,10 @@ int tar_reader_next(tar_reader *r, tar_member *m, char *err, size_t errlen)
                 return fail(r, err, errlen, "read error at offset %llu",
                             (unsigned long long)r->off);
             int64_t pad = skip(r, padding(size));
-            if ((uint64_t)got < size || pad < 0 || (uint64_t)pad < padding(size))
+            if (pad < 0) /* a read error in its padding is one, not a cut */
+                return fail(r, err, errlen, "read error at offset %llu",
+                            (unsigned long long)r->off);
+            if ((uint64_t)got < size || (uint64_t)pad < padding(size))
                 return fail(r, err, errlen,
                             "truncated at offset %llu: inside the %s header at offset %llu",
                             (unsigned long long)r->off, what, (unsigned long long)h);

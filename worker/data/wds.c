@@ -220,8 +220,11 @@ wds_status wds_next(wds_reader *w, wds_sample *s, char *err, size_t errlen)
     tar_member m;
     if (w->done == 1)
         return WDS_END;
-    if (w->done == 2)
-        return (wds_status)tar_reader_next(w->tar, &m, err, errlen);
+    if (w->done == 2) { /* failed: the tar reader's own fault, or memory */
+        if (tar_reader_next(w->tar, &m, err, errlen) >= 0)
+            snprintf(err, errlen, "shard %s: out of memory earlier in the shard", w->shard);
+        return WDS_ERROR;
+    }
     if (!w->ahead) {
         int rc = tar_reader_next(w->tar, &m, err, errlen);
         if (rc <= 0) {
