@@ -165,8 +165,6 @@ bad_data() {
 }
 
 @test "fewer shards than ranks is a config error naming both numbers" {
-  run_world 1 "$TMP/one" "${ARGS[@]}" --set training.steps=1 --set training.exportPath= \
-    --set "data.uri=$ROOT/train-00.tar" --set "data.testUri="
   port=$(free_port)
   mkdir -p "$TMP/two"
   for r in 0 1; do start_rank 2 $r "$port" 0 "$TMP/two" "${ARGS[@]}" --set "data.uri=$ROOT/train-00.tar"; done
