@@ -4,8 +4,9 @@
 # controller-manager stand-in, two local kubelets, moto's S3 where moto is
 # installed), `kubectl apply -f manifests/` (the operator runs from its
 # Deployment, in-cluster), `kubectl apply -f manifests/examples/fashion-mnist.yaml`
-# (2 CPU replicas; s3:// checkpoints with moto, else the file:// of the
-# manifest), `kubectl get vj` rows as they change until the job ends, the test
+# (2 CPU replicas training on Fashion-MNIST as JPEG webdataset shards that
+# `vitjob-worker shards` writes first; shards and s3:// checkpoints on moto's
+# S3 where moto is installed, else local files), `kubectl get vj` rows as they change until the job ends, the test
 # accuracy from rank 0's log and its last lines through `kubectl logs --tail=5`
 # (the API server's pods/log, served by the local kubelet), the final checkpoint exported to
 # BUILD/demo/model.safetensors, and everything stopped, also on Ctrl-C.
@@ -37,6 +38,35 @@ def has_moto():
     py = shutil.which("python3")
     return py is not None and subprocess.run([py, "-c", "import moto, boto3"], stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL).returncode == 0
+
+
+def write_shards(c, build, s3, text):
+    """Fashion-MNIST as JPEG webdataset shards, written by `vitjob-worker
+    shards` to moto's S3 (else to a local folder the pods read), and the
+    job's data section pointed at them."""
+    worker = os.path.join(build, "bin", "vitjob-worker")
+    env = dict(os.environ)
+    ep = []
+    if s3:
+        root = "s3://%s/fashion-mnist-shards" % c.s3["BUCKET"]
+        ep = ["--endpoint", c.s3["S3_ENDPOINT"]]
+        env.update({k: c.s3[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
+    else:
+        d = os.path.join(build, "demo", "shards")
+        os.makedirs(d, exist_ok=True)
+        root = "file://" + d
+    for split, name in (("train", "train"), ("t10k", "test")):
+        cmd = [worker, "shards", "--from", "/usr/share/datasets/fashion-mnist", "--split", split,
+               "--out", "%s/%s-%%02d.tar" % (root, name), "--format", "jpeg", "--quality", "95"] + ep
+        say(" ".join(["vitjob-worker"] + cmd[1:]))
+        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
+        print("".join(l + "\n" for l in out.splitlines() if l.startswith(("total", "data.uri"))), end="")
+    data = ("  data:\n    format: webdataset\n    uri: %s/train-{00..05}.tar\n"
+            "    testUri: %s/test-00.tar\n    mean: [0.286]\n    std: [0.353]\n"
+            "    cropPct: 1\n" % (root, root))
+    if s3:
+        data += "    endpoint: %s\n" % c.s3["POD_ENDPOINT"]
+    return re.sub(r"(?m)^  data:\n(    .*\n)+", lambda m: data, text, count=1)
 
 
 def main():
@@ -95,7 +125,8 @@ def main():
             os.chmod(os.path.dirname(m.group(1)), 0o1777)
             os.chmod(m.group(1), 0o1777)
             say("moto not installed: checkpoints to %s" % uri)
-        say("kubectl apply -f manifests/examples/fashion-mnist.yaml")
+        text = write_shards(c, build, s3, text)
+        say("kubectl apply -f manifests/examples/fashion-mnist.yaml (data: the JPEG shards)")
         print(c.kubectl("apply", "-f", "-", input=text).stdout, end="")
         say("kubectl get vj %s -w" % job)
         last, header = None, True
