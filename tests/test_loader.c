@@ -425,7 +425,7 @@ Test(loader, the_evaluation_pass_reads_each_of_the_ranks_samples_once_in_order)
     ld_index_free(ix);
 }
 
-Test(loader, an_image_folder_gives_labels_in_sorted_class_order)
+Test(loader, an_image_folder_gives_labels_in_sorted_class_order_nested_folders_included)
 {
     const char *classes[3] = {"zebra", "ant", "mole"}; /* sorted: ant mole zebra */
     for (int c = 0; c < 3; c++) {
@@ -447,18 +447,32 @@ Test(loader, an_image_folder_gives_labels_in_sorted_class_order)
         fputs("not an image\n", f);
         fclose(f);
     }
+    { /* a nested folder's image belongs to its class folder, as in torchvision */
+        char p[600];
+        snprintf(p, sizeof p, "%s/mole/inner", dir);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/mole/inner/img9.png.jpg", dir);
+        unsigned long len;
+        unsigned char *j = jpeg_of(29, &len);
+        FILE *f = fopen(p, "wb");
+        fwrite(j, 1, len, f);
+        fclose(f);
+        tjFree(j);
+    }
     ld_index_options io = {.kind = LD_IMAGEFOLDER, .uri = dir, .key = "data.uri",
                            .num_classes = 3};
     ld_index *ix;
     char err[1024];
     cr_assert_eq(ld_index_new(&ix, &io, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(ld_index_units(ix), 6);
+    cr_assert_eq(ld_index_units(ix), 7);
+    cr_assert(strstr(ld_index_unit(ix, 4), "mole/inner/img9.png.jpg"), "%s",
+              ld_index_unit(ix, 4));
     int nc;
     const char *const *names = ld_index_classes(ix, &nc);
     cr_assert_eq(nc, 3);
     cr_assert_str_eq(names[0], "ant");
     cr_assert_str_eq(names[2], "zebra");
-    double counts[6] = {0};
+    double counts[7] = {0};
     cr_assert_eq(ld_index_scan(ix, 0, 1, 1, counts, err, sizeof err), 0);
     cr_assert_eq(ld_index_set_counts(ix, counts, err, sizeof err), 0);
     ld_options o = opts_of(ix, 0, 1, 3, 2, 1);

@@ -114,6 +114,64 @@ static char **list_dir(const char *dir, int want_dir, size_t *n, char *err, size
     return v;
 }
 
+/* Adds the images under dir (and its subfolders, as torchvision's
+ * ImageFolder walks them, in bytewise order) with label c. */
+static int add_images(ld_index *ix, const char *dir, int c, size_t *cap, size_t *lcap,
+                      size_t *skipped, int depth, char *err, size_t errlen)
+{
+    if (depth > 32) {
+        snprintf(err, errlen, "%s: folders nested more than 32 deep (a link loop?)", dir);
+        return VJ_ERR_DATA;
+    }
+    size_t nf = 0, nd = 0;
+    char **files = list_dir(dir, 0, &nf, err, errlen);
+    if (!files) return VJ_ERR_DATA;
+    char **dirs = list_dir(dir, 1, &nd, err, errlen);
+    int rc = dirs ? 0 : VJ_ERR_DATA;
+    for (size_t f = 0; rc == 0 && f < nf; f++) {
+        if (!image_ext(files[f])) {
+            (*skipped)++;
+            continue;
+        }
+        char path[8192];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, files[f]) >= sizeof path) {
+            snprintf(err, errlen, "%s: a file name makes a path too long", dir);
+            rc = VJ_ERR_DATA;
+            break;
+        }
+        if (push_name(&ix->units, &ix->n, cap, strdup(path))) {
+            rc = VJ_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        if (ix->n > *lcap) {
+            *lcap = *cap;
+            int *nl = realloc(ix->labels, *lcap * sizeof *nl);
+            if (!nl) {
+                rc = VJ_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            ix->labels = nl;
+        }
+        ix->labels[ix->n - 1] = c;
+    }
+    if (rc == VJ_ERR_OUT_OF_MEMORY)
+        snprintf(err, errlen, "%s: out of memory listing the images", dir);
+    for (size_t k = 0; rc == 0 && k < nd; k++) {
+        char sub[8192];
+        if ((size_t)snprintf(sub, sizeof sub, "%s/%s", dir, dirs[k]) >= sizeof sub) {
+            snprintf(err, errlen, "%s: a folder name makes a path too long", dir);
+            rc = VJ_ERR_DATA;
+            break;
+        }
+        rc = add_images(ix, sub, c, cap, lcap, skipped, depth + 1, err, errlen);
+    }
+    for (size_t f = 0; f < nf; f++) free(files[f]);
+    free(files);
+    for (size_t k = 0; dirs && k < nd; k++) free(dirs[k]);
+    free(dirs);
+    return rc;
+}
+
 static int index_imagefolder(ld_index *ix, const char *root, char *err, size_t errlen)
 {
     size_t nc = 0;
@@ -136,39 +194,9 @@ static int index_imagefolder(ld_index *ix, const char *root, char *err, size_t e
     for (size_t c = 0; c < nc; c++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", root, classes[c]);
-        size_t nf = 0;
-        char **files = list_dir(dir, 0, &nf, err, errlen);
-        if (!files) return VJ_ERR_DATA;
         size_t before = ix->n;
-        int rc = 0;
-        for (size_t f = 0; f < nf; f++) {
-            if (!image_ext(files[f])) {
-                skipped++;
-                continue;
-            }
-            char path[8192];
-            snprintf(path, sizeof path, "%s/%s", dir, files[f]);
-            if (push_name(&ix->units, &ix->n, &cap, strdup(path))) {
-                rc = VJ_ERR_OUT_OF_MEMORY;
-                break;
-            }
-            if (ix->n > lcap) {
-                lcap = cap;
-                int *nl = realloc(ix->labels, lcap * sizeof *nl);
-                if (!nl) {
-                    rc = VJ_ERR_OUT_OF_MEMORY;
-                    break;
-                }
-                ix->labels = nl;
-            }
-            ix->labels[ix->n - 1] = (int)c;
-        }
-        for (size_t f = 0; f < nf; f++) free(files[f]);
-        free(files);
-        if (rc) {
-            snprintf(err, errlen, "%s: out of memory listing the images", dir);
-            return rc;
-        }
+        int rc = add_images(ix, dir, (int)c, &cap, &lcap, &skipped, 0, err, errlen);
+        if (rc) return rc;
         if (ix->n == before) {
             snprintf(err, errlen, "%s: class folder \"%s\" holds no .jpg, .jpeg or .png file",
                      dir, classes[c]);
