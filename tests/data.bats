@@ -87,7 +87,13 @@ same_from() {
 kill_and_resume() {
   local w=$1
   run_world "$w" "$TMP/ref" "${ARGS[@]}" --set training.exportPath="$TMP/ref.st"
-  CK=(--set checkpoint.uri="file://$TMP/ck" --set checkpoint.intervalSteps=1)
+  local ckuri="file://$TMP/ck"
+  CK=(--set checkpoint.intervalSteps=1)
+  if [ "$DATA_BACKEND" = s3 ]; then   # the checkpoints beside the data
+    ckuri="s3://vitjob-data/ck-$(basename "$TMP")"
+    CK+=(--set checkpoint.endpoint="$S3_ENDPOINT")
+  fi
+  CK+=(--set checkpoint.uri="$ckuri")
   mkdir -p "$TMP/k"
   port=$(free_port)
   for r in $(seq 0 $((w - 1))); do
@@ -95,7 +101,7 @@ kill_and_resume() {
   done
   for _ in $(seq 1 1200); do grep -q "event=saved step=14" "$TMP/k/rank-0.log" 2>/dev/null && break; sleep 0.05; done
   sleep 0.0$((RANDOM % 10))
-  pkill -KILL -f "checkpoint.uri=file://$TMP/ck" || true
+  pkill -KILL -f "checkpoint.uri=$ckuri" || true
   wait_ranks
   grep -q "event=saved step=14" "$TMP/k/rank-0.log"
   run_world "$w" "$TMP/r" "${ARGS[@]}" "${CK[@]}" --set training.exportPath="$TMP/r.st"
