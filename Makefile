@@ -297,6 +297,7 @@ bench: deps
 	$(BUILD)/bin/comm_bench
 	python3 bench/ranks_bench.py --build $(BUILD)
 	python3 bench/ckpt_bench.py --build $(BUILD)
+	/usr/bin/python3 bench/loader_train_bench.py --build $(BUILD)
 
 # Every CUDA op against the CPU op, bf16 training on the GPU against the
 # CPU, and the data-parallel strategies on NCCL ranks against the CPU

@@ -341,6 +341,11 @@ uint64_t feed_skipped(const feed *f)
     return f->ld ? ld_stats_now(f->ld).skipped : 0;
 }
 
+double feed_wait_seconds(const feed *f)
+{
+    return f->ld ? ld_stats_now(f->ld).wait_seconds : 0.0;
+}
+
 int feed_has_test(const feed *f) { return f->test != NULL || f->tix != NULL; }
 
 uint64_t feed_test_samples(const feed *f)

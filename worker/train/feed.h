@@ -67,6 +67,8 @@ vj_err feed_checkpoint_state(feed *f, dp *d, char *buf, size_t buflen, char *err
                              size_t errlen);
 /* Samples skipped as bad so far (this rank). */
 uint64_t feed_skipped(const feed *f);
+/* Seconds training waited for decoded samples (0 for Fashion-MNIST). */
+double feed_wait_seconds(const feed *f);
 
 /* Evaluation: whether there is a test split; then one pass of batches. The
  * number of forward passes (*batches) is the same on every rank. */

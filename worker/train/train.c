@@ -437,9 +437,11 @@ static vj_err finish(run *r, char *err, size_t errlen)
     }
     printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%s,"
            "\"test_loss\":%s,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
-           "\"threads\":%d,\"peak_rss_mib\":%.1f,\"skipped_samples\":%llu}\n",
+           "\"threads\":%d,\"peak_rss_mib\":%.1f,\"skipped_samples\":%llu,"
+           "\"data_wait_seconds\":%.3f}\n",
            r->total, r->last_loss, acc, tl, ips, r->t_train, model_num_params(r->model),
-           r->threads, peak_rss_mib(), (unsigned long long)feed_skipped(r->feed));
+           r->threads, peak_rss_mib(), (unsigned long long)feed_skipped(r->feed),
+           feed_wait_seconds(r->feed));
     fflush(stdout);
     return VJ_OK;
 }
