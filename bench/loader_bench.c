@@ -31,6 +31,7 @@
 
 #include "decode.h"
 #include "rng.h"
+#include "stdfds.h"
 #include "tar.h"
 #include "transform.h"
 #include "wds.h"
@@ -209,6 +210,7 @@ static int load(const char *path)
 
 int main(int argc, char **argv)
 {
+    stdfds_ensure("loader_bench", 1);
     const char *shard = NULL;
     int threads = 1, reps = 3;
     G.batch = 64, G.size = 224, G.region = 1, G.interp = XF_BILINEAR, G.seed = 1;
