@@ -47,8 +47,8 @@ static int resample(const char *manifest)
         lineno++;
         int w, h, size, ch, flip;
         xf_box b;
-        if (sscanf(line, "%1023s %d %d %lf %lf %lf %lf %15s %d %15s %d %d %1023s", img, &w, &h, &b.x, &b.y, &b.w,
-                   &b.h, bounds, &size, interp, &ch, &flip, outp) != 13) {
+        if (sscanf(line, "%1023s %d %d %lf %lf %lf %lf %15s %d %15s %d %d %1023s", img, &w, &h,
+                   &b.x, &b.y, &b.w, &b.h, bounds, &size, interp, &ch, &flip, outp) != 13) {
             rc = fail(manifest, "a line is not IMG W H X Y BW BH BOUNDS S INTERP CH FLIP OUT");
             break;
         }
@@ -59,11 +59,12 @@ static int resample(const char *manifest)
         if (!rgb || !out || !f || fread(rgb, 1, n, f) != n) rc = fail(img, "cannot read the image");
         if (f) fclose(f);
         if (!rc) {
-            xf_params p = {size, ch, strcmp(interp, "bicubic") ? XF_BILINEAR : XF_BICUBIC, zero, one};
+            xf_params p = {size, ch, strcmp(interp, "bicubic") ? XF_BILINEAR : XF_BICUBIC, zero,
+                           one};
             xf_box whole = {0, 0, w, h};
             char err[512];
-            if (xf_resample_ex(rgb, w, h, b, strcmp(bounds, "image") ? NULL : &whole, flip, &p, s, out, err,
-                               sizeof err))
+            if (xf_resample_ex(rgb, w, h, b, strcmp(bounds, "image") ? NULL : &whole, flip, &p, s,
+                               out, err, sizeof err))
                 rc = fail(img, err);
         }
         if (!rc) {

@@ -16,11 +16,14 @@
  * source pixels k with floor(centre - support + 0.5) <= k < floor(centre +
  * support + 0.5) (support = 1 or 2, times the stretch) that lie inside the
  * bounds (the box, or what the caller names, rounded outward to whole pixels,
- * then cut to the image); the weights filter((k + 0.5 - centre) / stretch)
- * are divided by their sum. For an integer box and bounds = the box this is
- * interpolate(image[y:y+h, x:x+w]) bit for bit up to float rounding. Both
- * passes run in float: horizontal over only the source rows the vertical pass
- * needs (a ring of rows), then vertical.
+ * an edge within 1e-6 of a whole pixel taken as on it, then cut to the
+ * image); the weights filter((k + 0.5 - centre) / stretch) are divided by
+ * their sum. For an integer box and bounds = the box this is
+ * interpolate(image[y:y+h, x:x+w]) up to float rounding (measured: < 1e-5 of
+ * the 0..1 range). Both passes run in float: horizontal over only the source
+ * rows the vertical pass needs (a ring of rows), then vertical; no sum is
+ * reordered by the compiler or contracted into FMAs, so the output does not
+ * depend on the machine's vector width.
  */
 #ifndef VITJOB_TRANSFORM_H
 #define VITJOB_TRANSFORM_H
@@ -46,7 +49,8 @@ typedef struct { double x, y, w, h; } xf_box;
  * scale[0] + u * (scale[1] - scale[0]) and the log ratio bounds are logf of
  * the float ratios, as torch.log(torch.tensor(ratio)) (float32) gives them;
  * round() is Python's (half to even). */
-xf_box xf_random_resized_crop(int width, int height, const double scale[2], const double ratio[2], rng_state *r);
+xf_box xf_random_resized_crop(int width, int height, const double scale[2], const double ratio[2],
+                              rng_state *r);
 
 /* timm's evaluation transform: Resize(floor(size / crop_pct)) (shorter side to
  * that, the longer side as torchvision's Resize computes it:
@@ -65,8 +69,10 @@ xf_box xf_random_resized_crop(int width, int height, const double scale[2], cons
 xf_box xf_center_crop_box(int width, int height, int size, double crop_pct);
 
 typedef struct {
-    int out_size;            /* output is out_size x out_size */
-    int channels;            /* 3, or 1: first converted to PIL's "L" (L = (R*19595 + G*38470 + B*7471 + 0x8000) >> 16), as PIL's convert("L") */
+    int out_size; /* output is out_size x out_size */
+    /* 3, or 1: first converted to PIL's "L"
+     * (L = (R*19595 + G*38470 + B*7471 + 0x8000) >> 16), as PIL's convert("L") */
+    int channels;
     xf_interp interp;
     const float *mean, *std; /* `channels` values each; out = (v/255 - mean[c]) / std[c] */
 } xf_params;
@@ -77,12 +83,15 @@ typedef struct {
  * align_corners=False) does on the cropped tensor (the rule above, bounds =
  * the box), mirrored horizontally when flip (torch.flip(out, [-1])),
  * normalised, written as CHW floats into out (channels * out_size *
- * out_size). Thread-safe, no global state; returns 0, or -1 with a message in
+ * out_size). Neither rounded to 8 bits nor clamped (bicubic overshoots a
+ * little past 0 and 255, as torch on float tensors; PIL's resize would round
+ * and clamp). Thread-safe, no global state; returns 0, or -1 with a message in
  * err (bad box, bad parameters, out of memory). A box may overrun the image
  * by 1e-6 pixels (rounding of a scaled box); more is refused. Allocates its
  * scratch per call: the loader's hot loop uses xf_resample_ex with an
  * xf_scratch per thread. */
-int xf_resample(const uint8_t *rgb, int width, int height, xf_box box, int flip, const xf_params *p, float *out, char *err, size_t errlen);
+int xf_resample(const uint8_t *rgb, int width, int height, xf_box box, int flip, const xf_params *p,
+                float *out, char *err, size_t errlen);
 
 /* Reusable working memory of xf_resample_ex (weight tables, the ring of
  * filtered rows), grown as needed and kept between calls; one per thread.
@@ -100,6 +109,7 @@ void xf_scratch_free(xf_scratch *s);
  *   s:      scratch (not shared between threads at once); NULL: allocated
  *           and freed inside the call. */
 int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const xf_box *bounds,
-                   int flip, const xf_params *p, xf_scratch *s, float *out, char *err, size_t errlen);
+                   int flip, const xf_params *p, xf_scratch *s, float *out, char *err,
+                   size_t errlen);
 
 #endif
