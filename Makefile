@@ -5,8 +5,9 @@
 #   make test       the whole test suite (normal build, then ASan + UBSan)
 #   make demo       a local two-node cluster trains a ViTJob on Fashion-MNIST
 #   make train      the same small ViT in one process on the CPU
-#   make bench      the CPU engine against PyTorch, and the operator against the
-#                   test API server (tables, not tests)
+#   make bench      the CPU engine against PyTorch, the operator against the
+#                   test API server, the data pipeline against torchvision's
+#                   DataLoader (tables, not tests)
 #   make gpu-test   CUDA ops against the CPU ops, bf16 GPU training (needs a GPU)
 #   make bench-gpu  the GPU engine against PyTorch/timm on the same GPU
 #   make asan       the same programs built with AddressSanitizer + UBSan
@@ -108,6 +109,7 @@ OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o $(BUILD)/obj/api/config_schema
                $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench $(BUILD)/bin/xf_check \
+              $(BUILD)/bin/loader_bench \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -213,7 +215,8 @@ $(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/dat
 		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/stdfds.o
 	$(call link,-lm)
 
-$(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
+$(BUILD)/bin/sgemm_rate $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
+$(BUILD)/bin/loader_bench: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/bench/%.o
 	$(call link,$(WORKER_LDLIBS))
 
 # the decoders' and encoders' headers (TurboJPEG, libspng) for the codecs
@@ -291,7 +294,8 @@ train: deps
 
 bench: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/sgemm_rate \
-		$(BUILD)/bin/vitjob-operator $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench
+		$(BUILD)/bin/vitjob-operator $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
+		$(BUILD)/bin/loader_bench
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
 	/usr/bin/python3 bench/operator_bench.py --build $(BUILD)
 	$(BUILD)/bin/comm_bench
