@@ -320,6 +320,19 @@ static const config_key config_keys[] = {
              "(less memory, ~1/3 more compute).",
      .readme = "keep only each block's input and recompute the block in backward (identical "
                "gradients, depth x less block activation memory)"},
+    {ROW_DBL("training.dropPath", training.drop_path, 0, 1, OPEN_MAX, DEF_NUM(0)),
+     .help = "Stochastic depth (timm's drop_path_rate): each residual branch (attention, MLP) "
+             "of each sample is dropped with a probability rising linearly over the blocks, "
+             "from 0 at the first to dropPath at the last, and scaled by 1/(1 - p) when kept; "
+             "drawn per (seed, step, sample, block, branch). Training only. 0 = off.",
+     .readme = "stochastic depth: rate rising linearly over the blocks to this at the last "
+               "(timm's `drop_path_rate`); training only"},
+    {ROW_DBL("training.labelSmoothing", training.label_smoothing, 0, 1, OPEN_MAX, DEF_NUM(0)),
+     .help = "Label smoothing (timm's LabelSmoothingCrossEntropy): the training loss is the "
+             "cross-entropy against (1 - x) one-hot + x / numClasses. The test loss stays plain "
+             "cross-entropy. 0 = off.",
+     .readme = "training targets (1 - x) one-hot + x / numClasses (timm's "
+               "`LabelSmoothingCrossEntropy`); the test loss stays plain"},
     {ROW_ENUM("training.optimizer.name", training.optimizer.name, optimizers,
               DEF_ENUM(OPTIMIZER_ADAMW)),
      .help = "adamw (torch.optim.AdamW semantics; no weight decay on biases, norms, pos_embed, "

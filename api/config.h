@@ -101,6 +101,8 @@ typedef struct {
     precision_mode precision;
     sharding_mode sharding;
     int activation_checkpointing;
+    double drop_path;       /* stochastic depth's rate at the last block, [0, 1) */
+    double label_smoothing; /* [0, 1): targets (1 - s) one-hot + s / numClasses */
     optimizer_config optimizer;
     unsigned long long seed;
     device_kind device;

@@ -15,6 +15,7 @@
 #include "ckpt.h"
 #include "data.h"
 #include "dp.h"
+#include "droppath.h"
 #include "feed.h"
 #include "exitcode.h"
 #include "file.h"
@@ -22,6 +23,7 @@
 #include "model.h"
 #include "model_io.h"
 #include "report.h"
+#include "smoothing.h"
 #include "sysres.h"
 #include "util.h"
 
@@ -94,6 +96,8 @@ typedef struct {
     dp *dp; /* the data-parallel strategy: the state's layout over the ranks */
     float *images; /* one micro-batch */
     int *labels;
+    float *targets;  /* training.labelSmoothing: the micro-batch's target rows, else NULL */
+    float *dp_scale; /* training.dropPath: the micro-batch's drop path scales, else NULL */
     FILE *metrics; /* NULL without --metrics */
     int threads, micro, accum;
     int rank, world; /* this rank's index and their count */
@@ -274,7 +278,8 @@ static vj_err build(run *r, char *err, size_t errlen)
     report_dims(mc, r->ops);
     /* with many ranks a stop is honoured at a step's end, where all agree */
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
-                           .stop = r->world == 1 ? r->opt->stop_flag : NULL};
+                           .stop = r->world == 1 ? r->opt->stop_flag : NULL,
+                           .drop_path = tc->drop_path > 0};
     dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &tc->optimizer,
                       .total_steps = r->total, .mode = tc->sharding};
     if ((rc = dp_new(&r->dp, &dpo, &mopts, err, errlen)) != VJ_OK ||
@@ -294,7 +299,11 @@ static vj_err build(run *r, char *err, size_t errlen)
         return rc;
     r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
-    if (!r->images || !r->labels) {
+    if (tc->label_smoothing > 0)
+        r->targets = malloc(sizeof(float) * (size_t)r->micro * mc->num_classes);
+    if (tc->drop_path > 0) r->dp_scale = malloc(sizeof(float) * (size_t)r->micro * 2 * mc->depth);
+    if (!r->images || !r->labels || (tc->label_smoothing > 0 && !r->targets) ||
+        (tc->drop_path > 0 && !r->dp_scale)) {
         snprintf(err, errlen, "out of memory for batch buffers");
         return VJ_ERR_OUT_OF_MEMORY;
     }
@@ -325,6 +334,25 @@ static vj_err flush_metrics(run *r, char *err, size_t errlen)
     return write_error_class(e);
 }
 
+/* Forward of micro-batch a of step `step` with the training's
+ * regularisation: drop path's masks, keyed by each sample's place in the
+ * step's global batch (rank q holds part q), and label smoothing's targets.
+ * Returns the micro-batch's mean loss. */
+static float train_forward(run *r, long step, int a)
+{
+    const training_config *tc = &r->cfg->training;
+    if (r->dp_scale) {
+        const long first = ((long)r->rank * r->accum + a) * r->micro;
+        droppath_draw(r->dp_scale, NULL, tc->drop_path, r->cfg->model.depth, r->micro, tc->seed,
+                      step, first);
+        model_set_drop_path(r->model, r->dp_scale, r->micro);
+    }
+    if (!r->targets) return model_forward(r->model, r->images, r->labels, r->micro);
+    smoothing_targets(r->targets, r->labels, r->micro, r->cfg->model.num_classes,
+                      tc->label_smoothing);
+    return model_forward_soft(r->model, r->images, r->targets, r->micro);
+}
+
 /* One optimizer step: the micro-batches of this rank's part of a global
  * batch, accumulated, then the update. *loss is the global batch's mean
  * loss. A stop request abandons the step between micro-batches or between
@@ -353,7 +381,7 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     for (; a < r->accum && !(solo && stop_set(r)); a++) {
         vj_err rd = feed_next(r->feed, r->images, r->labels, err, errlen);
         if (rd) return rd;
-        *loss += model_forward(r->model, r->images, r->labels, r->micro) * (double)r->micro;
+        *loss += train_forward(r, step, a) * (double)r->micro;
         if ((where = model_abandoned(r->model)) != NULL) break;
         model_backward(r->model, dloss);
         if ((where = model_abandoned(r->model)) != NULL) break;
@@ -508,6 +536,8 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     free(r->resumed_loader);
     free(r->images);
     free(r->labels);
+    free(r->targets);
+    free(r->dp_scale);
     model_free(r->model); /* before the strategy: it may hold the model's shard */
     dp_free(r->dp);
     ckpt_writer_free(r->cwriter);
