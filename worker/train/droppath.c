@@ -23,11 +23,12 @@ static float kept_scale(double rate, int l, int depth)
 void droppath_scales(float *scale, const float *keep, double rate, int depth, int B)
 {
     for (int l = 0; l < depth; l++) {
+        const int never = droppath_rate(rate, l, depth) <= 0.0; /* timm's Identity */
         const float s = kept_scale(rate, l, depth);
         for (int br = 0; br < 2; br++)
             for (int b = 0; b < B; b++) {
                 const size_t i = (size_t)(l * 2 + br) * B + b;
-                scale[i] = keep[i] != 0.0f ? s : 0.0f;
+                scale[i] = never || keep[i] != 0.0f ? s : 0.0f;
             }
     }
 }

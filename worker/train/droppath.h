@@ -27,7 +27,8 @@
 double droppath_rate(double rate, int block, int depth);
 
 /* The scales of given keep masks (keep[i] non-zero: kept): 1/(1 - rate_l)
- * as fp32 where kept, 0 where dropped (1 where rate_l is 0). */
+ * as fp32 where kept, 0 where dropped; 1 wherever rate_l is 0, whatever the
+ * mask says (such a branch is never dropped, as timm's Identity). */
 void droppath_scales(float *scale, const float *keep, double rate, int depth, int B);
 
 /* The keep masks of B samples, the first at place `first` of step `step`'s
