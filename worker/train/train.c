@@ -20,6 +20,7 @@
 #include "exitcode.h"
 #include "file.h"
 #include "log.h"
+#include "mixup.h"
 #include "model.h"
 #include "model_io.h"
 #include "report.h"
@@ -96,8 +97,10 @@ typedef struct {
     dp *dp; /* the data-parallel strategy: the state's layout over the ranks */
     float *images; /* one micro-batch */
     int *labels;
-    float *targets;  /* training.labelSmoothing: the micro-batch's target rows, else NULL */
+    float *targets;  /* training.labelSmoothing or mixing: the micro-batch's target rows, else NULL */
     float *dp_scale; /* training.dropPath: the micro-batch's drop path scales, else NULL */
+    int mixing;      /* data.mixup / data.cutmix: targets are mixup's (smoothing folded in) */
+    mixup_params mix;
     FILE *metrics; /* NULL without --metrics */
     int threads, micro, accum;
     int rank, world; /* this rank's index and their count */
@@ -267,6 +270,42 @@ static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t
     return VJ_OK;
 }
 
+/* data.mixup / data.cutmix (worker/data/mixup.h): the parameters and the
+ * targets buffer, when on. */
+static vj_err mix_setup(run *r, char *err, size_t errlen)
+{
+    const vit_job_config *cfg = r->cfg;
+    if (!mixup_enabled(&cfg->data)) return VJ_OK;
+    const int K = cfg->model.num_classes;
+    mixup_params_from_config(&r->mix, &cfg->data, K, cfg->training.label_smoothing);
+    r->mixing = 1;
+    if (!r->targets) r->targets = malloc(sizeof(float) * (size_t)r->micro * (size_t)K);
+    if (!r->targets) {
+        snprintf(err, errlen, "out of memory for the mixup targets");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    if (r->rank == 0)
+        LOG_INFO("train", "event=mixup mixup_alpha=%g cutmix_alpha=%g cutmix_minmax=%s prob=%g "
+                 "switch_prob=%g label_smoothing=%g mode=batch", r->mix.mixup_alpha,
+                 r->mix.has_minmax ? 1.0 : r->mix.cutmix_alpha, r->mix.has_minmax ? "set" : "unset",
+                 r->mix.prob, r->mix.switch_prob, r->mix.smoothing);
+    return VJ_OK;
+}
+
+/* Mixes micro-batch a of this rank's part of step `step` in place and
+ * fills r->targets: its draw is a function of the seed, the step and the
+ * micro-batch's place in the global batch (mixup_stream), never of time. */
+static vj_err mix_micro_batch(run *r, long step, int a, char *err, size_t errlen)
+{
+    const model_config *mc = &r->cfg->model;
+    rng_state rs;
+    mixup_stream(&rs, r->cfg->training.seed, step, (long)r->rank * r->accum + a);
+    if (mixup_batch(&r->mix, &rs, r->images, r->labels, r->micro, mc->channels, mc->image_size,
+                    mc->image_size, r->targets, NULL, err, errlen))
+        return VJ_ERR_DATA;
+    return VJ_OK;
+}
+
 /* The backend, the model with its first weights, the optimizer, the batch
  * buffers, the data loader and the metrics file. */
 static vj_err build(run *r, char *err, size_t errlen)
@@ -307,6 +346,8 @@ static vj_err build(run *r, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for batch buffers");
         return VJ_ERR_OUT_OF_MEMORY;
     }
+    if ((rc = mix_setup(r, err, errlen)) != VJ_OK)
+        return rc;
     if (r->opt->metrics_path && r->rank == 0) {
         char why[1024];
         int fd = file_create(r->opt->metrics_path, why, sizeof why);
@@ -348,8 +389,9 @@ static float train_forward(run *r, long step, int a)
         model_set_drop_path(r->model, r->dp_scale, r->micro);
     }
     if (!r->targets) return model_forward(r->model, r->images, r->labels, r->micro);
-    smoothing_targets(r->targets, r->labels, r->micro, r->cfg->model.num_classes,
-                      tc->label_smoothing);
+    if (!r->mixing) /* mixing filled them, the smoothing folded in (mix_micro_batch) */
+        smoothing_targets(r->targets, r->labels, r->micro, r->cfg->model.num_classes,
+                          tc->label_smoothing);
     return model_forward_soft(r->model, r->images, r->targets, r->micro);
 }
 
@@ -380,6 +422,7 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     const int solo = r->world == 1; /* many ranks finish the step together */
     for (; a < r->accum && !(solo && stop_set(r)); a++) {
         vj_err rd = feed_next(r->feed, r->images, r->labels, err, errlen);
+        if (rd == VJ_OK && r->mixing) rd = mix_micro_batch(r, step, a, err, errlen);
         if (rd) return rd;
         *loss += train_forward(r, step, a) * (double)r->micro;
         if ((where = model_abandoned(r->model)) != NULL) break;
