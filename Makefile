@@ -110,6 +110,7 @@ OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o $(BUILD)/obj/api/config_schema
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench $(BUILD)/bin/xf_check \
               $(BUILD)/bin/loader_bench \
+              $(BUILD)/bin/mixup_check \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -212,6 +213,11 @@ $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 
 # the transforms against torch and torchvision (tests/transform.bats): transform.c alone
 $(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/data/transform.o \
+		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/stdfds.o
+	$(call link,-lm)
+
+# mixup and cutmix against torch (tests/mixup.bats): mixup.c alone
+$(BUILD)/bin/mixup_check: $(BUILD)/obj/tests/ref/mixup_check.o $(BUILD)/obj/worker/data/mixup.o \
 		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/stdfds.o
 	$(call link,-lm)
 

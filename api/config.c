@@ -120,6 +120,7 @@ typedef struct {
      * default column says where the default is not a value of the key (a
      * KT_VEC left unset). */
     const char *help, *readme, *kind, *pattern, *item_help, *dflt_words;
+    int all_items;     /* KT_VEC: 1 = exactly `items` numbers when given (an optional pair) */
 } config_key;
 
 /* The _Generic makes the build fail when a row's type does not match its field.
@@ -136,7 +137,7 @@ typedef struct {
 #define ENUM_T(f)                                                                          \
     _Generic(((vit_job_config *)0)->f, data_format: KT_ENUM, interp_mode: KT_ENUM,          \
              precision_mode: KT_ENUM, sharding_mode: KT_ENUM, optimizer_kind: KT_ENUM,     \
-             lr_schedule: KT_ENUM, device_kind: KT_ENUM)
+             lr_schedule: KT_ENUM, device_kind: KT_ENUM, mixup_mode: KT_ENUM)
 #define ROW_ENUM(p, f, ch, d) p, ENUM_T(f), AT(f), 0, 0, 0, 0, 0, ch, d
 #define ROW_PAIR(p, f1, f2, lo, hi, open, d) \
     p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), 2, \
@@ -157,6 +158,7 @@ static const char *const shardings[] = {"none", "grad-op", "full", NULL};
 static const char *const optimizers[] = {"adamw", NULL};
 static const char *const schedules[] = {"cosine", "constant", NULL};
 static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
+static const char *const mixup_modes[] = {"batch", "pair", "elem", NULL};
 
 /* Adding a key: a field in config.h, a row here (bounds, default, help,
  * readme), then `make schema` writes it into the CRD, the chart's copy of it
@@ -289,6 +291,38 @@ static const config_key config_keys[] = {
              "fraction of the samples read the run exits 3, naming the worst shard.",
      .readme = "bad samples are skipped and counted; above this fraction: exit 3 naming the "
                "worst shard"},
+    {ROW_DBL("data.mixup", data.mixup, 0, 1000, 0, DEF_NUM(0.0)),
+     .help = "timm's Mixup: mixup alpha; > 0 blends each training micro-batch with itself "
+             "reversed, lambda ~ Beta(alpha, alpha), and trains on soft targets (label "
+             "smoothing folded in). 0 = off. Evaluation is never mixed.",
+     .readme = "timm's `mixup_alpha`: each training micro-batch blended with itself reversed, "
+               "lambda ~ Beta(alpha, alpha), soft targets; 0 = off"},
+    {ROW_DBL("data.cutmix", data.cutmix, 0, 1000, 0, DEF_NUM(0.0)),
+     .help = "timm's Mixup: cutmix alpha; > 0 pastes a box of the reversed micro-batch into each "
+             "image (timm's rand_bbox, lambda ~ Beta(alpha, alpha), then corrected to the box's "
+             "area). 0 = off. With mixup too, one of them per micro-batch (mixupSwitchProb).",
+     .readme = "timm's `cutmix_alpha`: a box of the reversed micro-batch pasted in, lambda "
+               "corrected to its area; 0 = off"},
+    {ROW_VEC("data.cutmixMinMax", data.cutmix_minmax, data.cutmix_minmax_n, 0, 1, 0),
+     .all_items = 1, .dflt_words = "unset",
+     .help = "timm's cutmix_minmax: [min, max] fractions of the image side; the box's height "
+             "and width are drawn from [int(side x min), int(side x max)) instead of from "
+             "lambda, and cutmix is on with alpha 1 (as timm forces). Unset = off.",
+     .item_help = "A fraction of the image side, in [0, 1].",
+     .readme = "timm's `cutmix_minmax`: box sides drawn from [min, max) x the image side; turns "
+               "cutmix on (alpha 1)"},
+    {ROW_DBL("data.mixupProb", data.mixup_prob, 0, 1, 0, DEF_NUM(1.0)),
+     .help = "Probability that a micro-batch is mixed (timm's prob); an unmixed one still "
+             "trains on its smoothed one-hot targets.",
+     .readme = "probability that a micro-batch is mixed (timm's `prob`)"},
+    {ROW_DBL("data.mixupSwitchProb", data.mixup_switch_prob, 0, 1, 0, DEF_NUM(0.5)),
+     .help = "With both mixup and cutmix > 0: probability of cutmix instead of mixup for a "
+             "micro-batch (timm's switch_prob).",
+     .readme = "with both on: probability of cutmix instead of mixup (timm's `switch_prob`)"},
+    {ROW_ENUM("data.mixupMode", data.mixup_mode, mixup_modes, DEF_ENUM(MIXUP_MODE_BATCH)),
+     .help = "How the mixing parameters are drawn: batch (one draw per micro-batch, timm's "
+             "default). pair and elem (per pair, per sample) are not implemented and refused.",
+     .readme = "one draw per micro-batch (timm's `batch`); `pair` and `elem` are refused"},
 
     {ROW_LONG("training.steps", training.steps, 0, 1e12, DEF_NUM(0)),
      .help = "Optimizer steps to train. 0 = epochs x (training images / globalBatchSize).",
@@ -320,6 +354,19 @@ static const config_key config_keys[] = {
              "(less memory, ~1/3 more compute).",
      .readme = "keep only each block's input and recompute the block in backward (identical "
                "gradients, depth x less block activation memory)"},
+    {ROW_DBL("training.dropPath", training.drop_path, 0, 1, OPEN_MAX, DEF_NUM(0)),
+     .help = "Stochastic depth (timm's drop_path_rate): each residual branch (attention, MLP) "
+             "of each sample is dropped with a probability rising linearly over the blocks, "
+             "from 0 at the first to dropPath at the last, and scaled by 1/(1 - p) when kept; "
+             "drawn per (seed, step, sample, block, branch). Training only. 0 = off.",
+     .readme = "stochastic depth: rate rising linearly over the blocks to this at the last "
+               "(timm's `drop_path_rate`); training only"},
+    {ROW_DBL("training.labelSmoothing", training.label_smoothing, 0, 1, OPEN_MAX, DEF_NUM(0)),
+     .help = "Label smoothing (timm's LabelSmoothingCrossEntropy): the training loss is the "
+             "cross-entropy against (1 - x) one-hot + x / numClasses. The test loss stays plain "
+             "cross-entropy. 0 = off.",
+     .readme = "training targets (1 - x) one-hot + x / numClasses (timm's "
+               "`LabelSmoothingCrossEntropy`); the test loss stays plain"},
     {ROW_ENUM("training.optimizer.name", training.optimizer.name, optimizers,
               DEF_ENUM(OPTIMIZER_ADAMW)),
      .help = "adamw (torch.optim.AdamW semantics; no weight decay on biases, norms, pos_embed, "
@@ -751,9 +798,15 @@ static int fail_choices(const load_ctx *c, const config_key *k, const char *valu
 /* "an array of 2 numbers", "an array of 1 to 3 numbers" */
 _Static_assert(NUMS_MAX >= 2, "a KT_PAIR's two numbers fit in NUMS_MAX");
 
+/* The fewest numbers an array key takes. */
+static int min_items(const config_key *k)
+{
+    return k->type == KT_PAIR || k->all_items ? k->items : 1;
+}
+
 static void items_words(char *out, size_t n, const config_key *k)
 {
-    if (k->type == KT_PAIR)
+    if (min_items(k) == k->items)
         snprintf(out, n, "an array of %d numbers", k->items);
     else
         snprintf(out, n, "an array of 1 to %d numbers", k->items);
@@ -771,7 +824,7 @@ static int number_array(const load_ctx *c, const config_key *k, const cJSON *v, 
         return fail(c, "%s: expected %s, got %s", k->path, want, got);
     }
     const int len = cJSON_GetArraySize(v);
-    const int lo = k->type == KT_PAIR ? k->items : 1;
+    const int lo = min_items(k);
     if (len < lo || len > k->items)
         return fail(c, "%s: expected %s, got an array of %d", k->path, want, len);
     for (int i = 0; i < len; i++) {
@@ -1450,6 +1503,40 @@ static int validate_images(const load_ctx *c, const vit_job_config *cfg)
     return 0;
 }
 
+/* data.mixup, data.cutmix and their keys (worker/data/mixup.h): the mode
+ * built, cutmixMinMax as [min, max] with room for a box size, and an even
+ * micro-batch (timm's Mixup pairs each sample with the batch reversed). */
+static int validate_mixup(const load_ctx *c, const vit_job_config *cfg)
+{
+    const data_config *d = &cfg->data;
+    if (d->mixup_mode != MIXUP_MODE_BATCH)
+        return fail(c, "data.mixupMode=%s is not implemented: only batch (one draw per "
+                       "micro-batch, timm's default)",
+                    config_enum_name("data.mixupMode", (int)d->mixup_mode));
+    if (d->cutmix_minmax_n == 2) {
+        int rc = validate_ordered(c, "data.cutmixMinMax", d->cutmix_minmax[0],
+                                  d->cutmix_minmax[1]);
+        if (rc)
+            return rc;
+        const int S = cfg->model.image_size;
+        const int lo = (int)(S * d->cutmix_minmax[0]), hi = (int)(S * d->cutmix_minmax[1]);
+        if (lo >= hi) {
+            char a[64], b[64];
+            fmt_num(a, sizeof a, d->cutmix_minmax[0]);
+            fmt_num(b, sizeof b, d->cutmix_minmax[1]);
+            return fail(c, "data.cutmixMinMax=[%s, %s] leaves no box size at model.imageSize=%d: "
+                           "the sides are drawn from [int(%d x %s), int(%d x %s)) = [%d, %d)",
+                        a, b, S, S, a, S, b, lo, hi);
+        }
+    }
+    const int on = d->mixup > 0 || d->cutmix > 0 || d->cutmix_minmax_n > 0;
+    if (on && cfg->training.micro_batch_size % 2 != 0)
+        return fail(c, "training.microBatchSize=%d is odd: data.mixup and data.cutmix pair each "
+                       "sample with the micro-batch reversed (timm's Mixup), which needs an even "
+                       "micro-batch", cfg->training.micro_batch_size);
+    return 0;
+}
+
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
 {
     const load_ctx c = {NULL, err, errlen};
@@ -1513,7 +1600,8 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
             return rc;
     }
     if ((rc = validate_ordered(&c, "data.scale", cfg->data.scale_min, cfg->data.scale_max)) ||
-        (rc = validate_ordered(&c, "data.ratio", cfg->data.ratio_min, cfg->data.ratio_max)))
+        (rc = validate_ordered(&c, "data.ratio", cfg->data.ratio_min, cfg->data.ratio_max)) ||
+        (rc = validate_mixup(&c, cfg)))
         return rc;
 
     if (cfg->world_size < 1)
@@ -1629,7 +1717,7 @@ cJSON *config_describe(void)
         if (k->type == KT_STRING)
             ok = ok && cJSON_AddNumberToObject(row, "maxLength", (double)(k->size - 1));
         if (array)
-            ok = ok && cJSON_AddNumberToObject(row, "minItems", k->type == KT_PAIR ? k->items : 1) &&
+            ok = ok && cJSON_AddNumberToObject(row, "minItems", min_items(k)) &&
                  cJSON_AddNumberToObject(row, "maxItems", k->items);
         static const char *const from[] = {[DEF_KEY] = "key", [DEF_PRESET] = "preset",
                                            [DEF_UNSET] = "unset"};

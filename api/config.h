@@ -32,6 +32,7 @@ typedef enum { SHARDING_NONE, SHARDING_GRAD_OP, SHARDING_FULL } sharding_mode; /
 typedef enum { OPTIMIZER_ADAMW } optimizer_kind;                  /* training.optimizer.name */
 typedef enum { SCHEDULE_COSINE, SCHEDULE_CONSTANT } lr_schedule;  /* training.optimizer.schedule */
 typedef enum { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind; /* training.device */
+typedef enum { MIXUP_MODE_BATCH, MIXUP_MODE_PAIR, MIXUP_MODE_ELEM } mixup_mode; /* data.mixupMode */
 
 typedef struct {
     char preset[64];      /* "" or a preset name; applied before the explicit keys */
@@ -82,6 +83,15 @@ typedef struct {
     unsigned long long max_pixels; /* data.maxPixels: decompression-bomb limit, default
                                     * 89478485 (PIL's), >= 1 */
     double max_bad_fraction;    /* data.maxBadFraction: [0, 1], default 0.001 */
+    /* timm's Mixup (worker/data/mixup.h): on when mixup > 0, cutmix > 0 or
+     * cutmix_minmax is given */
+    double mixup;               /* data.mixup: mixup alpha, >= 0, default 0 (off) */
+    double cutmix;              /* data.cutmix: cutmix alpha, >= 0, default 0 (off) */
+    double cutmix_minmax[2];    /* data.cutmixMinMax: [min, max] box side fractions; */
+    int cutmix_minmax_n;        /*   0 = not given (rand_bbox from lambda), else 2 */
+    double mixup_prob;          /* data.mixupProb: [0, 1], default 1 */
+    double mixup_switch_prob;   /* data.mixupSwitchProb: [0, 1], default 0.5 */
+    mixup_mode mixup_mode;      /* data.mixupMode: batch (pair, elem: refused) */
 } data_config;
 
 typedef struct {
@@ -101,6 +111,8 @@ typedef struct {
     precision_mode precision;
     sharding_mode sharding;
     int activation_checkpointing;
+    double drop_path;       /* stochastic depth's rate at the last block, [0, 1) */
+    double label_smoothing; /* [0, 1): targets (1 - s) one-hot + s / numClasses */
     optimizer_config optimizer;
     unsigned long long seed;
     device_kind device;
@@ -150,7 +162,8 @@ int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t er
  * the data format against the model: Fashion-MNIST's 28x28x1, 1 or 3
  * channels and data.mean/data.std per channel for webdataset and
  * imagefolder, imagefolder not on s3://; data.scale and data.ratio min <=
- * max, ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
+ * max; data.mixupMode batch, data.cutmixMinMax leaving a box size and an
+ * even micro-batch with mixing on, ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
 
 /* Writes the preset's model dims into m (keeping m->init). Returns 0, or -1

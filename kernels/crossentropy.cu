@@ -3,6 +3,9 @@
  * max-subtracted exponentials, their sum in double (fixed reduction tree:
  * deterministic), probs = e * (float)(1/sum), loss = log(sum) - (z[t] - max)
  * in double; the fused gradient (probs - onehot) * dloss stored as X.
+ * Against soft targets (crossentropy_soft_*): the same softmax, and the
+ * loss log(sum) * sum_k t_k - sum_k t_k (z_k - max), both sums in double
+ * over the same fixed tree; the gradient (probs - t) * dloss as X.
  * Must not: average over the batch (the caller's dloss does).
  */
 #include "cuda_common.cuh"
@@ -103,3 +106,102 @@ template void crossentropy_backward_cuda<float>(floatX *, const float *, const i
                                                 int);
 template void crossentropy_backward_cuda<bf16>(floatX *, const float *, const int *, float, int,
                                                int);
+
+// logits (B,K) X, targets (B,K) -> losses (B) = -sum_k t log softmax, probs (B,K); one block
+// per row
+template <typename X>
+static __global__ void crossentropy_soft_forward_kernel(float *losses, float *probs,
+                                                        const X *logits, const float *targets,
+                                                        int K)
+{
+    __shared__ float s_max[CE_WARPS];
+    __shared__ double s_sum[CE_WARPS], s_tsum[CE_WARPS], s_tz[CE_WARPS];
+    const int b = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const X *z = logits + (size_t)b * K;
+    const float *t = targets + (size_t)b * K;
+    float *p = probs + (size_t)b * K;
+
+    float mx = -INFINITY;
+    for (int k = tid; k < K; k += CE_THREADS) mx = fmaxf(mx, ldx(z[k]));
+    mx = warp_max(mx);
+    if (lane == 0) s_max[warp] = mx;
+    __syncthreads();
+    mx = s_max[0];
+    for (int i = 1; i < CE_WARPS; i++) mx = fmaxf(mx, s_max[i]);
+
+    double sum = 0.0, tsum = 0.0, tz = 0.0;
+    for (int k = tid; k < K; k += CE_THREADS) {
+        const float zk = ldx(z[k]) - mx;
+        const float e = expf(zk);
+        p[k] = e;
+        sum += (double)e;
+        tsum += (double)t[k];
+        tz += (double)t[k] * (double)zk;
+    }
+    sum = warp_sum_double(sum);
+    tsum = warp_sum_double(tsum);
+    tz = warp_sum_double(tz);
+    if (lane == 0) {
+        s_sum[warp] = sum;
+        s_tsum[warp] = tsum;
+        s_tz[warp] = tz;
+    }
+    __syncthreads();
+    sum = s_sum[0];
+    tsum = s_tsum[0];
+    tz = s_tz[0];
+    for (int i = 1; i < CE_WARPS; i++) { /* every thread: the same order */
+        sum += s_sum[i];
+        tsum += s_tsum[i];
+        tz += s_tz[i];
+    }
+
+    const float inv = (float)(1.0 / sum);
+    for (int k = tid; k < K; k += CE_THREADS) p[k] *= inv; /* this thread's own writes */
+    if (tid == 0) losses[b] = (float)(log(sum) * tsum - tz);
+}
+
+// probs (B,K), targets (B,K) -> dlogits (B,K) = (probs - targets) * dloss as X
+template <typename X>
+static __global__ void crossentropy_soft_backward_kernel(X *dlogits, const float *probs,
+                                                         const float *targets, float dloss,
+                                                         size_t total)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        dlogits[i] = stx<X>(__fmul_rn(__fsub_rn(probs[i], targets[i]), dloss));
+}
+
+template <typename X>
+void crossentropy_soft_forward_cuda(float *losses, float *probs, const floatX *logits,
+                                    const float *targets, int B, int K)
+{
+    CU_GUARD();
+    if (B <= 0 || K <= 0) return;
+    crossentropy_soft_forward_kernel<X><<<(unsigned)B, CE_THREADS, 0, g_cuda.stream>>>(
+        losses, probs, (const X *)logits, targets, K);
+    CU_LAUNCHED();
+}
+
+template <typename X>
+void crossentropy_soft_backward_cuda(floatX *dlogits, const float *probs, const float *targets,
+                                     float dloss, int B, int K)
+{
+    CU_GUARD();
+    if (B <= 0 || K <= 0) return;
+    const size_t total = (size_t)B * K;
+    const unsigned threads = 256;
+    crossentropy_soft_backward_kernel<X>
+        <<<cuda_blocks(total, threads), threads, 0, g_cuda.stream>>>((X *)dlogits, probs,
+                                                                      targets, dloss, total);
+    CU_LAUNCHED();
+}
+
+template void crossentropy_soft_forward_cuda<float>(float *, float *, const floatX *,
+                                                    const float *, int, int);
+template void crossentropy_soft_forward_cuda<bf16>(float *, float *, const floatX *,
+                                                   const float *, int, int);
+template void crossentropy_soft_backward_cuda<float>(floatX *, const float *, const float *,
+                                                     float, int, int);
+template void crossentropy_soft_backward_cuda<bf16>(floatX *, const float *, const float *, float,
+                                                    int, int);

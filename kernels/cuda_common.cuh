@@ -158,6 +158,18 @@ void crossentropy_forward_cuda(float *losses, float *probs, const floatX *logits
 template <typename X>
 void crossentropy_backward_cuda(floatX *dlogits, const float *probs, const int *targets,
                                 float dloss, int B, int K);
+template <typename X>
+void crossentropy_soft_forward_cuda(float *losses, float *probs, const floatX *logits,
+                                    const float *targets, int B, int K);
+template <typename X>
+void crossentropy_soft_backward_cuda(floatX *dlogits, const float *probs, const float *targets,
+                                     float dloss, int B, int K);
+/* droppath.cu */
+void droppath_forward_cuda(float *out, const float *res, const float *branch, const float *scale,
+                           int B, size_t n);
+template <typename X>
+void droppath_backward_cuda(floatX *dbranch, const float *dout, const float *scale, int B,
+                            size_t n);
 /* global_norm.cu */
 double sum_squares_cuda(const float *g, size_t n);
 void scale_cuda(float *g, float s, size_t n);

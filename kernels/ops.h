@@ -156,6 +156,27 @@ typedef struct vit_ops {
     void (*adamw_update)(float *p, floatX *p_lp, float *m, float *v, const float *g, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay,
                          long t);
+
+    /* Softmax cross-entropy against soft targets (mixup, cutmix, label
+     * smoothing), fp32. logits (B,K), targets (B,K) fp32, each row a
+     * distribution (>= 0, summing to 1) -> losses (B) = -sum_k
+     * targets[b,k] log softmax(logits)[b,k], probs (B,K). */
+    void (*crossentropy_soft_forward)(float *losses, float *probs, const floatX *logits,
+                                      const float *targets, int B, int K);
+    /* dlogits (B,K) = (probs - targets) * dloss, overwritten (the gradient
+     * of the loss above where each target row sums to 1). */
+    void (*crossentropy_soft_backward)(floatX *dlogits, const float *probs, const float *targets,
+                                       float dloss, int B, int K);
+
+    /* Drop path (stochastic depth) on a residual branch, per sample, fp32:
+     * out (B,n) = res + scale[b] * branch (the product rounded to fp32, then
+     * added), scale (B) = mask / keep probability; out may be res. */
+    void (*droppath_forward)(float *out, const float *res, const float *branch,
+                             const float *scale, int B, size_t n);
+    /* dbranch (B,n) = scale[b] * dout (the residual's gradient), stored as
+     * floatX, overwritten. */
+    void (*droppath_backward)(floatX *dbranch, const float *dout, const float *scale, int B,
+                              size_t n);
 } vit_ops;
 
 /* The CPU reference backend (fp32); borrowed, static lifetime. */
@@ -218,6 +239,14 @@ void crossentropy_forward_cpu(float *losses, float *probs, const float *logits,
                               const int *targets, int B, int K);
 void crossentropy_backward_cpu(float *dlogits, const float *probs, const int *targets,
                                float dloss, int B, int K);
+void crossentropy_soft_forward_cpu(float *losses, float *probs, const float *logits,
+                                   const float *targets, int B, int K);
+void crossentropy_soft_backward_cpu(float *dlogits, const float *probs, const float *targets,
+                                    float dloss, int B, int K);
+void droppath_forward_cpu(float *out, const float *res, const float *branch, const float *scale,
+                          int B, size_t n);
+void droppath_backward_cpu(float *dbranch, const float *dout, const float *scale, int B,
+                           size_t n);
 double sum_squares_cpu(const float *g, size_t n);
 void scale_cpu(float *g, float s, size_t n);
 void add_cpu(float *y, const float *x, size_t n);

@@ -111,6 +111,18 @@ static void bf_crossentropy_backward(float *dlogits, const float *probs, const i
     crossentropy_backward_cpu(dlogits, probs, targets, dloss, B, K);
     round_bf16_cpu(dlogits, dlogits, (size_t)B * K);
 }
+static void bf_crossentropy_soft_backward(float *dlogits, const float *probs,
+                                          const float *targets, float dloss, int B, int K)
+{
+    crossentropy_soft_backward_cpu(dlogits, probs, targets, dloss, B, K);
+    round_bf16_cpu(dlogits, dlogits, (size_t)B * K);
+}
+static void bf_droppath_backward(float *dbranch, const float *dout, const float *scale, int B,
+                                 size_t n)
+{
+    droppath_backward_cpu(dbranch, dout, scale, B, n);
+    round_bf16_cpu(dbranch, dbranch, (size_t)B * n);
+}
 static void bf_adamw_update(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay,
                             long t)
@@ -132,6 +144,8 @@ static void bf_adamw_update(float *p, float *p_lp, float *m, float *v, const flo
     .gather_cls = gather_cls_cpu,                         \
     .scatter_cls_backward = scatter_cls_backward_cpu,     \
     .crossentropy_forward = crossentropy_forward_cpu,     \
+    .crossentropy_soft_forward = crossentropy_soft_forward_cpu, \
+    .droppath_forward = droppath_forward_cpu,             \
     .sum_squares = sum_squares_cpu,                       \
     .scale = scale_cpu,                                   \
     .copy = copy_cpu,                                     \
@@ -154,6 +168,8 @@ static const vit_ops cpu_ops = {
     .gelu_backward = gelu_backward_cpu,
     .to_floatx = copy_cpu,
     .crossentropy_backward = crossentropy_backward_cpu,
+    .crossentropy_soft_backward = crossentropy_soft_backward_cpu,
+    .droppath_backward = droppath_backward_cpu,
     .adamw_update = adamw_update_cpu,
 };
 
@@ -174,6 +190,8 @@ static const vit_ops cpu_bf16_ops = {
     .gelu_backward = bf_gelu_backward,
     .to_floatx = round_bf16_cpu,
     .crossentropy_backward = bf_crossentropy_backward,
+    .crossentropy_soft_backward = bf_crossentropy_soft_backward,
+    .droppath_backward = bf_droppath_backward,
     .adamw_update = bf_adamw_update,
 };
 

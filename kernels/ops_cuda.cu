@@ -177,6 +177,10 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         copy_cuda,                                                         \
         add_cuda,                                                          \
         adamw_update_cuda<X>,                                              \
+        crossentropy_soft_forward_cuda<X>,                                 \
+        crossentropy_soft_backward_cuda<X>,                                \
+        droppath_forward_cuda,                                             \
+        droppath_backward_cuda<X>,                                         \
     }
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot

@@ -23,6 +23,8 @@
 #   reference (PyTorch):   tests/ref/check_against_torch.py, fp32 and fp64 references
 #                          tests/transform.bats      the image transforms against torch
 #                                                    and torchvision
+#                          tests/mixup.bats          mixup and cutmix against torch; training
+#                                                    with them at 2 ranks, resumed bit for bit
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
 #   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
 #                                                    real server refuses (parity), the
@@ -176,6 +178,7 @@ bats_suite cli/data.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=file
 bats_suite cli/data-s3.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=s3
 bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
 bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
+bats_suite reference/mixup.bats tests/mixup.bats BUILD="$BUILD"
 bats_suite layout/limits.bats tests/limits.bats
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet

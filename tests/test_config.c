@@ -72,6 +72,14 @@ static void assert_config_eq(const vit_job_config *a, const vit_job_config *b)
     EQ_NUM(data.shuffle_buffer);
     EQ_NUM(data.max_pixels);
     EQ_NUM(data.max_bad_fraction);
+    EQ_NUM(data.mixup);
+    EQ_NUM(data.cutmix);
+    EQ_NUM(data.cutmix_minmax_n);
+    EQ_NUM(data.cutmix_minmax[0]);
+    EQ_NUM(data.cutmix_minmax[1]);
+    EQ_NUM(data.mixup_prob);
+    EQ_NUM(data.mixup_switch_prob);
+    EQ_NUM(data.mixup_mode);
     EQ_NUM(training.steps);
     EQ_NUM(training.epochs);
     EQ_NUM(training.global_batch_size);
@@ -1445,7 +1453,7 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
                                              "model.mlpRatio", "model.numClasses", "data.endpoint",
                                              "data.mean", "data.std", "checkpoint.uri",
                                              "checkpoint.endpoint", "checkpoint.credentialsSecret",
-                                             NULL};
+                                             "data.cutmixMinMax", NULL};
     cJSON *table = config_describe();
     cr_assert_not_null(table);
     /* ... which are the table's keys whose default is not their own */
@@ -1461,7 +1469,7 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
                       cJSON_GetObjectItem(r, "defaultFrom")->valuestring);
         own += from_key;
     }
-    cr_assert_eq(own + 14, cJSON_GetArraySize(table));
+    cr_assert_eq(own + 15, cJSON_GetArraySize(table));
     cr_assert_not_null(table);
     const cJSON *row;
     int rows = 0;
@@ -1574,7 +1582,62 @@ Test(config, the_readmes_config_reference_lists_each_enum_and_its_default_as_the
         cr_assert_str_eq(dflt, cJSON_GetObjectItem(row, "default")->valuestring,
                          "README.md: the default of %s", path);
     }
-    cr_assert_eq(enums, 7);
+    cr_assert_eq(enums, 8);
     cJSON_Delete(table);
     buf_free(&text);
+}
+
+Test(config, mixup_keys_are_off_by_default_and_bad_values_name_their_key)
+{
+    vit_job_config c;
+    config_defaults(&c);
+    cr_assert(c.data.mixup == 0 && c.data.cutmix == 0 && c.data.cutmix_minmax_n == 0);
+    cr_assert(c.data.mixup_prob == 1.0 && c.data.mixup_switch_prob == 0.5);
+    cr_assert_eq(c.data.mixup_mode, MIXUP_MODE_BATCH);
+    expect_set_error("data.mixup=-0.2", "data.mixup=-0.2 is out of range [0, 1000]", NULL);
+    expect_set_error("data.cutmix=-1", "data.cutmix=-1 is out of range [0, 1000]", NULL);
+    expect_set_error("data.mixupProb=1.5", "data.mixupProb=1.5 is out of range [0, 1]", NULL);
+    expect_set_error("data.mixupSwitchProb=-0.1", "data.mixupSwitchProb=-0.1 is out of range",
+                     NULL);
+    expect_set_error("data.cutmixMinMax=0.2,1.5", "data.cutmixMinMax[1]=1.5 is out of range",
+                     NULL);
+    expect_set_error("data.mixupMode=row", "data.mixupMode=\"row\" is not one of batch, pair, elem",
+                     NULL);
+    expect_load_error("data: {mixup: -0.8}\n", "job.yaml", "job.yaml: data.mixup=-0.8", NULL);
+
+    /* timm's DeiT settings validate; cutmixMinMax reads back as given */
+    c = load_ok("data: {mixup: 0.8, cutmix: 1.0, cutmixMinMax: [0.2, 0.8], mixupProb: 0.9, "
+                "mixupSwitchProb: 0.25, mixupMode: batch}\n"
+                "training: {microBatchSize: 8, globalBatchSize: 64}\n");
+    cr_assert(c.data.mixup == 0.8 && c.data.cutmix == 1.0 && c.data.cutmix_minmax_n == 2 &&
+              c.data.cutmix_minmax[0] == 0.2 && c.data.cutmix_minmax[1] == 0.8 &&
+              c.data.mixup_prob == 0.9 && c.data.mixup_switch_prob == 0.25);
+    expect_valid(&c);
+
+    vit_job_config bad = c;
+    set_ok(&bad, "data.mixupMode=pair");
+    expect_invalid(&bad, "data.mixupMode=pair is not implemented", "only batch");
+    bad = c;
+    set_ok(&bad, "data.mixupMode=elem");
+    expect_invalid(&bad, "data.mixupMode=elem is not implemented", NULL);
+    bad = c;
+    set_ok(&bad, "data.cutmixMinMax=0.8,0.2");
+    expect_invalid(&bad, "data.cutmixMinMax=[0.8, 0.2]: the minimum 0.8 exceeds the maximum 0.2",
+                   NULL);
+    bad = c;
+    set_ok(&bad, "data.cutmixMinMax=0.5,0.52"); /* 28 x: int 14 and int 14.56 */
+    expect_invalid(&bad, "data.cutmixMinMax=[0.5, 0.52] leaves no box size at model.imageSize=28",
+                   "[14, 14)");
+    expect_set_error("data.cutmixMinMax=0.5",
+                     "data.cutmixMinMax: expected an array of 2 numbers, got an array of 1", NULL);
+    bad = c;
+    set_ok(&bad, "training.microBatchSize=7");
+    set_ok(&bad, "training.globalBatchSize=56");
+    expect_invalid(&bad, "training.microBatchSize=7 is odd", "data.mixup");
+    /* odd micro-batches are fine without mixing */
+    set_ok(&bad, "data.mixup=0");
+    set_ok(&bad, "data.cutmix=0");
+    set_ok(&bad, "data.cutmixMinMax=null");
+    expect_valid(&bad);
+    cr_assert_str_eq(config_enum_name("data.mixupMode", MIXUP_MODE_ELEM), "elem");
 }

@@ -5,7 +5,14 @@ Owns, for the reference checks and the PyTorch benchmark peer:
     (class-token pooling, learned pos_embed over 1+N positions, pre-norm
     blocks, LayerNorm eps 1e-6, exact-erf GELU, no dropout, no layer scale),
     with timm's parameter names, so a state_dict moves between timm, this
-    module and the C worker's exported safetensors unchanged.
+    module and the C worker's exported safetensors unchanged; optionally
+    timm's stochastic depth (drop_path_rate: DropPath on both residual
+    branches of every block, rates torch.linspace(0, rate, depth)), whose
+    masks a check can fix (set_drop_path_masks).
+  * drop_path / DropPath: timm.layers.drop_path (scale_by_keep=True), with
+    an optional fixed keep mask instead of the Bernoulli draw.
+  * label_smoothing_cross_entropy, soft_target_cross_entropy: timm's
+    LabelSmoothingCrossEntropy and SoftTargetCrossEntropy (batch means).
   * param_groups_weight_decay: timm's AdamW parameter groups.
   * lr_at: the learning-rate schedule of docs/design.md (linear warmup, cosine).
   * clip_grad_norm: torch.nn.utils.clip_grad_norm_ (the C side mirrors it).
@@ -89,19 +96,52 @@ class Mlp(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x))."""
+def drop_path(x, drop_prob, training, keep_mask=None):
+    """timm.layers.drop_path with scale_by_keep=True: in training, each
+    sample's x (dim 0) is zeroed with probability drop_prob and the kept
+    ones are divided by keep_prob = 1 - drop_prob. keep_mask (B,) of 0/1,
+    when given, replaces the Bernoulli(keep_prob) draw."""
+    if drop_prob == 0.0 or not training:
+        return x
+    keep_prob = 1 - drop_prob
+    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    if keep_mask is None:
+        random_tensor = x.new_empty(shape).bernoulli_(keep_prob)
+    else:
+        random_tensor = keep_mask.to(x.dtype).reshape(shape).clone()
+    if keep_prob > 0.0:
+        random_tensor.div_(keep_prob)
+    return x * random_tensor
 
-    def __init__(self, dim, num_heads, mlp_ratio):
+
+class DropPath(nn.Module):
+    """timm.layers.DropPath; keep_mask (B,) fixes the next draws (None: drawn)."""
+
+    def __init__(self, drop_prob=0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+        self.keep_mask = None
+
+    def forward(self, x):
+        return drop_path(x, self.drop_prob, self.training, self.keep_mask)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + drop_path1(attn(norm1(x))), then
+    x + drop_path2(mlp(norm2(x))) (timm: Identity where the rate is 0)."""
+
+    def __init__(self, dim, num_heads, mlp_ratio, drop_path=0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=LN_EPS)
         self.attn = Attention(dim, num_heads)
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=LN_EPS)
         self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio))
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
 
     def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        x = x + self.mlp(self.norm2(x))
+        x = x + self.drop_path1(self.attn(self.norm1(x)))
+        x = x + self.drop_path2(self.mlp(self.norm2(x)))
         return x
 
 
@@ -110,7 +150,7 @@ class VisionTransformer(nn.Module):
     pooling, no dropout, no layer scale: images (B,C,S,S) -> logits (B,K)."""
 
     def __init__(self, img_size=28, patch_size=7, in_chans=1, num_classes=10,
-                 embed_dim=64, depth=4, num_heads=4, mlp_ratio=4.0):
+                 embed_dim=64, depth=4, num_heads=4, mlp_ratio=4.0, drop_path_rate=0.0):
         super().__init__()
         self.num_classes = num_classes
         self.embed_dim = embed_dim
@@ -118,7 +158,10 @@ class VisionTransformer(nn.Module):
         n = self.patch_embed.num_patches
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + n, embed_dim))
-        self.blocks = nn.Sequential(*[Block(embed_dim, num_heads, mlp_ratio) for _ in range(depth)])
+        # stochastic depth decay rule, as timm's
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
+        self.blocks = nn.Sequential(*[Block(embed_dim, num_heads, mlp_ratio, dpr[i])
+                                      for i in range(depth)])
         self.norm = nn.LayerNorm(embed_dim, eps=LN_EPS)
         self.head = nn.Linear(embed_dim, num_classes)
         self.init_weights()
@@ -138,6 +181,15 @@ class VisionTransformer(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
+    def set_drop_path_masks(self, keep):
+        """Fixes drop path's masks: keep (depth, 2, B) of 0/1, [l, 0] for
+        block l's attention branch and [l, 1] for its MLP branch (the C
+        side's layout); None: drawn again. Blocks of rate 0 ignore theirs."""
+        for i, blk in enumerate(self.blocks):
+            for j, dp in enumerate((blk.drop_path1, blk.drop_path2)):
+                if isinstance(dp, DropPath):
+                    dp.keep_mask = None if keep is None else keep[i, j]
+
     def no_weight_decay(self):
         return {"pos_embed", "cls_token", "dist_token"}
 
@@ -153,11 +205,29 @@ class VisionTransformer(nn.Module):
         return self.head(x[:, 0])                                    # (B,K)
 
 
-def build_vit(image, patch, chans, dim, depth, heads, mlp_ratio, classes):
-    """VisionTransformer from the C config's model keys."""
+def build_vit(image, patch, chans, dim, depth, heads, mlp_ratio, classes, drop_path_rate=0.0):
+    """VisionTransformer from the C config's model keys (and training.dropPath)."""
     return VisionTransformer(img_size=image, patch_size=patch, in_chans=chans,
                              num_classes=classes, embed_dim=dim, depth=depth,
-                             num_heads=heads, mlp_ratio=mlp_ratio)
+                             num_heads=heads, mlp_ratio=mlp_ratio,
+                             drop_path_rate=drop_path_rate)
+
+
+def label_smoothing_cross_entropy(logits, target, smoothing):
+    """timm.loss.LabelSmoothingCrossEntropy: (1 - s) x NLL of the label
+    + s x the mean over classes of -log p, averaged over the batch."""
+    logprobs = torch.nn.functional.log_softmax(logits, dim=-1)
+    nll_loss = -logprobs.gather(dim=-1, index=target.unsqueeze(1)).squeeze(1)
+    smooth_loss = -logprobs.mean(dim=-1)
+    loss = (1.0 - smoothing) * nll_loss + smoothing * smooth_loss
+    return loss.mean()
+
+
+def soft_target_cross_entropy(logits, target):
+    """timm.loss.SoftTargetCrossEntropy: -sum_k t_k log p_k, averaged over
+    the batch; target (B,K), one distribution per row."""
+    loss = torch.sum(-target * torch.nn.functional.log_softmax(logits, dim=-1), dim=-1)
+    return loss.mean()
 
 
 def param_groups_weight_decay(model, weight_decay):

@@ -6,8 +6,14 @@
  * gradient at the initial weights, then the losses and final weights of N
  * optimizer steps on the same batch (check_against_torch.py compares).
  * The batch is fed in micro-batches of training.microBatchSize, so gradient
- * accumulation is checked too. Must not: compute anything the trainer does
- * not (it calls the same model and optimizer code).
+ * accumulation is checked too. The loss is the trainer's: against IN's
+ * "targets" (B,K) when given (model_forward_soft), else with
+ * training.labelSmoothing the trainer's smoothed targets, else the labels;
+ * with training.dropPath, IN's fixed keep mask "droppath_keep"
+ * (depth,2,B) becomes each micro-batch's scales by the trainer's rule
+ * (worker/train/droppath.h), the same mask at every step. Must not: compute
+ * anything the trainer does not (it calls the same model and optimizer
+ * code).
  *
  * usage: vit_refcheck --config CFG --init W.safetensors --inputs IN.safetensors
  *                     --out OUT.safetensors [--steps N]
@@ -17,16 +23,47 @@
 #include <string.h>
 
 #include "config.h"
+#include "droppath.h"
 #include "model.h"
 #include "model_io.h"
 #include "optim.h"
 #include "safetensors.h"
+#include "smoothing.h"
 #include "stdfds.h"
 
 static int fail(const char *msg)
 {
     fprintf(stderr, "vit_refcheck: %s\n", msg);
     return 1;
+}
+
+/* What one forward of n samples from sample b0 needs besides the images. */
+typedef struct {
+    const vit_job_config *cfg;
+    const int *labels;
+    const float *targets;  /* IN's (B,K), or NULL */
+    const float *keep;     /* IN's (depth,2,B), or NULL */
+    int B, K, depth;
+    float *rows, *sub, *scale; /* scratch: (B,K), (depth,2,B) twice */
+} loss_in;
+
+/* The trainer's forward with its loss and drop path, for samples
+ * [b0, b0+n); returns the mean loss. */
+static float forward(vit_model *m, const loss_in *in, const float *images, int b0, int n)
+{
+    if (in->keep) {
+        for (int i = 0; i < in->depth * 2; i++)
+            memcpy(in->sub + (size_t)i * n, in->keep + (size_t)i * in->B + b0, sizeof(float) * n);
+        droppath_scales(in->scale, in->sub, in->cfg->training.drop_path, in->depth, n);
+        model_set_drop_path(m, in->scale, n);
+    }
+    if (in->targets)
+        return model_forward_soft(m, images, in->targets + (size_t)b0 * in->K, n);
+    if (in->cfg->training.label_smoothing > 0) {
+        smoothing_targets(in->rows, in->labels + b0, n, in->K, in->cfg->training.label_smoothing);
+        return model_forward_soft(m, images, in->rows, n);
+    }
+    return model_forward(m, images, in->labels + b0, n);
 }
 
 int main(int argc, char **argv)
@@ -68,21 +105,37 @@ int main(int argc, char **argv)
     float *images = malloc(sizeof(float) * B * img_floats);
     memcpy(images, timg->data, sizeof(float) * B * img_floats);
 
+    const int K = mc->num_classes, L = mc->depth;
+    const st_tensor *ttgt = st_find(in, "targets"), *tkeep = st_find(in, "droppath_keep");
+    if (ttgt && (ttgt->dtype != ST_F32 || ttgt->ndim != 2 || ttgt->shape[0] != B ||
+                 ttgt->shape[1] != K))
+        return fail("inputs: targets must be F32 (B, numClasses)");
+    if (cfg.training.drop_path > 0 &&
+        (!tkeep || tkeep->dtype != ST_F32 || tkeep->ndim != 3 || tkeep->shape[0] != L ||
+         tkeep->shape[1] != 2 || tkeep->shape[2] != B))
+        return fail("training.dropPath needs inputs droppath_keep F32 (depth, 2, B)");
+    float *rows = malloc(sizeof(float) * B * K), *sub = malloc(sizeof(float) * L * 2 * B),
+          *scale = malloc(sizeof(float) * L * 2 * B);
+    const loss_in lin = {.cfg = &cfg, .labels = labels, .B = B, .K = K, .depth = L,
+                         .targets = ttgt ? (const float *)ttgt->data : NULL,
+                         .keep = cfg.training.drop_path > 0 ? (const float *)tkeep->data : NULL,
+                         .rows = rows, .sub = sub, .scale = scale};
+
     const vit_ops *ops =
         cfg.training.precision == PRECISION_BF16_MIXED ? ops_cpu_bf16() : ops_cpu();
     ops_cpu_set_threads(cfg.training.threads);
     vit_model *m = NULL;
-    model_options mopts = {.activation_checkpointing = cfg.training.activation_checkpointing};
+    model_options mopts = {.activation_checkpointing = cfg.training.activation_checkpointing,
+                           .drop_path = cfg.training.drop_path > 0};
     if (model_new(&m, mc, B, &mopts, ops, err, sizeof err)) return fail(err);
     if (model_load_safetensors(m, init, err, sizeof err)) return fail(err);
     optim *o = NULL;
     if (optim_new(&o, m, &cfg.training.optimizer, steps, err, sizeof err)) return fail(err);
 
-    const int K = model_num_classes(m);
     const size_t n = model_num_params(m);
     float *logits0 = malloc(sizeof(float) * B * K), *grads0 = malloc(sizeof(float) * n);
     float *losses = calloc((size_t)steps + 1, sizeof(float));
-    float loss0 = model_forward(m, images, labels, B);
+    float loss0 = forward(m, &lin, images, 0, B);
     memcpy(logits0, model_logits(m), sizeof(float) * B * K);
 
     /* One step = the trainer's: micro-batches accumulate, then clip + AdamW. */
@@ -90,7 +143,7 @@ int main(int argc, char **argv)
         model_zero_grads(m);
         double loss = 0.0;
         for (int b0 = 0; b0 < B; b0 += micro) {
-            loss += model_forward(m, images + b0 * img_floats, labels + b0, micro) * (double)micro;
+            loss += forward(m, &lin, images + b0 * img_floats, b0, micro) * (double)micro;
             model_backward(m, 1.0f / B);
         }
         if (s == 0) memcpy(grads0, model_grads(m), sizeof(float) * n);
@@ -127,6 +180,9 @@ int main(int argc, char **argv)
     free(logits0);
     free(images);
     free(labels);
+    free(rows);
+    free(sub);
+    free(scale);
     optim_free(o);
     model_free(m);
     st_close(in);

@@ -43,6 +43,8 @@ struct vit_model {
     size_t arena_bytes;
     float *images;              /* (B,C,S,S) the batch, uploaded */
     int *targets;               /* (B) its labels, uploaded */
+    float *soft_targets;        /* (B,K) its target distributions (model_forward_soft) */
+    int soft;                   /* the last forward's loss was against soft_targets */
     floatX *patches, *patch_out; /* (B*N, C*P*P), (B*N, D) */
     float **res;                /* L+1 residual streams (B,T,D): input of block l */
     block_acts *blk;
@@ -53,6 +55,15 @@ struct vit_model {
     float *dres, *dcls;
     floatX *dbuf_d, *dqkv, *dbuf_h, *dpatch_out, *dlogits, *dlnf;
     floatX *dres_lp;            /* bf16-mixed: dres as the matmuls read it (rounded copy) */
+    /* drop path (model_options.drop_path; else all NULL): the scales of the
+     * next forward (host, L x 2 x dp_B, dp_pending), those of the last
+     * forward (backend, dp_scale) and which of its (block, branch) pairs
+     * scale anything (dp_on; the others take the fused residual add); a
+     * branch's output before its scaled add, and in backward its gradient
+     * (dp_branch, B x T x D fp32, or floatX in backward) */
+    float *dp_host, *dp_scale, *dp_branch;
+    unsigned char *dp_on;
+    int dp_pending, dp_B, dp_run;
     void *att_scratch;
     /* host copies */
     float *logits_host, *losses_host;
@@ -165,6 +176,11 @@ static size_t carve(vit_model *m, void *base)
     } while (0)
     TAKE(m->images, B * m->C * m->S * m->S, F);
     TAKE(m->targets, B, sizeof(int));
+    TAKE(m->soft_targets, B * K, F);
+    if (m->dp_on) {
+        TAKE(m->dp_scale, (size_t)m->L * 2 * B, F);
+        TAKE(m->dp_branch, B * T * D, F); /* backward: floatX, no larger */
+    }
     TAKE(m->patches, B * N * CPP, X);
     TAKE(m->patch_out, B * N * D, X);
     for (int l = 0; l <= m->L; l++) TAKE(m->res[l], B * T * D, F);
@@ -239,8 +255,12 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
     m->logits_host = calloc((size_t)max_batch * m->K, sizeof(float));
     m->losses_host = calloc((size_t)max_batch, sizeof(float));
+    if (opts && opts->drop_path) {
+        m->dp_host = calloc((size_t)m->L * 2 * max_batch, sizeof(float));
+        m->dp_on = calloc((size_t)m->L * 2, 1);
+    }
     if (!m->tensors || !m->unit_lo || !m->res || !m->blk || !m->logits_host ||
-        !m->losses_host) {
+        !m->losses_host || (opts && opts->drop_path && (!m->dp_host || !m->dp_on))) {
         model_free(m);
         return NULL;
     }
@@ -358,6 +378,8 @@ void model_free(vit_model *m)
     free(m->blk);
     free(m->logits_host);
     free(m->losses_host);
+    free(m->dp_host);
+    free(m->dp_on);
     free(m);
 }
 
@@ -524,6 +546,45 @@ static const floatX *dout_of_residual(vit_model *m, int n)
  * activations are checkpointed. */
 static block_acts *acts_of(vit_model *m, int l) { return &m->blk[m->ckpt ? 0 : l]; }
 
+/* Drop path: whether branch br (0 attention, 1 MLP) of block l scales any
+ * sample in the last forward, and its B scales (backend memory). */
+static int drops(const vit_model *m, int l, int br) { return m->dp_run && m->dp_on[l * 2 + br]; }
+static const float *dp_scales(const vit_model *m, int l, int br)
+{
+    return m->dp_scale + (size_t)(l * 2 + br) * m->B;
+}
+
+/* The matmul that ends a residual branch, with its residual add: out = res
+ * + inp @ w^T + bias fused; or, where drop path scales this branch, the
+ * branch alone into dp_branch (fp32, the same fused matmul on zeros) and
+ * out = res + scale[b] * branch. The activations kept are the same either
+ * way, so the backward (and a checkpointed recompute) needs nothing more. */
+static void branch_end(vit_model *m, int l, int br, float *out, const floatX *inp, int tw,
+                       int tb, const float *res, int B, int IC)
+{
+    const vit_ops *ops = m->ops;
+    const int N = B * m->T, D = m->D;
+    if (!drops(m, l, br)) {
+        ops->matmul_forward_residual(out, inp, W_(m, tw), P_(m, tb), res, N, IC, D);
+        return;
+    }
+    ops->zero(m->dp_branch, (size_t)N * D);
+    ops->matmul_forward_residual(m->dp_branch, inp, W_(m, tw), P_(m, tb), m->dp_branch, N, IC, D);
+    ops->droppath_forward(out, res, m->dp_branch, dp_scales(m, l, br), B, (size_t)m->T * D);
+}
+
+/* The gradient of branch br's output, as its last matmul reads it: that
+ * of the residual (dres), or where drop path scales the branch, dres
+ * scaled per sample (into dp_branch, as floatX). */
+static const floatX *branch_grad(vit_model *m, int l, int br, int B)
+{
+    const int n = B * m->T * m->D;
+    if (!drops(m, l, br)) return dout_of_residual(m, n);
+    floatX *d = (floatX *)m->dp_branch;
+    m->ops->droppath_backward(d, m->dres, dp_scales(m, l, br), B, (size_t)m->T * m->D);
+    return d;
+}
+
 /* Block l: res[l] -> res[l+1], keeping what its backward needs in a. The
  * two residual adds are fused into the matmuls that end each branch. */
 static void block_forward(vit_model *m, int l, block_acts *a, int B)
@@ -536,15 +597,14 @@ static void block_forward(vit_model *m, int l, block_acts *a, int B)
     ops->matmul_forward(a->qkv, a->ln1, W_(m, BT(m, l, BT_QKV_W)), W_(m, BT(m, l, BT_QKV_B)),
                         BT_, D, 3 * D);
     ops->attention_forward(a->atty, a->att, m->att_scratch, a->qkv, B, T, D, NH);
-    ops->matmul_forward_residual(a->res2, a->atty, W_(m, BT(m, l, BT_PROJ_W)),
-                                 P_(m, BT(m, l, BT_PROJ_B)), x, BT_, D, D);
+    branch_end(m, l, 0, a->res2, a->atty, BT(m, l, BT_PROJ_W), BT(m, l, BT_PROJ_B), x, B, D);
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P_(m, BT(m, l, BT_NORM2_W)),
                            P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
     ops->matmul_forward(a->fc1, a->ln2, W_(m, BT(m, l, BT_FC1_W)), W_(m, BT(m, l, BT_FC1_B)),
                         BT_, D, H);
     ops->gelu_forward(a->gelu, a->fc1, (size_t)BT_ * H);
-    ops->matmul_forward_residual(m->res[l + 1], a->gelu, W_(m, BT(m, l, BT_FC2_W)),
-                                 P_(m, BT(m, l, BT_FC2_B)), a->res2, BT_, H, D);
+    branch_end(m, l, 1, m->res[l + 1], a->gelu, BT(m, l, BT_FC2_W), BT(m, l, BT_FC2_B), a->res2,
+               B, H);
 }
 
 /* dres holds d(block output); each LayerNorm backward adds its branch,
@@ -554,8 +614,7 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     const vit_ops *ops = m->ops;
     const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
     ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)),
-                         dout_of_residual(m, BT_ * D), a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H,
-                         D);
+                         branch_grad(m, l, 1, B), a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
     ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
                          m->dbuf_h, a->ln2, W_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
@@ -563,8 +622,7 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
                             m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
                             a->ln2_rstd, BT_, D);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
-                         dout_of_residual(m, BT_ * D), a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_,
-                         D, D);
+                         branch_grad(m, l, 0, B), a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
     ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
     ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)), m->dqkv,
                          a->ln1, W_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
@@ -573,14 +631,50 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
                             a->ln1_rstd, BT_, D);
 }
 
-float model_forward(vit_model *m, const float *images, const int *targets, int B)
+int model_set_drop_path(vit_model *m, const float *scale, int B)
+{
+    if (!scale) {
+        m->dp_pending = 0;
+        return 0;
+    }
+    if (!m->dp_host || B < 1 || B > m->max_batch) return -1;
+    memcpy(m->dp_host, scale, sizeof(float) * (size_t)m->L * 2 * B);
+    m->dp_B = B;
+    m->dp_pending = 1;
+    return 0;
+}
+
+/* The drop path of this forward of B images: the pending scales (uploaded,
+ * with the pairs that scale anything marked), or none. */
+static void drop_path_begin(vit_model *m, int B)
+{
+    m->dp_run = m->dp_pending && m->dp_B == B;
+    m->dp_pending = 0;
+    if (!m->dp_run) return;
+    int any = 0;
+    for (int i = 0; i < m->L * 2; i++) {
+        m->dp_on[i] = 0;
+        for (int b = 0; b < B; b++) m->dp_on[i] |= m->dp_host[(size_t)i * B + b] != 1.0f;
+        any |= m->dp_on[i];
+    }
+    if (any) m->ops->upload(m->dp_scale, m->dp_host, sizeof(float) * (size_t)m->L * 2 * B);
+    m->dp_run = any;
+}
+
+/* model_forward and model_forward_soft: integer labels or target rows (at
+ * most one of them), or neither. */
+static float forward(vit_model *m, const float *images, const int *targets, const float *soft,
+                     int B)
 {
     const vit_ops *ops = m->ops;
     const int T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
     m->B = B;
+    m->soft = soft != NULL;
+    drop_path_begin(m, B);
 
     ops->upload(m->images, images, sizeof(float) * (size_t)B * m->C * m->S * m->S);
     if (targets) ops->upload(m->targets, targets, sizeof(int) * (size_t)B);
+    if (soft) ops->upload(m->soft_targets, soft, sizeof(float) * (size_t)B * K);
     use_unit(m, 0, 0);
     ops->patchify(m->patches, m->images, B, m->C, m->S, m->P);
     ops->matmul_forward(m->patch_out, m->patches, W_(m, m->t_patch_w), W_(m, m->t_patch_b),
@@ -601,12 +695,26 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
     ops->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->cls, P_(m, m->t_norm_w),
                            P_(m, m->t_norm_b), B, D);
     ops->matmul_forward(m->logits, m->lnf, W_(m, m->t_head_w), W_(m, m->t_head_b), B, D, K);
-    if (!targets) return 0.0f;
-    ops->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, B, K);
+    if (soft)
+        ops->crossentropy_soft_forward(m->losses, m->probs, m->logits, m->soft_targets, B, K);
+    else if (targets)
+        ops->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, B, K);
+    else
+        return 0.0f;
     ops->download(m->losses_host, m->losses, sizeof(float) * (size_t)B);
     double sum = 0.0;
     for (int b = 0; b < B; b++) sum += m->losses_host[b];
     return (float)(sum / B);
+}
+
+float model_forward(vit_model *m, const float *images, const int *targets, int B)
+{
+    return forward(m, images, targets, NULL, B);
+}
+
+float model_forward_soft(vit_model *m, const float *images, const float *targets, int B)
+{
+    return forward(m, images, NULL, targets, B);
 }
 
 void model_backward(vit_model *m, float dloss)
@@ -616,7 +724,10 @@ void model_backward(vit_model *m, float dloss)
 
     use_unit(m, m->L + 1, 1);
     grads_begin(m, m->L + 1);
-    ops->crossentropy_backward(m->dlogits, m->probs, m->targets, dloss, B, K);
+    if (m->soft)
+        ops->crossentropy_soft_backward(m->dlogits, m->probs, m->soft_targets, dloss, B, K);
+    else
+        ops->crossentropy_backward(m->dlogits, m->probs, m->targets, dloss, B, K);
     ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
                          W_(m, m->t_head_w), B, D, K);
     ops->zero(m->dcls, (size_t)B * D);

@@ -9,7 +9,9 @@
  *
  * Architecture: timm's VisionTransformer exactly (pre-norm blocks, qkv bias,
  * LayerNorm eps 1e-6, class-token pooling, exact GELU, no dropout), so that
- * weights move between the two unchanged.
+ * weights move between the two unchanged; in training, optionally timm's
+ * drop path on each residual branch (model_set_drop_path) and a loss
+ * against soft targets (model_forward_soft).
  */
 #ifndef VITJOB_MODEL_H
 #define VITJOB_MODEL_H
@@ -71,6 +73,9 @@ typedef struct {
      * (borrowed; outlives the model); the model holds neither, and
      * model_params, model_grads and model_params_lp return NULL. */
     const model_shard *shard;
+    /* 1: the model may drop residual branches (model_set_drop_path); it
+     * keeps one more (B,T,D) fp32 buffer and the scales. 0: it never does. */
+    int drop_path;
 } model_options;
 
 /* Builds a model for batches of at most max_batch images, on the backend
@@ -156,6 +161,27 @@ int model_init_random(vit_model *m, uint64_t seed);
  * returns their mean; without (NULL), returns 0 and only the logits are
  * valid. */
 float model_forward(vit_model *m, const float *images, const int *targets, int B);
+/* Forward as model_forward, with the loss against soft targets: targets
+ * (host, B x num_classes fp32) holds one distribution per sample (each row
+ * >= 0 and summing to 1: mixup, cutmix, label smoothing); sample b's loss is
+ * -sum_k targets[b,k] log softmax(logits)[b,k]. Returns their mean over
+ * the B samples (as model_forward), or with targets NULL 0 (logits only).
+ * model_backward then takes the gradient (softmax - targets) * dloss. */
+float model_forward_soft(vit_model *m, const float *images, const float *targets, int B);
+
+/* Drop path (stochastic depth, timm's DropPath) for the next forward of B
+ * images and its backward: scale (host, depth x 2 x B floats, index
+ * (block * 2 + branch) * B + b, branch 0 the attention, 1 the MLP)
+ * multiplies sample b's branch output before its residual add: 0 drops it,
+ * 1/(1 - rate) keeps it (worker/train/droppath.h draws them). The scales
+ * are copied; the backward and a checkpointed block's recompute use the
+ * same ones. One forward only: the forward after it drops nothing unless
+ * this is called again, and a forward of another batch size than B drops
+ * nothing (evaluation never drops). scale NULL: nothing pending. Returns 0,
+ * or -1 when the model was built without model_options.drop_path or B is
+ * not in [1, max_batch]. */
+int model_set_drop_path(vit_model *m, const float *scale, int B);
+
 /* Logits (B,K) of the last forward, copied to host memory as fp32:
  * borrowed, valid until the next call. */
 const float *model_logits(vit_model *m);

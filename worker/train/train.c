@@ -15,13 +15,16 @@
 #include "ckpt.h"
 #include "data.h"
 #include "dp.h"
+#include "droppath.h"
 #include "feed.h"
 #include "exitcode.h"
 #include "file.h"
 #include "log.h"
+#include "mixup.h"
 #include "model.h"
 #include "model_io.h"
 #include "report.h"
+#include "smoothing.h"
 #include "sysres.h"
 #include "util.h"
 
@@ -94,6 +97,10 @@ typedef struct {
     dp *dp; /* the data-parallel strategy: the state's layout over the ranks */
     float *images; /* one micro-batch */
     int *labels;
+    float *targets;  /* training.labelSmoothing or mixing: the micro-batch's target rows, else NULL */
+    float *dp_scale; /* training.dropPath: the micro-batch's drop path scales, else NULL */
+    int mixing;      /* data.mixup / data.cutmix: targets are mixup's (smoothing folded in) */
+    mixup_params mix;
     FILE *metrics; /* NULL without --metrics */
     int threads, micro, accum;
     int rank, world; /* this rank's index and their count */
@@ -263,6 +270,42 @@ static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t
     return VJ_OK;
 }
 
+/* data.mixup / data.cutmix (worker/data/mixup.h): the parameters and the
+ * targets buffer, when on. */
+static vj_err mix_setup(run *r, char *err, size_t errlen)
+{
+    const vit_job_config *cfg = r->cfg;
+    if (!mixup_enabled(&cfg->data)) return VJ_OK;
+    const int K = cfg->model.num_classes;
+    mixup_params_from_config(&r->mix, &cfg->data, K, cfg->training.label_smoothing);
+    r->mixing = 1;
+    if (!r->targets) r->targets = malloc(sizeof(float) * (size_t)r->micro * (size_t)K);
+    if (!r->targets) {
+        snprintf(err, errlen, "out of memory for the mixup targets");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    if (r->rank == 0)
+        LOG_INFO("train", "event=mixup mixup_alpha=%g cutmix_alpha=%g cutmix_minmax=%s prob=%g "
+                 "switch_prob=%g label_smoothing=%g mode=batch", r->mix.mixup_alpha,
+                 r->mix.has_minmax ? 1.0 : r->mix.cutmix_alpha, r->mix.has_minmax ? "set" : "unset",
+                 r->mix.prob, r->mix.switch_prob, r->mix.smoothing);
+    return VJ_OK;
+}
+
+/* Mixes micro-batch a of this rank's part of step `step` in place and
+ * fills r->targets: its draw is a function of the seed, the step and the
+ * micro-batch's place in the global batch (mixup_stream), never of time. */
+static vj_err mix_micro_batch(run *r, long step, int a, char *err, size_t errlen)
+{
+    const model_config *mc = &r->cfg->model;
+    rng_state rs;
+    mixup_stream(&rs, r->cfg->training.seed, step, (long)r->rank * r->accum + a);
+    if (mixup_batch(&r->mix, &rs, r->images, r->labels, r->micro, mc->channels, mc->image_size,
+                    mc->image_size, r->targets, NULL, err, errlen))
+        return VJ_ERR_DATA;
+    return VJ_OK;
+}
+
 /* The backend, the model with its first weights, the optimizer, the batch
  * buffers, the data loader and the metrics file. */
 static vj_err build(run *r, char *err, size_t errlen)
@@ -274,7 +317,8 @@ static vj_err build(run *r, char *err, size_t errlen)
     report_dims(mc, r->ops);
     /* with many ranks a stop is honoured at a step's end, where all agree */
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
-                           .stop = r->world == 1 ? r->opt->stop_flag : NULL};
+                           .stop = r->world == 1 ? r->opt->stop_flag : NULL,
+                           .drop_path = tc->drop_path > 0};
     dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &tc->optimizer,
                       .total_steps = r->total, .mode = tc->sharding};
     if ((rc = dp_new(&r->dp, &dpo, &mopts, err, errlen)) != VJ_OK ||
@@ -294,10 +338,16 @@ static vj_err build(run *r, char *err, size_t errlen)
         return rc;
     r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
-    if (!r->images || !r->labels) {
+    if (tc->label_smoothing > 0)
+        r->targets = malloc(sizeof(float) * (size_t)r->micro * mc->num_classes);
+    if (tc->drop_path > 0) r->dp_scale = malloc(sizeof(float) * (size_t)r->micro * 2 * mc->depth);
+    if (!r->images || !r->labels || (tc->label_smoothing > 0 && !r->targets) ||
+        (tc->drop_path > 0 && !r->dp_scale)) {
         snprintf(err, errlen, "out of memory for batch buffers");
         return VJ_ERR_OUT_OF_MEMORY;
     }
+    if ((rc = mix_setup(r, err, errlen)) != VJ_OK)
+        return rc;
     if (r->opt->metrics_path && r->rank == 0) {
         char why[1024];
         int fd = file_create(r->opt->metrics_path, why, sizeof why);
@@ -323,6 +373,26 @@ static vj_err flush_metrics(run *r, char *err, size_t errlen)
     int e = errno ? errno : EIO;
     snprintf(err, errlen, "%s: write failed: %s", r->opt->metrics_path, strerror(e));
     return write_error_class(e);
+}
+
+/* Forward of micro-batch a of step `step` with the training's
+ * regularisation: drop path's masks, keyed by each sample's place in the
+ * step's global batch (rank q holds part q), and label smoothing's targets.
+ * Returns the micro-batch's mean loss. */
+static float train_forward(run *r, long step, int a)
+{
+    const training_config *tc = &r->cfg->training;
+    if (r->dp_scale) {
+        const long first = ((long)r->rank * r->accum + a) * r->micro;
+        droppath_draw(r->dp_scale, NULL, tc->drop_path, r->cfg->model.depth, r->micro, tc->seed,
+                      step, first);
+        model_set_drop_path(r->model, r->dp_scale, r->micro);
+    }
+    if (!r->targets) return model_forward(r->model, r->images, r->labels, r->micro);
+    if (!r->mixing) /* mixing filled them, the smoothing folded in (mix_micro_batch) */
+        smoothing_targets(r->targets, r->labels, r->micro, r->cfg->model.num_classes,
+                          tc->label_smoothing);
+    return model_forward_soft(r->model, r->images, r->targets, r->micro);
 }
 
 /* One optimizer step: the micro-batches of this rank's part of a global
@@ -352,8 +422,9 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     const int solo = r->world == 1; /* many ranks finish the step together */
     for (; a < r->accum && !(solo && stop_set(r)); a++) {
         vj_err rd = feed_next(r->feed, r->images, r->labels, err, errlen);
+        if (rd == VJ_OK && r->mixing) rd = mix_micro_batch(r, step, a, err, errlen);
         if (rd) return rd;
-        *loss += model_forward(r->model, r->images, r->labels, r->micro) * (double)r->micro;
+        *loss += train_forward(r, step, a) * (double)r->micro;
         if ((where = model_abandoned(r->model)) != NULL) break;
         model_backward(r->model, dloss);
         if ((where = model_abandoned(r->model)) != NULL) break;
@@ -508,6 +579,8 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     free(r->resumed_loader);
     free(r->images);
     free(r->labels);
+    free(r->targets);
+    free(r->dp_scale);
     model_free(r->model); /* before the strategy: it may hold the model's shard */
     dp_free(r->dp);
     ckpt_writer_free(r->cwriter);
