@@ -128,6 +128,13 @@ double ra_op_arg(ra_op op, double m, int negate)
     }
 }
 
+/* The three bands of a pixel as lanes of one vector: each lane does the
+ * very operations PIL does per band, in the same order (IEEE arithmetic per
+ * lane, nothing contracted into FMAs), so the bytes are PIL's. */
+typedef double v4d __attribute__((vector_size(32)));
+
+static inline v4d lanes(const uint8_t *p) { return (v4d){p[0], p[1], p[2], 0.0}; }
+
 /* ---- scratch ------------------------------------------------------------- */
 
 struct ra_scratch {
@@ -135,6 +142,8 @@ struct ra_scratch {
     size_t cap;
     int *tab;
     size_t tcap;
+    v4d *px; /* the source's pixels as doubles, for the bilinear and bicubic filters */
+    size_t pcap;
 };
 
 ra_scratch *ra_scratch_new(void) { return calloc(1, sizeof(ra_scratch)); }
@@ -144,6 +153,7 @@ void ra_scratch_free(ra_scratch *s)
     if (!s) return;
     free(s->img);
     free(s->tab);
+    free(s->px);
     free(s);
 }
 
@@ -155,6 +165,17 @@ static uint8_t *scratch_img(ra_scratch *s, size_t n)
     free(s->img);
     s->img = b;
     s->cap = n;
+    return b;
+}
+
+static v4d *scratch_px(ra_scratch *s, size_t n)
+{
+    if (n <= s->pcap) return s->px;
+    v4d *b = aligned_alloc(32, n * sizeof *b);
+    if (!b) return NULL;
+    free(s->px);
+    s->px = b;
+    s->pcap = n;
     return b;
 }
 
@@ -356,39 +377,39 @@ static inline int clipi(int v, int n) { return v < 0 ? 0 : v < n ? v : n - 1; }
 
 /* the bilinear filter of PIL's generic transform (bilinear_filter32RGB);
  * 0 when (xin, yin) is outside the image (the pixel keeps the fill) */
-static int bilinear_px(const uint8_t *im, int w, int h, double xin, double yin, uint8_t *out)
+static int bilinear_px(const v4d *im, int w, int h, double xin, double yin, uint8_t *out)
 {
     if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) return 0;
     xin -= 0.5;
     yin -= 0.5;
     int x = FLOOR(xin), y = FLOOR(yin);
     double dx = xin - x, dy = yin - y;
-    int x0 = clipi(x, w) * 3, x1 = clipi(x + 1, w) * 3;
-    const uint8_t *r0 = im + (size_t)clipi(y, h) * w * 3;
-    const uint8_t *r1 = y + 1 >= 0 && y + 1 < h ? im + (size_t)(y + 1) * w * 3 : NULL;
-    for (int b = 0; b < 3; b++) {
-        double v1 = r0[x0 + b] + (r0[x1 + b] - r0[x0 + b]) * dx, v2;
-        if (r1)
-            v2 = r1[x0 + b] + (r1[x1 + b] - r1[x0 + b]) * dx;
-        else
-            v2 = v1;
-        v1 = v1 + (v2 - v1) * dy;
-        out[b] = (uint8_t)v1;
+    int x0 = clipi(x, w), x1 = clipi(x + 1, w);
+    const v4d *r0 = im + (size_t)clipi(y, h) * w;
+    /* BILINEAR(v, a, b, d): a + (b - a) * d, b - a exact */
+    v4d a = r0[x0], v1 = a + (r0[x1] - a) * dx, v2 = v1;
+    if (y + 1 >= 0 && y + 1 < h) {
+        const v4d *r1 = im + (size_t)(y + 1) * w;
+        a = r1[x0];
+        v2 = a + (r1[x1] - a) * dx;
     }
+    v1 = v1 + (v2 - v1) * dy;
+    for (int b = 0; b < 3; b++) out[b] = (uint8_t)v1[b];
     return 1;
 }
 
-/* PIL's BICUBIC macro (a = -1 cubic): first pass on integers, exact */
-static inline double cubic(double v1, double v2, double v3, double v4, double d)
+/* PIL's BICUBIC macro (a = -1 cubic); on the first pass the p's are
+ * integers in PIL, exact in double here */
+static inline v4d cubic(v4d v1, v4d v2, v4d v3, v4d v4, double d)
 {
-    double p1 = v2;
-    double p2 = -v1 + v3;
-    double p3 = 2 * (v1 - v2) + v3 - v4;
-    double p4 = -v1 + v2 - v3 + v4;
+    v4d p1 = v2;
+    v4d p2 = -v1 + v3;
+    v4d p3 = 2 * (v1 - v2) + v3 - v4;
+    v4d p4 = -v1 + v2 - v3 + v4;
     return p1 + d * (p2 + d * (p3 + d * p4));
 }
 
-static int bicubic_px(const uint8_t *im, int w, int h, double xin, double yin, uint8_t *out)
+static int bicubic_px(const v4d *im, int w, int h, double xin, double yin, uint8_t *out)
 {
     if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) return 0;
     xin -= 0.5;
@@ -398,21 +419,19 @@ static int bicubic_px(const uint8_t *im, int w, int h, double xin, double yin, u
     x--;
     y--;
     int xs[4];
-    for (int i = 0; i < 4; i++) xs[i] = clipi(x + i, w) * 3;
-    for (int b = 0; b < 3; b++) {
-        double v[4];
-        for (int j = 0; j < 4; j++) {
-            int yy = y + j;
-            if (j == 0 || (yy >= 0 && yy < h)) {
-                const uint8_t *r = im + (size_t)(j == 0 ? clipi(yy, h) : yy) * w * 3 + b;
-                v[j] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
-            } else {
-                v[j] = v[j - 1];
-            }
+    for (int i = 0; i < 4; i++) xs[i] = clipi(x + i, w);
+    v4d v[4];
+    for (int j = 0; j < 4; j++) {
+        int yy = y + j;
+        if (j == 0 || (yy >= 0 && yy < h)) {
+            const v4d *r = im + (size_t)(j == 0 ? clipi(yy, h) : yy) * w;
+            v[j] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+        } else {
+            v[j] = v[j - 1];
         }
-        double r = cubic(v[0], v[1], v[2], v[3], dy);
-        out[b] = r <= 0.0 ? 0 : r >= 255.0 ? 255 : (uint8_t)r;
     }
+    v4d r = cubic(v[0], v[1], v[2], v[3], dy);
+    for (int b = 0; b < 3; b++) out[b] = r[b] <= 0.0 ? 0 : r[b] >= 255.0 ? 255 : (uint8_t)r[b];
     return 1;
 }
 
@@ -506,6 +525,9 @@ static int affine(const uint8_t *in, uint8_t *out, int w, int h, const double a[
         return 0;
     }
     /* ImagingGenericTransform with affine_transform and the filter */
+    v4d *px = scratch_px(s, npix);
+    if (!px) return -1;
+    for (size_t i = 0; i < npix; i++) px[i] = lanes(in + 3 * i);
     for (int y = 0; y < h; y++) {
         uint8_t *o = out + (size_t)y * w * 3;
         double yin = y + 0.5;
@@ -513,10 +535,10 @@ static int affine(const uint8_t *in, uint8_t *out, int w, int h, const double a[
             double xin = x + 0.5;
             double xx = a[0] * xin + a[1] * yin + a[2];
             double yy = a[3] * xin + a[4] * yin + a[5];
-            uint8_t px[3];
-            int ok = rs == RA_BILINEAR ? bilinear_px(in, w, h, xx, yy, px)
-                                       : bicubic_px(in, w, h, xx, yy, px);
-            if (ok) put_px(o, px);
+            uint8_t v[3];
+            int ok = rs == RA_BILINEAR ? bilinear_px(px, w, h, xx, yy, v)
+                                       : bicubic_px(px, w, h, xx, yy, v);
+            if (ok) put_px(o, v);
         }
     }
     return 0;
@@ -675,6 +697,7 @@ int ra_op_apply(ra_op op, double arg, const ra_params *p, uint8_t *img, int w, i
     }
     free(own.img);
     free(own.tab);
+    free(own.px);
     return rc;
 }
 
