@@ -122,6 +122,8 @@ PY
     --set training.exportPath="$TMP/w3.st" 2> "$TMP/w3.log" > /dev/null
   "$WORKER" train "${args[@]}" --set data.workers=3 --metrics "$TMP/off.jsonl" \
     --set training.exportPath="$TMP/off.st" 2> "$TMP/off.log" > /dev/null
+  run grep -lE 'Sanitizer|runtime error' "$TMP/w1.log" "$TMP/w3.log" "$TMP/off.log"
+  [ "$status" -ne 0 ] || { cat "$TMP"/*.log; false; }
   grep '"loss"' "$TMP/w1.jsonl" | head -3
   [ "$(grep -c '"loss"' "$TMP/w1.jsonl")" -eq 12 ]
   cmp <(grep '"loss"' "$TMP/w1.jsonl") <(grep '"loss"' "$TMP/w3.jsonl")

@@ -133,7 +133,9 @@ double ra_op_arg(ra_op op, double m, int negate)
  * lane, nothing contracted into FMAs), so the bytes are PIL's. */
 typedef double v4d __attribute__((vector_size(32)));
 
-static inline v4d lanes(const uint8_t *p) { return (v4d){p[0], p[1], p[2], 0.0}; }
+/* (macros, not functions: a 32-byte vector passed or returned by value
+ * would change the ABI between builds with and without AVX) */
+#define LANES(p) ((v4d){(p)[0], (p)[1], (p)[2], 0.0})
 
 /* ---- scratch ------------------------------------------------------------- */
 
@@ -400,14 +402,12 @@ static int bilinear_px(const v4d *im, int w, int h, double xin, double yin, uint
 
 /* PIL's BICUBIC macro (a = -1 cubic); on the first pass the p's are
  * integers in PIL, exact in double here */
-static inline v4d cubic(v4d v1, v4d v2, v4d v3, v4d v4, double d)
-{
-    v4d p1 = v2;
-    v4d p2 = -v1 + v3;
-    v4d p3 = 2 * (v1 - v2) + v3 - v4;
-    v4d p4 = -v1 + v2 - v3 + v4;
-    return p1 + d * (p2 + d * (p3 + d * p4));
-}
+#define CUBIC(v, v1, v2, v3, v4, d)                                                   \
+    do {                                                                              \
+        v4d p1_ = (v2), p2_ = -(v1) + (v3), p3_ = 2 * ((v1) - (v2)) + (v3) - (v4);    \
+        v4d p4_ = -(v1) + (v2) - (v3) + (v4);                                         \
+        (v) = p1_ + (d) * (p2_ + (d) * (p3_ + (d) * p4_));                            \
+    } while (0)
 
 static int bicubic_px(const v4d *im, int w, int h, double xin, double yin, uint8_t *out)
 {
@@ -425,12 +425,13 @@ static int bicubic_px(const v4d *im, int w, int h, double xin, double yin, uint8
         int yy = y + j;
         if (j == 0 || (yy >= 0 && yy < h)) {
             const v4d *r = im + (size_t)(j == 0 ? clipi(yy, h) : yy) * w;
-            v[j] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+            CUBIC(v[j], r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
         } else {
             v[j] = v[j - 1];
         }
     }
-    v4d r = cubic(v[0], v[1], v[2], v[3], dy);
+    v4d r;
+    CUBIC(r, v[0], v[1], v[2], v[3], dy);
     for (int b = 0; b < 3; b++) out[b] = r[b] <= 0.0 ? 0 : r[b] >= 255.0 ? 255 : (uint8_t)r[b];
     return 1;
 }
@@ -527,7 +528,7 @@ static int affine(const uint8_t *in, uint8_t *out, int w, int h, const double a[
     /* ImagingGenericTransform with affine_transform and the filter */
     v4d *px = scratch_px(s, npix);
     if (!px) return -1;
-    for (size_t i = 0; i < npix; i++) px[i] = lanes(in + 3 * i);
+    for (size_t i = 0; i < npix; i++) px[i] = LANES(in + 3 * i);
     for (int y = 0; y < h; y++) {
         uint8_t *o = out + (size_t)y * w * 3;
         double yin = y + 0.5;
