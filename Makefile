@@ -111,6 +111,7 @@ BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/
               $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench $(BUILD)/bin/xf_check \
               $(BUILD)/bin/loader_bench \
               $(BUILD)/bin/mixup_check \
+              $(BUILD)/bin/ra_check \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -214,6 +215,14 @@ $(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
 # the transforms against torch and torchvision (tests/transform.bats): transform.c alone
 $(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/data/transform.o \
 		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/stdfds.o
+	$(call link,-lm)
+
+# RandAugment and random erasing against PIL and torch (tests/randaug.bats):
+# randaug.c, erasing.c and the 8-bit resampling of transform.c alone
+$(BUILD)/bin/ra_check: $(BUILD)/obj/tests/ref/ra_check.o $(BUILD)/obj/worker/data/randaug.o \
+		$(BUILD)/obj/worker/data/erasing.o $(BUILD)/obj/worker/data/transform.o \
+		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/api/randaug_spec.o $(BUILD)/obj/lib/util.o \
+		$(BUILD)/obj/lib/stdfds.o
 	$(call link,-lm)
 
 # mixup and cutmix against torch (tests/mixup.bats): mixup.c alone

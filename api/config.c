@@ -18,6 +18,7 @@
 #include "buf.h"
 #include "file.h"
 #include "log.h"
+#include "randaug_spec.h"
 #include "util.h"
 #include "yaml_json.h"
 
@@ -137,7 +138,7 @@ typedef struct {
 #define ENUM_T(f)                                                                          \
     _Generic(((vit_job_config *)0)->f, data_format: KT_ENUM, interp_mode: KT_ENUM,          \
              precision_mode: KT_ENUM, sharding_mode: KT_ENUM, optimizer_kind: KT_ENUM,     \
-             lr_schedule: KT_ENUM, device_kind: KT_ENUM, mixup_mode: KT_ENUM)
+             lr_schedule: KT_ENUM, device_kind: KT_ENUM, mixup_mode: KT_ENUM, erase_mode: KT_ENUM)
 #define ROW_ENUM(p, f, ch, d) p, ENUM_T(f), AT(f), 0, 0, 0, 0, 0, ch, d
 #define ROW_PAIR(p, f1, f2, lo, hi, open, d) \
     p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), 2, \
@@ -159,6 +160,7 @@ static const char *const optimizers[] = {"adamw", NULL};
 static const char *const schedules[] = {"cosine", "constant", NULL};
 static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
 static const char *const mixup_modes[] = {"batch", "pair", "elem", NULL};
+static const char *const erase_modes[] = {"pixel", "const", "rand", NULL};
 
 /* Adding a key: a field in config.h, a row here (bounds, default, help,
  * readme), then `make schema` writes it into the CRD, the chart's copy of it
@@ -263,6 +265,25 @@ static const config_key config_keys[] = {
              "log-uniformly (augment only); min <= max.",
      .item_help = "An aspect ratio (width / height), in (0, 100].",
      .readme = "RandomResizedCrop's aspect ratio [min, max], log-uniform (with `augment`)"},
+    {ROW_STR("data.randAugment", data.rand_augment, DEF_STR("")),
+     .kind = "timm's RandAugment string",
+     .help = "timm's RandAugment after the crop and flip, on the 8-bit image (augment only; "
+             "webdataset and imagefolder), e.g. rand-m9-mstd0.5-inc1 (DeiT's): sections m "
+             "(magnitude, 10), n (ops per image, 2), p (each op's probability, 0.5), mstd "
+             "(magnitude noise), mmax (magnitude bound, 10), inc1 (the increasing ops). Fill: "
+             "round(255 x mean); filter: interpolation. \"\" = off.",
+     .readme = "timm's RandAugment string, e.g. `rand-m9-mstd0.5-inc1` (DeiT's; with `augment`, "
+               "not fashion-mnist); \"\" = off"},
+    {ROW_DBL("data.randomErasing", data.random_erasing, 0, 1, 0, DEF_NUM(0)),
+     .help = "timm's RandomErasing probability, on the normalised image (augment only; "
+             "webdataset and imagefolder): one box of 2% to 1/3 of the area, aspect ratio 0.3 "
+             "to 3.3 (log-uniform); 0 = off (DeiT: 0.25).",
+     .readme = "timm's RandomErasing probability (with `augment`, not fashion-mnist; DeiT: 0.25)"},
+    {ROW_ENUM("data.randomErasingMode", data.random_erasing_mode, erase_modes,
+              DEF_ENUM(ERASE_PIXEL)),
+     .help = "What the erased box holds: pixel (per-value normal noise, DeiT's), rand (one "
+             "normal value per channel) or const (0).",
+     .readme = "the erased box: per-value noise, per-channel noise, or 0"},
     {ROW_ENUM("data.interpolation", data.interpolation, interpolations, DEF_ENUM(INTERP_BICUBIC)),
      .help = "How crops are resized to imageSize: bilinear or bicubic (antialiased when "
              "shrinking, as torchvision's resize of a PIL image).",
@@ -1461,6 +1482,29 @@ static int validate_ordered(const load_ctx *c, const char *path, double lo, doub
     return fail(c, "%s=[%s, %s]: the minimum %s exceeds the maximum %s", path, a, b, a, b);
 }
 
+/* data.randAugment parses (api/randaug_spec.c), and it and data.randomErasing
+ * are asked for only where they apply: the loader's training augmentation. */
+static int validate_augment(const load_ctx *c, const data_config *d)
+{
+    randaug_spec ra;
+    char why[1024];
+    if (randaug_spec_parse(d->rand_augment, "data.randAugment", &ra, why, sizeof why) != 0)
+        return fail(c, "%s", why);
+    const char *on = ra.enabled ? "data.randAugment" : d->random_erasing > 0 ? "data.randomErasing"
+                                                                             : NULL;
+    if (!on)
+        return 0;
+    if (d->format == DATA_FASHION_MNIST)
+        return fail(c, "%s does not fit data.format=fashion-mnist: it applies to webdataset and "
+                       "imagefolder images (fashion-mnist's augmentation is its padded crop and flip)",
+                    on);
+    if (!d->augment)
+        return fail(c, "%s needs data.augment=true: it follows the training augmentation's crop "
+                       "and flip",
+                    on);
+    return 0;
+}
+
 /* data.mean or data.std, when given: one number per channel. */
 static int validate_per_channel(const load_ctx *c, const char *path, int n, int channels)
 {
@@ -1601,7 +1645,8 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
     }
     if ((rc = validate_ordered(&c, "data.scale", cfg->data.scale_min, cfg->data.scale_max)) ||
         (rc = validate_ordered(&c, "data.ratio", cfg->data.ratio_min, cfg->data.ratio_max)) ||
-        (rc = validate_mixup(&c, cfg)))
+        (rc = validate_mixup(&c, cfg)) ||
+        (rc = validate_augment(&c, &cfg->data)))
         return rc;
 
     if (cfg->world_size < 1)

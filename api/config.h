@@ -33,6 +33,7 @@ typedef enum { OPTIMIZER_ADAMW } optimizer_kind;                  /* training.op
 typedef enum { SCHEDULE_COSINE, SCHEDULE_CONSTANT } lr_schedule;  /* training.optimizer.schedule */
 typedef enum { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind; /* training.device */
 typedef enum { MIXUP_MODE_BATCH, MIXUP_MODE_PAIR, MIXUP_MODE_ELEM } mixup_mode; /* data.mixupMode */
+typedef enum { ERASE_PIXEL, ERASE_CONST, ERASE_RAND } erase_mode; /* data.randomErasingMode */
 
 typedef struct {
     char preset[64];      /* "" or a preset name; applied before the explicit keys */
@@ -71,6 +72,11 @@ typedef struct {
                                  *   channels, 0.5 / 0.5 for 1 (config_data_norm) */
     double scale_min, scale_max;   /* data.scale: [0.08, 1] (RandomResizedCrop's area fraction) */
     double ratio_min, ratio_max;   /* data.ratio: [0.75, 1.3333333333333333] (aspect ratio) */
+    char rand_augment[CONFIG_STR]; /* data.randAugment: timm's RandAugment string
+                                    * ("rand-m9-mstd0.5-inc1", api/randaug_spec.h); "" = off */
+    double random_erasing;         /* data.randomErasing: timm's RandomErasing probability,
+                                    * [0, 1], default 0 = off */
+    erase_mode random_erasing_mode; /* data.randomErasingMode: pixel (default) | const | rand */
     interp_mode interpolation;  /* data.interpolation: default bicubic */
     double crop_pct;            /* data.cropPct: (0, 1], default 0.875: evaluation resizes the
                                  * shorter side to imageSize / cropPct, then center-crops */

@@ -25,6 +25,8 @@
 #                                                    and torchvision
 #                          tests/mixup.bats          mixup and cutmix against torch; training
 #                                                    with them at 2 ranks, resumed bit for bit
+#                          tests/randaug.bats        RandAugment and random erasing against
+#                                                    PIL and torch; training with them
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
 #   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
 #                                                    real server refuses (parity), the
@@ -179,6 +181,7 @@ bats_suite cli/data-s3.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=s3
 bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
 bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
 bats_suite reference/mixup.bats tests/mixup.bats BUILD="$BUILD"
+bats_suite reference/randaug.bats tests/randaug.bats BUILD="$BUILD"
 bats_suite layout/limits.bats tests/limits.bats
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
@@ -204,6 +207,8 @@ if [ -d "$ASAN/tests" ]; then
   bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
     OPERATOR="$ASAN/bin/vitjob-operator"
   bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"
+  bats_suite asan/reference/randaug.bats tests/randaug.bats BUILD="$BUILD" RA_CHECK="$ASAN/bin/ra_check" \
+    WORKER="$ASAN/bin/vitjob-worker"
   script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
     --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --quiet
   unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"

@@ -981,7 +981,58 @@ static void *reader_main(void *arg)
 
 /* ---- the decode threads ---- */
 
-static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch)
+/* a decode thread's memory for RandAugment: the 8-bit crop, the floats it
+ * is filtered into, the ops' scratch (allocated only when it is on) */
+typedef struct {
+    ra_scratch *ra;
+    uint8_t *px;
+    float *tmp;
+} aug_mem;
+
+static void aug_mem_free(aug_mem *m)
+{
+    if (!m) return;
+    ra_scratch_free(m->ra);
+    free(m->px);
+    free(m->tmp);
+    free(m);
+}
+
+static aug_mem *aug_mem_new(const ld_options *o)
+{
+    if (!o->train || !o->augment || !o->randaug.enabled) return NULL;
+    size_t n = (size_t)3 * o->xf.out_size * o->xf.out_size;
+    aug_mem *m = calloc(1, sizeof *m);
+    if (m && (!(m->ra = ra_scratch_new()) || !(m->px = malloc(n)) ||
+              !(m->tmp = malloc(n * sizeof(float))))) {
+        aug_mem_free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+/* the training crop through RandAugment: box b of img filtered to 8 bits
+ * (flipped), the ops drawn from r, then normalised into the slot */
+static int randaug_one(ld_loader *l, slot *s, const decode_image *img, xf_box b, int flip,
+                       rng_state *r, xf_scratch *scratch, aug_mem *m, char *why, size_t whylen)
+{
+    if (!m) {
+        snprintf(why, whylen, "%s: out of memory for RandAugment", s->name);
+        return -1;
+    }
+    if (xf_resample_u8(img->rgb, img->width, img->height, b, NULL, flip, &l->o.xf, scratch,
+                       m->tmp, m->px, why, whylen) != 0)
+        return -1;
+    const int S = l->o.xf.out_size;
+    if (ra_apply(&l->o.randaug, &l->o.ra, m->px, S, S, r, m->ra, NULL) != 0) {
+        snprintf(why, whylen, "%s: out of memory in RandAugment", s->name);
+        return -1;
+    }
+    xf_normalize_u8(m->px, &l->o.xf, s->img);
+    return 0;
+}
+
+static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch, aug_mem *aug)
 {
     char why[1200];
     int w = 0, h = 0;
@@ -994,8 +1045,8 @@ static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch)
     const int out = l->o.xf.out_size;
     xf_box box;
     int flip = 0;
+    rng_state r; /* the sample's stream: the crop, the flip, RandAugment, erasing */
     if (l->o.train && l->o.augment) {
-        rng_state r;
         rng_seed(&r, l->o.seed ^ 0xa06e7aull, (uint64_t)s->epoch, s->key_hash);
         box = xf_random_resized_crop(w, h, l->o.scale, l->o.ratio, &r);
         flip = rng_uniform(&r) < 0.5f;
@@ -1032,8 +1083,14 @@ static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch)
     decode_box_in_image(&img, b4);
     xf_box b = {b4[0], b4[1], b4[2], b4[3]};
     xf_box whole = {0, 0, img.width, img.height};
-    if (xf_resample_ex(img.rgb, img.width, img.height, b, region ? NULL : &whole, flip,
-                       &l->o.xf, scratch, s->img, why, sizeof why) != 0)
+    int rc = region && l->o.randaug.enabled
+                 ? randaug_one(l, s, &img, b, flip, &r, scratch, aug, why, sizeof why)
+                 : xf_resample_ex(img.rgb, img.width, img.height, b, region ? NULL : &whole, flip,
+                                  &l->o.xf, scratch, s->img, why, sizeof why);
+    if (rc == 0 && region)
+        er_apply(&l->o.erasing, s->img, l->o.xf.channels, l->o.xf.out_size, l->o.xf.out_size, &r,
+                 NULL);
+    if (rc != 0)
         s->why = strdup(why);
     else
         s->good = 1;
@@ -1044,6 +1101,7 @@ static void *worker_main(void *arg)
 {
     ld_loader *l = arg;
     xf_scratch *scratch = xf_scratch_new(); /* NULL: xf_resample_ex allocates per call */
+    aug_mem *aug = aug_mem_new(&l->o);      /* NULL with RandAugment on: samples fail, named */
     pthread_mutex_lock(&l->mu);
     for (;;) {
         slot *s = &l->ring[l->seq_decode % (uint64_t)l->cap];
@@ -1057,13 +1115,14 @@ static void *worker_main(void *arg)
         int work = !(s->flags & (F_SKIP | F_BAD | F_END | F_ERROR)) &&
                    !(l->o.train && s->epoch < l->epoch);
         pthread_mutex_unlock(&l->mu);
-        if (work) decode_one(l, s, scratch);
+        if (work) decode_one(l, s, scratch, aug);
         pthread_mutex_lock(&l->mu);
         s->state = SLOT_DONE;
         pthread_cond_broadcast(&l->can_take);
     }
     pthread_mutex_unlock(&l->mu);
     xf_scratch_free(scratch);
+    aug_mem_free(aug);
     return NULL;
 }
 

@@ -46,6 +46,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "erasing.h"
+#include "randaug.h"
 #include "transform.h"
 
 typedef enum { LD_WEBDATASET, LD_IMAGEFOLDER } ld_kind;
@@ -104,6 +106,11 @@ typedef struct {
     int per_step;            /* train: samples per step on this rank (batch x accumulation) */
     xf_params xf;            /* out_size, channels, interp, mean, std (copied) */
     double scale[2], ratio[2];
+    randaug_spec randaug;    /* train + augment: timm's RandAugment on the 8-bit crop after the
+                              * flip (enabled 0: off); ra: its fill and filter */
+    ra_params ra;
+    er_params erasing;       /* train + augment: random erasing of the normalised image
+                              * (probability 0: off); both draw from the crop's stream */
     double crop_pct;
     int workers;             /* decode threads (>= 1) */
     int prefetch_batches;    /* ready batches queued ahead (>= 1) */

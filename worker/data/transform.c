@@ -332,9 +332,25 @@ static int box_ok(xf_box b)
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const xf_box *bounds,
-                   int flip, const xf_params *p, xf_scratch *s, float *out, char *err,
-                   size_t errlen)
+/* v rounded half up and clamped to 0..255 (PIL's clip8 of its fixed-point sums) */
+static float u8_of(float v)
+{
+    double r = floor((double)v + 0.5);
+    return (float)(r < 0.0 ? 0.0 : r > 255.0 ? 255.0 : r);
+}
+
+static void round_u8(float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) v[i] = u8_of(v[i]);
+}
+
+/* xf_resample_ex's work; raw: as PIL's resize of 8-bit images, each pass's
+ * values rounded to 8 bits (the horizontal pass's here, the vertical one's
+ * by the caller), and no normalisation (scale 1, bias 0; mean and std
+ * unused) */
+static int resample(const uint8_t *rgb, int width, int height, xf_box box, const xf_box *bounds,
+                    int flip, const xf_params *p, int raw, xf_scratch *s, float *out, char *err,
+                    size_t errlen)
 {
     if (!p || !out) return fail(err, errlen, "xf_resample: no parameters or no output");
     if (!rgb || width <= 0 || height <= 0)
@@ -345,8 +361,8 @@ int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const 
         return fail(err, errlen, "xf_resample: channels %d, not 1 or 3", p->channels);
     if (p->interp != XF_BILINEAR && p->interp != XF_BICUBIC)
         return fail(err, errlen, "xf_resample: unknown interpolation %d", (int)p->interp);
-    if (!p->mean || !p->std) return fail(err, errlen, "xf_resample: no mean or std");
-    for (int c = 0; c < p->channels; c++)
+    if (!raw && (!p->mean || !p->std)) return fail(err, errlen, "xf_resample: no mean or std");
+    for (int c = 0; !raw && c < p->channels; c++)
         if (!(p->std[c] != 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c]))
             return fail(err, errlen, "xf_resample: channel %d: mean %g, std %g", c,
                         (double)p->mean[c], (double)p->std[c]);
@@ -417,8 +433,8 @@ int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const 
             d[6] = d[7] = 0.0f;
         }
 
-    float scl[3], bias[3];
-    for (int c = 0; c < p->channels; c++) {
+    float scl[3] = {1.0f, 1.0f, 1.0f}, bias[3] = {0.0f, 0.0f, 0.0f};
+    for (int c = 0; !raw && c < p->channels; c++) {
         scl[c] = (float)(1.0 / (255.0 * p->std[c]));
         bias[c] = (float)(-(double)p->mean[c] / p->std[c]);
     }
@@ -436,6 +452,7 @@ int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const 
                 hpass3(row, lox, tx.start, w8, kp, S, dst);
             else
                 hpass1(row, lox, &tx, S, gx.kmax, dst);
+            if (raw) round_u8(dst, rowlen); /* PIL's 8-bit image between the passes */
         }
         for (int c = 0; c < planes; c++) {
             for (int j = 0; j < n; j++)
@@ -446,6 +463,48 @@ int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const 
     }
     free(own.buf);
     return 0;
+}
+
+int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const xf_box *bounds,
+                   int flip, const xf_params *p, xf_scratch *s, float *out, char *err,
+                   size_t errlen)
+{
+    return resample(rgb, width, height, box, bounds, flip, p, 0, s, out, err, errlen);
+}
+
+/* ---- 8 bits, for RandAugment ------------------------------------------- */
+
+int xf_resample_u8(const uint8_t *rgb, int width, int height, xf_box box, const xf_box *bounds,
+                   int flip, const xf_params *p, xf_scratch *s, float *tmp, uint8_t *out,
+                   char *err, size_t errlen)
+{
+    if (!p || !tmp || !out) return fail(err, errlen, "xf_resample_u8: no parameters or no output");
+    xf_params rgbp = *p;
+    rgbp.channels = 3;
+    if (resample(rgb, width, height, box, bounds, flip, &rgbp, 1, s, tmp, err, errlen) != 0)
+        return -1;
+    size_t plane = (size_t)p->out_size * p->out_size;
+    for (size_t i = 0; i < plane; i++)
+        for (int c = 0; c < 3; c++) out[3 * i + c] = (uint8_t)u8_of(tmp[(size_t)c * plane + i]);
+    return 0;
+}
+
+void xf_normalize_u8(const uint8_t *hwc, const xf_params *p, float *out)
+{
+    size_t plane = (size_t)p->out_size * p->out_size;
+    if (p->channels == 1) {
+        for (size_t i = 0; i < plane; i++) {
+            const uint8_t *q = hwc + 3 * i;
+            uint32_t l = ((uint32_t)q[0] * 19595u + (uint32_t)q[1] * 38470u +
+                          (uint32_t)q[2] * 7471u + 0x8000u) >>
+                         16;
+            out[i] = ((float)l / 255.0f - p->mean[0]) / p->std[0];
+        }
+        return;
+    }
+    for (int c = 0; c < 3; c++)
+        for (size_t i = 0; i < plane; i++)
+            out[(size_t)c * plane + i] = ((float)hwc[3 * i + c] / 255.0f - p->mean[c]) / p->std[c];
 }
 
 int xf_resample(const uint8_t *rgb, int width, int height, xf_box box, int flip, const xf_params *p,

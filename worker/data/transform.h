@@ -5,7 +5,9 @@
  * box of an 8-bit RGB image to out_size x out_size normalised CHW floats,
  * antialiased exactly as torch.nn.functional.interpolate(mode=bilinear|
  * bicubic, antialias=True, align_corners=False) (and PIL's resize, before
- * PIL rounds to 8 bits), with the horizontal flip and PIL's "L" conversion.
+ * PIL rounds to 8 bits), with the horizontal flip and PIL's "L" conversion;
+ * for the 8-bit augmentations, the same resampling rounded to 8 bits and
+ * the normalisation of 8-bit pixels.
  * Must not: decode, read files, log, keep global state, or include anything
  * of the worker outside data/.
  *
@@ -111,5 +113,23 @@ void xf_scratch_free(xf_scratch *s);
 int xf_resample_ex(const uint8_t *rgb, int width, int height, xf_box box, const xf_box *bounds,
                    int flip, const xf_params *p, xf_scratch *s, float *out, char *err,
                    size_t errlen);
+
+/* For the augmentations that work on 8-bit pixels (RandAugment): the box
+ * resampled as xf_resample_ex resamples it, in RGB whatever p->channels
+ * says (p's out_size and interp; mean and std unused), each value then
+ * rounded half up and clamped to 0..255 as PIL's resize rounds (PIL filters
+ * in fixed point, with an 8-bit image between its two passes: its bytes may
+ * differ from these by 1), written HWC (out_size x out_size x 3 bytes) into
+ * out. tmp: 3 x out_size x out_size floats of the caller's (overwritten).
+ * Returns 0, or -1 with a message in err, as xf_resample_ex. */
+int xf_resample_u8(const uint8_t *rgb, int width, int height, xf_box box, const xf_box *bounds,
+                   int flip, const xf_params *p, xf_scratch *s, float *tmp, uint8_t *out,
+                   char *err, size_t errlen);
+
+/* 8-bit RGB HWC (p->out_size square) to normalised CHW floats into out, as
+ * torchvision's ToTensor then Normalize compute them in float32:
+ * ((float)v / 255 - mean[c]) / std[c]; p->channels 1: PIL's "L" of each
+ * pixel first. p's mean and std must be set. */
+void xf_normalize_u8(const uint8_t *hwc, const xf_params *p, float *out);
 
 #endif

@@ -162,6 +162,19 @@ vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
     lo->scale[1] = dc->scale_max;
     lo->ratio[0] = dc->ratio_min;
     lo->ratio[1] = dc->ratio_max;
+    /* RandAugment as timm's create_transform sets it up: the fill is the
+     * mean in 8 bits (img_mean), the filter the crop's interpolation */
+    if (randaug_spec_parse(dc->rand_augment, "data.randAugment", &lo->randaug, err, errlen))
+        return VJ_ERR_CONFIG;
+    for (int c = 0; c < 3; c++) {
+        long v = (long)nearbyint(255.0 * mean[mc->channels == 1 ? 0 : c]); /* Python round() */
+        lo->ra.fill[c] = (uint8_t)(v > 255 ? 255 : v < 0 ? 0 : v);
+    }
+    lo->ra.resample = dc->interpolation == INTERP_BILINEAR ? RA_BILINEAR : RA_BICUBIC;
+    lo->erasing.probability = dc->random_erasing;
+    lo->erasing.mode = dc->random_erasing_mode == ERASE_CONST  ? ER_CONST
+                       : dc->random_erasing_mode == ERASE_RAND ? ER_RAND
+                                                               : ER_PIXEL;
     lo->crop_pct = dc->crop_pct;
     lo->workers = dc->workers > 0 ? dc->workers : default_workers(o->threads);
     lo->prefetch_batches = dc->prefetch_batches;
