@@ -823,6 +823,82 @@ static void check_crossentropy_backward(const vit_ops *g)
 }
 GPU_TESTS(crossentropy_backward_matches_cpu, check_crossentropy_backward)
 
+/* Soft targets (issue 27): rows of a distribution, uneven, one exact zero
+ * each. The same tolerances as the integer labels' (fp32 math on identical
+ * values for the forward; dlogits floatX). */
+static float *target_rows_for(int B, int K)
+{
+    float *t = hbuf((size_t)B * K);
+    for (int b = 0; b < B; b++) {
+        double sum = 0;
+        for (int k = 0; k < K; k++)
+            sum += t[(size_t)b * K + k] = k == b % K ? 0.0f : rng_uniform(&R);
+        for (int k = 0; k < K; k++) t[(size_t)b * K + k] = (float)(t[(size_t)b * K + k] / sum);
+    }
+    return t;
+}
+
+static void check_crossentropy_soft(const vit_ops *g)
+{
+    for (size_t s = 0; s < N_CE_SHAPES; s++) {
+        int B = CE_SHAPES[s][0], K = CE_SHAPES[s][1];
+        char what[96], sub[128];
+        snprintf(what, sizeof what, "crossentropy_soft B=%d K=%d", B, K);
+        size_t nl = (size_t)B * K;
+        float *t = target_rows_for(B, K), *d_t = dev_from_host(g, t, nl, F32);
+        float *logits = rnd_in(g, nl, 3, 0), *want_l = hbuf(B), *want_p = hbuf(nl);
+        crossentropy_soft_forward_cpu(want_l, want_p, logits, t, B, K);
+        float *d_l = dev_out(g, B, F32), *d_p = dev_out(g, nl, F32);
+        g->crossentropy_soft_forward(d_l, d_p, dev_from_host(g, logits, nl, FX), d_t, B, K);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: losses", what);
+        expect_close(g, sub, host_from_dev(g, d_l, B, F32), want_l, B, TOL_FP32);
+        snprintf(sub, sizeof sub, "%s: probs", what);
+        expect_close(g, sub, host_from_dev(g, d_p, nl, F32), want_p, nl, TOL_FP32);
+        const float dloss = 1.0f / (float)B;
+        float *want = hbuf(nl);
+        crossentropy_soft_backward_cpu(want, want_p, t, dloss, B, K);
+        floatX *d_dl = dev_out(g, nl, FX);
+        g->crossentropy_soft_backward(d_dl, dev_from_host(g, want_p, nl, F32), d_t, dloss, B, K);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: dlogits", what);
+        expect_close(g, sub, host_from_dev(g, d_dl, nl, FX), want, nl, tol_x(g));
+        release_all();
+    }
+}
+GPU_TESTS(crossentropy_soft_matches_cpu_losses_probs_and_gradient, check_crossentropy_soft)
+
+/* Drop path (issue 27): one product and one sum per element, each rounded
+ * once on both sides (no FMA): exact; the gradient a product stored as
+ * floatX: exact against the cpu-like table. Scales: kept, dropped, 1. */
+static void check_droppath(const vit_ops *g)
+{
+    const int B = 5;
+    const size_t n = 197 * 24; /* a sample's tokens x width */
+    char what[96];
+    snprintf(what, sizeof what, "droppath B=%d n=%zu", B, n);
+    float scale[5] = {1.25f, 0.0f, 1.0f, 1.0f / 0.9f, 0.0f};
+    float *res = rnd_in(g, B * n, 1, 0), *br = rnd_in(g, B * n, 1, 0), *want = hbuf(B * n);
+    droppath_forward_cpu(want, res, br, scale, B, n);
+    float *d_s = dev_from_host(g, scale, B, F32), *d_res = dev_from_host(g, res, B * n, F32);
+    float *d_out = dev_out(g, B * n, F32);
+    g->droppath_forward(d_out, d_res, dev_from_host(g, br, B * n, F32), d_s, B, n);
+    status_ok(g, what);
+    expect_same(g, what, host_from_dev(g, d_out, B * n, F32), want, B * n);
+    /* in place: out = res */
+    g->droppath_forward(d_res, d_res, dev_from_host(g, br, B * n, F32), d_s, B, n);
+    status_ok(g, what);
+    expect_same(g, what, host_from_dev(g, d_res, B * n, F32), want, B * n);
+    float *want_d = hbuf(B * n);
+    cpu_like(g)->droppath_backward(want_d, res, scale, B, n);
+    floatX *d_db = dev_out(g, B * n, FX);
+    g->droppath_backward(d_db, dev_from_host(g, res, B * n, F32), d_s, B, n);
+    status_ok(g, what);
+    expect_same(g, what, host_from_dev(g, d_db, B * n, FX), want_d, B * n);
+    release_all();
+}
+GPU_TESTS(droppath_matches_cpu_exactly, check_droppath)
+
 /* ------------------------------------------------------------------------ */
 /* sum_squares: fp32 squares summed in double, in different orders on the
  * two sides: relative 1e-9 (double rounding over 1e6 terms is ~1e-12).

@@ -1,7 +1,9 @@
 /* tests/test_kernels.c - the CPU ops of kernels/: every CPU op's backward against
  * central finite differences (tests/fd.h), forward properties, the
- * accumulation semantics of ops.h, AdamW against torch's formula, and bf16
- * rounding. The whole model is tests/test_model.c. */
+ * accumulation semantics of ops.h, AdamW against torch's formula, bf16
+ * rounding, and the ops of issue 27: the cross-entropy against soft targets
+ * and drop path's per-sample residual add. The whole model is
+ * tests/test_model.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -230,6 +232,115 @@ Test(kernels, crossentropy_matches_log_softmax_and_finite_differences, .init = s
     crossentropy_backward_cpu(d, c.probs, t, 0.25f, 4, 5);
     check_fd("dlogits", c.logits, 20, d, ce_fwd, &c, c.losses, r, 4, 1e-2f, 2e-3f);
     free(c.logits), free(c.losses), free(c.probs);
+}
+
+/* ---- cross-entropy against soft targets ---- */
+typedef struct { float *losses, *probs, *logits, *t; int B, K; } sce_ctx;
+static void sce_fwd(void *p)
+{
+    sce_ctx *c = p;
+    crossentropy_soft_forward_cpu(c->losses, c->probs, c->logits, c->t, c->B, c->K);
+}
+
+/* B rows of K: uneven positive values, one exact zero per row, summing to 1. */
+static float *target_rows(int B, int K)
+{
+    float *t = malloc(sizeof(float) * B * K);
+    for (int b = 0; b < B; b++) {
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += t[b * K + k] = k == b % K ? 0.0f : rng_uniform(&R);
+        for (int k = 0; k < K; k++) t[b * K + k] = (float)(t[b * K + k] / sum);
+    }
+    return t;
+}
+
+Test(kernels, crossentropy_soft_is_minus_sum_t_log_softmax_and_matches_finite_differences,
+     .init = setup)
+{
+    sce_ctx c = {.B = 4, .K = 5};
+    c.logits = rnd(20, 3), c.t = target_rows(4, 5), c.losses = calloc(4, 4), c.probs = calloc(20, 4);
+    sce_fwd(&c);
+    for (int b = 0; b < 4; b++) {
+        double s = 0, want = 0;
+        for (int k = 0; k < 5; k++) s += exp(c.logits[b * 5 + k]);
+        for (int k = 0; k < 5; k++) want -= c.t[b * 5 + k] * (c.logits[b * 5 + k] - log(s));
+        cr_assert(fabs(c.losses[b] - want) < 1e-5, "row %d: %.9g, want %.9g", b, c.losses[b],
+                  want);
+        for (int k = 0; k < 5; k++)
+            cr_assert(fabs(c.probs[b * 5 + k] - exp(c.logits[b * 5 + k]) / s) < 1e-6);
+    }
+    /* (probs - t) * dloss is the loss's gradient where the rows sum to 1 */
+    float r[4] = {0.25f, 0.25f, 0.25f, 0.25f}, d[20];
+    crossentropy_soft_backward_cpu(d, c.probs, c.t, 0.25f, 4, 5);
+    for (int i = 0; i < 20; i++)
+        cr_assert(d[i] == (c.probs[i] - c.t[i]) * 0.25f, "element %d", i);
+    check_fd("dlogits", c.logits, 20, d, sce_fwd, &c, c.losses, r, 4, 1e-2f, 2e-3f);
+    free(c.logits), free(c.t), free(c.losses), free(c.probs);
+}
+
+Test(kernels, crossentropy_soft_with_one_hot_rows_gives_the_integer_labels_bits, .init = setup)
+{
+    enum { B = 6, K = 7 };
+    int labels[B] = {0, 6, 3, 3, 1, 5};
+    float *z = rnd(B * K, 4), t[B * K] = {0};
+    for (int b = 0; b < B; b++) t[b * K + labels[b]] = 1.0f;
+    float l1[B], l2[B], p1[B * K], p2[B * K], d1[B * K], d2[B * K];
+    crossentropy_forward_cpu(l1, p1, z, labels, B, K);
+    crossentropy_soft_forward_cpu(l2, p2, z, t, B, K);
+    crossentropy_backward_cpu(d1, p1, labels, 1.0f / 3, B, K);
+    crossentropy_soft_backward_cpu(d2, p2, t, 1.0f / 3, B, K);
+    cr_assert(memcmp(l1, l2, sizeof l1) == 0, "losses differ");
+    cr_assert(memcmp(p1, p2, sizeof p1) == 0, "probabilities differ");
+    cr_assert(memcmp(d1, d2, sizeof d1) == 0, "gradients differ");
+    /* the bf16 table rounds the gradient (a floatX output) and nothing else */
+    const vit_ops *bf = ops_cpu_bf16();
+    float d3[B * K], want[B * K];
+    bf->crossentropy_soft_backward(d3, p2, t, 1.0f / 3, B, K);
+    round_bf16_cpu(want, d2, B * K);
+    cr_assert(memcmp(d3, want, sizeof want) == 0, "cpu-bf16 does not round dlogits to bf16");
+    free(z);
+}
+
+/* ---- drop path ---- */
+typedef struct { float *out, *res, *branch, *scale; int B; size_t n; } dp_ctx;
+static void dp_fwd(void *p)
+{
+    dp_ctx *c = p;
+    droppath_forward_cpu(c->out, c->res, c->branch, c->scale, c->B, c->n);
+}
+
+Test(kernels, droppath_adds_each_samples_scaled_branch_and_backward_matches_finite_differences,
+     .init = setup)
+{
+    float scale[3] = {1.25f, 0.0f, 1.0f / 0.9f}; /* kept, dropped, kept */
+    dp_ctx c = {.B = 3, .n = 10, .scale = scale};
+    c.res = rnd(30, 1), c.branch = rnd(30, 1), c.out = calloc(30, 4);
+    dp_fwd(&c);
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < 10; i++) {
+            const float prod = scale[b] * c.branch[b * 10 + i];
+            cr_assert(c.out[b * 10 + i] == c.res[b * 10 + i] + prod, "[%d,%d]", b, i);
+        }
+    for (int i = 0; i < 10; i++) /* a dropped sample is its residual, bit for bit */
+        cr_assert(c.out[10 + i] == c.res[10 + i]);
+    /* backward: d branch = scale[b] * dout, overwritten; the residual passes it on */
+    float *r = rnd(30, 1), d[30];
+    for (int i = 0; i < 30; i++) d[i] = 1e6f;
+    droppath_backward_cpu(d, r, scale, 3, 10);
+    for (int i = 0; i < 10; i++) cr_assert(d[10 + i] == 0.0f, "a dropped sample has a gradient");
+    check_fd("dbranch", c.branch, 30, d, dp_fwd, &c, c.out, r, 30, 1e-2f, 2e-3f);
+    /* out may be res */
+    float *io = malloc(30 * 4);
+    memcpy(io, c.res, 30 * 4);
+    droppath_forward_cpu(io, io, c.branch, scale, 3, 10);
+    cr_assert(memcmp(io, c.out, 30 * 4) == 0, "in place differs");
+    /* the bf16 table rounds dbranch (floatX); the forward is fp32 on both */
+    float d2[30], want[30];
+    ops_cpu_bf16()->droppath_backward(d2, r, scale, 3, 10);
+    round_bf16_cpu(want, d, 30);
+    cr_assert(memcmp(d2, want, sizeof want) == 0);
+    cr_assert(ops_cpu_bf16()->droppath_forward == droppath_forward_cpu);
+    free(c.res), free(c.branch), free(c.out), free(r), free(io);
 }
 
 /* ---- norms, AdamW ---- */

@@ -2,7 +2,8 @@
  * finite differences of the loss (tests/fd.h), timm's names, shapes and
  * decay groups, activation checkpointing (identical gradients, less memory)
  * and bf16-mixed (bf16 activations and weight copies; gradients that track
- * fp32). */
+ * fp32); the loss against soft targets and drop path (finite differences
+ * under a fixed mask, identical under checkpointing, one forward only). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -162,6 +163,210 @@ Test(model, bf16_mixed_gradients_track_fp32_within_bf16_precision, .init = setup
         loss[i] = model_forward(ms[i], img, t, 4);
         model_backward(ms[i], 0.25f);
     }
+    size_t n = model_num_params(f32);
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)model_grads(f32)[i] - model_grads(b16)[i];
+        diff += d * d;
+        ref += (double)model_grads(f32)[i] * model_grads(f32)[i];
+    }
+    double rel = sqrt(diff / ref);
+    cr_assert(fabsf(loss[0] - loss[1]) < 0.02f * loss[0], "loss %g vs %g", loss[0], loss[1]);
+    cr_assert(rel < 0.05, "bf16 gradients are %.3g away from fp32 (relative)", rel);
+    cr_assert(rel > 1e-5, "bf16-mixed changed nothing (relative difference %.3g)", rel);
+    model_free(f32);
+    model_free(b16);
+    free(img);
+}
+
+/* ---- issue 27: the loss against soft targets, drop path ---- */
+
+static const model_config REG_MC = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16,
+                                    .depth = 3, .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
+
+/* Forward (soft targets when t is NULL) and backward with fresh gradients,
+ * scales set first when given; returns the loss. */
+static float step_of(vit_model *m, const float *img, const int *labels, const float *rows,
+                     const float *scale, int B)
+{
+    if (scale) cr_assert_eq(model_set_drop_path(m, scale, B), 0);
+    model_zero_grads(m);
+    float loss = rows ? model_forward_soft(m, img, rows, B) : model_forward(m, img, labels, B);
+    model_backward(m, 1.0f / B);
+    return loss;
+}
+
+static int same_grads(vit_model *a, vit_model *b)
+{
+    return memcmp(model_grads(a), model_grads(b), model_num_params(a) * sizeof(float)) == 0;
+}
+
+Test(model, soft_targets_of_one_hot_rows_give_the_integer_labels_loss_and_gradients_bit_for_bit,
+     .init = setup)
+{
+    char err[256];
+    vit_model *m;
+    cr_assert_eq(model_new(&m, &REG_MC, 4, NULL, ops_cpu(), err, sizeof err), 0);
+    model_init_random(m, 5);
+    float *img = rnd(4 * 64, 1), rows[20] = {0};
+    int t[4] = {0, 4, 2, 1};
+    for (int b = 0; b < 4; b++) rows[b * 5 + t[b]] = 1.0f;
+    size_t n = model_num_params(m);
+    float *g = malloc(n * sizeof(float));
+    float hard = step_of(m, img, t, NULL, NULL, 4);
+    memcpy(g, model_grads(m), n * sizeof(float));
+    float soft = step_of(m, img, NULL, rows, NULL, 4);
+    cr_assert(hard == soft, "loss %.9g vs %.9g", hard, soft);
+    cr_assert(memcmp(g, model_grads(m), n * sizeof(float)) == 0, "gradients differ");
+    /* other rows: another loss; the integer path afterwards is the plain one again */
+    for (int i = 0; i < 20; i++) rows[i] = 0.2f;
+    cr_assert(step_of(m, img, NULL, rows, NULL, 4) != hard);
+    cr_assert(step_of(m, img, t, NULL, NULL, 4) == hard);
+    cr_assert(memcmp(g, model_grads(m), n * sizeof(float)) == 0);
+    free(g);
+    free(img);
+    model_free(m);
+}
+
+typedef struct { vit_model *m; float *img; float *rows; const float *scale; float loss; } dpm_ctx;
+static void dpm_fwd(void *p)
+{
+    dpm_ctx *c = p;
+    model_set_drop_path(c->m, c->scale, 3);
+    c->loss = model_forward_soft(c->m, c->img, c->rows, 3);
+}
+
+Test(model, drop_path_gradients_match_finite_differences_under_a_fixed_mask, .init = setup)
+{
+    model_config mc = {.image_size = 8, .patch_size = 4, .channels = 2, .dim = 8, .depth = 3,
+                       .heads = 2, .mlp_ratio = 2.0, .num_classes = 3};
+    char err[256];
+    dpm_ctx c = {0};
+    cr_assert_eq(model_new(&c.m, &mc, 3, &(model_options){.drop_path = 1}, ops_cpu(), err,
+                           sizeof err), 0, "%s", err);
+    float *p = model_params(c.m);
+    for (size_t i = 0; i < model_num_params(c.m); i++) p[i] = 0.3f * rng_normal(&R);
+    c.img = rnd(3 * 2 * 64, 1);
+    float rows[9] = {0.7f, 0.2f, 0.1f, 0.0f, 0.5f, 0.5f, 0.1f, 0.1f, 0.8f};
+    c.rows = rows;
+    /* (block, branch, sample): every dropping block has a kept and a dropped sample */
+    const float scale[18] = {1, 1, 1, 1, 1, 1, 0, 1.25f, 1.25f, 1.25f, 0, 1.25f,
+                             2.0f, 0, 2.0f, 0, 0, 2.0f};
+    c.scale = scale;
+    dpm_fwd(&c);
+    model_zero_grads(c.m);
+    model_backward(c.m, 1.0f / 3);
+    float one = 1.0f;
+    for (int i = 0; i < model_num_tensors(c.m); i++) {
+        const model_tensor *tt = model_tensor_at(c.m, i);
+        check_fd(tt->name, p + tt->offset, tt->numel, model_grads(c.m) + tt->offset, dpm_fwd, &c,
+                 &c.loss, &one, 1, 1e-2f, 1e-2f);
+    }
+    model_free(c.m);
+    free(c.img);
+}
+
+/* Drop path with checkpointing and without gives the same bits; scales of
+ * 1 everywhere are no drop path at all; the scales last one forward. */
+static void check_drop_path_model(const vit_ops *ops)
+{
+    char err[256];
+    vit_model *plain, *dp, *dpck;
+    cr_assert_eq(model_new(&plain, &REG_MC, 4, NULL, ops, err, sizeof err), 0);
+    cr_assert_eq(model_set_drop_path(plain, (float[24]){0}, 4), -1,
+                 "a model without model_options.drop_path took scales");
+    cr_assert_eq(model_new(&dp, &REG_MC, 4, &(model_options){.drop_path = 1}, ops, err,
+                           sizeof err), 0);
+    cr_assert_eq(model_new(&dpck, &REG_MC, 4,
+                           &(model_options){.drop_path = 1, .activation_checkpointing = 1}, ops,
+                           err, sizeof err), 0);
+    model_init_random(plain, 6);
+    model_write_params(dp, model_params(plain));
+    model_write_params(dpck, model_params(plain));
+    float *img = rnd(4 * 64, 1);
+    int t[4] = {0, 4, 2, 1};
+    float ones[24], scale[24];
+    for (int i = 0; i < 24; i++) ones[i] = 1.0f;
+    for (int i = 0; i < 24; i++) scale[i] = i < 8 ? 1.0f : (i % 3 ? 1.5f : 0.0f);
+
+    float l0 = step_of(plain, img, t, NULL, NULL, 4);
+    float l1 = step_of(dp, img, t, NULL, ones, 4);
+    cr_assert(l0 == l1 && same_grads(plain, dp), "%s: scales of 1 changed the bits", ops->name);
+    float l2 = step_of(dp, img, t, NULL, scale, 4);
+    cr_assert(l2 != l0, "%s: drop path changed nothing", ops->name);
+    float l3 = step_of(dpck, img, t, NULL, scale, 4);
+    cr_assert(l2 == l3 && same_grads(dp, dpck),
+              "%s: with activation checkpointing the gradients differ (loss %.9g vs %.9g)",
+              ops->name, l2, l3);
+    /* the next forward without scales drops nothing; one of another size neither */
+    float l4 = step_of(dpck, img, t, NULL, NULL, 4);
+    cr_assert(l4 == l0 && same_grads(plain, dpck), "%s: the scales outlived their forward",
+              ops->name);
+    cr_assert_eq(model_set_drop_path(dp, scale, 4), 0);
+    cr_assert(step_of(dp, img, t, NULL, NULL, 2) == step_of(plain, img, t, NULL, NULL, 2));
+    model_free(plain);
+    model_free(dp);
+    model_free(dpck);
+    free(img);
+}
+
+Test(model, drop_path_is_identical_with_activation_checkpointing_and_lasts_one_forward,
+     .init = setup)
+{
+    check_drop_path_model(ops_cpu());
+}
+
+Test(model, drop_path_is_identical_with_activation_checkpointing_in_bf16_mixed, .init = setup)
+{
+    check_drop_path_model(ops_cpu_bf16());
+}
+
+Test(model, a_sample_with_every_branch_dropped_is_its_embedding_alone, .init = setup)
+{
+    char err[256];
+    vit_model *m;
+    cr_assert_eq(model_new(&m, &REG_MC, 2, &(model_options){.drop_path = 1}, ops_cpu(), err,
+                           sizeof err), 0);
+    model_init_random(m, 8);
+    float *img = rnd(2 * 64, 1);
+    float scale[12]; /* sample 0 drops everything, sample 1 keeps everything (x 2) */
+    for (int i = 0; i < 12; i++) scale[i] = i % 2 ? 2.0f : 0.0f;
+    float z[2][10];
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(model_set_drop_path(m, scale, 2), 0);
+        model_forward(m, img, NULL, 2);
+        memcpy(z[k], model_logits(m), sizeof z[k]);
+        /* new block weights: sample 0 must not notice, sample 1 must */
+        size_t n = model_num_params(m);
+        float *p = malloc(n * sizeof(float));
+        model_read_params(m, p);
+        int t0 = model_find_tensor(m, "blocks.0.norm1.weight");
+        int t1 = model_find_tensor(m, "norm.weight");
+        for (size_t i = model_tensor_at(m, t0)->offset; i < model_tensor_at(m, t1)->offset; i++)
+            p[i] += 0.1f * rng_normal(&R);
+        model_write_params(m, p);
+        free(p);
+    }
+    cr_assert(memcmp(z[0], z[1], 5 * sizeof(float)) == 0, "a dropped sample saw its blocks");
+    cr_assert(memcmp(z[0] + 5, z[1] + 5, 5 * sizeof(float)) != 0, "a kept sample did not");
+    model_free(m);
+    free(img);
+}
+
+Test(model, bf16_mixed_drop_path_and_soft_targets_track_fp32, .init = setup)
+{
+    char err[256];
+    vit_model *f32, *b16;
+    const model_options o = {.drop_path = 1};
+    cr_assert_eq(model_new(&f32, &REG_MC, 4, &o, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&b16, &REG_MC, 4, &o, ops_cpu_bf16(), err, sizeof err), 0);
+    model_init_random(f32, 4);
+    model_init_random(b16, 4);
+    float *img = rnd(4 * 64, 1), rows[20];
+    for (int i = 0; i < 20; i++) rows[i] = (float)(1 + i % 5) / 15.0f;
+    float scale[24];
+    for (int i = 0; i < 24; i++) scale[i] = i < 8 ? 1.0f : (i % 3 ? 1.5f : 0.0f);
+    float loss[2] = {step_of(f32, img, NULL, rows, scale, 4), step_of(b16, img, NULL, rows, scale, 4)};
     size_t n = model_num_params(f32);
     double diff = 0, ref = 0;
     for (size_t i = 0; i < n; i++) {
