@@ -177,6 +177,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         copy_cuda,                                                         \
         add_cuda,                                                          \
         adamw_update_cuda<X>,                                              \
+        ema_update_cuda,                                                   \
+        swap_cuda,                                                         \
     }
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot
