@@ -94,6 +94,11 @@ typedef struct {
 } optimizer_config;
 
 typedef struct {
+    double decay; /* training.ema.decay: 0 = off, else in (0, 1) */
+    int warmup;   /* training.ema.warmup: timm ModelEmaV3's decay warmup (worker/train/ema.h) */
+} ema_config;
+
+typedef struct {
     long steps;           /* optimizer steps; 0 = derive from epochs */
     int epochs;           /* used when steps == 0 */
     int global_batch_size;
@@ -102,6 +107,7 @@ typedef struct {
     sharding_mode sharding;
     int activation_checkpointing;
     optimizer_config optimizer;
+    ema_config ema;       /* training.ema */
     unsigned long long seed;
     device_kind device;
     int rendezvous_timeout_seconds;
