@@ -192,7 +192,7 @@ static vj_err evaluate_and_report(run *r, long step, int ema, int keep_ema, eval
     if (rc || *stopped || r->rank != 0) return rc;
     const char *which = ema < 0 ? "" : ema ? " ema=1" : " ema=0";
     LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f%s", step,
-             ev->accuracy, ev->loss, r->t_train, which);
+             ev->accuracy, ev->loss, r->t_train, which /* pairs: " ema=0|1" or "" */);
     if (r->metrics)
         fprintf(r->metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f%s}\n",
                 step, ev->accuracy, r->t_train,
@@ -450,7 +450,8 @@ static vj_err finish(run *r, char *err, size_t errlen)
     LOG_INFO("train",
              "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f%s img_per_s=%.1f "
              "train_seconds=%.1f peak_rss_mib=%.1f",
-             r->total, r->last_loss, ev.accuracy, raw_words, ips, r->t_train, peak_rss_mib());
+             r->total, r->last_loss, ev.accuracy, raw_words /* pairs: ema, raw_test_accuracy */,
+             ips, r->t_train, peak_rss_mib());
     char acc[32] = "null", tl[32] = "null"; /* no test split: no accuracy */
     char raws[96] = ""; /* with an EMA: the raw weights' too */
     if (has_test) {
