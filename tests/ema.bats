@@ -78,6 +78,19 @@ PY
   tail -1 "$TMP/b/rank-0.out" | grep -q '"ema":false,"images_per_sec"'
 }
 
+@test "evaluating the EMA mid-run leaves the training bit for bit as it was, fp32 and bf16-mixed, 1 and 2 ranks" {
+  for cfg in "1 none fp32" "1 none bf16-mixed" "2 grad-op bf16-mixed" "2 full bf16-mixed"; do
+    read -r w mode prec <<<"$cfg"
+    set_=(--set training.sharding=$mode --set training.precision=$prec --set training.evalInterval=4)
+    run_world "$w" "$TMP/plain-$w-$mode-$prec" "${ARGS[@]}" "${set_[@]}"
+    run_world "$w" "$TMP/ema-$w-$mode-$prec" "${ARGS[@]}" "${EMA[@]}" "${set_[@]}"
+    grep -q 'step=4 .* ema=1$' "$TMP/ema-$w-$mode-$prec/rank-0.log"
+    echo "world $w, sharding $mode, $prec: the losses of the 8 steps identical"
+    cmp <(grep '"loss"' "$TMP/plain-$w-$mode-$prec/metrics.jsonl") \
+        <(grep '"loss"' "$TMP/ema-$w-$mode-$prec/metrics.jsonl")
+  done
+}
+
 @test "resumed at step 4 of 8 with the EMA, 1 and 2 ranks in every sharding mode continue bit for bit" {
   for w in 1 2; do
     for mode in none grad-op full; do
