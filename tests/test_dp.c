@@ -317,7 +317,15 @@ static int ema_ncomms;
 
 /* A strategy under mode with ema (NULL: none), alone, on the fixture's model
  * from seed 5, and `steps` of the fixture's steps taken. */
+static void ema_run_on(const vit_ops *ops, sharding_mode mode, const ema_config *ema, int steps,
+                       dp **d, vit_model **m);
 static void ema_run(sharding_mode mode, const ema_config *ema, int steps, dp **d, vit_model **m)
+{
+    ema_run_on(ops_cpu(), mode, ema, steps, d, m);
+}
+
+static void ema_run_on(const vit_ops *ops, sharding_mode mode, const ema_config *ema, int steps,
+                       dp **d, vit_model **m)
 {
     static model_config mc;
     static optimizer_config oc;
@@ -327,11 +335,11 @@ static void ema_run(sharding_mode mode, const ema_config *ema, int steps, dp **d
     comm *c = NULL;
     cr_assert_eq(comm_new_cpu_store(&c, NULL, 0, 1, 10, err, sizeof err), 0, "%s", err);
     model_options mo = {0};
-    dp_options o = {.comm = c, .ops = ops_cpu(), .mc = &mc, .oc = &oc, .total_steps = DPF_STEPS,
+    dp_options o = {.comm = c, .ops = ops, .mc = &mc, .oc = &oc, .total_steps = DPF_STEPS,
                     .mode = mode, .ema = ema};
     cr_assert_eq(dp_new(d, &o, &mo, err, sizeof err), 0, "%s", err);
     cr_assert_eq(dp_prepare(*d, &mo, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(model_new(m, &mc, DPF_BATCH, &mo, ops_cpu(), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_new(m, &mc, DPF_BATCH, &mo, ops, err, sizeof err), 0, "%s", err);
     cr_assert_eq(model_init_random(*m, 5), 0);
     cr_assert_eq(dp_attach(*d, *m, err, sizeof err), 0, "%s", err);
     float img[DPF_CH * DPF_IMG * DPF_IMG * DPF_BATCH];
@@ -424,4 +432,60 @@ Test(dp, a_checkpoint_restores_the_ema_and_one_saved_without_it_starts_the_ema_f
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* The logits of a plain model (no strategy) holding `weights`, on ops, for
+ * the fixture's step-9 batch. */
+static void logits_of(const vit_ops *ops, const float *weights, float *logits)
+{
+    const model_config mc = dpf_vit();
+    vit_model *m = NULL;
+    char err[256];
+    cr_assert_eq(model_new(&m, &mc, DPF_BATCH, NULL, ops, err, sizeof err), 0, "%s", err);
+    model_write_params(m, weights); /* refreshes the bf16 copy */
+    float img[DPF_CH * DPF_IMG * DPF_IMG * DPF_BATCH];
+    int lab[DPF_BATCH];
+    dpf_rows(img, lab, 0, DPF_BATCH, 9);
+    model_forward(m, img, lab, DPF_BATCH);
+    memcpy(logits, model_logits(m), sizeof(float) * DPF_BATCH * DPF_CLASSES);
+    model_free(m);
+}
+
+Test(dp, in_bf16_mixed_the_model_computes_with_the_ema_while_it_is_in_and_with_the_weights_after)
+{
+    ops_cpu_set_threads(1);
+    const ema_config ec = {.decay = 0.5, .warmup = 0};
+    const vit_ops *bf = ops_cpu_bf16();
+    for (int k = 0; k < 3; k++) {
+        dp *d = NULL;
+        vit_model *m = NULL;
+        ema_run_on(bf, modes[k], &ec, 3, &d, &m);
+        const size_t n = model_num_params(m);
+        float *w = malloc(sizeof(float) * n), *e = malloc(sizeof(float) * n);
+        cr_assert(w && e);
+        ema_read(d, m, w, e);
+        float want_e[DPF_BATCH * DPF_CLASSES], want_w[DPF_BATCH * DPF_CLASSES];
+        float got[DPF_BATCH * DPF_CLASSES];
+        logits_of(bf, e, want_e);
+        logits_of(bf, w, want_w);
+        cr_assert(memcmp(want_e, want_w, sizeof want_e) != 0, "the EMA computes as the weights");
+        float img[DPF_CH * DPF_IMG * DPF_IMG * DPF_BATCH];
+        int lab[DPF_BATCH];
+        dpf_rows(img, lab, 0, DPF_BATCH, 9);
+        char err[256];
+        for (int on = 1; on >= 0; on--) {
+            cr_assert_eq(dp_use_ema(d, on, err, sizeof err), 0, "%s", err);
+            model_forward(m, img, lab, DPF_BATCH);
+            cr_assert_eq(dp_sync(d, err, sizeof err), 0, "%s", err);
+            memcpy(got, model_logits(m), sizeof got);
+            cr_assert_arr_eq(got, on ? want_e : want_w, sizeof got,
+                             "%s: the logits with the %s in the model", names[k],
+                             on ? "EMA" : "weights back");
+        }
+        model_free(m);
+        dp_free(d);
+        free(w), free(e);
+    }
+    for (int i = 0; i < ema_ncomms; i++) comm_free(ema_comms[i]);
+    ema_ncomms = 0;
 }
