@@ -423,6 +423,20 @@ static const config_key config_keys[] = {
     {ROW_DBL("training.optimizer.gradClip", training.optimizer.grad_clip, 0, 1e6, 0, DEF_NUM(1.0)),
      .help = "Clip the global gradient norm to this value (as clip_grad_norm_); 0 = off.",
      .readme = "global gradient-norm clip (0 = off), as `clip_grad_norm_`"},
+    {ROW_DBL("training.ema.decay", training.ema.decay, 0, 1, OPEN_MAX, DEF_NUM(0.0)),
+     .help = "Exponential moving average of the weights (timm's ModelEmaV2): after every "
+             "optimizer step ema = decay x ema + (1 - decay) x weights, in fp32, sharded like "
+             "the master weights and saved in checkpoints; the EMA weights are evaluated and "
+             "exported. 0 = off, else in (0, 1), e.g. 0.9998.",
+     .readme = "EMA of the weights after every step (timm's `ModelEmaV2`), fp32, sharded like "
+               "the master weights, checkpointed; evaluation and export use it; 0 = off, e.g. "
+               "0.9998"},
+    {ROW_BOOL("training.ema.warmup", training.ema.warmup, DEF_BOOL(0)),
+     .help = "timm ModelEmaV3's decay warmup: the decay of update n (1-based) is min(decay, "
+             "1 - n^(-2/3)), so the first update copies the weights. Off: decay from the "
+             "first step, starting from the initial weights.",
+     .readme = "timm `ModelEmaV3`'s warmup: update n uses min(decay, 1 - n^(-2/3)); off: "
+               "`decay` throughout, from the initial weights"},
     {ROW_U64("training.seed", training.seed, 0, JSON_EXACT_INT, DEF_NUM(1234)),
      .help = "Seed of initialisation, shuffling and augmentation; the same seed and thread count "
              "give the same bits.",
@@ -731,7 +745,7 @@ static const char *last_part(const char *path)
 static const char *suggest(const char *path, int spec_level)
 {
     static const char *const sections[] = {"model", "data", "training", "training.optimizer",
-                                           "checkpoint", NULL};
+                                           "training.ema", "checkpoint", NULL};
     const char *best = NULL;
     size_t best_d = 3; /* only suggest within an edit distance of 2 */
     const char *cands[N_KEYS + 16];

@@ -110,6 +110,11 @@ typedef struct {
 } optimizer_config;
 
 typedef struct {
+    double decay; /* training.ema.decay: 0 = off, else in (0, 1) */
+    int warmup;   /* training.ema.warmup: timm ModelEmaV3's decay warmup (worker/train/ema.h) */
+} ema_config;
+
+typedef struct {
     long steps;           /* optimizer steps; 0 = derive from epochs */
     int epochs;           /* used when steps == 0 */
     int global_batch_size;
@@ -120,6 +125,7 @@ typedef struct {
     double drop_path;       /* stochastic depth's rate at the last block, [0, 1) */
     double label_smoothing; /* [0, 1): targets (1 - s) one-hot + s / numClasses */
     optimizer_config optimizer;
+    ema_config ema;       /* training.ema */
     unsigned long long seed;
     device_kind device;
     int rendezvous_timeout_seconds;

@@ -85,7 +85,7 @@ int main(int argc, char **argv)
     ckpt_meta meta = {.step = 1, .world_size = 1, .n_params = n};
     snprintf(meta.sharding, sizeof meta.sharding, "none");
     snprintf(meta.model, sizeof meta.model, "{\"bench\":%zu}", n);
-    ckpt_segment seg = {0, n, state, state + n, state + 2 * n};
+    ckpt_segment seg = {0, n, state, state + n, state + 2 * n, NULL};
 
     /* The first save of a run maps the writer's host buffer (page faults);
      * every later one reuses it, which is what training sees: save twice,

@@ -178,6 +178,9 @@ void add_cuda(float *y, const float *x, size_t n);
 template <typename X>
 void adamw_update_cuda(float *p, floatX *p_lp, float *m, float *v, const float *g, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, long t);
+/* ema.cu */
+void ema_update_cuda(float *ema, const float *p, size_t n, float w);
+void swap_cuda(float *a, float *b, size_t n);
 
 /* Column sums, deterministic: out (C) += sum over rows of in (N,C), rows in
  * a fixed partition and order (matmul.cu; used for bias gradients). */

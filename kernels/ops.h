@@ -177,6 +177,15 @@ typedef struct vit_ops {
      * floatX, overwritten. */
     void (*droppath_backward)(floatX *dbranch, const float *dout, const float *scale, int B,
                               size_t n);
+    /* The moving average of the weights (training.ema): ema (n) =
+     * lerp(ema, p, w) as torch.Tensor.lerp_ computes it in fp32 (timm's
+     * ModelEmaV3 calls it with w = 1 - decay): w < 0.5: ema + w (p - ema);
+     * else p - (p - ema) (1 - w); each operation rounded on its own, the same
+     * bits on every backend. w = 1 copies p; w = 0 leaves ema. */
+    void (*ema_update)(float *ema, const float *p, size_t n, float w);
+    /* a (n) <-> b (n), fp32 buffers of this backend that do not overlap (the
+     * EMA weights into the parameters for an evaluation, and back). */
+    void (*swap)(float *a, float *b, size_t n);
 } vit_ops;
 
 /* The CPU reference backend (fp32); borrowed, static lifetime. */
@@ -252,5 +261,7 @@ void scale_cpu(float *g, float s, size_t n);
 void add_cpu(float *y, const float *x, size_t n);
 void adamw_update_cpu(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay, long t);
+void ema_update_cpu(float *ema, const float *p, size_t n, float w);
+void swap_cpu(float *a, float *b, size_t n);
 
 #endif

@@ -149,7 +149,9 @@ static void bf_adamw_update(float *p, float *p_lp, float *m, float *v, const flo
     .sum_squares = sum_squares_cpu,                       \
     .scale = scale_cpu,                                   \
     .copy = copy_cpu,                                     \
-    .add = add_cpu
+    .add = add_cpu,                                       \
+    .ema_update = ema_update_cpu,                         \
+    .swap = swap_cpu
 
 static const vit_ops cpu_ops = {
     .name = "cpu",

@@ -181,6 +181,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         crossentropy_soft_backward_cuda<X>,                                \
         droppath_forward_cuda,                                             \
         droppath_backward_cuda<X>,                                         \
+        ema_update_cuda,                                                   \
+        swap_cuda,                                                         \
     }
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot

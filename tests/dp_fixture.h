@@ -59,6 +59,12 @@ static void dpf_rows(float *img, int *lab, int first, int n, int step)
     }
 }
 
+/* training.ema for dpf_train (NULL: none), and where it writes the EMA
+ * weights after the last step (n_params floats; NULL: not read; the
+ * weights are swapped back before params is read). */
+static const ema_config *dpf_ema;
+static float *dpf_ema_out;
+
 /* Trains DPF_STEPS steps on ops under mode, through comm (NULL: alone);
  * this rank computes its rows of each global batch of DPF_BATCH. losses
  * (DPF_STEPS, may be NULL) the global batch's mean loss per step; params
@@ -73,7 +79,7 @@ static int dpf_train(const vit_ops *ops, comm *c, sharding_mode mode, double *lo
     const int part = DPF_BATCH / world;
     model_options mo = {0};
     dp_options o = {.comm = c, .ops = ops, .mc = &mc, .oc = &oc, .total_steps = DPF_STEPS,
-                    .mode = mode};
+                    .mode = mode, .ema = dpf_ema};
     dp *d = NULL;
     vit_model *m = NULL;
     float *img = malloc(sizeof(float) * DPF_CH * DPF_IMG * DPF_IMG * DPF_BATCH);
@@ -99,6 +105,11 @@ static int dpf_train(const vit_ops *ops, comm *c, sharding_mode mode, double *lo
         if (losses) losses[s] = sum / DPF_BATCH;
     }
     if (model_status(m, err, errlen)) { stage = 8; goto out; }
+    if (dpf_ema_out && (dp_use_ema(d, 1, err, errlen) || model_read_params(m, dpf_ema_out) ||
+                        dp_use_ema(d, 0, err, errlen))) {
+        stage = 10;
+        goto out;
+    }
     *n_params = model_num_params(m);
     if (params && model_read_params(m, params)) { snprintf(err, errlen, "read"); stage = 9; }
 out:

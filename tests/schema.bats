@@ -48,7 +48,7 @@ fresh() {
 @test "schema with no file prints the properties of every section" {
   run "$WORKER" schema
   [ "$status" -eq 0 ]
-  for s in model data training training.optimizer checkpoint; do
+  for s in model data training training.optimizer training.ema checkpoint; do
     [[ "$output" == *"# spec.$s.properties"* ]]
   done
   [[ "$output" == *"globalBatchSize:"* ]]

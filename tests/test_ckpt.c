@@ -224,3 +224,126 @@ Test(ckpt, a_resume_tries_each_corrupt_step_once_newest_first_and_then_starts_fr
     cr_assert(l.seen[0] == 3 && l.seen[1] == 2 && l.seen[2] == 1, "%ld %ld %ld", l.seen[0],
               l.seen[1], l.seen[2]);
 }
+
+/* ---- the EMA of the weights (training.ema): a fourth array ---- */
+
+/* One rank's save of a 40-value state at step 1 in two segments, [0, 15)
+ * and [15, 40), with (ema) or without an EMA; waited for. Values:
+ * params i, m 1000 + i, v 2000 + i, ema 3000 + i. */
+static void save_state(int ema)
+{
+    ckpt_writer *w = writer(10);
+    static float p[40], m[40], v[40], e[40];
+    for (int i = 0; i < 40; i++)
+        p[i] = (float)i, m[i] = 1000.0f + (float)i, v[i] = 2000.0f + (float)i,
+        e[i] = 3000.0f + (float)i;
+    ckpt_meta meta = {.step = 1, .world_size = 1, .n_params = 40, .ema = ema};
+    snprintf(meta.sharding, sizeof meta.sharding, "none");
+    snprintf(meta.model, sizeof meta.model, "{\"dim\":4}");
+    ckpt_segment seg[2] = {{.lo = 0, .hi = 15, .params = p, .m = m, .v = v, .ema = e},
+                           {.lo = 15, .hi = 40, .params = p + 15, .m = m + 15, .v = v + 15,
+                            .ema = e + 15}};
+    if (!ema) seg[0].ema = seg[1].ema = NULL;
+    cr_assert_eq(ckpt_save(w, &meta, seg, 2, ops_cpu(), err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_wait(w, NULL, err, sizeof err), CKPT_OK, "%s", err);
+    ckpt_writer_free(w);
+}
+
+static char *manifest_text(void)
+{
+    void *text = NULL;
+    size_t len = 0;
+    cr_assert_eq(ckpt_store_read(s, "step-000000001/manifest.json", 1 << 20, &text, &len, err,
+                                 sizeof err), CKPT_OK, "%s", err);
+    char *t = realloc(text, len + 1);
+    t[len] = '\0';
+    return t;
+}
+
+Test(ckpt, an_ema_is_saved_as_a_fourth_array_with_crcs_and_reads_back_by_range,
+     .init = open_store, .fini = close_store)
+{
+    save_state(1);
+    char *man_text = manifest_text();
+    cr_assert(strstr(man_text, "\"ema\":\ttrue") != NULL, "%s", man_text);
+    free(man_text);
+    ckpt_manifest *man = NULL;
+    cr_assert_eq(ckpt_find(s, &man, err, sizeof err), CKPT_OK, "%s", err); /* every CRC read */
+    cr_assert_eq(ckpt_manifest_meta(man)->ema, 1);
+    float p[40], m[40], v[40], e[40];
+    cr_assert_eq(ckpt_read_range(s, man, 0, 40, p, m, v, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_read_ema(s, man, 0, 40, e, err, sizeof err), CKPT_OK, "%s", err);
+    for (int i = 0; i < 40; i++) {
+        cr_assert_eq(p[i], (float)i);
+        cr_assert_eq(m[i], 1000.0f + (float)i);
+        cr_assert_eq(v[i], 2000.0f + (float)i);
+        cr_assert_eq(e[i], 3000.0f + (float)i);
+    }
+    /* a range across both segments, as another world size reads it */
+    cr_assert_eq(ckpt_read_ema(s, man, 7, 31, e, err, sizeof err), CKPT_OK, "%s", err);
+    for (int i = 0; i < 24; i++) cr_assert_eq(e[i], 3007.0f + (float)i);
+    ckpt_manifest_free(man);
+    /* the shard is 4 arrays of 40 floats */
+    char **names = NULL;
+    uint64_t *sizes = NULL;
+    size_t n = 0;
+    cr_assert_eq(ckpt_store_list(s, &names, &sizes, &n, err, sizeof err), CKPT_OK, "%s", err);
+    for (size_t i = 0; i < n; i++) {
+        if (strstr(names[i], "shard-")) cr_assert_eq(sizes[i], 4 * 40 * sizeof(float));
+        free(names[i]);
+    }
+    free(names);
+    free(sizes);
+}
+
+Test(ckpt, a_step_without_an_ema_loads_as_before_and_asking_it_for_one_names_the_step,
+     .init = open_store, .fini = close_store)
+{
+    save_state(0);
+    char *man_text = manifest_text();
+    cr_assert(strstr(man_text, "ema") == NULL, "the older format: %s", man_text);
+    free(man_text);
+    ckpt_manifest *man = NULL;
+    cr_assert_eq(ckpt_find(s, &man, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(man)->ema, 0);
+    float p[40], m[40], v[40], e[40];
+    cr_assert_eq(ckpt_read_range(s, man, 0, 40, p, m, v, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(v[39], 2039.0f);
+    cr_assert_eq(ckpt_read_ema(s, man, 0, 40, e, err, sizeof err), CKPT_PERMANENT);
+    cr_assert(strstr(err, "checkpoint step 1 has no EMA") != NULL, "%s", err);
+    ckpt_manifest_free(man);
+}
+
+Test(ckpt, a_flipped_byte_in_the_ema_is_corrupt_and_a_manifest_claiming_an_ema_it_lacks_is_refused,
+     .init = open_store, .fini = close_store)
+{
+    save_state(1);
+    const char *shard = "step-000000001/shard-00000-of-00001.bin";
+    void *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(ckpt_store_read(s, shard, 1 << 20, &data, &len, err, sizeof err), CKPT_OK);
+    ((unsigned char *)data)[len - 5] ^= 0x5a; /* the EMA of the last values */
+    cr_assert_eq(ckpt_store_put(s, shard, data, len, err, sizeof err), CKPT_OK, "%s", err);
+    ckpt_manifest *man = NULL;
+    cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK, "%s", err);
+    float e[40];
+    cr_assert_eq(ckpt_read_ema(s, man, 0, 40, e, err, sizeof err), CKPT_PERMANENT);
+    cr_assert(strstr(err, "does not match its CRC (corrupt)") != NULL, "%s", err);
+    ckpt_manifest_free(man);
+    /* the shard cut back to three arrays: the manifest's "ema" no longer fits */
+    cr_assert_eq(ckpt_store_put(s, shard, data, 3 * 40 * sizeof(float), err, sizeof err),
+                 CKPT_OK);
+    free(data);
+    char *t = manifest_text();
+    char *b = strstr(t, "\"bytes\":");
+    cr_assert_not_null(b);
+    char *end = strchr(b, ',');
+    char fixed[8192];
+    snprintf(fixed, sizeof fixed, "%.*s\"bytes\":\t%zu%s", (int)(b - t), t, 3 * 40 * sizeof(float),
+             end);
+    free(t);
+    cr_assert_eq(ckpt_store_put(s, "step-000000001/manifest.json", fixed, strlen(fixed), err,
+                                sizeof err), CKPT_OK);
+    cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_PERMANENT);
+    cr_assert(strstr(err, "size, segments and CRCs disagree") != NULL, "%s", err);
+}

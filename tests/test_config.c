@@ -1640,4 +1640,26 @@ Test(config, mixup_keys_are_off_by_default_and_bad_values_name_their_key)
     set_ok(&bad, "data.cutmixMinMax=null");
     expect_valid(&bad);
     cr_assert_str_eq(config_enum_name("data.mixupMode", MIXUP_MODE_ELEM), "elem");
+Test(config, training_ema_decay_is_0_for_off_or_in_0_1_and_a_bad_value_names_its_key)
+{
+    vit_job_config c;
+    config_defaults(&c);
+    cr_assert_eq(c.training.ema.decay, 0.0, "off by default");
+    cr_assert_eq(c.training.ema.warmup, 0);
+    set_ok(&c, "training.ema.decay=0.9998");
+    set_ok(&c, "training.ema.warmup=true");
+    cr_assert_eq(c.training.ema.decay, 0.9998);
+    cr_assert_eq(c.training.ema.warmup, 1);
+    c = load_ok("training: {ema: {decay: 0.999, warmup: true}}\n");
+    cr_assert_eq(c.training.ema.decay, 0.999);
+    cr_assert_eq(c.training.ema.warmup, 1);
+    expect_set_error("training.ema.decay=1.5", "training.ema.decay=1.5 is out of range [0, 1)",
+                     NULL);
+    expect_set_error("training.ema.decay=1", "training.ema.decay=1 is out of range [0, 1)", NULL);
+    expect_set_error("training.ema.decay=-0.1", "training.ema.decay=-0.1 is out of range", NULL);
+    expect_load_error("training: {ema: {decay: 1.5}}\n", "t.yaml",
+                      "training.ema.decay=1.5 is out of range [0, 1)", NULL);
+    expect_load_error("training: {ema: {warmup: 1}}\n", "t.yaml",
+                      "training.ema.warmup: expected a boolean", NULL);
+    expect_set_error("training.ema.decy=0.9", "training.ema.decy", "training.ema.decay");
 }

@@ -17,7 +17,7 @@
 #include <string.h>
 
 static const char *const sections[] = {"model", "data", "training", "training.optimizer",
-                                       "checkpoint"};
+                                       "training.ema", "checkpoint"};
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
 
 static cJSON *parse(const char *text)

@@ -269,3 +269,223 @@ Test(dp, under_grad_op_each_rank_plans_adamw_state_for_its_slice_only_and_the_sl
     }
     cr_assert_eq(total, optim_memory_bytes(n), "the slices' state sums to every parameter's");
 }
+
+/* ---- training.ema: each rank keeps the EMA of its optimizer spans ---- */
+
+Test(dp, with_training_ema_every_strategy_through_one_rank_keeps_the_one_process_ema_bit_for_bit)
+{
+    ops_cpu_set_threads(1);
+    char err[512] = "";
+    size_t n = 0;
+    const ema_config cases[2] = {{.decay = 0.5, .warmup = 0}, {.decay = 0.7, .warmup = 1}};
+    cr_assert_eq(dpf_train(ops_cpu(), NULL, SHARDING_NONE, NULL, NULL, &n, err, sizeof err), 0);
+    float *plain = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
+    float *base = malloc(sizeof(float) * n);
+    float *got_w = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    cr_assert(plain && w && base && got_w && got);
+    cr_assert_eq(dpf_train(ops_cpu(), NULL, SHARDING_NONE, NULL, plain, &n, err, sizeof err), 0);
+    for (int e = 0; e < 2; e++) {
+        dpf_ema = &cases[e];
+        dpf_ema_out = base;
+        cr_assert_eq(dpf_train(ops_cpu(), NULL, SHARDING_NONE, NULL, w, &n, err, sizeof err), 0,
+                     "%s", err);
+        /* the EMA changes nothing of the training, and is neither the weights nor zero */
+        cr_assert_arr_eq(w, plain, sizeof(float) * n, "the EMA changed the weights");
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++) differ += base[i] != w[i];
+        cr_assert(differ > n / 2, "the EMA is the weights in %zu of %zu values", n - differ, n);
+        for (int k = 0; k < 3; k++) {
+            comm *c = NULL;
+            cr_assert_eq(comm_new_cpu_store(&c, NULL, 0, 1, 10, err, sizeof err), 0, "%s", err);
+            dpf_ema_out = got;
+            cr_assert_eq(dpf_train(ops_cpu(), c, modes[k], NULL, got_w, &n, err, sizeof err), 0,
+                         "%s: %s", names[k], err);
+            comm_free(c);
+            cr_assert_arr_eq(got, base, sizeof(float) * n, "%s (warmup %d): the EMA differs",
+                             names[k], cases[e].warmup);
+            cr_assert_arr_eq(got_w, w, sizeof(float) * n,
+                             "%s: the weights after swapping the EMA in and out differ", names[k]);
+        }
+    }
+    dpf_ema = NULL;
+    dpf_ema_out = NULL;
+    free(plain), free(w), free(base), free(got_w), free(got);
+}
+
+static comm *ema_comms[16];
+static int ema_ncomms;
+
+/* A strategy under mode with ema (NULL: none), alone, on the fixture's model
+ * from seed 5, and `steps` of the fixture's steps taken. */
+static void ema_run_on(const vit_ops *ops, sharding_mode mode, const ema_config *ema, int steps,
+                       dp **d, vit_model **m);
+static void ema_run(sharding_mode mode, const ema_config *ema, int steps, dp **d, vit_model **m)
+{
+    ema_run_on(ops_cpu(), mode, ema, steps, d, m);
+}
+
+static void ema_run_on(const vit_ops *ops, sharding_mode mode, const ema_config *ema, int steps,
+                       dp **d, vit_model **m)
+{
+    static model_config mc;
+    static optimizer_config oc;
+    mc = dpf_vit();
+    oc = dpf_adamw();
+    char err[512] = "";
+    comm *c = NULL;
+    cr_assert_eq(comm_new_cpu_store(&c, NULL, 0, 1, 10, err, sizeof err), 0, "%s", err);
+    model_options mo = {0};
+    dp_options o = {.comm = c, .ops = ops, .mc = &mc, .oc = &oc, .total_steps = DPF_STEPS,
+                    .mode = mode, .ema = ema};
+    cr_assert_eq(dp_new(d, &o, &mo, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(dp_prepare(*d, &mo, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_new(m, &mc, DPF_BATCH, &mo, ops, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_random(*m, 5), 0);
+    cr_assert_eq(dp_attach(*d, *m, err, sizeof err), 0, "%s", err);
+    float img[DPF_CH * DPF_IMG * DPF_IMG * DPF_BATCH];
+    int lab[DPF_BATCH];
+    for (int s = 0; s < steps; s++) {
+        dp_zero_grads(*d);
+        dpf_rows(img, lab, 0, DPF_BATCH, s);
+        model_forward(*m, img, lab, DPF_BATCH);
+        model_backward(*m, 1.0f / DPF_BATCH);
+        optim_result res;
+        cr_assert_eq(dp_sync(*d, err, sizeof err) || dp_update(*d, s, &res, err, sizeof err), 0,
+                     "%s", err);
+    }
+    /* the communicator is the strategy's to use until dp_free: freed with it below */
+    ema_comms[ema_ncomms++] = c;
+}
+
+static void ema_read(dp *d, vit_model *m, float *weights, float *ema)
+{
+    char err[256];
+    cr_assert_eq(model_read_params(m, weights), 0);
+    cr_assert_eq(dp_use_ema(d, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_read_params(m, ema), 0);
+    cr_assert_eq(dp_use_ema(d, 0, err, sizeof err), 0, "%s", err);
+}
+
+static ckpt_status load_into(void *ctx, ckpt_store *store, const ckpt_manifest *man, char *err,
+                             size_t errlen)
+{
+    return dp_load(ctx, store, man, err, errlen);
+}
+
+Test(dp, a_checkpoint_restores_the_ema_and_one_saved_without_it_starts_the_ema_from_its_weights)
+{
+    ops_cpu_set_threads(1);
+    char dir[64] = "/tmp/test_dp_ema_XXXXXX", uri[128], err[1024] = "";
+    cr_assert_not_null(mkdtemp(dir));
+    const ema_config ec = {.decay = 0.6, .warmup = 0};
+    for (int k = 0; k < 3; k++) {
+        for (int with = 0; with < 2; with++) {
+            /* save after 2 steps (with or without an EMA) under mode k */
+            snprintf(uri, sizeof uri, "file://%s/%s-%d", dir, names[k], with);
+            ckpt_store *st = NULL;
+            cr_assert_eq(ckpt_store_open(&st, uri, "", err, sizeof err), CKPT_OK, "%s", err);
+            dp *d = NULL;
+            vit_model *m = NULL;
+            ema_run(modes[k], with ? &ec : NULL, 2, &d, &m);
+            const size_t n = model_num_params(m);
+            float *w = malloc(sizeof(float) * n), *e = malloc(sizeof(float) * n);
+            float *w2 = malloc(sizeof(float) * n), *e2 = malloc(sizeof(float) * n);
+            cr_assert(w && e && w2 && e2);
+            if (with) ema_read(d, m, w, e);
+            else cr_assert_eq(model_read_params(m, w), 0);
+            ckpt_writer *wr = NULL;
+            cr_assert_eq(ckpt_writer_new(&wr, st, NULL, 0, 1, 3, 10, err, sizeof err), 0);
+            ckpt_meta meta = {.step = 2, .world_size = 1, .n_params = n, .ema = dp_has_ema(d)};
+            snprintf(meta.sharding, sizeof meta.sharding, "%s", dp_name(d));
+            snprintf(meta.model, sizeof meta.model, "{}");
+            ckpt_segment *segs = NULL;
+            int ns = dp_segments(d, &segs);
+            cr_assert(ns > 0);
+            cr_assert_eq(ckpt_save(wr, &meta, segs, ns, ops_cpu(), err, sizeof err), CKPT_OK,
+                         "%s", err);
+            cr_assert_eq(ckpt_wait(wr, NULL, err, sizeof err), CKPT_OK, "%s", err);
+            free(segs);
+            ckpt_writer_free(wr);
+            model_free(m);
+            dp_free(d);
+            /* a fresh run with an EMA, under another mode (a resume reads any
+             * layout), loads it */
+            ema_run(modes[(k + 1) % 3], &ec, 0, &d, &m);
+            ckpt_resume_options o = {.store = st, .rank = 0, .world = 1, .timeout_s = 5,
+                                     .uri = uri, .model_json = "{}", .n_params = n,
+                                     .load = load_into, .ctx = d};
+            ckpt_meta got;
+            cr_assert_eq(ckpt_resume(&o, &got, err, sizeof err), VJ_OK, "%s", err);
+            cr_assert_eq(got.step, 2);
+            ema_read(d, m, w2, e2);
+            cr_assert_arr_eq(w2, w, sizeof(float) * n, "%s: the weights", names[k]);
+            cr_assert_arr_eq(e2, with ? e : w, sizeof(float) * n, "%s, saved %s an EMA: the EMA",
+                             names[k], with ? "with" : "without");
+            model_free(m);
+            dp_free(d);
+            ckpt_store_free(st);
+            free(w), free(e), free(w2), free(e2);
+        }
+    }
+    for (int i = 0; i < ema_ncomms; i++) comm_free(ema_comms[i]);
+    ema_ncomms = 0;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The logits of a plain model (no strategy) holding `weights`, on ops, for
+ * the fixture's step-9 batch. */
+static void logits_of(const vit_ops *ops, const float *weights, float *logits)
+{
+    const model_config mc = dpf_vit();
+    vit_model *m = NULL;
+    char err[256];
+    cr_assert_eq(model_new(&m, &mc, DPF_BATCH, NULL, ops, err, sizeof err), 0, "%s", err);
+    model_write_params(m, weights); /* refreshes the bf16 copy */
+    float img[DPF_CH * DPF_IMG * DPF_IMG * DPF_BATCH];
+    int lab[DPF_BATCH];
+    dpf_rows(img, lab, 0, DPF_BATCH, 9);
+    model_forward(m, img, lab, DPF_BATCH);
+    memcpy(logits, model_logits(m), sizeof(float) * DPF_BATCH * DPF_CLASSES);
+    model_free(m);
+}
+
+Test(dp, in_bf16_mixed_the_model_computes_with_the_ema_while_it_is_in_and_with_the_weights_after)
+{
+    ops_cpu_set_threads(1);
+    const ema_config ec = {.decay = 0.5, .warmup = 0};
+    const vit_ops *bf = ops_cpu_bf16();
+    for (int k = 0; k < 3; k++) {
+        dp *d = NULL;
+        vit_model *m = NULL;
+        ema_run_on(bf, modes[k], &ec, 3, &d, &m);
+        const size_t n = model_num_params(m);
+        float *w = malloc(sizeof(float) * n), *e = malloc(sizeof(float) * n);
+        cr_assert(w && e);
+        ema_read(d, m, w, e);
+        float want_e[DPF_BATCH * DPF_CLASSES], want_w[DPF_BATCH * DPF_CLASSES];
+        float got[DPF_BATCH * DPF_CLASSES];
+        logits_of(bf, e, want_e);
+        logits_of(bf, w, want_w);
+        cr_assert(memcmp(want_e, want_w, sizeof want_e) != 0, "the EMA computes as the weights");
+        float img[DPF_CH * DPF_IMG * DPF_IMG * DPF_BATCH];
+        int lab[DPF_BATCH];
+        dpf_rows(img, lab, 0, DPF_BATCH, 9);
+        char err[256];
+        for (int on = 1; on >= 0; on--) {
+            cr_assert_eq(dp_use_ema(d, on, err, sizeof err), 0, "%s", err);
+            model_forward(m, img, lab, DPF_BATCH);
+            cr_assert_eq(dp_sync(d, err, sizeof err), 0, "%s", err);
+            memcpy(got, model_logits(m), sizeof got);
+            cr_assert_arr_eq(got, on ? want_e : want_w, sizeof got,
+                             "%s: the logits with the %s in the model", names[k],
+                             on ? "EMA" : "weights back");
+        }
+        model_free(m);
+        dp_free(d);
+        free(w), free(e);
+    }
+    for (int i = 0; i < ema_ncomms; i++) comm_free(ema_comms[i]);
+    ema_ncomms = 0;
+}

@@ -986,3 +986,36 @@ static void check_adamw(const vit_ops *g)
     adamw_case(g, 7, 1);
 }
 GPU_TESTS(adamw_update_matches_cpu_and_p_lp_is_to_floatx_of_p, check_adamw)
+
+/* ------------------------------------------------------------------------ */
+/* ema_update (training.ema): fp32 on both tables, every operation rounded on
+ * its own on both sides, so the GPU's EMA must be the CPU's bit for bit, in
+ * both branches of the lerp (w < 0.5 and w >= 0.5), and w = 1 must copy p.
+ * swap: data movement, exact, both buffers. */
+
+static void check_ema(const vit_ops *g)
+{
+    const size_t n = 100003;
+    const float ws[] = {2e-4f, 0.25f, 0.5f, 0.63f, 1.0f};
+    for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "ema_update w=%g", (double)ws[k]);
+        float *e0 = rnd_in(g, n, 1, 0), *p = rnd_in(g, n, 1, 0.5f), *want = copy_of(e0, n);
+        ema_update_cpu(want, p, n, ws[k]);
+        float *d_e = dev_from_host(g, e0, n, F32);
+        g->ema_update(d_e, dev_from_host(g, p, n, F32), n, ws[k]);
+        status_ok(g, what);
+        float *got = host_from_dev(g, d_e, n, F32);
+        expect_same(g, what, got, want, n);
+        if (ws[k] == 1.0f) expect_same(g, "ema_update w=1 against p", got, p, n);
+        release_all();
+    }
+    float *a = rnd_in(g, n, 1, 0), *b = rnd_in(g, n, 1, 2);
+    float *d_a = dev_from_host(g, a, n, F32), *d_b = dev_from_host(g, b, n, F32);
+    g->swap(d_a, d_b, n);
+    status_ok(g, "swap");
+    expect_same(g, "swap: a", host_from_dev(g, d_a, n, F32), b, n);
+    expect_same(g, "swap: b", host_from_dev(g, d_b, n, F32), a, n);
+    release_all();
+}
+GPU_TESTS(ema_update_matches_cpu_bit_for_bit_and_swap_exchanges_exactly, check_ema)

@@ -51,7 +51,7 @@ static void usage(FILE *to)
             "usage: vitjob-worker train --config FILE [--set key=value ...] [--metrics FILE]\n"
             "                           [--log-level debug|info|warn|error]\n"
             "       vitjob-worker checkpoints --uri URI [--endpoint URL]\n"
-            "       vitjob-worker export --from URI[/step-N] --out FILE [--endpoint URL]\n"
+            "       vitjob-worker export --from URI[/step-N] --out FILE [--endpoint URL] [--raw]\n"
             "       vitjob-worker shards --from SRC --out PATTERN [...]   (shards --help)\n"
             "       vitjob-worker exit-codes\n"
             "       vitjob-worker schema [FILE]\n"
@@ -346,11 +346,24 @@ static vj_err cmd_checkpoints(int argc, char **argv, char *err, size_t errlen)
 }
 
 /* `vitjob-worker export --from URI[/step-N] --out FILE`: the parameters of
- * a complete checkpoint (the newest, or step N) as timm-named safetensors. */
+ * a complete checkpoint (the newest, or step N) as timm-named safetensors:
+ * the EMA of the weights where the step has one (training.ema: what the
+ * run's own export writes), the weights themselves with --raw or without. */
 static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
 {
     const char *from = NULL, *out = NULL, *endpoint = "";
-    vj_err rc = ckpt_args(argc, argv, "--from", &from, &out, &endpoint, err, errlen);
+    int raw = 0, k = 0;
+    char **args = malloc(sizeof *args * (size_t)(argc + 1));
+    if (!args) {
+        snprintf(err, errlen, "out of memory");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--raw") == 0) raw = 1;
+        else args[k++] = argv[i];
+    }
+    vj_err rc = ckpt_args(k, args, "--from", &from, &out, &endpoint, err, errlen);
+    free(args);
     if (rc) return rc;
     char root[4096];
     long step = -1;
@@ -393,8 +406,10 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
         } else if (!(host = malloc(sizeof(float) * meta->n_params))) {
             snprintf(err, errlen, "out of memory");
             rc = VJ_ERR_OUT_OF_MEMORY;
-        } else if ((st = ckpt_read_range(s, man, 0, meta->n_params, host, NULL, NULL, err,
-                                         errlen)) != CKPT_OK) {
+        } else if ((st = meta->ema && !raw
+                              ? ckpt_read_ema(s, man, 0, meta->n_params, host, err, errlen)
+                              : ckpt_read_range(s, man, 0, meta->n_params, host, NULL, NULL,
+                                                err, errlen)) != CKPT_OK) {
             rc = store_class(st);
         } else {
             model_write_params(m, host);
@@ -406,8 +421,9 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
             } else if (model_save_safetensors(m, &cfg.model, out, err, errlen) != 0) {
                 rc = VJ_ERR_OUTPUT;
             } else {
-                LOG_INFO("worker", "event=exported step=%ld out=%s params=%zu", meta->step,
-                         LOGV(out), meta->n_params);
+                LOG_INFO("worker", "event=exported step=%ld out=%s params=%zu weights=%s",
+                         meta->step, LOGV(out), meta->n_params,
+                         meta->ema && !raw ? "ema" : "raw");
             }
         }
     }
@@ -544,7 +560,7 @@ static int cmd_schema(int argc, char **argv)
             e = config_schema_rewrite(&out, in.data ? in.data : "", in.len, argv[0], err, sizeof err);
     } else {
         static const char *const sections[] = {"model", "data", "training", "training.optimizer",
-                                               "checkpoint"};
+                                               "training.ema", "checkpoint"};
         for (size_t i = 0; e == VJ_OK && i < sizeof sections / sizeof sections[0]; i++) {
             buf_printf(&out, "# spec.%s.properties\n", sections[i]);
             e = config_schema_crd_section(&out, sections[i], 0, err, sizeof err);

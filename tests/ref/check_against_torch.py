@@ -3,7 +3,8 @@
 
 Owns the test "the same ViT weights and batch give the same logits, loss and
 every parameter gradient as PyTorch, and ten AdamW steps give the same losses
-and final weights". For each model shape (case):
+and final weights, and the same exponential moving average of the weights
+(training.ema) as timm keeps it". For each model shape (case):
 
   1. build tests/ref/torch_vit.py's ViT, randomize every parameter
      (weights, biases, LayerNorm affine, cls_token, pos_embed: all non-trivial
@@ -11,13 +12,26 @@ and final weights". For each model shape (case):
   2. write WORKDIR/<case>/W.safetensors (params by timm name, F32),
      IN.safetensors ("images" F32 (B,C,S,S), "labels" I64 (B,)) and cfg.json
      (the worker's bare-spec config; microBatchSize = B/2 so the C side
-     accumulates gradients);
+     accumulates gradients; the case's training.ema);
   3. run  BIN --config cfg.json --init W.safetensors --inputs IN.safetensors
               --out OUT.safetensors --steps STEPS
      which writes "logits" (B,K), "loss" (1,), "grads.<name>" at the initial
-     weights, "losses" (STEPS,) and "params.<name>" after STEPS AdamW steps;
+     weights, "losses" (STEPS,), "params.<name>" after STEPS AdamW steps and
+     "ema.<name>", the EMA of the weights after them;
   4. do the same in PyTorch and compare: rel = max|c - t| / max(max|t|, 1e-12)
-     per tensor (per element for loss and losses) must be below --tol.
+     per tensor (per element for loss and losses) must be below --tol, and
+     below --ema-tol for the EMA.
+
+The EMA reference is timm's, written here from its documented behaviour
+(timm/utils/model_ema.py), not imported (no timm on this machine):
+  - warmup off, ModelEmaV2: a copy of the model before the first step, then
+    after every optimizer step  ema = decay * ema + (1 - decay) * weights;
+  - warmup on, ModelEmaV3(decay, use_warmup=True) with its defaults
+    (warmup_gamma 1, warmup_power 2/3, min_decay 0, update_after_step 0),
+    updated after optimizer step n (1-based; timm's train.py passes
+    step=num_updates, counted before the call) with
+    decay_n = 0 if n - 1 <= 0 else min(decay, 1 - (1 + (n - 1))^(-2/3)),
+    as ema.lerp_(weights, 1 - decay_n).
 
 Every parameter must have a grad and a final value in OUT; a missing tensor,
 a wrong shape or a non-finite value is a failure.
@@ -74,16 +88,19 @@ import safetensors_io  # noqa: E402
 import torch_vit  # noqa: E402
 
 # Model shapes to try. B must be even (the C side runs two micro-batches).
+# ema: training.ema, without warmup (ModelEmaV2) and with (ModelEmaV3); the
+# decays are small enough that ten steps move the EMA well away from both the
+# initial and the final weights, so a wrong schedule cannot pass.
 CASES = {
     # Fashion-MNIST-like: 16 patches, 4 heads of 8.
     "A": dict(image=28, patch=7, chans=1, dim=32, depth=2, heads=4, mlp_ratio=4.0,
-              classes=10, batch=8, seed=1),
+              classes=10, batch=8, seed=1, ema=dict(decay=0.8, warmup=False)),
     # RGB, 2 heads of 12, fractional mlp ratio (hidden 60), odd class count.
     "B": dict(image=16, patch=4, chans=3, dim=24, depth=2, heads=2, mlp_ratio=2.5,
-              classes=7, batch=6, seed=2),
+              classes=7, batch=6, seed=2, ema=dict(decay=0.9, warmup=True)),
     # More tokens (50) than dim per head, three blocks, one head.
     "C": dict(image=28, patch=4, chans=1, dim=16, depth=3, heads=1, mlp_ratio=2.0,
-              classes=10, batch=4, seed=3),
+              classes=10, batch=4, seed=3, ema=dict(decay=0.7, warmup=True)),
 }
 
 # The regularisation cases: a base shape and what they add (see the top).
@@ -174,18 +191,45 @@ def write_config(path, c, steps):
                      "activationCheckpointing": bool(c.get("ckpt", False)),
                      "dropPath": c.get("drop_path", 0.0),
                      "labelSmoothing": c.get("smoothing", 0.0),
-                     "optimizer": dict(OPTIMIZER)},
+                     "optimizer": dict(OPTIMIZER), "ema": dict(c["ema"])},
     }
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
 
 
+def ema_decay(ema, n):
+    """The decay of EMA update n (1-based): ModelEmaV2's constant decay, or
+    ModelEmaV3's get_decay(step=n) with use_warmup and its defaults."""
+    if not ema["warmup"]:
+        return ema["decay"]
+    gamma, power, min_decay, update_after_step = 1.0, 2.0 / 3.0, 0.0, 0
+    s = max(0, n - update_after_step - 1)
+    if s <= 0:
+        return 0.0
+    d = 1.0 - (1.0 + s / gamma) ** -power
+    return max(min(d, ema["decay"]), min_decay)
+
+
+@torch.no_grad()
+def ema_step(ema, avg, model, n):
+    """One EMA update after optimizer step n: ModelEmaV2's formula, or
+    ModelEmaV3's lerp."""
+    d = ema_decay(ema, n)
+    for name, p in model.named_parameters():
+        if ema["warmup"]:
+            avg[name].lerp_(p, 1.0 - d)
+        else:
+            avg[name].copy_(d * avg[name] + (1.0 - d) * p)
+
+
 def torch_reference(model, images, labels, steps, dtype, c, targets=None, keep=None):
     """PyTorch's answers: logits, loss, grads at the initial weights; losses
-    over `steps` AdamW steps and the params after them. `model` is consumed.
-    The loss is timm's for the case: soft targets, label smoothing, or plain
+    over `steps` AdamW steps and the params after them, and the EMA of the
+    weights (the case's training.ema). `model` is consumed. The loss is
+    timm's for the case: soft targets, label smoothing, or plain
     cross-entropy; keep fixes drop path's masks."""
+    ema = c["ema"]
     model = model.to(dtype)
     model.train()
     model.set_drop_path_masks(keep)
@@ -211,6 +255,9 @@ def torch_reference(model, images, labels, steps, dtype, c, targets=None, keep=N
                             lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
                             foreach=False)
     losses = []
+    # the EMA model: a copy of the weights before the first step (timm copies
+    # the model when it creates its ModelEma)
+    avg = {name: p.detach().clone() for name, p in model.named_parameters()}
     for step in range(steps):
         lr = torch_vit.lr_at(step, o["lr"], o["warmupSteps"], steps, o["schedule"], o["minLr"])
         for g in opt.param_groups:
@@ -221,9 +268,12 @@ def torch_reference(model, images, labels, steps, dtype, c, targets=None, keep=N
         loss.backward()
         torch_vit.clip_grad_norm(model.parameters(), o["gradClip"])
         opt.step()
+        ema_step(ema, avg, model, step + 1)
     ref["losses"] = torch.tensor(losses, dtype=dtype)
     for name, p in model.named_parameters():
         ref["params." + name] = p.detach().clone()
+    for name in avg:
+        ref["ema." + name] = avg[name]
     return ref
 
 
@@ -236,7 +286,9 @@ def rel_err(c, t, per_element):
 
 
 def is_qkv_bias_param(name):
-    return name.startswith("params.") and name.endswith(".attn.qkv.bias")
+    """Final qkv biases and their EMA: the key third is rounding noise moved
+    by AdamW (see the top of the file)."""
+    return name.startswith(("params.", "ema.")) and name.endswith(".attn.qkv.bias")
 
 
 def check_qkv_bias(c, t, init, tol, max_move):
@@ -254,12 +306,15 @@ def check_qkv_bias(c, t, init, tol, max_move):
     return err, "ok (q,v; k third moved %.1e)" % drift
 
 
-def compare(ref, out, init, tol, max_move, quiet, grad_tol=None):
-    """Compares OUT against the reference; returns (compared, failures).
-    grad_tol, when given, is the tolerance of logits, loss and grads.*."""
+def compare(ref, out, init, tol, ema_tol, max_move, quiet, grad_tol=None):
+    """Compares OUT against the reference (the EMA at ema_tol; logits, loss
+    and grads.* at grad_tol when given); returns (compared, failures, the
+    worst relative difference of the EMA)."""
     failures = 0
     compared = 0
+    worst_ema = 0.0
     for name, t in ref.items():
+        tol_here = ema_tol if name.startswith("ema.") else tol
         c = out.get(name)
         shape = "x".join(str(d) for d in t.shape)
         if c is None:
@@ -271,12 +326,14 @@ def compare(ref, out, init, tol, max_move, quiet, grad_tol=None):
         elif not torch.isfinite(c).all():
             status, err = "FAIL (non-finite)", float("nan")
         elif is_qkv_bias_param(name):
-            err, status = check_qkv_bias(c, t, init[name[len("params."):]], tol, max_move)
+            err, status = check_qkv_bias(c, t, init[name.split(".", 1)[1]], tol_here, max_move)
         else:
             err = rel_err(c, t, per_element=name in ("loss", "losses"))
             at_init = name in ("logits", "loss") or name.startswith("grads.")
-            bound = grad_tol if grad_tol is not None and at_init else tol
+            bound = grad_tol if grad_tol is not None and at_init else tol_here
             status = "ok" if err < bound else "FAIL"
+        if name.startswith("ema.") and err == err:
+            worst_ema = max(worst_ema, err)
         compared += 1
         failed = not status.startswith("ok")
         failures += failed
@@ -285,7 +342,7 @@ def compare(ref, out, init, tol, max_move, quiet, grad_tol=None):
     extra = sorted(set(out) - set(ref))
     if extra:
         print("  note: OUT has tensors not checked: %s" % ", ".join(extra))
-    return compared, failures
+    return compared, failures, worst_ema
 
 
 def run_case(key, c, args):
@@ -346,10 +403,21 @@ def run_case(key, c, args):
     max_move = 4.0 * sum(torch_vit.lr_at(s, o["lr"], o["warmupSteps"], args.steps,
                                          o["schedule"], o["minLr"]) for s in range(args.steps))
     grad_tol = min(args.tol, c["tol"]) if "tol" in c else None
-    compared, failures = compare(ref, out, init, args.tol, max_move, args.quiet, grad_tol)
-    print("case %s: %d tensors compared, %d failed (tol %g%s)"
+    compared, failures, worst_ema = compare(ref, out, init, args.tol, args.ema_tol, max_move,
+                                            args.quiet, grad_tol)
+    # the EMA must have moved: not the initial weights, not the final ones
+    for name in init:
+        e, p, w0 = ref["ema." + name], ref["params." + name], init[name].to(ref["ema." + name])
+        if name.endswith(".attn.qkv.bias") or p.numel() == 0:
+            continue
+        if torch.equal(e, p) or torch.equal(e, w0):
+            print("  FAIL: the reference EMA of %s equals the %s weights: the case tests "
+                  "nothing" % (name, "final" if torch.equal(e, p) else "initial"))
+            failures += 1
+    print("case %s: %d tensors compared, %d failed (tol %g%s); EMA (%s) worst rel %.3e (tol %g)"
           % (key, compared, failures, args.tol,
-             "" if grad_tol is None else ", logits/loss/grads %g" % grad_tol))
+             "" if grad_tol is None else ", logits/loss/grads %g" % grad_tol,
+             "warmup" if c["ema"]["warmup"] else "no warmup", worst_ema, args.ema_tol))
     return compared, failures
 
 
@@ -360,6 +428,8 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated, of %s" % list(CASES))
     ap.add_argument("--steps", type=int, default=10, help="AdamW steps to compare")
     ap.add_argument("--tol", type=float, default=1e-4, help="max relative error per tensor")
+    ap.add_argument("--ema-tol", type=float, default=1e-5,
+                    help="max relative error per tensor of the EMA of the weights")
     ap.add_argument("--ref-dtype", choices=("float32", "float64"), default="float32",
                     help="precision of the PyTorch reference (the C side is always F32)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per BIN run")

@@ -4,7 +4,8 @@
  * Owns: running the engine on weights and a batch that PyTorch chose, and
  * writing what PyTorch must reproduce: logits, loss and every parameter
  * gradient at the initial weights, then the losses and final weights of N
- * optimizer steps on the same batch (check_against_torch.py compares).
+ * optimizer steps on the same batch, and with training.ema in the config
+ * the EMA of the weights after them (check_against_torch.py compares).
  * The batch is fed in micro-batches of training.microBatchSize, so gradient
  * accumulation is checked too. The loss is the trainer's: against IN's
  * "targets" (B,K) when given (model_forward_soft), else with
@@ -24,6 +25,7 @@
 
 #include "config.h"
 #include "droppath.h"
+#include "ema.h"
 #include "model.h"
 #include "model_io.h"
 #include "optim.h"
@@ -131,6 +133,11 @@ int main(int argc, char **argv)
     if (model_load_safetensors(m, init, err, sizeof err)) return fail(err);
     optim *o = NULL;
     if (optim_new(&o, m, &cfg.training.optimizer, steps, err, sizeof err)) return fail(err);
+    ema *ema_ = NULL; /* the trainer's EMA, over the optimizer's one span (the whole vector) */
+    if (ema_enabled(&cfg.training.ema)) {
+        if (ema_new(&ema_, o, ops, &cfg.training.ema, err, sizeof err)) return fail(err);
+        ema_reset(ema_, model_params(m));
+    }
 
     const size_t n = model_num_params(m);
     float *logits0 = malloc(sizeof(float) * B * K), *grads0 = malloc(sizeof(float) * n);
@@ -150,26 +157,29 @@ int main(int argc, char **argv)
         if (s == steps) break;
         losses[s] = (float)(loss / B);
         optim_step(o, m, ops, s);
+        if (ema_) ema_update(ema_, model_params(m), s);
     }
 
-    /* logits, loss, losses, then grads.* and params.* in layout order */
-    int nt = model_num_tensors(m), count = 0;
-    st_tensor *ts = calloc((size_t)(3 + 2 * nt), sizeof *ts);
-    char (*names)[MODEL_MAX_NAME + 8] = calloc((size_t)(2 * nt), sizeof *names);
+    /* logits, loss, losses, then grads.*, params.* (and ema.*) in layout order */
+    int nt = model_num_tensors(m), count = 0, kinds = ema_ ? 3 : 2;
+    st_tensor *ts = calloc((size_t)(3 + kinds * nt), sizeof *ts);
+    char (*names)[MODEL_MAX_NAME + 8] = calloc((size_t)(kinds * nt), sizeof *names);
     ts[count++] = (st_tensor){"logits", ST_F32, 2, {B, K}, logits0};
     ts[count++] = (st_tensor){"loss", ST_F32, 1, {1}, &loss0};
     ts[count++] = (st_tensor){"losses", ST_F32, 1, {steps}, losses};
     for (int i = 0; i < nt; i++) {
         const model_tensor *t = model_tensor_at(m, i);
-        for (int k = 0; k < 2; k++) {
-            char *nm = names[2 * i + k];
-            snprintf(nm, MODEL_MAX_NAME + 8, "%s.%s", k ? "params" : "grads", t->name);
+        for (int k = 0; k < kinds; k++) {
+            static const char *const kind[] = {"grads", "params", "ema"};
+            char *nm = names[kinds * i + k];
+            snprintf(nm, MODEL_MAX_NAME + 8, "%s.%s", kind[k], t->name);
             st_tensor *e = &ts[count++];
             e->name = nm;
             e->dtype = ST_F32;
             e->ndim = t->ndim;
             for (int d = 0; d < t->ndim; d++) e->shape[d] = t->shape[d];
-            e->data = (k ? model_params(m) : grads0) + t->offset;
+            /* the EMA of the one span starting at 0 is laid out as the parameters */
+            e->data = (k == 2 ? ema_values(ema_) : k ? model_params(m) : grads0) + t->offset;
         }
     }
     int rc = st_write(out_path, ts, count, NULL, 0, err, sizeof err) ? fail(err) : 0;
@@ -183,6 +193,7 @@ int main(int argc, char **argv)
     free(rows);
     free(sub);
     free(scale);
+    ema_free(ema_);
     optim_free(o);
     model_free(m);
     st_close(in);

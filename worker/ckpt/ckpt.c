@@ -185,6 +185,7 @@ static ckpt_status store_all(ckpt_writer *w)
     cJSON_AddNumberToObject(man, "imagesDone", (double)w->meta.images_done);
     cJSON_AddNumberToObject(man, "worldSize", w->world);
     cJSON_AddStringToObject(man, "sharding", w->meta.sharding);
+    if (w->meta.ema) cJSON_AddTrueToObject(man, "ema");
     cJSON_AddNumberToObject(man, "params", (double)w->meta.n_params);
     cJSON_AddNumberToObject(man, "blockBytes", CKPT_BLOCK_BYTES);
     cJSON_AddItemToObject(man, "model", cJSON_Parse(w->meta.model));
@@ -236,8 +237,15 @@ ckpt_status ckpt_save(ckpt_writer *w, const ckpt_meta *meta, const ckpt_segment 
     if (st) return st;
     double t0 = mono_seconds();
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += segs[i].hi - segs[i].lo;
-    size_t bytes = 3 * total * sizeof(float);
+    const int arrays = meta->ema ? 4 : 3; /* params, m, v (, ema) */
+    for (int i = 0; i < n; i++) {
+        total += segs[i].hi - segs[i].lo;
+        if (meta->ema && !segs[i].ema) {
+            snprintf(err, errlen, "checkpoint: segment %d has no EMA", i);
+            return CKPT_PERMANENT;
+        }
+    }
+    size_t bytes = (size_t)arrays * total * sizeof(float);
     if (bytes > w->cap) {
         unsigned char *b = realloc(w->buf, bytes ? bytes : 1);
         if (!b) {
@@ -255,13 +263,14 @@ ckpt_status ckpt_save(ckpt_writer *w, const ckpt_meta *meta, const ckpt_segment 
         snprintf(err, errlen, "checkpoint: out of host memory");
         return CKPT_RETRY;
     }
-    float *p = (float *)w->buf, *m = p + total, *v = m + total;
+    float *p = (float *)w->buf, *m = p + total, *v = m + total, *e = v + total;
     size_t at = 0;
     for (int i = 0; i < n; i++) {
         size_t k = segs[i].hi - segs[i].lo;
         ops->download(p + at, segs[i].params, k * sizeof(float));
         ops->download(m + at, segs[i].m, k * sizeof(float));
         ops->download(v + at, segs[i].v, k * sizeof(float));
+        if (meta->ema) ops->download(e + at, segs[i].ema, k * sizeof(float));
         w->lo[i] = segs[i].lo;
         w->hi[i] = segs[i].hi;
         at += k;
@@ -351,6 +360,12 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
     m->meta.world_size = (int)d[4];
     m->meta.n_params = (size_t)d[5];
     snprintf(m->meta.sharding, sizeof m->meta.sharding, "%s", sh->valuestring);
+    const cJSON *ema = cJSON_GetObjectItemCaseSensitive(j, "ema"); /* optional: older steps */
+    if (ema && !cJSON_IsBool(ema)) {
+        snprintf(why, len, "\"ema\" is not a boolean");
+        goto bad;
+    }
+    m->meta.ema = cJSON_IsTrue(ema);
     char *mt = cJSON_PrintUnformatted(model);
     if (mt) snprintf(m->meta.model, sizeof m->meta.model, "%s", mt);
     free(mt);
@@ -412,7 +427,7 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
             }
             si->crc[k] = (uint32_t)c->valuedouble;
         }
-        if (si->bytes != 3 * si->total * sizeof(float) ||
+        if (si->bytes != (uint64_t)(m->meta.ema ? 4 : 3) * si->total * sizeof(float) ||
             si->nblocks != (si->bytes + CKPT_BLOCK_BYTES - 1) / CKPT_BLOCK_BYTES) {
             snprintf(why, len, "shard %d's size, segments and CRCs disagree", i);
             goto bad;
@@ -713,10 +728,11 @@ ckpt_status ckpt_find_candidate(ckpt_store *store, long below, ckpt_manifest **o
     return find(store, below, 0, out, err, errlen);
 }
 
-ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
-                            float *params, float *m, float *v, char *err, size_t errlen)
+/* ckpt_read_range and ckpt_read_ema: [lo, hi) of each array with a
+ * destination (params, m, v, ema). */
+static ckpt_status read_arrays(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
+                               float *const dst[4], char *err, size_t errlen)
 {
-    float *dst[3] = {params, m, v};
     size_t covered = 0, cap = 0;
     piece *pc = NULL;
     unsigned char *blk = malloc(CKPT_BLOCK_BYTES);
@@ -726,7 +742,7 @@ ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t 
         const shard_info *si = &man->shards[i];
         /* the shard's pieces in shard order (arrays, then segments) */
         size_t np = 0;
-        for (int arr = 0; arr < 3; arr++) {
+        for (int arr = 0; arr < (man->meta.ema ? 4 : 3); arr++) {
             size_t pos = 0; /* the segment's first float within each array */
             for (size_t k = 0; k < si->nseg; pos += si->hi[k] - si->lo[k], k++) {
                 size_t a = si->lo[k] > lo ? si->lo[k] : lo, b = si->hi[k] < hi ? si->hi[k] : hi;
@@ -772,6 +788,25 @@ ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t 
     return st;
 }
 
+ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
+                            float *params, float *m, float *v, char *err, size_t errlen)
+{
+    float *const dst[4] = {params, m, v, NULL};
+    return read_arrays(store, man, lo, hi, dst, err, errlen);
+}
+
+ckpt_status ckpt_read_ema(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
+                          float *ema, char *err, size_t errlen)
+{
+    if (!man->meta.ema) {
+        snprintf(err, errlen, "checkpoint step %ld has no EMA of the weights (saved without "
+                 "training.ema)", man->meta.step);
+        return CKPT_PERMANENT;
+    }
+    float *const dst[4] = {NULL, NULL, NULL, ema};
+    return read_arrays(store, man, lo, hi, dst, err, errlen);
+}
+
 ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen)
 {
     objects o = {0};
@@ -786,9 +821,9 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
         ckpt_manifest *m = NULL;
         ckpt_status s = check_step(store, &o, steps[i], 1, &m, why, sizeof why);
         if (s == CKPT_OK) {
-            fprintf(out, "%-12ld %-9s world_size=%d sharding=%s params=%zu epoch=%ld\n",
+            fprintf(out, "%-12ld %-9s world_size=%d sharding=%s params=%zu epoch=%ld%s\n",
                     steps[i], "complete", m->meta.world_size, LOGV(m->meta.sharding),
-                    m->meta.n_params, m->meta.epoch);
+                    m->meta.n_params, m->meta.epoch, m->meta.ema ? " ema=1" : "");
             ckpt_manifest_free(m);
         } else if (s == CKPT_RETRY) {
             snprintf(err, errlen, "%s", why);

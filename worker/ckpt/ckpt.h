@@ -4,9 +4,10 @@
  * Owns: the layout of docs/design.md (<root>/step-<9 digits>/shard-<r>-of-<w>.bin,
  * one per rank, then manifest.json, written by rank 0 last, once every
  * rank's shard is stored), the shard format (a rank's segments of the flat
- * parameter vector: their fp32 parameters, then AdamW m, then v, little-
- * endian), the manifest (model config, step, data-loader position, world
- * size, sharding, per shard its segments, bytes and a CRC-32 per MiB
+ * parameter vector: their fp32 parameters, then AdamW m, then v, then, with
+ * training.ema, the EMA of the weights; little-endian), the manifest (model
+ * config, step, data-loader position, world size, sharding, whether the
+ * shards hold an EMA, per shard its segments, bytes and a CRC-32 per MiB
  * block), retention (checkpoint.keep newest complete steps; older ones are
  * deleted only after a newer manifest exists) and verification (a step
  * without a manifest, or whose shard blocks do not match their CRCs, does
@@ -38,6 +39,8 @@ typedef struct {
     char sharding[16];
     size_t n_params;
     char model[512];      /* the model config as JSON (model_io's dims): must match to load */
+    int ema;              /* 1: every shard holds a fourth array, the EMA of its segments'
+                           * weights (the manifest's "ema": true; absent in older steps) */
     /* "" or the data loader's per-rank positions as a JSON array (the
      * manifest's "loader"; the train module's format): shards and image
      * folders resume to the sample from it */
@@ -45,10 +48,11 @@ typedef struct {
 } ckpt_meta;
 
 /* A range [lo, hi) of the flat vector a rank saves, with where its
- * parameters and AdamW m and v are (backend memory, read through ops). */
+ * parameters, AdamW m and v, and EMA (read when the meta says ema; else
+ * may be NULL) are (backend memory, read through ops). */
 typedef struct {
     size_t lo, hi;
-    const float *params, *m, *v;
+    const float *params, *m, *v, *ema;
 } ckpt_segment;
 
 typedef struct ckpt_writer ckpt_writer;
@@ -108,6 +112,10 @@ ckpt_status ckpt_read_step(ckpt_store *store, long step, ckpt_manifest **out, ch
  * block that does not match is CKPT_PERMANENT with err saying "corrupt". */
 ckpt_status ckpt_read_range(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
                             float *params, float *m, float *v, char *err, size_t errlen);
+/* The same for the EMA (hi - lo floats of host memory), of a step whose
+ * meta says ema; another step is CKPT_PERMANENT, err saying it has none. */
+ckpt_status ckpt_read_ema(ckpt_store *store, const ckpt_manifest *man, size_t lo, size_t hi,
+                          float *ema, char *err, size_t errlen);
 
 /* The name of a step's folder under the checkpoint root: "step-<9 digits>"
  * (docs/design.md). */

@@ -1,6 +1,7 @@
 /* worker/train/dp.c - see dp.h. The table of strategies, and what every
  * strategy does alike: sums over ranks, the checkpoint segments of this
- * rank's spans and loading them back, the layout line. */
+ * rank's spans and loading them back, the EMA of those spans, the layout
+ * line. */
 #include "dp_impl.h"
 
 #include <math.h>
@@ -45,6 +46,7 @@ vj_err dp_new(dp **out, const dp_options *o, model_options *mo, char *err, size_
     d->mc = o->mc;
     d->oc = o->oc;
     d->total_steps = o->total_steps;
+    d->ec = ema_enabled(o->ema) ? o->ema : NULL;
     mo->pad_multiple = d->world;
     mo->shard = NULL;
     vj_err rc = d->impl->plan ? d->impl->plan(d, mo, err, errlen) : VJ_OK;
@@ -59,6 +61,7 @@ vj_err dp_new(dp **out, const dp_options *o, model_options *mo, char *err, size_
 void dp_free(dp *d)
 {
     if (!d) return;
+    ema_free(d->ema);
     optim_free(d->opt);
     if (d->impl->free) d->impl->free(d);
     if (d->stage) d->ops->release(d->stage);
@@ -69,7 +72,27 @@ void dp_free(dp *d)
 
 const char *dp_name(const dp *d) { return d->impl->name; }
 
-dp_memory dp_memory_of(const dp *d, size_t n_params) { return d->impl->memory(d, n_params); }
+dp_memory dp_memory_of(const dp *d, size_t n_params)
+{
+    dp_memory m = d->impl->memory(d, n_params);
+    if (d->ec) { /* one float per parameter the AdamW state (m and v: two) covers */
+        m.ema_bytes = m.optim_bytes / 2;
+        m.own_bytes += m.ema_bytes;
+    }
+    return m;
+}
+
+float *dp_params(dp *d) { return d->impl->params ? d->impl->params(d) : model_params(d->model); }
+
+int dp_has_ema(const dp *d) { return d->ema != NULL; }
+
+vj_err dp_use_ema(dp *d, int on, char *err, size_t errlen)
+{
+    if (!d->ema || !on == !d->ema_in) return VJ_OK;
+    ema_swap(d->ema, dp_params(d));
+    d->ema_in = !d->ema_in;
+    return d->impl->refresh(d, err, errlen);
+}
 
 vj_err dp_prepare(dp *d, model_options *mo, char *err, size_t errlen)
 {
@@ -89,12 +112,19 @@ vj_err dp_attach(dp *d, vit_model *m, char *err, size_t errlen)
     vj_err rc = d->impl->attach(d, err, errlen);
     if (rc) return rc;
     const size_t n = model_num_params(m), mine = optim_num_params(d->opt);
+    if (d->ec) {
+        if ((rc = ema_new(&d->ema, d->opt, d->ops, d->ec, err, errlen)) != VJ_OK) return rc;
+        ema_reset(d->ema, dp_params(d)); /* from the first weights (ModelEmaV2's copy) */
+        if (d->rank == 0)
+            LOG_INFO("train", "event=ema decay=%.17g warmup=%d", d->ec->decay, d->ec->warmup);
+    }
     dp_memory mem = dp_memory_of(d, n);
     LOG_INFO("train", "event=shard rank=%d world=%d sharding=%s params=%zu padded=%zu "
-             "shard_params=%zu param_bytes=%zu grad_bytes=%zu optim_bytes=%zu", d->rank,
-             d->world, LOGV(d->impl->name), n,
+             "shard_params=%zu param_bytes=%zu grad_bytes=%zu optim_bytes=%zu ema_bytes=%zu",
+             d->rank, d->world, LOGV(d->impl->name), n,
              d->fsdp ? fsdp_shard_len(d->fsdp) * (size_t)d->world : model_padded_params(m), mine,
-             mem.param_bytes, mem.grad_bytes, optim_memory_bytes(mine));
+             mem.param_bytes, mem.grad_bytes, optim_memory_bytes(mine),
+             d->ema ? ema_memory_bytes(mine) : (size_t)0);
     return VJ_OK;
 }
 
@@ -111,7 +141,13 @@ vj_err dp_sync(dp *d, char *err, size_t errlen)
 
 vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen)
 {
-    return d->impl->update(d, step, res, err, errlen);
+    if (d->ema_in) {
+        snprintf(err, errlen, "dp_update: step %ld with the EMA weights in the model", step + 1);
+        return VJ_ERR_UNSUPPORTED;
+    }
+    vj_err rc = d->impl->update(d, step, res, err, errlen);
+    if (rc == VJ_OK && d->ema) ema_update(d->ema, dp_params(d), step);
+    return rc;
 }
 
 vj_err dp_export_part(dp *d, char *err, size_t errlen)
@@ -178,16 +214,22 @@ int dp_segments(dp *d, ckpt_segment **out)
     if (!segs) return -1;
     size_t lo, hi;
     d->impl->save_range(d, &lo, &hi);
-    const float *p = d->impl->params ? d->impl->params(d) : model_params(d->model);
+    const float *p = dp_params(d), *e = d->ema ? ema_values(d->ema) : NULL;
     int k = 0;
     for (int i = 0; i < n; i++) {
         size_t so;
         optim_span sp = optim_span_at(d->opt, i, &so);
         size_t a = sp.lo > lo ? sp.lo : lo, b = sp.hi < hi ? sp.hi : hi;
         if (a >= b) continue;
-        segs[k++] = (ckpt_segment){a, b, p + sp.at + (a - sp.lo),
-                                   optim_m(d->opt) + so + (a - sp.lo),
-                                   optim_v(d->opt) + so + (a - sp.lo)};
+        const float *w = p + sp.at + (a - sp.lo), *avg = e ? e + so + (a - sp.lo) : NULL;
+        if (d->ema_in) { /* the EMA is in the parameters, the weights in its place */
+            const float *t = w;
+            w = avg;
+            avg = t;
+        }
+        segs[k++] = (ckpt_segment){.lo = a, .hi = b, .params = w,
+                                   .m = optim_m(d->opt) + so + (a - sp.lo),
+                                   .v = optim_v(d->opt) + so + (a - sp.lo), .ema = avg};
     }
     *out = segs;
     return k;
@@ -203,6 +245,8 @@ ckpt_status dp_load(dp *d, ckpt_store *store, const ckpt_manifest *man, char *er
                  sizeof(float) * 2 * n);
         return CKPT_RETRY;
     }
+    const int man_ema = ckpt_manifest_meta(man)->ema;
+    d->ema_in = 0; /* every value comes from the checkpoint */
     ckpt_status st = ckpt_read_range(store, man, 0, n, host, NULL, NULL, err, errlen);
     if (!st) model_write_params(d->model, host);
     for (int i = 0; !st && i < optim_num_spans(d->opt); i++) {
@@ -214,7 +258,18 @@ ckpt_status dp_load(dp *d, ckpt_store *store, const ckpt_manifest *man, char *er
         if (st) break;
         d->ops->upload(optim_m(d->opt) + so, host, k * sizeof(float));
         d->ops->upload(optim_v(d->opt) + so, host + k, k * sizeof(float));
+        if (d->ema && man_ema) {
+            if ((st = ckpt_read_ema(store, man, sp.lo, sp.hi, host, err, errlen)) != CKPT_OK)
+                break;
+            d->ops->upload(ema_values(d->ema) + so, host, k * sizeof(float));
+        }
     }
     free(host);
+    if (!st && d->ema && !man_ema) {
+        ema_reset(d->ema, dp_params(d));
+        if (d->rank == 0)
+            LOG_INFO("train", "event=ema_from_weights step=%ld reason=\"the checkpoint has no "
+                     "EMA: it starts from the weights it holds\"", ckpt_manifest_meta(man)->step);
+    }
     return st;
 }

@@ -8,7 +8,9 @@
  * the optimizer state of this rank's spans, the collectives after backward
  * (all-reduce, reduce-scatter) and after the update (all-gather), sums over
  * ranks, the range of the flat vector this rank saves in a checkpoint and
- * the state it loads back. Three strategies, one file each:
+ * the state it loads back, and the moving average of the weights
+ * (training.ema, ema.h), which each rank keeps for the parameters whose
+ * AdamW state it holds. Three strategies, one file each:
  *   none     (dp_none.c, DDP): every rank holds everything; gradients are
  *            all-reduced and every rank takes the same step;
  *   grad-op  (dp_grad_op.c, ZeRO-2): gradients are reduce-scattered, each
@@ -34,6 +36,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "config.h"
+#include "ema.h"
 #include "exitcode.h"
 #include "model.h"
 #include "ops.h"
@@ -48,14 +51,17 @@ typedef struct {
     const optimizer_config *oc; /* borrowed, outlives the strategy */
     long total_steps;           /* for the learning-rate schedule */
     sharding_mode mode;         /* training.sharding */
+    const ema_config *ema;      /* training.ema (borrowed, outlives the strategy); NULL or
+                                 * decay 0: no EMA */
 } dp_options;
 
 /* Memory one rank's state takes, in backend bytes: the fp32 parameters
- * and gradients this rank holds (with the strategy's buffers) and its AdamW
- * state; own_bytes is the part the strategy allocates itself, beyond what
- * model_memory_bytes counts for the model options dp_new filled. */
+ * and gradients this rank holds (with the strategy's buffers), its AdamW
+ * state and its EMA (0 without); own_bytes is the part the strategy
+ * allocates itself, beyond what model_memory_bytes counts for the model
+ * options dp_new filled. */
 typedef struct {
-    size_t param_bytes, grad_bytes, optim_bytes, own_bytes;
+    size_t param_bytes, grad_bytes, optim_bytes, own_bytes, ema_bytes;
 } dp_memory;
 
 /* Plans the strategy for o and fills the model options it needs
@@ -80,7 +86,8 @@ dp_memory dp_memory_of(const dp *d, size_t n_params);
 vj_err dp_prepare(dp *d, model_options *mo, char *err, size_t errlen);
 /* The model built with those options (borrowed; it outlives the strategy's
  * use of it) with its first weights: creates this rank's optimizer state
- * and logs the layout (event=shard). */
+ * and, with training.ema, its EMA (starting from those weights), and logs
+ * the layout (event=shard). */
 vj_err dp_attach(dp *d, vit_model *m, char *err, size_t errlen);
 
 /* Before a step's micro-batches: every gradient this rank accumulates into
@@ -92,7 +99,8 @@ vj_err dp_sync(dp *d, char *err, size_t errlen);
 /* The update of optimizer step `step` (0-based) from the gradients of this
  * rank's micro-batches: the collectives that make them the global batch's,
  * the clipping by the global norm and AdamW over this rank's spans, and
- * whatever brings every rank's parameters up to date. VJ_ERR_PEER_LOST. */
+ * whatever brings every rank's parameters up to date; then the EMA of this
+ * rank's spans (no communication). VJ_ERR_PEER_LOST. */
 vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen);
 /* v (n doubles, host memory) = the sum over ranks of every rank's v, in
  * rank order (bit-identical on every rank, and to v alone with one rank).
@@ -102,14 +110,25 @@ vj_err dp_sum(dp *d, double *v, int n, char *err, size_t errlen);
  * order; with one rank, v. n <= 8. VJ_ERR_PEER_LOST or VJ_ERR_OUT_OF_MEMORY. */
 vj_err dp_gather(dp *d, const double *v, int n, double *all, char *err, size_t errlen);
 
+/* Whether the strategy keeps an EMA of the weights (training.ema). */
+int dp_has_ema(const dp *d);
+/* on = 1: the EMA weights into the model, every rank's, in place of the
+ * weights (for an evaluation or the export); on = 0: the weights back, bit
+ * for bit. A collective under grad-op (every rank calls it); nothing without
+ * an EMA or when already so. No step, checkpoint or load may come between
+ * on and off. VJ_ERR_PEER_LOST. */
+vj_err dp_use_ema(dp *d, int on, char *err, size_t errlen);
+
 /* This rank's part of a checkpoint: the segments of the flat vector it
- * saves with where their parameters and AdamW state are (every parameter is
- * saved by exactly one rank). *segs malloc'd (the caller frees); returns the
- * count, or -1 out of memory. */
+ * saves with where their parameters, AdamW state and EMA (NULL without)
+ * are (every parameter is saved by exactly one rank). *segs malloc'd (the
+ * caller frees); returns the count, or -1 out of memory. */
 int dp_segments(dp *d, ckpt_segment **segs);
 /* Loads this rank's state from a checkpoint step (ckpt_resume's loader):
  * every parameter (the model keeps what this rank needs), then the AdamW
- * state of this rank's spans, each block's CRC checked as it is read. */
+ * state and EMA of this rank's spans, each block's CRC checked as it is
+ * read. A step saved without an EMA starts the EMA from its weights
+ * (logged, event=ema_from_weights). */
 ckpt_status dp_load(dp *d, ckpt_store *store, const ckpt_manifest *man, char *err,
                     size_t errlen);
 /* The ranks other than 0 at the export: whatever they must take part in

@@ -89,6 +89,15 @@ static void save_range(const dp *d, size_t *lo, size_t *hi)
 
 static float *params(dp *d) { return fsdp_params(d->fsdp); }
 
+/* the shard changed: the units are gathered again when next computed */
+static vj_err refresh(dp *d, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    fsdp_params_changed(d->fsdp);
+    return VJ_OK;
+}
+
 /* rank 0 reads every parameter unit by unit: the other ranks gather with it */
 static vj_err export_part(dp *d, char *err, size_t errlen)
 {
@@ -118,5 +127,6 @@ const dp_impl dp_full = {.name = "full",
                          .update = update,
                          .save_range = save_range,
                          .params = params,
+                         .refresh = refresh,
                          .export_part = export_part,
                          .free = free_full};

@@ -41,6 +41,16 @@ static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errl
     return VJ_OK;
 }
 
+/* each rank's slice changed: gathered as after a step */
+static vj_err refresh(dp *d, char *err, size_t errlen)
+{
+    float *p = model_params(d->model);
+    if (comm_allgather(d->comm, p + d->lo, p, d->slice, COMM_F32, err, errlen) != 0)
+        return VJ_ERR_PEER_LOST;
+    model_params_refreshed(d->model);
+    return VJ_OK;
+}
+
 static void save_range(const dp *d, size_t *lo, size_t *hi)
 {
     *lo = 0; /* the optimizer's slice is this rank's part */
@@ -51,4 +61,5 @@ const dp_impl dp_grad_op = {.name = "grad-op",
                             .memory = memory,
                             .attach = attach,
                             .update = update,
-                            .save_range = save_range};
+                            .save_range = save_range,
+                            .refresh = refresh};

@@ -28,6 +28,9 @@ typedef struct dp_impl {
     /* the buffer the optimizer spans' `at` index (backend memory); NULL:
      * the model's parameters */
     float *(*params)(dp *d);
+    /* the parameters of this rank's spans changed outside a step (the EMA
+     * swapped in or out): whatever brings every rank's model up to date */
+    vj_err (*refresh)(dp *d, char *err, size_t errlen);
     vj_err (*export_part)(dp *d, char *err, size_t errlen); /* may be NULL */
     void (*free)(dp *d);                                    /* may be NULL */
 } dp_impl;
@@ -45,6 +48,9 @@ struct dp {
     long total_steps;
     vit_model *model; /* dp_attach's */
     optim *opt;
+    const ema_config *ec; /* NULL: no EMA */
+    ema *ema;             /* the EMA of the optimizer's spans (dp_attach's), or NULL */
+    int ema_in;           /* dp_use_ema: the EMA is in the parameters, the weights in ema */
     double *stage;      /* dp_sum's world x 8 doubles, backend memory */
     double *stage_host; /* ... and their host copy */
     /* grad-op: this rank's slice [lo, lo + slice) of the padded flat vector */
@@ -54,6 +60,9 @@ struct dp {
     size_t *bounds;
     int units;
 };
+
+/* The buffer the optimizer spans' `at` index: the shard's, or the model's. */
+float *dp_params(dp *d);
 
 /* The sum of squares of every rank's gradients over its spans (g: the
  * buffer the spans' `at` index), summed over ranks: the global norm. */

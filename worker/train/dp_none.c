@@ -30,6 +30,15 @@ static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errl
     return VJ_OK;
 }
 
+/* every rank holds every value: only the bf16 copy to derive again */
+static vj_err refresh(dp *d, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    model_params_refreshed(d->model);
+    return VJ_OK;
+}
+
 static void save_range(const dp *d, size_t *lo, size_t *hi)
 {
     const size_t np = model_num_params(d->model);
@@ -42,4 +51,5 @@ const dp_impl dp_none = {.name = "none",
                          .memory = memory,
                          .attach = attach,
                          .update = update,
-                         .save_range = save_range};
+                         .save_range = save_range,
+                         .refresh = refresh};

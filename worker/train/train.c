@@ -185,17 +185,25 @@ static vj_err evaluate(run *r, eval_result *out, int *stopped, char *err, size_t
 }
 
 /* Evaluates on the test split (every rank) and reports it (rank 0): a log
- * line and, with a metrics file, a JSON line. */
-static vj_err evaluate_and_report(run *r, long step, eval_result *ev, int *stopped, char *err,
-                                  size_t errlen)
+ * line and, with a metrics file, a JSON line. With training.ema, the model
+ * evaluated is the EMA's when ema is 1 and the raw weights' when 0, and
+ * both lines say which (ema=1, "ema":true); without, ema is -1 and they say
+ * nothing of it. The weights are the raw ones again when this returns,
+ * unless keep_ema. */
+static vj_err evaluate_and_report(run *r, long step, int ema, int keep_ema, eval_result *ev,
+                                  int *stopped, char *err, size_t errlen)
 {
-    vj_err rc = evaluate(r, ev, stopped, err, errlen);
+    vj_err rc = dp_use_ema(r->dp, ema == 1, err, errlen);
+    if (rc == VJ_OK) rc = evaluate(r, ev, stopped, err, errlen);
+    if (rc == VJ_OK && !keep_ema) rc = dp_use_ema(r->dp, 0, err, errlen);
     if (rc || *stopped || r->rank != 0) return rc;
-    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f", step,
-             ev->accuracy, ev->loss, r->t_train);
+    const char *which = ema < 0 ? "" : ema ? " ema=1" : " ema=0";
+    LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f%s", step,
+             ev->accuracy, ev->loss, r->t_train, which /* pairs: " ema=0|1" or "" */);
     if (r->metrics)
-        fprintf(r->metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f}\n",
-                step, ev->accuracy, r->t_train);
+        fprintf(r->metrics, "{\"step\":%ld,\"test_accuracy\":%.6f,\"train_seconds\":%.3f%s}\n",
+                step, ev->accuracy, r->t_train,
+                ema < 0 ? "" : ema ? ",\"ema\":true" : ",\"ema\":false");
     return VJ_OK;
 }
 
@@ -320,7 +328,7 @@ static vj_err build(run *r, char *err, size_t errlen)
                            .stop = r->world == 1 ? r->opt->stop_flag : NULL,
                            .drop_path = tc->drop_path > 0};
     dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &tc->optimizer,
-                      .total_steps = r->total, .mode = tc->sharding};
+                      .total_steps = r->total, .mode = tc->sharding, .ema = &tc->ema};
     if ((rc = dp_new(&r->dp, &dpo, &mopts, err, errlen)) != VJ_OK ||
         (rc = check_memory(r, &mopts, err, errlen)) != VJ_OK ||
         (rc = dp_prepare(r->dp, &mopts, err, errlen)) != VJ_OK ||
@@ -462,15 +470,25 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     return flush_metrics(r, err, errlen);
 }
 
-/* The final evaluation (every rank), the export and the summary line (rank 0). */
+/* The final evaluation (every rank), the export and the summary line (rank
+ * 0). With training.ema the raw weights are evaluated first, then the EMA
+ * weights, which stay in the model for the export (as timm saves its EMA
+ * model): the summary's test_accuracy is the EMA's, raw_test_accuracy the
+ * weights'. */
 static vj_err finish(run *r, char *err, size_t errlen)
 {
     const model_config *mc = &r->cfg->model;
     const training_config *tc = &r->cfg->training;
     int stopped = 0;
-    eval_result ev = {NAN, NAN};
-    const int has_test = feed_has_test(r->feed);
-    vj_err rc = has_test ? evaluate_and_report(r, r->total, &ev, &stopped, err, errlen) : VJ_OK;
+    eval_result ev = {NAN, NAN}, raw = {NAN, NAN};
+    const int has_test = feed_has_test(r->feed), ema = dp_has_ema(r->dp);
+    vj_err rc = VJ_OK;
+    if (has_test && ema)
+        rc = evaluate_and_report(r, r->total, 0, 0, &raw, &stopped, err, errlen);
+    if (rc == VJ_OK && !stopped)
+        rc = has_test ? evaluate_and_report(r, r->total, ema ? 1 : -1, 1, &ev, &stopped, err,
+                                            errlen)
+                      : dp_use_ema(r->dp, 1, err, errlen); /* the export is the EMA's */
     if (rc == VJ_OK && stopped) {
         snprintf(err, errlen, "stopped by signal during the final evaluation");
         rc = VJ_ERR_STOPPED;
@@ -494,25 +512,35 @@ static vj_err finish(run *r, char *err, size_t errlen)
             if (dp_sync(r->dp, err, errlen) != VJ_OK) return VJ_ERR_PEER_LOST;
             return write_error_class(e);
         }
-        LOG_INFO("train", "event=exported path=%s", LOGV(tc->export_path));
+        LOG_INFO("train", "event=exported path=%s weights=%s", LOGV(tc->export_path),
+                 ema ? "ema" : "raw");
     }
     double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
+    char raw_words[64] = ""; /* with an EMA: test_accuracy is the EMA's, and the weights' */
+    if (ema) snprintf(raw_words, sizeof raw_words, " ema=1 raw_test_accuracy=%.4f", raw.accuracy);
     LOG_INFO("train",
-             "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f img_per_s=%.1f "
+             "event=done steps=%ld final_loss=%.4f test_accuracy=%.4f%s img_per_s=%.1f "
              "train_seconds=%.1f peak_rss_mib=%.1f",
-             r->total, r->last_loss, ev.accuracy, ips, r->t_train, peak_rss_mib());
+             r->total, r->last_loss, ev.accuracy, raw_words /* pairs: ema, raw_test_accuracy */,
+             ips, r->t_train, peak_rss_mib());
     char acc[32] = "null", tl[32] = "null"; /* no test split: no accuracy */
+    char raws[96] = ""; /* with an EMA: the raw weights' too */
     if (has_test) {
         snprintf(acc, sizeof acc, "%.6f", ev.accuracy);
         snprintf(tl, sizeof tl, "%.6f", ev.loss);
     }
+    if (ema && has_test)
+        snprintf(raws, sizeof raws, ",\"raw_test_accuracy\":%.6f,\"raw_test_loss\":%.6f",
+                 raw.accuracy, raw.loss);
+    else if (ema)
+        snprintf(raws, sizeof raws, ",\"raw_test_accuracy\":null,\"raw_test_loss\":null");
     printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%s,"
-           "\"test_loss\":%s,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,\"params\":%zu,"
-           "\"threads\":%d,\"peak_rss_mib\":%.1f,\"skipped_samples\":%llu,"
+           "\"test_loss\":%s,\"ema\":%s%s,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,"
+           "\"params\":%zu,\"threads\":%d,\"peak_rss_mib\":%.1f,\"skipped_samples\":%llu,"
            "\"data_wait_seconds\":%.3f}\n",
-           r->total, r->last_loss, acc, tl, ips, r->t_train, model_num_params(r->model),
-           r->threads, peak_rss_mib(), (unsigned long long)feed_skipped(r->feed),
-           feed_wait_seconds(r->feed));
+           r->total, r->last_loss, acc, tl, ema ? "true" : "false", raws, ips, r->t_train,
+           model_num_params(r->model), r->threads, peak_rss_mib(),
+           (unsigned long long)feed_skipped(r->feed), feed_wait_seconds(r->feed));
     fflush(stdout);
     return VJ_OK;
 }
@@ -630,7 +658,7 @@ static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t er
     if (!r->cwriter) return VJ_OK;
     ckpt_meta meta = {.step = steps, .epoch = r->done_epoch, .index = r->done_index,
                       .images_done = r->images_done, .world_size = r->world,
-                      .n_params = model_num_params(r->model)};
+                      .n_params = model_num_params(r->model), .ema = dp_has_ema(r->dp)};
     snprintf(meta.sharding, sizeof meta.sharding, "%s", dp_name(r->dp));
     model_config_json(&r->cfg->model, meta.model, sizeof meta.model);
     vj_err rl = feed_checkpoint_state(r->feed, r->dp, meta.loader, sizeof meta.loader, err,
@@ -787,7 +815,9 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             feed_has_test(r.feed)) {
             int stopped;
             eval_result ev;
-            if ((rc = evaluate_and_report(&r, step + 1, &ev, &stopped, err, errlen)) != VJ_OK)
+            const int ema = dp_has_ema(r.dp) ? 1 : -1; /* the EMA's, when there is one */
+            if ((rc = evaluate_and_report(&r, step + 1, ema, 0, &ev, &stopped, err, errlen)) !=
+                VJ_OK)
                 return run_free(&r, rc, err, errlen);
             if (stopped) {
                 snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
