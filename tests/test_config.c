@@ -1640,6 +1640,8 @@ Test(config, mixup_keys_are_off_by_default_and_bad_values_name_their_key)
     set_ok(&bad, "data.cutmixMinMax=null");
     expect_valid(&bad);
     cr_assert_str_eq(config_enum_name("data.mixupMode", MIXUP_MODE_ELEM), "elem");
+}
+
 Test(config, training_ema_decay_is_0_for_off_or_in_0_1_and_a_bad_value_names_its_key)
 {
     vit_job_config c;
