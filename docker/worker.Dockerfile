@@ -43,7 +43,7 @@ ARG GIT_COMMIT=unknown
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       ca-certificates libcjson1 libyaml-0-2 libcurl4 libxml2 zlib1g libopenblas0-openmp \
-      libsleef3 libgloo0 libgomp1 libisal2 libturbojpeg0 libspng0 \
+      libsleef3 libgloo0 libgomp1 libisal2 libturbojpeg0 libjpeg62-turbo libspng0 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 65532 vitjob \
  && useradd --system --uid 65532 --gid 65532 --create-home --home-dir /home/vitjob \
