@@ -21,6 +21,7 @@
 #include "log.h"
 #include "model.h"
 #include "model_io.h"
+#include "model_init.h"
 #include "report.h"
 #include "sysres.h"
 #include "util.h"
@@ -283,9 +284,10 @@ static vj_err build(run *r, char *err, size_t errlen)
         (rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != VJ_OK)
         return rc;
     if (mc->init[0]) {
-        if (model_load_safetensors(r->model, mc->init, err, errlen) != 0)
-            return VJ_ERR_INIT_WEIGHTS; /* unreadable, malformed, mismatched or not finite */
-        LOG_INFO("train", "event=init_loaded path=%s", LOGV(mc->init));
+        /* a file or checkpoint, adapted as timm does (model_init.h), logged there */
+        model_init_options io = {.uri = mc->init, .endpoint = cfg->checkpoint.endpoint,
+                                 .load = {.head = mc->init_head, .seed = tc->seed}};
+        if ((rc = model_init_load(r->model, &io, err, errlen)) != VJ_OK) return rc;
     } else if (model_init_random(r->model, tc->seed) != 0) {
         snprintf(err, errlen, "out of host memory for the initial weights");
         return VJ_ERR_OUT_OF_MEMORY;
