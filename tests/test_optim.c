@@ -1,6 +1,7 @@
 /* tests/test_optim.c - worker/train/optim.c: the learning-rate schedule (linear
  * warmup, then cosine to minLr, or constant), and the AdamW step itself
- * (clipping, bias correction, weight decay by group) against torch's formula. */
+ * (clipping, bias correction, weight decay by group, layerDecay's lr scale per
+ * tensor) against torch's formula. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>

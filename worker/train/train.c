@@ -294,6 +294,10 @@ static vj_err build(run *r, char *err, size_t errlen)
     }
     if ((rc = dp_attach(r->dp, r->model, err, errlen)) != VJ_OK)
         return rc;
+    if (tc->optimizer.layer_decay > 0) /* optim.c applies it (layer_decay.h) */
+        LOG_INFO("train", "event=layer_decay decay=%g layers=%d head_scale=1 stem_scale=%.6g",
+                 tc->optimizer.layer_decay, mc->depth + 2,
+                 pow(tc->optimizer.layer_decay, mc->depth + 1));
     r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
     if (!r->images || !r->labels) {
