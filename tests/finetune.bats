@@ -22,6 +22,8 @@
 # regression that hangs fails in minutes; the environment may set another.
 : "${BATS_TEST_TIMEOUT:=900}"
 
+load ranks_helpers
+
 # the story's sizes: steps and batch of the pretraining and of each finetuning
 PRE_STEPS=300
 FT_STEPS=120
@@ -73,6 +75,7 @@ teardown_file() { rm -rf "$FT"; }
 
 setup() {
   cd "$BATS_TEST_DIRNAME/.."
+  TMP=$(mktemp -d)
   # classes 5-9 at 32x32 from the PNG shards, in the pretraining's normalisation
   FTA=(--set model.preset=fmnist_small --set model.imageSize=32 --set model.numClasses=5
        --set data.format=webdataset --set "data.uri=$FT/b/train-{000000..000002}.tar"
@@ -87,9 +90,12 @@ setup() {
        --set training.optimizer.lr=1e-9 --set data.testUri=)
 }
 
-# a moto server a test started is stopped, whatever the test's outcome
+# what a test started is stopped whatever its outcome: a moto server, ranks
+# (ranks_helpers' test_pids); and its TMP removed
 teardown() {
   if [ -f "$FT/moto.pid" ]; then kill "$(cat "$FT/moto.pid")" 2>/dev/null; rm -f "$FT/moto.pid"; fi
+  for p in $(test_pids); do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$TMP"
   return 0
 }
 
@@ -206,6 +212,28 @@ EOF
     --set checkpoint.endpoint="$S3_ENDPOINT"
   [ "$status" -eq 2 ]
   [[ "$output" == *"model.init=s3://vitjob-ft/nothing/here: no such object, and no complete checkpoint there"* ]]
+}
+
+@test "2 ranks, sharding none, grad-op and full: finetuning with a new head and layerDecay follows one process" {
+  pretrained
+  # at 28x28 on the IDX files (the ranks split each global batch as one
+  # process reads it), 12 classes: a new head; steps small enough for CI
+  args=(--set model.preset=fmnist_small --set model.numClasses=12 --set data.uri="$FT/a"
+        --set model.init="$FT/pre.safetensors" --set training.optimizer.layerDecay=0.75
+        --set training.steps=6 --set training.optimizer.warmupSteps=2
+        --set training.globalBatchSize=16 --set training.microBatchSize=4
+        --set training.threads=1 --set training.rendezvousTimeoutSeconds=60
+        --set training.collectiveTimeoutSeconds=60)
+  run_world 1 "$TMP/w1" "${args[@]}" --set training.exportPath="$TMP/w1.safetensors"
+  grep -q "event=init_adapted tensor=head.weight action=new from_classes=10 to_classes=12" "$TMP/w1/rank-0.log"
+  grep -q "event=layer_decay decay=0.75" "$TMP/w1/rank-0.log"
+  for mode in none grad-op full; do
+    run_world 2 "$TMP/$mode" "${args[@]}" --set training.sharding="$mode" \
+      --set training.exportPath="$TMP/$mode.safetensors"
+    echo "world 2, sharding $mode:"
+    compare "$TMP/w1/metrics.jsonl" "$TMP/$mode/metrics.jsonl" 1e-5
+    weights "$TMP/w1.safetensors" "$TMP/$mode.safetensors" 2e-4
+  done
 }
 
 @test "the finetuning pieces equal their torch references: resampling, head init, layer-decay groups, AdamW over them" {
