@@ -107,7 +107,7 @@ WORKER_OBJ   = $(SHARED_OBJ) $(KERNEL_SRC:%.c=$(BUILD)/obj/%.o) $(WORKER_SRC:%.c
 # nor writes the CRD (api/config_schema.c: `vitjob-worker schema`)
 OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o $(BUILD)/obj/api/config_schema.o,$(SHARED_OBJ)) \
                $(OPERATOR_SRC:%.c=$(BUILD)/obj/%.o)
-BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/sgemm_rate \
+BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/ft_check $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench $(BUILD)/bin/xf_check \
               $(BUILD)/bin/loader_bench \
               $(BUILD)/bin/mixup_check \
@@ -208,8 +208,9 @@ $(BUILD)/bin/vitjob-worker: $(WORKER_OBJ) $(BUILD)/obj/worker/main.o
 $(BUILD)/bin/vitjob-operator: $(OPERATOR_OBJ) $(BUILD)/obj/operator/main.o
 	$(call link,$(OPERATOR_LDLIBS))
 
-# the reference check and the benchmark drivers (bench/NAME.c) run the worker's code
-$(BUILD)/bin/vit_refcheck: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/vit_refcheck.o
+# the reference checks (tests/ref/NAME.c) and the benchmark drivers (bench/NAME.c) run the
+# worker's code
+$(BUILD)/bin/vit_refcheck $(BUILD)/bin/ft_check: $(BUILD)/bin/%: $(WORKER_OBJ) $(BUILD)/obj/tests/ref/%.o
 	$(call link,$(WORKER_LDLIBS))
 
 # the transforms against torch and torchvision (tests/transform.bats): transform.c alone

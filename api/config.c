@@ -138,7 +138,7 @@ typedef struct {
 #define ENUM_T(f)                                                                          \
     _Generic(((vit_job_config *)0)->f, data_format: KT_ENUM, interp_mode: KT_ENUM,          \
              precision_mode: KT_ENUM, sharding_mode: KT_ENUM, optimizer_kind: KT_ENUM,     \
-             lr_schedule: KT_ENUM, device_kind: KT_ENUM, mixup_mode: KT_ENUM, erase_mode: KT_ENUM)
+             lr_schedule: KT_ENUM, device_kind: KT_ENUM, mixup_mode: KT_ENUM, erase_mode: KT_ENUM, init_head_mode: KT_ENUM)
 #define ROW_ENUM(p, f, ch, d) p, ENUM_T(f), AT(f), 0, 0, 0, 0, 0, ch, d
 #define ROW_PAIR(p, f1, f2, lo, hi, open, d) \
     p, FIELD_T(f1, double, KT_PAIR), AT(f1), FIELD_T(f2, double, offsetof(vit_job_config, f2)), 2, \
@@ -161,6 +161,7 @@ static const char *const schedules[] = {"cosine", "constant", NULL};
 static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
 static const char *const mixup_modes[] = {"batch", "pair", "elem", NULL};
 static const char *const erase_modes[] = {"pixel", "const", "rand", NULL};
+static const char *const init_heads[] = {"new", "keep", NULL};
 
 /* Adding a key: a field in config.h, a row here (bounds, default, help,
  * readme), then `make schema` writes it into the CRD, the chart's copy of it
@@ -203,10 +204,23 @@ static const config_key config_keys[] = {
      .help = "Classifier outputs (from the preset when left out; fmnist_tiny: 10). At least 10 "
              "for Fashion-MNIST.",
      .readme = "classifier outputs"},
-    {ROW_STR("model.init", model.init, DEF_STR("")), .kind = "path",
-     .help = "Safetensors file with timm parameter names to start from (e.g. a pretrained "
-             "checkpoint); \"\" = random initialisation from training.seed.",
-     .readme = "safetensors file (timm names) to start from"},
+    {ROW_STR("model.init", model.init, DEF_STR("")), .kind = "path or URL",
+     .help = "Weights to start from (finetuning): a safetensors file with timm parameter names "
+             "(a path, file:// or s3://; S3 with checkpoint.endpoint and the AWS_* "
+             "credentials), or a checkpoint (its root, for the newest complete step, or a "
+             "step-N folder). Adapted as timm does: a head of another class count is new "
+             "(see initHead); pos_embed of another grid is resampled bicubically with "
+             "antialiasing; another patch size is refused. \"\" = random initialisation "
+             "from training.seed.",
+     .readme = "weights to start from: a timm-named safetensors file (path, `file://`, "
+               "`s3://`) or a checkpoint (root or `step-N`); another class count gets a new "
+               "head, another grid a resampled `pos_embed` (each logged)"},
+    {ROW_ENUM("model.initHead", model.init_head, init_heads, DEF_ENUM(INIT_HEAD_NEW)),
+     .help = "When model.init's head has another class count (or none): new (timm's init of "
+             "a ViT head, trunc-normal std 0.02 weights and zero bias, from training.seed) or "
+             "keep (refused, naming both class counts).",
+     .readme = "`new`: a head of another class count is replaced by timm's init; `keep`: "
+               "refused"},
 
     {ROW_ENUM("data.format", data.format, formats, DEF_ENUM(DATA_FASHION_MNIST)),
      .help = "fashion-mnist (the gzipped IDX files), webdataset (tar shards of images and "
@@ -423,6 +437,13 @@ static const config_key config_keys[] = {
     {ROW_DBL("training.optimizer.gradClip", training.optimizer.grad_clip, 0, 1e6, 0, DEF_NUM(1.0)),
      .help = "Clip the global gradient norm to this value (as clip_grad_norm_); 0 = off.",
      .readme = "global gradient-norm clip (0 = off), as `clip_grad_norm_`"},
+    {ROW_DBL("training.optimizer.layerDecay", training.optimizer.layer_decay, 0, 1, 0,
+             DEF_NUM(0.0)),
+     .help = "BEiT's layer-wise learning-rate decay with timm's groups "
+             "(param_groups_layer_decay): cls_token, pos_embed and patch_embed are layer 0, "
+             "blocks.i layer i+1, the final norm joins the last block, the head is layer "
+             "depth+1; a tensor's lr is lr x layerDecay^(depth+1-layer). 0 = off.",
+     .readme = "layer-wise lr decay (timm's groups): lr x layerDecay^(depth+1-layer); 0 = off"},
     {ROW_DBL("training.ema.decay", training.ema.decay, 0, 1, OPEN_MAX, DEF_NUM(0.0)),
      .help = "Exponential moving average of the weights (timm's ModelEmaV2): after every "
              "optimizer step ema = decay x ema + (1 - decay) x weights, in fp32, sharded like "

@@ -34,6 +34,7 @@ typedef enum { SCHEDULE_COSINE, SCHEDULE_CONSTANT } lr_schedule;  /* training.op
 typedef enum { DEVICE_CPU, DEVICE_CUDA, DEVICE_AUTO } device_kind; /* training.device */
 typedef enum { MIXUP_MODE_BATCH, MIXUP_MODE_PAIR, MIXUP_MODE_ELEM } mixup_mode; /* data.mixupMode */
 typedef enum { ERASE_PIXEL, ERASE_CONST, ERASE_RAND } erase_mode; /* data.randomErasingMode */
+typedef enum { INIT_HEAD_NEW, INIT_HEAD_KEEP } init_head_mode;    /* model.initHead */
 
 typedef struct {
     char preset[64];      /* "" or a preset name; applied before the explicit keys */
@@ -45,7 +46,10 @@ typedef struct {
     int heads;            /* attention heads; dim % heads == 0 */
     double mlp_ratio;     /* MLP hidden = round(dim * mlp_ratio) */
     int num_classes;
-    char init[CONFIG_STR];/* "" or a safetensors file with timm names to start from */
+    char init[CONFIG_STR];/* "" or the weights to start from: a timm-named safetensors file
+                           * (path, file:// or s3://) or a checkpoint (root or step folder) */
+    init_head_mode init_head; /* model.initHead: a head of another class count in init gets
+                               * timm's init (new) or is refused (keep) */
 } model_config;
 
 /* data.mean / data.std: at most this many numbers, one per channel */
@@ -107,6 +111,7 @@ typedef struct {
     lr_schedule schedule;
     double min_lr;
     double grad_clip;     /* 0 = off */
+    double layer_decay;   /* layerDecay: BEiT's layer-wise lr decay, timm's groups; 0 = off */
 } optimizer_config;
 
 typedef struct {
@@ -178,7 +183,7 @@ int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t er
  * even micro-batch with mixing on, ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
 
-/* Writes the preset's model dims into m (keeping m->init). Returns 0, or -1
+/* Writes the preset's model dims into m (keeping m->init and m->init_head). Returns 0, or -1
  * if the name is unknown. Presets: vit_ti16 vit_s16 vit_b16 vit_l16 vit_h14
  * vit_g14 (timm's dims, 224x224x3, 1000 classes), fmnist_tiny, fmnist_small
  * (28x28x1, 10 classes). */

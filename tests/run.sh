@@ -29,6 +29,11 @@
 #                          tests/randaug.bats        RandAugment and random erasing against
 #                                                    PIL and torch; training with them
 #   learning (bats):       tests/learning.bats       accuracy on Fashion-MNIST, export
+#                          tests/finetune.bats       the seed article's finetuning story
+#                                                    (pretrain, export, finetune at 32x32
+#                                                    against scratch, a probe), model.init
+#                                                    from files and checkpoints, and the
+#                                                    finetuning pieces against torch
 #   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
 #                                                    real server refuses (parity), the
 #                                                    real kubectl against it, and the
@@ -192,6 +197,7 @@ script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
 script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --quiet
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
+bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
 unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
 unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity.py
 unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"

@@ -1582,7 +1582,7 @@ Test(config, the_readmes_config_reference_lists_each_enum_and_its_default_as_the
         cr_assert_str_eq(dflt, cJSON_GetObjectItem(row, "default")->valuestring,
                          "README.md: the default of %s", path);
     }
-    cr_assert_eq(enums, 9);
+    cr_assert_eq(enums, 10);
     cJSON_Delete(table);
     buf_free(&text);
 }

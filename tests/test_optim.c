@@ -1,6 +1,7 @@
 /* tests/test_optim.c - worker/train/optim.c: the learning-rate schedule (linear
  * warmup, then cosine to minLr, or constant), and the AdamW step itself
- * (clipping, bias correction, weight decay by group) against torch's formula. */
+ * (clipping, bias correction, weight decay by group, layerDecay's lr scale per
+ * tensor) against torch's formula. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,8 +36,8 @@ Test(optim, lr_stays_at_min_lr_on_and_after_the_last_step)
 
 /* torch.nn.utils.clip_grad_norm_(max_norm=clip) then torch.optim.AdamW, in
  * double: g is clipped in place; returns the norm before clipping. */
-static double ref_step(double *p, double *m, double *v, double *g, const int *decay, size_t n,
-                       const optimizer_config *oc, long t)
+static double ref_step(double *p, double *m, double *v, double *g, const int *decay,
+                       const double *lr_scale, size_t n, const optimizer_config *oc, long t)
 {
     double sq = 0.0;
     for (size_t i = 0; i < n; i++) sq += g[i] * g[i];
@@ -48,18 +49,30 @@ static double ref_step(double *p, double *m, double *v, double *g, const int *de
     }
     const double bc1 = 1.0 - pow(oc->beta1, (double)t), bc2 = 1.0 - pow(oc->beta2, (double)t);
     for (size_t i = 0; i < n; i++) {
-        p[i] *= 1.0 - oc->lr * (decay[i] ? oc->weight_decay : 0.0);
+        const double lr = oc->lr * lr_scale[i]; /* timm: the group's lr x its lr_scale */
+        p[i] *= 1.0 - lr * (decay[i] ? oc->weight_decay : 0.0);
         m[i] = oc->beta1 * m[i] + (1.0 - oc->beta1) * g[i];
         v[i] = oc->beta2 * v[i] + (1.0 - oc->beta2) * g[i] * g[i];
-        p[i] -= oc->lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + oc->eps);
+        p[i] -= lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + oc->eps);
     }
     return norm;
 }
 
+/* The lr scale timm's param_groups_layer_decay gives a parameter of a
+ * depth-1 ViT (layers: stem 0, blocks.0 and the final norm 1, head 2),
+ * written out here by hand. */
+static double depth1_lr_scale(const char *name, double decay)
+{
+    if (decay == 0.0) return 1.0;
+    if (strncmp(name, "head.", 5) == 0) return 1.0;
+    if (strncmp(name, "blocks.0.", 9) == 0 || strncmp(name, "norm.", 5) == 0) return decay;
+    return decay * decay; /* cls_token, pos_embed, patch_embed.* */
+}
+
 /* Three AdamW steps of a tiny ViT's flat parameters, gradient norms about
- * 0.7 x scales[s], under gradClip=clip: the weights after each step match
- * the reference within float rounding. */
-static void steps_match_the_reference(double clip, const double scales[3])
+ * 0.7 x scales[s], under gradClip=clip and layerDecay=layer_decay: the
+ * weights after each step match the reference within float rounding. */
+static void steps_match_the_reference(double clip, const double scales[3], double layer_decay)
 {
     model_config mc;
     memset(&mc, 0, sizeof mc);
@@ -79,6 +92,7 @@ static void steps_match_the_reference(double clip, const double scales[3])
     oc.warmup_steps = 0;
     oc.schedule = SCHEDULE_CONSTANT;
     oc.grad_clip = clip;
+    oc.layer_decay = layer_decay;
     model_options mo = {0};
     vit_model *mdl = NULL;
     optim *o = NULL;
@@ -89,12 +103,20 @@ static void steps_match_the_reference(double clip, const double scales[3])
     double *p = calloc(n, sizeof *p), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v),
            *g = calloc(n, sizeof *g);
     int *decay = calloc(n, sizeof *decay);
-    cr_assert(p && m && v && g && decay);
+    double *lrs = calloc(n, sizeof *lrs);
+    cr_assert(p && m && v && g && decay && lrs);
     int groups[2] = {0, 0};
     for (int k = 0; k < model_num_tensors(mdl); k++) {
         const model_tensor *t = model_tensor_at(mdl, k);
-        for (size_t j = t->offset; j < t->offset + t->numel; j++) decay[j] = t->decay;
+        for (size_t j = t->offset; j < t->offset + t->numel; j++) {
+            decay[j] = t->decay;
+            lrs[j] = depth1_lr_scale(t->name, layer_decay);
+        }
         groups[t->decay != 0]++;
+        double scale, wd;
+        optim_tensor_hparams(o, mdl, k, &scale, &wd);
+        cr_assert_float_eq(scale, depth1_lr_scale(t->name, layer_decay), 1e-15, "%s", t->name);
+        cr_assert_float_eq(wd, t->decay ? oc.weight_decay : 0.0, 0.0, "%s", t->name);
     }
     cr_assert(groups[0] > 0 && groups[1] > 0, "both weight-decay groups are present");
     float *mp = model_params(mdl), *mg = model_grads(mdl);
@@ -102,7 +124,7 @@ static void steps_match_the_reference(double clip, const double scales[3])
     for (int s = 0; s < 3; s++) {
         for (size_t i = 0; i < n; i++)
             g[i] = mg[i] = (float)(scales[s] * sin(0.37 * (double)i + s) / sqrt((double)n));
-        const double norm = ref_step(p, m, v, g, decay, n, &oc, s + 1);
+        const double norm = ref_step(p, m, v, g, decay, lrs, n, &oc, s + 1);
         optim_result r = optim_step(o, mdl, ops_cpu(), s);
         cr_assert_float_eq(r.grad_norm, norm, 1e-5 * norm, "step %d: norm %g, want %g", s,
                            r.grad_norm, norm);
@@ -116,6 +138,7 @@ static void steps_match_the_reference(double clip, const double scales[3])
     free(v);
     free(g);
     free(decay);
+    free(lrs);
     optim_free(o);
     model_free(mdl);
 }
@@ -124,12 +147,19 @@ Test(optim, adamw_matches_torch_with_bias_correction_and_weight_decay_only_on_th
 {
     /* gradClip=0 is off: the gradients are used as they are */
     const double scales[3] = {20.0, 0.05, 5.0};
-    steps_match_the_reference(0.0, scales);
+    steps_match_the_reference(0.0, scales, 0.0);
 }
 
 Test(optim, gradients_over_grad_clip_are_scaled_down_to_it_and_smaller_ones_are_left_alone)
 {
     /* steps 0 and 2 are clipped to norm 1, step 1 (norm about 0.035) is not */
     const double scales[3] = {20.0, 0.05, 5.0};
-    steps_match_the_reference(1.0, scales);
+    steps_match_the_reference(1.0, scales, 0.0);
+}
+
+Test(optim, layer_decay_scales_each_tensors_lr_by_timms_layer_and_keeps_its_weight_decay)
+{
+    /* stem x0.25, blocks.0 and the final norm x0.5, head x1; clipped and not */
+    const double scales[3] = {20.0, 0.05, 5.0};
+    steps_match_the_reference(1.0, scales, 0.5);
 }

@@ -411,62 +411,24 @@ static int check_coverage(const entry *es, int n, uint64_t data_len, const char 
     return 0;
 }
 
-int st_open(st_file **out, const char *path, char *err, size_t errlen)
+/* The header's checks and its tensors into f (their data not yet
+ * pointed at): 0, or -1 with the message in err. */
+static int parse_header(st_file *f, const unsigned char *header, uint64_t hlen,
+                        uint64_t data_len, const char *path, char *err, size_t errlen)
 {
-    cJSON *root = NULL;
-    unsigned char *header = NULL;
-    int fd = -1;
-    off_t size = 0;
-    *out = NULL;
-    st_file *f = calloc(1, sizeof *f);
-    if (!f) {
-        err_printf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    fd = file_open_regular(path, &size, err, errlen);
-    if (fd < 0) goto fail;
-    if (size < 8) {
-        err_printf(err, errlen, "%s: not a safetensors file (%lld bytes, shorter than the "
-                   "8-byte header length)", path, (long long)size);
-        goto fail;
-    }
-    unsigned char len8[8];
-    int r = read_exact(fd, len8, 8);
-    if (r != 0) goto read_error;
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
-    if (hlen > ST_MAX_HEADER) {
-        err_printf(err, errlen, "%s: header length %llu exceeds the limit of %u bytes", path,
-                   (unsigned long long)hlen, ST_MAX_HEADER);
-        goto fail;
-    }
-    if (hlen > (uint64_t)size - 8) {
-        err_printf(err, errlen, "%s: header length %llu exceeds the file (%lld bytes)", path,
-                   (unsigned long long)hlen, (long long)size);
-        goto fail;
-    }
-    uint64_t data_len = (uint64_t)size - 8 - hlen;
-    header = malloc((size_t)hlen + 1);
-    if (!header) {
-        err_printf(err, errlen, "%s: out of memory for a %llu-byte header", path,
-                   (unsigned long long)hlen);
-        goto fail;
-    }
-    if ((r = read_exact(fd, header, (size_t)hlen)) != 0) goto read_error;
-
     const char *why = NULL;
     long bad = check_header_text(header, (size_t)hlen, &why);
     if (bad >= 0) {
         err_printf(err, errlen, "%s: header holds %s at byte %ld", path, why, bad);
-        goto fail;
+        return -1;
     }
     if (hlen == 0 || header[0] != '{') {
         err_printf(err, errlen, "%s: header is not a JSON object: it must start with '{'",
                    path);
-        goto fail;
+        return -1;
     }
     const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts((const char *)header, (size_t)hlen, &end, 0);
+    cJSON *root = cJSON_ParseWithLengthOpts((const char *)header, (size_t)hlen, &end, 0);
     if (!cJSON_IsObject(root)) {
         err_printf(err, errlen, "%s: header is not a JSON object (invalid JSON at byte %ld)",
                    path, end ? (long)(end - (const char *)header) : 0L);
@@ -501,6 +463,66 @@ int st_open(st_file **out, const char *path, char *err, size_t errlen)
     }
     qsort(f->entries, (size_t)f->n, sizeof *f->entries, cmp_entry);
     if (check_coverage(f->entries, f->n, data_len, path, err, errlen) != 0) goto fail;
+    f->meta = cJSON_DetachItemFromObjectCaseSensitive(root, "__metadata__");
+    cJSON_Delete(root);
+    return 0;
+fail:
+    cJSON_Delete(root);
+    return -1;
+}
+
+/* The header length of a file or buffer of size bytes from its first 8
+ * bytes, checked against the limit and the size: 0, or -1 with err. */
+static int header_length(const unsigned char len8[8], uint64_t size, uint64_t *hlen,
+                         const char *path, char *err, size_t errlen)
+{
+    *hlen = 0;
+    for (int i = 0; i < 8; i++) *hlen |= (uint64_t)len8[i] << (8 * i);
+    if (*hlen > ST_MAX_HEADER) {
+        err_printf(err, errlen, "%s: header length %llu exceeds the limit of %u bytes", path,
+                   (unsigned long long)*hlen, ST_MAX_HEADER);
+        return -1;
+    }
+    if (*hlen > size - 8) {
+        err_printf(err, errlen, "%s: header length %llu exceeds the file (%lld bytes)", path,
+                   (unsigned long long)*hlen, (long long)size);
+        return -1;
+    }
+    return 0;
+}
+
+int st_open(st_file **out, const char *path, char *err, size_t errlen)
+{
+    unsigned char *header = NULL;
+    int fd = -1;
+    off_t size = 0;
+    *out = NULL;
+    st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        err_printf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    fd = file_open_regular(path, &size, err, errlen);
+    if (fd < 0) goto fail;
+    if (size < 8) {
+        err_printf(err, errlen, "%s: not a safetensors file (%lld bytes, shorter than the "
+                   "8-byte header length)", path, (long long)size);
+        goto fail;
+    }
+    unsigned char len8[8];
+    int r = read_exact(fd, len8, 8);
+    if (r != 0) goto read_error;
+    uint64_t hlen;
+    if (header_length(len8, (uint64_t)size, &hlen, path, err, errlen) != 0) goto fail;
+    uint64_t data_len = (uint64_t)size - 8 - hlen;
+    header = malloc((size_t)hlen + 1);
+    if (!header) {
+        err_printf(err, errlen, "%s: out of memory for a %llu-byte header", path,
+                   (unsigned long long)hlen);
+        goto fail;
+    }
+    if ((r = read_exact(fd, header, (size_t)hlen)) != 0) goto read_error;
+    if (parse_header(f, header, hlen, data_len, path, err, errlen) != 0) goto fail;
 
     /* the header holds: only now is the data read */
     f->data = malloc(data_len ? (size_t)data_len : 1);
@@ -517,8 +539,6 @@ int st_open(st_file **out, const char *path, char *err, size_t errlen)
         goto fail;
     }
     for (int i = 0; i < f->n; i++) f->entries[i].t.data = f->data + f->entries[i].begin;
-    f->meta = cJSON_DetachItemFromObjectCaseSensitive(root, "__metadata__");
-    cJSON_Delete(root);
     free(header);
     close(fd);
     *out = f;
@@ -528,8 +548,37 @@ read_error:
     else err_printf(err, errlen, "%s: read failed: %s", path, strerror(errno));
 fail:
     if (fd >= 0) close(fd);
-    cJSON_Delete(root);
     free(header);
+    st_close(f);
+    return -1;
+}
+
+int st_open_mem(st_file **out, void *buf, size_t len, const char *name, char *err,
+                size_t errlen)
+{
+    *out = NULL;
+    st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        free(buf);
+        err_printf(err, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    f->data = buf; /* freed with f from now on */
+    if (len < 8) {
+        err_printf(err, errlen, "%s: not a safetensors file (%zu bytes, shorter than the "
+                   "8-byte header length)", name, len);
+        goto fail;
+    }
+    uint64_t hlen;
+    if (header_length(buf, len, &hlen, name, err, errlen) != 0) goto fail;
+    const unsigned char *data = (const unsigned char *)buf + 8 + hlen;
+    if (parse_header(f, (const unsigned char *)buf + 8, hlen, len - 8 - hlen, name, err,
+                     errlen) != 0)
+        goto fail;
+    for (int i = 0; i < f->n; i++) f->entries[i].t.data = data + f->entries[i].begin;
+    *out = f;
+    return 0;
+fail:
     st_close(f);
     return -1;
 }

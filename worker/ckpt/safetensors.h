@@ -54,6 +54,11 @@ typedef struct st_file st_file;
 /* Reads and validates a whole file. On success *out is the caller's, freed
  * with st_close. Returns 0 or -1 with a message naming the path in err. */
 int st_open(st_file **out, const char *path, char *err, size_t errlen);
+/* The same from a whole file's bytes in memory (e.g. an S3 object), named
+ * `name` in messages: buf (malloc'd, len bytes) is taken over, freed by
+ * st_close or here on failure; the tensors' data point into it. */
+int st_open_mem(st_file **out, void *buf, size_t len, const char *name, char *err,
+                size_t errlen);
 void st_close(st_file *f); /* accepts NULL */
 int st_count(const st_file *f);
 /* The i-th tensor (header order is not kept: sorted by data offset). Its

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer_decay.h"
+
 #define M_PI_VALUE 3.14159265358979323846
 
 struct optim {
@@ -16,6 +18,7 @@ struct optim {
     int n_spans;
     size_t n;           /* their count: the spans' lengths summed */
     float *m, *v;       /* n each, span after span */
+    double *lr_scale;   /* per tensor: layer_decay.h's scale (1 without layerDecay) */
 };
 
 double optim_lr_at(const optimizer_config *oc, long step, long total)
@@ -39,6 +42,24 @@ int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long 
     return optim_new_spans(out, m, oc, total_steps, &all, 1, err, errlen);
 }
 
+/* Each tensor's lr scale (malloc'd), or NULL when out of memory. */
+static double *lr_scales(const vit_model *m, double layer_decay)
+{
+    int nt = model_num_tensors(m);
+    double *s = malloc(sizeof(double) * (size_t)(nt > 0 ? nt : 1));
+    const char **names = malloc(sizeof(char *) * (size_t)(nt > 0 ? nt : 1));
+    if (s && names) {
+        for (int k = 0; k < nt; k++) names[k] = model_tensor_at(m, k)->name;
+        int depth = layer_decay_depth(names, nt);
+        for (int k = 0; k < nt; k++) s[k] = layer_decay_scale(names[k], depth, layer_decay);
+    } else {
+        free(s);
+        s = NULL;
+    }
+    free(names);
+    return s;
+}
+
 int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
                     long total_steps, const optim_span *spans, int n, char *err, size_t errlen)
 {
@@ -55,8 +76,9 @@ int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
         }
         o->m = o->ops->alloc(o->n * sizeof(float));
         o->v = o->ops->alloc(o->n * sizeof(float));
+        o->lr_scale = lr_scales(m, oc->layer_decay);
     }
-    if (!o || !o->spans || !o->m || !o->v) {
+    if (!o || !o->spans || !o->m || !o->v || !o->lr_scale) {
         size_t want = o ? o->n : 0;
         snprintf(err, errlen, "optimizer: AdamW state of %zu parameters needs %zu bytes of %s "
                  "memory and the backend could not allocate them", want,
@@ -76,6 +98,7 @@ void optim_free(optim *o)
         o->ops->release(o->v);
     }
     free(o->spans);
+    free(o->lr_scale);
     free(o);
 }
 
@@ -83,6 +106,13 @@ float *optim_m(optim *o) { return o->m; }
 float *optim_v(optim *o) { return o->v; }
 size_t optim_num_params(const optim *o) { return o->n; }
 int optim_num_spans(const optim *o) { return o->n_spans; }
+
+void optim_tensor_hparams(const optim *o, const vit_model *m, int t, double *lr_scale,
+                          double *weight_decay)
+{
+    *lr_scale = o->lr_scale[t];
+    *weight_decay = model_tensor_at(m, t)->decay ? o->oc.weight_decay : 0.0;
+}
 
 optim_span optim_span_at(const optim *o, int i, size_t *state_off)
 {
@@ -129,10 +159,13 @@ optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step
             floatX *lp = model_params_lp(m, k);
             size_t at = s->at + (a - s->lo), st = state + (a - s->lo);
             /* the bf16 copy of the matmul weights is written in the same pass */
+            /* the tensor's group: its lr (timm: the scheduled lr x lr_scale, a double
+             * handed to torch.optim.AdamW) and its weight decay */
+            double scale, wd;
+            optim_tensor_hparams(o, m, k, &scale, &wd);
             ops->adamw_update(p + at, lp ? lp + (a - t->offset) : NULL, o->m + st, o->v + st,
-                              g + at, b - a, (float)r.lr, (float)o->oc.beta1,
-                              (float)o->oc.beta2, (float)o->oc.eps,
-                              t->decay ? (float)o->oc.weight_decay : 0.0f, step + 1);
+                              g + at, b - a, (float)(r.lr * scale), (float)o->oc.beta1,
+                              (float)o->oc.beta2, (float)o->oc.eps, (float)wd, step + 1);
         }
         state += s->hi - s->lo;
     }

@@ -2,7 +2,9 @@
  * gradient-norm clipping and AdamW over the flat parameter buffer.
  *
  * Owns: the fp32 AdamW state (m, v) laid out like the parameters, timm's
- * weight-decay groups (per tensor flag from model.h), the schedule formula.
+ * weight-decay groups (per tensor flag from model.h), the schedule formula,
+ * each tensor's lr scale (layerDecay: layer_decay.h; one adamw_update call
+ * per tensor part of a span, with lr x scale, so the kernels need none).
  * Must not: run forward or backward, or know about data.
  */
 #ifndef VITJOB_OPTIM_H
@@ -63,6 +65,12 @@ optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step);
 double optim_grad_sq_in(const optim *o, const float *g);
 optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
                            double grad_norm, float *p, float *g);
+
+/* The group tensor t of m is in, as the step applies it: its lr scale
+ * (layer_decay_scale; 1 without layerDecay) and its weight decay
+ * (weightDecay, or 0 for tensors model.h flags as not decayed). */
+void optim_tensor_hparams(const optim *o, const vit_model *m, int t, double *lr_scale,
+                          double *weight_decay);
 
 /* The AdamW state, borrowed (for checkpoints). */
 float *optim_m(optim *o);

@@ -23,6 +23,7 @@
 #include "mixup.h"
 #include "model.h"
 #include "model_io.h"
+#include "model_init.h"
 #include "report.h"
 #include "smoothing.h"
 #include "sysres.h"
@@ -335,15 +336,20 @@ static vj_err build(run *r, char *err, size_t errlen)
         (rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != VJ_OK)
         return rc;
     if (mc->init[0]) {
-        if (model_load_safetensors(r->model, mc->init, err, errlen) != 0)
-            return VJ_ERR_INIT_WEIGHTS; /* unreadable, malformed, mismatched or not finite */
-        LOG_INFO("train", "event=init_loaded path=%s", LOGV(mc->init));
+        /* a file or checkpoint, adapted as timm does (model_init.h), logged there */
+        model_init_options io = {.uri = mc->init, .endpoint = cfg->checkpoint.endpoint,
+                                 .load = {.head = mc->init_head, .seed = tc->seed}};
+        if ((rc = model_init_load(r->model, &io, err, errlen)) != VJ_OK) return rc;
     } else if (model_init_random(r->model, tc->seed) != 0) {
         snprintf(err, errlen, "out of host memory for the initial weights");
         return VJ_ERR_OUT_OF_MEMORY;
     }
     if ((rc = dp_attach(r->dp, r->model, err, errlen)) != VJ_OK)
         return rc;
+    if (tc->optimizer.layer_decay > 0) /* optim.c applies it (layer_decay.h) */
+        LOG_INFO("train", "event=layer_decay decay=%g layers=%d head_scale=1 stem_scale=%.6g",
+                 tc->optimizer.layer_decay, mc->depth + 2,
+                 pow(tc->optimizer.layer_decay, mc->depth + 1));
     r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
     if (tc->label_smoothing > 0)
