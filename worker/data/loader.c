@@ -525,11 +525,11 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-/* This rank's units in epoch e, in order: a fresh array of *n indices. */
-static size_t *rank_units(const ld_loader *l, long epoch, size_t *n)
+/* Every unit of the data set in epoch e's order (training: permuted from
+ * (seed, e); evaluation: index order): a fresh array, NULL out of memory. */
+static size_t *epoch_order(const ld_loader *l, long epoch)
 {
-    const ld_index *ix = l->o.ix;
-    size_t N = ix->n, *perm = malloc((N ? N : 1) * sizeof *perm);
+    size_t N = l->o.ix->n, *perm = malloc((N ? N : 1) * sizeof *perm);
     if (!perm) return NULL;
     for (size_t i = 0; i < N; i++) perm[i] = i;
     if (l->o.train) {
@@ -542,6 +542,15 @@ static size_t *rank_units(const ld_loader *l, long epoch, size_t *n)
             perm[j] = t;
         }
     }
+    return perm;
+}
+
+/* This rank's units in epoch e, in order: a fresh array of *n indices. */
+static size_t *rank_units(const ld_loader *l, long epoch, size_t *n)
+{
+    const ld_index *ix = l->o.ix;
+    size_t N = ix->n, *perm = epoch_order(l, epoch);
+    if (!perm) return NULL;
     size_t k = 0;
     for (size_t i = (size_t)l->o.rank; i < N; i += (size_t)l->o.world) perm[k++] = perm[i];
     *n = k;
@@ -555,20 +564,9 @@ static int64_t epoch_counts(const ld_loader *l, long epoch, int64_t *mine)
     size_t N = ix->n;
     const int W = l->o.world;
     int64_t *per = calloc((size_t)W, sizeof *per);
-    size_t *perm = malloc((N ? N : 1) * sizeof *perm);
+    size_t *perm = epoch_order(l, epoch);
     int64_t min = 0;
     if (per && perm) {
-        for (size_t i = 0; i < N; i++) perm[i] = i;
-        if (l->o.train) {
-            rng_state r;
-            rng_seed(&r, l->o.seed ^ 0x5ba4d5ull, (uint64_t)epoch, 0);
-            for (size_t i = N; i > 1; i--) {
-                size_t j = (size_t)rng_below(&r, i);
-                size_t t = perm[i - 1];
-                perm[i - 1] = perm[j];
-                perm[j] = t;
-            }
-        }
         for (size_t i = 0; i < N; i++) per[i % (size_t)W] += (int64_t)ix->counts[perm[i]];
         min = per[0];
         for (int r = 1; r < W; r++)
