@@ -48,6 +48,7 @@ struct ld_index {
     char *endpoint;
     int num_classes;
     uint64_t max_member;
+    int eval;
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -272,6 +273,7 @@ int ld_index_new(ld_index **out, const ld_index_options *o, char *err, size_t er
     ix->endpoint = strdup(o->endpoint ? o->endpoint : "");
     ix->num_classes = o->num_classes;
     ix->max_member = o->max_member ? o->max_member : MAX_MEMBER_DEFAULT;
+    ix->eval = o->eval;
     int rc;
     if (!ix->endpoint) {
         snprintf(err, errlen, "out of memory for the data index");
@@ -426,7 +428,7 @@ int ld_index_scan(ld_index *ix, int rank, int world, int threads, double *counts
         for (size_t i = (size_t)rank; i < ix->n; i += (size_t)world) counts[i] = 1;
         return 0;
     }
-    if (ix->n < (size_t)world) {
+    if (!ix->eval && ix->n < (size_t)world) {
         snprintf(err, errlen, "%s: %zu shards for %d ranks: every rank needs at least one "
                  "shard (write smaller shards, or run fewer ranks)", ix->key, ix->n, world);
         return VJ_ERR_CONFIG;

@@ -63,6 +63,8 @@ typedef struct {
     const char *endpoint; /* S3 endpoint ("" = AWS) */
     int num_classes;      /* labels must be below it */
     uint64_t max_member;  /* largest tar member accepted, bytes (0 = 256 MiB) */
+    int eval;             /* an evaluation split: fewer shards than ranks is allowed (a rank
+                           * without any evaluates nothing), unlike training's */
 } ld_index_options;
 
 /* Lists the data set (no sample is read yet). *out is the caller's
