@@ -229,7 +229,11 @@ static int cuda_init(char *err, size_t errlen)
         /* default math: CUBLAS_COMPUTE_32F on fp32 data stays fp32 (no TF32) */
         CUBLAS_CHECK(cublasSetMathMode(g_cuda.blas, CUBLAS_DEFAULT_MATH), err, errlen) ||
         CUBLAS_CHECK(cublasLtCreate(&g_cuda.lt), err, errlen) ||
-        CUDA_CHECK(cudaMalloc(&g_cuda.lt_workspace, LT_WORKSPACE_BYTES), err, errlen))
+        CUDA_CHECK(cudaMalloc(&g_cuda.lt_workspace, LT_WORKSPACE_BYTES), err, errlen) ||
+        /* zeroed once: on the H100, compute-sanitizer's initcheck saw
+         * cuBLASLt's split-K reduce kernel read words of a fresh workspace
+         * that nothing had written (fmnist_small's dW products, bf16) */
+        CUDA_CHECK(cudaMemset(g_cuda.lt_workspace, 0, LT_WORKSPACE_BYTES), err, errlen))
         return -1;
     g_cuda.lt_workspace_bytes = LT_WORKSPACE_BYTES;
     track(g_cuda.lt_workspace, LT_WORKSPACE_BYTES);

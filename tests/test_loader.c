@@ -369,7 +369,7 @@ Test(loader, a_missing_shard_and_a_file_that_is_not_a_tar_are_refused_at_the_sca
     cr_assert(strstr(err, "shard-1.tar"), "%s", err);
 }
 
-Test(loader, an_empty_data_set_and_fewer_shards_than_ranks_are_refused)
+Test(loader, an_empty_data_set_and_fewer_training_shards_than_ranks_are_refused_but_not_evaluation_shards)
 {
     write_shard("empty-0.tar", NULL, 0);
     char err[1024];
@@ -381,6 +381,19 @@ Test(loader, an_empty_data_set_and_fewer_shards_than_ranks_are_refused)
     cr_assert_null(index_of("shard-{0..1}.tar", 3, 10, &rc, err, sizeof err));
     cr_assert_eq(rc, VJ_ERR_CONFIG);
     cr_assert(strstr(err, "2 shards for 3 ranks"), "%s", err);
+    /* an evaluation split may have fewer: the rank without one evaluates nothing */
+    char uri[512];
+    snprintf(uri, sizeof uri, "file://%s/shard-{0..1}.tar", dir);
+    ld_index_options io = {.kind = LD_WEBDATASET, .uri = uri, .key = "data.testUri",
+                           .num_classes = 10, .eval = 1};
+    ld_index *ix = NULL;
+    cr_assert_eq(ld_index_new(&ix, &io, err, sizeof err), 0, "%s", err);
+    double counts[2] = {0};
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(ld_index_scan(ix, r, 3, 1, counts, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ld_index_set_counts(ix, counts, err, sizeof err), 0);
+    cr_assert_eq(ld_index_samples(ix), 6);
+    ld_index_free(ix);
 }
 
 Test(loader, a_prefix_lists_its_tar_shards_in_order)

@@ -48,6 +48,7 @@ struct ld_index {
     char *endpoint;
     int num_classes;
     uint64_t max_member;
+    int eval;
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -272,6 +273,7 @@ int ld_index_new(ld_index **out, const ld_index_options *o, char *err, size_t er
     ix->endpoint = strdup(o->endpoint ? o->endpoint : "");
     ix->num_classes = o->num_classes;
     ix->max_member = o->max_member ? o->max_member : MAX_MEMBER_DEFAULT;
+    ix->eval = o->eval;
     int rc;
     if (!ix->endpoint) {
         snprintf(err, errlen, "out of memory for the data index");
@@ -426,7 +428,7 @@ int ld_index_scan(ld_index *ix, int rank, int world, int threads, double *counts
         for (size_t i = (size_t)rank; i < ix->n; i += (size_t)world) counts[i] = 1;
         return 0;
     }
-    if (ix->n < (size_t)world) {
+    if (!ix->eval && ix->n < (size_t)world) {
         snprintf(err, errlen, "%s: %zu shards for %d ranks: every rank needs at least one "
                  "shard (write smaller shards, or run fewer ranks)", ix->key, ix->n, world);
         return VJ_ERR_CONFIG;
@@ -525,11 +527,11 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-/* This rank's units in epoch e, in order: a fresh array of *n indices. */
-static size_t *rank_units(const ld_loader *l, long epoch, size_t *n)
+/* Every unit of the data set in epoch e's order (training: permuted from
+ * (seed, e); evaluation: index order): a fresh array, NULL out of memory. */
+static size_t *epoch_order(const ld_loader *l, long epoch)
 {
-    const ld_index *ix = l->o.ix;
-    size_t N = ix->n, *perm = malloc((N ? N : 1) * sizeof *perm);
+    size_t N = l->o.ix->n, *perm = malloc((N ? N : 1) * sizeof *perm);
     if (!perm) return NULL;
     for (size_t i = 0; i < N; i++) perm[i] = i;
     if (l->o.train) {
@@ -542,6 +544,15 @@ static size_t *rank_units(const ld_loader *l, long epoch, size_t *n)
             perm[j] = t;
         }
     }
+    return perm;
+}
+
+/* This rank's units in epoch e, in order: a fresh array of *n indices. */
+static size_t *rank_units(const ld_loader *l, long epoch, size_t *n)
+{
+    const ld_index *ix = l->o.ix;
+    size_t N = ix->n, *perm = epoch_order(l, epoch);
+    if (!perm) return NULL;
     size_t k = 0;
     for (size_t i = (size_t)l->o.rank; i < N; i += (size_t)l->o.world) perm[k++] = perm[i];
     *n = k;
@@ -555,20 +566,9 @@ static int64_t epoch_counts(const ld_loader *l, long epoch, int64_t *mine)
     size_t N = ix->n;
     const int W = l->o.world;
     int64_t *per = calloc((size_t)W, sizeof *per);
-    size_t *perm = malloc((N ? N : 1) * sizeof *perm);
+    size_t *perm = epoch_order(l, epoch);
     int64_t min = 0;
     if (per && perm) {
-        for (size_t i = 0; i < N; i++) perm[i] = i;
-        if (l->o.train) {
-            rng_state r;
-            rng_seed(&r, l->o.seed ^ 0x5ba4d5ull, (uint64_t)epoch, 0);
-            for (size_t i = N; i > 1; i--) {
-                size_t j = (size_t)rng_below(&r, i);
-                size_t t = perm[i - 1];
-                perm[i - 1] = perm[j];
-                perm[j] = t;
-            }
-        }
         for (size_t i = 0; i < N; i++) per[i % (size_t)W] += (int64_t)ix->counts[perm[i]];
         min = per[0];
         for (int r = 1; r < W; r++)

@@ -65,6 +65,8 @@ typedef struct {
     const char *endpoint; /* S3 endpoint ("" = AWS) */
     int num_classes;      /* labels must be below it */
     uint64_t max_member;  /* largest tar member accepted, bytes (0 = 256 MiB) */
+    int eval;             /* an evaluation split: fewer shards than ranks is allowed (a rank
+                           * without any evaluates nothing), unlike training's */
 } ld_index_options;
 
 /* Lists the data set (no sample is read yet). *out is the caller's
@@ -143,9 +145,9 @@ long ld_epoch_steps(const ld_loader *l, long epoch);
 int64_t ld_eval_samples(const ld_loader *l, int64_t *max_over_ranks);
 
 /* Starts the threads: at the beginning (p NULL), or at a position saved by
- * this same world size (exact), or, with p->world_mismatch set by the
- * caller, at (epoch, step) re-derived by skipping step x per_step samples
- * of the new stream without decoding them. */
+ * this same world size (exact = 1 and p->unit >= 0), or otherwise at
+ * (p->epoch, p->step) re-derived by skipping step x per_step samples of the
+ * new stream without decoding them. */
 int ld_start(ld_loader *l, const ld_position *p, int exact, char *err, size_t errlen);
 
 /* Training: the next `batch` samples into images (batch x C x S x S floats)

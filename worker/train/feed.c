@@ -72,7 +72,8 @@ static vj_err index_split(feed *f, const char *uri, const char *key, ld_index **
     const data_config *dc = &f->o.cfg->data;
     ld_index_options io = {.kind = dc->format == DATA_IMAGEFOLDER ? LD_IMAGEFOLDER : LD_WEBDATASET,
                            .uri = uri, .key = key, .endpoint = f->lo.endpoint,
-                           .num_classes = f->o.cfg->model.num_classes};
+                           .num_classes = f->o.cfg->model.num_classes,
+                           .eval = strcmp(key, "data.testUri") == 0};
     vj_err rc = ld_index_new(out, &io, err, errlen);
     if (rc) return rc; /* the listing is the same on every rank: all fail alike */
     size_t n = ld_index_units(*out);

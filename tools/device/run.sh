@@ -1,0 +1,100 @@
+#!/bin/bash
+# tools/device/run.sh - the device machine's side of a GPU check: runs what
+# tools/device/pack.sh packed into .dev/ against the lent GPU, in one call.
+#
+# Owns: unpacking .dev/ into /tmp/vj; then, each step under its own time
+# limit and all of them within BUDGET_S:
+#   info   the GPU, driver, nvcc, torch and timm versions; unresolved libraries
+#   tests  `make gpu-test`'s three programs (test_gpu_ops, _train, _dp)
+#   train  fmnist_small, bf16-mixed, 3 epochs of the packed subset, on cuda
+#   san    compute-sanitizer: memcheck and initcheck over test_gpu_ops, a
+#          20-step train run and gpu_bench (vit_ti16); racecheck over
+#          test_gpu_ops without cuBLAS's own kernels (nvjet_*, whose
+#          TMA/mbarrier pipelines racecheck cannot follow); synccheck
+#   bench  bench/gpu_vs_torch.py (vit_b16 and vit_l16 against timm) with the
+#          time left; the report lands in $OUT/bench.md
+# Everything prints to stdout and $OUT/steps.log.
+# Must not: install anything, or change the GPU's settings.
+#
+# usage (on the device machine, from the repository root; `run` with carry
+# [".dev"]):  bash tools/device/run.sh BUDGET_S [step ...]   (default: all)
+BUDGET=${1:-420}
+shift || true
+STEPS=" ${*:-info tests train san bench} "
+T0=$SECONDS
+D=$PWD/.dev
+W=/tmp/vj
+OUT=${OUT:-/tmp/vj-out}
+rm -rf "$W" && mkdir -p "$W/syslib" "$OUT"
+exec > >(tee -a "$OUT/steps.log") 2>&1
+left() { echo $((BUDGET - (SECONDS - T0))); }
+on() { [[ "$STEPS" == *" $1 "* ]]; }
+step() { # name limit command...: the limit shrinks to the time left
+    local name=$1 t=$2 l s rc
+    shift 2
+    l=$(left)
+    [ "$t" -gt $((l - 5)) ] && t=$((l - 5))
+    if [ "$t" -lt 10 ]; then echo "=== $name SKIPPED (no time left)"; return; fi
+    echo "=== $name (limit ${t}s) $(date +%T)"
+    s=$SECONDS
+    timeout -k 5 "$t" "$@"
+    rc=$?
+    echo "=== $name rc=$rc wall=$((SECONDS - s))s"
+}
+
+tar -C "$W" -xJf "$D/prog.tar.xz" && tar -C "$W/syslib" -xJf "$D/syslib.tar.xz" || exit 2
+# NVIDIA's libraries where this image keeps them (the CUDA toolkit, the
+# nvidia-*-cu13 wheels of its PyTorch)
+CUDALIBS=$(find /usr/local /usr/lib /opt -xdev \( -name libnccl.so.2 -o -name libcublasLt.so.13 \
+    -o -name libcublas.so.13 \) 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' :)
+VJLD=$W/syslib:$CUDALIBS
+VJ="env LD_LIBRARY_PATH=$VJLD VITJOB_CUDA_BACKEND=$W/lib/libvitjob_cuda.so"
+# gpu_bench as bench/gpu_vs_torch.py runs it: a wrapper that sets the
+# libraries, so that python's own processes keep theirs
+mv "$W/bin/gpu_bench" "$W/bin/gpu_bench.real"
+printf '#!/bin/sh\nexec %s %s "$@"\n' "$VJ" "$W/bin/gpu_bench.real" > "$W/bin/gpu_bench"
+chmod +x "$W/bin/gpu_bench"
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+TR="$W/bin/vitjob-worker train --set training.device=cuda --set data.uri=file://$D/fmnist
+    --set model.preset=fmnist_small --set training.precision=bf16-mixed --set training.exportPath="
+
+if on info; then
+    echo "CUDALIBS=$CUDALIBS compute-sanitizer=$CS nproc=$(nproc)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    nvcc --version | tail -1
+    python3 -c "import torch, timm; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'timm', timm.__version__)"
+    $VJ ldd "$W/lib/libvitjob_cuda.so" "$W/tests/test_gpu_ops" "$W/bin/vitjob-worker" | grep "not found"
+fi
+if on tests; then
+    step gpu_ops 100 $VJ "$W/tests/test_gpu_ops" --verbose -j8
+    step gpu_train 80 $VJ "$W/tests/test_gpu_train" --verbose -j4
+    step gpu_dp 80 $VJ "$W/tests/test_gpu_dp" --verbose
+fi
+if on train; then
+    step train_bf16 90 $VJ $TR --set training.epochs=3 --set training.logInterval=100
+fi
+if on san; then
+    SAN="$CS --error-exitcode 99 --print-limit 20"
+    SB="$W/bin/gpu_bench --model vit_ti16 --batch 8 --steps 2 --warmup 1 --precision bf16-mixed"
+    T20="$TR --set training.steps=20 --set training.optimizer.warmupSteps=5 --set training.logInterval=10"
+    step memcheck_gpu_ops 80 $VJ $SAN --tool memcheck "$W/tests/test_gpu_ops" -j8
+    step initcheck_gpu_ops 70 $VJ $SAN --tool initcheck "$W/tests/test_gpu_ops" -j8
+    step racecheck_gpu_ops 100 $VJ $SAN --tool racecheck --kernel-name-exclude kns=nvjet "$W/tests/test_gpu_ops" -j8
+    step memcheck_train 40 $VJ $SAN --tool memcheck $T20
+    step initcheck_train 40 $VJ $SAN --tool initcheck $T20
+    step memcheck_bench 60 $VJ $SAN --tool memcheck $SB
+    step initcheck_bench 60 $VJ $SAN --tool initcheck $SB
+    step synccheck_bench 40 $VJ $SAN --tool synccheck $SB
+fi
+if on bench; then
+    bb=$(($(left) - 20))
+    if [ "$bb" -gt 40 ]; then
+        echo "=== bench (budget ${bb}s) $(date +%T)"
+        PYTHONUNBUFFERED=1 timeout -k 5 $((bb + 15)) python3 bench/gpu_vs_torch.py --build "$W" \
+            --budget-s "$bb" --out "$OUT/bench.md"
+        echo "=== bench rc=$?"
+    else
+        echo "=== bench SKIPPED (no time left)"
+    fi
+fi
+echo "=== done in $((SECONDS - T0))s"
