@@ -33,14 +33,13 @@ differ() {
 }
 
 @test "2 ranks in every sharding mode end with the one-process EMA weights, which are not the weights" {
-  run_world 1 "$TMP/raw" "${ARGS[@]}" --set training.steps=20 --set training.exportPath="$TMP/raw.st"
-  run_world 1 "$TMP/w1" "${ARGS[@]}" "${EMA[@]}" --set training.steps=20 \
-    --set training.exportPath="$TMP/w1.st"
+  run_world 1 "$TMP/raw" "${ARGS[@]}" --set training.exportPath="$TMP/raw.st"
+  run_world 1 "$TMP/w1" "${ARGS[@]}" "${EMA[@]}" --set training.exportPath="$TMP/w1.st"
   differ "$TMP/raw.st" "$TMP/w1.st" 1e-3
   # the EMA changes nothing of the training itself
   cmp <(grep '"loss"' "$TMP/raw/metrics.jsonl") <(grep '"loss"' "$TMP/w1/metrics.jsonl")
   for mode in none grad-op full; do
-    run_world 2 "$TMP/$mode" "${ARGS[@]}" "${EMA[@]}" --set training.steps=20 \
+    run_world 2 "$TMP/$mode" "${ARGS[@]}" "${EMA[@]}" \
       --set training.sharding=$mode --set training.exportPath="$TMP/$mode.st"
     echo "world 2, sharding $mode: the EMA against one process's"
     weights "$TMP/w1.st" "$TMP/$mode.st" 2e-4
@@ -79,7 +78,7 @@ PY
 }
 
 @test "evaluating the EMA mid-run leaves the training bit for bit as it was, fp32 and bf16-mixed, 1 and 2 ranks" {
-  for cfg in "1 none fp32" "1 none bf16-mixed" "2 grad-op bf16-mixed" "2 full bf16-mixed"; do
+  for cfg in "1 none fp32" "2 full bf16-mixed"; do
     read -r w mode prec <<<"$cfg"
     set_=(--set training.sharding=$mode --set training.precision=$prec --set training.evalInterval=4)
     run_world "$w" "$TMP/plain-$w-$mode-$prec" "${ARGS[@]}" "${set_[@]}"
@@ -94,7 +93,9 @@ PY
 @test "resumed at step 4 of 8 with the EMA, 1 and 2 ranks in every sharding mode continue bit for bit" {
   for w in 1 2; do
     for mode in none grad-op full; do
+      # 1 rank unsharded; 2 ranks in the modes that shard the EMA
       [ "$w" -eq 1 ] && [ "$mode" != none ] && continue
+      [ "$w" -eq 2 ] && [ "$mode" = none ] && continue
       CK=(--set checkpoint.uri="file://$TMP/ck-$w-$mode" --set checkpoint.intervalSteps=4
           --set training.sharding=$mode --set training.ema.warmup=true)
       run_world "$w" "$TMP/a-$w-$mode" "${ARGS[@]}" "${EMA[@]}" "${CK[@]}" \
