@@ -34,6 +34,7 @@ typedef __half f16;
 
 struct cuda_ctx {
     int device, sm_count;
+    int cc_major, cc_minor;    /* the GPU's compute capability */
     cudaStream_t stream;       /* every op runs on it, in order */
     cublasHandle_t blas;       /* batched GEMMs (attention) */
     cublasLtHandle_t lt;       /* linear layers */

@@ -191,6 +191,9 @@ static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0);
 static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0);
 static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1); /* 16-bit floatX, half */
 
+/* Launched never: whether this build has code for the GPU (cuda_init). */
+static __global__ void probe_kernel(void) {}
+
 /* cuBLASLt's workspace: what its heuristics ask for on sm_90 at ViT sizes. */
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -211,16 +214,23 @@ static int cuda_init(char *err, size_t errlen)
         CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor,
                                           g_cuda.device), err, errlen))
         return -1;
-    /* The build has sm_80 and sm_90 code (and sm_90 PTX), and bf16 GEMMs need
-     * sm_80: on an older GPU every kernel launch would fail at the first op,
-     * mid-run, as if the GPU had faulted. Say so at start instead. */
-    if (cc_major < 8) {
+    /* A GPU this build has no code for (CUDA_ARCH: sm_80 and sm_90 code and
+     * sm_90 PTX by default; a T4 needs sm_75 added) would fail at the first
+     * kernel launch, mid-run, as if it had faulted: say so at start. bf16
+     * GEMMs need sm_80 (vitjob_cuda_backend refuses cuda-bf16 below it);
+     * fp16-mixed and fp32 run from sm_75 (CUDA 13 has no code for V100's
+     * sm_70). */
+    cudaFuncAttributes probe;
+    if (cudaFuncGetAttributes(&probe, probe_kernel) != cudaSuccess) {
+        (void)cudaGetLastError();
         snprintf(err, errlen,
-                 "no usable CUDA GPU: device %d has compute capability %d.%d, this build needs "
-                 "8.0 or newer (sm_80+)",
-                 g_cuda.device, cc_major, cc_minor);
+                 "no usable CUDA GPU: device %d has compute capability %d.%d and this build has "
+                 "no code for it (build with CUDA_ARCH including sm_%d%d)",
+                 g_cuda.device, cc_major, cc_minor, cc_major, cc_minor);
         return -1;
     }
+    g_cuda.cc_major = cc_major;
+    g_cuda.cc_minor = cc_minor;
     if (CUDA_CHECK(cudaDeviceGetAttribute(&g_cuda.sm_count, cudaDevAttrMultiProcessorCount,
                                           g_cuda.device), err, errlen) ||
         CUDA_CHECK(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking), err,
@@ -253,6 +263,13 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
     }
     if (!ok) {
         snprintf(err, errlen, "%s", why);
+        return NULL;
+    }
+    if (storage == OPS_BF16 && g_cuda.cc_major < 8) {
+        snprintf(err, errlen,
+                 "no usable CUDA GPU for bf16-mixed: device %d has compute capability %d.%d, "
+                 "bf16 needs 8.0 or newer; use training.precision=fp16-mixed",
+                 g_cuda.device, g_cuda.cc_major, g_cuda.cc_minor);
         return NULL;
     }
     return storage == OPS_FP16 ? &cuda_fp16_ops
