@@ -827,7 +827,9 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
              "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d "
              "threads_source=%s params=%zu activation_mib=%.1f tokens=%d "
              "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
-             LOGV(r.ops->name), r.ops->fp16 ? "fp16-mixed" : r.ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing,
+             LOGV(r.ops->name),
+             LOGV(r.ops->fp16 ? "fp16-mixed" : r.ops->bf16 ? "bf16-mixed" : "fp32"),
+             tc->activation_checkpointing,
              r.threads, LOGV(r.threads_source), model_num_params(r.model),
              model_activation_bytes(r.model) / 1048576.0, model_tokens(r.model), r.total,
              r.steps_per_epoch, tc->global_batch_size, r.micro, r.accum);
