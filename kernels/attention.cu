@@ -335,10 +335,10 @@ template void attention_forward_cuda<float>(floatX *, floatX *, void *, const fl
 template void attention_forward_cuda<bf16>(floatX *, floatX *, void *, const floatX *, int, int,
                                            int, int);
 template void attention_forward_cuda<f16>(floatX *, floatX *, void *, const floatX *, int, int,
-                                           int, int);
+                                          int, int);
 template void attention_backward_cuda<float>(floatX *, void *, const floatX *, const floatX *,
                                              const floatX *, int, int, int, int);
 template void attention_backward_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
                                             const floatX *, int, int, int, int);
 template void attention_backward_cuda<f16>(floatX *, void *, const floatX *, const floatX *,
-                                            const floatX *, int, int, int, int);
+                                           const floatX *, int, int, int, int);

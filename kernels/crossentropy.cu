@@ -103,13 +103,13 @@ template void crossentropy_forward_cuda<float>(float *, float *, const floatX *,
 template void crossentropy_forward_cuda<bf16>(float *, float *, const floatX *, const int *, int,
                                               int);
 template void crossentropy_forward_cuda<f16>(float *, float *, const floatX *, const int *, int,
-                                              int);
+                                             int);
 template void crossentropy_backward_cuda<float>(floatX *, const float *, const int *, float, int,
                                                 int);
 template void crossentropy_backward_cuda<bf16>(floatX *, const float *, const int *, float, int,
                                                int);
 template void crossentropy_backward_cuda<f16>(floatX *, const float *, const int *, float, int,
-                                               int);
+                                              int);
 
 // logits (B,K) X, targets (B,K) -> losses (B) = -sum_k t log softmax, probs (B,K); one block
 // per row
@@ -206,10 +206,10 @@ template void crossentropy_soft_forward_cuda<float>(float *, float *, const floa
 template void crossentropy_soft_forward_cuda<bf16>(float *, float *, const floatX *,
                                                    const float *, int, int);
 template void crossentropy_soft_forward_cuda<f16>(float *, float *, const floatX *,
-                                                   const float *, int, int);
+                                                  const float *, int, int);
 template void crossentropy_soft_backward_cuda<float>(floatX *, const float *, const float *,
                                                      float, int, int);
 template void crossentropy_soft_backward_cuda<bf16>(floatX *, const float *, const float *, float,
                                                     int, int);
 template void crossentropy_soft_backward_cuda<f16>(floatX *, const float *, const float *, float,
-                                                    int, int);
+                                                   int, int);

@@ -394,16 +394,16 @@ template void matmul_forward_cuda<float>(floatX *, const floatX *, const floatX 
 template void matmul_forward_cuda<bf16>(floatX *, const floatX *, const floatX *, const floatX *,
                                         int, int, int);
 template void matmul_forward_cuda<f16>(floatX *, const floatX *, const floatX *, const floatX *,
-                                        int, int, int);
+                                       int, int, int);
 template void matmul_forward_residual_cuda<float>(float *, const floatX *, const floatX *,
                                                   const float *, const float *, int, int, int);
 template void matmul_forward_residual_cuda<bf16>(float *, const floatX *, const floatX *,
                                                  const float *, const float *, int, int, int);
 template void matmul_forward_residual_cuda<f16>(float *, const floatX *, const floatX *,
-                                                 const float *, const float *, int, int, int);
+                                                const float *, const float *, int, int, int);
 template void matmul_backward_cuda<float>(floatX *, float *, float *, const floatX *,
                                           const floatX *, const floatX *, int, int, int);
 template void matmul_backward_cuda<bf16>(floatX *, float *, float *, const floatX *,
                                          const floatX *, const floatX *, int, int, int);
 template void matmul_backward_cuda<f16>(floatX *, float *, float *, const floatX *,
-                                         const floatX *, const floatX *, int, int, int);
+                                        const floatX *, const floatX *, int, int, int);
