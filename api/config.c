@@ -154,7 +154,7 @@ typedef struct {
 
 static const char *const formats[] = {"fashion-mnist", "webdataset", "imagefolder", NULL};
 static const char *const interpolations[] = {"bilinear", "bicubic", NULL};
-static const char *const precisions[] = {"fp32", "bf16-mixed", NULL};
+static const char *const precisions[] = {"fp32", "bf16-mixed", "fp16-mixed", NULL};
 static const char *const shardings[] = {"none", "grad-op", "full", NULL};
 static const char *const optimizers[] = {"adamw", NULL};
 static const char *const schedules[] = {"cosine", "constant", NULL};
@@ -374,11 +374,16 @@ static const config_key config_keys[] = {
              "the global batch.",
      .readme = "per rank per forward/backward; gradient accumulation fills the rest"},
     {ROW_ENUM("training.precision", training.precision, precisions, DEF_ENUM(PRECISION_FP32)),
-     .help = "fp32, or bf16-mixed (bf16 matmuls and activations, fp32 master weights, optimizer "
-             "state, LayerNorm and loss; on the CPU an emulation).",
+     .help = "fp32, bf16-mixed (bf16 matmuls and activations, fp32 master weights, optimizer "
+             "state, LayerNorm and loss; on the CPU an emulation), or fp16-mixed (the same in "
+             "IEEE half, for GPUs without bf16, with dynamic loss scaling as "
+             "torch.cuda.amp.GradScaler: a step with inf/NaN gradients is skipped).",
      .readme = "bf16-mixed: fp32 master weights, AdamW state, LayerNorm and loss; matmuls read "
                "bf16 weights, and activations are stored in bf16 (on the CPU: rounded to bf16 "
-               "where the GPU stores it, see `floatX` in `kernels/ops.h`)"},
+               "where the GPU stores it, see `floatX` in `kernels/ops.h`). fp16-mixed: the same "
+               "in IEEE half (GPUs without bf16, e.g. T4), with GradScaler's dynamic loss "
+               "scaling (scale 2^16, x2 after 2000 clean steps, x0.5 and the step skipped on "
+               "inf/NaN gradients; skips logged and counted as `skipped_steps`)"},
     {ROW_ENUM("training.sharding", training.sharding, shardings, DEF_ENUM(SHARDING_NONE)),
      .help = "none (DDP: replicated parameters, all-reduced gradients), grad-op (ZeRO-2: "
              "gradients and optimizer state sharded) or full (FSDP: parameters too, gathered per "

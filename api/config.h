@@ -27,7 +27,7 @@
  * the spellings in the spec table (api/config.c), which maps one to the other. */
 typedef enum { DATA_FASHION_MNIST, DATA_WEBDATASET, DATA_IMAGEFOLDER } data_format; /* data.format */
 typedef enum { INTERP_BILINEAR, INTERP_BICUBIC } interp_mode;                 /* data.interpolation */
-typedef enum { PRECISION_FP32, PRECISION_BF16_MIXED } precision_mode;          /* training.precision */
+typedef enum { PRECISION_FP32, PRECISION_BF16_MIXED, PRECISION_FP16_MIXED } precision_mode; /* training.precision */
 typedef enum { SHARDING_NONE, SHARDING_GRAD_OP, SHARDING_FULL } sharding_mode; /* training.sharding */
 typedef enum { OPTIMIZER_ADAMW } optimizer_kind;                  /* training.optimizer.name */
 typedef enum { SCHEDULE_COSINE, SCHEDULE_CONSTANT } lr_schedule;  /* training.optimizer.schedule */

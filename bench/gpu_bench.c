@@ -16,10 +16,11 @@
  * attention products: patch embed 2*N*(C*P*P)*D, per block
  * 2*T*(3D*D + D*D + 2*D*H) + 2*2*T*T*D, head 2*D*K (T = N + 1). MFU =
  * achieved FLOP/s over --peak-tflops (default 989.4: H100/H200 SXM, dense
- * bf16).
+ * bf16). fp16-mixed is timed without the loss scaling the trainer adds (one
+ * multiply of the seed and one of the gradients: the same kernels).
  *
  * usage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] [--warmup 5]
- *                  [--precision bf16-mixed|fp32] [--ckpt] [--device cuda|cpu]
+ *                  [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu]
  *                  [--threads N] [--grad-clip 1.0] [--peak-tflops 989.4]
  *                  [--profile] [--json]
  * Exit: 0; 1 a failure while running (out of memory, a GPU fault, a
@@ -253,7 +254,7 @@ static void usage_exit(const char *why)
 {
     fprintf(stderr,
             "gpu_bench: %s\nusage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] "
-            "[--warmup 5] [--precision bf16-mixed|fp32] [--ckpt] [--device cuda|cpu] "
+            "[--warmup 5] [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu] "
             "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--json]\n",
             why);
     exit(VITJOB_EXIT_CONFIG);
@@ -313,8 +314,9 @@ static bench_args parse_args(int argc, char **argv)
         }
 #undef VALUE
     }
-    if (strcmp(a.precision, "bf16-mixed") != 0 && strcmp(a.precision, "fp32") != 0)
-        usage_exit("--precision is bf16-mixed or fp32");
+    if (strcmp(a.precision, "bf16-mixed") != 0 && strcmp(a.precision, "fp16-mixed") != 0 &&
+        strcmp(a.precision, "fp32") != 0)
+        usage_exit("--precision is bf16-mixed, fp16-mixed or fp32");
     if (strcmp(a.device, "cuda") != 0 && strcmp(a.device, "cpu") != 0)
         usage_exit("--device is cuda or cpu");
     return a;
@@ -361,8 +363,9 @@ int main(int argc, char **argv)
 
     /* the trainer's own choice of op table for this device and precision */
     cfg.training.device = strcmp(a.device, "cuda") == 0 ? DEVICE_CUDA : DEVICE_CPU;
-    cfg.training.precision =
-        strcmp(a.precision, "bf16-mixed") == 0 ? PRECISION_BF16_MIXED : PRECISION_FP32;
+    cfg.training.precision = strcmp(a.precision, "bf16-mixed") == 0   ? PRECISION_BF16_MIXED
+                             : strcmp(a.precision, "fp16-mixed") == 0 ? PRECISION_FP16_MIXED
+                                                                      : PRECISION_FP32;
     const vit_ops *real;
     if (train_pick_backend(&real, &cfg.training, err, sizeof err) != 0) {
         fprintf(stderr, "gpu_bench: %s\n", err);

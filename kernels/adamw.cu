@@ -56,3 +56,5 @@ template void adamw_update_cuda<float>(float *, floatX *, float *, float *, cons
                                        float, float, float, float, float, long);
 template void adamw_update_cuda<bf16>(float *, floatX *, float *, float *, const float *, size_t,
                                       float, float, float, float, float, long);
+template void adamw_update_cuda<f16>(float *, floatX *, float *, float *, const float *, size_t,
+                                     float, float, float, float, float, long);

@@ -329,11 +329,16 @@ void attention_backward_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
 
 template size_t attention_scratch_bytes_cuda<float>(int, int, int, int);
 template size_t attention_scratch_bytes_cuda<bf16>(int, int, int, int);
+template size_t attention_scratch_bytes_cuda<f16>(int, int, int, int);
 template void attention_forward_cuda<float>(floatX *, floatX *, void *, const floatX *, int, int,
                                             int, int);
 template void attention_forward_cuda<bf16>(floatX *, floatX *, void *, const floatX *, int, int,
                                            int, int);
+template void attention_forward_cuda<f16>(floatX *, floatX *, void *, const floatX *, int, int,
+                                          int, int);
 template void attention_backward_cuda<float>(floatX *, void *, const floatX *, const floatX *,
                                              const floatX *, int, int, int, int);
 template void attention_backward_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
                                             const floatX *, int, int, int, int);
+template void attention_backward_cuda<f16>(floatX *, void *, const floatX *, const floatX *,
+                                           const floatX *, int, int, int, int);

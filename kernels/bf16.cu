@@ -1,11 +1,13 @@
 /* kernels/bf16.cu - CUDA: zeroing, fp32 copies and the fp32 <-> floatX
  * conversions.
  * Owns: zero_cuda, copy_cuda (device to device, on the compute stream), to_floatx_cuda (fp32 -> X, rounded to nearest even by
- * __float2bfloat16_rn, as round_bf16_cpu in kernels/bf16.c: NaN stays NaN,
+ * __float2bfloat16_rn, as round_bf16_cpu in kernels/bf16.c, or for X = f16
+ * by __float2half_rn, as round_fp16_cpu in kernels/fp16.c: NaN stays NaN,
  * overflow goes to infinity), to_float_cuda (X -> fp32, exact). For X = float
  * both are device-to-device copies.
- * Must not: decide where bf16 is stored (the op table's floatX arguments
- * do, ops.h; the cuda-bf16 table in ops_cuda.cu applies it).
+ * Must not: decide where bf16 or half is stored (the op table's floatX
+ * arguments do, ops.h; the cuda-bf16 and cuda-fp16 tables in ops_cuda.cu
+ * apply it).
  */
 #include "cuda_common.cuh"
 
@@ -70,5 +72,7 @@ template <typename X> void to_float_cuda(float *out, const floatX *in, size_t n)
 
 template void to_floatx_cuda<float>(floatX *, const float *, size_t);
 template void to_floatx_cuda<bf16>(floatX *, const float *, size_t);
+template void to_floatx_cuda<f16>(floatX *, const float *, size_t);
 template void to_float_cuda<float>(float *, const floatX *, size_t);
 template void to_float_cuda<bf16>(float *, const floatX *, size_t);
+template void to_float_cuda<f16>(float *, const floatX *, size_t);

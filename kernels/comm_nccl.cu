@@ -37,7 +37,7 @@ extern "C" {
 static_assert(sizeof(ncclUniqueId) == VITJOB_NCCL_ID_BYTES, "ncclUniqueId's size changed");
 
 /* kernels/ops_cuda.cu: initialises the device, the compute stream and g_cuda */
-extern "C" const vit_ops *vitjob_cuda_backend(int bf16_mixed, char *err, size_t errlen);
+extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t errlen);
 
 enum { IN_FLIGHT = 8 };
 

@@ -102,10 +102,14 @@ template void crossentropy_forward_cuda<float>(float *, float *, const floatX *,
                                                int, int);
 template void crossentropy_forward_cuda<bf16>(float *, float *, const floatX *, const int *, int,
                                               int);
+template void crossentropy_forward_cuda<f16>(float *, float *, const floatX *, const int *, int,
+                                             int);
 template void crossentropy_backward_cuda<float>(floatX *, const float *, const int *, float, int,
                                                 int);
 template void crossentropy_backward_cuda<bf16>(floatX *, const float *, const int *, float, int,
                                                int);
+template void crossentropy_backward_cuda<f16>(floatX *, const float *, const int *, float, int,
+                                              int);
 
 // logits (B,K) X, targets (B,K) -> losses (B) = -sum_k t log softmax, probs (B,K); one block
 // per row
@@ -201,7 +205,11 @@ template void crossentropy_soft_forward_cuda<float>(float *, float *, const floa
                                                     const float *, int, int);
 template void crossentropy_soft_forward_cuda<bf16>(float *, float *, const floatX *,
                                                    const float *, int, int);
+template void crossentropy_soft_forward_cuda<f16>(float *, float *, const floatX *,
+                                                  const float *, int, int);
 template void crossentropy_soft_backward_cuda<float>(floatX *, const float *, const float *,
                                                      float, int, int);
 template void crossentropy_soft_backward_cuda<bf16>(floatX *, const float *, const float *, float,
                                                     int, int);
+template void crossentropy_soft_backward_cuda<f16>(floatX *, const float *, const float *, float,
+                                                   int, int);

@@ -17,6 +17,7 @@
 #define VITJOB_CUDA_COMMON_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -29,9 +30,11 @@ extern "C" {
 }
 
 typedef __nv_bfloat16 bf16;
+typedef __half f16;
 
 struct cuda_ctx {
     int device, sm_count;
+    int cc_major, cc_minor;    /* the GPU's compute capability */
     cudaStream_t stream;       /* every op runs on it, in order */
     cublasHandle_t blas;       /* batched GEMMs (attention) */
     cublasLtHandle_t lt;       /* linear layers */
@@ -75,18 +78,22 @@ static inline unsigned cuda_blocks(size_t n, unsigned threads)
     return (unsigned)(b < 1 ? 1 : (b > cap ? cap : b));
 }
 
-/* Element types: X is float (fp32 backend) or bf16 (bf16-mixed). Loads give
- * fp32; stores round to nearest even. */
+/* Element types: X is float (fp32 backend), bf16 (bf16-mixed) or f16
+ * (fp16-mixed, IEEE half). Loads give fp32; stores round to nearest even
+ * (half: overflow to infinity, subnormals kept, as round_fp16_cpu). */
 __device__ __forceinline__ float ldx(float v) { return v; }
 __device__ __forceinline__ float ldx(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ldx(f16 v) { return __half2float(v); }
 template <typename X> __device__ __forceinline__ X stx(float v);
 template <> __device__ __forceinline__ float stx<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 stx<bf16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ f16 stx<f16>(float v) { return __float2half_rn(v); }
 
 /* cuda data types of an element type, for cuBLAS. */
 template <typename X> struct cuda_type;
 template <> struct cuda_type<float> { static const cudaDataType_t value = CUDA_R_32F; };
 template <> struct cuda_type<bf16> { static const cudaDataType_t value = CUDA_R_16BF; };
+template <> struct cuda_type<f16> { static const cudaDataType_t value = CUDA_R_16F; };
 
 /* Warp-level sums (fixed shuffle tree: deterministic). */
 __device__ __forceinline__ float warp_sum(float v)
@@ -101,8 +108,8 @@ __device__ __forceinline__ float warp_max(float v)
 }
 
 /* ---- the CUDA ops: same names and argument order as the CPU ones (ops.h);
- * floatX arguments hold X elements. Each is instantiated for X = float and
- * X = bf16 in its own file. ---- */
+ * floatX arguments hold X elements. Each is instantiated for X = float,
+ * X = bf16 and X = f16 in its own file. ---- */
 
 /* patch_embed.cu */
 template <typename X>

@@ -55,3 +55,4 @@ void droppath_backward_cuda(floatX *dbranch, const float *dout, const float *sca
 
 template void droppath_backward_cuda<float>(floatX *, const float *, const float *, int, size_t);
 template void droppath_backward_cuda<bf16>(floatX *, const float *, const float *, int, size_t);
+template void droppath_backward_cuda<f16>(floatX *, const float *, const float *, int, size_t);

@@ -125,7 +125,11 @@ template void embed_forward_cuda<float>(float *, const floatX *, const float *, 
                                         int, int, int);
 template void embed_forward_cuda<bf16>(float *, const floatX *, const float *, const float *,
                                        int, int, int);
+template void embed_forward_cuda<f16>(float *, const floatX *, const float *, const float *,
+                                      int, int, int);
 template void embed_backward_cuda<float>(floatX *, float *, float *, const float *, int, int,
                                          int);
 template void embed_backward_cuda<bf16>(floatX *, float *, float *, const float *, int, int,
                                         int);
+template void embed_backward_cuda<f16>(floatX *, float *, float *, const float *, int, int,
+                                       int);

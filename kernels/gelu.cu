@@ -58,5 +58,7 @@ void gelu_backward_cuda(floatX *dinp, const floatX *inp, const floatX *dout, siz
 
 template void gelu_forward_cuda<float>(floatX *, const floatX *, size_t);
 template void gelu_forward_cuda<bf16>(floatX *, const floatX *, size_t);
+template void gelu_forward_cuda<f16>(floatX *, const floatX *, size_t);
 template void gelu_backward_cuda<float>(floatX *, const floatX *, const floatX *, size_t);
 template void gelu_backward_cuda<bf16>(floatX *, const floatX *, const floatX *, size_t);
+template void gelu_backward_cuda<f16>(floatX *, const floatX *, const floatX *, size_t);

@@ -153,9 +153,14 @@ template void layernorm_forward_cuda<float>(floatX *, float *, float *, const fl
                                             const float *, const float *, int, int);
 template void layernorm_forward_cuda<bf16>(floatX *, float *, float *, const float *,
                                            const float *, const float *, int, int);
+template void layernorm_forward_cuda<f16>(floatX *, float *, float *, const float *,
+                                          const float *, const float *, int, int);
 template void layernorm_backward_cuda<float>(float *, float *, float *, const floatX *,
                                              const float *, const float *, const float *,
                                              const float *, int, int);
 template void layernorm_backward_cuda<bf16>(float *, float *, float *, const floatX *,
                                             const float *, const float *, const float *,
                                             const float *, int, int);
+template void layernorm_backward_cuda<f16>(float *, float *, float *, const floatX *,
+                                           const float *, const float *, const float *,
+                                           const float *, int, int);

@@ -144,7 +144,7 @@ static void lt_fail(int code, const char *what, const lt_plan *p, int line)
 {
     char expr[192];
     snprintf(expr, sizeof expr, "%s for %s N=%d IC=%d OC=%d %s%s", what, lt_kind_name[p->kind],
-             p->N, p->IC, p->OC, p->xtype == CUDA_R_16BF ? "bf16" : "fp32",
+             p->N, p->IC, p->OC, p->xtype == CUDA_R_16BF ? "bf16" : p->xtype == CUDA_R_16F ? "fp16" : "fp32",
              p->has_bias ? " bias" : "");
     if (!g_cuda.failed)
         check_report(code, "cublas", cublasGetStatusString((cublasStatus_t)code), expr, __FILE__,
@@ -214,7 +214,7 @@ static int lt_plan_build(lt_plan *p, const void *bias)
         goto fail;
     if (p->has_bias) {
         if (p->kind == LT_FWD_RES) {
-            /* fp32 bias with bf16 A/B: D's type, said explicitly */
+            /* fp32 bias with bf16 or fp16 A/B: D's type, said explicitly */
             const int32_t bt = (int32_t)CUDA_R_32F;
             if (CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
                     p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt)))
@@ -388,15 +388,22 @@ void matmul_backward_cuda(floatX *dinp, float *dw, float *dbias, const floatX *d
 
 template void colsum_add_cuda<float>(float *, const float *, int, int);
 template void colsum_add_cuda<bf16>(float *, const bf16 *, int, int);
+template void colsum_add_cuda<f16>(float *, const f16 *, int, int);
 template void matmul_forward_cuda<float>(floatX *, const floatX *, const floatX *,
                                          const floatX *, int, int, int);
 template void matmul_forward_cuda<bf16>(floatX *, const floatX *, const floatX *, const floatX *,
                                         int, int, int);
+template void matmul_forward_cuda<f16>(floatX *, const floatX *, const floatX *, const floatX *,
+                                       int, int, int);
 template void matmul_forward_residual_cuda<float>(float *, const floatX *, const floatX *,
                                                   const float *, const float *, int, int, int);
 template void matmul_forward_residual_cuda<bf16>(float *, const floatX *, const floatX *,
                                                  const float *, const float *, int, int, int);
+template void matmul_forward_residual_cuda<f16>(float *, const floatX *, const floatX *,
+                                                const float *, const float *, int, int, int);
 template void matmul_backward_cuda<float>(floatX *, float *, float *, const floatX *,
                                           const floatX *, const floatX *, int, int, int);
 template void matmul_backward_cuda<bf16>(floatX *, float *, float *, const floatX *,
                                          const floatX *, const floatX *, int, int, int);
+template void matmul_backward_cuda<f16>(floatX *, float *, float *, const floatX *,
+                                        const floatX *, const floatX *, int, int, int);

@@ -3,8 +3,8 @@
  * Owns: the signature of every op the model calls. The model code
  * (worker/train/model.c) is written once against `vit_ops`; each backend fills the
  * table: the CPU reference (kernels/NAME.c, C + CBLAS) and CUDA (kernels/NAME.cu,
- * cuBLASLt + kernels), each in fp32 and bf16-mixed, with the same names and
- * argument order. The model never touches memory the ops own except through
+ * cuBLASLt + kernels), each in fp32, bf16-mixed and fp16-mixed, with the same
+ * names and argument order. The model never touches memory the ops own except through
  * alloc/upload/download.
  * Must not: allocate memory inside an op; every buffer is passed in by the
  * caller, through the backend's alloc (a backend may keep a fixed workspace
@@ -29,22 +29,29 @@
 
 #define VIT_LN_EPS 1e-6f
 
-/* floatX: a tensor that bf16-mixed stores in bf16 (matmul inputs and
- * outputs, q/k/v, attention probabilities, GELU in and out, logits and the
- * activation gradients between them). Declared float, the CPU's storage: the
- * CPU backends keep fp32 storage (cpu-bf16 rounds every floatX it writes to
- * bf16, nearest even); the cuda-bf16 backend stores __nv_bfloat16 at the
- * address. So never index a floatX buffer outside a backend: offsets and
+/* floatX: a tensor that bf16-mixed stores in bf16 and fp16-mixed in IEEE
+ * half (matmul inputs and outputs, q/k/v, attention probabilities, GELU in
+ * and out, logits and the activation gradients between them). Declared
+ * float, the CPU's storage: the CPU backends keep fp32 storage (cpu-bf16
+ * rounds every floatX it writes to bf16, cpu-fp16 to half, nearest even);
+ * the cuda-bf16 backend stores __nv_bfloat16 at the address, cuda-fp16
+ * __half. So never index a floatX buffer outside a backend: offsets and
  * sizes go through vit_ops.floatx_bytes. Tensors declared float are fp32 on
  * every backend (the residual stream, LayerNorm statistics and weights,
  * master parameters, gradients, optimizer state, losses). */
 typedef float floatX;
 
 typedef struct vit_ops {
-    const char *name;     /* "cpu", "cpu-bf16", "cuda", "cuda-bf16" */
+    const char *name;     /* "cpu", "cpu-bf16", "cpu-fp16", "cuda", "cuda-bf16",
+                           * "cuda-fp16" */
     int gpu;              /* 1: the ops run on a GPU and alloc gives device memory */
-    int bf16;             /* floatX tensors hold bf16 values */
-    size_t floatx_bytes;  /* bytes of one floatX element: 4, or 2 on cuda-bf16 */
+    int bf16;             /* floatX tensors hold 16-bit values (bf16, or IEEE half
+                           * where fp16 is set): the model keeps a 16-bit copy of
+                           * the matmul weights */
+    int fp16;             /* floatX tensors hold IEEE half values (fp16-mixed: the
+                           * loop scales the loss, worker/train/loss_scale.h) */
+    size_t floatx_bytes;  /* bytes of one floatX element: 4, or 2 on cuda-bf16 and
+                           * cuda-fp16 */
 
     /* Memory the ops read and write: host memory on the CPU, device memory on
      * CUDA. alloc returns zeroed memory or NULL (out of memory); the caller
@@ -117,7 +124,7 @@ typedef struct vit_ops {
 
     /* x (n) = 0. */
     void (*zero)(float *x, size_t n);
-    /* out (n) = in stored as floatX (rounded to bf16 where floatX is bf16). */
+    /* out (n) = in stored as floatX (rounded to bf16 or half where floatX is). */
     void (*to_floatx)(floatX *out, const float *in, size_t n);
     /* out (n) = in as fp32 (exact). */
     void (*to_float)(float *out, const floatX *in, size_t n);
@@ -193,11 +200,18 @@ const vit_ops *ops_cpu(void);
 /* The CPU backend emulating bf16-mixed: the same ops, every floatX output
  * rounded to bf16 (nearest even) where the GPU stores bf16. Borrowed. */
 const vit_ops *ops_cpu_bf16(void);
+/* The CPU backend emulating fp16-mixed: the same ops, every floatX output
+ * rounded to IEEE half (nearest even, subnormals, overflow to infinity)
+ * where the GPU stores __half. Borrowed. */
+const vit_ops *ops_cpu_fp16(void);
+/* Storage of the floatX tensors: what ops_cuda is asked for. */
+enum { OPS_FP32 = 0, OPS_BF16 = 1, OPS_FP16 = 2 };
 /* The CUDA backend (kernels/ops_cuda.cu) on the process's current GPU,
- * fp32 or bf16-mixed; initialised on first call. NULL, with one line saying
- * why in err, when this build has no CUDA backend or no usable GPU exists.
+ * fp32, bf16-mixed or fp16-mixed (storage: OPS_FP32, OPS_BF16, OPS_FP16);
+ * initialised on first call. NULL, with one line saying why in err, when
+ * this build has no CUDA backend or no usable GPU exists.
  * Borrowed, static lifetime. */
-const vit_ops *ops_cuda(int bf16, char *err, size_t errlen);
+const vit_ops *ops_cuda(int storage, char *err, size_t errlen);
 /* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */
 size_t ops_cuda_peak_bytes(void);
 /* The BLAS the CPU backend runs on, as OpenBLAS describes its build
@@ -242,6 +256,8 @@ void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t 
 void zero_cpu(float *x, size_t n);
 void copy_cpu(float *out, const float *in, size_t n);
 void round_bf16_cpu(float *out, const float *in, size_t n);
+/* out (n) = in rounded to IEEE half (kernels/fp16.c); out may be in. */
+void round_fp16_cpu(float *out, const float *in, size_t n);
 void gather_cls_cpu(float *out, const float *x, int B, int T, int D);
 void scatter_cls_backward_cpu(float *dx, const float *dcls, int B, int T, int D);
 void crossentropy_forward_cpu(float *losses, float *probs, const float *logits,

@@ -1,7 +1,8 @@
 /* kernels/ops_cpu.c - the CPU backend's op table and thread control.
  * Owns: which function fills each slot of vit_ops for the CPU, in fp32
- * ("cpu") and in bf16-mixed emulation ("cpu-bf16": the same ops, each floatX
- * output rounded to bf16), host memory for the ops, and the thread count of
+ * ("cpu"), in bf16-mixed emulation ("cpu-bf16": the same ops, each floatX
+ * output rounded to bf16) and in fp16-mixed emulation ("cpu-fp16": rounded
+ * to IEEE half), host memory for the ops, and the thread count of
  * OpenBLAS and OpenMP. Must not: contain math beyond those roundings. */
 #include "ops.h"
 #include "sysres.h"
@@ -47,89 +48,110 @@ static int cpu_status(char *err, size_t errlen)
 }
 static void cpu_synchronize(void) {}
 
-/* ---- bf16-mixed emulation: every floatX output rounded where the GPU
- * stores bf16 (inputs already are: they were outputs, or the rounded copy
- * of the weights) ---- */
+/* ---- bf16-mixed and fp16-mixed emulation: every floatX output rounded
+ * where the GPU stores bf16 or half (inputs already are: they were outputs,
+ * or the rounded copy of the weights). LOWP(pfx, RND) makes the wrappers
+ * of one storage type. Known difference to the GPU: P.V in the attention
+ * forward uses the fp32 probabilities here, the GPU the stored ones. ---- */
 
-static void bf_patchify(float *patches, const float *img, int B, int C, int S, int P)
-{
-    patchify_cpu(patches, img, B, C, S, P);
-    round_bf16_cpu(patches, patches, (size_t)B * (S / P) * (S / P) * C * P * P);
-}
-static void bf_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                              int N, int IC, int OC)
-{
-    matmul_forward_cpu(out, inp, w, bias, N, IC, OC);
-    round_bf16_cpu(out, out, (size_t)N * OC);
-}
-static void bf_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                               const float *inp, const float *w, int N, int IC, int OC)
-{
-    matmul_backward_cpu(dinp, dw, dbias, dout, inp, w, N, IC, OC);
-    if (dinp) round_bf16_cpu(dinp, dinp, (size_t)N * IC);
-}
-static void bf_embed_backward(float *dpatch_out, float *dcls, float *dpos, const float *dx,
-                              int B, int T, int D)
-{
-    embed_backward_cpu(dpatch_out, dcls, dpos, dx, B, T, D);
-    round_bf16_cpu(dpatch_out, dpatch_out, (size_t)B * (T - 1) * D);
-}
-static void bf_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                 const float *w, const float *b, int N, int C)
-{
-    layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);
-    round_bf16_cpu(out, out, (size_t)N * C);
-}
-/* Known difference to the GPU: P.V here uses the fp32 probabilities, the
- * GPU the stored bf16 ones. */
-static void bf_attention_forward(float *out, float *att, void *scratch, const float *qkv, int B,
-                                 int T, int D, int NH)
-{
-    attention_forward_cpu(out, att, scratch, qkv, B, T, D, NH);
-    round_bf16_cpu(att, att, (size_t)B * NH * T * T);
-    round_bf16_cpu(out, out, (size_t)B * T * D);
-}
-static void bf_attention_backward(float *dqkv, void *scratch, const float *dout,
-                                  const float *qkv, const float *att, int B, int T, int D, int NH)
-{
-    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, D, NH);
-    round_bf16_cpu(dqkv, dqkv, (size_t)B * T * 3 * D);
-}
-static void bf_gelu_forward(float *out, const float *inp, size_t n)
-{
-    gelu_forward_cpu(out, inp, n);
-    round_bf16_cpu(out, out, n);
-}
-static void bf_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
-{
-    gelu_backward_cpu(dinp, inp, dout, n);
-    round_bf16_cpu(dinp, dinp, n);
-}
-static void bf_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
-                                     float dloss, int B, int K)
-{
-    crossentropy_backward_cpu(dlogits, probs, targets, dloss, B, K);
-    round_bf16_cpu(dlogits, dlogits, (size_t)B * K);
-}
-static void bf_crossentropy_soft_backward(float *dlogits, const float *probs,
-                                          const float *targets, float dloss, int B, int K)
-{
-    crossentropy_soft_backward_cpu(dlogits, probs, targets, dloss, B, K);
-    round_bf16_cpu(dlogits, dlogits, (size_t)B * K);
-}
-static void bf_droppath_backward(float *dbranch, const float *dout, const float *scale, int B,
-                                 size_t n)
-{
-    droppath_backward_cpu(dbranch, dout, scale, B, n);
-    round_bf16_cpu(dbranch, dbranch, (size_t)B * n);
-}
-static void bf_adamw_update(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay,
-                            long t)
-{
-    adamw_update_cpu(p, p_lp, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t);
-    if (p_lp) round_bf16_cpu(p_lp, p_lp, n);
-}
+#define LOWP(pfx, RND)                                                                        \
+    static void pfx##_patchify(float *patches, const float *img, int B, int C, int S, int P)    \
+    {                                                                                           \
+        patchify_cpu(patches, img, B, C, S, P);                                                 \
+        RND(patches, patches, (size_t)B * (S / P) * (S / P) * C * P * P);                     \
+    }                                                                                           \
+    static void pfx##_matmul_forward(float *out, const float *inp, const float *w,             \
+                                     const float *bias, int N, int IC, int OC)                  \
+    {                                                                                           \
+        matmul_forward_cpu(out, inp, w, bias, N, IC, OC);                                       \
+        RND(out, out, (size_t)N * OC);                                                        \
+    }                                                                                           \
+    static void pfx##_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,  \
+                                      const float *inp, const float *w, int N, int IC, int OC)  \
+    {                                                                                           \
+        matmul_backward_cpu(dinp, dw, dbias, dout, inp, w, N, IC, OC);                          \
+        if (dinp) RND(dinp, dinp, (size_t)N * IC);                                            \
+    }                                                                                           \
+    static void pfx##_embed_backward(float *dpatch_out, float *dcls, float *dpos,              \
+                                     const float *dx, int B, int T, int D)                      \
+    {                                                                                           \
+        embed_backward_cpu(dpatch_out, dcls, dpos, dx, B, T, D);                                \
+        RND(dpatch_out, dpatch_out, (size_t)B * (T - 1) * D);                                 \
+    }                                                                                           \
+    static void pfx##_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, \
+                                        const float *w, const float *b, int N, int C)          \
+    {                                                                                           \
+        layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);                                \
+        RND(out, out, (size_t)N * C);                                                         \
+    }                                                                                           \
+    static void pfx##_attention_forward(float *out, float *att, void *scratch, const float *qkv,\
+                                        int B, int T, int D, int NH)                            \
+    {                                                                                           \
+        attention_forward_cpu(out, att, scratch, qkv, B, T, D, NH);                             \
+        RND(att, att, (size_t)B * NH * T * T);                                                \
+        RND(out, out, (size_t)B * T * D);                                                     \
+    }                                                                                           \
+    static void pfx##_attention_backward(float *dqkv, void *scratch, const float *dout,        \
+                                         const float *qkv, const float *att, int B, int T,      \
+                                         int D, int NH)                                         \
+    {                                                                                           \
+        attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, D, NH);                     \
+        RND(dqkv, dqkv, (size_t)B * T * 3 * D);                                               \
+    }                                                                                           \
+    static void pfx##_gelu_forward(float *out, const float *inp, size_t n)                     \
+    {                                                                                           \
+        gelu_forward_cpu(out, inp, n);                                                          \
+        RND(out, out, n);                                                                     \
+    }                                                                                           \
+    static void pfx##_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)\
+    {                                                                                           \
+        gelu_backward_cpu(dinp, inp, dout, n);                                                  \
+        RND(dinp, dinp, n);                                                                   \
+    }                                                                                           \
+    static void pfx##_crossentropy_backward(float *dlogits, const float *probs,                \
+                                            const int *targets, float dloss, int B, int K)      \
+    {                                                                                           \
+        crossentropy_backward_cpu(dlogits, probs, targets, dloss, B, K);                        \
+        RND(dlogits, dlogits, (size_t)B * K);                                                 \
+    }                                                                                           \
+    static void pfx##_crossentropy_soft_backward(float *dlogits, const float *probs,           \
+                                                 const float *targets, float dloss, int B,      \
+                                                 int K)                                         \
+    {                                                                                           \
+        crossentropy_soft_backward_cpu(dlogits, probs, targets, dloss, B, K);                   \
+        RND(dlogits, dlogits, (size_t)B * K);                                                 \
+    }                                                                                           \
+    static void pfx##_droppath_backward(float *dbranch, const float *dout, const float *scale, \
+                                        int B, size_t n)                                        \
+    {                                                                                           \
+        droppath_backward_cpu(dbranch, dout, scale, B, n);                                      \
+        RND(dbranch, dbranch, (size_t)B * n);                                                 \
+    }                                                                                           \
+    static void pfx##_adamw_update(float *p, float *p_lp, float *m, float *v, const float *g,  \
+                                   size_t n, float lr, float beta1, float beta2, float eps,     \
+                                   float weight_decay, long t)                                  \
+    {                                                                                           \
+        adamw_update_cpu(p, p_lp, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t);          \
+        if (p_lp) RND(p_lp, p_lp, n);                                                         \
+    }
+
+LOWP(bf, round_bf16_cpu)
+LOWP(hf, round_fp16_cpu)
+
+/* The slots of a low-precision table: pfx's wrappers. */
+#define LOWP_SLOTS(pfx, RND)                                          \
+    .patchify = pfx##_patchify, .matmul_forward = pfx##_matmul_forward, \
+    .matmul_backward = pfx##_matmul_backward,                           \
+    .embed_backward = pfx##_embed_backward,                             \
+    .layernorm_forward = pfx##_layernorm_forward,                       \
+    .attention_forward = pfx##_attention_forward,                       \
+    .attention_backward = pfx##_attention_backward,                     \
+    .gelu_forward = pfx##_gelu_forward, .gelu_backward = pfx##_gelu_backward, \
+    .to_floatx = RND,                                                 \
+    .crossentropy_backward = pfx##_crossentropy_backward,               \
+    .crossentropy_soft_backward = pfx##_crossentropy_soft_backward,     \
+    .droppath_backward = pfx##_droppath_backward,                       \
+    .adamw_update = pfx##_adamw_update
 
 #define CPU_COMMON                                        \
     .alloc = cpu_alloc, .release = cpu_release,           \
@@ -181,21 +203,19 @@ static const vit_ops cpu_bf16_ops = {
     .bf16 = 1,
     .floatx_bytes = sizeof(float), /* fp32 storage holding bf16 values */
     CPU_COMMON,
-    .patchify = bf_patchify,
-    .matmul_forward = bf_matmul_forward,
-    .matmul_backward = bf_matmul_backward,
-    .embed_backward = bf_embed_backward,
-    .layernorm_forward = bf_layernorm_forward,
-    .attention_forward = bf_attention_forward,
-    .attention_backward = bf_attention_backward,
-    .gelu_forward = bf_gelu_forward,
-    .gelu_backward = bf_gelu_backward,
-    .to_floatx = round_bf16_cpu,
-    .crossentropy_backward = bf_crossentropy_backward,
-    .crossentropy_soft_backward = bf_crossentropy_soft_backward,
-    .droppath_backward = bf_droppath_backward,
-    .adamw_update = bf_adamw_update,
+    LOWP_SLOTS(bf, round_bf16_cpu),
+};
+
+static const vit_ops cpu_fp16_ops = {
+    .name = "cpu-fp16",
+    .gpu = 0,
+    .bf16 = 1, /* 16-bit floatX */
+    .fp16 = 1,
+    .floatx_bytes = sizeof(float), /* fp32 storage holding half values */
+    CPU_COMMON,
+    LOWP_SLOTS(hf, round_fp16_cpu),
 };
 
 const vit_ops *ops_cpu(void) { return &cpu_ops; }
 const vit_ops *ops_cpu_bf16(void) { return &cpu_bf16_ops; }
+const vit_ops *ops_cpu_fp16(void) { return &cpu_fp16_ops; }

@@ -4,7 +4,7 @@
  * cuBLASLt handles, cuBLASLt's workspace), the sticky error, device memory
  * (alloc/release/upload/download, with a peak count for benchmarks), the
  * backend's scratch, and which CUDA function fills each slot of vit_ops, for
- * fp32 ("cuda") and bf16-mixed ("cuda-bf16").
+ * fp32 ("cuda"), bf16-mixed ("cuda-bf16") and fp16-mixed ("cuda-fp16").
  * Built with the other .cu files into the plugin lib/libvitjob_cuda.so,
  * loaded by kernels/ops_cuda_loader.c.
  * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
@@ -148,9 +148,9 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 
 /* ---- the tables ---- */
 
-#define CUDA_TABLE(NAME, X, BF16)                                          \
+#define CUDA_TABLE(NAME, X, BF16, FP16)                                    \
     {                                                                      \
-        NAME, 1, BF16, sizeof(X),                                          \
+        NAME, 1, BF16, FP16, sizeof(X),                                    \
         cuda_alloc, cuda_release, cuda_upload, cuda_download, cuda_status, \
         cuda_synchronize, attention_scratch_bytes_cuda<X>,                 \
         patchify_cuda<X>,                                                  \
@@ -187,8 +187,12 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot
  * out of order fails to compile because every slot's type differs. */
-static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0);
-static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1);
+static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0);
+static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0);
+static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1); /* 16-bit floatX, half */
+
+/* Launched never: whether this build has code for the GPU (cuda_init). */
+static __global__ void probe_kernel(void) {}
 
 /* cuBLASLt's workspace: what its heuristics ask for on sm_90 at ViT sizes. */
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -210,16 +214,23 @@ static int cuda_init(char *err, size_t errlen)
         CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor,
                                           g_cuda.device), err, errlen))
         return -1;
-    /* The build has sm_80 and sm_90 code (and sm_90 PTX), and bf16 GEMMs need
-     * sm_80: on an older GPU every kernel launch would fail at the first op,
-     * mid-run, as if the GPU had faulted. Say so at start instead. */
-    if (cc_major < 8) {
+    /* A GPU this build has no code for (CUDA_ARCH: sm_80 and sm_90 code and
+     * sm_90 PTX by default; a T4 needs sm_75 added) would fail at the first
+     * kernel launch, mid-run, as if it had faulted: say so at start. bf16
+     * GEMMs need sm_80 (vitjob_cuda_backend refuses cuda-bf16 below it);
+     * fp16-mixed and fp32 run from sm_75 (CUDA 13 has no code for V100's
+     * sm_70). */
+    cudaFuncAttributes probe;
+    if (cudaFuncGetAttributes(&probe, probe_kernel) != cudaSuccess) {
+        (void)cudaGetLastError();
         snprintf(err, errlen,
-                 "no usable CUDA GPU: device %d has compute capability %d.%d, this build needs "
-                 "8.0 or newer (sm_80+)",
-                 g_cuda.device, cc_major, cc_minor);
+                 "no usable CUDA GPU: device %d has compute capability %d.%d and this build has "
+                 "no code for it (build with CUDA_ARCH including sm_%d%d)",
+                 g_cuda.device, cc_major, cc_minor, cc_major, cc_minor);
         return -1;
     }
+    g_cuda.cc_major = cc_major;
+    g_cuda.cc_minor = cc_minor;
     if (CUDA_CHECK(cudaDeviceGetAttribute(&g_cuda.sm_count, cudaDevAttrMultiProcessorCount,
                                           g_cuda.device), err, errlen) ||
         CUDA_CHECK(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking), err,
@@ -242,7 +253,7 @@ static int cuda_init(char *err, size_t errlen)
 
 /* The plugin's entry points, found by kernels/ops_cuda_loader.c with dlsym
  * (ops_cuda and ops_cuda_peak_bytes there). */
-extern "C" const vit_ops *vitjob_cuda_backend(int bf16_mixed, char *err, size_t errlen)
+extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t errlen)
 {
     static int tried, ok;
     static char why[512];
@@ -254,5 +265,13 @@ extern "C" const vit_ops *vitjob_cuda_backend(int bf16_mixed, char *err, size_t 
         snprintf(err, errlen, "%s", why);
         return NULL;
     }
-    return bf16_mixed ? &cuda_bf16_ops : &cuda_fp32_ops;
+    if (storage == OPS_BF16 && g_cuda.cc_major < 8) {
+        snprintf(err, errlen,
+                 "no usable CUDA GPU for bf16-mixed: device %d has compute capability %d.%d, "
+                 "bf16 needs 8.0 or newer; use training.precision=fp16-mixed",
+                 g_cuda.device, g_cuda.cc_major, g_cuda.cc_minor);
+        return NULL;
+    }
+    return storage == OPS_FP16 ? &cuda_fp16_ops
+           : storage == OPS_BF16 ? &cuda_bf16_ops : &cuda_fp32_ops;
 }

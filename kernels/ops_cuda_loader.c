@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 /* The plugin's entry points (kernels/ops_cuda.cu, kernels/comm_nccl.cu). */
-typedef const vit_ops *(*backend_fn)(int bf16, char *err, size_t errlen);
+typedef const vit_ops *(*backend_fn)(int storage, char *err, size_t errlen);
 typedef size_t (*peak_fn)(void);
 typedef const vitjob_nccl_ops *(*nccl_fn)(char *err, size_t errlen);
 
@@ -98,19 +98,19 @@ void ops_cuda_describe(char *out, size_t len)
     char path[PATH_MAX];
     plugin_path(path, sizeof path);
     if (access(path, R_OK) == 0)
-        snprintf(out, len, "cuda (bf16, cuBLASLt), nccl: plugin %s", path);
+        snprintf(out, len, "cuda (bf16, fp16, cuBLASLt), nccl: plugin %s", path);
     else
         snprintf(out, len, "cuda, nccl: built, but the plugin %s is missing", path);
 }
 
-const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
+const vit_ops *ops_cuda(int storage, char *err, size_t errlen)
 {
     if (!tried) load();
     if (!backend) {
         snprintf(err, errlen, "%s", why);
         return NULL;
     }
-    return backend(bf16, err, errlen);
+    return backend(storage, err, errlen);
 }
 
 size_t ops_cuda_peak_bytes(void) { return peak ? peak() : 0; }
@@ -126,9 +126,9 @@ const vitjob_nccl_ops *ops_cuda_nccl(char *err, size_t errlen)
 }
 
 #else
-const vit_ops *ops_cuda(int bf16, char *err, size_t errlen)
+const vit_ops *ops_cuda(int storage, char *err, size_t errlen)
 {
-    (void)bf16;
+    (void)storage;
     snprintf(err, errlen, "this build has no CUDA backend (nvcc was not found when it was built)");
     return NULL;
 }

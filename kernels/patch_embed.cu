@@ -42,3 +42,4 @@ void patchify_cuda(floatX *patches, const float *img, int B, int C, int S, int P
 
 template void patchify_cuda<float>(floatX *, const float *, int, int, int, int);
 template void patchify_cuda<bf16>(floatX *, const float *, int, int, int, int);
+template void patchify_cuda<f16>(floatX *, const float *, int, int, int, int);

@@ -347,3 +347,59 @@ Test(ckpt, a_flipped_byte_in_the_ema_is_corrupt_and_a_manifest_claiming_an_ema_i
     cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_PERMANENT);
     cr_assert(strstr(err, "size, segments and CRCs disagree") != NULL, "%s", err);
 }
+
+/* fp16-mixed's loss scaler: its state round-trips through the manifest
+ * ("lossScaler"), a step without one reads as none (loss_scale 0), and a
+ * malformed one makes the step unreadable, naming the field. */
+static void save_scaler(double scale, long tracker, long skipped)
+{
+    ckpt_writer *w = writer(10);
+    float p[8] = {0}, m[8] = {0}, v[8] = {0};
+    ckpt_meta meta = {.step = 1, .world_size = 1, .n_params = 8, .loss_scale = scale,
+                      .scale_growth_tracker = tracker, .skipped_steps = skipped};
+    snprintf(meta.sharding, sizeof meta.sharding, "none");
+    snprintf(meta.model, sizeof meta.model, "{\"dim\":4}");
+    ckpt_segment seg = {.lo = 0, .hi = 8, .params = p, .m = m, .v = v};
+    cr_assert_eq(ckpt_save(w, &meta, &seg, 1, ops_cpu(), err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_wait(w, NULL, err, sizeof err), CKPT_OK, "%s", err);
+    ckpt_writer_free(w);
+}
+
+Test(ckpt, the_loss_scalers_state_round_trips_through_the_manifest_and_a_bad_one_is_refused,
+     .init = open_store, .fini = close_store)
+{
+    save_scaler(32768.0, 1999, 3);
+    ckpt_manifest *man = NULL;
+    cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK, "%s", err);
+    const ckpt_meta *mt = ckpt_manifest_meta(man);
+    cr_assert(mt->loss_scale == 32768.0 && mt->scale_growth_tracker == 1999 &&
+              mt->skipped_steps == 3, "%g %ld %ld", mt->loss_scale, mt->scale_growth_tracker,
+              mt->skipped_steps);
+    ckpt_manifest_free(man);
+    char *t = manifest_text();
+    cr_assert(strstr(t, "\"lossScaler\"") != NULL, "%s", t);
+    /* the scale 0: refused */
+    char *sc = strstr(t, "\"scale\":");
+    cr_assert_not_null(sc);
+    char *end = strchr(sc, ',');
+    char bad[8192];
+    snprintf(bad, sizeof bad, "%.*s\"scale\":\t0%s", (int)(sc - t), t, end);
+    free(t);
+    cr_assert_eq(ckpt_store_put(s, "step-000000001/manifest.json", bad, strlen(bad), err,
+                                sizeof err), CKPT_OK);
+    cr_assert_neq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK);
+    cr_assert(strstr(err, "lossScaler") != NULL, "%s", err);
+}
+
+Test(ckpt, a_step_saved_without_a_loss_scaler_reads_as_none, .init = open_store,
+     .fini = close_store)
+{
+    save_scaler(0.0, 0, 0);
+    char *t = manifest_text();
+    cr_assert(strstr(t, "lossScaler") == NULL, "%s", t);
+    free(t);
+    ckpt_manifest *man = NULL;
+    cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert(ckpt_manifest_meta(man)->loss_scale == 0.0);
+    ckpt_manifest_free(man);
+}

@@ -774,7 +774,7 @@ Test(config, open_bounds_exclude_their_endpoint)
 Test(config, bad_enum_value_lists_the_allowed_values)
 {
     expect_load_error_exact("training:\n  precision: fp16\n", "job.yaml",
-                            "job.yaml: training.precision=\"fp16\" is not one of fp32, bf16-mixed");
+                            "job.yaml: training.precision=\"fp16\" is not one of fp32, bf16-mixed, fp16-mixed");
     expect_load_error("training: {sharding: zero3}\n", "t.yaml",
                       "training.sharding=\"zero3\" is not one of none, grad-op, full", NULL);
     expect_load_error("training: {device: 3}\n", "t.yaml", "training.device: expected a string, got number 3", NULL);
@@ -1517,9 +1517,21 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
     cJSON_Delete(crd);
 }
 
+Test(config, fp16_mixed_is_a_precision_and_validates)
+{
+    vit_job_config c;
+    char err[ERRLEN] = "";
+    config_defaults(&c);
+    set_ok(&c, "training.precision=fp16-mixed");
+    cr_assert_eq(c.training.precision, PRECISION_FP16_MIXED);
+    cr_assert_eq(config_validate(&c, err, sizeof err), 0, "%s", err);
+    expect_set_error("training.precision=fp16", "training.precision", "fp16-mixed");
+}
+
 Test(config, enum_values_have_their_spellings)
 {
     cr_assert_str_eq(config_enum_name("training.precision", PRECISION_BF16_MIXED), "bf16-mixed");
+    cr_assert_str_eq(config_enum_name("training.precision", PRECISION_FP16_MIXED), "fp16-mixed");
     cr_assert_str_eq(config_enum_name("training.device", DEVICE_AUTO), "auto");
     cr_assert_str_eq(config_enum_name("training.sharding", SHARDING_GRAD_OP), "grad-op");
     cr_assert_str_eq(config_enum_name("training.optimizer.schedule", SCHEDULE_CONSTANT), "constant");

@@ -1,7 +1,11 @@
 /* tests/test_gpu_ops.c - every CUDA op against the CPU op, on fresh random
- * inputs, for both CUDA tables: "cuda" (fp32; suite `cuda`) and "cuda-bf16"
- * (bf16-mixed; suite `cuda_bf16`). Every test skips, saying why, where
- * ops_cuda() finds no GPU (or this build has no CUDA backend).
+ * inputs, for the three CUDA tables: "cuda" (fp32; suite `cuda`),
+ * "cuda-bf16" (bf16-mixed; suite `cuda_bf16`) and "cuda-fp16" (fp16-mixed;
+ * suite `cuda_fp16`: everything said of bf16 below holds for it with IEEE
+ * half in place of bf16, round_fp16_cpu for round_bf16_cpu, and the same
+ * TOL_BF16, which half's 10 mantissa bits meet with room to spare). Every
+ * test skips, saying why, where ops_cuda() finds no GPU (or this build has
+ * no CUDA backend).
  *
  * How a check works:
  *   - inputs are random host fp32 values; on the bf16 table they are rounded
@@ -52,20 +56,33 @@ enum { F32 = 0, FX = 1 }; /* a device buffer of fp32, or of floatX (bf16 on cuda
 
 static rng_state R;
 
-/* The CUDA table (bf16-mixed or fp32), or skip the test saying why. */
-static const vit_ops *gpu_or_skip(int bf16)
+/* The CUDA table (storage: OPS_FP32, OPS_BF16, OPS_FP16), or skip the test
+ * saying why. */
+static const vit_ops *gpu_or_skip(int storage)
 {
     static char why[512];
     why[0] = '\0';
-    const vit_ops *g = ops_cuda(bf16, why, sizeof why);
+    const vit_ops *g = ops_cuda(storage, why, sizeof why);
     if (!g) cr_skip_test("%s", why);
-    rng_seed(&R, 20240601u + (uint64_t)bf16, 0x6770, 0);
+    rng_seed(&R, 20240601u + (uint64_t)storage, 0x6770, 0);
     ops_cpu_set_threads(2);
     return g;
 }
 
 /* Tolerance for floatX outputs and bf16 GEMMs on this table (see above). */
 static double tol_x(const vit_ops *g) { return g->bf16 ? TOL_BF16 : TOL_FP32; }
+
+/* out (n) = in as this table's floatX holds it: rounded to bf16 or half, or
+ * as it is (fp32). out may be in. */
+static void round_lp(const vit_ops *g, float *out, const float *in, size_t n)
+{
+    if (g->fp16)
+        round_fp16_cpu(out, in, n);
+    else if (g->bf16)
+        round_bf16_cpu(out, in, n);
+    else if (out != in)
+        memcpy(out, in, n * sizeof(float));
+}
 
 /* ---- buffers: every test's host and device buffers, freed by release_all
  * (at the end of each case, and as the tests' .fini after a failure) ---- */
@@ -177,7 +194,7 @@ static float *rnd_in(const vit_ops *g, size_t n, float scale, float offset)
 {
     float *x = hbuf(n);
     for (size_t i = 0; i < n; i++) x[i] = offset + scale * rng_normal(&R);
-    if (g->bf16) round_bf16_cpu(x, x, n);
+    round_lp(g, x, x, n);
     return x;
 }
 
@@ -229,12 +246,16 @@ static void expect_same(const vit_ops *g, const char *what, const float *gpu, co
 
 /* The CPU table that rounds floatX outputs as the GPU table stores them
  * (used only for the exact checks of data movement). */
-static const vit_ops *cpu_like(const vit_ops *g) { return g->bf16 ? ops_cpu_bf16() : ops_cpu(); }
+static const vit_ops *cpu_like(const vit_ops *g)
+{
+    return g->fp16 ? ops_cpu_fp16() : g->bf16 ? ops_cpu_bf16() : ops_cpu();
+}
 
-/* Two tests per check: one per CUDA table. */
-#define GPU_TESTS(name, check)                                                 \
-    Test(cuda, name, .fini = release_all) { check(gpu_or_skip(0)); }          \
-    Test(cuda_bf16, name, .fini = release_all) { check(gpu_or_skip(1)); }
+/* Three tests per check: one per CUDA table. */
+#define GPU_TESTS(name, check)                                                   \
+    Test(cuda, name, .fini = release_all) { check(gpu_or_skip(OPS_FP32)); }     \
+    Test(cuda_bf16, name, .fini = release_all) { check(gpu_or_skip(OPS_BF16)); } \
+    Test(cuda_fp16, name, .fini = release_all) { check(gpu_or_skip(OPS_FP16)); }
 
 /* Matrix shapes (N, IC, OC): two with dims that are not multiples of 8
  * (vector widths, cuBLASLt alignment), one a ViT-S-ish qkv projection. */
@@ -567,7 +588,7 @@ static void check_attention_backward(const vit_ops *g)
         float *out = hbuf(no), *att = hbuf(na), *want = hbuf(nq);
         void *cpu_scratch = hbuf_bytes(ops_cpu_attention_scratch_bytes(B, T, D, NH));
         attention_forward_cpu(out, att, cpu_scratch, qkv, B, T, D, NH);
-        if (g->bf16) round_bf16_cpu(att, att, na);
+        round_lp(g, att, att, na);
         attention_backward_cpu(want, cpu_scratch, dout, qkv, att, B, T, D, NH);
         size_t sb = g->attention_scratch_bytes(B, T, D, NH);
         void *scratch = dev_alloc(g, sb / sizeof(float) + 1, F32);
@@ -656,10 +677,7 @@ static void check_floatx_round_trip(const vit_ops *g)
             x[i] = rng_normal(&R) * ldexpf(1.0f, (int)rng_below(&R, 267) - 140);
         }
     }
-    if (g->bf16)
-        round_bf16_cpu(want, x, n);
-    else
-        memcpy(want, x, n * sizeof(float));
+    round_lp(g, want, x, n);
     float *d_in = dev_alloc(g, n, F32), *d_back = dev_alloc(g, n, F32);
     floatX *d_x = dev_alloc(g, n, FX);
     g->upload(d_in, x, n * sizeof(float));
@@ -971,8 +989,8 @@ static void adamw_case(const vit_ops *g, long t, int with_lp)
         snprintf(sub, sizeof sub, "%s: p_lp vs to_floatx(p)", what);
         expect_same(g, sub, lp, conv, n);
         float *rounded = copy_of(gp, n);
-        if (g->bf16) round_bf16_cpu(rounded, rounded, n);
-        snprintf(sub, sizeof sub, "%s: p_lp vs round_bf16_cpu(p)", what);
+        round_lp(g, rounded, rounded, n);
+        snprintf(sub, sizeof sub, "%s: p_lp vs round_%s_cpu(p)", what, g->fp16 ? "fp16" : "bf16");
         expect_same(g, sub, lp, rounded, n);
     }
     release_all();

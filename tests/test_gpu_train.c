@@ -21,7 +21,11 @@
  * element, so the bounds below keep a margin of 10x or more:
  *   bf16 GPU vs fp32 CPU: |gpu - cpu| <= 0.01 * cpu + 0.005 at every step;
  *   fp32 GPU vs fp32 CPU: |gpu - cpu| <= 1e-4 * cpu at every step;
- *   the GPU's loss falls: last step < 0.75 * first step. */
+ *   the GPU's loss falls: last step < 0.75 * first step.
+ * fp16-mixed (cuda-fp16) trains with the loss scaled by 2^16 and unscaled in
+ * the optimizer (optim_set_loss_scale), as the loop does at its first steps,
+ * and is held to the bf16 bounds; its CPU emulation (cpu-fp16) is held to
+ * them here too, with or without a GPU. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <math.h>
@@ -30,6 +34,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "loss_scale.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -45,12 +50,13 @@ enum { IMG = 32, PATCH = 4, CH = 3, CLASSES = 10, BATCH = 32, STEPS = 20, NBATCH
 #define TRACK_FP32_REL 1e-4
 #define FALL_RATIO 0.75
 
-/* The CUDA table (bf16-mixed or fp32), or skip the test saying why. */
-static const vit_ops *gpu_or_skip(int bf16)
+/* The CUDA table (OPS_FP32, OPS_BF16 or OPS_FP16), or skip the test saying
+ * why. */
+static const vit_ops *gpu_or_skip(int storage)
 {
     static char why[512];
     why[0] = '\0';
-    const vit_ops *g = ops_cuda(bf16, why, sizeof why);
+    const vit_ops *g = ops_cuda(storage, why, sizeof why);
     if (!g) cr_skip_test("%s", why);
     ops_cpu_set_threads(4); /* Criterion may run two of these at once */
     return g;
@@ -156,6 +162,7 @@ static float *train(const vit_ops *ops, const dataset *d, float *losses, size_t 
     optim *o = NULL;
     int rc = optim_new(&o, m, &oc, STEPS, err, sizeof err);
     cr_assert(rc == 0, "%s: optim_new: %s", ops->name, err);
+    const float scale = ops->fp16 ? LSCALE_INIT_SCALE : 1.0f; /* fp16-mixed's loss scale */
     for (int s = 0; s < STEPS; s++) {
         const int b = s % NBATCH;
         model_zero_grads(m);
@@ -163,10 +170,13 @@ static float *train(const vit_ops *ops, const dataset *d, float *losses, size_t 
                                   BATCH);
         status_ok(m, "forward", s);
         cr_assert(isfinite(losses[s]), "%s: loss at step %d is %g", ops->name, s, losses[s]);
-        model_backward(m, 1.0f / BATCH);
+        model_backward(m, 1.0f / BATCH * scale);
         status_ok(m, "backward", s);
+        if (ops->fp16) optim_set_loss_scale(o, 1.0f / scale, 0);
         optim_result r = optim_step(o, m, ops, s);
         status_ok(m, "optimizer step", s);
+        cr_assert(!r.skipped, "%s: step %d overflowed at loss scale %g", ops->name, s,
+                  (double)scale);
         cr_assert(isfinite(r.grad_norm), "%s: gradient norm at step %d is %g", ops->name, s,
                   r.grad_norm);
     }
@@ -205,7 +215,7 @@ static void assert_tracks(const vit_ops *g, const float *gpu, const float *cpu, 
 /* (a) */
 Test(gpu_train, bf16_gpu_loss_tracks_fp32_cpu_within_1pct_plus_0_005_every_step_and_falls)
 {
-    const vit_ops *g = gpu_or_skip(1);
+    const vit_ops *g = gpu_or_skip(OPS_BF16);
     dataset d;
     make_data(&d);
     float gpu[STEPS], cpu[STEPS];
@@ -221,7 +231,7 @@ Test(gpu_train, bf16_gpu_loss_tracks_fp32_cpu_within_1pct_plus_0_005_every_step_
 /* (b) */
 Test(gpu_train, bf16_gpu_training_is_bit_reproducible_losses_and_weights)
 {
-    const vit_ops *g = gpu_or_skip(1);
+    const vit_ops *g = gpu_or_skip(OPS_BF16);
     dataset d;
     make_data(&d);
     float l1[STEPS], l2[STEPS];
@@ -245,7 +255,7 @@ Test(gpu_train, bf16_gpu_training_is_bit_reproducible_losses_and_weights)
 /* (c) */
 Test(gpu_train, fp32_gpu_loss_tracks_fp32_cpu_within_1e_4_relative_every_step)
 {
-    const vit_ops *g = gpu_or_skip(0);
+    const vit_ops *g = gpu_or_skip(OPS_FP32);
     dataset d;
     make_data(&d);
     float gpu[STEPS], cpu[STEPS];
@@ -300,10 +310,60 @@ static void check_checkpointing(const vit_ops *g)
 
 Test(gpu_train, activation_checkpointing_gives_bit_identical_gradients_on_bf16_gpu)
 {
-    check_checkpointing(gpu_or_skip(1));
+    check_checkpointing(gpu_or_skip(OPS_BF16));
+}
+
+Test(gpu_train, activation_checkpointing_gives_bit_identical_gradients_on_fp16_gpu)
+{
+    check_checkpointing(gpu_or_skip(OPS_FP16));
 }
 
 Test(gpu_train, activation_checkpointing_gives_bit_identical_gradients_on_fp32_gpu)
 {
-    check_checkpointing(gpu_or_skip(0));
+    check_checkpointing(gpu_or_skip(OPS_FP32));
+}
+
+/* ---- fp16-mixed (cuda-fp16), with the loss scaled by 2^16 ---- */
+
+static void tracks_and_falls(const vit_ops *g)
+{
+    dataset d;
+    make_data(&d);
+    float x[STEPS], cpu[STEPS];
+    train(g, &d, x, NULL);
+    train(ops_cpu(), &d, cpu, NULL);
+    assert_tracks(g, x, cpu, TRACK_BF16_REL, TRACK_BF16_ABS);
+    cr_assert(x[STEPS - 1] < FALL_RATIO * x[0],
+              "%s: the loss did not fall: %.4f at step 0, %.4f at step %d (want < %.2fx)",
+              g->name, x[0], x[STEPS - 1], STEPS - 1, FALL_RATIO);
+    free_data(&d);
+}
+
+Test(gpu_train, fp16_gpu_loss_tracks_fp32_cpu_within_1pct_plus_0_005_every_step_and_falls)
+{
+    tracks_and_falls(gpu_or_skip(OPS_FP16));
+}
+
+/* Runs without a GPU: the emulation the GPU path is checked against. */
+Test(gpu_train, cpu_fp16_emulation_with_the_loss_scale_tracks_fp32_cpu_within_the_same_bounds)
+{
+    ops_cpu_set_threads(2);
+    tracks_and_falls(ops_cpu_fp16());
+}
+
+Test(gpu_train, fp16_gpu_training_is_bit_reproducible_losses_and_weights)
+{
+    const vit_ops *g = gpu_or_skip(OPS_FP16);
+    dataset d;
+    make_data(&d);
+    float l1[STEPS], l2[STEPS];
+    size_t np, np2;
+    float *p1 = train(g, &d, l1, &np), *p2 = train(g, &d, l2, &np2);
+    cr_assert(np == np2);
+    cr_assert(memcmp(l1, l2, sizeof l1) == 0, "%s: the losses differ between two runs", g->name);
+    cr_assert(memcmp(p1, p2, np * sizeof(float)) == 0, "%s: the weights differ between two runs",
+              g->name);
+    free(p1);
+    free(p2);
+    free_data(&d);
 }

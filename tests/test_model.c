@@ -179,6 +179,84 @@ Test(model, bf16_mixed_gradients_track_fp32_within_bf16_precision, .init = setup
     free(img);
 }
 
+/* Relative L2 distance of lp's gradients (the loss gradient's seed times
+ * scale, then unscaled in fp32 as GradScaler does) from fp32's; *dloss the
+ * losses' relative difference. */
+static double grads_rel_to_fp32(const vit_ops *lp, float scale, double *dloss)
+{
+    model_config mc = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16, .depth = 2,
+                       .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
+    char err[256];
+    vit_model *f32, *x;
+    cr_assert_eq(model_new(&f32, &mc, 4, NULL, ops_cpu(), err, sizeof err), 0);
+    cr_assert_eq(model_new(&x, &mc, 4, NULL, lp, err, sizeof err), 0);
+    model_init_random(f32, 4);
+    model_init_random(x, 4);
+    float *img = rnd(4 * 64, 1);
+    int t[4] = {0, 4, 2, 1};
+    model_zero_grads(f32);
+    model_zero_grads(x);
+    float l0 = model_forward(f32, img, t, 4), l1 = model_forward(x, img, t, 4);
+    model_backward(f32, 0.25f);
+    model_backward(x, 0.25f * scale);
+    size_t n = model_num_params(f32);
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = (double)(model_grads(x)[i] * (1.0f / scale));
+        double d = (double)model_grads(f32)[i] - g;
+        diff += d * d;
+        ref += (double)model_grads(f32)[i] * model_grads(f32)[i];
+    }
+    *dloss = fabs((double)l0 - l1) / l0;
+    model_free(f32);
+    model_free(x);
+    free(img);
+    return sqrt(diff / ref);
+}
+
+Test(model, cpu_fp16_stores_logits_and_the_matmul_weights_as_half_values, .init = setup)
+{
+    model_config mc = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16, .depth = 2,
+                       .heads = 2, .mlp_ratio = 4.0, .num_classes = 5};
+    char err[256];
+    vit_model *m;
+    cr_assert_eq(model_new(&m, &mc, 4, NULL, ops_cpu_fp16(), err, sizeof err), 0);
+    model_init_random(m, 9);
+    float *img = rnd(4 * 64, 1);
+    int t[4] = {0, 4, 2, 1};
+    model_forward(m, img, t, 4);
+    const float *z = model_logits(m);
+    float r[20], b[20];
+    round_fp16_cpu(r, z, 20);
+    round_bf16_cpu(b, z, 20);
+    cr_assert(memcmp(r, z, sizeof r) == 0, "logits are not half values");
+    cr_assert(memcmp(b, z, sizeof b) != 0, "logits are bf16 values");
+    int w = model_find_tensor(m, "blocks.0.mlp.fc1.weight");
+    const model_tensor *tw = model_tensor_at(m, w);
+    const float *lp = model_params_lp(m, w);
+    cr_assert(lp != NULL, "no 16-bit copy of the matmul weights");
+    float *want = malloc(sizeof(float) * tw->numel);
+    round_fp16_cpu(want, model_params(m) + tw->offset, tw->numel);
+    cr_assert(memcmp(want, lp, sizeof(float) * tw->numel) == 0);
+    free(want);
+    free(img);
+    model_free(m);
+}
+
+Test(model, fp16_mixed_gradients_with_the_loss_scale_track_fp32_as_closely_as_bf16_mixed,
+     .init = setup)
+{
+    double lb, lh;
+    const double bf = grads_rel_to_fp32(ops_cpu_bf16(), 1.0f, &lb);
+    const double hf = grads_rel_to_fp32(ops_cpu_fp16(), 65536.0f, &lh);
+    cr_log_info("relative gradient distance to fp32: bf16-mixed %.3g, fp16-mixed (scale 2^16) "
+                "%.3g; loss: %.3g, %.3g", bf, hf, lb, lh);
+    /* the bf16 test's bounds (0.05 gradients, 2% loss), and at least as close */
+    cr_assert(hf < 0.05 && lh < 0.02, "fp16 gradients %.3g, loss %.3g from fp32", hf, lh);
+    cr_assert(hf <= bf, "fp16-mixed (%.3g) is further from fp32 than bf16-mixed (%.3g)", hf, bf);
+    cr_assert(hf > 1e-6, "fp16-mixed changed nothing (relative difference %.3g)", hf);
+}
+
 /* ---- issue 27: the loss against soft targets, drop path ---- */
 
 static const model_config REG_MC = {.image_size = 8, .patch_size = 2, .channels = 1, .dim = 16,

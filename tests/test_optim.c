@@ -163,3 +163,75 @@ Test(optim, layer_decay_scales_each_tensors_lr_by_timms_layer_and_keeps_its_weig
     const double scales[3] = {20.0, 0.05, 5.0};
     steps_match_the_reference(1.0, scales, 0.5);
 }
+
+/* fp16-mixed's loss scaling (optim_set_loss_scale): a model whose gradients
+ * are the plain ones times 2^16 (exact), unscaled by the step, takes bit for
+ * bit the steps of one without scaling, clipped by the unscaled norm; a step
+ * with an inf or a NaN among its gradients is skipped (parameters and AdamW
+ * state untouched, skipped = 1) and AdamW's count leaves it out, as
+ * GradScaler and torch.optim.AdamW do. */
+Test(optim, loss_scaled_gradients_are_unscaled_before_clipping_and_an_overflow_skips_the_step)
+{
+    model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.image_size = 8, mc.patch_size = 4, mc.channels = 1, mc.dim = 8, mc.depth = 1;
+    mc.heads = 2, mc.mlp_ratio = 2.0, mc.num_classes = 3;
+    vit_job_config cfg;
+    config_defaults(&cfg);
+    optimizer_config oc = cfg.training.optimizer;
+    oc.lr = 0.01, oc.weight_decay = 0.1, oc.warmup_steps = 0;
+    oc.schedule = SCHEDULE_CONSTANT, oc.grad_clip = 1.0;
+    model_options mo = {0};
+    vit_model *a = NULL, *b = NULL;
+    optim *oa = NULL, *ob = NULL;
+    char err[512] = "";
+    cr_assert_eq(model_new(&a, &mc, 1, &mo, ops_cpu(), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_new(&b, &mc, 1, &mo, ops_cpu(), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(optim_new(&oa, a, &oc, 6, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(optim_new(&ob, b, &oc, 6, err, sizeof err), 0, "%s", err);
+    const size_t n = model_num_params(a);
+    for (size_t i = 0; i < n; i++)
+        model_params(a)[i] = model_params(b)[i] = (float)(1.0 + 0.001 * (double)(i % 7));
+    const float S = 65536.0f;
+    const double scales[6] = {20.0, 0.05, 5.0, 3.0, 0.5, 7.0};
+    const int overflow[6] = {0, 0, 1, 0, 1, 0}; /* steps 2 and 4: inf, then NaN */
+    long skipped = 0, taken = 0;
+    float *pb_before = malloc(sizeof(float) * n), *mb_before = malloc(sizeof(float) * n);
+    for (int s = 0; s < 6; s++) {
+        for (size_t i = 0; i < n; i++) {
+            float g = (float)(scales[s] * sin(0.37 * (double)i + s) / sqrt((double)n));
+            model_grads(a)[i] = g;
+            model_grads(b)[i] = g * S;
+        }
+        if (overflow[s]) model_grads(b)[n / 2] = s == 2 ? INFINITY : NAN;
+        memcpy(pb_before, model_params(b), sizeof(float) * n);
+        memcpy(mb_before, optim_m(ob), sizeof(float) * n);
+        optim_set_loss_scale(ob, 1.0f / S, skipped);
+        optim_result rb = optim_step(ob, b, ops_cpu(), s);
+        if (overflow[s]) {
+            cr_assert_eq(rb.skipped, 1, "step %d: not skipped", s);
+            cr_assert(!isfinite(rb.grad_norm));
+            cr_assert(memcmp(pb_before, model_params(b), sizeof(float) * n) == 0,
+                      "step %d: a skipped step changed the parameters", s);
+            cr_assert(memcmp(mb_before, optim_m(ob), sizeof(float) * n) == 0,
+                      "step %d: a skipped step changed AdamW's state", s);
+            skipped++;
+            continue;
+        }
+        /* a takes the same step as its taken-th (AdamW's count), the lr constant */
+        optim_result ra = optim_step(oa, a, ops_cpu(), taken++);
+        cr_assert_eq(rb.skipped, 0);
+        cr_assert(ra.grad_norm == rb.grad_norm, "step %d: norm %.17g, unscaled %.17g", s,
+                  ra.grad_norm, rb.grad_norm);
+        cr_assert(memcmp(model_params(a), model_params(b), sizeof(float) * n) == 0,
+                  "step %d: the loss-scaled step differs from the plain one", s);
+        cr_assert(memcmp(optim_v(oa), optim_v(ob), sizeof(float) * n) == 0);
+    }
+    cr_assert_eq(taken, 4);
+    free(pb_before);
+    free(mb_before);
+    optim_free(oa);
+    optim_free(ob);
+    model_free(a);
+    model_free(b);
+}

@@ -186,6 +186,12 @@ static ckpt_status store_all(ckpt_writer *w)
     cJSON_AddNumberToObject(man, "worldSize", w->world);
     cJSON_AddStringToObject(man, "sharding", w->meta.sharding);
     if (w->meta.ema) cJSON_AddTrueToObject(man, "ema");
+    if (w->meta.loss_scale > 0) {
+        cJSON *ls = cJSON_AddObjectToObject(man, "lossScaler");
+        cJSON_AddNumberToObject(ls, "scale", w->meta.loss_scale);
+        cJSON_AddNumberToObject(ls, "growthTracker", (double)w->meta.scale_growth_tracker);
+        cJSON_AddNumberToObject(ls, "skippedSteps", (double)w->meta.skipped_steps);
+    }
     cJSON_AddNumberToObject(man, "params", (double)w->meta.n_params);
     cJSON_AddNumberToObject(man, "blockBytes", CKPT_BLOCK_BYTES);
     cJSON_AddItemToObject(man, "model", cJSON_Parse(w->meta.model));
@@ -366,6 +372,19 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
         goto bad;
     }
     m->meta.ema = cJSON_IsTrue(ema);
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "lossScaler"); /* optional */
+    if (ls) {
+        double lv[3];
+        if (!cJSON_IsObject(ls) || num(ls, "scale", &lv[0]) || num(ls, "growthTracker", &lv[1]) ||
+            num(ls, "skippedSteps", &lv[2]) || !(lv[0] > 0)) {
+            snprintf(why, len, "\"lossScaler\" is not an object of scale > 0, growthTracker "
+                     "and skippedSteps");
+            goto bad;
+        }
+        m->meta.loss_scale = lv[0];
+        m->meta.scale_growth_tracker = (long)lv[1];
+        m->meta.skipped_steps = (long)lv[2];
+    }
     char *mt = cJSON_PrintUnformatted(model);
     if (mt) snprintf(m->meta.model, sizeof m->meta.model, "%s", mt);
     free(mt);

@@ -41,6 +41,11 @@ typedef struct {
     char model[512];      /* the model config as JSON (model_io's dims): must match to load */
     int ema;              /* 1: every shard holds a fourth array, the EMA of its segments'
                            * weights (the manifest's "ema": true; absent in older steps) */
+    /* fp16-mixed's loss scaler (worker/train/loss_scale.h), the same on
+     * every rank: the manifest's "lossScaler" {"scale", "growthTracker",
+     * "skippedSteps"}; loss_scale 0: none (other precisions, older steps) */
+    double loss_scale;
+    long scale_growth_tracker, skipped_steps;
     /* "" or the data loader's per-rank positions as a JSON array (the
      * manifest's "loader"; the train module's format): shards and image
      * folders resume to the sample from it */

@@ -150,6 +150,11 @@ vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen)
     return rc;
 }
 
+void dp_set_loss_scale(dp *d, float inv_scale, long skipped)
+{
+    optim_set_loss_scale(d->opt, inv_scale, skipped);
+}
+
 vj_err dp_export_part(dp *d, char *err, size_t errlen)
 {
     return d->impl->export_part ? d->impl->export_part(d, err, errlen) : VJ_OK;

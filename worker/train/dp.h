@@ -102,6 +102,10 @@ vj_err dp_sync(dp *d, char *err, size_t errlen);
  * whatever brings every rank's parameters up to date; then the EMA of this
  * rank's spans (no communication). VJ_ERR_PEER_LOST. */
 vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen);
+/* fp16-mixed: the loss scale of the next dp_update (optim_set_loss_scale:
+ * the gradients are unscaled by inv_scale; a step whose reduced gradients
+ * hold an inf or a NaN is skipped alike on every rank, res->skipped). */
+void dp_set_loss_scale(dp *d, float inv_scale, long skipped);
 /* v (n doubles, host memory) = the sum over ranks of every rank's v, in
  * rank order (bit-identical on every rank, and to v alone with one rank).
  * n <= 8. VJ_ERR_PEER_LOST or VJ_ERR_OUT_OF_MEMORY. */

@@ -92,7 +92,8 @@ typedef struct {
  * bias in fp32, fused with the residual add); LayerNorm weights and
  * statistics, cls_token, pos_embed, the residual stream and its gradient,
  * parameter gradients and the loss stay fp32; every other activation and
- * activation gradient is floatX (ops.h), i.e. bf16.
+ * activation gradient is floatX (ops.h), i.e. bf16. fp16-mixed (ops->fp16)
+ * is the same with IEEE half for bf16; its loss scaling is the loop's.
  * On success *out is the caller's, freed with model_free. Returns 0, or
  * VJ_ERR_TOO_LARGE (the backend could not allocate it; the message gives
  * the bytes) or VJ_ERR_OUT_OF_MEMORY with a message in err. */

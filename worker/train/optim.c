@@ -19,6 +19,9 @@ struct optim {
     size_t n;           /* their count: the spans' lengths summed */
     float *m, *v;       /* n each, span after span */
     double *lr_scale;   /* per tensor: layer_decay.h's scale (1 without layerDecay) */
+    int scaled;         /* optim_set_loss_scale called: fp16-mixed's loss scaling */
+    float inv_scale;    /* ... its 1/scale for the next step */
+    long skipped;       /* ... and the steps skipped before it */
 };
 
 double optim_lr_at(const optimizer_config *oc, long step, long total)
@@ -138,17 +141,32 @@ optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
     return optim_step_in(o, m, ops, step, sqrt(optim_grad_sq_in(o, g)), model_params(m), g);
 }
 
+void optim_set_loss_scale(optim *o, float inv_scale, long skipped)
+{
+    o->scaled = 1;
+    o->inv_scale = inv_scale;
+    o->skipped = skipped;
+}
+
 optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
                            double grad_norm, float *p, float *g)
 {
-    optim_result r;
-    r.grad_norm = grad_norm;
+    optim_result r = {0};
+    /* loss scaling: the norm of the unscaled gradients is the scaled ones'
+     * times 1/scale, exactly (a power of two, in double) */
+    r.grad_norm = o->scaled ? grad_norm * (double)o->inv_scale : grad_norm;
     r.lr = optim_lr_at(&o->oc, step, o->total_steps);
+    if (o->scaled && !isfinite(grad_norm)) { /* GradScaler: found_inf, the step skipped */
+        r.skipped = 1;
+        return r;
+    }
+    const long taken = step + 1 - (o->scaled ? o->skipped : 0); /* AdamW's count of steps taken */
     double coef = o->oc.grad_clip > 0 ? o->oc.grad_clip / (r.grad_norm + 1e-6) : 1.0;
     size_t state = 0; /* the state of span i starts here */
     for (int i = 0; i < o->n_spans; i++) {
         const optim_span *s = &o->spans[i];
         if (s->hi <= s->lo) continue;
+        if (o->scaled) ops->scale(g + s->at, o->inv_scale, s->hi - s->lo); /* unscale_ */
         if (coef < 1.0) ops->scale(g + s->at, (float)coef, s->hi - s->lo);
         for (int k = 0; k < model_num_tensors(m); k++) {
             const model_tensor *t = model_tensor_at(m, k);
@@ -165,7 +183,7 @@ optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step
             optim_tensor_hparams(o, m, k, &scale, &wd);
             ops->adamw_update(p + at, lp ? lp + (a - t->offset) : NULL, o->m + st, o->v + st,
                               g + at, b - a, (float)(r.lr * scale), (float)o->oc.beta1,
-                              (float)o->oc.beta2, (float)o->oc.eps, (float)wd, step + 1);
+                              (float)o->oc.beta2, (float)o->oc.eps, (float)wd, taken);
         }
         state += s->hi - s->lo;
     }

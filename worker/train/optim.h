@@ -50,8 +50,20 @@ void optim_free(optim *o); /* accepts NULL */
 
 typedef struct {
     double lr;
-    double grad_norm; /* before clipping */
+    double grad_norm; /* before clipping (of the unscaled gradients) */
+    int skipped;      /* loss scaling on: the gradients held an inf or a NaN, no update */
 } optim_result;
+
+/* fp16-mixed (loss_scale.h), before each step: the gradients hold values
+ * scaled by 1/inv_scale; the step multiplies them by inv_scale (fp32, as
+ * GradScaler's unscale_) before the clipping, and skips the update
+ * (optim_result.skipped; parameters, AdamW state and the low-precision copy
+ * untouched) when the global norm it is given is not finite, i.e. any
+ * gradient of any rank is inf or NaN after their reduction. AdamW's step
+ * count leaves out the `skipped` steps skipped before (torch.optim.AdamW
+ * counts the steps it takes). Off (fp32, bf16-mixed) until called: a
+ * non-finite gradient is applied, and the loss diverges. */
+void optim_set_loss_scale(optim *o, float inv_scale, long skipped);
 
 /* Step `step` (0-based): clip the model's gradients to gradClip (as
  * torch.nn.utils.clip_grad_norm_: coef = clip/(norm+1e-6), at most 1), then

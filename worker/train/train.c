@@ -20,6 +20,7 @@
 #include "exitcode.h"
 #include "file.h"
 #include "log.h"
+#include "loss_scale.h"
 #include "mixup.h"
 #include "model.h"
 #include "model_io.h"
@@ -40,14 +41,17 @@ static double peak_rss_mib(void)
 vj_err train_pick_backend(const vit_ops **out, const training_config *tc, char *err,
                           size_t errlen)
 {
-    const int bf16 = tc->precision == PRECISION_BF16_MIXED;
-    const vit_ops *cpu = bf16 ? ops_cpu_bf16() : ops_cpu();
+    const int storage = tc->precision == PRECISION_BF16_MIXED   ? OPS_BF16
+                        : tc->precision == PRECISION_FP16_MIXED ? OPS_FP16
+                                                                : OPS_FP32;
+    const vit_ops *cpu = storage == OPS_BF16 ? ops_cpu_bf16()
+                         : storage == OPS_FP16 ? ops_cpu_fp16() : ops_cpu();
     if (tc->device == DEVICE_CPU) {
         *out = cpu;
         return 0;
     }
     char why[512] = "";
-    const vit_ops *gpu = ops_cuda(bf16, why, sizeof why);
+    const vit_ops *gpu = ops_cuda(storage, why, sizeof why);
     if (gpu) {
         *out = gpu;
         return 0;
@@ -119,6 +123,8 @@ typedef struct {
     double t_train, last_loss;
     long images_done;
     long skipped; /* bad samples skipped by all ranks */
+    lscale *lscale; /* fp16-mixed: the loss scaler (loss_scale.h), else NULL */
+    const char *inject; /* test only: VITJOB_TEST_INJECT_OVERFLOW (loss_scale.h) */
     /* rank 0 in Kubernetes: the writer of the job's status.progress (else
      * NULL), the newest stored checkpoint handed to it, and the rate it is
      * told (over windows of >= 2 s of training time) */
@@ -362,6 +368,19 @@ static vj_err build(run *r, char *err, size_t errlen)
     }
     if ((rc = mix_setup(r, err, errlen)) != VJ_OK)
         return rc;
+    if (r->ops->fp16) { /* fp16-mixed: GradScaler's dynamic loss scaling */
+        const lscale_params lp = lscale_defaults();
+        if (lscale_new(&r->lscale, &lp) != 0) {
+            snprintf(err, errlen, "out of memory for the loss scaler");
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+        r->inject = getenv("VITJOB_TEST_INJECT_OVERFLOW");
+        if (r->rank == 0)
+            LOG_INFO("train", "event=loss_scaler init_scale=%g growth_factor=%g "
+                     "backoff_factor=%g growth_interval=%ld%s", (double)lp.init_scale,
+                     lp.growth_factor, lp.backoff_factor, lp.growth_interval,
+                     r->inject && r->inject[0] ? " test_inject_overflow=1" : "");
+    }
     if (r->opt->metrics_path && r->rank == 0) {
         char why[1024];
         int fd = file_create(r->opt->metrics_path, why, sizeof why);
@@ -422,7 +441,11 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     /* each sample's loss enters the mean over the global batch, so the
      * accumulated micro-batch gradients (over every rank) add up to the
      * global batch's */
-    const float dloss = 1.0f / (float)G;
+    float dloss = 1.0f / (float)G;
+    if (r->lscale) { /* fp16-mixed: the seed times the loss scale (a power of two: exact) */
+        dloss *= lscale_scale(r->lscale);
+        dp_set_loss_scale(r->dp, lscale_inv(r->lscale), lscale_skipped(r->lscale));
+    }
     double t0 = mono_seconds();
     dp_zero_grads(r->dp);
     *loss = 0.0;
@@ -440,7 +463,10 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
         if (rd) return rd;
         *loss += train_forward(r, step, a) * (double)r->micro;
         if ((where = model_abandoned(r->model)) != NULL) break;
-        model_backward(r->model, dloss);
+        /* test only: an overflow of this rank's loss gradient (loss_scale.h) */
+        model_backward(r->model, r->lscale && a == 0 && lscale_injected(r->inject, step + 1,
+                                                                        r->rank)
+                                     ? INFINITY : dloss);
         if ((where = model_abandoned(r->model)) != NULL) break;
     }
     if (solo && stop_set(r)) {
@@ -456,6 +482,13 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     r->skipped = (long)sums[2];
     if (rc == VJ_OK) rc = dp_update(r->dp, step, res, err, errlen);
     if (rc) return rc;
+    if (r->lscale) { /* every rank saw the same reduced gradients: the same verdict */
+        const float used = lscale_scale(r->lscale);
+        if (lscale_update(r->lscale, res->skipped))
+            LOG_WARN("train", "event=step_skipped rank=%d step=%ld reason=non_finite_gradients "
+                     "loss_scale=%g next_loss_scale=%g skipped_steps=%ld", r->rank, step + 1,
+                     (double)used, (double)lscale_scale(r->lscale), lscale_skipped(r->lscale));
+    }
     *loss = sums[0] / G;
     if (!solo && sums[1] > 0) r->stop_agreed = 1;
     feed_step_end(r->feed);
@@ -470,9 +503,16 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
         return VJ_ERR_DIVERGED;
     }
     r->last_loss = *loss;
-    if (r->metrics)
-        fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g}\n",
-                step + 1, *loss, res->lr, res->grad_norm);
+    if (r->metrics) {
+        char gn[32] = "null", ls[96] = ""; /* a skipped step's norm is inf or NaN: null */
+        if (isfinite(res->grad_norm)) snprintf(gn, sizeof gn, "%.17g", res->grad_norm);
+        if (r->lscale) /* the scale the next step uses, the steps skipped so far */
+            snprintf(ls, sizeof ls, ",\"loss_scale\":%.9g,\"skipped_steps\":%ld%s",
+                     (double)lscale_scale(r->lscale), lscale_skipped(r->lscale),
+                     res->skipped ? ",\"skipped\":true" : "");
+        fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%s%s}\n",
+                step + 1, *loss, res->lr, gn, ls);
+    }
     return flush_metrics(r, err, errlen);
 }
 
@@ -543,10 +583,11 @@ static vj_err finish(run *r, char *err, size_t errlen)
     printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%s,"
            "\"test_loss\":%s,\"ema\":%s%s,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,"
            "\"params\":%zu,\"threads\":%d,\"peak_rss_mib\":%.1f,\"skipped_samples\":%llu,"
-           "\"data_wait_seconds\":%.3f}\n",
+           "\"skipped_steps\":%ld,\"data_wait_seconds\":%.3f}\n",
            r->total, r->last_loss, acc, tl, ema ? "true" : "false", raws, ips, r->t_train,
            model_num_params(r->model), r->threads, peak_rss_mib(),
-           (unsigned long long)feed_skipped(r->feed), feed_wait_seconds(r->feed));
+           (unsigned long long)feed_skipped(r->feed),
+           r->lscale ? lscale_skipped(r->lscale) : 0L, feed_wait_seconds(r->feed));
     fflush(stdout);
     return VJ_OK;
 }
@@ -615,6 +656,7 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     free(r->labels);
     free(r->targets);
     free(r->dp_scale);
+    lscale_free(r->lscale);
     model_free(r->model); /* before the strategy: it may hold the model's shard */
     dp_free(r->dp);
     ckpt_writer_free(r->cwriter);
@@ -665,6 +707,11 @@ static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t er
     ckpt_meta meta = {.step = steps, .epoch = r->done_epoch, .index = r->done_index,
                       .images_done = r->images_done, .world_size = r->world,
                       .n_params = model_num_params(r->model), .ema = dp_has_ema(r->dp)};
+    if (r->lscale) {
+        meta.loss_scale = lscale_scale(r->lscale);
+        meta.scale_growth_tracker = lscale_growth_tracker(r->lscale);
+        meta.skipped_steps = lscale_skipped(r->lscale);
+    }
     snprintf(meta.sharding, sizeof meta.sharding, "%s", dp_name(r->dp));
     model_config_json(&r->cfg->model, meta.model, sizeof meta.model);
     vj_err rl = feed_checkpoint_state(r->feed, r->dp, meta.loader, sizeof meta.loader, err,
@@ -722,6 +769,15 @@ static vj_err resume(run *r, char *err, size_t errlen)
         r->done_index = meta.index;
         r->resumed = 1;
         r->resumed_world = meta.world_size;
+        /* fp16-mixed: the scaler where it was (a step saved without one: a new scaler) */
+        if (r->lscale && meta.loss_scale > 0 &&
+            lscale_restore(r->lscale, (float)meta.loss_scale, meta.scale_growth_tracker,
+                           meta.skipped_steps) != 0) {
+            snprintf(err, errlen, "checkpoint step %ld: lossScaler scale=%g growthTracker=%ld "
+                     "skippedSteps=%ld is out of range", meta.step, meta.loss_scale,
+                     meta.scale_growth_tracker, meta.skipped_steps);
+            return VJ_ERR_DATA;
+        }
         free(r->resumed_loader);
         if (!(r->resumed_loader = strdup(meta.loader))) {
             snprintf(err, errlen, "out of host memory");
@@ -771,7 +827,9 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
              "event=start backend=%s precision=%s activation_checkpointing=%d threads=%d "
              "threads_source=%s params=%zu activation_mib=%.1f tokens=%d "
              "steps=%ld steps_per_epoch=%ld global_batch=%d micro_batch=%d accum=%d",
-             LOGV(r.ops->name), r.ops->bf16 ? "bf16-mixed" : "fp32", tc->activation_checkpointing,
+             LOGV(r.ops->name),
+             LOGV(r.ops->fp16 ? "fp16-mixed" : r.ops->bf16 ? "bf16-mixed" : "fp32"),
+             tc->activation_checkpointing,
              r.threads, LOGV(r.threads_source), model_num_params(r.model),
              model_activation_bytes(r.model) / 1048576.0, model_tokens(r.model), r.total,
              r.steps_per_epoch, tc->global_batch_size, r.micro, r.accum);
