@@ -197,9 +197,12 @@ bats_suite layout/limits.bats tests/limits.bats
 script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
 # the same fp32 engine against PyTorch in float64: the 1e-4 bound holds
-# against the exact math too, not only against another fp32 rounding
+# against the exact math too, not only against another fp32 rounding. The
+# EMA is an average of fp32 weights that are themselves within 1e-4 of the
+# float64 ones, so it is held to the weights' bound here (its own update,
+# 1e-5, is checked against the float32 reference above)
 script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
-  --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --quiet
+  --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --ema-tol 1e-4 --quiet
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
 unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
