@@ -24,7 +24,7 @@ static vj_err attach(dp *d, char *err, size_t errlen)
     d->lo = (size_t)d->rank * d->slice;
     size_t lo = d->lo < n ? d->lo : n, hi = d->lo + d->slice < n ? d->lo + d->slice : n;
     const optim_span mine = {lo, hi, lo}; /* the padding has no state */
-    return optim_new_spans(&d->opt, d->model, d->oc, d->total_steps, &mine, 1, err, errlen);
+    return dp_optim_new(d, &mine, 1, err, errlen);
 }
 
 static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errlen)
