@@ -471,8 +471,10 @@ static const config_key config_keys[] = {
      .help = "Parameters to freeze, as prefixes of timm's parameter names (cls_token, "
              "pos_embed, patch_embed, blocks, blocks.3.attn, norm, head, ...): a prefix "
              "matches a name that equals it or goes on with a '.' after it. Frozen "
-             "parameters get no gradient, no AdamW state, no weight decay or update and no "
-             "gradient communication. [cls_token, pos_embed, patch_embed, blocks, norm] is "
+             "parameters get no gradient, no AdamW state and no weight decay or update; under "
+             "sharding none and full their gradients are not communicated either (grad-op "
+             "still reduce-scatters their zero slots). The list is part of the checkpoint's "
+             "model: a resume needs the same list. [cls_token, pos_embed, patch_embed, blocks, norm] is "
              "a linear probe (only the head trains). A prefix that matches no parameter, or "
              "a list that freezes every parameter, is refused.",
      .item_help = "A timm parameter-name prefix, e.g. blocks.0 or patch_embed.",
@@ -1907,7 +1909,7 @@ cJSON *config_describe(void)
         if (k->type == KT_STRS) /* items: strings of 1 to size/items - 1 bytes */
             ok = ok && cJSON_AddNumberToObject(row, "maxItems", k->items) &&
                  cJSON_AddStringToObject(row, "itemType", "string") &&
-                 cJSON_AddNumberToObject(row, "itemMaxLength",
+                 cJSON_AddNumberToObject(row, "maxLength",
                                          (double)(k->size / (size_t)k->items - 1));
         static const char *const from[] = {[DEF_KEY] = "key", [DEF_PRESET] = "preset",
                                            [DEF_UNSET] = "unset"};
