@@ -17,6 +17,8 @@
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
 #                          tests/regularization.bats dropPath and labelSmoothing over ranks and resume
+#                          tests/freeze.bats         training.freeze: frozen weights unchanged, over
+#                                                    ranks in every sharding mode, and resume
 #                          tests/data.bats           training on webdataset shards, on file:// and on S3 (moto)
 #                          tests/shardwriter.bats    `shards`: webdataset shards from IDX or a folder, file and S3
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
@@ -182,6 +184,7 @@ bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite cli/regularization.bats tests/regularization.bats BUILD="$BUILD"
+bats_suite cli/freeze.bats tests/freeze.bats BUILD="$BUILD"
 bats_suite cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD"
 bats_suite cli/data.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=file
 bats_suite cli/data-s3.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=s3
