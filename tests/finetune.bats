@@ -7,8 +7,9 @@
 # written by `vitjob-worker shards`, resized by the loader): model.init gets
 # a new head (10 -> 5 classes) and pos_embed resampled 7x7 -> 8x8, and it
 # beats the same steps from scratch by at least 5 points of test accuracy; a
-# linear probe (layerDecay 0.01: everything below the head all but frozen,
-# there being no training.freeze) learns too. model.init from the
+# linear probe (training.freeze: everything but the head) learns them from
+# the pretrained features, well above a probe of a random backbone, and
+# leaves the backbone as it was loaded. model.init from the
 # pretraining's checkpoint (its root and its step folder, on file:// and on
 # S3 against moto) gives the export's weights bit for bit; initHead=keep and
 # another patch size are refused naming both values; the torch references
@@ -134,15 +135,41 @@ pretrained() {
   awk -v f="$fine" -v s="$scratch" 'BEGIN { exit !(f >= s + 0.05) }'
 }
 
-@test "a linear probe (layerDecay 0.01: below the head all but frozen) learns classes 5-9 from the pretrained features" {
+@test "a linear probe (training.freeze: all but the head) learns classes 5-9 from the pretrained features, 10 points above a random backbone's" {
   pretrained
-  run "$WORKER" train "${FTA[@]}" --set model.init="$FT/pre.safetensors" \
-    --set training.optimizer.layerDecay=0.01
+  PROBE=(--set "training.freeze=[cls_token, pos_embed, patch_embed, blocks, norm]")
+  run "$WORKER" train "${FTA[@]}" "${PROBE[@]}" --set model.init="$FT/pre.safetensors" \
+    --set training.exportPath="$TMP/probe.safetensors"
   [ "$status" -eq 0 ] || { echo "${output: -2000}"; false; }
-  [[ "$output" == *"event=layer_decay decay=0.01 layers=8 head_scale=1 stem_scale=1e-14"* ]]
+  # the head alone trains: 5 x 128 weights and 5 biases, with AdamW state for them alone
+  [[ "$output" == *"event=freeze prefixes=cls_token,pos_embed,patch_embed,blocks,norm frozen_params=1198592 trainable_params=645 frozen_tensors=78 trainable_tensors=2"* ]]
+  [[ "$output" == *"shard_params=645 "*"optim_bytes=5160 "* ]]
   probe=$(accuracy "$output")
-  echo "linear probe on classes 5-9 after $FT_STEPS steps of $BATCH: $probe"
-  awk -v a="$probe" 'BEGIN { exit !(a >= 0.40) }'
+  # the backbone is the pretraining's bit for bit; pos_embed as resampled
+  # at load (one frozen step's export: what model.init gave)
+  run "$WORKER" train "${ONE[@]}" "${PROBE[@]}" --set model.init="$FT/pre.safetensors" \
+    --set training.exportPath="$TMP/loaded.safetensors"
+  [ "$status" -eq 0 ] || { echo "${output: -2000}"; false; }
+  /usr/bin/python3 - "$FT/pre.safetensors" "$TMP/loaded.safetensors" "$TMP/probe.safetensors" <<'EOF'
+import json, struct, sys
+def load(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items()
+            if k != "__metadata__"}
+pre, loaded, probe = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+changed = sorted(k for k in probe if probe[k] != (loaded if k == "pos_embed" else pre).get(k))
+print("tensors the probe changed:", changed)
+sys.exit(changed != ["head.bias", "head.weight"] or loaded["head.weight"] == probe["head.weight"])
+EOF
+  # the same probe of a random backbone (training.seed's init, frozen)
+  run "$WORKER" train "${FTA[@]}" "${PROBE[@]}"
+  [ "$status" -eq 0 ] || { echo "${output: -2000}"; false; }
+  random=$(accuracy "$output")
+  echo "linear probe on classes 5-9 after $FT_STEPS steps of $BATCH: pretrained backbone $probe, random backbone $random"
+  awk -v p="$probe" -v r="$random" 'BEGIN { exit !(p >= 0.60 && p >= r + 0.10) }'
 }
 
 @test "model.init from the pretraining's checkpoint root, its step folder or file:// equals the export, bit for bit" {
