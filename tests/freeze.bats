@@ -87,6 +87,10 @@ PY
     weights "$TMP/w1.st" "$TMP/$mode.st" 2e-4
     frozen "$TMP/init.st" "$TMP/$mode.st"
   done
+  # grad-op packs the trainable runs of each slice: 133962 trainable
+  # parameters over 2 slices of 102533, the larger share being rank 1's
+  grep -q "event=freeze_packing rank=0 world=2 packed=[0-9]* slice=102533 runs=2" "$TMP/grad-op/rank-0.log" \
+    || { grep "event=freeze_packing" "$TMP/grad-op/rank-"*.log; false; }
 }
 
 @test "with a freeze list, resumed at step 4 of 8, 2 ranks in every sharding mode continue bit for bit; another list is refused" {

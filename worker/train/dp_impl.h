@@ -60,6 +60,7 @@ struct dp {
     double *stage_host; /* ... and their host copy */
     /* grad-op: this rank's slice [lo, lo + slice) of the padded flat vector */
     size_t slice, lo;
+    struct dp_pack *pack; /* grad-op with training.freeze: the trainable runs' packing */
     /* full: the shard, and the model's units (model_unit_bounds) */
     fsdp *fsdp;
     size_t *bounds;
