@@ -471,10 +471,10 @@ static const config_key config_keys[] = {
      .help = "Parameters to freeze, as prefixes of timm's parameter names (cls_token, "
              "pos_embed, patch_embed, blocks, blocks.3.attn, norm, head, ...): a prefix "
              "matches a name that equals it or goes on with a '.' after it. Frozen "
-             "parameters get no gradient, no AdamW state and no weight decay or update; under "
-             "sharding none and full their gradients are not communicated either (grad-op "
-             "still reduce-scatters their zero slots). The list is part of the checkpoint's "
-             "model: a resume needs the same list. [cls_token, pos_embed, patch_embed, blocks, norm] is "
+             "parameters get no gradient, no AdamW state and no weight decay or update, and "
+             "their gradients are not communicated (under sharding full, a unit that also "
+             "holds trainable parameters is reduce-scattered whole). The list is part of the "
+             "checkpoint's model: a resume needs the same list. [cls_token, pos_embed, patch_embed, blocks, norm] is "
              "a linear probe (only the head trains). A prefix that matches no parameter, or "
              "a list that freezes every parameter, is refused.",
      .item_help = "A timm parameter-name prefix, e.g. blocks.0 or patch_embed.",
