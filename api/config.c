@@ -74,6 +74,8 @@ enum key_type {
     KT_VEC,    /* double[] at off, 1 to `items` of them, their count an int at off2 (0 =
                 * not given: the field's documented default); null = not given */
     KT_PRESET, /* char[] model.preset; setting it applies the preset */
+    KT_STRS,   /* char[items][size / items] at off, 0 to `items` non-empty strings, their
+                * count an int at off2 (training.freeze) */
 };
 
 enum { OPEN_MIN = 1, OPEN_MAX = 2 }; /* bound excluded: (min, ...  or ..., max) */
@@ -151,6 +153,12 @@ typedef struct {
     p, FIELD_T(f, double *, KT_VEC), AT(f), FIELD_T(fn, int, offsetof(vit_job_config, fn)), \
         (int)(VEC_LEN(f) + 0 * sizeof(char[VEC_LEN(f) <= NUMS_MAX ? 1 : -1])), lo, hi, open, NULL, UNSET
 #define ROW_PRESET(p, f, d) p, FIELD_T(f, char *, KT_PRESET), AT(f), 0, 0, 0, 0, 0, NULL, d
+/* f: an array of strings (char[n][len]); fn: their int count (0 = none) */
+#define ROW_STRS(p, f, fn)                                                                    \
+    p, FIELD_T(f, char(*)[sizeof(((vit_job_config *)0)->f[0])], KT_STRS), AT(f),              \
+        FIELD_T(fn, int, offsetof(vit_job_config, fn)),                                       \
+        (int)(sizeof(((vit_job_config *)0)->f) / sizeof(((vit_job_config *)0)->f[0])), 0, 0, 0, \
+        NULL, UNSET
 
 static const char *const formats[] = {"fashion-mnist", "webdataset", "imagefolder", NULL};
 static const char *const interpolations[] = {"bilinear", "bicubic", NULL};
@@ -463,6 +471,21 @@ static const config_key config_keys[] = {
              "first step, starting from the initial weights.",
      .readme = "timm `ModelEmaV3`'s warmup: update n uses min(decay, 1 - n^(-2/3)); off: "
                "`decay` throughout, from the initial weights"},
+    {ROW_STRS("training.freeze", training.freeze, training.freeze_n), .dflt_words = "none",
+     .kind = "list of names",
+     .help = "Parameters to freeze, as prefixes of timm's parameter names (cls_token, "
+             "pos_embed, patch_embed, blocks, blocks.3.attn, norm, head, ...): a prefix "
+             "matches a name that equals it or goes on with a '.' after it. Frozen "
+             "parameters get no gradient, no AdamW state and no weight decay or update, and "
+             "their gradients are not communicated (under sharding full, a unit that also "
+             "holds trainable parameters is reduce-scattered whole). The list is part of the "
+             "checkpoint's model: a resume needs the same list. [cls_token, pos_embed, patch_embed, blocks, norm] is "
+             "a linear probe (only the head trains). A prefix that matches no parameter, or "
+             "a list that freezes every parameter, is refused.",
+     .item_help = "A timm parameter-name prefix, e.g. blocks.0 or patch_embed.",
+     .readme = "timm parameter-name prefixes to freeze (matched at a `.`): no gradient, "
+               "AdamW state or update; `[cls_token, pos_embed, patch_embed, blocks, norm]` "
+               "is a linear probe"},
     {ROW_U64("training.seed", training.seed, 0, JSON_EXACT_INT, DEF_NUM(1234)),
      .help = "Seed of initialisation, shuffling and augmentation; the same seed and thread count "
              "give the same bits.",
@@ -973,6 +996,34 @@ static int apply_value(const load_ctx *c, vit_job_config *cfg, const config_key 
         set_str(field, k->size, s);
         return 0;
     }
+    case KT_STRS: {
+        const size_t cap = k->size / (size_t)k->items; /* one string's, with its NUL */
+        if (cJSON_IsNull(v)) { /* not given: none */
+            memset(field, 0, k->size);
+            *(int *)(void *)((char *)cfg + k->off2) = 0;
+            return 0;
+        }
+        if (!cJSON_IsArray(v))
+            return fail(c, "%s: expected an array of strings, got %s", k->path, got);
+        const int len = cJSON_GetArraySize(v);
+        if (len > k->items)
+            return fail(c, "%s: expected at most %d strings, got an array of %d", k->path,
+                        k->items, len);
+        for (int i = 0; i < len; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            describe(got, sizeof got, e);
+            if (!cJSON_IsString(e) || !e->valuestring[0])
+                return fail(c, "%s[%d]: expected a non-empty string, got %s", k->path, i, got);
+            if (strlen(e->valuestring) >= cap)
+                return fail(c, "%s[%d]: a string of %zu bytes is too long (at most %zu)",
+                            k->path, i, strlen(e->valuestring), cap - 1);
+        }
+        memset(field, 0, k->size);
+        for (int i = 0; i < len; i++)
+            set_str(field + (size_t)i * cap, cap, cJSON_GetArrayItem(v, i)->valuestring);
+        *(int *)(void *)((char *)cfg + k->off2) = len;
+        return 0;
+    }
     case KT_PAIR:
     case KT_VEC: {
         double nums[NUMS_MAX]; /* >= 2, a pair's */
@@ -1040,6 +1091,25 @@ static cJSON *field_to_json(const vit_job_config *cfg, const config_key *k, int 
         cJSON *j = cJSON_CreateString(s);
         free(s);
         return j;
+    }
+    case KT_STRS: {
+        const size_t cap = k->size / (size_t)k->items;
+        int n = *(const int *)(const void *)((const char *)cfg + k->off2);
+        if (n < 0 || n > k->items) /* set by code: shown as the error it is */
+            return cJSON_CreateNumber(n);
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; arr && i < n; i++) {
+            const char *f = field + (size_t)i * cap;
+            char *s = dup_range(f, strnlen(f, cap - 1));
+            cJSON *e = s ? cJSON_CreateString(s) : NULL;
+            free(s);
+            if (!e || !cJSON_AddItemToArray(arr, e)) {
+                cJSON_Delete(e);
+                cJSON_Delete(arr);
+                return NULL;
+            }
+        }
+        return arr;
     }
     case KT_PAIR:
     case KT_VEC: {
@@ -1310,6 +1380,7 @@ static void set_default(vit_job_config *cfg, const config_key *k)
         *(double *)(void *)((char *)cfg + k->off2) = d->num2;
         break;
     case KT_VEC: /* only unset (ROW_VEC): config_defaults' memset left it so */
+    case KT_STRS: /* none (ROW_STRS) */
         break;
     case KT_STRING:
         set_str(field, k->size, d->str ? d->str : "");
@@ -1377,6 +1448,39 @@ out:
     return rc;
 }
 
+/* "a,b" or "[a, b]" (each item trimmed; "" and "[]": none) as an array of
+ * strings; NULL when out of memory. */
+static cJSON *string_list(char *t)
+{
+    size_t n = strlen(t);
+    if (n >= 2 && t[0] == '[' && t[n - 1] == ']') {
+        t[n - 1] = '\0';
+        t++;
+    }
+    cJSON *v = cJSON_CreateArray();
+    char *body = dup_trimmed(t);
+    for (char *p = body; v && body && body[0];) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        char *part = dup_trimmed(p);
+        cJSON *e = part ? cJSON_CreateString(part) : NULL;
+        free(part);
+        if (!e || !cJSON_AddItemToArray(v, e)) {
+            cJSON_Delete(e);
+            cJSON_Delete(v);
+            v = NULL;
+        }
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (!body) {
+        cJSON_Delete(v);
+        v = NULL;
+    }
+    free(body);
+    return v;
+}
+
 /* Text of a --set value as the cJSON value a document would have held. */
 static cJSON *value_from_text(const config_key *k, const char *text)
 {
@@ -1395,8 +1499,11 @@ static cJSON *value_from_text(const config_key *k, const char *text)
             v = cJSON_CreateFalse();
         else
             v = cJSON_CreateString(t);
-    } else if (k->type == KT_VEC && (t[0] == '\0' || strcmp(t, "null") == 0)) {
-        v = cJSON_CreateNull(); /* "data.mean=": back to the key's default */
+    } else if (k->type == KT_STRS || (k->type == KT_VEC && (t[0] == '\0' || strcmp(t, "null") == 0))) {
+        if (k->type == KT_STRS) /* "a,b" or "[a, b]"; "" or "[]": none */
+            v = string_list(t);
+        else
+            v = cJSON_CreateNull(); /* "data.mean=": back to the key's default */
     } else if (k->type == KT_PAIR || k->type == KT_VEC) {
         /* "0.9,0.95" or "[0.9, 0.95]"; "0.5" or "[0.5]" */
         char *body = t;
@@ -1772,7 +1879,7 @@ cJSON *config_describe(void)
             [KT_INT] = "integer", [KT_LONG] = "integer", [KT_U64] = "integer",
             [KT_DOUBLE] = "number", [KT_BOOL] = "boolean", [KT_STRING] = "string",
             [KT_ENUM] = "string", [KT_PAIR] = "array", [KT_VEC] = "array",
-            [KT_PRESET] = "string"};
+            [KT_PRESET] = "string", [KT_STRS] = "array"};
         const int array = k->type == KT_PAIR || k->type == KT_VEC;
         int ok = cJSON_AddStringToObject(row, "path", k->path) &&
                  cJSON_AddStringToObject(row, "type", types[k->type]) != NULL;
@@ -1804,6 +1911,11 @@ cJSON *config_describe(void)
         if (array)
             ok = ok && cJSON_AddNumberToObject(row, "minItems", min_items(k)) &&
                  cJSON_AddNumberToObject(row, "maxItems", k->items);
+        if (k->type == KT_STRS) /* items: strings of 1 to size/items - 1 bytes */
+            ok = ok && cJSON_AddNumberToObject(row, "maxItems", k->items) &&
+                 cJSON_AddStringToObject(row, "itemType", "string") &&
+                 cJSON_AddNumberToObject(row, "maxLength",
+                                         (double)(k->size / (size_t)k->items - 1));
         static const char *const from[] = {[DEF_KEY] = "key", [DEF_PRESET] = "preset",
                                            [DEF_UNSET] = "unset"};
         ok = ok && cJSON_AddStringToObject(row, "defaultFrom", from[k->dflt.from]) &&

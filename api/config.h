@@ -22,6 +22,8 @@
 #include "exitcode.h"
 
 #define CONFIG_STR 512
+#define CONFIG_FREEZE_MAX 32 /* training.freeze: at most this many prefixes ... */
+#define CONFIG_FREEZE_LEN 64 /* ... of at most 63 bytes each */
 
 /* The keys with a fixed set of values, as values: in each enum the order of
  * the spellings in the spec table (api/config.c), which maps one to the other. */
@@ -131,6 +133,10 @@ typedef struct {
     double label_smoothing; /* [0, 1): targets (1 - s) one-hot + s / numClasses */
     optimizer_config optimizer;
     ema_config ema;       /* training.ema */
+    /* training.freeze: timm parameter-name prefixes whose parameters are
+     * frozen (worker/train/freeze.h); freeze_n of them, 0 = none */
+    char freeze[CONFIG_FREEZE_MAX][CONFIG_FREEZE_LEN];
+    int freeze_n;
     unsigned long long seed;
     device_kind device;
     int rendezvous_timeout_seconds;

@@ -389,7 +389,14 @@ static void put_crd_key(buf *out, int indent, const cJSON *row)
         out->failed = 1;
     buf_free(&text);
 
-    if (array) {
+    if (array && str_of(row, "itemType")) { /* a list of strings (training.freeze) */
+        buf_printf(out, "%*sitems:\n%*stype: %s\n", in, "", in + 2, "", str_of(row, "itemType"));
+        if ((v = num_of(row, "maxLength")))
+            buf_printf(out, "%*sminLength: 1\n%*smaxLength: %.0f\n", in + 2, "", in + 2, "",
+                       v->valuedouble);
+        if (str_of(row, "itemDescription"))
+            put_description(out, in + 2, str_of(row, "itemDescription"));
+    } else if (array) {
         buf_printf(out, "%*sitems:\n", in, "");
         put_bounds(out, in + 2, row, "number");
         if (str_of(row, "itemDescription"))

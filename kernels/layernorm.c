@@ -32,7 +32,7 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *in
     }
 }
 
-// dout (N,C) -> dinp (N,C) +=, dw (C) +=, db (C) +=
+// dout (N,C) -> dinp (N,C) +=, dw (C) +=, db (C) += (both skipped if both are NULL)
 void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C)
@@ -58,7 +58,7 @@ void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout
         }
     }
     /* Parameter gradients: rows in order, so the sum is the same every run. */
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < N && (dw || db); n++) {
         const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
         const float m = mean[n], s = rstd[n];
         for (int i = 0; i < C; i++) {

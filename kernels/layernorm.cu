@@ -137,7 +137,7 @@ void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *do
     const unsigned row_blocks = (unsigned)((N - 1) / LN_ROWS + 1);
     layernorm_backward_dinp_kernel<X><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>(
         dinp, dy, inp, w, mean, rstd, N, C);
-    if (CU_LAUNCHED()) return;
+    if (CU_LAUNCHED() || (!dw && !db)) return; /* a frozen LayerNorm (training.freeze) */
 
     const unsigned col_blocks = (unsigned)((C - 1) / LN_COL_THREADS + 1);
     const dim3 grid(col_blocks, (unsigned)nchunks);

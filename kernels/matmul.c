@@ -33,7 +33,7 @@ void matmul_forward_residual_cpu(float *out, const float *inp, const float *w,
     }
 }
 
-// dout (N,OC) -> dinp (N,IC) overwritten, dw (OC,IC) +=, dbias (OC) +=
+// dout (N,OC) -> dinp (N,IC) overwritten, dw (OC,IC) +=, dbias (OC) += (each skipped if NULL)
 void matmul_backward_cpu(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int IC, int OC)
 {
@@ -41,8 +41,10 @@ void matmul_backward_cpu(float *dinp, float *dw, float *dbias, const float *dout
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w,
                     IC, 0.0f, dinp, IC);
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
-                1.0f, dw, IC);
+    if (dw) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
+                    1.0f, dw, IC);
+    }
     if (dbias) {
         /* Rows in order, vectorised over OC: deterministic. */
         for (int n = 0; n < N; n++) {

@@ -85,7 +85,8 @@ typedef struct vit_ops {
     void (*matmul_forward_residual)(float *out, const floatX *inp, const floatX *w,
                                     const float *bias, const float *res, int N, int IC, int OC);
     /* dinp (N,IC) = dout @ w (overwritten; skipped if dinp is NULL),
-     * dw (OC,IC) += dout^T @ inp, dbias (OC) += sum_rows dout (if non-NULL). */
+     * dw (OC,IC) += dout^T @ inp, dbias (OC) += sum_rows dout (each skipped
+     * if NULL: a frozen parameter, training.freeze). */
     void (*matmul_backward)(floatX *dinp, float *dw, float *dbias, const floatX *dout,
                             const floatX *inp, const floatX *w, int N, int IC, int OC);
 
@@ -101,7 +102,8 @@ typedef struct vit_ops {
      * inp (N,C) -> out (N,C), mean (N), rstd (N); w, b (C). */
     void (*layernorm_forward)(floatX *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
-    /* dinp (N,C) +=, dw (C) +=, db (C) +=. */
+    /* dinp (N,C) +=, dw (C) +=, db (C) +=; dw and db both NULL: only dinp
+     * (a frozen LayerNorm, training.freeze). */
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const floatX *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);

@@ -7,8 +7,9 @@
 # written by `vitjob-worker shards`, resized by the loader): model.init gets
 # a new head (10 -> 5 classes) and pos_embed resampled 7x7 -> 8x8, and it
 # beats the same steps from scratch by at least 5 points of test accuracy; a
-# linear probe (layerDecay 0.01: everything below the head all but frozen,
-# there being no training.freeze) learns too. model.init from the
+# linear probe (training.freeze: everything but the head) learns them,
+# leaving the backbone as it was loaded, and on the pretraining's classes
+# its features beat a random frozen backbone's. model.init from the
 # pretraining's checkpoint (its root and its step folder, on file:// and on
 # S3 against moto) gives the export's weights bit for bit; initHead=keep and
 # another patch size are refused naming both values; the torch references
@@ -134,15 +135,56 @@ pretrained() {
   awk -v f="$fine" -v s="$scratch" 'BEGIN { exit !(f >= s + 0.05) }'
 }
 
-@test "a linear probe (layerDecay 0.01: below the head all but frozen) learns classes 5-9 from the pretrained features" {
+@test "a linear probe (training.freeze: all but the head) learns classes 5-9 changing only the head; on classes 0-4 the pretrained features beat a random backbone's by 10 points" {
   pretrained
-  run "$WORKER" train "${FTA[@]}" --set model.init="$FT/pre.safetensors" \
-    --set training.optimizer.layerDecay=0.01
+  PROBE=(--set "training.freeze=[cls_token, pos_embed, patch_embed, blocks, norm]"
+         --set training.optimizer.lr=3e-2)
+  run "$WORKER" train "${FTA[@]}" "${PROBE[@]}" --set model.init="$FT/pre.safetensors" \
+    --set training.exportPath="$TMP/probe.safetensors"
   [ "$status" -eq 0 ] || { echo "${output: -2000}"; false; }
-  [[ "$output" == *"event=layer_decay decay=0.01 layers=8 head_scale=1 stem_scale=1e-14"* ]]
+  # the head alone trains: 5 x 128 weights and 5 biases, with AdamW state for them alone
+  [[ "$output" == *"event=freeze prefixes=cls_token,pos_embed,patch_embed,blocks,norm frozen_params=1200512 trainable_params=645 frozen_tensors=78 trainable_tensors=2"* ]]
+  [[ "$output" == *"shard_params=645 "*"optim_bytes=5160 "* ]]
   probe=$(accuracy "$output")
-  echo "linear probe on classes 5-9 after $FT_STEPS steps of $BATCH: $probe"
-  awk -v a="$probe" 'BEGIN { exit !(a >= 0.40) }'
+  # the backbone is the pretraining's bit for bit; pos_embed as resampled
+  # at load (one frozen step's export: what model.init gave)
+  run "$WORKER" train "${ONE[@]}" "${PROBE[@]}" --set model.init="$FT/pre.safetensors" \
+    --set training.exportPath="$TMP/loaded.safetensors"
+  [ "$status" -eq 0 ] || { echo "${output: -2000}"; false; }
+  /usr/bin/python3 - "$FT/pre.safetensors" "$TMP/loaded.safetensors" "$TMP/probe.safetensors" <<'EOF'
+import json, struct, sys
+def load(p):
+    with open(p, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items()
+            if k != "__metadata__"}
+pre, loaded, probe = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+changed = sorted(k for k in probe if probe[k] != (loaded if k == "pos_embed" else pre).get(k))
+print("tensors the probe changed:", changed)
+sys.exit(changed != ["head.bias", "head.weight"] or loaded["head.weight"] == probe["head.weight"])
+EOF
+  # Features learnt on classes 0-4 do not carry to 5-9 linearly here (a
+  # random frozen backbone probes 5-9 about as well: 0.54-0.57 against
+  # 0.49-0.50 measured), so the features are weighed on the pretraining's
+  # own classes: 60 steps at 28x28, a new head (11 outputs: fashion-mnist
+  # needs 10 or more), the pretrained backbone against training.seed's
+  # random one, both frozen
+  P04=(--set model.preset=fmnist_small --set model.numClasses=11 --set data.uri="$FT/a"
+       --set training.steps=60 --set training.globalBatchSize=$BATCH
+       --set training.microBatchSize=$BATCH --set training.optimizer.warmupSteps=6
+       --set training.logInterval=100 --set training.exportPath= "${PROBE[@]}")
+  run "$WORKER" train "${P04[@]}" --set model.init="$FT/pre.safetensors"
+  [ "$status" -eq 0 ] || { echo "${output: -2000}"; false; }
+  pre04=$(accuracy "$output")
+  run "$WORKER" train "${P04[@]}"
+  [ "$status" -eq 0 ] || { echo "${output: -2000}"; false; }
+  random04=$(accuracy "$output")
+  echo "linear probe: classes 5-9 at 32x32 after $FT_STEPS steps of $BATCH: $probe;" \
+       "classes 0-4 after 60 steps: pretrained backbone $pre04, random backbone $random04"
+  awk -v p="$probe" 'BEGIN { exit !(p >= 0.40) }'
+  awk -v p="$pre04" -v r="$random04" 'BEGIN { exit !(p >= r + 0.10) }'
 }
 
 @test "model.init from the pretraining's checkpoint root, its step folder or file:// equals the export, bit for bit" {

@@ -19,6 +19,8 @@
 #                          tests/regularization.bats dropPath and labelSmoothing over ranks and resume
 #                          tests/ema.bats            training.ema over ranks, resume, evaluation, export
 #                          tests/fp16.bats           fp16-mixed: loss scaling, skipped steps over ranks and resume
+#                          tests/freeze.bats         training.freeze: frozen weights unchanged, over
+#                                                    ranks in every sharding mode, and resume
 #                          tests/data.bats           training on webdataset shards, on file:// and on S3 (moto)
 #                          tests/shardwriter.bats    `shards`: webdataset shards from IDX or a folder, file and S3
 #   layout (bats):         tests/layout.bats         module boundaries, what each binary links
@@ -186,6 +188,7 @@ bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite cli/regularization.bats tests/regularization.bats BUILD="$BUILD"
 bats_suite cli/ema.bats tests/ema.bats BUILD="$BUILD"
 bats_suite cli/fp16.bats tests/fp16.bats BUILD="$BUILD"
+bats_suite cli/freeze.bats tests/freeze.bats BUILD="$BUILD"
 bats_suite cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD"
 bats_suite cli/data.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=file
 bats_suite cli/data-s3.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=s3

@@ -1453,7 +1453,7 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
                                              "model.mlpRatio", "model.numClasses", "data.endpoint",
                                              "data.mean", "data.std", "checkpoint.uri",
                                              "checkpoint.endpoint", "checkpoint.credentialsSecret",
-                                             "data.cutmixMinMax", NULL};
+                                             "data.cutmixMinMax", "training.freeze", NULL};
     cJSON *table = config_describe();
     cr_assert_not_null(table);
     /* ... which are the table's keys whose default is not their own */
@@ -1469,7 +1469,7 @@ Test(config, the_crds_keys_types_bounds_enums_and_defaults_agree_with_the_spec_t
                       cJSON_GetObjectItem(r, "defaultFrom")->valuestring);
         own += from_key;
     }
-    cr_assert_eq(own + 15, cJSON_GetArraySize(table));
+    cr_assert_eq(own + 16, cJSON_GetArraySize(table));
     cr_assert_not_null(table);
     const cJSON *row;
     int rows = 0;
@@ -1676,4 +1676,43 @@ Test(config, training_ema_decay_is_0_for_off_or_in_0_1_and_a_bad_value_names_its
     expect_load_error("training: {ema: {warmup: 1}}\n", "t.yaml",
                       "training.ema.warmup: expected a boolean", NULL);
     expect_set_error("training.ema.decy=0.9", "training.ema.decy", "training.ema.decay");
+}
+
+Test(config, freeze_is_a_list_of_non_empty_prefixes_from_a_file_or_set)
+{
+    vit_job_config c = load_ok("training: {freeze: [cls_token, pos_embed, patch_embed, blocks, norm]}\n");
+    cr_assert_eq(c.training.freeze_n, 5);
+    cr_assert_str_eq(c.training.freeze[0], "cls_token");
+    cr_assert_str_eq(c.training.freeze[4], "norm");
+    set_ok(&c, "training.freeze=[blocks.0, head]");
+    cr_assert_eq(c.training.freeze_n, 2);
+    cr_assert_str_eq(c.training.freeze[0], "blocks.0");
+    cr_assert_str_eq(c.training.freeze[1], "head");
+    cr_assert_eq(c.training.freeze[2][0], '\0', "nothing of the earlier list left behind");
+    set_ok(&c, "training.freeze=blocks.3.attn");
+    cr_assert(c.training.freeze_n == 1 && strcmp(c.training.freeze[0], "blocks.3.attn") == 0);
+    set_ok(&c, "training.freeze=[]");
+    cr_assert_eq(c.training.freeze_n, 0);
+    set_ok(&c, "training.freeze=norm,head");
+    set_ok(&c, "training.freeze=");
+    cr_assert_eq(c.training.freeze_n, 0);
+    /* the effective config prints it back */
+    set_ok(&c, "training.freeze=[patch_embed, blocks]");
+    char *json = config_to_json(&c);
+    cr_assert(strstr(json, "\"freeze\":[\"patch_embed\",\"blocks\"]"), "%s", json);
+    free(json);
+    expect_load_error("training: {freeze: blocks}\n", "t.yaml",
+                      "training.freeze: expected an array of strings, got string \"blocks\"", NULL);
+    expect_load_error("training: {freeze: [blocks, 3]}\n", "t.yaml",
+                      "training.freeze[1]: expected a non-empty string, got number 3", NULL);
+    expect_load_error("training: {freeze: [\"\"]}\n", "t.yaml",
+                      "training.freeze[0]: expected a non-empty string, got string \"\"", NULL);
+    char long_one[CONFIG_FREEZE_LEN + 40];
+    snprintf(long_one, sizeof long_one, "training: {freeze: [%0*d]}\n", CONFIG_FREEZE_LEN, 7);
+    expect_load_error(long_one, "t.yaml", "training.freeze[0]: a string of 64 bytes is too long (at most 63)", NULL);
+    char many[4096] = "training: {freeze: [";
+    for (int i = 0; i <= CONFIG_FREEZE_MAX; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%sblocks.%d", i ? ", " : "", i);
+    snprintf(many + strlen(many), sizeof many - strlen(many), "]}\n");
+    expect_load_error(many, "t.yaml", "training.freeze: expected at most 32 strings, got an array of 33", NULL);
 }

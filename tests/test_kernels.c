@@ -47,6 +47,24 @@ Test(kernels, matmul_backward_accumulates_weight_grads_and_overwrites_dinp, .ini
     free(inp), free(w), free(dout);
 }
 
+Test(kernels, matmul_and_layernorm_backward_skip_null_parameter_grads_keeping_dinp, .init = setup)
+{
+    /* training.freeze: a frozen weight's (and bias's) gradient is NULL; the
+     * input gradient is the same bits */
+    float *inp = rnd(12, 1), *w = rnd(6, 1), *dout = rnd(8, 1);
+    float dinp1[12], dinp2[12], dw[6] = {0}, db[2] = {0};
+    matmul_backward_cpu(dinp1, dw, db, dout, inp, w, 4, 3, 2);
+    matmul_backward_cpu(dinp2, NULL, NULL, dout, inp, w, 4, 3, 2);
+    cr_assert_eq(memcmp(dinp1, dinp2, sizeof dinp1), 0);
+    float *x = rnd(20, 1), *g = rnd(5, 1), *b = rnd(5, 1), *dy = rnd(20, 1), out[20], mean[4],
+          rstd[4], dx1[20] = {0}, dx2[20] = {0}, lw[5] = {0}, lb[5] = {0};
+    layernorm_forward_cpu(out, mean, rstd, x, g, b, 4, 5);
+    layernorm_backward_cpu(dx1, lw, lb, dy, x, g, mean, rstd, 4, 5);
+    layernorm_backward_cpu(dx2, NULL, NULL, dy, x, g, mean, rstd, 4, 5);
+    cr_assert_eq(memcmp(dx1, dx2, sizeof dx1), 0);
+    free(inp), free(w), free(dout), free(x), free(g), free(b), free(dy);
+}
+
 /* ---- layernorm ---- */
 typedef struct { float *out, *mean, *rstd, *inp, *w, *b; int N, C; } ln_ctx;
 static void ln_fwd(void *p)

@@ -274,8 +274,14 @@ ckpt_status ckpt_save(ckpt_writer *w, const ckpt_meta *meta, const ckpt_segment 
     for (int i = 0; i < n; i++) {
         size_t k = segs[i].hi - segs[i].lo;
         ops->download(p + at, segs[i].params, k * sizeof(float));
-        ops->download(m + at, segs[i].m, k * sizeof(float));
-        ops->download(v + at, segs[i].v, k * sizeof(float));
+        if (segs[i].m) /* NULL: no AdamW state (a frozen parameter): zeros */
+            ops->download(m + at, segs[i].m, k * sizeof(float));
+        else
+            memset(m + at, 0, k * sizeof(float));
+        if (segs[i].v)
+            ops->download(v + at, segs[i].v, k * sizeof(float));
+        else
+            memset(v + at, 0, k * sizeof(float));
         if (meta->ema) ops->download(e + at, segs[i].ema, k * sizeof(float));
         w->lo[i] = segs[i].lo;
         w->hi[i] = segs[i].hi;

@@ -53,8 +53,9 @@ typedef struct {
 } ckpt_meta;
 
 /* A range [lo, hi) of the flat vector a rank saves, with where its
- * parameters, AdamW m and v, and EMA (read when the meta says ema; else
- * may be NULL) are (backend memory, read through ops). */
+ * parameters, AdamW m and v (NULL: saved as zeros, a parameter without
+ * state), and EMA (read when the meta says ema; else may be NULL) are
+ * (backend memory, read through ops). */
 typedef struct {
     size_t lo, hi;
     const float *params, *m, *v, *ema;

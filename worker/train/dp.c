@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "freeze.h"
 #include "log.h"
 
 #define SUM_MAX 8 /* doubles per dp_sum */
@@ -63,6 +64,7 @@ void dp_free(dp *d)
     if (!d) return;
     ema_free(d->ema);
     optim_free(d->opt);
+    free(d->own);
     if (d->impl->free) d->impl->free(d);
     if (d->stage) d->ops->release(d->stage);
     free(d->stage_host);
@@ -92,6 +94,19 @@ vj_err dp_use_ema(dp *d, int on, char *err, size_t errlen)
     ema_swap(d->ema, dp_params(d));
     d->ema_in = !d->ema_in;
     return d->impl->refresh(d, err, errlen);
+}
+
+vj_err dp_optim_new(dp *d, const optim_span *spans, int n, char *err, size_t errlen)
+{
+    free(d->own);
+    d->n_own = 0;
+    if (!(d->own = malloc(sizeof *d->own * (size_t)(n > 0 ? n : 1)))) {
+        snprintf(err, errlen, "out of host memory planning the optimizer state");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(d->own, spans, sizeof *spans * (size_t)n);
+    d->n_own = n;
+    return optim_new_spans(&d->opt, d->model, d->oc, d->total_steps, spans, n, err, errlen);
 }
 
 vj_err dp_prepare(dp *d, model_options *mo, char *err, size_t errlen)
@@ -214,28 +229,59 @@ vj_err dp_global_norm(dp *d, const float *g, double *norm, char *err, size_t err
 
 int dp_segments(dp *d, ckpt_segment **out)
 {
-    const int n = optim_num_spans(d->opt);
-    ckpt_segment *segs = calloc((size_t)(n ? n : 1), sizeof *segs);
-    if (!segs) return -1;
+    /* this rank's spans cut into runs: the trainable ones with their AdamW
+     * state and EMA (the optimizer's spans), the frozen ones (training.freeze)
+     * with their weights alone: no state (zeros in the shard), their EMA
+     * the weights themselves, which never change */
+    const int nt = model_num_tensors(d->model), per = 2 * nt + 2, n_opt = optim_num_spans(d->opt);
+    ckpt_segment *segs = calloc((size_t)d->n_own * (size_t)per + 1, sizeof *segs);
+    size_t *rlo = malloc(sizeof *rlo * (size_t)per), *rhi = malloc(sizeof *rhi * (size_t)per);
+    if (!segs || !rlo || !rhi) {
+        free(segs);
+        free(rlo);
+        free(rhi);
+        return -1;
+    }
     size_t lo, hi;
     d->impl->save_range(d, &lo, &hi);
     const float *p = dp_params(d), *e = d->ema ? ema_values(d->ema) : NULL;
     int k = 0;
-    for (int i = 0; i < n; i++) {
-        size_t so;
-        optim_span sp = optim_span_at(d->opt, i, &so);
-        size_t a = sp.lo > lo ? sp.lo : lo, b = sp.hi < hi ? sp.hi : hi;
+    for (int i = 0; i < d->n_own; i++) {
+        const optim_span own = d->own[i];
+        size_t a = own.lo > lo ? own.lo : lo, b = own.hi < hi ? own.hi : hi;
         if (a >= b) continue;
-        const float *w = p + sp.at + (a - sp.lo), *avg = e ? e + so + (a - sp.lo) : NULL;
-        if (d->ema_in) { /* the EMA is in the parameters, the weights in its place */
-            const float *t = w;
-            w = avg;
-            avg = t;
+        /* the frozen runs of [a, b), then the optimizer's spans inside it, in order */
+        int nf = freeze_runs(d->model, a, b, 1, rlo, rhi, per);
+        int f = 0;
+        for (int j = 0; j < n_opt || f < nf;) {
+            size_t so = 0;
+            optim_span sp = j < n_opt ? optim_span_at(d->opt, j, &so) : (optim_span){0, 0, 0};
+            size_t x = sp.lo > a ? sp.lo : a, y = sp.hi < b ? sp.hi : b;
+            if (j < n_opt && x >= y) {
+                j++;
+                continue;
+            }
+            if (f < nf && (j >= n_opt || rlo[f] < x)) { /* a frozen run comes first */
+                const float *w = p + own.at + (rlo[f] - own.lo);
+                segs[k++] = (ckpt_segment){.lo = rlo[f], .hi = rhi[f], .params = w,
+                                           .ema = e ? w : NULL};
+                f++;
+                continue;
+            }
+            const float *w = p + sp.at + (x - sp.lo), *avg = e ? e + so + (x - sp.lo) : NULL;
+            if (d->ema_in) { /* the EMA is in the parameters, the weights in its place */
+                const float *t = w;
+                w = avg;
+                avg = t;
+            }
+            segs[k++] = (ckpt_segment){.lo = x, .hi = y, .params = w,
+                                       .m = optim_m(d->opt) + so + (x - sp.lo),
+                                       .v = optim_v(d->opt) + so + (x - sp.lo), .ema = avg};
+            j++;
         }
-        segs[k++] = (ckpt_segment){.lo = a, .hi = b, .params = w,
-                                   .m = optim_m(d->opt) + so + (a - sp.lo),
-                                   .v = optim_v(d->opt) + so + (a - sp.lo), .ema = avg};
     }
+    free(rlo);
+    free(rhi);
     *out = segs;
     return k;
 }

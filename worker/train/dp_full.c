@@ -54,8 +54,7 @@ static vj_err attach(dp *d, char *err, size_t errlen)
     }
     fsdp_shard_spans(d->fsdp, lo, lo + u, lo + 2 * u);
     for (size_t i = 0; i < u; i++) spans[i] = (optim_span){lo[i], lo[u + i], lo[2 * u + i]};
-    vj_err rc = optim_new_spans(&d->opt, d->model, d->oc, d->total_steps, spans, d->units, err,
-                                errlen);
+    vj_err rc = dp_optim_new(d, spans, d->units, err, errlen);
     free(lo);
     free(spans);
     d->slice = fsdp_shard_len(d->fsdp);

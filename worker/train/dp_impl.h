@@ -48,6 +48,11 @@ struct dp {
     long total_steps;
     vit_model *model; /* dp_attach's */
     optim *opt;
+    /* the spans of the flat vector this rank's strategy gives it (what it
+     * saves in a checkpoint), frozen parameters included; the optimizer's
+     * spans are their trainable runs (training.freeze) */
+    optim_span *own;
+    int n_own;
     const ema_config *ec; /* NULL: no EMA */
     ema *ema;             /* the EMA of the optimizer's spans (dp_attach's), or NULL */
     int ema_in;           /* dp_use_ema: the EMA is in the parameters, the weights in ema */
@@ -55,11 +60,16 @@ struct dp {
     double *stage_host; /* ... and their host copy */
     /* grad-op: this rank's slice [lo, lo + slice) of the padded flat vector */
     size_t slice, lo;
+    struct dp_pack *pack; /* grad-op with training.freeze: the trainable runs' packing */
     /* full: the shard, and the model's units (model_unit_bounds) */
     fsdp *fsdp;
     size_t *bounds;
     int units;
 };
+
+/* The optimizer state of this rank's spans (copied into d->own): what each
+ * strategy's attach calls. */
+vj_err dp_optim_new(dp *d, const optim_span *spans, int n, char *err, size_t errlen);
 
 /* The buffer the optimizer spans' `at` index: the shard's, or the model's. */
 float *dp_params(dp *d);

@@ -18,14 +18,28 @@ static dp_memory memory(const dp *d, size_t n)
 static vj_err attach(dp *d, char *err, size_t errlen)
 {
     d->slice = model_padded_params(d->model);
-    return optim_new(&d->opt, d->model, d->oc, d->total_steps, err, errlen);
+    const optim_span all = {0, model_num_params(d->model), 0};
+    return dp_optim_new(d, &all, 1, err, errlen);
 }
 
 static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errlen)
 {
-    if (comm_allreduce_sum(d->comm, model_grads(d->model), model_padded_params(d->model), err,
-                           errlen) != 0)
-        return VJ_ERR_PEER_LOST;
+    /* training.freeze: only the optimizer's spans, the trainable runs, are
+     * all-reduced; without it the one span and the padding, in one call */
+    float *g = model_grads(d->model);
+    const int n = optim_num_spans(d->opt);
+    size_t so;
+    optim_span one = n == 1 ? optim_span_at(d->opt, 0, &so) : (optim_span){0, 0, 0};
+    if (n == 1 && one.lo == 0 && one.hi == model_num_params(d->model)) {
+        if (comm_allreduce_sum(d->comm, g, model_padded_params(d->model), err, errlen) != 0)
+            return VJ_ERR_PEER_LOST;
+    } else {
+        for (int i = 0; i < n; i++) {
+            optim_span sp = optim_span_at(d->opt, i, &so);
+            if (comm_allreduce_sum(d->comm, g + sp.at, sp.hi - sp.lo, err, errlen) != 0)
+                return VJ_ERR_PEER_LOST;
+        }
+    }
     *res = optim_step(d->opt, d->model, d->ops, step);
     return VJ_OK;
 }

@@ -76,6 +76,11 @@ struct vit_model {
     float *cur_p, *cur_g;
     floatX *cur_lp;
     size_t cur_lo;
+    /* training.freeze (model_set_frozen): the lowest tensor that trains
+     * (n_tensors: none; 0 without a freeze list), and per unit whether
+     * every tensor of it is frozen (L+2 flags; NULL: none is) */
+    int min_trainable;
+    unsigned char *unit_frozen;
     const volatile sig_atomic_t *stop; /* checked between blocks */
     int abandoned;                      /* the last pass stopped part-way ... */
     char abandoned_at[64];              /* ... there, for the message */
@@ -285,6 +290,23 @@ static size_t backend_bytes(const vit_model *m)
            (m->ops->bf16 ? m->n_params * m->ops->floatx_bytes : 0) + m->arena_bytes;
 }
 
+int model_tensor_names(const model_config *mc, model_tensor *out, int max)
+{
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m) return 0;
+    set_dims(m, mc);
+    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
+    int n = 0;
+    if (m->tensors) {
+        build_layout(m);
+        n = m->n_tensors;
+        if (out && max >= n) memcpy(out, m->tensors, sizeof *out * (size_t)n);
+    }
+    free(m->tensors);
+    free(m);
+    return n;
+}
+
 int model_unit_bounds(const model_config *mc, size_t *bounds, int max)
 {
     if (max < mc->depth + 3) return 0;
@@ -380,6 +402,7 @@ void model_free(vit_model *m)
     free(m->losses_host);
     free(m->dp_host);
     free(m->dp_on);
+    free(m->unit_frozen);
     free(m);
 }
 
@@ -440,6 +463,25 @@ void model_read_grads(vit_model *m, float *host)
 int model_status(const vit_model *m, char *err, size_t errlen)
 {
     return m->ops->status(err, errlen);
+}
+
+void model_set_frozen(vit_model *m, const unsigned char *frozen)
+{
+    m->min_trainable = 0;
+    free(m->unit_frozen);
+    m->unit_frozen = NULL;
+    for (int i = 0; i < m->n_tensors; i++) m->tensors[i].frozen = frozen && frozen[i];
+    if (!frozen) return;
+    while (m->min_trainable < m->n_tensors && m->tensors[m->min_trainable].frozen)
+        m->min_trainable++;
+    m->unit_frozen = calloc((size_t)m->L + 2, 1);
+    if (!m->unit_frozen) return; /* every unit asks for its gradient buffer: correct, slower */
+    for (int u = 0; u < m->L + 2; u++) {
+        m->unit_frozen[u] = 1;
+        for (int i = 0; i < m->n_tensors; i++)
+            if (m->tensors[i].offset >= m->unit_lo[u] && m->tensors[i].offset < m->unit_lo[u + 1])
+                m->unit_frozen[u] &= (unsigned char)(m->tensors[i].frozen != 0);
+    }
 }
 
 int model_find_tensor(const vit_model *m, const char *name)
@@ -519,16 +561,29 @@ static void use_unit(vit_model *m, int u, int backward)
     }
 }
 
-/* Under sharding, a fresh gradient buffer for unit u, and handing it back. */
+/* Under sharding, a fresh gradient buffer for unit u, and handing it back;
+ * none for a unit whose tensors are all frozen (GF_ gives NULL for each). */
+static int unit_frozen(const vit_model *m, int u) { return m->unit_frozen && m->unit_frozen[u]; }
 static void grads_begin(vit_model *m, int u)
 {
-    if (m->shard) m->cur_g = m->shard->grads(m->shard->ctx, u);
+    if (m->shard) m->cur_g = unit_frozen(m, u) ? NULL : m->shard->grads(m->shard->ctx, u);
 }
 
 static void grads_end(vit_model *m, int u)
 {
-    if (m->shard) m->shard->grads_done(m->shard->ctx, u);
+    if (m->shard && !unit_frozen(m, u)) m->shard->grads_done(m->shard->ctx, u);
 }
+
+/* training.freeze: tensor t's gradient, or NULL when it is frozen (the ops
+ * skip a NULL dw and dbias); a LayerNorm's pair, NULL only when both are
+ * frozen (the op skips both or neither). need: whether the backward must
+ * still reach tensor t, i.e. t or a tensor before it trains. */
+static inline float *GF_(vit_model *m, int t) { return m->tensors[t].frozen ? NULL : G_(m, t); }
+static inline float *LG_(vit_model *m, int w, int b, int t)
+{
+    return m->tensors[w].frozen && m->tensors[b].frozen ? NULL : G_(m, t);
+}
+static inline int need(const vit_model *m, int t) { return m->min_trainable <= t; }
 
 size_t model_padded_params(const vit_model *m) { return m->n_padded; }
 void model_params_refreshed(vit_model *m) { model_params_changed(m); }
@@ -608,27 +663,34 @@ static void block_forward(vit_model *m, int l, block_acts *a, int B)
 }
 
 /* dres holds d(block output); each LayerNorm backward adds its branch,
- * which is the residual add's backward. On return dres = d(block input). */
+ * which is the residual add's backward. On return dres = d(block input),
+ * unless nothing before the block trains (training.freeze): then it stops
+ * after the lowest op whose parameters train, without its input gradient. */
 static void block_backward(vit_model *m, int l, block_acts *a, int B)
 {
     const vit_ops *ops = m->ops;
     const int T = m->T, D = m->D, H = m->H, NH = m->NH, BT_ = B * T;
-    ops->matmul_backward(m->dbuf_h, G_(m, BT(m, l, BT_FC2_W)), G_(m, BT(m, l, BT_FC2_B)),
-                         branch_grad(m, l, 1, B), a->gelu, W_(m, BT(m, l, BT_FC2_W)), BT_, H, D);
+    const int fc2 = BT(m, l, BT_FC2_W), fc1 = BT(m, l, BT_FC1_W), n2 = BT(m, l, BT_NORM2_W),
+              proj = BT(m, l, BT_PROJ_W), qkv = BT(m, l, BT_QKV_W), n1 = BT(m, l, BT_NORM1_W);
+    ops->matmul_backward(need(m, fc2 - 1) ? m->dbuf_h : NULL, GF_(m, fc2), GF_(m, fc2 + 1),
+                         branch_grad(m, l, 1, B), a->gelu, W_(m, fc2), BT_, H, D);
+    if (!need(m, fc2 - 1)) return;
     ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
-    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_FC1_W)), G_(m, BT(m, l, BT_FC1_B)),
-                         m->dbuf_h, a->ln2, W_(m, BT(m, l, BT_FC1_W)), BT_, D, H);
-    ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM2_W)), G_(m, BT(m, l, BT_NORM2_B)),
-                            m->dbuf_d, a->res2, P_(m, BT(m, l, BT_NORM2_W)), a->ln2_mean,
-                            a->ln2_rstd, BT_, D);
-    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_PROJ_W)), G_(m, BT(m, l, BT_PROJ_B)),
-                         branch_grad(m, l, 0, B), a->atty, W_(m, BT(m, l, BT_PROJ_W)), BT_, D, D);
+    ops->matmul_backward(need(m, fc1 - 1) ? m->dbuf_d : NULL, GF_(m, fc1), GF_(m, fc1 + 1),
+                         m->dbuf_h, a->ln2, W_(m, fc1), BT_, D, H);
+    if (!need(m, fc1 - 1)) return;
+    ops->layernorm_backward(m->dres, LG_(m, n2, n2 + 1, n2), LG_(m, n2, n2 + 1, n2 + 1),
+                            m->dbuf_d, a->res2, P_(m, n2), a->ln2_mean, a->ln2_rstd, BT_, D);
+    if (!need(m, n2 - 1)) return;
+    ops->matmul_backward(need(m, proj - 1) ? m->dbuf_d : NULL, GF_(m, proj), GF_(m, proj + 1),
+                         branch_grad(m, l, 0, B), a->atty, W_(m, proj), BT_, D, D);
+    if (!need(m, proj - 1)) return;
     ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
-    ops->matmul_backward(m->dbuf_d, G_(m, BT(m, l, BT_QKV_W)), G_(m, BT(m, l, BT_QKV_B)), m->dqkv,
-                         a->ln1, W_(m, BT(m, l, BT_QKV_W)), BT_, D, 3 * D);
-    ops->layernorm_backward(m->dres, G_(m, BT(m, l, BT_NORM1_W)), G_(m, BT(m, l, BT_NORM1_B)),
-                            m->dbuf_d, m->res[l], P_(m, BT(m, l, BT_NORM1_W)), a->ln1_mean,
-                            a->ln1_rstd, BT_, D);
+    ops->matmul_backward(need(m, qkv - 1) ? m->dbuf_d : NULL, GF_(m, qkv), GF_(m, qkv + 1),
+                         m->dqkv, a->ln1, W_(m, qkv), BT_, D, 3 * D);
+    if (!need(m, qkv - 1)) return;
+    ops->layernorm_backward(m->dres, LG_(m, n1, n1 + 1, n1), LG_(m, n1, n1 + 1, n1 + 1),
+                            m->dbuf_d, m->res[l], P_(m, n1), a->ln1_mean, a->ln1_rstd, BT_, D);
 }
 
 int model_set_drop_path(vit_model *m, const float *scale, int B)
@@ -728,19 +790,25 @@ void model_backward(vit_model *m, float dloss)
         ops->crossentropy_soft_backward(m->dlogits, m->probs, m->soft_targets, dloss, B, K);
     else
         ops->crossentropy_backward(m->dlogits, m->probs, m->targets, dloss, B, K);
-    ops->matmul_backward(m->dlnf, G_(m, m->t_head_w), G_(m, m->t_head_b), m->dlogits, m->lnf,
-                         W_(m, m->t_head_w), B, D, K);
-    ops->zero(m->dcls, (size_t)B * D);
-    ops->layernorm_backward(m->dcls, G_(m, m->t_norm_w), G_(m, m->t_norm_b), m->dlnf, m->cls,
-                            P_(m, m->t_norm_w), m->lnf_mean, m->lnf_rstd, B, D);
-    ops->zero(m->dres, (size_t)B * T * D);
-    ops->scatter_cls_backward(m->dres, m->dcls, B, T, D);
+    const int nw = m->t_norm_w, hw = m->t_head_w;
+    ops->matmul_backward(need(m, hw - 1) ? m->dlnf : NULL, GF_(m, hw), GF_(m, m->t_head_b),
+                         m->dlogits, m->lnf, W_(m, hw), B, D, K);
+    if (need(m, hw - 1)) {
+        ops->zero(m->dcls, (size_t)B * D);
+        ops->layernorm_backward(m->dcls, LG_(m, nw, m->t_norm_b, nw),
+                                LG_(m, nw, m->t_norm_b, m->t_norm_b), m->dlnf, m->cls,
+                                P_(m, nw), m->lnf_mean, m->lnf_rstd, B, D);
+    }
+    if (need(m, nw - 1)) {
+        ops->zero(m->dres, (size_t)B * T * D);
+        ops->scatter_cls_backward(m->dres, m->dcls, B, T, D);
+    }
     grads_end(m, m->L + 1);
 
     /* dres holds d(block output); each LayerNorm backward adds its branch,
      * which is the residual add's backward. */
     m->abandoned = 0;
-    for (int l = m->L - 1; l >= 0; l--) {
+    for (int l = m->L - 1; l >= 0 && need(m, BT(m, l, BT_COUNT - 1)); l--) {
         if (stop_asked(m, "backward", l)) return;
         block_acts *a = acts_of(m, l);
         use_unit(m, l + 1, 1);
@@ -749,11 +817,16 @@ void model_backward(vit_model *m, float dloss)
         block_backward(m, l, a, B);
         grads_end(m, l + 1);
     }
+    if (!need(m, m->t_patch_b)) return; /* the stem is frozen */
     use_unit(m, 0, 1);
     grads_begin(m, 0);
 
+    /* cls_token and pos_embed frozen with patch_embed training: their sums
+     * still go to their (ignored) slots, the op having no NULL for them */
     ops->embed_backward(m->dpatch_out, G_(m, m->t_cls), G_(m, m->t_pos), m->dres, B, T, D);
-    ops->matmul_backward(NULL, G_(m, m->t_patch_w), G_(m, m->t_patch_b), m->dpatch_out,
-                         m->patches, W_(m, m->t_patch_w), B * m->N, CPP, D);
+    if (need(m, m->t_patch_b) && !(m->tensors[m->t_patch_w].frozen &&
+                                   m->tensors[m->t_patch_b].frozen))
+        ops->matmul_backward(NULL, GF_(m, m->t_patch_w), GF_(m, m->t_patch_b), m->dpatch_out,
+                             m->patches, W_(m, m->t_patch_w), B * m->N, CPP, D);
     grads_end(m, 0);
 }

@@ -32,6 +32,7 @@ typedef struct {
     size_t offset;             /* in floats, into the flat buffer */
     size_t numel;
     int decay;                 /* 1: AdamW weight decay applies (timm's groups) */
+    int frozen;                /* 1: training.freeze (model_set_frozen): no gradient */
 } model_tensor;
 
 typedef struct vit_model vit_model;
@@ -109,6 +110,11 @@ size_t model_memory_bytes(const model_config *mc, int max_batch, const model_opt
  * returns the number of units, L+2; 0 when out of host memory or max is
  * too small. */
 int model_unit_bounds(const model_config *mc, size_t *bounds, int max);
+/* The parameter tensors of the model mc describes, without building it:
+ * fills out[0..n) (names, shapes, offsets; none frozen) when max >= n and
+ * returns n, the tensor count; with out NULL only counts; 0 when out of
+ * host memory. */
+int model_tensor_names(const model_config *mc, model_tensor *out, int max);
 /* NULL, or where the last forward or backward stopped part-way
  * (opts->stop), e.g. "forward pass, before block 3 of 12": borrowed. */
 const char *model_abandoned(const vit_model *m);
@@ -149,6 +155,18 @@ int model_num_tensors(const vit_model *m);
 const model_tensor *model_tensor_at(const vit_model *m, int i);
 /* Index of a tensor by timm name, or -1. */
 int model_find_tensor(const vit_model *m, const char *name);
+/* training.freeze (worker/train/freeze.h): frozen[t] (one per tensor)
+ * non-zero freezes tensor t from the next backward on. A frozen tensor's
+ * gradient is not computed: its slot in the gradient buffer stays as it
+ * was (zero after model_zero_grads), except that a LayerNorm whose weight
+ * is frozen and bias not (or the reverse), and cls_token / pos_embed when
+ * patch_embed trains, still get theirs written there (the optimizer and
+ * the collectives ignore frozen slots). The backward stops where nothing
+ * before it trains: no input gradient of the lowest layer that trains, no
+ * pass at all through the layers below it. Under sharding=full a unit
+ * whose tensors are all frozen asks for no gradient buffer (no
+ * reduce-scatter). NULL unfreezes everything. */
+void model_set_frozen(vit_model *m, const unsigned char *frozen);
 
 /* timm's default init ('' mode): Linear weights trunc-normal std 0.02 and zero
  * bias, LayerNorm weight 1 bias 0, pos_embed trunc-normal 0.02, cls_token

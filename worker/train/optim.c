@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "freeze.h"
 #include "layer_decay.h"
 
 #define M_PI_VALUE 3.14159265358979323846
@@ -66,21 +67,29 @@ static double *lr_scales(const vit_model *m, double layer_decay)
 int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
                     long total_steps, const optim_span *spans, int n, char *err, size_t errlen)
 {
+    /* training.freeze: the state covers only the trainable runs of each span */
+    const int nt = model_num_tensors(m), per = nt + 1;
     optim *o = calloc(1, sizeof *o);
-    if (o) o->spans = calloc(n > 0 ? (size_t)n : 1, sizeof *o->spans);
-    if (o && o->spans) {
+    size_t *rlo = malloc(sizeof *rlo * (size_t)per), *rhi = malloc(sizeof *rhi * (size_t)per);
+    if (o) o->spans = calloc(n > 0 ? (size_t)n * (size_t)per : 1, sizeof *o->spans);
+    if (o && o->spans && rlo && rhi) {
         o->ops = model_ops(m);
         o->oc = *oc;
         o->total_steps = total_steps;
-        o->n_spans = n;
         for (int i = 0; i < n; i++) {
-            o->spans[i] = spans[i];
-            o->n += spans[i].hi - spans[i].lo;
+            int k = freeze_runs(m, spans[i].lo, spans[i].hi, 0, rlo, rhi, per);
+            for (int r = 0; r < k && r < per; r++) {
+                o->spans[o->n_spans++] = (optim_span){rlo[r], rhi[r],
+                                                      spans[i].at + (rlo[r] - spans[i].lo)};
+                o->n += rhi[r] - rlo[r];
+            }
         }
-        o->m = o->ops->alloc(o->n * sizeof(float));
-        o->v = o->ops->alloc(o->n * sizeof(float));
+        o->m = o->ops->alloc((o->n ? o->n : 1) * sizeof(float)); /* a rank may hold none */
+        o->v = o->ops->alloc((o->n ? o->n : 1) * sizeof(float));
         o->lr_scale = lr_scales(m, oc->layer_decay);
     }
+    free(rlo);
+    free(rhi);
     if (!o || !o->spans || !o->m || !o->v || !o->lr_scale) {
         size_t want = o ? o->n : 0;
         snprintf(err, errlen, "optimizer: AdamW state of %zu parameters needs %zu bytes of %s "

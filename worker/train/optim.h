@@ -36,8 +36,11 @@ int optim_new(optim **out, const vit_model *m, const optimizer_config *oc, long 
 typedef struct {
     size_t lo, hi, at;
 } optim_span;
-/* State for n spans (copied; ascending, disjoint, within the parameter
- * count): the AdamW state is the spans' lengths, concatenated. */
+/* State for n spans (ascending, disjoint, within the parameter count):
+ * the AdamW state is the spans' lengths, concatenated. Frozen tensors
+ * (model_set_frozen, before this call) are left out: the state's spans
+ * (optim_span_at) are the trainable runs of the spans given, and a frozen
+ * parameter has no state, no weight decay and no update. */
 int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
                     long total_steps, const optim_span *spans, int n, char *err, size_t errlen);
 /* The number of parameters the state covers. */

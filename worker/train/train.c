@@ -19,6 +19,7 @@
 #include "feed.h"
 #include "exitcode.h"
 #include "file.h"
+#include "freeze.h"
 #include "log.h"
 #include "loss_scale.h"
 #include "mixup.h"
@@ -350,7 +351,9 @@ static vj_err build(run *r, char *err, size_t errlen)
         snprintf(err, errlen, "out of host memory for the initial weights");
         return VJ_ERR_OUT_OF_MEMORY;
     }
-    if ((rc = dp_attach(r->dp, r->model, err, errlen)) != VJ_OK)
+    /* training.freeze before the optimizer state, which leaves frozen tensors out */
+    if ((rc = freeze_model(r->model, tc, r->rank == 0, NULL, err, errlen)) != VJ_OK ||
+        (rc = dp_attach(r->dp, r->model, err, errlen)) != VJ_OK)
         return rc;
     if (tc->optimizer.layer_decay > 0) /* optim.c applies it (layer_decay.h) */
         LOG_INFO("train", "event=layer_decay decay=%g layers=%d head_scale=1 stem_scale=%.6g",
@@ -713,7 +716,7 @@ static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t er
         meta.skipped_steps = lscale_skipped(r->lscale);
     }
     snprintf(meta.sharding, sizeof meta.sharding, "%s", dp_name(r->dp));
-    model_config_json(&r->cfg->model, meta.model, sizeof meta.model);
+    freeze_model_json(&r->cfg->model, &r->cfg->training, meta.model, sizeof meta.model);
     vj_err rl = feed_checkpoint_state(r->feed, r->dp, meta.loader, sizeof meta.loader, err,
                                       errlen);
     if (rl) return rl;
@@ -752,7 +755,7 @@ static vj_err resume(run *r, char *err, size_t errlen)
     ckpt_status st = ckpt_store_open(&r->cstore, cc->uri, cc->endpoint, err, errlen);
     if (st) return ckpt_status_class(st);
     char mine[512];
-    model_config_json(&r->cfg->model, mine, sizeof mine);
+    freeze_model_json(&r->cfg->model, &r->cfg->training, mine, sizeof mine);
     ckpt_resume_options o = {.store = r->cstore, .r = r->opt->rdzv, .rank = r->rank,
                              .world = r->world,
                              .timeout_s = r->cfg->training.rendezvous_timeout_seconds,
@@ -802,7 +805,8 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     r.micro = tc->micro_batch_size;
     r.accum = config_accum_steps(cfg);
     vj_err rc = VJ_OK;
-    if (!(r.ops = opt->ops)) rc = train_pick_backend(&r.ops, tc, err, errlen);
+    rc = freeze_check(tc, &cfg->model, err, errlen); /* before any work */
+    if (rc == VJ_OK && !(r.ops = opt->ops)) rc = train_pick_backend(&r.ops, tc, err, errlen);
     if (rc == VJ_OK)
         rc = load_data(&r, err, errlen);
     if (rc == VJ_OK)
