@@ -227,8 +227,12 @@ if [ -d "$ASAN/tests" ]; then
   bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"
   bats_suite asan/reference/randaug.bats tests/randaug.bats BUILD="$BUILD" RA_CHECK="$ASAN/bin/ra_check" \
     WORKER="$ASAN/bin/vitjob-worker"
+  # the sanitizer build (-O1, other roundings) against the float32
+  # reference: its weights land within 1e-4, and the EMA, an average of
+  # them, is held to that bound too (the 1e-5 of the EMA's own update is
+  # the normal build's, above)
   script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
-    --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --quiet
+    --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --ema-tol 1e-4 --quiet
   unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"
 else
   failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"
