@@ -10,6 +10,7 @@
 #include "runner.h"
 #include "decide.h"
 #include "jobspec.h"
+#include "nodehealth.h"
 #include "render.h"
 #include "timefmt.h"
 #include "util.h"
@@ -381,6 +382,56 @@ out:
     return result;
 }
 
+/* The nodes of the job's unfinished pods, judged (nodehealth.h) for decide's
+ * lost-pod rule; read only while vj_decide_wants_nodes says a peer was lost,
+ * at most VJ_MAX_JUDGED nodes. A node or Lease the operator may not read
+ * (403) gives no evidence; the rule then rests on the workers' report.
+ * Returns the count; out[i].name borrows from pods. */
+#define VJ_MAX_JUDGED 64
+static size_t judge_nodes(kube_client *k, const cJSON *job, const cJSON *pods, long long now,
+                          vj_node_health *out)
+{
+    size_t n = 0;
+    if (!vj_decide_wants_nodes(job, pods)) return 0;
+    const cJSON *pod;
+    cJSON_ArrayForEach(pod, pods) {
+        const cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod, "spec");
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
+        const cJSON *nn = cJSON_GetObjectItemCaseSensitive(spec, "nodeName");
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(st, "phase");
+        if (!cJSON_IsString(nn) || !nn->valuestring[0] || n == VJ_MAX_JUDGED ||
+            (cJSON_IsString(ph) && (!strcmp(ph->valuestring, "Succeeded") ||
+                                    !strcmp(ph->valuestring, "Failed"))))
+            continue;
+        int seen = 0;
+        for (size_t i = 0; i < n && !seen; i++) seen = !strcmp(out[i].name, nn->valuestring);
+        if (seen) continue;
+        char path[512];
+        cJSON *node = NULL, *lease = NULL;
+        kube_status st1, st2;
+        kube_path(path, sizeof path, "/api/v1", NULL, "nodes", nn->valuestring, NULL);
+        int rc = kube_get(k, path, &node, &st1);
+        if (rc != KUBE_OK && !kube_is_not_found(&st1)) {
+            LOG_WARN("reconcile", "event=node_unreadable node=%s code=%d msg=%s",
+                     LOGV(nn->valuestring), st1.http_code, LOGV(st1.message));
+            continue; /* no evidence either way */
+        }
+        kube_path(path, sizeof path, "/apis/coordination.k8s.io/v1", VJ_NODE_LEASE_NAMESPACE,
+                  "leases", nn->valuestring, NULL);
+        if (node && kube_get(k, path, &lease, &st2) != KUBE_OK && !kube_is_not_found(&st2))
+            LOG_WARN("reconcile", "event=node_lease_unreadable node=%s code=%d msg=%s",
+                     LOGV(nn->valuestring), st2.http_code, LOGV(st2.message));
+        vj_node_judge(nn->valuestring, node, lease, now, &out[n]);
+        if (out[n].lost)
+            LOG_WARN("reconcile", "event=node_lost node=%s why=%s", LOGV(nn->valuestring),
+                     LOGV(out[n].why));
+        n++;
+        cJSON_Delete(node);
+        cJSON_Delete(lease);
+    }
+    return n;
+}
+
 /* Whether the leadership (if elected) still covers a write now. */
 static int may_act(const controller *c)
 {
@@ -444,6 +495,11 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
     char err[512];
     run_result result = RUN_DONE;
     long long now = (long long)time(NULL);
+    vj_node_health nodes[VJ_MAX_JUDGED];
+    if (pods && !ref.set) {
+        have.nodes = nodes;
+        have.n_nodes = judge_nodes(k, job, pods, now, nodes);
+    }
     if (!pods || (!ref.set && vj_decide(job, pods, &have, now, &plan, err, sizeof err) != 0)) {
         LOG_ERROR("reconcile", "key=%s msg=%s", LOGV(key), LOGV(pods ? err : "out of memory"));
         result = RUN_ERROR;

@@ -48,13 +48,20 @@ typedef struct {
     int exit_code;        /* worker container's terminated exit code, -1 = none */
     int peer_lost;        /* failed saying it lost a peer (its last line: class=peer_lost) */
     long long finished_ts;/* the worker container's finishedAt (now if unknown) */
+    const char *node;     /* spec.nodeName, or NULL */
+    char lost_why[256];   /* why it was judged lost (vj_decide's lost-pod rule), or "" */
     int removed;          /* this plan deletes it */
 } pod_info;
+
+#define MAX_AVOID 16 /* nodes the next generation keeps off, at most */
 
 typedef struct {
     vj_plan *plan;
     const vj_jobspec *js;
     const cJSON *job;
+    const vj_children *have;
+    const char *avoid[MAX_AVOID]; /* nodes of lost pods: the next generation keeps off */
+    int n_avoid;
     long long now;
     int ok;               /* 0 after an allocation failure */
     char render_err[256]; /* the first child that could not be rendered, and why */
@@ -133,7 +140,7 @@ static void remove_pod(ctx *c, pod_info *pi)
     if (pi->removed)
         return;
     if (!pi->deleting) {
-        delete_pod(c, pi, 0);
+        delete_pod(c, pi, pi->node_lost);
         return;
     }
     if (pi->node_lost || pi->del_ts <= c->now)
@@ -240,6 +247,7 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
     pi->exit_code = worker_exit_code(term);
     if (pi->phase == PP_FAILED && says_peer_lost(json_str(term, "message")))
         pi->peer_lost = 1;
+    pi->node = json_str(json_get(pod, "spec"), "nodeName");
     const char *fin = json_str(term, "finishedAt");
     if (fin == NULL || timefmt_parse(fin, &pi->finished_ts) != 0)
         pi->finished_ts = now;
@@ -375,7 +383,13 @@ static void create_rendered(ctx *c, cJSON *obj, const char *err)
 static void create_generation_pod(ctx *c, int rank, int gen)
 {
     char err[256];
-    create_rendered(c, vj_render_pod(c->job, rank, gen, err, sizeof err), err);
+    cJSON *pod = vj_render_pod(c->job, rank, gen, err, sizeof err);
+    if (pod && c->n_avoid > 0 && vj_render_avoid_nodes(pod, c->avoid, (size_t)c->n_avoid) != 0) {
+        cJSON_Delete(pod);
+        c->ok = 0;
+        return;
+    }
+    create_rendered(c, pod, err);
 }
 
 /* What the pods need, before them (creates are applied in order): the
@@ -554,6 +568,82 @@ static void hold_for_lost_peer(ctx *c, generation *g)
     requeue(c, until - c->now);
 }
 
+/* status.lostPeer, as a worker of the current generation wrote it. */
+typedef struct {
+    int rank, by, heartbeat;
+    long long at;
+    const char *message;
+} lost_report;
+
+static int read_lost_report(const cJSON *job, int gen, int replicas, lost_report *rep)
+{
+    const cJSON *lp = json_get(json_get(job, "status"), "lostPeer");
+    const cJSON *g = json_get(lp, "generation"), *r = json_get(lp, "rank"), *by = json_get(lp, "reportedBy");
+    const char *ev = json_str(lp, "evidence");
+    if (!cJSON_IsNumber(g) || g->valueint != gen || !cJSON_IsNumber(r) || r->valueint < 0 ||
+        r->valueint >= replicas || (!str_eq(ev, "heartbeat") && !str_eq(ev, "closed")) ||
+        timefmt_parse(json_str(lp, "time"), &rep->at) != 0)
+        return 0;
+    rep->rank = r->valueint;
+    rep->by = cJSON_IsNumber(by) ? by->valueint : -1;
+    rep->heartbeat = str_eq(ev, "heartbeat");
+    rep->message = json_str(lp, "message");
+    return 1;
+}
+
+static const vj_node_health *node_health(const vj_children *have, const char *node)
+{
+    for (size_t i = 0; have && node && i < have->n_nodes; i++)
+        if (str_eq(have->nodes[i].name, node))
+            return &have->nodes[i];
+    return NULL;
+}
+
+static void avoid_node(ctx *c, const char *node)
+{
+    if (node == NULL)
+        return;
+    for (int i = 0; i < c->n_avoid; i++)
+        if (str_eq(c->avoid[i], node))
+            return;
+    if (c->n_avoid < MAX_AVOID)
+        c->avoid[c->n_avoid++] = node;
+}
+
+/* The lost-pod rule of decide.h: pods of the current generation that still
+ * look alive in the API but are lost become disruptions. */
+static void judge_lost(ctx *c, const desired_status *ds, generation *g)
+{
+    int R = c->js->replicas;
+    for (int r = 0; r < R; r++) {
+        pod_info *pi = g->slot[r];
+        const vj_node_health *nh = pi ? node_health(c->have, pi->node) : NULL;
+        if (pi == NULL || finished(pi) || nh == NULL || !nh->lost)
+            continue;
+        pi->disruption = pi->node_lost = 1;
+        snprintf(pi->lost_why, sizeof pi->lost_why, "node %s is lost: %s", pi->node, nh->why);
+        avoid_node(c, pi->node);
+    }
+    lost_report rep;
+    if (!read_lost_report(c->job, ds->gen, R, &rep))
+        return;
+    pod_info *pi = g->slot[rep.rank];
+    if (pi == NULL || finished(pi) || pi->disruption || pi->deleting)
+        return;
+    if (!rep.heartbeat && c->now < rep.at + VJ_LOST_CONFIRM_S) {
+        requeue(c, rep.at + VJ_LOST_CONFIRM_S - c->now); /* its kubelet may yet report it */
+        return;
+    }
+    pi->disruption = 1;
+    /* closed connections that its kubelet never reported: the node is gone
+     * with the process, and nothing there will take the pod down */
+    pi->node_lost = !rep.heartbeat;
+    snprintf(pi->lost_why, sizeof pi->lost_why, "%s (reported by pod index %d%s%s)",
+             rep.heartbeat ? "its heartbeat stopped" : "its connections closed and its kubelet "
+             "did not report it", rep.by, rep.message ? ": " : "", rep.message ? rep.message : "");
+    avoid_node(c, pi->node);
+}
+
 /* Slots the current generation (every other pod goes) and tallies it.
  * Returns 0, or -1 out of memory. */
 static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, generation *g)
@@ -572,6 +662,7 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
         else
             g->slot[pi->rank] = pi;
     }
+    judge_lost(c, ds, g);
     for (int r = 0; r < R; r++) {
         pod_info *pi = g->slot[r];
         if (pi == NULL) {
@@ -624,6 +715,8 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
         snprintf(msg, sizeof msg, "%d pod(s) of generation %d disappeared", g->missing, ds->gen);
     else if (bad->phase == PP_FAILED && !bad->disruption)
         snprintf(msg, sizeof msg, "pod %s failed with exit code %d", bad->name, bad->exit_code);
+    else if (bad->lost_why[0])
+        snprintf(msg, sizeof msg, "pod %s was lost: %s", bad->name, bad->lost_why);
     else
         snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
                  "node lost)", bad->name);
@@ -821,7 +914,7 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    ctx c = {.plan = plan, .js = &js, .job = job, .now = now, .ok = 1};
+    ctx c = {.plan = plan, .js = &js, .job = job, .have = have, .now = now, .ok = 1};
     desired_status ds;
     memset(&ds, 0, sizeof ds);
     pod_info *pods = NULL;
@@ -948,7 +1041,7 @@ int vj_decide(const cJSON *job, const cJSON *pods, const vj_children *have, long
 int vj_decide_failed(const cJSON *job, const cJSON *pods, const char *reason,
                      const char *message, long long now, vj_plan **out, char *err, size_t errlen)
 {
-    static const vj_children all = {1, 1, 1, 1, 1, 1, 0, NULL};
+    static const vj_children all = {1, 1, 1, 1, 1, 1, 0, NULL, NULL, 0};
     return decide(job, pods, &all, reason, message, now, out, err, errlen);
 }
 
@@ -967,4 +1060,29 @@ void vj_plan_free(vj_plan *p)
     free(p->deletes);
     free(p->events);
     free(p);
+}
+
+int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods)
+{
+    const cJSON *meta = json_get(job, "metadata"), *st = json_get(job, "status");
+    const char *name = json_str(meta, "name");
+    const cJSON *v = json_get(st, "restarts");
+    int gen = cJSON_IsNumber(v) ? v->valueint : 0;
+    const cJSON *pj;
+    pod_info pi;
+    cJSON_ArrayForEach(pj, pods)
+    {
+        if (parse_pod(pj, name, 0, &pi) == 0 && pi.gen > gen)
+            gen = pi.gen;
+    }
+    const cJSON *lp = json_get(st, "lostPeer");
+    v = json_get(lp, "generation");
+    if (cJSON_IsNumber(v) && v->valueint == gen)
+        return 1;
+    cJSON_ArrayForEach(pj, pods)
+    {
+        if (parse_pod(pj, name, 0, &pi) == 0 && pi.gen == gen && pi.peer_lost)
+            return 1;
+    }
+    return 0;
 }

@@ -49,6 +49,16 @@ typedef struct {
     long long requeue_after;/* seconds; 0 = no timed requeue */
 } vj_plan;
 
+/* What the operator knows of a node that runs a pod of the current
+ * generation (read by the controller only while a worker reports a lost peer
+ * or a peer_lost failure is held: vj_decide_wants_nodes). */
+typedef struct {
+    const char *name; /* the node's name; borrowed */
+    int lost;         /* its Ready condition is Unknown or False, or its Lease
+                         (kube-node-lease) expired: the node is declared lost */
+    char why[192];    /* what showed it, for the condition and the event */
+} vj_node_health;
+
 /* Which of the job's other children exist (and are as desired). */
 typedef struct {
     int configmap, service;                  /* <job>-config, <job> */
@@ -57,7 +67,31 @@ typedef struct {
     int podgroup;              /* PodGroup <job> exists (and is as desired) */
     int podgroup_crd_missing;  /* the API has no podgroups in the gang's group */
     const cJSON *podgroup_obj; /* that PodGroup as read (its status), or NULL; borrowed */
+    const vj_node_health *nodes; /* n_nodes nodes judged by the controller; borrowed */
+    size_t n_nodes;
 } vj_children;
+
+/* A lost pod (issue 26; docs/design.md, "Lost nodes"). A pod of the current
+ * generation that has not terminated in the API is lost when
+ *  - its node is declared lost (vj_node_health.lost), or
+ *  - a surviving rank of the generation reported it in status.lostPeer with
+ *    evidence "heartbeat" (its heartbeat stopped while its connection stayed
+ *    open: frozen, partitioned, or its node died silently), or
+ *  - status.lostPeer reported it with evidence "closed" (its connections
+ *    closed) and its kubelet has still not reported it terminated
+ *    VJ_LOST_CONFIRM_S after the report: a process that merely crashed on a
+ *    live node is reported within that time and restarts as a retryable
+ *    failure that spends backoffLimit.
+ * A lost pod is a disruption: the gang restarts at once (backoffLimit not
+ * spent), pods on a lost node are force-deleted, and the next generation's
+ * pods get a required node affinity (matchFields metadata.name NotIn) that
+ * keeps them off the lost pods' nodes. */
+#define VJ_LOST_CONFIRM_S 5
+
+/* 1 if the controller should judge the nodes of the current generation's
+ * pods for this reconcile (status.lostPeer names the current generation, or
+ * one of its pods failed with class peer_lost), else 0. */
+int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods);
 
 /* Gang scheduling (spec.runPolicy.schedulingPolicy.gang not none): the
  * PodGroup is created before the pods. Without its CRD no pods are created:

@@ -466,6 +466,52 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     return finish(&b, o, err, errlen);
 }
 
+static cJSON *obj_at(cJSON *parent, const char *key)
+{
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (cJSON_IsObject(o))
+        return o;
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    return cJSON_AddObjectToObject(parent, key);
+}
+
+int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n)
+{
+    cJSON *req = obj_at(obj_at(obj_at(obj_at(pod, "spec"), "affinity"), "nodeAffinity"),
+                        "requiredDuringSchedulingIgnoredDuringExecution");
+    if (req == NULL)
+        return -1;
+    cJSON *terms = cJSON_GetObjectItemCaseSensitive(req, "nodeSelectorTerms");
+    if (!cJSON_IsArray(terms)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(req, "nodeSelectorTerms");
+        terms = cJSON_AddArrayToObject(req, "nodeSelectorTerms");
+    }
+    if (terms == NULL || (cJSON_GetArraySize(terms) == 0 && !cJSON_AddItemToArray(terms, cJSON_CreateObject())))
+        return -1;
+    cJSON *term;
+    cJSON_ArrayForEach(term, terms)
+    {
+        cJSON *fields = cJSON_GetObjectItemCaseSensitive(term, "matchFields");
+        if (!cJSON_IsArray(fields)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(term, "matchFields");
+            fields = cJSON_AddArrayToObject(term, "matchFields");
+        }
+        cJSON *req1 = cJSON_CreateObject(), *vals = cJSON_CreateStringArray(nodes, (int)n);
+        if (fields == NULL || req1 == NULL || vals == NULL || !cJSON_AddItemToArray(fields, req1)) {
+            cJSON_Delete(req1);
+            cJSON_Delete(vals);
+            return -1;
+        }
+        if (!cJSON_AddStringToObject(req1, "key", "metadata.name") ||
+            !cJSON_AddStringToObject(req1, "operator", "NotIn") ||
+            !cJSON_AddItemToObject(req1, "values", vals)) {
+            cJSON_Delete(vals); /* not attached */
+            return -1;
+        }
+    }
+    return 0;
+}
+
 cJSON *vj_render_podgroup(const cJSON *job, char *err, size_t errlen)
 {
     vj_jobspec js;

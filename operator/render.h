@@ -56,6 +56,12 @@ cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen);
  * .containerSecurityContext replace them) and spec.template overrides. */
 cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen);
 
+/* Keeps `pod` (as vj_render_pod made it) off the n `nodes`: every term of
+ * its required node affinity gets matchFields metadata.name NotIn nodes (a
+ * term is added when it has none), so a template's own node affinity still
+ * holds. Returns 0, or -1 out of memory (pod then incomplete: free it). */
+int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n);
+
 /* The gang's PodGroup <job> (spec.runPolicy.schedulingPolicy.gang volcano
  * or coscheduling; NULL with a message for none), owned by the job:
  * volcano's scheduling.volcano.sh/v1beta1 {minMember, queue,

@@ -236,7 +236,7 @@ Test(cache, managed_fields_and_last_applied_never_reach_the_cache_by_put_or_reli
 /* The plan decide makes, printed: what must not change when pods are trimmed. */
 static char *plan_text(const cJSON *job, const cJSON *pods)
 {
-    vj_children have = {1, 1, 1, 1, 1, 0, 0, NULL};
+    vj_children have = {1, 1, 1, 1, 1, 0, 0, NULL, NULL, 0};
     vj_plan *p = NULL;
     char err[256];
     cr_assert_eq(vj_decide(job, pods, &have, 1795665600LL, &p, err, sizeof err), 0, "%s", err);

@@ -927,6 +927,163 @@ Test(decide, workers_that_all_lost_their_peers_or_failed_otherwise_restart_at_on
     world_free(&w);
 }
 
+/* ------------------------------------------------ lost pods (issue 26) */
+
+static void set_node(world *w, const char *pod, const char *node)
+{
+    cJSON *p = find_pod(w, pod);
+    cJSON *spec = cJSON_GetObjectItem(p, "spec");
+    if (spec == NULL)
+        spec = cJSON_AddObjectToObject(p, "spec");
+    cJSON_DeleteItemFromObject(spec, "nodeName");
+    cJSON_AddStringToObject(spec, "nodeName", node);
+}
+
+/* A surviving worker's status.lostPeer (docs/design.md, lost nodes). */
+static void report_lost(world *w, int gen, int rank, int by, const char *evidence, long long at)
+{
+    char ts[TIMEFMT_LEN], buf[512];
+    timefmt_rfc3339(ts, at, 0, 0);
+    snprintf(buf, sizeof buf, "{\"generation\":%d,\"rank\":%d,\"reportedBy\":%d,\"evidence\":\"%s\","
+             "\"time\":\"%s\",\"message\":\"rank %d: no heartbeat for 5.0 s\"}", gen, rank, by,
+             evidence, ts, rank);
+    cJSON *st = cJSON_GetObjectItem(w->job, "status");
+    cJSON_DeleteItemFromObject(st, "lostPeer");
+    cJSON_AddItemToObject(st, "lostPeer", cJSON_Parse(buf));
+}
+
+/* The node names that the pod's required node affinity keeps it off, joined by ",". */
+static void avoided(world *w, const char *pod, char *out, size_t len)
+{
+    out[0] = '\0';
+    const cJSON *terms = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+        cJSON_GetObjectItem(find_pod(w, pod), "spec"), "affinity"), "nodeAffinity"),
+        "requiredDuringSchedulingIgnoredDuringExecution"), "nodeSelectorTerms");
+    const cJSON *t, *f, *v;
+    cJSON_ArrayForEach(t, terms) cJSON_ArrayForEach(f, cJSON_GetObjectItem(t, "matchFields"))
+    {
+        cr_assert_str_eq(cJSON_GetObjectItem(f, "key")->valuestring, "metadata.name");
+        cr_assert_str_eq(cJSON_GetObjectItem(f, "operator")->valuestring, "NotIn");
+        cJSON_ArrayForEach(v, cJSON_GetObjectItem(f, "values"))
+        {
+            if (out[0])
+                strncat(out, ",", len - strlen(out) - 1);
+            strncat(out, v->valuestring, len - strlen(out) - 1);
+        }
+    }
+}
+
+/* Two running pods on node-a (rank 0) and node-b (rank 1). */
+static world running_on_nodes(const char *spec_extra)
+{
+    world w = running_job(spec_extra);
+    set_node(&w, "j-worker-0-r0", "node-a");
+    set_node(&w, "j-worker-1-r0", "node-b");
+    return w;
+}
+
+Test(decide, a_reported_heartbeat_loss_restarts_the_gang_at_once_as_a_disruption_off_the_lost_node)
+{
+    world w = running_on_nodes("\"runPolicy\":{\"backoffLimit\":0}");
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    report_lost(&w, 0, 0, 1, "heartbeat", NOW + 11);
+    cr_assert(vj_decide_wants_nodes(w.job, w.pods));
+    vj_plan *p = step(&w, NOW + 11);
+    cr_assert_eq(restarts(&w), 1, "no waiting for Kubernetes' node lifecycle");
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1, "backoffLimit 0 not spent");
+    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "Disruption");
+    cr_assert(strstr(cond_field(&w, "Restarting", "message"), "j-worker-0-r0 was lost: its heartbeat "
+                     "stopped (reported by pod index 1"), "%s", cond_field(&w, "Restarting", "message"));
+    cr_assert(deletes(p, "j-worker-0-r0", 0), "a frozen pod on a live node: its kubelet takes it down");
+    char av[128];
+    avoided(&w, "j-worker-0-r1", av, sizeof av);
+    cr_assert_str_eq(av, "node-a", "generation 1 keeps off the lost pod's node");
+    avoided(&w, "j-worker-1-r1", av, sizeof av);
+    cr_assert_str_eq(av, "node-a");
+    cr_assert(!vj_decide_wants_nodes(w.job, w.pods), "the report names an older generation now");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_reported_closed_connection_waits_for_the_kubelet_and_a_crash_it_reports_spends_backoff)
+{
+    world w = running_on_nodes(NULL);
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    report_lost(&w, 0, 0, 1, "closed", NOW + 11);
+    vj_plan *p = step(&w, NOW + 12);
+    cr_assert_eq(restarts(&w), 0, "the kubelet may yet report the process's end");
+    cr_assert(p->requeue_after > 0 && p->requeue_after <= VJ_LOST_CONFIRM_S - 1, "requeue %lld",
+              p->requeue_after);
+    vj_plan_free(p);
+    set_exit(&w, "j-worker-0-r0", 137); /* it crashed; its kubelet says so */
+    vj_plan_free(step(&w, NOW + 13));
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 0, "a crash spends backoffLimit");
+    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "RetryableFailure");
+    world_free(&w);
+}
+
+Test(decide, a_reported_closed_connection_its_kubelet_never_reports_is_a_lost_node_force_deleted)
+{
+    world w = running_on_nodes(NULL);
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    report_lost(&w, 0, 0, 1, "closed", NOW + 11);
+    vj_plan_free(step(&w, NOW + 11 + VJ_LOST_CONFIRM_S - 1));
+    cr_assert_eq(restarts(&w), 0);
+    vj_plan *p = step(&w, NOW + 11 + VJ_LOST_CONFIRM_S);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert(deletes(p, "j-worker-0-r0", 1), "nothing on its node will take it down: forced");
+    cr_assert(deletes(p, "j-worker-1-r0", 0));
+    char av[128];
+    avoided(&w, "j-worker-1-r1", av, sizeof av);
+    cr_assert_str_eq(av, "node-a");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_node_judged_lost_disrupts_its_pods_at_once_without_any_report)
+{
+    world w = running_on_nodes(NULL);
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    vj_node_health nodes[2] = {{.name = "node-a", .lost = 1}, {.name = "node-b", .lost = 0}};
+    snprintf(nodes[0].why, sizeof nodes[0].why, "Ready is Unknown (NodeStatusUnknown)");
+    w.have.nodes = nodes;
+    w.have.n_nodes = 2;
+    vj_plan *p = step(&w, NOW + 12);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert(strstr(cond_field(&w, "Restarting", "message"), "node node-a is lost: Ready is Unknown"));
+    cr_assert(deletes(p, "j-worker-0-r0", 1), "pods on a lost node are force-deleted");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_report_of_an_older_generation_or_another_shape_is_ignored)
+{
+    world w = running_on_nodes(NULL);
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    report_lost(&w, 7, 0, 1, "heartbeat", NOW + 11);
+    vj_plan_free(step(&w, NOW + 12));
+    cr_assert_eq(restarts(&w), 0, "generation 7 is not this one: hold for the peer's fate");
+    report_lost(&w, 0, 5, 1, "heartbeat", NOW + 11);
+    vj_plan_free(step(&w, NOW + 12));
+    cr_assert_eq(restarts(&w), 0, "rank 5 of 2");
+    report_lost(&w, 0, 0, 1, "rumour", NOW + 11);
+    vj_plan_free(step(&w, NOW + 12));
+    cr_assert_eq(restarts(&w), 0, "unknown evidence");
+    world_free(&w);
+}
+
+Test(decide, nodes_are_wanted_only_while_a_peer_of_the_current_generation_is_lost)
+{
+    world w = running_on_nodes(NULL);
+    cr_assert(!vj_decide_wants_nodes(w.job, w.pods));
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    cr_assert(vj_decide_wants_nodes(w.job, w.pods));
+    world_free(&w);
+}
+
 /* ------------------------------------------------------- gang scheduling */
 
 static world gang_world(const char *gang, const char *more)

@@ -530,3 +530,40 @@ Test(render, diff_of_a_podgroup_patches_only_our_spec_fields_and_keeps_the_sched
     cJSON_Delete(want);
     cJSON_Delete(job);
 }
+
+Test(render, avoiding_lost_nodes_adds_a_not_in_to_every_required_term_and_keeps_its_own)
+{
+    cJSON *j = job_with(NULL);
+    cJSON *p = pod(j, 1, 3);
+    /* a pod that already has required terms (ORed): each keeps its own */
+    cJSON_AddItemToObject(at(p, "spec"), "affinity", cJSON_Parse(
+        "{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":{\"nodeSelectorTerms\":["
+        "{\"matchExpressions\":[{\"key\":\"gpu\",\"operator\":\"In\",\"values\":[\"a100\"]}]},"
+        "{\"matchExpressions\":[{\"key\":\"gpu\",\"operator\":\"In\",\"values\":[\"h100\"]}]}]}}}"));
+    const char *nodes[] = {"node-a", "node-b"};
+    cr_assert_eq(vj_render_avoid_nodes(p, nodes, 2), 0);
+    for (int t = 0; t < 2; t++) {
+        char path[128];
+        snprintf(path, sizeof path, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+                 "nodeSelectorTerms.%d", t);
+        cJSON *term = at(p, path);
+        cr_assert_str_eq(str_at(term, "matchExpressions.0.key"), "gpu", "term %d keeps its own", t);
+        cr_assert_str_eq(str_at(term, "matchFields.0.key"), "metadata.name");
+        cr_assert_str_eq(str_at(term, "matchFields.0.operator"), "NotIn");
+        cr_assert_str_eq(str_at(term, "matchFields.0.values.0"), "node-a");
+        cr_assert_str_eq(str_at(term, "matchFields.0.values.1"), "node-b");
+    }
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+
+    j = job_with(NULL); /* no affinity at all: one term */
+    p = pod(j, 0, 1);
+    cr_assert_eq(vj_render_avoid_nodes(p, nodes, 1), 0);
+    cJSON *terms = at(p, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+                         "nodeSelectorTerms");
+    cr_assert_eq(cJSON_GetArraySize(terms), 1);
+    cr_assert_str_eq(str_at(terms, "0.matchFields.0.values.0"), "node-a");
+    cr_assert_null(at(terms, "0.matchFields.0.values.1"));
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
