@@ -455,8 +455,8 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
 
     if (js.gang == VJ_GANG_VOLCANO) /* spec.template.schedulerName still wins */
         add_str(&b, spec, "schedulerName", VJ_PG_VOLCANO_SCHEDULER);
-    static const char *const pod_keys[] = {"nodeSelector", "schedulerName",
-                                           "priorityClassName"}; /* as they are */
+    static const char *const pod_keys[] = {"nodeSelector", "schedulerName", "priorityClassName",
+                                           "terminationGracePeriodSeconds"}; /* as they are */
     for (size_t i = 0; js.tmpl && i < sizeof pod_keys / sizeof pod_keys[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(js.tmpl, pod_keys[i]);
         if (v)

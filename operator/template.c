@@ -99,6 +99,7 @@ static const field TEMPLATE[] = {{"resources", F_OBJ, RESOURCES, NULL},
                                  {"tolerations", F_OBJ_LIST, TOLERATION, NULL},
                                  {"schedulerName", F_STR, NULL, NULL},
                                  {"priorityClassName", F_STR, NULL, NULL},
+                                 {"terminationGracePeriodSeconds", F_INT, NULL, NULL},
                                  {"serviceAccountName", F_STR, NULL, NULL},
                                  {"securityContext", F_OBJ, POD_SECURITY, NULL},
                                  {"containerSecurityContext", F_OBJ, CONTAINER_SECURITY, NULL},
@@ -385,6 +386,12 @@ int vj_template_validate(const cJSON *tmpl, int gpus, char *err, size_t errlen)
                        kv->valuestring, why);
             return -1;
         }
+    }
+    v = cJSON_GetObjectItemCaseSensitive(tmpl, "terminationGracePeriodSeconds");
+    if (v && v->valuedouble < 0) {
+        err_printf(err, errlen, "spec.template.terminationGracePeriodSeconds=%lld: must be "
+                   "greater than or equal to 0", (long long)v->valuedouble);
+        return -1;
     }
     static const char *const names[] = {"schedulerName", "priorityClassName",
                                         "serviceAccountName"};

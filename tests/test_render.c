@@ -164,7 +164,8 @@ Test(render, template_overrides_are_merged_and_gpu_limit_wins)
                         "\"limits\":{\"memory\":\"32Gi\",\"nvidia.com/gpu\":\"8\"}},"
                         "\"nodeSelector\":{\"gpu\":\"h100\"},"
                         "\"tolerations\":[{\"key\":\"gpu\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}],"
-                        "\"schedulerName\":\"volcano\",\"priorityClassName\":\"high\"}");
+                        "\"schedulerName\":\"volcano\",\"priorityClassName\":\"high\","
+                        "\"terminationGracePeriodSeconds\":120}");
     cJSON *p = pod(j, 0, 0);
     cJSON *lim = at(p, "spec.containers.0.resources.limits");
     cJSON *req = at(p, "spec.containers.0.resources.requests");
@@ -176,6 +177,7 @@ Test(render, template_overrides_are_merged_and_gpu_limit_wins)
     cr_assert_str_eq(str_at(p, "spec.tolerations.0.key"), "gpu");
     cr_assert_str_eq(str_at(p, "spec.schedulerName"), "volcano");
     cr_assert_str_eq(str_at(p, "spec.priorityClassName"), "high");
+    cr_assert_eq(at(p, "spec.terminationGracePeriodSeconds")->valueint, 120);
     cJSON_Delete(p);
     cJSON_Delete(j);
 }

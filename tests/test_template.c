@@ -35,7 +35,7 @@ Test(template, a_full_valid_template_passes)
                        "{\"operator\":\"Exists\"},{\"key\":\"k\",\"value\":\"v\",\"effect\":\"NoExecute\","
                        "\"tolerationSeconds\":30}],"
                        "\"schedulerName\":\"volcano\",\"priorityClassName\":\"training-high\","
-                       "\"serviceAccountName\":\"team-sa\","
+                       "\"terminationGracePeriodSeconds\":120,\"serviceAccountName\":\"team-sa\","
                        "\"securityContext\":{\"runAsUser\":1000,\"runAsNonRoot\":true,"
                        "\"seccompProfile\":{\"type\":\"RuntimeDefault\"},\"supplementalGroups\":[5]},"
                        "\"containerSecurityContext\":{\"allowPrivilegeEscalation\":false,"
@@ -80,6 +80,8 @@ Test(template, tolerations_node_selectors_and_names_are_checked_as_in_a_pod)
     refused("{\"nodeSelector\":{\"zone\":\"not a value\"}}", 0, "spec.template.nodeSelector.zone=\"not a value\"");
     refused("{\"nodeSelector\":{\"zone\":3}}", 0, "spec.template.nodeSelector: wrong type");
     refused("{\"priorityClassName\":\"High Priority\"}", 0, "spec.template.priorityClassName=\"High Priority\"");
+    refused("{\"terminationGracePeriodSeconds\":-1}", 0,
+            "spec.template.terminationGracePeriodSeconds=-1: must be greater than or equal to 0");
     refused("{\"serviceAccountName\":\"Team_SA\"}", 0, "spec.template.serviceAccountName");
 }
 
