@@ -50,8 +50,10 @@ STEPS = 300
 INTERVAL = 50
 
 
-def manifest(name, prefix):
+def manifest(name, prefix, grace=None):
     m = job_manifest(name, prefix, steps=STEPS)
+    if grace is not None:  # the frozen pod outlives its freeze: SIGTERM waits, SIGKILL comes after `grace`
+        m["spec"]["template"]["terminationGracePeriodSeconds"] = grace
     m["spec"]["runPolicy"] = {"backoffLimit": 0, "cleanPodPolicy": "None"}  # upstream-like: default toleration
     m["spec"]["template"]["resources"]["requests"]["cpu"] = "1500m"      # one rank per node
     m["spec"]["training"]["heartbeatTimeoutSeconds"] = 5
@@ -173,8 +175,8 @@ class Recovery(unittest.TestCase):
                 return p
         return None
 
-    def start_job(self, name, prefix):
-        m = self.apply(manifest(name, prefix))
+    def start_job(self, name, prefix, grace=None):
+        m = self.apply(manifest(name, prefix, grace))
         wait_for("the first checkpoint", lambda: (status(self.c, name).get("progress") or {}).get(
             "lastCheckpointStep", 0) >= INTERVAL, 240, 0.5)
         pods = pods_of(self.c, name)
@@ -273,7 +275,7 @@ class Recovery(unittest.TestCase):
 
     def test_a_worker_frozen_for_60_s_is_replaced_and_on_waking_writes_nothing(self):
         c, name, prefix = self.c, "rec-stop", "recovery/stop"
-        m, pods = self.start_job(name, prefix)
+        m, pods = self.start_job(name, prefix, grace=120)
         pid = wait_for("rank 1's process", lambda: worker_pid(name, 1), 30, 0.5)
         self.t["kill"] = time.time()
         os.kill(pid, signal.SIGSTOP)
