@@ -880,6 +880,15 @@ class TakeoverTest(Base):
               "(lease-duration 8 s, retry-period 1 s)" % (t_lease - t_kill, t_acted - t_kill), file=sys.stderr)
 
 
+    def test_lease_timings_out_of_order_exit_2_naming_the_rule(self):
+        for lease, renew, retry in (("8", "8", "1"), ("8", "6", "6"), ("6", "8", "1"), ("8", "6", "0")):
+            with self.subTest(lease=lease, renew=renew, retry=retry):
+                r = subprocess.run([OPERATOR, "--kubeconfig", self.op_kubeconfig, "--metrics-addr", "127.0.0.1:0",
+                                    "--leader-elect", "--lease-duration", lease, "--renew-deadline", renew,
+                                    "--retry-period", retry], capture_output=True, text=True, timeout=10)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("need 0 < --retry-period < --renew-deadline < --lease-duration", r.stdout + r.stderr)
+
 class ProgressStalledTest(Base):
     """Condition ProgressStalled from the status a (fake) rank 0 writes."""
 
