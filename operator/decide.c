@@ -25,6 +25,7 @@
  */
 #include "decide.h"
 
+#include "config.h"
 #include "exitcode.h"
 #include "jobspec.h"
 #include "json.h"
@@ -900,6 +901,89 @@ static long long status_time(const cJSON *st, const char *key)
     return timefmt_parse(json_str(st, key), &t) == 0 ? t : -1;
 }
 
+/* ------------------------------------------------------ ProgressStalled */
+
+/* training.reportIntervalSeconds as the job's spec sets it, else the
+ * config table's default (api/config.c: the worker's own). 0 out of memory. */
+static long long report_interval(ctx *c)
+{
+    const cJSON *v = json_get(json_get(c->js->spec, "training"), "reportIntervalSeconds");
+    if (cJSON_IsNumber(v) && v->valuedouble >= 1)
+        return (long long)v->valuedouble;
+    vit_job_config *d = malloc(sizeof *d);
+    if (d == NULL) {
+        c->ok = 0;
+        return 0;
+    }
+    config_defaults(d);
+    long long s = d->training.report_interval_seconds;
+    free(d);
+    return s;
+}
+
+/* Condition ProgressStalled (decide.h): judged from the status the workers
+ * wrote (status.progress.updateTime) and the Running condition's
+ * lastTransitionTime, never from anything this operator remembers, so a new
+ * leader judges a job as the old one would. Only the conditions are written
+ * (rank 0 owns status.progress). */
+static void watch_progress(ctx *c, desired_status *ds, const cJSON *st)
+{
+    char msg[512], age[TIMEFMT_DUR_LEN], every[TIMEFMT_DUR_LEN], after[TIMEFMT_DUR_LEN];
+    if (!str_eq(ds->phase, "Running")) {
+        if (cond_true(ds->conds, "ProgressStalled")) {
+            snprintf(msg, sizeof msg, "the job is %s", ds->phase ? ds->phase : "not running");
+            set_cond(c, ds->conds, "ProgressStalled", "False", "NotRunning", msg, 1);
+        }
+        return;
+    }
+    long long interval = report_interval(c);
+    if (interval <= 0)
+        return;
+    long long limit = VJ_PROGRESS_STALL_REPORTS * interval;
+    if (limit < VJ_PROGRESS_STALL_MIN_S)
+        limit = VJ_PROGRESS_STALL_MIN_S;
+    long long since = c->now, upd = -1; /* Running since; the last report */
+    const cJSON *cond;
+    cJSON_ArrayForEach(cond, ds->conds)
+    {
+        if (str_eq(json_str(cond, "type"), "Running") &&
+            timefmt_parse(json_str(cond, "lastTransitionTime"), &since) != 0)
+            since = c->now;
+    }
+    const cJSON *pr = json_get(st, "progress");
+    int reported = timefmt_parse(json_str(pr, "updateTime"), &upd) == 0 && upd >= since;
+    long long base = reported ? upd : since, stalled_at = base + limit;
+    if (c->now < stalled_at) {
+        requeue(c, stalled_at - c->now); /* raised on time, without a new event */
+        if (!cond_true(ds->conds, "ProgressStalled"))
+            return;
+        if (reported)
+            snprintf(msg, sizeof msg, "progress reported again at step %lld",
+                     json_int(pr, "step", 0));
+        else
+            snprintf(msg, sizeof msg, "generation %d is running; its first progress report is "
+                     "due", ds->gen);
+        set_cond(c, ds->conds, "ProgressStalled", "False",
+                 reported ? "ProgressResumed" : "ViTJobRestarted", msg, 1);
+        return;
+    }
+    /* The age is shown in steps of `limit` (1m, 2m, ...): the message changes
+     * once per step, not at every reconcile, and is rewritten on time. */
+    long long k = (c->now - stalled_at) / limit;
+    timefmt_duration(age, (k + 1) * limit);
+    timefmt_duration(every, interval);
+    timefmt_duration(after, limit);
+    if (reported)
+        snprintf(msg, sizeof msg, "no progress report for %s (the last: step %lld at %s); "
+                 "rank 0 reports every %s, stalled after %s", age, json_int(pr, "step", 0),
+                 json_str(pr, "updateTime"), every, after);
+    else
+        snprintf(msg, sizeof msg, "no progress report in the %s since generation %d began "
+                 "running; rank 0 reports every %s, stalled after %s", age, ds->gen, every, after);
+    set_cond(c, ds->conds, "ProgressStalled", "True", "NoProgressReport", msg, 0);
+    requeue(c, stalled_at + (k + 1) * limit - c->now);
+}
+
 /* vj_decide, or with fail_reason: vj_decide_failed. */
 static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *have,
                   const char *fail_reason, const char *fail_msg, long long now, vj_plan **out,
@@ -1017,6 +1101,7 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
         else
             requeue(&c, ds.completion + js.ttl - now);
     }
+    watch_progress(&c, &ds, st);
     if (c.ok)
         plan->status_patch = status_patch(&c, &ds, st);
 

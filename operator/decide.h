@@ -4,7 +4,7 @@
  * exit codes, retryable failures against backoffLimit, disruptions that do
  * not spend it, stale generations, success and cleanPodPolicy, suspend and
  * resume, activeDeadlineSeconds, ttlSecondsAfterFinished, gang scheduling's
- * PodGroup and its conditions) and the status the
+ * PodGroup and its conditions, ProgressStalled) and the status the
  * operator writes.
  * Must not: do I/O, read the clock (`now` is an input), or touch
  * status.progress (rank 0 of the worker owns it).
@@ -104,6 +104,25 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods);
  * Inqueue) for longer than scheduleTimeoutSeconds (default
  * VJ_GANG_DEFAULT_TIMEOUT_S) gives condition GangUnschedulable True with the
  * scheduler's message; False once the gang runs. */
+
+/* ProgressStalled: while the job is Running, rank 0 writes
+ * status.progress.updateTime (worker/train/report.c) at most every
+ * training.reportIntervalSeconds (default 10) while steps complete. When the
+ * newer of that time and the Running condition's lastTransitionTime (so a
+ * job that has not reported yet, e.g. reading its checkpoint, gets the same
+ * grace from the moment it runs) is older than
+ * max(VJ_PROGRESS_STALL_REPORTS x the interval, VJ_PROGRESS_STALL_MIN_S),
+ * condition ProgressStalled is True (reason NoProgressReport; the message
+ * gives the last report's age, in steps of that threshold so that it is
+ * rewritten once per step rather than at every reconcile, its step and
+ * time); the job is requeued so that it appears and is refreshed on time
+ * without a new event. A newer report sets it False (reason
+ * ProgressResumed); leaving Running sets it False (reason NotRunning). The
+ * times are the worker's clock against the operator's: skew of a few
+ * seconds is far below the threshold. A step slower than the threshold (a
+ * huge batch on CPU, a long evaluation) reads as stalled while it runs. */
+#define VJ_PROGRESS_STALL_REPORTS 4
+#define VJ_PROGRESS_STALL_MIN_S 60
 
 /* Computes the plan for `job` (the ViTJob as read from the API server) given
  * `pods` (a JSON array of its pods as listed, or NULL = none; pods not

@@ -753,8 +753,9 @@ Test(decide, job_created_suspended_starts_at_generation_zero_on_resume)
 Test(decide, active_deadline_requeues_then_fails_with_DeadlineExceeded_and_deletes_pods)
 {
     world w = running_job("\"runPolicy\":{\"activeDeadlineSeconds\":100,\"cleanPodPolicy\":\"None\"}");
-    vj_plan *p = decide_at(&w, NOW + 40);
-    cr_assert_eq(p->requeue_after, 60);
+    /* (at NOW + 75 the ProgressStalled look is due later: NOW + 130) */
+    vj_plan *p = decide_at(&w, NOW + 75);
+    cr_assert_eq(p->requeue_after, 25);
     vj_plan_free(p);
     p = step(&w, NOW + 100);
     cr_assert_str_eq(phase_of(&w), "Failed");
@@ -1084,6 +1085,129 @@ Test(decide, nodes_are_wanted_only_while_a_peer_of_the_current_generation_is_los
     world_free(&w);
 }
 
+/* ------------------------------------------------------- ProgressStalled */
+
+/* Rank 0's report, as worker/train/report.c merge-patches it. */
+static void set_progress(world *w, long step, long long at)
+{
+    cJSON *st = cJSON_GetObjectItem(w->job, "status");
+    char ts[TIMEFMT_LEN], buf[256];
+    timefmt_rfc3339(ts, at, 0, 0);
+    snprintf(buf, sizeof buf, "{\"step\":%ld,\"totalSteps\":100,\"eta\":\"35s\",\"updateTime\":\"%s\"}",
+             step, ts);
+    cJSON_DeleteItemFromObject(st, "progress");
+    cJSON_AddItemToObject(st, "progress", cJSON_Parse(buf));
+}
+
+Test(decide, progress_stalled_appears_after_four_report_intervals_or_a_minute_on_time_with_age_and_step)
+{
+    world w = running_job(NULL); /* Running since NOW + 10 */
+    set_progress(&w, 7, NOW + 20);
+    vj_plan *p = step(&w, NOW + 20 + VJ_PROGRESS_STALL_MIN_S - 1);
+    cr_assert_null(cond(&w, "ProgressStalled"), "not stalled before the threshold");
+    cr_assert_eq(p->requeue_after, 1, "requeued for the moment it is stale: %lld", p->requeue_after);
+    vj_plan_free(p);
+    p = step(&w, NOW + 20 + VJ_PROGRESS_STALL_MIN_S);
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "reason"), "NoProgressReport");
+    const char *msg = cond_field(&w, "ProgressStalled", "message");
+    cr_assert(strstr(msg, "no progress report for 60s (the last: step 7 at 2023-11-14T22:13:40Z)"),
+              "%s", msg);
+    cr_assert(strstr(msg, "every 10s, stalled after 60s"), "%s", msg);
+    cr_assert_str_eq(phase_of(&w), "Running", "a stall changes no phase");
+    cr_assert_eq(p->requeue_after, VJ_PROGRESS_STALL_MIN_S, "the age is rewritten on time");
+    vj_plan_free(p);
+    /* the same message until the next step of the age: no write per reconcile */
+    p = decide_at(&w, NOW + 20 + 2 * VJ_PROGRESS_STALL_MIN_S - 1);
+    cr_assert(vj_plan_is_empty(p));
+    cr_assert_eq(p->requeue_after, 1);
+    vj_plan_free(p);
+    vj_plan_free(step(&w, NOW + 20 + 6 * VJ_PROGRESS_STALL_MIN_S + 5));
+    msg = cond_field(&w, "ProgressStalled", "message");
+    cr_assert(strstr(msg, "no progress report for 6m "), "%s", msg);
+    world_free(&w);
+}
+
+Test(decide, progress_stalled_clears_with_ProgressResumed_on_a_newer_report)
+{
+    world w = running_job(NULL);
+    set_progress(&w, 7, NOW + 20);
+    vj_plan_free(step(&w, NOW + 200));
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "True");
+    char ltt[TIMEFMT_LEN];
+    timefmt_rfc3339(ltt, NOW + 200, 0, 0);
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "lastTransitionTime"), ltt);
+    set_progress(&w, 9, NOW + 205);
+    vj_plan *p = step(&w, NOW + 206);
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "False");
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "reason"), "ProgressResumed");
+    cr_assert(strstr(cond_field(&w, "ProgressStalled", "message"), "step 9"));
+    cr_assert_eq(p->requeue_after, 205 + VJ_PROGRESS_STALL_MIN_S - 206, "%lld", p->requeue_after);
+    cr_assert_eq(p->n_deletes + (size_t)cJSON_GetArraySize(p->creates), 0, "no pod is touched");
+    vj_plan_free(p);
+    /* stalled again later, then the job finishes: False, NotRunning */
+    vj_plan_free(step(&w, NOW + 205 + VJ_PROGRESS_STALL_MIN_S));
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "True");
+    set_all_phase(&w, "Succeeded");
+    vj_plan_free(step(&w, NOW + 300));
+    cr_assert_str_eq(phase_of(&w), "Succeeded");
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "False");
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "reason"), "NotRunning");
+    world_free(&w);
+}
+
+Test(decide, progress_stalled_waits_the_same_grace_from_running_before_the_first_report)
+{
+    world w = running_job(NULL); /* Running since NOW + 10; a report of an earlier run */
+    set_progress(&w, 3, NOW - 1000);
+    vj_plan *p = step(&w, NOW + 10 + VJ_PROGRESS_STALL_MIN_S - 1);
+    cr_assert_null(cond(&w, "ProgressStalled"), "no report yet, but not for a minute");
+    cr_assert_eq(p->requeue_after, 1);
+    vj_plan_free(p);
+    vj_plan_free(step(&w, NOW + 10 + VJ_PROGRESS_STALL_MIN_S));
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "True");
+    const char *msg = cond_field(&w, "ProgressStalled", "message");
+    cr_assert(strstr(msg, "no progress report in the 60s since generation 0 began running"), "%s", msg);
+    world_free(&w);
+}
+
+Test(decide, progress_stalled_threshold_is_four_of_the_specs_report_intervals_when_above_a_minute)
+{
+    world w = running_job(NULL);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(w.job, "spec"), "training"),
+                            "reportIntervalSeconds", 30);
+    set_progress(&w, 7, NOW + 20);
+    vj_plan *p = step(&w, NOW + 20 + VJ_PROGRESS_STALL_MIN_S);
+    cr_assert_null(cond(&w, "ProgressStalled"), "4 x 30 s is the threshold, not a minute");
+    cr_assert_eq(p->requeue_after, 4 * 30 - VJ_PROGRESS_STALL_MIN_S);
+    vj_plan_free(p);
+    vj_plan_free(step(&w, NOW + 20 + 4 * 30));
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "True");
+    cr_assert(strstr(cond_field(&w, "ProgressStalled", "message"), "every 30s, stalled after 2m"));
+    world_free(&w);
+}
+
+Test(decide, a_restart_clears_progress_stalled_and_the_new_generation_gets_its_own_grace)
+{
+    world w = running_job(NULL);
+    vj_plan_free(step(&w, NOW + 100));
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "True");
+    set_exit(&w, "j-worker-0-r0", 1);
+    vj_plan_free(step(&w, NOW + 101));
+    cr_assert_str_eq(phase_of(&w), "Restarting");
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "reason"), "NotRunning");
+    set_all_phase(&w, "Running"); /* generation 1 runs at NOW + 102 */
+    vj_plan_free(step(&w, NOW + 102));
+    vj_plan *p = step(&w, NOW + 102 + VJ_PROGRESS_STALL_MIN_S - 1);
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "False");
+    cr_assert_eq(p->requeue_after, 1);
+    vj_plan_free(p);
+    vj_plan_free(step(&w, NOW + 102 + VJ_PROGRESS_STALL_MIN_S));
+    cr_assert_str_eq(cond_field(&w, "ProgressStalled", "status"), "True");
+    cr_assert(strstr(cond_field(&w, "ProgressStalled", "message"), "since generation 1 began"));
+    world_free(&w);
+}
+
 /* ------------------------------------------------------- gang scheduling */
 
 static world gang_world(const char *gang, const char *more)
@@ -1190,7 +1314,9 @@ Test(decide, a_volcano_podgroup_unschedulable_past_the_timeout_gives_a_condition
     p = step(&w, NOW + 80);
     cr_assert_str_eq(phase_of(&w), "Running");
     cr_assert_str_eq(cond_field(&w, "GangUnschedulable", "status"), "False");
-    cr_assert_eq(p->requeue_after, 0, "a running gang is not polled");
+    cr_assert_eq(p->requeue_after, VJ_PROGRESS_STALL_MIN_S,
+                 "a running gang is not polled (only the ProgressStalled look): %lld",
+                 p->requeue_after);
     vj_plan_free(p);
     world_free(&w);
 }

@@ -92,7 +92,7 @@ class ChartRenderingTest(unittest.TestCase):
         self.assertEqual(chart["appVersion"], release)
         self.assertEqual(chart["version"], release)
 
-    def test_defaults_render_one_operator_with_leader_election_standard_labels_and_appversion_tag(self):
+    def test_defaults_render_two_operators_with_leader_election_standard_labels_and_appversion_tag(self):
         ds = docs(render("--release", "vitjob", "--namespace", NS).stdout)
         kinds = [d["kind"] for d in ds]
         self.assertEqual(kinds, ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
@@ -105,7 +105,7 @@ class ChartRenderingTest(unittest.TestCase):
                      "helm.sh/chart": "vitjob-operator-0.1.0"}.items():
             self.assertEqual(labels.get(k), v, k)
         spec = dep["spec"]
-        self.assertEqual(spec["replicas"], 1)
+        self.assertEqual(spec["replicas"], 2, "a leader and a standby")
         self.assertEqual(spec["selector"]["matchLabels"], {"app.kubernetes.io/name": "vitjob-operator",
                                                            "app.kubernetes.io/instance": "vitjob"})
         pod = spec["template"]["spec"]
@@ -114,6 +114,9 @@ class ChartRenderingTest(unittest.TestCase):
         self.assertIn("--leader-elect", c["args"])
         self.assertEqual(c["args"][c["args"].index("--lease-name") + 1], "vitjob-vitjob-operator")
         self.assertNotIn("--namespace", c["args"])
+        # a standby takes over within about 10 s: lease 8 s, polled every second
+        for flag, want in (("--lease-duration", "8"), ("--renew-deadline", "6"), ("--retry-period", "1")):
+            self.assertEqual(c["args"][c["args"].index(flag) + 1], want, flag)
         self.assertTrue(pod["securityContext"]["runAsNonRoot"])
         self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"])
         self.assertEqual(pod["serviceAccountName"], "vitjob-vitjob-operator")
@@ -139,7 +142,7 @@ class ChartRenderingTest(unittest.TestCase):
         self.assertEqual(c["resources"], {"limits": {"cpu": 2, "memory": "1Gi"},
                                           "requests": {"cpu": "250m", "memory": "64Mi"}})
         self.assertEqual(pod["nodeSelector"], {"kubernetes.io/os": "linux"})
-        self.assertEqual(pod["tolerations"], [{"key": "dedicated", "operator": "Exists"}])
+        self.assertEqual(pod["tolerations"][2:], [{"key": "dedicated", "operator": "Exists"}])
         self.assertEqual(pod["imagePullSecrets"], [{"name": "regcred"}])
         # one namespace: a Role there, no cluster-wide permission
         self.assertFalse([d for d in ds if d["kind"] == "ClusterRole"])
@@ -158,9 +161,45 @@ class ChartRenderingTest(unittest.TestCase):
                        "vitjob_job_eta_seconds"):
             self.assertIn(metric, exprs)
 
+    def test_the_operator_tolerates_a_lost_node_10s_and_spreads_its_replicas_over_nodes(self):
+        ds = docs(render("--release", "vitjob", "--namespace", NS).stdout)
+        pod = find(ds, "Deployment")["spec"]["template"]["spec"]
+        self.assertEqual(pod["tolerations"], [
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 10},
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 10}])
+        self.assertEqual(pod["topologySpreadConstraints"], [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "vitjob-operator",
+                                              "app.kubernetes.io/instance": "vitjob"}}}])
+        # the value sets the seconds; null leaves Kubernetes' default; users' own come after
+        ds = docs(render("--set", "nodeLostTolerationSeconds=30", "--set", "tolerations[0].key=dedicated",
+                         "--set", "tolerations[0].operator=Exists").stdout)
+        tol = find(ds, "Deployment")["spec"]["template"]["spec"]["tolerations"]
+        self.assertEqual([t.get("tolerationSeconds") for t in tol], [30, 30, None])
+        self.assertEqual(tol[2], {"key": "dedicated", "operator": "Exists"})
+        ds = docs(render("--set", "nodeLostTolerationSeconds=null", "--set", "spreadOverNodes=false").stdout)
+        pod = find(ds, "Deployment")["spec"]["template"]["spec"]
+        self.assertNotIn("tolerations", pod)
+        self.assertNotIn("topologySpreadConstraints", pod)
+
+    def test_lease_timings_out_of_order_are_refused_as_the_operator_refuses_them(self):
+        for args in (["--set", "leaderElection.renewDeadline=8"],
+                     ["--set", "leaderElection.retryPeriod=6"],
+                     ["--set", "leaderElection.leaseDuration=5"]):
+            with self.subTest(args=args):
+                r = render(*args, check=False)
+                self.assertEqual(r.returncode, 1, r.stdout[:300])
+                self.assertIn("leaderElection: need retryPeriod < renewDeadline < leaseDuration", r.stderr)
+                self.assertEqual(r.stdout, "")
+        # without leader election they do not matter
+        render("--set", "replicaCount=1", "--set", "leaderElection.enabled=false",
+               "--set", "leaderElection.renewDeadline=8")
+
     def test_a_list_of_watch_namespaces_renders_a_role_and_binding_in_each_and_one_namespace_flag(self):
         ds = docs(render("--release", "vitjob", "--namespace", NS, "--set", "watchNamespace={ml,team2}",
-                         "--set", "leaderElection.enabled=false").stdout)
+                         "--set", "replicaCount=1", "--set", "leaderElection.enabled=false").stdout)
         args = find(ds, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
         self.assertEqual(args.count("--namespace"), 1)
         self.assertEqual(args[args.index("--namespace") + 1], "ml,team2")
@@ -199,6 +238,10 @@ class ChartRenderingTest(unittest.TestCase):
             (["--set", "replicas=2"], "Additional property replicas is not allowed"),
             (["--set", "replicaCount=2", "--set", "leaderElection.enabled=false"],
              "leaderElection.enabled: leaderElection.enabled does not match: true"),
+            # the default is 2 replicas: turning leader election off alone is refused
+            (["--set", "leaderElection.enabled=false"],
+             "leaderElection.enabled: leaderElection.enabled does not match: true"),
+            (["--set", "nodeLostTolerationSeconds=-1"], "nodeLostTolerationSeconds"),
             (["--set", "watchNamespace=Not_A_Namespace"], "watchNamespace: Does not match pattern"),
             (["--set", "watchNamespace={ml,Not_A_Namespace}"], "watchNamespace.1: Does not match pattern"),
             (["--set", "watchNamespace={ml,ml}"], "watchNamespace: array items[0,1] must be unique"),
@@ -311,14 +354,13 @@ class ChartInstallTest(unittest.TestCase):
             c.kubectl("apply", "-n", NS, "-f", "-", input=manifests)
 
             def ready():
-                for p in c.get_json("pods", "-n", NS).get("items", []):
-                    for cd in p.get("status", {}).get("conditions", []):
-                        if cd["type"] == "Ready" and cd["status"] == "True":
-                            return p["metadata"]["name"]
-                return None
-            pod = wait_for("the chart's operator pod to be Ready", ready, 60, 0.5)
+                names = [p["metadata"]["name"] for p in c.get_json("pods", "-n", NS).get("items", [])
+                         if any(cd["type"] == "Ready" and cd["status"] == "True"
+                                for cd in p.get("status", {}).get("conditions", []))]
+                return names if len(names) == 2 else None
+            pods = wait_for("the chart's two operator pods to be Ready (leader and standby)", ready, 90, 0.5)
             lease = c.get_json("lease", "vitjob-vitjob-operator", "-n", NS)
-            self.assertEqual(lease["spec"]["holderIdentity"], pod, "it leads under the release's Lease")
+            self.assertIn(lease["spec"]["holderIdentity"], pods, "one leads under the release's Lease")
             job = {"apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob",
                    "metadata": {"name": "chart-smoke", "namespace": "default"},
                    "spec": {"replicas": 1, "gpusPerReplica": 0,

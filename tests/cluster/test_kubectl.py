@@ -314,7 +314,7 @@ class ProjectManifestsTest(unittest.TestCase):
         again = self.ok(["apply", "-f", MANIFESTS])
         self.assertIn("customresourcedefinition.apiextensions.k8s.io/vitjobs.vitjob.dev unchanged", again)
 
-    def test_get_vj_shows_phase_step_readable_loss_img_s_and_eta_from_status_in_printer_columns(self):
+    def test_get_vj_shows_phase_step_readable_loss_img_s_eta_and_stalled_from_status_in_printer_columns(self):
         # as the worker writes them: loss to 4 significant digits, images/s to
         # 1 decimal, the ETA as a kubectl duration beside etaSeconds
         self.ok(["patch", "vj", "fmnist-tiny", "--subresource=status", "--type=merge", "-p",
@@ -323,8 +323,20 @@ class ProjectManifestsTest(unittest.TestCase):
                  '"etaSeconds": 192, "eta": "3m12s"}}}'])
         out = self.ok(["get", "vj", "fmnist-tiny"])
         header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
-        self.assertEqual(header[:8], ["NAME", "PHASE", "STEP", "TOTAL", "LOSS", "IMG/S", "ETA", "RESTARTS"])
+        self.assertEqual(header[:9], ["NAME", "PHASE", "STEP", "TOTAL", "LOSS", "IMG/S", "ETA", "STALLED",
+                                      "RESTARTS"])
         self.assertEqual(row[:8], ["fmnist-tiny", "Running", "120", "936", "0.5123", "1830.2", "3m12s", "1"])
+
+        def stalled_cell():
+            head, line = self.ok(["get", "vj", "fmnist-tiny"]).splitlines()[:2]
+            return line[head.index("STALLED"):head.index("RESTARTS")].strip()
+        self.assertEqual(stalled_cell(), "", "no ProgressStalled condition: an empty cell")
+        # condition ProgressStalled, as the operator writes it, is the STALLED column
+        for status in ("True", "False"):
+            self.ok(["patch", "vj", "fmnist-tiny", "--subresource=status", "--type=merge", "-p",
+                     '{"status": {"conditions": [{"type": "Running", "status": "True"}, '
+                     '{"type": "ProgressStalled", "status": "%s", "reason": "NoProgressReport"}]}}' % status])
+            self.assertEqual(stalled_cell(), status)
         # short name and the `all` category find it too
         self.assertIn("fmnist-tiny", self.ok(["get", "all"]))
 

@@ -19,7 +19,9 @@
 # backoffLimit is enforced and disruptions do not spend it; success, suspend
 # and resume, deadline, TTL; deleting the job removes its children; invalid
 # specs fail naming the field; no duplicated pods across an operator restart;
-# leader election (only the leader acts, the standby takes over); a
+# leader election (only the leader acts, the standby takes over; with the
+# Deployment's lease timings, a standby takes over a SIGKILLed leader and at
+# once acts on a job created and a pod failed while none led); a
 # --namespace list reconciles the jobs of each listed namespace and leaves an
 # unlisted one's alone, and refuses a bad name; an API
 # server restart under the operator and 410 relists; /metrics and probes; the
@@ -27,7 +29,8 @@
 # coscheduling PodGroup owned by the job (collected with it) and pods that
 # name it, a PodGroup unschedulable past its timeout shown as a condition with
 # the scheduler's message, and a missing PodGroup CRD as one condition
-# without pods or a retry loop.
+# without pods or a retry loop; ProgressStalled when rank 0's report goes
+# stale (on time, with no event to wake the operator) and clearing on the next.
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_operator.py
 
 import json
@@ -822,6 +825,109 @@ class LeaderElectionTest(Base):
             "/apis/coordination.k8s.io/v1/namespaces/default/leases/vitjob-operator"))
         self.assertEqual(lease["spec"]["holderIdentity"], "vitjob-operator-7d9f-b")
 
+
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/vitjob-operator"
+# the Deployment's timings (manifests/02-operator.yaml, the chart's defaults)
+HA_ARGS = ("--leader-elect", "--lease-namespace", "default", "--lease-duration", "8",
+           "--renew-deadline", "6", "--retry-period", "1")
+
+
+def now_rfc3339(delta=0.0):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + delta))
+
+
+class TakeoverTest(Base):
+    """The operator's HA as deployed: the leader is SIGKILLed (its node died: no
+    Lease release), and the standby takes over and acts at once on what
+    happened meanwhile, judging from the API server's state alone."""
+    operator_args = HA_ARGS
+
+    def test_standby_takes_over_a_killed_leader_and_at_once_acts_on_what_happened_while_none_led(self):
+        wait_for("first leader", lambda: "event=controller_started" in self.ops[0].text())
+        standby = Operator(self.server, self.tmp, "op-standby", self.operator_args,
+                           env=dict(os.environ, POD_NAME="vitjob-operator-standby"))
+        self.ops.append(standby)
+        # a running job, its progress as rank 0 wrote it
+        self.apply(job_doc("kept"))
+        self.wait_pods("kept", ["kept-worker-0-r0", "kept-worker-1-r0"])
+        self.run_all("kept")
+        progress = {"step": 7, "totalSteps": 10, "updateTime": now_rfc3339()}
+        self.assertEqual(self.c.patch(VJ + "/kept/status", {"status": {"progress": progress}}).status, 200)
+        self.assertNotIn("event=controller_started", standby.text())
+        # the leader's node dies: no Lease release, no last reconcile
+        self.ops[0].stop(signal.SIGKILL)
+        t_kill = time.monotonic()
+        # meanwhile, with nobody leading: a new job, and a pod of the running one fails
+        self.apply(job_doc("orphan"))
+        self.set_pod("kept-worker-1-r0", "Failed", exit_code=1)
+        time.sleep(0.5)
+        self.assertEqual(self.pods("orphan"), [], "nobody leads yet")
+        wait_for("the standby to take the Lease", lambda: body(self.c.get(LEASE))["spec"]["holderIdentity"]
+                 == "vitjob-operator-standby" or None, 30)
+        t_lease = time.monotonic()
+        # it reconciles every job at once: the one created while none led, and
+        # the gang restart the failure asks for, from the status on the server
+        self.wait_pods("orphan", ["orphan-worker-0-r0", "orphan-worker-1-r0"], timeout=15)
+        self.wait_pods("kept", ["kept-worker-0-r1", "kept-worker-1-r1"], timeout=15)
+        t_acted = time.monotonic()
+        st = self.status("kept")
+        self.assertEqual(st["phase"], "Restarting")
+        self.assertEqual(st["restarts"], 1)
+        self.assertEqual(st["progress"], progress, "the workers' status is theirs: kept as written")
+        self.assertEqual(body(self.c.get(LEASE))["spec"]["leaseTransitions"], 1)
+        print("\ntakeover: lease taken %.1f s after the leader's SIGKILL, both jobs acted on %.1f s after it "
+              "(lease-duration 8 s, retry-period 1 s)" % (t_lease - t_kill, t_acted - t_kill), file=sys.stderr)
+
+
+    def test_lease_timings_out_of_order_exit_2_naming_the_rule(self):
+        for lease, renew, retry in (("8", "8", "1"), ("8", "6", "6"), ("6", "8", "1"), ("8", "6", "0")):
+            with self.subTest(lease=lease, renew=renew, retry=retry):
+                r = subprocess.run([OPERATOR, "--kubeconfig", self.op_kubeconfig, "--metrics-addr", "127.0.0.1:0",
+                                    "--leader-elect", "--lease-duration", lease, "--renew-deadline", renew,
+                                    "--retry-period", retry], capture_output=True, text=True, timeout=10)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("need 0 < --retry-period < --renew-deadline < --lease-duration", r.stdout + r.stderr)
+
+class ProgressStalledTest(Base):
+    """Condition ProgressStalled from the status a (fake) rank 0 writes."""
+
+    def stalled(self, name):
+        for c in self.status(name).get("conditions", []):
+            if c["type"] == "ProgressStalled":
+                return c
+        return None
+
+    def test_a_job_whose_worker_stops_reporting_gets_progress_stalled_on_time_and_it_clears_when_reports_resume(self):
+        self.apply(job_doc("quiet"))
+        self.wait_pods("quiet", ["quiet-worker-0-r0", "quiet-worker-1-r0"])
+        self.run_all("quiet")
+        # The job has run for 10 minutes (as when this operator took it over
+        # from another), and rank 0's last report is 50 s old: 10 s short of
+        # the threshold (max(4 x 10 s, 60 s)). Nothing writes to the job after
+        # this; the operator must requeue itself to see it go stale.
+        conds = self.status("quiet")["conditions"]
+        for c in conds:
+            if c["type"] == "Running":
+                c["lastTransitionTime"] = now_rfc3339(-600)
+        r = self.c.patch(VJ + "/quiet/status", {"status": {"conditions": conds, "progress": {
+            "step": 42, "totalSteps": 100, "eta": "35s", "updateTime": now_rfc3339(-50)}}})
+        self.assertEqual(r.status, 200, r)
+        time.sleep(2)
+        self.assertIsNone(self.stalled("quiet"), "not stalled before the threshold")
+        c = wait_for("ProgressStalled True", lambda: (self.stalled("quiet") or {}).get("status") == "True"
+                     and self.stalled("quiet"), 30)
+        self.assertEqual(c["reason"], "NoProgressReport")
+        self.assertIn("no progress report for 60s (the last: step 42 at ", c["message"])
+        self.assertEqual(self.status("quiet")["phase"], "Running", "a stall is shown, not acted on")
+        self.assertEqual(self.status("quiet")["progress"]["step"], 42, "progress stays the worker's")
+        # rank 0 reports again
+        r = self.c.patch(VJ + "/quiet/status", {"status": {"progress": {"step": 43, "updateTime": now_rfc3339()}}})
+        self.assertEqual(r.status, 200, r)
+        c = wait_for("ProgressStalled False", lambda: (self.stalled("quiet") or {}).get("status") == "False"
+                     and self.stalled("quiet"), 15)
+        self.assertEqual(c["reason"], "ProgressResumed")
+        self.assertIn("step 43", c["message"])
 
 if __name__ == "__main__":
     testlimit.main(300)

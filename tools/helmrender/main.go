@@ -480,6 +480,7 @@ func render(o options) (string, string, error) {
 		}
 		return v, nil
 	}
+	funcs["fail"] = func(msg string) (string, error) { return "", errors.New(msg) }
 	funcs["include"] = func(string, interface{}) (string, error) { return "", nil }
 	funcs["tpl"] = func(string, interface{}) (string, error) { return "", nil }
 	root.Funcs(funcs)
