@@ -308,6 +308,7 @@ Test(heartbeat, a_rank_woken_from_a_freeze_is_stale_and_its_first_hb_ok_says_no)
     cr_assert_eq(stale.kind, HB_STALE, "kind %d rank %d evidence %s", stale.kind, stale.rank,
                  hb_evidence_name(stale.evidence));
     cr_assert_eq(stale.rank, 1);
+    cr_assert_eq(stale.told, 0, "it knew itself stale before reading rank 0's word");
     cr_assert(stale.silent_s > T, "unanswered for %.2f s", stale.silent_s);
     int s;
     cr_assert_eq(waitpid(p, &s, 0), p);
