@@ -505,6 +505,19 @@ static const config_key config_keys[] = {
              "before the peer counts as lost and every rank exits (retryable).",
      .readme = "seconds a collective waits for the other ranks before the peer counts as lost "
                "(retryable exit)"},
+    {ROW_INT("training.heartbeatTimeoutSeconds", training.heartbeat_timeout_seconds, 1, 600,
+             DEF_NUM(5)),
+     .help = "Every process of a multi-rank run heartbeats to rank 0's rendezvous store every "
+             "fifth of this on a thread of its own; a peer silent this long (frozen, "
+             "partitioned, its node gone) is lost with evidence heartbeat, one whose "
+             "connection closes at once with evidence closed: the survivor writes "
+             "status.lostPeer and exits peer_lost (retryable), even while a collective "
+             "waits. A process whose own heartbeats went unanswered this long (it was "
+             "frozen) exits without writing a checkpoint or a status.",
+     .readme = "seconds without a rendezvous heartbeat before a peer counts as lost: the "
+               "survivor writes `status.lostPeer` and exits `peer_lost` (retryable) without "
+               "waiting for a collective; a rank frozen this long exits on waking without "
+               "writing"},
     {ROW_INT("training.threads", training.threads, 0, 1024, DEF_NUM(0)),
      .help = "CPU threads per process (OpenBLAS and OpenMP); 0 = as many as the CPU affinity and "
              "the cgroup CPU quota allow. A value above that is kept, with a warning "

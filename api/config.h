@@ -141,6 +141,7 @@ typedef struct {
     device_kind device;
     int rendezvous_timeout_seconds;
     int collective_timeout_seconds; /* a collective waiting longer: the peer is lost */
+    int heartbeat_timeout_seconds;  /* no heartbeat this long: the peer is lost (heartbeat.h) */
     int threads;          /* 0 = what the CPU affinity and cgroup quota allow */
     int log_interval;     /* steps between progress lines */
     int report_interval_seconds; /* rank 0: least seconds between status.progress patches */

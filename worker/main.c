@@ -24,7 +24,9 @@
 #include "contract.h"
 #include "exitcode.h"
 #include "file.h"
+#include "heartbeat.h"
 #include "log.h"
+#include "lostpeer.h"
 #include "model_io.h"
 #include "ops.h"
 #include "rdzv.h"
@@ -279,15 +281,34 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
                        .generation = pl.generation,
                        .timeout_s = cfg.training.rendezvous_timeout_seconds};
     if (rdzv_new(&rv, &ro, &kind, err, errlen) != 0) return rdzv_class(kind);
+    /* the heartbeat (worker/dist/heartbeat.h): a lost peer ends this process
+     * from the heartbeat's thread (lostpeer.h), whatever training is doing */
+    static lostpeer_ctx lctx;
+    lctx = (lostpeer_ctx){.rank = pl.rank, .local_ranks = pl.local_ranks,
+                          .generation = pl.generation};
+    const double hbt = cfg.training.heartbeat_timeout_seconds;
+    hb_options ho = {.store = rv, .generation = pl.generation, .timeout_s = hbt,
+                     .connect_timeout_s = cfg.training.rendezvous_timeout_seconds,
+                     .on_verdict = lostpeer_on_verdict, .ctx = &lctx};
+    hb *beat = NULL;
+    if (hb_start(&beat, &ho, &kind, err, errlen) != 0) {
+        rdzv_free(rv);
+        return kind == RDZV_STALE || kind == RDZV_TIMEOUT ? VJ_ERR_RENDEZVOUS : VJ_ERR_PEER_LOST;
+    }
     const double ct = cfg.training.collective_timeout_seconds;
     if ((opt.ops->gpu ? comm_new_nccl(&cm, rv, ct, err, errlen)
                       : comm_new_cpu(&cm, rv, ct, err, errlen)) != 0) {
+        hb_await(beat, hbt + 2, NULL); /* a verdict ends the process here */
+        hb_stop(beat);
         rdzv_free(rv);
         return VJ_ERR_PEER_LOST;
     }
     opt.comm = cm;
     opt.rdzv = rv;
+    opt.hb = beat;
     rc = train_run(&cfg, &opt, err, errlen);
+    if (rc == VJ_ERR_PEER_LOST) hb_await(beat, hbt + 2, NULL); /* as above */
+    hb_stop(beat);
     if (rc == VJ_ERR_PEER_LOST) { /* name the peer: the store saw whose connection broke */
         int lost = rdzv_lost_rank(rv, 5);
         size_t used = strlen(err);

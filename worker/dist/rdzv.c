@@ -12,6 +12,9 @@
  *                                                          TIMEOUT/LOST + text naming ranks
  *   BARRIER u32 timeout_ms, u16 nlen, name               -> ok once every rank arrived at its
  *                                                          n-th use of name | TIMEOUT/LOST
+ *   HANDOFF payload (on a fresh connection, instead of HELLO) -> the connection leaves the
+ *                                                          store for rdzv_set_handoff's handler,
+ *                                                          which answers it | TIMEOUT "not ready"
  * Waiting requests are parked on the server with their deadline and answered when
  * the store changes, a rank is lost, or the deadline passes. One client handle is
  * used by one thread at a time.
@@ -38,7 +41,7 @@
 #include "log.h"
 #include "util.h"
 
-enum { OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_CAS, OP_JOIN, OP_BARRIER };
+enum { OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_CAS, OP_JOIN, OP_BARRIER, OP_HANDOFF };
 #define ST_OK 0
 #define MAX_KEY 512
 #define MAX_VALUE (64u << 20)
@@ -149,6 +152,8 @@ typedef struct {
     size_t nkv, capkv;
     unsigned char *joined; /* world flags */
     int lost_rank;         /* a rank whose connection dropped without a goodbye, or -1 */
+    rdzv_handoff_fn handoff; /* takes OP_HANDOFF connections; NULL: none yet */
+    void *handoff_ctx;
 } server;
 
 static entry *kv_find(server *s, const char *key)
@@ -317,7 +322,8 @@ static void unpark(client *c)
     c->park_key = NULL;
 }
 
-/* Handles one whole request of c. Returns -1 to drop the client. */
+/* Handles one whole request of c. Returns -1 to drop the client, 1 when
+ * the connection was handed off (the store forgets it without closing it). */
 static int handle(server *s, client *c, const unsigned char *m, size_t len, double now)
 {
     if (len < 1) return -1;
@@ -325,6 +331,14 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
     const unsigned char *p = m + 1;
     size_t n = len - 1;
     char key[2 * MAX_KEY], msg[512];
+    if (op == OP_HANDOFF && c->rank < 0) {
+        if (!s->handoff) {
+            reply_text(c, RDZV_TIMEOUT, "no handler for handed-off connections yet");
+            return 0;
+        }
+        s->handoff(s->handoff_ctx, c->fd, p, n);
+        return 1;
+    }
     if (op != OP_HELLO && c->rank < 0) return -1;
     switch (op) {
     case OP_HELLO: {
@@ -566,9 +580,16 @@ static void *serve(void *arg)
                 c->rank = -1;
                 drop(s, i, 1);
                 dropped = 1;
-            } else if (c->parked || handle(s, c, c->msg, c->msg_len, now) != 0) {
-                drop(s, i, 0);
-                dropped = 1;
+            } else {
+                int h = c->parked ? -1 : handle(s, c, c->msg, c->msg_len, now);
+                if (h == 1) { /* handed off: its descriptor is the handler's now */
+                    free(c->msg);
+                    s->cl[i] = s->cl[--s->ncl];
+                    dropped = 1;
+                } else if (h != 0) {
+                    drop(s, i, 0);
+                    dropped = 1;
+                }
             }
             if (!dropped) {
                 free(c->msg);
@@ -1108,4 +1129,61 @@ int rdzv_barrier(rdzv *r, const char *name, double timeout_s, rdzv_error *kind, 
     int rc = call_simple(r, b, n, mono_seconds() + timeout_s + 10, NULL, NULL, kind, err, errlen);
     free(b);
     return rc;
+}
+
+/* ------------------------------------------------------------ handoff */
+
+int rdzv_set_handoff(rdzv *r, rdzv_handoff_fn fn, void *ctx)
+{
+    if (!r || !r->srv) return -1;
+    pthread_mutex_lock(&r->srv->mu);
+    r->srv->handoff = fn;
+    r->srv->handoff_ctx = ctx;
+    pthread_mutex_unlock(&r->srv->mu);
+    return 0;
+}
+
+int rdzv_handoff_connect(const rdzv *r, const void *payload, size_t len, double timeout_s,
+                         int *fd, rdzv_error *kind, char *err, size_t errlen)
+{
+    char host[256], why[700] = "no attempt";
+    int port, cause;
+    *fd = -1;
+    if (len > 4096 || parse_endpoint(r->endpoint, host, sizeof host, &port) != 0)
+        return fail(kind, RDZV_INVALID, err, errlen, "handoff to %s: bad endpoint or payload",
+                    r->endpoint);
+    const double deadline = mono_seconds() + timeout_s;
+    unsigned char req[4 + 1 + 4096], hdr[5];
+    put_u32(req, (uint32_t)(len + 1));
+    req[4] = OP_HANDOFF;
+    if (len) memcpy(req + 5, payload, len);
+    rdzv_error k = RDZV_TIMEOUT;
+    for (;;) {
+        int c = -1;
+        if (connect_once(host, port, deadline, &c, why, sizeof why, &cause) == 0) {
+            int rc = io_all(c, req, len + 5, deadline, 1);
+            if (rc == 0) rc = io_all(c, hdr, 5, deadline, 0);
+            size_t n = rc == 0 ? get_u32(hdr) : 0;
+            char text[512] = "";
+            if (rc == 0 && (n < 1 || n > sizeof text)) rc = -1;
+            if (rc == 0 && n > 1) rc = io_all(c, text, n - 1, deadline, 0);
+            if (rc == 0) text[n - 1] = '\0';
+            if (rc == 0 && hdr[4] == ST_OK) {
+                *fd = c;
+                return 0;
+            }
+            close(c);
+            if (rc == 0 && hdr[4] != RDZV_TIMEOUT)
+                return fail(kind, (rdzv_error)hdr[4], err, errlen, "handoff to %s: %s",
+                            r->endpoint, text);
+            if (rc == 0) snprintf(why, sizeof why, "%s", text);
+            else snprintf(why, sizeof why, "the store closed the connection");
+            k = rc == 0 ? RDZV_TIMEOUT : RDZV_LOST;
+        }
+        if (mono_seconds() + 0.05 >= deadline)
+            return fail(kind, k, err, errlen, "handoff to %s within %.0f s: %s", r->endpoint,
+                        timeout_s, why);
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
 }

@@ -89,6 +89,23 @@ void rdzv_exchange_free(rdzv *r, char **vals);
  * is gone (it is rank 0's); -1 when no rank was seen lost. */
 int rdzv_lost_rank(rdzv *r, double timeout_s);
 
+/* Other services on the store's port (worker/dist/heartbeat.c): a fresh
+ * connection that opens with a handoff request leaves the store and is
+ * given to fn with the request's payload, on the store's thread and under
+ * its lock (fn only takes fd and answers the request itself, in the
+ * store's response format: u32 length | u8 status | text; it owns fd from
+ * then on). Until a handler is set, a handoff is answered RDZV_TIMEOUT
+ * (not ready) and rdzv_handoff_connect tries again. Rank 0 only (-1
+ * elsewhere); fn NULL unsets it (no call of fn after this returns). */
+typedef void (*rdzv_handoff_fn)(void *ctx, int fd, const void *payload, size_t len);
+int rdzv_set_handoff(rdzv *r, rdzv_handoff_fn fn, void *ctx);
+/* A fresh connection to r's store asking to be handed off with payload (at
+ * most 4096 bytes), within timeout_s: on the handler's OK answer, *fd is
+ * the connection (non-blocking; the caller closes it). A refusal fails
+ * with the handler's status and text. */
+int rdzv_handoff_connect(const rdzv *r, const void *payload, size_t len, double timeout_s,
+                         int *fd, rdzv_error *kind, char *err, size_t errlen);
+
 int rdzv_rank(const rdzv *r);
 int rdzv_world_size(const rdzv *r);
 

@@ -21,6 +21,8 @@ struct report {
     char path[768];     /* .../namespaces/NS/vitjobs/NAME/status */
     char job[320];      /* NS/NAME, for logs */
     double interval_s, final_timeout_s, request_timeout_s;
+    int (*may_write)(const void *ctx);
+    const void *may_write_ctx;
     pthread_t thread;
 
     pthread_mutex_t mu; /* guards everything below */
@@ -131,6 +133,11 @@ static cJSON *progress_patch(const report_info *p)
 static int send_progress(report *r, const report_info *p, double timeout_s, int final)
 {
     kube_status st = {0};
+    if (r->may_write && !r->may_write(r->may_write_ctx)) {
+        LOG_WARN("report", "event=report_skipped job=%s step=%ld final=%d reason=%s", LOGV(r->job),
+                 p->step, final, LOGV("this rank may not write (its heartbeat went unanswered)"));
+        return 0;
+    }
     cJSON *patch = progress_patch(p);
     int rc = KUBE_ERR_INVALID;
     if (patch) {
@@ -242,6 +249,8 @@ report *report_from_env(const report_options *o)
     }
     snprintf(r->job, sizeof r->job, "%s/%s", ns, name);
     r->interval_s = o && o->interval_s > 0 ? o->interval_s : 10.0;
+    r->may_write = o ? o->may_write : NULL;
+    r->may_write_ctx = o ? o->may_write_ctx : NULL;
     r->final_timeout_s = o && o->final_timeout_s > 0 ? o->final_timeout_s : 5.0;
     r->request_timeout_s = o && o->request_timeout_s > 0 ? o->request_timeout_s
                            : r->interval_s < 10.0    ? r->interval_s

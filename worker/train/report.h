@@ -39,6 +39,10 @@ typedef struct {
     double final_timeout_s;  /* report_free's wait for the final write; <= 0: 5 */
     double request_timeout_s; /* one PATCH; <= 0: the smaller of interval and 10 */
     const char *sa_dir;      /* the service-account directory; NULL = KUBE_SA_DIR */
+    /* consulted before each write (the final one too): 0 skips it, logged (a
+     * rank woken from a freeze must write nothing: heartbeat.h's hb_ok); NULL: always */
+    int (*may_write)(const void *ctx);
+    const void *may_write_ctx;
 } report_options;
 
 typedef struct report report;

@@ -702,11 +702,19 @@ static int pick_threads(const training_config *tc, char *source, size_t srclen)
 }
 
 
+/* The reporter's gate (report_options.may_write): the heartbeat's. */
+static int may_write(const void *ctx) { return hb_ok(ctx); }
+
 /* Saves the state after `steps` completed steps; with wait, returns once
  * it is stored (the end of training, a stop), else while it uploads. */
 static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t errlen)
 {
     if (!r->cwriter) return VJ_OK;
+    if (!hb_ok(r->opt->hb)) { /* woken from a freeze, or a peer is lost: write nothing */
+        snprintf(err, errlen, "checkpoint of step %ld not saved: this rank's heartbeat went "
+                 "unanswered or a peer is lost", steps);
+        return VJ_ERR_PEER_LOST;
+    }
     ckpt_meta meta = {.step = steps, .epoch = r->done_epoch, .index = r->done_index,
                       .images_done = r->images_done, .world_size = r->world,
                       .n_params = model_num_params(r->model), .ema = dp_has_ema(r->dp)};
@@ -823,7 +831,8 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     r.rate_t = r.t_train;
     r.rate_images = r.images_done;
     if (r.rank == 0) {
-        r.rep = report_from_env(&(report_options){.interval_s = tc->report_interval_seconds});
+        r.rep = report_from_env(&(report_options){.interval_s = tc->report_interval_seconds,
+                                                  .may_write = may_write, .may_write_ctx = opt->hb});
         hand_progress(&r);
     }
 

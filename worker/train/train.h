@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "config.h"
 #include "exitcode.h"
+#include "heartbeat.h"
 #include "ops.h"
 
 typedef struct {
@@ -24,6 +25,8 @@ typedef struct {
     comm *comm;        /* the ranks' communicator (borrowed); NULL alone */
     rdzv *rdzv;        /* the rendezvous store (borrowed; checkpoints and resume agree
                           through it); NULL alone */
+    const hb *hb;      /* the heartbeat (borrowed); NULL alone: no checkpoint is saved and
+                          no status written while hb_ok says no */
     const vit_ops *ops; /* the backend (train_pick_backend's; comm's buffers live in its
                            memory); NULL: train_run picks it */
 } train_options;
