@@ -629,7 +629,12 @@ static void judge_lost(ctx *c, const desired_status *ds, generation *g)
     if (!read_lost_report(c->job, ds->gen, R, &rep))
         return;
     pod_info *pi = g->slot[rep.rank];
-    if (pi == NULL || finished(pi) || pi->disruption || pi->deleting)
+    if (pi == NULL || pi->disruption || pi->deleting)
+        return;
+    /* A pod that ended on its own is judged by its own exit, except one that
+     * went silent and then gave up on its peers too (cut off or frozen, it
+     * lost them as they lost it): its peer_lost exit is the same loss. */
+    if (finished(pi) && !(rep.heartbeat && pi->phase == PP_FAILED && pi->peer_lost))
         return;
     if (!rep.heartbeat && c->now < rep.at + VJ_LOST_CONFIRM_S) {
         requeue(c, rep.at + VJ_LOST_CONFIRM_S - c->now); /* its kubelet may yet report it */

@@ -76,7 +76,9 @@ typedef struct {
  *  - its node is declared lost (vj_node_health.lost), or
  *  - a surviving rank of the generation reported it in status.lostPeer with
  *    evidence "heartbeat" (its heartbeat stopped while its connection stayed
- *    open: frozen, partitioned, or its node died silently), or
+ *    open: frozen, partitioned, or its node died silently); such a pod that
+ *    has since failed with class peer_lost itself (cut off, it lost its
+ *    peers as they lost it) is lost all the same, or
  *  - status.lostPeer reported it with evidence "closed" (its connections
  *    closed) and its kubelet has still not reported it terminated
  *    VJ_LOST_CONFIRM_S after the report: a process that merely crashed on a

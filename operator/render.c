@@ -401,10 +401,9 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     if (js.service_account) {
         add_str(&b, spec, "serviceAccountName", js.service_account);
     } else {
-        /* The job's own identity; only rank 0 talks to the API server. */
+        /* The job's own identity: rank 0 reports progress, and any surviving
+         * rank may report a lost peer (status.lostPeer), so every rank has it. */
         add_str(&b, spec, "serviceAccountName", ident);
-        if (rank != 0)
-            add_bool(&b, spec, "automountServiceAccountToken", 0);
     }
     add_security(&b, spec, "securityContext", js.tmpl, "securityContext", pod_security_default);
 

@@ -51,7 +51,7 @@ cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen);
  * name, hostname, subdomain, labels, owner reference, env contract, config
  * mount, GPU limit, the gang's PodGroup (vj_render_podgroup), the service
  * account (spec.template's, else the job's own
- * identity, whose token only rank 0 mounts), security contexts that pass the
+ * identity, whose token every rank mounts: any may report a lost peer), security contexts that pass the
  * restricted Pod Security Standard (spec.template.securityContext and
  * .containerSecurityContext replace them) and spec.template overrides. */
 cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen);

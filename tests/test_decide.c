@@ -1006,6 +1006,33 @@ Test(decide, a_reported_heartbeat_loss_restarts_the_gang_at_once_as_a_disruption
     world_free(&w);
 }
 
+Test(decide, a_cut_off_pod_that_gave_up_on_its_peers_too_is_lost_not_a_retryable_failure)
+{
+    /* a network partition: each side loses the other by heartbeat and both
+     * exit peer_lost; the side that reported names the other */
+    world w = running_on_nodes("\"runPolicy\":{\"backoffLimit\":0}");
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    set_peer_lost(&w, "j-worker-0-r0", NOW + 11);
+    report_lost(&w, 0, 0, 1, "heartbeat", NOW + 11);
+    vj_plan *p = step(&w, NOW + 12);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_str_eq(phase_of(&w), "Restarting", "backoffLimit 0 is not spent");
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    char av[128];
+    avoided(&w, "j-worker-1-r1", av, sizeof av);
+    cr_assert_str_eq(av, "node-a", "off the cut node");
+    vj_plan_free(p);
+    world_free(&w);
+    /* a pod named by a report that then failed otherwise is judged by its own exit */
+    w = running_on_nodes("\"runPolicy\":{\"backoffLimit\":0}");
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    set_exit(&w, "j-worker-0-r0", 137);
+    report_lost(&w, 0, 0, 1, "heartbeat", NOW + 11);
+    vj_plan_free(step(&w, NOW + 12));
+    cr_assert_str_eq(phase_of(&w), "Failed", "a crash spends backoffLimit 0");
+    world_free(&w);
+}
+
 Test(decide, a_reported_closed_connection_waits_for_the_kubelet_and_a_crash_it_reports_spends_backoff)
 {
     world w = running_on_nodes(NULL);

@@ -111,6 +111,11 @@ class Recovery(unittest.TestCase):
         wait_for("every node Ready", lambda: all(ready(n) == "True" for n in self.c.get_json("nodes")["items"]),
                  120, 0.5)
         self.t = {}
+        self.job = None
+
+    def tearDown(self):
+        if self.job:  # a failed test's job must not hold the nodes' CPUs for the next
+            self.c.kubectl("delete", "vj", self.job, "--wait=false", check=False)
 
     def apply(self, m):
         m = json.loads(json.dumps(m))
@@ -176,6 +181,7 @@ class Recovery(unittest.TestCase):
         return None
 
     def start_job(self, name, prefix, grace=None):
+        self.job = name
         m = self.apply(manifest(name, prefix, grace))
         wait_for("the first checkpoint", lambda: (status(self.c, name).get("progress") or {}).get(
             "lastCheckpointStep", 0) >= INTERVAL, 240, 0.5)
@@ -225,7 +231,10 @@ class Recovery(unittest.TestCase):
         ours = self.export("s3://vitjob/%s/step-%09d" % (prefix, STEPS), os.path.join(self.work, name + ".st"))
         self.assertEqual(ours, self.reference(m), "final weights differ from the uninterrupted run")
         listing = self.checkpoints(prefix)
-        self.assertIn("step-%09d" % STEPS, listing)
+        self.assertRegex(listing, r"(?m)^%d +complete" % STEPS)
+        for line in listing.splitlines()[1:]:
+            self.assertRegex(line, r"^\d+ +complete ", "every checkpoint verifies:\n" + listing)
+        c.kubectl("delete", "vj", name, "--wait=false")
         return st
 
     # -------------------------------------------------------------- tests
@@ -292,8 +301,13 @@ class Recovery(unittest.TestCase):
             except ProcessLookupError:
                 pass
         # the stale rank, if its kubelet has not already stopped it, exits on waking
-        wait_for("the stale rank gone", lambda: not os.path.exists("/proc/%d" % pid) or
-                 open("/proc/%d/stat" % pid).read().split()[2] == "Z", 120, 0.5)
+        def gone():
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    return f.read().split()[2] == "Z"
+            except OSError:
+                return True
+        wait_for("the stale rank gone", gone, 120, 0.5)
         after = self.checkpoints(prefix)
         for line in before.splitlines():  # nothing it listed went away or changed
             if line.startswith("step-"):
