@@ -6,14 +6,16 @@ Owns: writing into OUT the first --train training images and labels
 (t10k-*-ubyte.gz) of the Fashion-MNIST under --src, in the layout the
 worker's data.format=fashion-mnist reads; with --test-from-train the t10k
 files hold the first --test *training* images instead (an evaluation of the
-training set). A count of 0 leaves that split's files out; "all" copies it
-whole. Used by the tests (tests/*.bats through tests/recipe_helpers.bash's
+training set). A count of 0 leaves that split's files out; "all" takes it
+whole. --level 0 writes the files uncompressed (no .gz: the worker reads
+both), which a process loads in a fraction of the time gunzip takes for the
+whole training set. Used by the tests (tests/*.bats through tests/recipe_helpers.bash's
 fmnist_subset), bench/recipe_bench.py and tools/device/pack.sh, so that
 every small data set is cut the same way.
 Must not: touch --src, or write anything outside OUT.
 
 usage: fmnist_subset.py OUT --train N|all --test N|all [--test-from-train]
-                        [--src /usr/share/datasets/fashion-mnist] [--level 1-9]
+                        [--src /usr/share/datasets/fashion-mnist] [--level 0-9]
 """
 import argparse
 import gzip
@@ -31,7 +33,7 @@ def count(s):
 def write(src, out, split, n, level, as_split=None):
     """The first n images and labels of split, written as as_split's files."""
     dst = as_split or split
-    if n is None and dst == split:
+    if n is None and dst == split and level != 0:
         for kind in ("images-idx3", "labels-idx1"):
             shutil.copy(os.path.join(src, "%s-%s-ubyte.gz" % (split, kind)), out)
         return
@@ -41,10 +43,11 @@ def write(src, out, split, n, level, as_split=None):
     n = total if n is None else n
     if n > total:
         raise SystemExit("fmnist_subset: %s has %d images, %d asked" % (split, total, n))
-    with gzip.open(os.path.join(out, "%s-images-idx3-ubyte.gz" % dst), "wb", level) as f:
-        f.write(struct.pack(">IIII", 0x803, n, r, c) + img[16:16 + n * r * c])
-    with gzip.open(os.path.join(out, "%s-labels-idx1-ubyte.gz" % dst), "wb", level) as f:
-        f.write(struct.pack(">II", 0x801, n) + lab[8:8 + n])
+    for kind, data in (("images-idx3", struct.pack(">IIII", 0x803, n, r, c) + img[16:16 + n * r * c]),
+                       ("labels-idx1", struct.pack(">II", 0x801, n) + lab[8:8 + n])):
+        name = os.path.join(out, "%s-%s-ubyte" % (dst, kind))
+        with (open(name, "wb") if level == 0 else gzip.open(name + ".gz", "wb", level)) as f:
+            f.write(data)
 
 
 def main():
