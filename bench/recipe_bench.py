@@ -23,11 +23,9 @@ usage: recipe_bench.py [--build build] [--train-images 10000] [--epochs 6]
                        [--train-eval 5000] [--seed 1234]
 """
 import argparse
-import gzip
 import json
 import os
 import shutil
-import struct
 import subprocess
 import tempfile
 import time
@@ -38,14 +36,10 @@ RECIPE = ["training.dropPath=0.1", "data.mixup=0.8", "data.cutmix=1.0",
           "training.labelSmoothing=0.1", "training.ema.decay=0.998", "training.ema.warmup=true"]
 
 
-def write_idx(folder, split, images, labels, n):
-    """The first n images and labels as gzipped IDX files named split-*."""
-    os.makedirs(folder, exist_ok=True)
-    _, _, r, c = struct.unpack(">IIII", images[:16])
-    with gzip.open(os.path.join(folder, "%s-images-idx3-ubyte.gz" % split), "wb", 1) as f:
-        f.write(struct.pack(">IIII", 0x803, n, r, c) + images[16:16 + n * r * c])
-    with gzip.open(os.path.join(folder, "%s-labels-idx1-ubyte.gz" % split), "wb", 1) as f:
-        f.write(struct.pack(">II", 0x801, n) + labels[8:8 + n])
+def subset(folder, *args):
+    """A Fashion-MNIST subset in folder, cut by tests/fmnist_subset.py (its arguments)."""
+    subprocess.run(["python3", os.path.join(ROOT, "tests", "fmnist_subset.py"), folder,
+                    "--src", FMNIST] + list(args), check=True)
 
 
 def start(worker, sets):
@@ -74,13 +68,10 @@ def main():
     worker = os.path.join(a.build, "bin", "vitjob-worker")
     tmp = tempfile.mkdtemp(prefix="recipe-bench-")
     try:
-        img = gzip.open(FMNIST + "/train-images-idx3-ubyte.gz").read()
-        lab = gzip.open(FMNIST + "/train-labels-idx1-ubyte.gz").read()
-        write_idx(tmp + "/data", "train", img, lab, a.n)
-        for f in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-            shutil.copy(os.path.join(FMNIST, f), tmp + "/data")
+        subset(tmp + "/data", "--train", str(a.n), "--test", "all")
         # the training subset's first n_eval images, as an evaluation split
-        write_idx(tmp + "/train-eval", "t10k", img, lab, min(a.n_eval, a.n))
+        subset(tmp + "/train-eval", "--train", "0", "--test", str(min(a.n_eval, a.n)),
+               "--test-from-train")
         steps = a.epochs * a.n // 128
         common = ["model.preset=fmnist_small", "data.uri=" + tmp + "/data",
                   "training.epochs=%d" % a.epochs, "training.seed=%d" % a.seed,

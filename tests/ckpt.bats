@@ -16,8 +16,10 @@
 : "${BATS_TEST_TIMEOUT:=600}"
 
 load ranks_helpers
+load recipe_helpers
 
 setup_file() {
+  recipe_data
   export CK_BACKEND=${CK_BACKEND:-file}
   [ "$CK_BACKEND" = s3 ] || return 0
   export PY=${VITJOB_TEST_PYTHON:-python3}
@@ -43,10 +45,7 @@ setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
-  ARGS=(--set training.steps=8 --set training.optimizer.warmupSteps=2
-        --set training.globalBatchSize=48 --set training.microBatchSize=4
-        --set training.threads=1 --set training.exportPath=
-        --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
+  recipe_args
   ENDPOINT=()
   [ "$CK_BACKEND" = s3 ] && ENDPOINT=(--endpoint "$S3_ENDPOINT")
   return 0
@@ -88,12 +87,6 @@ flip() {
     [ "$off" -ge 0 ] || off=$(( $(stat -c %s "$TMP/$1/$2") + off ))
     printf '\x5a' | dd of="$TMP/$1/$2" bs=1 seek="$off" conv=notrunc 2>/dev/null
   fi
-}
-
-# losses A.jsonl B.jsonl FROM: the loss lines of steps > FROM are identical
-same_from() {
-  cmp <(grep '"loss"' "$1" | python3 -c "import json,sys; [print(l, end='') for l in sys.stdin if json.loads(l)['step'] > $3]") \
-      <(grep '"loss"' "$2")
 }
 
 @test "resumed at step 4 of 8, 1 and 2 ranks in every sharding mode continue bit for bit" {

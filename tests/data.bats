@@ -15,6 +15,7 @@
 : "${BATS_TEST_TIMEOUT:=600}"
 
 load ranks_helpers
+load recipe_helpers
 
 setup_file() {
   export DATA_BACKEND=${DATA_BACKEND:-file}
@@ -23,18 +24,7 @@ setup_file() {
   export PY=${VITJOB_TEST_PYTHON:-python3}
   local d="$BATS_FILE_TMPDIR"
   # the subset: the first 600 training and 200 test images, as IDX files
-  /usr/bin/python3 - "$d/idx" <<'PY'
-import gzip, os, sys
-src, out = "/usr/share/datasets/fashion-mnist", sys.argv[1]
-os.makedirs(out)
-for split, n in (("train", 600), ("t10k", 200)):
-    for kind, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
-        name = "%s-%s-ubyte.gz" % (split, kind)
-        data = gzip.open(os.path.join(src, name)).read()
-        hdr = bytearray(data[:head]); hdr[4:8] = n.to_bytes(4, "big")
-        with gzip.open(os.path.join(out, name), "wb") as f:
-            f.write(bytes(hdr) + data[head:head + n * size])
-PY
+  fmnist_subset "$d/idx" 600 200
   if [ "$DATA_BACKEND" = s3 ]; then
     if ! "$PY" -c 'import moto, boto3' 2>/dev/null; then
       export S3_SKIP="no moto and boto3 in $PY (set VITJOB_TEST_PYTHON)"
@@ -74,12 +64,6 @@ setup() {
         --set training.threads=1 --set training.rendezvousTimeoutSeconds=60
         --set training.collectiveTimeoutSeconds=60 "${DATA[@]}")
   return 0
-}
-
-# same_from A.jsonl B.jsonl FROM: B's loss lines are A's of the steps > FROM
-same_from() {
-  cmp <(grep '"loss"' "$1" | python3 -c "import json,sys; [print(l, end='') for l in sys.stdin if json.loads(l)['step'] > $3]") \
-      <(grep '"loss"' "$2")
 }
 
 # kill_and_resume W: W ranks killed with -9 after a checkpoint past step 14,

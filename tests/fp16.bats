@@ -16,23 +16,11 @@
 : "${BATS_TEST_TIMEOUT:=300}"
 
 load ranks_helpers
+load recipe_helpers
 
 # a small Fashion-MNIST: the first 800 training and 64 test images (the
 # evaluation at the end of each run stays short under full sharding)
-setup_file() {
-  /usr/bin/python3 - "$BATS_FILE_TMPDIR/fm" <<'PY'
-import gzip, os, sys
-src, out = "/usr/share/datasets/fashion-mnist", sys.argv[1]
-os.makedirs(out)
-for split, n in (("train", 800), ("t10k", 64)):
-    for kind, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
-        name = "%s-%s-ubyte.gz" % (split, kind)
-        data = gzip.open(os.path.join(src, name)).read()
-        hdr = bytearray(data[:head]); hdr[4:8] = n.to_bytes(4, "big")
-        with gzip.open(os.path.join(out, name), "wb") as f:
-            f.write(bytes(hdr) + data[head:head + n * size])
-PY
-}
+setup_file() { fmnist_subset "$BATS_FILE_TMPDIR/fm" 800 64; }
 
 setup() {
   BUILD=${BUILD:-build}
@@ -43,29 +31,6 @@ setup() {
         --set training.globalBatchSize=16 --set training.microBatchSize=4
         --set training.threads=1 --set training.exportPath= --set training.precision=fp16-mixed
         --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
-}
-
-# follows A.jsonl B.jsonl TOL: the same steps, skipped alike (grad_norm null,
-# the same loss_scale and skipped_steps), loss and grad_norm within TOL (relative)
-follows() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-b = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
-tol = float(sys.argv[3])
-assert len(a) == len(b) and a, (len(a), len(b))
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("loss_scale", "skipped_steps", "skipped"):
-        assert x.get(k) == y.get(k), (x["step"], k, x.get(k), y.get(k))
-    for k in ("loss", "grad_norm"):
-        if x[k] is None or y[k] is None:
-            assert x[k] is None and y[k] is None, (x["step"], k)
-            continue
-        worst = max(worst, abs(x[k] - y[k]) / max(abs(x[k]), 1e-12))
-print("steps %d, worst relative difference %.3g (bound %g)" % (len(a), worst, tol))
-sys.exit(0 if worst < tol else 1)
-PY
 }
 
 @test "fp16-mixed on the CPU runs cpu-fp16 and tracks the fp32 losses for 20 steps within bf16-mixed's bound 0.1 (and differs from them)" {
@@ -110,7 +75,7 @@ m = json.load(open('$TMP/ck-$w-$mode/step-000000004/manifest.json'))
 sys.exit(0 if m['lossScaler'] == {'scale': 32768, 'growthTracker': 1, 'skippedSteps': 1} else 1)"
       if [ "$w" -eq 2 ]; then
         echo "world 2, sharding $mode, against one process:"
-        follows "$TMP/a-1-none/metrics.jsonl" "$TMP/a-$w-$mode/metrics.jsonl" 1e-2
+        compare "$TMP/a-1-none/metrics.jsonl" "$TMP/a-$w-$mode/metrics.jsonl" 1e-2
       fi
       rm -r "$TMP/ck-$w-$mode/step-000000008"   # as if it died after step 4's checkpoint
       VITJOB_TEST_INJECT_OVERFLOW=$inject run_world "$w" "$TMP/b-$w-$mode" "${ARGS[@]}" "${CK[@]}" \

@@ -19,22 +19,16 @@
 : "${BATS_TEST_TIMEOUT:=300}"
 
 load ranks_helpers
+load recipe_helpers
+
+setup_file() { recipe_data; }
 
 setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
-  ARGS=(--set training.steps=8 --set training.optimizer.warmupSteps=2
-        --set training.globalBatchSize=16 --set training.microBatchSize=4
-        --set training.threads=1 --set training.exportPath= --set data.testUri=
-        --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
+  recipe_args --set training.globalBatchSize=16
   FREEZE=(--set "training.freeze=[cls_token, pos_embed, patch_embed, blocks.0, blocks.1.attn, norm]")
-}
-
-# losses A.jsonl B.jsonl FROM: the loss lines of steps > FROM are identical
-same_from() {
-  cmp <(grep '"loss"' "$1" | python3 -c "import json,sys; [print(l, end='') for l in sys.stdin if json.loads(l)['step'] > $3]") \
-      <(grep '"loss"' "$2")
 }
 
 # frozen INIT TRAINED: the tensors FREEZE names are bit for bit those of

@@ -16,6 +16,8 @@
 # regression that hangs fails in minutes; the environment may set another.
 : "${BATS_TEST_TIMEOUT:=300}"
 
+load recipe_helpers
+
 setup() {
   cd "$BATS_TEST_DIRNAME/.."
   BUILD=${BUILD:-build}
@@ -98,18 +100,7 @@ ref() { /usr/bin/python3 tests/ref/randaug_torch.py "$1" --bin "$RA_CHECK" --wor
 }
 
 @test "training with rand-m9-mstd0.5-inc1 and erasing 0.25 on shards: 1 and 3 decode threads give the same run bit for bit, and not the run without them" {
-  /usr/bin/python3 - "$TMP/idx" <<'PY'
-import gzip, os, sys
-src, out = "/usr/share/datasets/fashion-mnist", sys.argv[1]
-os.makedirs(out)
-for split, n in (("train", 300), ("t10k", 100)):
-    for kind, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
-        name = "%s-%s-ubyte.gz" % (split, kind)
-        data = gzip.open(os.path.join(src, name)).read()
-        hdr = bytearray(data[:head]); hdr[4:8] = n.to_bytes(4, "big")
-        with gzip.open(os.path.join(out, name), "wb") as f:
-            f.write(bytes(hdr) + data[head:head + n * size])
-PY
+  fmnist_subset "$TMP/idx" 300 100
   "$WORKER" shards --from "$TMP/idx" --out "file://$TMP/sh/train-%02d.tar" --samples-per-shard 100 > /dev/null
   local args=(--set data.format=webdataset --set "data.uri=file://$TMP/sh/train-{00..02}.tar"
               --set "data.mean=[0.286]" --set "data.std=[0.353]" --set data.augment=true

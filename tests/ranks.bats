@@ -12,16 +12,16 @@
 : "${BATS_TEST_TIMEOUT:=600}"
 
 load ranks_helpers
+load recipe_helpers
+
+setup_file() { recipe_data; }
 
 setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
   # fmnist_tiny has 205066 parameters: 3 and 4 ranks need padding
-  ARGS=(--set training.steps=20 --set training.optimizer.warmupSteps=2
-        --set training.globalBatchSize=48 --set training.microBatchSize=4
-        --set training.threads=1 --set training.exportPath=
-        --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
+  recipe_args --set training.steps=20
 }
 
 

@@ -1,6 +1,7 @@
 # tests/ranks_helpers.bash - loaded by the bats files that run many ranks
-# on loopback (ranks.bats, ckpt.bats): start ranks, run a world, compare
-# metrics and exported weights. Needs WORKER and TMP (the files' setup).
+# on loopback (ranks, ckpt, ema, regularization, freeze, fp16, data, mixup,
+# finetune): start ranks, run a world, compare metrics and exported
+# weights. Needs WORKER and TMP (the files' setup).
 
 # Every worker a test starts carries VITJOB_TEST_TMP=$TMP (its local ranks
 # inherit it), so that a test finds and kills only its own processes, never
@@ -90,7 +91,10 @@ run_world() {
   done
 }
 
-# compare A.jsonl B.jsonl TOL: every step's loss and grad_norm within TOL (relative)
+# compare A.jsonl B.jsonl TOL: the same steps, skipped alike (fp16-mixed:
+# grad_norm null in both, the same loss_scale, skipped_steps and skipped;
+# keys a precision does not log are absent in both), and every step's loss
+# and grad_norm within TOL (relative)
 compare() {
   python3 - "$1" "$2" "$3" <<'PY'
 import json, sys
@@ -100,12 +104,23 @@ tol = float(sys.argv[3])
 assert len(a) == len(b) and a, (len(a), len(b))
 worst = 0.0
 for x, y in zip(a, b):
+    for k in ("loss_scale", "skipped_steps", "skipped"):
+        assert x.get(k) == y.get(k), (x["step"], k, x.get(k), y.get(k))
     for k in ("loss", "grad_norm"):
-        d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
-        worst = max(worst, d)
+        if x[k] is None or y[k] is None:
+            assert x[k] is None and y[k] is None, (x["step"], k)
+            continue
+        worst = max(worst, abs(x[k] - y[k]) / max(abs(x[k]), 1e-12))
 print("steps %d, worst relative difference %.3g (bound %g)" % (len(a), worst, tol))
 sys.exit(0 if worst < tol else 1)
 PY
+}
+
+# same_from A.jsonl B.jsonl FROM: B's loss lines are A's of the steps > FROM,
+# byte for byte
+same_from() {
+  cmp <(grep '"loss"' "$1" | python3 -c "import json,sys; [print(l, end='') for l in sys.stdin if json.loads(l)['step'] > $3]") \
+      <(grep '"loss"' "$2")
 }
 
 # weights A B TOL: the two safetensors exports agree within TOL, absolute. (Not

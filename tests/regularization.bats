@@ -15,22 +15,16 @@
 : "${BATS_TEST_TIMEOUT:=600}"
 
 load ranks_helpers
+load recipe_helpers
+
+setup_file() { recipe_data; }
 
 setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
-  ARGS=(--set training.steps=8 --set training.optimizer.warmupSteps=2
-        --set training.globalBatchSize=48 --set training.microBatchSize=4
-        --set training.threads=1 --set training.exportPath=
-        --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
+  recipe_args
   REG=(--set training.dropPath=0.1 --set training.labelSmoothing=0.1)
-}
-
-# losses A.jsonl B.jsonl FROM: the loss lines of steps > FROM are identical
-same_from() {
-  cmp <(grep '"loss"' "$1" | python3 -c "import json,sys; [print(l, end='') for l in sys.stdin if json.loads(l)['step'] > $3]") \
-      <(grep '"loss"' "$2")
 }
 
 @test "dropPath and labelSmoothing each change training; 2 ranks in every sharding mode follow the one-process run" {

@@ -12,13 +12,26 @@
 # regression that hangs fails in minutes; the environment may set another.
 : "${BATS_TEST_TIMEOUT:=300}"
 
+load recipe_helpers
+
+# The runs that only need the process to train evaluate a short test set
+# (SMALL: every training image, so that they train as on the whole data
+# set, and the first 500 test images; recipe_helpers' fmnist_short): the
+# evaluation of the whole test set at the end of each run cost most of this
+# file's time, the sanitized pass's above all. The manifest's run and the
+# signal tests keep the whole data set.
+setup_file() { fmnist_short "$BATS_FILE_TMPDIR/fm" 500; }
+
 setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
-  # A fast configuration for the checks that only need the process to run.
-  FAST=(--set training.steps=3 --set training.optimizer.warmupSteps=1
-        --set training.exportPath= --set training.threads=1)
+  SMALL=(--set data.uri="file://$BATS_FILE_TMPDIR/fm")
+  # A fast configuration for the checks that only need the process to run
+  # (QUICK on the data set it is given, FAST on SMALL).
+  QUICK=(--set training.steps=3 --set training.optimizer.warmupSteps=1
+         --set training.exportPath= --set training.threads=1)
+  FAST=("${QUICK[@]}" "${SMALL[@]}")
 }
 
 teardown() { rm -rf "$TMP"; }
@@ -159,7 +172,7 @@ fake_driver() {
 }
 
 @test "missing dataset directory exits 3 naming the file" {
-  worker train --set data.uri=file://$TMP/none "${FAST[@]}"
+  worker train "${FAST[@]}" --set data.uri=file://$TMP/none
   [ "$status" -eq 3 ]
   [[ "$output" == *"$TMP/none/train-images-idx3-ubyte"* ]]
 }
@@ -173,7 +186,7 @@ copy_dataset() {
 @test "truncated IDX file exits 3 naming the file" {
   copy_dataset
   gzip -dc /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz | head -c 100000 | gzip > "$TMP/ds/t10k-images-idx3-ubyte.gz"
-  worker train --set data.uri=$TMP/ds "${FAST[@]}"
+  worker train "${FAST[@]}" --set data.uri=$TMP/ds
   [ "$status" -eq 3 ]
   [[ "$output" == *"t10k-images-idx3-ubyte.gz"* ]]
   [[ "$output" == *"truncated"* ]]
@@ -190,7 +203,7 @@ for split, n in (("train", 256), ("t10k", 64)):
     with gzip.open(f"{sys.argv[1]}/{split}-labels-idx1-ubyte.gz", "wb") as f:
         f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
 PY
-  worker train --set data.uri=$TMP/ds "${FAST[@]}"
+  worker train "${FAST[@]}" --set data.uri=$TMP/ds
   [ "$status" -eq 3 ]
   [[ "$output" == *"$TMP/ds/train-images-idx3-ubyte.gz: images are 27x27 but model.imageSize=28"* ]]
 }
@@ -199,7 +212,7 @@ PY
   copy_dataset
   # a labels file where the images should be: magic 0x801, not 0x803
   cp "$TMP/ds/train-labels-idx1-ubyte.gz" "$TMP/ds/train-images-idx3-ubyte.gz"
-  worker train --set data.uri=$TMP/ds "${FAST[@]}"
+  worker train "${FAST[@]}" --set data.uri=$TMP/ds
   [ "$status" -eq 3 ]
   [[ "$output" == *"train-images-idx3-ubyte.gz"* ]]
   [[ "$output" == *"magic"* ]]
@@ -208,7 +221,7 @@ PY
 @test "corrupt gzip stream exits 3, never a crash" {
   copy_dataset
   head -c 3000 /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz > "$TMP/ds/train-labels-idx1-ubyte.gz"
-  worker train --set data.uri=$TMP/ds "${FAST[@]}"
+  worker train "${FAST[@]}" --set data.uri=$TMP/ds
   [ "$status" -eq 3 ]
   [[ "$output" == *"train-labels-idx1-ubyte.gz"* ]]
 }
@@ -223,14 +236,15 @@ PY
 }
 
 @test "a whole ViTJob manifest runs as a config file" {
-  worker train --config examples/fmnist.yaml "${FAST[@]}"
+  worker train --config examples/fmnist.yaml "${QUICK[@]}"
   [ "$status" -eq 0 ]
   [[ "$output" == *'"event":"summary"'* ]]
 }
 
 @test "two runs with the same config and seed give bit-identical loss trajectories" {
   args=(--set training.steps=12 --set training.optimizer.warmupSteps=2 --set training.exportPath=
-        --set training.threads=2 --set data.augment=true)
+        --set training.threads=2 --set data.augment=true
+        "${SMALL[@]}")
   "$WORKER" train "${args[@]}" --metrics "$TMP/a.jsonl" 2>/dev/null >/dev/null
   "$WORKER" train "${args[@]}" --metrics "$TMP/b.jsonl" 2>/dev/null >/dev/null
   # loss, lr and grad norm of every step, printed with 17 significant digits (exact doubles)
@@ -257,7 +271,8 @@ PY
 
 @test "activation checkpointing gives a bit-identical loss trajectory with less activation memory" {
   args=(--set training.steps=8 --set training.optimizer.warmupSteps=2 --set training.exportPath=
-        --set training.threads=1)
+        --set training.threads=1
+        "${SMALL[@]}")
   "$WORKER" train "${args[@]}" --metrics "$TMP/a.jsonl" 2> "$TMP/a.log" > /dev/null
   "$WORKER" train "${args[@]}" --set training.activationCheckpointing=true \
     --metrics "$TMP/b.jsonl" 2> "$TMP/b.log" > /dev/null
@@ -270,7 +285,8 @@ PY
 
 @test "bf16-mixed on the CPU tracks the fp32 losses for 20 steps within 0.1 (and differs from them)" {
   args=(--set training.steps=20 --set training.optimizer.warmupSteps=3 --set training.exportPath=
-        --set training.threads=2)
+        --set training.threads=2
+        "${SMALL[@]}")
   "$WORKER" train "${args[@]}" --metrics "$TMP/f.jsonl" 2>/dev/null >/dev/null
   "$WORKER" train "${args[@]}" --set training.precision=bf16-mixed --metrics "$TMP/b.jsonl" 2>/dev/null >/dev/null
   loss() { sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p' "$1"; }
@@ -496,7 +512,7 @@ print("%016x" % h)')
 @test "without training.threads the worker uses the CPUs its affinity allows, and says so" {
   [ "$(nproc --all)" -ge 2 ] || skip "one CPU: affinity cannot be narrower"
   run taskset -c 0 "$WORKER" train --set training.steps=1 --set training.optimizer.warmupSteps=0 \
-    --set training.exportPath=
+    --set training.exportPath= "${SMALL[@]}"
   [ "$status" -eq 0 ]
   [[ "$output" == *'threads=1 threads_source=affinity'* ]]
   [[ "$output" == *'"threads":1'* ]]
@@ -551,7 +567,8 @@ print("%016x" % h)')
 
 @test "gradient accumulation gives the same gradient as one big micro-batch" {
   args=(--set training.steps=1 --set training.optimizer.warmupSteps=0 --set training.exportPath=
-        --set training.threads=1 --set training.globalBatchSize=64)
+        --set training.threads=1 --set training.globalBatchSize=64
+        "${SMALL[@]}")
   "$WORKER" train "${args[@]}" --set training.microBatchSize=64 --metrics "$TMP/one.jsonl" >/dev/null 2>&1
   "$WORKER" train "${args[@]}" --set training.microBatchSize=16 --metrics "$TMP/four.jsonl" >/dev/null 2>&1
   g() { sed -n 's/.*"grad_norm":\([0-9.e+-]*\).*/\1/p' "$1"; }
@@ -574,11 +591,11 @@ print("%016x" % h)')
 
 @test "OMP_NUM_THREADS decides the threads when training.threads is not set, and a bad one is ignored" {
   run env OMP_NUM_THREADS=1 "$WORKER" train --set training.steps=1 --set training.optimizer.warmupSteps=0 \
-    --set training.exportPath=
+    --set training.exportPath= "${SMALL[@]}"
   [ "$status" -eq 0 ]
   [[ "$output" == *'threads=1 threads_source=OMP_NUM_THREADS'* ]]
   run env OMP_NUM_THREADS=lots "$WORKER" train --set training.steps=1 \
-    --set training.optimizer.warmupSteps=0 --set training.exportPath=
+    --set training.optimizer.warmupSteps=0 --set training.exportPath= "${SMALL[@]}"
   [ "$status" -eq 0 ]
   [[ "$output" == *'event=ignored_env name=OMP_NUM_THREADS value=lots'* ]]
 }

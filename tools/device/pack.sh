@@ -36,19 +36,5 @@ for f in "$S"/prog/bin/* "$S"/prog/tests/*; do ldd "$f"; done | awk '/=>/ {print
 tar -C "$S/prog" -cJf "$D/prog.tar.xz" .
 tar -C "$S/syslib" -cJf "$D/syslib.tar.xz" .
 
-mkdir -p "$D/fmnist"
-SRC=/usr/share/datasets/fashion-mnist
-python3 - "$SRC" "$D/fmnist" <<'PY'
-import gzip, struct, sys
-src, out = sys.argv[1], sys.argv[2]
-N = 20000
-im = gzip.open(src + '/train-images-idx3-ubyte.gz').read()
-lb = gzip.open(src + '/train-labels-idx1-ubyte.gz').read()
-m, n, r, c = struct.unpack('>IIII', im[:16])
-gzip.open(out + '/train-images-idx3-ubyte.gz', 'wb', 6).write(
-    struct.pack('>IIII', m, N, r, c) + im[16:16 + N * r * c])
-m2, _ = struct.unpack('>II', lb[:8])
-gzip.open(out + '/train-labels-idx1-ubyte.gz', 'wb', 6).write(struct.pack('>II', m2, N) + lb[8:8 + N])
-PY
-cp "$SRC"/t10k-* "$D/fmnist/"
+python3 tests/fmnist_subset.py "$D/fmnist" --train 20000 --test all --level 6
 du -sh "$D"/* && du -sh "$D"
