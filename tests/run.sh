@@ -45,7 +45,9 @@
 #                                                    operator end to end; the
 #                                                    controller-manager stand-in; the
 #                                                    whole product on a local cluster
-#                                                    (kubelets, node loss, resume)
+#                                                    (kubelets, node loss, resume);
+#                                                    recovery at upstream node-lifecycle
+#                                                    defaults (test_recovery.py)
 #   chart (unittest):      tests/chart/test_chart.py the Helm chart rendered (tools/
 #                                                    helmrender), dry-run applied, the
 #                                                    schema's refusals, installed and run
@@ -217,6 +219,7 @@ unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUIL
 unittest_suite cluster/test_controllers tests/cluster/test_controllers.py
 unittest_suite cluster/test_kubelet tests/cluster/test_kubelet.py
 unittest_suite cluster/test_e2e tests/cluster/test_e2e.py BUILD="$BUILD"
+unittest_suite cluster/test_recovery tests/cluster/test_recovery.py BUILD="$BUILD"
 unittest_suite chart/test_chart tests/chart/test_chart.py BUILD="$BUILD"
 
 if [ -d "$ASAN/tests" ]; then
