@@ -75,8 +75,9 @@ void cache_trim_pod(cJSON *obj)
     static const char *const cond_keep[] = {"type", "status", "reason", NULL};
     static const char *const cs_keep[] = {"name", "state", "lastState", NULL};
     static const char *const state_keep[] = {"terminated", NULL};
+    static const char *const spec_keep[] = {"nodeName", NULL}; /* the lost-pod rule reads it */
     cache_strip_meta(obj);
-    cJSON_DeleteItemFromObjectCaseSensitive(obj, "spec");
+    keep_only(cJSON_GetObjectItemCaseSensitive(obj, "spec"), spec_keep);
     cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
     keep_only(st, status_keep);
     cJSON *it;

@@ -243,7 +243,7 @@ static char *plan_text(const cJSON *job, const cJSON *pods)
     cJSON *out = cJSON_CreateObject();
     cJSON_AddItemToObject(out, "status", p->status_patch ? cJSON_Duplicate(p->status_patch, 1)
                                                          : cJSON_CreateNull());
-    cJSON_AddNumberToObject(out, "creates", cJSON_GetArraySize(p->creates));
+    cJSON_AddItemToObject(out, "creates", cJSON_Duplicate(p->creates, 1)); /* whole: node affinity too */
     cJSON *d = cJSON_AddArrayToObject(out, "deletes");
     for (size_t i = 0; i < p->n_deletes; i++) {
         char s[VJ_NAME_LEN + 16];
@@ -259,7 +259,7 @@ static char *plan_text(const cJSON *job, const cJSON *pods)
     return text;
 }
 
-Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_spec_and_managed_fields)
+Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_the_rest_of_spec_and_managed_fields)
 {
     const char *job_text =
         "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\","
@@ -268,6 +268,12 @@ Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_spec_and_mana
         "\"model\":{\"preset\":\"fmnist_tiny\"},"
         "\"training\":{\"steps\":100,\"globalBatchSize\":128,\"microBatchSize\":64}},"
         "\"status\":{\"phase\":\"Running\",\"restarts\":0}}";
+    /* the same job after a surviving worker reported rank 0 lost: the restart
+     * keeps generation 1 off rank 0's node, which decide reads in the pod */
+    char job_lost_text[1024];
+    snprintf(job_lost_text, sizeof job_lost_text, "%.*s,\"lostPeer\":{\"generation\":0,\"rank\":0,"
+             "\"reportedBy\":1,\"evidence\":\"heartbeat\",\"time\":\"2026-11-26T04:00:06Z\"}}}",
+             (int)strlen(job_text) - 2, job_text);
     /* each case: what decide sees in the pods (running; a disrupted peer; a
      * peer_lost exit; a permanent exit; a pod stuck deleting on a lost node) */
     const char *cases[][4] = {
@@ -281,9 +287,11 @@ Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_spec_and_mana
         {"Failed", "{\"terminated\":{\"exitCode\":2,\"finishedAt\":\"2026-11-26T04:00:07Z\"}}", "Running",
          "{\"running\":{}}"},
         {"Unknown", "{\"running\":{}}", "Running", "{\"running\":{}}"},
+        {"Running", "{\"running\":{}}", "Running", "{\"running\":{}}"}, /* with job_lost */
     };
-    cJSON *job = cJSON_Parse(job_text);
+    cJSON *job = cJSON_Parse(job_text), *job_lost = cJSON_Parse(job_lost_text);
     cr_assert_not_null(job);
+    cr_assert_not_null(job_lost, "%s", job_lost_text);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         obj_cache *c = cache_new();
         cache_set_transform(c, cache_trim_pod);
@@ -300,10 +308,13 @@ Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_spec_and_mana
         const cJSON *p;
         cJSON_ArrayForEach(p, trimmed) {
             cr_assert_null(at(p, "metadata", "managedFields"));
-            cr_assert_null(at(p, "spec", NULL), "the pod spec is never read back");
+            const cJSON *spec = at(p, "spec", NULL);
+            cr_assert_eq(cJSON_GetArraySize(spec), 1, "of the spec only nodeName is read back");
+            cr_assert_str_eq(at(p, "spec", "nodeName")->valuestring, "n1");
             cr_assert_null(at(p, "status", "hostIP"));
         }
-        char *want = plan_text(job, full), *got = plan_text(job, trimmed);
+        const cJSON *j = k == 5 ? job_lost : job;
+        char *want = plan_text(j, full), *got = plan_text(j, trimmed);
         cr_assert_str_eq(got, want, "case %zu: decide differs on trimmed pods", k);
         free(want);
         free(got);
@@ -312,6 +323,7 @@ Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_spec_and_mana
         cache_free(c);
     }
     cJSON_Delete(job);
+    cJSON_Delete(job_lost);
 }
 
 Test(cache, a_label_lookup_matches_whole_members_only_never_a_prefix_or_text_inside_a_key_or_value)
