@@ -470,15 +470,22 @@ static int walk(const char *dir, const char *rel, int depth, listing *l)
     return rc;
 }
 
-ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size_t *n,
-                            char *err, size_t errlen)
+/* ckpt_store_list (dir NULL) and ckpt_store_list_dir. */
+static ckpt_status list_objects(ckpt_store *s, const char *dir, char ***names, uint64_t **sizes,
+                                size_t *n, char *err, size_t errlen)
 {
     listing l = {0};
     int e = 0;
+    char sub[4600];
+    if (dir && (!name_ok(dir) || strchr(dir, '/'))) {
+        snprintf(err, errlen, "checkpoint store: bad folder name '%s'", dir);
+        return CKPT_PERMANENT;
+    }
     if (s->kind == STORE_S3) {
         s3_listing sl = {0};
         char why[1024];
-        s3_status st = s3_list(s->s3, s->bucket, s->root, NULL, &sl, why, sizeof why);
+        snprintf(sub, sizeof sub, "%s%s%s", s->root, dir ? dir : "", dir ? "/" : "");
+        s3_status st = s3_list(s->s3, s->bucket, sub, NULL, &sl, why, sizeof why);
         if (st != S3_OK) return s3_failed(st, why, err, errlen);
         size_t plen = strlen(s->root);
         for (size_t i = 0; i < sl.n && !e; i++)
@@ -486,6 +493,9 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
                 add(&l, sl.items[i].key + plen, sl.items[i].size) != 0)
                 e = ENOMEM;
         s3_listing_free(&sl);
+    } else if (dir) {
+        snprintf(sub, sizeof sub, "%s/%s", s->root, dir);
+        if (walk(sub, dir, 0, &l) != 0) e = errno;
     } else if (walk(s->root, "", 1, &l) != 0) {
         e = errno;
     }
@@ -512,6 +522,18 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
     *sizes = sz;
     *n = l.n;
     return CKPT_OK;
+}
+
+ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size_t *n,
+                            char *err, size_t errlen)
+{
+    return list_objects(s, NULL, names, sizes, n, err, errlen);
+}
+
+ckpt_status ckpt_store_list_dir(ckpt_store *s, const char *dir, char ***names, uint64_t **sizes,
+                                size_t *n, char *err, size_t errlen)
+{
+    return list_objects(s, dir, names, sizes, n, err, errlen);
 }
 
 ckpt_status ckpt_store_delete(ckpt_store *s, const char *name, char *err, size_t errlen)

@@ -2,7 +2,7 @@
  * root, on a file system (file://DIR) or in object storage
  * (s3://BUCKET/PREFIX, lib/s3.h).
  *
- * Owns: mapping checkpoint.uri to a backend, and five operations on
+ * Owns: mapping checkpoint.uri to a backend, and the operations on
  * objects named relative to the root ("step-000000010/manifest.json"):
  * put (whole, atomically visible: a reader sees the old object, none, or
  * the whole new one), ranged get, list, delete. On file:// a put is a
@@ -25,6 +25,8 @@ typedef enum {
     CKPT_NOT_FOUND, /* no such object */
     CKPT_RETRY,     /* it may pass later: a full disk, an unreachable or failing server */
     CKPT_PERMANENT, /* it will not pass: bad URI, access denied, no such bucket */
+    CKPT_FENCED,    /* a newer generation has taken the checkpoints over (ckpt_fence.h):
+                     * this writer wrote and deleted nothing */
 } ckpt_status;
 
 typedef struct ckpt_store ckpt_store;
@@ -60,6 +62,11 @@ ckpt_status ckpt_store_read(ckpt_store *s, const char *name, size_t max, void **
  * *sizes malloc'd arrays of *n (the caller frees each name, then both). */
 ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size_t *n,
                             char *err, size_t errlen);
+/* The same for the objects directly in one folder under the root (dir: a
+ * single name such as "step-000000010" or "fence"; names come back with
+ * it, "fence/g3.json"). A folder that does not exist lists nothing. */
+ckpt_status ckpt_store_list_dir(ckpt_store *s, const char *dir, char ***names, uint64_t **sizes,
+                                size_t *n, char *err, size_t errlen);
 /* Absent already is not an error. */
 ckpt_status ckpt_store_delete(ckpt_store *s, const char *name, char *err, size_t errlen);
 
