@@ -24,6 +24,19 @@ static uint32_t crc_of(const unsigned char *p, size_t n) { return crc32_gzip_ref
 
 /* ---------------------------------------------------------------- writer */
 
+/* What a writer's fence guard checks (ckpt_store_put_guarded). */
+typedef struct {
+    ckpt_store *store;
+    long generation, step;
+    const char *action;
+} fence_guard;
+
+static ckpt_status check_fence(void *ctx, char *err, size_t errlen)
+{
+    fence_guard *g = ctx;
+    return ckpt_fence_check(g->store, g->generation, g->action, g->step, err, errlen);
+}
+
 struct ckpt_writer {
     ckpt_store *store;
     rdzv *r;
@@ -177,10 +190,11 @@ static ckpt_status store_all(ckpt_writer *w)
     ckpt_shard_name(w->rank, w->world, w->generation, shard, sizeof shard);
     snprintf(name, sizeof name, "%s/%s", dir, shard);
     double t0 = mono_seconds();
-    /* a newer generation's fence: nothing written (ckpt_fence.h) */
-    ckpt_status st = ckpt_fence_check(w->store, w->generation, "shard", w->meta.step, err,
-                                      sizeof err);
-    if (st == CKPT_OK) st = ckpt_store_put(w->store, name, w->buf, w->bytes, err, sizeof err);
+    /* a newer generation's fence: nothing written (ckpt_fence.h), checked
+     * at the last moment before the shard becomes visible */
+    fence_guard guard = {w->store, w->generation, w->meta.step, "shard"};
+    ckpt_status st = ckpt_store_put_guarded(w->store, name, w->buf, w->bytes, check_fence, &guard,
+                                            err, sizeof err);
     if (st) return fail(w, st, "%s", err);
     cJSON *mine = shard_entry(w, shard);
     char *mine_text = mine ? cJSON_PrintUnformatted(mine) : NULL;
@@ -245,8 +259,9 @@ static ckpt_status store_all(ckpt_writer *w)
     char mname[48];
     ckpt_manifest_name(w->generation, mname, sizeof mname);
     snprintf(name, sizeof name, "%s/%s", dir, mname);
-    st = ckpt_fence_check(w->store, w->generation, "manifest", w->meta.step, err, sizeof err);
-    if (st == CKPT_OK) st = ckpt_store_put(w->store, name, out, strlen(out), err, sizeof err);
+    guard.action = "manifest";
+    st = ckpt_store_put_guarded(w->store, name, out, strlen(out), check_fence, &guard, err,
+                                sizeof err);
     free(out);
     if (st) return fail(w, st, "%s", err);
     atomic_store(&w->stored_step, w->meta.step);

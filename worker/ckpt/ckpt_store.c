@@ -185,10 +185,18 @@ static int path_of(const ckpt_store *s, const char *name, char *out, size_t len,
 ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
                            char *err, size_t errlen)
 {
+    return ckpt_store_put_guarded(s, name, buf, len, NULL, NULL, err, errlen);
+}
+
+ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *buf, size_t len,
+                                   ckpt_guard guard, void *ctx, char *err, size_t errlen)
+{
     char path[4600], dir[4600];
+    ckpt_status gst;
     if (s->kind == STORE_S3) {
         char why[1024];
         if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+        if (guard && (gst = guard(ctx, err, errlen)) != CKPT_OK) return gst;
         s3_status st = s3_put(s->s3, s->bucket, path, buf, len, why, sizeof why);
         return st == S3_OK ? CKPT_OK : s3_failed(st, why, err, errlen);
     }
@@ -213,6 +221,18 @@ ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, siz
         snprintf(err, errlen, "checkpoint: writing %s (%zu bytes) failed: %s; the previous "
                  "checkpoints are untouched", path, len, strerror(e));
         return errno_status(e);
+    }
+    if (guard) { /* the bytes durable first: the guard's answer holds up to the rename */
+        if (fsync(file_atomic_fd(a)) != 0) {
+            int e = errno;
+            file_atomic_abort(a);
+            snprintf(err, errlen, "checkpoint: fsync of %s failed: %s", path, strerror(e));
+            return errno_status(e);
+        }
+        if ((gst = guard(ctx, err, errlen)) != CKPT_OK) {
+            file_atomic_abort(a);
+            return gst;
+        }
     }
     if (file_atomic_commit(a, why, sizeof why) != 0) {
         int e = errno;

@@ -40,6 +40,15 @@ void ckpt_store_free(ckpt_store *s); /* accepts NULL */
 
 ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
                            char *err, size_t errlen);
+/* A put whose guard decides, at the last moment before the object becomes
+ * visible, whether it may: on file:// after the bytes are written and
+ * fsynced, before the rename; on S3 before the request (the request
+ * itself cannot be called back). A guard's nonzero ckpt_status is the
+ * put's, with the guard's message in err, and nothing is stored (the
+ * temporary is removed). guard NULL: ckpt_store_put. */
+typedef ckpt_status (*ckpt_guard)(void *ctx, char *err, size_t errlen);
+ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *buf, size_t len,
+                                   ckpt_guard guard, void *ctx, char *err, size_t errlen);
 /* Exactly len bytes from offset off (a shorter object is an error). */
 ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t len, void *out,
                            char *err, size_t errlen);
