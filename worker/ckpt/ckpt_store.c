@@ -182,6 +182,60 @@ static int path_of(const ckpt_store *s, const char *name, char *out, size_t len,
     return 0;
 }
 
+/* A guarded put on file://: a temporary (".vitjob-tmp.*", never listed),
+ * its bytes written and fsynced, then the guard, then at once the rename
+ * and the directory's fsync. Nothing that can block lies between the
+ * guard and the rename (lib/file.h's commit fsyncs again first: a process
+ * stopped there with SIGSTOP renames after SIGCONT without asking again),
+ * so a process frozen at any moment either made the object visible before
+ * it froze or asks the guard again after it is let go, except for the few
+ * instructions between the guard's return and the rename. */
+static ckpt_status file_put_guarded(const char *path, const char *dir, const void *buf,
+                                    size_t len, ckpt_guard guard, void *ctx, char *err,
+                                    size_t errlen)
+{
+    char tmp[4700];
+    snprintf(tmp, sizeof tmp, "%s/.vitjob-tmp.ckpt.XXXXXX", dir);
+    int fd = mkstemp(tmp);
+    if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: cannot create a temporary file in %s: %s; the "
+                 "previous checkpoints are untouched", dir, strerror(e));
+        return errno_status(e);
+    }
+    const char *what = "writing";
+    ckpt_status st = CKPT_OK;
+    if (fchmod(fd, 0644) != 0 || file_write_all(fd, buf, len) != 0 ||
+        (what = "fsync of", fsync(fd)) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: %s %s (%zu bytes) failed: %s; the previous "
+                 "checkpoints are untouched", what, path, len, strerror(e));
+        st = errno_status(e);
+    } else if ((st = guard(ctx, err, errlen)) == CKPT_OK && rename(tmp, path) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: cannot rename %s over %s: %s", tmp, path,
+                 strerror(e));
+        st = errno_status(e);
+    }
+    close(fd);
+    if (st) {
+        unlink(tmp);
+        return st;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) { /* some file systems cannot fsync a directory (EINVAL) */
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
+            int e = errno;
+            snprintf(err, errlen, "checkpoint: fsync of directory %s failed: %s", dir,
+                     strerror(e));
+            st = errno_status(e);
+        }
+        close(dfd);
+    }
+    return st;
+}
+
 ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
                            char *err, size_t errlen)
 {
@@ -193,7 +247,7 @@ ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *
 {
     char path[4600], dir[4600];
     ckpt_status gst;
-    if (s->kind == STORE_S3) {
+    if (s->kind == STORE_S3) { /* the request cannot be called back: the guard before it */
         char why[1024];
         if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
         if (guard && (gst = guard(ctx, err, errlen)) != CKPT_OK) return gst;
@@ -208,6 +262,7 @@ ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *
         snprintf(err, errlen, "checkpoint: cannot create %s: %s", dir, strerror(e));
         return errno_status(e);
     }
+    if (guard) return file_put_guarded(path, dir, buf, len, guard, ctx, err, errlen);
     file_atomic *a = NULL;
     char why[1024];
     if (file_atomic_begin(&a, path, why, sizeof why) != 0) {
@@ -221,18 +276,6 @@ ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *
         snprintf(err, errlen, "checkpoint: writing %s (%zu bytes) failed: %s; the previous "
                  "checkpoints are untouched", path, len, strerror(e));
         return errno_status(e);
-    }
-    if (guard) { /* the bytes durable first: the guard's answer holds up to the rename */
-        if (fsync(file_atomic_fd(a)) != 0) {
-            int e = errno;
-            file_atomic_abort(a);
-            snprintf(err, errlen, "checkpoint: fsync of %s failed: %s", path, strerror(e));
-            return errno_status(e);
-        }
-        if ((gst = guard(ctx, err, errlen)) != CKPT_OK) {
-            file_atomic_abort(a);
-            return gst;
-        }
     }
     if (file_atomic_commit(a, why, sizeof why) != 0) {
         int e = errno;

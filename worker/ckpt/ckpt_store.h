@@ -42,8 +42,8 @@ ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, siz
                            char *err, size_t errlen);
 /* A put whose guard decides, at the last moment before the object becomes
  * visible, whether it may: on file:// after the bytes are written and
- * fsynced, before the rename; on S3 before the request (the request
- * itself cannot be called back). A guard's nonzero ckpt_status is the
+ * fsynced, with nothing that can block between its answer and the rename;
+ * on S3 before the request (the request itself cannot be called back). A guard's nonzero ckpt_status is the
  * put's, with the guard's message in err, and nothing is stored (the
  * temporary is removed). guard NULL: ckpt_store_put. */
 typedef ckpt_status (*ckpt_guard)(void *ctx, char *err, size_t errlen);
