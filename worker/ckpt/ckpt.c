@@ -128,9 +128,10 @@ static int step_object(const char *name, long *step, const char **base)
 /* Deletes the objects of the steps older than the keep newest complete
  * ones (a manifest of any generation), rank 0 after writing a manifest:
  * only objects of this writer's generation or older ones (a newer
- * generation's stay, whatever their step), and only once the fence says
- * no newer generation has taken over. CKPT_FENCED when one has (nothing
- * deleted); other failures are logged and skipped (the next save retries). */
+ * generation's stay, whatever their step), each step's only once the
+ * fence says no newer generation has taken over. CKPT_FENCED when one has
+ * (nothing more deleted); other failures are logged and skipped (the next
+ * save retries). */
 static ckpt_status retain(ckpt_writer *w, char *why, size_t whylen)
 {
     char err[512], **names = NULL;
@@ -153,26 +154,23 @@ static ckpt_status retain(ckpt_writer *w, char *why, size_t whylen)
         }
     }
     ckpt_status st = CKPT_OK;
-    int doomed = 0;
-    for (size_t i = 0; i < n && kept == w->keep; i++) {
-        long step;
-        const char *base;
-        if (step_object(names[i], &step, &base) && step < oldest_kept) doomed = 1;
-    }
-    if (doomed) {
-        st = ckpt_fence_check(w->store, w->generation, "retention", w->meta.step, why, whylen);
-        if (st != CKPT_OK && st != CKPT_FENCED) {
-            LOG_WARN("ckpt", "event=retention_skipped reason=%s", LOGV(why));
-            st = CKPT_OK;
-            doomed = 0;
-        }
-    }
-    for (size_t i = 0; i < n && doomed && st == CKPT_OK; i++) {
+    long checked = -1; /* the fence is asked again before each step's deletes */
+    for (size_t i = 0; i < n && kept == w->keep && st == CKPT_OK; i++) {
         long step, gen;
         const char *base;
         if (!step_object(names[i], &step, &base) || step >= oldest_kept) continue;
         ckpt_object_kind(base, &gen);
         if (gen > w->generation) continue; /* a newer generation's: never ours to delete */
+        if (step != checked) {
+            st = ckpt_fence_check(w->store, w->generation, "retention", step, why, whylen);
+            if (st != CKPT_OK && st != CKPT_FENCED) {
+                LOG_WARN("ckpt", "event=retention_skipped reason=%s", LOGV(why));
+                st = CKPT_OK;
+                break;
+            }
+            if (st) break;
+            checked = step;
+        }
         if (ckpt_store_delete(w->store, names[i], err, sizeof err) != CKPT_OK)
             LOG_WARN("ckpt", "event=delete_failed name=%s reason=%s", LOGV(names[i]), LOGV(err));
     }
