@@ -17,6 +17,7 @@
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/lostpeer.bats       the heartbeat: a rank killed, frozen, or woken stale
 #                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
+#                          tests/fence.bats          a frozen older generation writes no checkpoint (file, S3)
 #                          tests/regularization.bats dropPath and labelSmoothing over ranks and resume
 #                          tests/ema.bats            training.ema over ranks, resume, evaluation, export
 #                          tests/fp16.bats           fp16-mixed: loss scaling, skipped steps over ranks and resume
@@ -189,6 +190,8 @@ bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/lostpeer.bats tests/lostpeer.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
+bats_suite cli/fence.bats tests/fence.bats BUILD="$BUILD" CK_BACKEND=file
+bats_suite cli/fence-s3.bats tests/fence.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite cli/regularization.bats tests/regularization.bats BUILD="$BUILD"
 bats_suite cli/ema.bats tests/ema.bats BUILD="$BUILD"
 bats_suite cli/fp16.bats tests/fp16.bats BUILD="$BUILD"

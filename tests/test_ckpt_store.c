@@ -3,7 +3,9 @@
  * refuse to read past the end, listing is sorted and skips temporaries of
  * writers that died, deletes are idempotent and remove empty step
  * directories, names that climb out of the root are refused, and a URI
- * that is not absolute or not a known scheme is a permanent error. */
+ * that is not absolute or not a known scheme is a permanent error; a
+ * guarded put stores nothing, not even a temporary, when its guard refuses,
+ * and one folder lists alone. */
 #include "ckpt_store.h"
 
 #include <criterion/criterion.h>
@@ -106,4 +108,53 @@ Test(ckpt_store, bad_uris_are_permanent_errors)
     cr_assert_eq(ckpt_store_open(&t, "gs://bucket/x", "", err, sizeof err), CKPT_PERMANENT);
     cr_assert(strstr(err, "must start with s3:// or file://"), "%s", err);
     cr_assert_null(t);
+}
+
+static ckpt_status refuse(void *ctx, char *e, size_t len)
+{
+    ++*(int *)ctx;
+    snprintf(e, len, "refused by the guard");
+    return CKPT_FENCED;
+}
+
+static ckpt_status allow(void *ctx, char *e, size_t len)
+{
+    (void)e, (void)len;
+    ++*(int *)ctx;
+    return CKPT_OK;
+}
+
+/* A guarded put asks its guard once, after the bytes are written and before
+ * they become visible: refused, nothing is there, not even a temporary. */
+Test(ckpt_store, a_guard_that_refuses_leaves_nothing_and_one_that_allows_puts,
+     .init = open_store, .fini = close_store)
+{
+    int asked = 0;
+    cr_assert_eq(ckpt_store_put_guarded(s, "step-000000003/x.bin", "abc", 3, refuse, &asked, err,
+                                        sizeof err), CKPT_FENCED);
+    cr_assert_eq(asked, 1);
+    cr_assert_str_eq(err, "refused by the guard");
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "test -z \"$(find %s/root -type f)\"", dir);
+    cr_assert_eq(system(cmd), 0, "a refused put left a file");
+    cr_assert_eq(ckpt_store_put_guarded(s, "step-000000003/x.bin", "abc", 3, allow, &asked, err,
+                                        sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(asked, 2);
+    char got[4] = "";
+    cr_assert_eq(ckpt_store_get(s, "step-000000003/x.bin", 0, 3, got, err, sizeof err), CKPT_OK);
+    cr_assert_eq(memcmp(got, "abc", 3), 0);
+    char **names;
+    uint64_t *sizes;
+    size_t n;
+    cr_assert_eq(ckpt_store_list_dir(s, "step-000000003", &names, &sizes, &n, err, sizeof err),
+                 CKPT_OK, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(names[0], "step-000000003/x.bin");
+    free(names[0]);
+    free(names);
+    free(sizes);
+    cr_assert_eq(ckpt_store_list_dir(s, "fence", &names, &sizes, &n, err, sizeof err), CKPT_OK);
+    cr_assert_eq(n, 0, "a folder that does not exist lists nothing");
+    free(names);
+    free(sizes);
 }

@@ -267,7 +267,8 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
         free(json);
     }
     train_options opt = {.metrics_path = metrics, .stop_flag = &stop_requested,
-                         .rank = pl.rank, .world = cfg.world_size};
+                         .rank = pl.rank, .world = cfg.world_size,
+                         .generation = pl.generation};
     if (cfg.world_size == 1) return train_run(&cfg, &opt, err, errlen);
     /* the backend first: it picks the collectives (NCCL for GPU buffers,
      * gloo for host memory), and a missing GPU fails before the rendezvous */

@@ -10,10 +10,10 @@
 #include <string.h>
 #include <isa-l/crc.h>
 
+#include "ckpt_fence.h"
 #include "log.h"
 #include "util.h"
 
-#define MANIFEST "manifest.json"
 #define FORMAT "vitjob-checkpoint-1"
 
 void ckpt_step_name(long step, char *out, size_t len) { snprintf(out, len, "step-%09ld", step); }
@@ -24,10 +24,24 @@ static uint32_t crc_of(const unsigned char *p, size_t n) { return crc32_gzip_ref
 
 /* ---------------------------------------------------------------- writer */
 
+/* What a writer's fence guard checks (ckpt_store_put_guarded). */
+typedef struct {
+    ckpt_store *store;
+    long generation, step;
+    const char *action;
+} fence_guard;
+
+static ckpt_status check_fence(void *ctx, char *err, size_t errlen)
+{
+    fence_guard *g = ctx;
+    return ckpt_fence_check(g->store, g->generation, g->action, g->step, err, errlen);
+}
+
 struct ckpt_writer {
     ckpt_store *store;
     rdzv *r;
     int rank, world, keep;
+    long generation; /* the writer generation in every name it writes (ckpt_fence.h) */
     double timeout_s;
     pthread_t thread;
     int running; /* a thread to join */
@@ -60,6 +74,8 @@ int ckpt_writer_new(ckpt_writer **out, ckpt_store *store, rdzv *r, int rank, int
     *out = w;
     return 0;
 }
+
+void ckpt_writer_set_generation(ckpt_writer *w, long generation) { w->generation = generation; }
 
 void ckpt_writer_free(ckpt_writer *w)
 {
@@ -99,41 +115,69 @@ static ckpt_status fail(ckpt_writer *w, ckpt_status st, const char *fmt, const c
     return st;
 }
 
-/* Deletes every object of the steps older than the keep newest complete
- * ones (rank 0, after writing a manifest). */
-static void retain(ckpt_writer *w)
+/* A step folder's object: the step and the name in the folder; 0 for an
+ * object outside the steps (a fence). */
+static int step_object(const char *name, long *step, const char **base)
+{
+    int off = 0;
+    if (sscanf(name, "step-%ld/%n", step, &off) != 1 || off == 0) return 0;
+    *base = name + off;
+    return 1;
+}
+
+/* Deletes the objects of the steps older than the keep newest complete
+ * ones (a manifest of any generation), rank 0 after writing a manifest:
+ * only objects of this writer's generation or older ones (a newer
+ * generation's stay, whatever their step), each step's only once the
+ * fence says no newer generation has taken over. CKPT_FENCED when one has
+ * (nothing more deleted); other failures are logged and skipped (the next
+ * save retries). */
+static ckpt_status retain(ckpt_writer *w, char *why, size_t whylen)
 {
     char err[512], **names = NULL;
     uint64_t *sizes = NULL;
     size_t n = 0;
     if (ckpt_store_list(w->store, &names, &sizes, &n, err, sizeof err) != CKPT_OK) {
         LOG_WARN("ckpt", "event=retention_skipped reason=%s", LOGV(err));
-        return;
+        return CKPT_OK;
     }
     /* complete steps, newest first (names are sorted ascending) */
-    long oldest_kept = -1;
+    long oldest_kept = -1, last = -1;
     int kept = 0;
     for (size_t i = n; i-- > 0 && kept < w->keep;) {
-        long step;
-        char tail[64];
-        if (sscanf(names[i], "step-%ld/%63s", &step, tail) == 2 && strcmp(tail, MANIFEST) == 0) {
-            oldest_kept = step;
+        long step, gen;
+        const char *base;
+        if (step_object(names[i], &step, &base) && step != last &&
+            ckpt_object_kind(base, &gen) == CKPT_OBJ_MANIFEST) {
+            oldest_kept = last = step;
             kept++;
         }
     }
-    if (kept == w->keep) {
-        for (size_t i = 0; i < n; i++) {
-            long step;
-            if (sscanf(names[i], "step-%ld/", &step) == 1 && step < oldest_kept) {
-                if (ckpt_store_delete(w->store, names[i], err, sizeof err) != CKPT_OK)
-                    LOG_WARN("ckpt", "event=delete_failed name=%s reason=%s", LOGV(names[i]),
-                             LOGV(err));
+    ckpt_status st = CKPT_OK;
+    long checked = -1; /* the fence is asked again before each step's deletes */
+    for (size_t i = 0; i < n && kept == w->keep && st == CKPT_OK; i++) {
+        long step, gen;
+        const char *base;
+        if (!step_object(names[i], &step, &base) || step >= oldest_kept) continue;
+        ckpt_object_kind(base, &gen);
+        if (gen > w->generation) continue; /* a newer generation's: never ours to delete */
+        if (step != checked) {
+            st = ckpt_fence_check(w->store, w->generation, "retention", step, why, whylen);
+            if (st != CKPT_OK && st != CKPT_FENCED) {
+                LOG_WARN("ckpt", "event=retention_skipped reason=%s", LOGV(why));
+                st = CKPT_OK;
+                break;
             }
+            if (st) break;
+            checked = step;
         }
+        if (ckpt_store_delete(w->store, names[i], err, sizeof err) != CKPT_OK)
+            LOG_WARN("ckpt", "event=delete_failed name=%s reason=%s", LOGV(names[i]), LOGV(err));
     }
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
     free(sizes);
+    return st;
 }
 
 static ckpt_status store_all(ckpt_writer *w)
@@ -141,10 +185,14 @@ static ckpt_status store_all(ckpt_writer *w)
     char dir[32], name[96], shard[64], err[1024];
     ckpt_step_name(w->meta.step, dir, sizeof dir);
     /* (messages: err is at most 1023 bytes, why 2048) */
-    snprintf(shard, sizeof shard, "shard-%05d-of-%05d.bin", w->rank, w->world);
+    ckpt_shard_name(w->rank, w->world, w->generation, shard, sizeof shard);
     snprintf(name, sizeof name, "%s/%s", dir, shard);
     double t0 = mono_seconds();
-    ckpt_status st = ckpt_store_put(w->store, name, w->buf, w->bytes, err, sizeof err);
+    /* a newer generation's fence: nothing written (ckpt_fence.h), checked
+     * at the last moment before the shard becomes visible */
+    fence_guard guard = {w->store, w->generation, w->meta.step, "shard"};
+    ckpt_status st = ckpt_store_put_guarded(w->store, name, w->buf, w->bytes, check_fence, &guard,
+                                            err, sizeof err);
     if (st) return fail(w, st, "%s", err);
     cJSON *mine = shard_entry(w, shard);
     char *mine_text = mine ? cJSON_PrintUnformatted(mine) : NULL;
@@ -180,6 +228,7 @@ static ckpt_status store_all(ckpt_writer *w)
     cJSON *man = cJSON_CreateObject(), *shards = cJSON_CreateArray();
     cJSON_AddStringToObject(man, "format", FORMAT);
     cJSON_AddNumberToObject(man, "step", (double)w->meta.step);
+    cJSON_AddNumberToObject(man, "generation", (double)w->generation);
     cJSON_AddNumberToObject(man, "epoch", (double)w->meta.epoch);
     cJSON_AddNumberToObject(man, "index", (double)w->meta.index);
     cJSON_AddNumberToObject(man, "imagesDone", (double)w->meta.images_done);
@@ -205,13 +254,18 @@ static ckpt_status store_all(ckpt_writer *w)
     char *out = cJSON_Print(man);
     cJSON_Delete(man);
     if (!out) return fail(w, CKPT_RETRY, "checkpoint: out of memory%s", "");
-    snprintf(name, sizeof name, "%s/%s", dir, MANIFEST);
-    st = ckpt_store_put(w->store, name, out, strlen(out), err, sizeof err);
+    char mname[48];
+    ckpt_manifest_name(w->generation, mname, sizeof mname);
+    snprintf(name, sizeof name, "%s/%s", dir, mname);
+    guard.action = "manifest";
+    st = ckpt_store_put_guarded(w->store, name, out, strlen(out), check_fence, &guard, err,
+                                sizeof err);
     free(out);
     if (st) return fail(w, st, "%s", err);
     atomic_store(&w->stored_step, w->meta.step);
-    LOG_INFO("ckpt", "event=saved step=%ld world=%d", w->meta.step, w->world);
-    retain(w);
+    LOG_INFO("ckpt", "event=saved step=%ld world=%d generation=%ld", w->meta.step, w->world,
+             w->generation);
+    if ((st = retain(w, err, sizeof err)) != CKPT_OK) return fail(w, st, "%s", err);
     return CKPT_OK;
 }
 
@@ -378,6 +432,15 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
         goto bad;
     }
     m->meta.ema = cJSON_IsTrue(ema);
+    /* the writer's generation (ckpt_fence.h); absent: a step of the layout
+     * before fencing, generation 0 */
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(j, "generation");
+    if (gen && (!cJSON_IsNumber(gen) || gen->valuedouble < 0 ||
+                gen->valuedouble != (double)(long)gen->valuedouble)) {
+        snprintf(why, len, "\"generation\" is not a whole number >= 0");
+        goto bad;
+    }
+    m->meta.generation = gen ? (long)gen->valuedouble : 0;
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "lossScaler"); /* optional */
     if (ls) {
         double lv[3];
@@ -419,6 +482,13 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
             !cJSON_IsArray(crcs) || strlen(nm->valuestring) >= sizeof si->name ||
             strchr(nm->valuestring, '/')) {
             snprintf(why, len, "shard %d's entry is malformed", i);
+            goto bad;
+        }
+        long sgen;
+        if (ckpt_object_kind(nm->valuestring, &sgen) != CKPT_OBJ_SHARD ||
+            sgen != m->meta.generation) {
+            snprintf(why, len, "shard %d's name %.64s is not a shard of generation %ld (the "
+                     "manifest's)", i, nm->valuestring, m->meta.generation);
             goto bad;
         }
         snprintf(si->name, sizeof si->name, "%s", nm->valuestring);
@@ -466,12 +536,52 @@ bad:
     return NULL;
 }
 
+/* The newest generation among the manifests in names (a step's objects,
+ * "step-N/..."; others are passed over): its generation, -1 when none;
+ * *count (may be NULL): how many manifests. */
+static long newest_manifest(char *const *names, size_t n, const char *dir, int *count)
+{
+    long best = -1, gen;
+    size_t dl = strlen(dir);
+    int c = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(names[i], dir, dl) == 0 && names[i][dl] == '/' &&
+            ckpt_object_kind(names[i] + dl + 1, &gen) == CKPT_OBJ_MANIFEST) {
+            c++;
+            if (gen > best) best = gen;
+        }
+    if (count) *count = c;
+    return best;
+}
+
 ckpt_status ckpt_read_step(ckpt_store *store, long step, ckpt_manifest **out, char *err,
                            size_t errlen)
 {
-    char dir[32], name[64], why[256];
+    char dir[32], **names = NULL;
+    uint64_t *sizes = NULL;
+    size_t n = 0;
     ckpt_step_name(step, dir, sizeof dir);
-    snprintf(name, sizeof name, "%s/%s", dir, MANIFEST);
+    ckpt_status st = ckpt_store_list_dir(store, dir, &names, &sizes, &n, err, errlen);
+    if (st) return st;
+    long gen = newest_manifest(names, n, dir, NULL);
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    free(sizes);
+    if (gen < 0) { /* as a read of the manifest would say */
+        snprintf(err, errlen, "checkpoint: %s/manifest.json: no manifest of any generation",
+                 dir);
+        return CKPT_NOT_FOUND;
+    }
+    return ckpt_read_manifest(store, step, gen, out, err, errlen);
+}
+
+ckpt_status ckpt_read_manifest(ckpt_store *store, long step, long gen, ckpt_manifest **out,
+                               char *err, size_t errlen)
+{
+    char dir[32], name[96], mname[48], why[256];
+    ckpt_step_name(step, dir, sizeof dir);
+    ckpt_manifest_name(gen, mname, sizeof mname);
+    snprintf(name, sizeof name, "%s/%s", dir, mname);
     void *text = NULL;
     size_t len = 0;
     ckpt_status st = ckpt_store_read(store, name, 64u << 20, &text, &len, err, errlen);
@@ -482,8 +592,9 @@ ckpt_status ckpt_read_step(ckpt_store *store, long step, ckpt_manifest **out, ch
         snprintf(err, errlen, "checkpoint %s: not a manifest: %s", name, why);
         return CKPT_PERMANENT;
     }
-    if (m->meta.step != step) {
-        snprintf(err, errlen, "checkpoint %s: says step %ld", name, m->meta.step);
+    if (m->meta.step != step || m->meta.generation != gen) {
+        snprintf(err, errlen, "checkpoint %s: says step %ld of generation %ld", name,
+                 m->meta.step, m->meta.generation);
         ckpt_manifest_free(m);
         return CKPT_PERMANENT;
     }
@@ -668,20 +779,19 @@ static long *steps_of(const objects *o, size_t *count)
 /* The state of one step: CKPT_OK with *out (may be NULL: not wanted), or
  * why it is torn or corrupt; its blocks are read only with read_blocks. */
 static ckpt_status check_step(ckpt_store *store, const objects *o, long step, int read_blocks,
-                              ckpt_manifest **out, char *why, size_t len)
+                              ckpt_manifest **out, int *manifests, char *why, size_t len)
 {
-    char dir[32], want[64];
+    char dir[32];
     ckpt_step_name(step, dir, sizeof dir);
-    snprintf(want, sizeof want, "%s/%s", dir, MANIFEST);
-    size_t k = 0;
-    while (k < o->n && strcmp(o->names[k], want) != 0) k++;
-    if (k == o->n) {
+    /* the newest generation's manifest speaks for the step (ckpt_fence.h) */
+    long gen = newest_manifest(o->names, o->n, dir, manifests);
+    if (gen < 0) {
         snprintf(why, len, "torn: no manifest (a save that did not finish)");
         return CKPT_NOT_FOUND;
     }
     ckpt_manifest *m = NULL;
     char err[512];
-    ckpt_status st = ckpt_read_step(store, step, &m, err, sizeof err);
+    ckpt_status st = ckpt_read_manifest(store, step, gen, &m, err, sizeof err);
     if (st) {
         snprintf(why, len, "corrupt: %s", err);
         return st;
@@ -726,7 +836,8 @@ static ckpt_status find(ckpt_store *store, long below, int read_blocks, ckpt_man
     for (size_t i = 0; i < ns && st == CKPT_NOT_FOUND; i++) {
         char why[1024];
         if (steps[i] >= below) continue;
-        ckpt_status s = check_step(store, &o, steps[i], read_blocks, out, why, sizeof why);
+        ckpt_status s = check_step(store, &o, steps[i], read_blocks, out, NULL, why,
+                                   sizeof why);
         if (s == CKPT_OK) {
             st = CKPT_OK;
         } else if (s == CKPT_RETRY) { /* storage failing now: not a verdict on the step */
@@ -844,11 +955,16 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
     for (size_t i = 0; i < ns; i++) {
         char why[1024];
         ckpt_manifest *m = NULL;
-        ckpt_status s = check_step(store, &o, steps[i], 1, &m, why, sizeof why);
+        int manifests = 0;
+        ckpt_status s = check_step(store, &o, steps[i], 1, &m, &manifests, why, sizeof why);
         if (s == CKPT_OK) {
-            fprintf(out, "%-12ld %-9s world_size=%d sharding=%s params=%zu epoch=%ld%s\n",
+            char gen[64] = ""; /* a generation other than 0, or several manifests */
+            if (m->meta.generation > 0 || manifests > 1)
+                snprintf(gen, sizeof gen, " generation=%ld%s", m->meta.generation,
+                         manifests > 1 ? " (newest of the step's manifests)" : "");
+            fprintf(out, "%-12ld %-9s world_size=%d sharding=%s params=%zu epoch=%ld%s%s\n",
                     steps[i], "complete", m->meta.world_size, LOGV(m->meta.sharding),
-                    m->meta.n_params, m->meta.epoch, m->meta.ema ? " ema=1" : "");
+                    m->meta.n_params, m->meta.epoch, gen, m->meta.ema ? " ema=1" : "");
             ckpt_manifest_free(m);
         } else if (s == CKPT_RETRY) {
             snprintf(err, errlen, "%s", why);
@@ -866,6 +982,12 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
     }
     free(steps);
     objects_free(&o);
+    long fence = -1;
+    char ferr[512];
+    if (st == CKPT_OK && ckpt_fence_newest(store, &fence, ferr, sizeof ferr) == CKPT_OK &&
+        fence > 0)
+        fprintf(out, "fence: generation %ld (%s/g%ld.json): writers of older generations "
+                "write and delete nothing\n", fence, CKPT_FENCE_DIR, fence);
     return st;
 }
 
@@ -873,6 +995,7 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
 
 vj_err ckpt_status_class(ckpt_status st)
 {
+    if (st == CKPT_FENCED) return VJ_ERR_RENDEZVOUS; /* an older generation's process */
     return st == CKPT_RETRY || st == CKPT_NOT_FOUND ? VJ_ERR_IO : VJ_ERR_OUTPUT;
 }
 
@@ -919,19 +1042,21 @@ static vj_err agree_on_load(const ckpt_resume_options *o, int a, ckpt_status min
     return VJ_OK;
 }
 
-/* Attempt a's step: rank 0 finds it below `below` and posts it (-1: none);
- * the others read it and its manifest. */
-static vj_err pick_step(const ckpt_resume_options *o, int a, long below, long *step,
+/* Attempt a's step: rank 0 finds it below `below` and posts it (-1: none)
+ * with its manifest's generation and the writer generation *gen (rank 0's
+ * ckpt_fence_enter); the others read them and that very manifest. */
+static vj_err pick_step(const ckpt_resume_options *o, int a, long below, long *step, long *gen,
                         ckpt_manifest **man, char *err, size_t errlen)
 {
-    char key[48], val[32];
+    char key[48], val[96];
     snprintf(key, sizeof key, "ckpt/resume/%d", a);
     ckpt_status st;
     if (o->rank == 0) {
         st = ckpt_find_candidate(o->store, below, man, err, errlen);
         if (st != CKPT_OK && st != CKPT_NOT_FOUND) return ckpt_status_class(st);
         *step = st == CKPT_OK ? ckpt_manifest_meta(*man)->step : -1;
-        int n = snprintf(val, sizeof val, "%ld", *step);
+        int n = snprintf(val, sizeof val, "%ld %ld %ld", *step,
+                         st == CKPT_OK ? ckpt_manifest_meta(*man)->generation : 0, *gen);
         if (o->world > 1 && rdzv_set(o->r, key, val, (size_t)n, NULL, err, errlen) != 0)
             return VJ_ERR_RENDEZVOUS;
         return VJ_OK;
@@ -940,22 +1065,31 @@ static vj_err pick_step(const ckpt_resume_options *o, int a, long below, long *s
     size_t len = 0;
     if (rdzv_get(o->r, key, o->timeout_s, &v, &len, NULL, err, errlen) != 0)
         return VJ_ERR_RENDEZVOUS;
-    snprintf(val, sizeof val, "%.*s", (int)(len < 31 ? len : 31), (char *)v);
+    snprintf(val, sizeof val, "%.*s", (int)(len < 95 ? len : 95), (char *)v);
     free(v);
-    *step = strtol(val, NULL, 10);
-    if (*step >= 0 && (st = ckpt_read_step(o->store, *step, man, err, errlen)) != CKPT_OK)
+    long mgen = 0;
+    if (sscanf(val, "%ld %ld %ld", step, &mgen, gen) != 3) {
+        snprintf(err, errlen, "checkpoint: rank 0 posted '%s' for the step to resume", val);
+        return VJ_ERR_RENDEZVOUS;
+    }
+    if (*step >= 0 &&
+        (st = ckpt_read_manifest(o->store, *step, mgen, man, err, errlen)) != CKPT_OK)
         return ckpt_status_class(st);
     return VJ_OK;
 }
 
 vj_err ckpt_resume(const ckpt_resume_options *o, ckpt_meta *meta, char *err, size_t errlen)
 {
-    long below = LONG_MAX, step = -1;
+    long below = LONG_MAX, step = -1, gen = 0;
     memset(meta, 0, sizeof *meta);
     meta->step = -1;
+    if (o->rank == 0) { /* the fence first: an older generation deletes nothing from now */
+        ckpt_status st = ckpt_fence_enter(o->store, o->restart, &gen, err, errlen);
+        if (st) return ckpt_status_class(st);
+    }
     for (int a = 0;; a++) {
         ckpt_manifest *man = NULL;
-        vj_err rc = pick_step(o, a, below, &step, &man, err, errlen);
+        vj_err rc = pick_step(o, a, below, &step, &gen, &man, err, errlen);
         if (rc || step < 0) {
             ckpt_manifest_free(man);
             if (rc) return rc;
@@ -996,10 +1130,12 @@ vj_err ckpt_resume(const ckpt_resume_options *o, ckpt_meta *meta, char *err, siz
                      LOGVF("corrupt: %s", all_why));
         below = step;
     }
+    if (o->generation) *o->generation = gen;
     if (meta->step >= 0)
         LOG_INFO("ckpt", "event=resumed step=%ld from_world_size=%d from_sharding=%s "
-                 "world_size=%d epoch=%ld index=%ld", meta->step, meta->world_size,
-                 LOGV(meta->sharding), o->world, meta->epoch, meta->index);
+                 "world_size=%d epoch=%ld index=%ld from_generation=%ld generation=%ld",
+                 meta->step, meta->world_size, LOGV(meta->sharding), o->world, meta->epoch,
+                 meta->index, meta->generation, gen);
     else if (o->rank == 0)
         LOG_INFO("ckpt", "event=fresh_start uri=%s reason=\"no complete checkpoint\"",
                  LOGV(o->uri));

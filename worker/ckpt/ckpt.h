@@ -3,7 +3,9 @@
  *
  * Owns: the layout of docs/design.md (<root>/step-<9 digits>/shard-<r>-of-<w>.bin,
  * one per rank, then manifest.json, written by rank 0 last, once every
- * rank's shard is stored), the shard format (a rank's segments of the flat
+ * rank's shard is stored; a writer generation g > 0 adds ".g<g>" to both
+ * names, ckpt_fence.h, and the newest generation's manifest speaks for a
+ * step), the shard format (a rank's segments of the flat
  * parameter vector: their fp32 parameters, then AdamW m, then v, then, with
  * training.ema, the EMA of the weights; little-endian), the manifest (model
  * config, step, data-loader position, world size, sharding, whether the
@@ -46,6 +48,10 @@ typedef struct {
      * "skippedSteps"}; loss_scale 0: none (other precisions, older steps) */
     double loss_scale;
     long scale_growth_tracker, skipped_steps;
+    /* the writer generation of the manifest (its "generation"; absent in
+     * steps written before fencing: 0). Set by the reader; ckpt_save writes
+     * the writer's own (ckpt_writer_set_generation), whatever this says. */
+    long generation;
     /* "" or the data loader's per-rank positions as a JSON array (the
      * manifest's "loader"; the train module's format): shards and image
      * folders resume to the sample from it */
@@ -70,6 +76,12 @@ typedef struct ckpt_writer ckpt_writer;
  * for the other ranks' shards. */
 int ckpt_writer_new(ckpt_writer **out, ckpt_store *store, rdzv *r, int rank, int world, int keep,
                     double timeout_s, char *err, size_t errlen);
+/* The writer generation (ckpt_fence.h; ckpt_resume's *generation) in the
+ * names of everything it writes and in its manifests; 0 until set. Before
+ * every put and every delete the writer checks the fence: a newer
+ * generation's fails the save with CKPT_FENCED (nothing written or
+ * deleted), and retention deletes no object of a newer generation. */
+void ckpt_writer_set_generation(ckpt_writer *w, long generation);
 /* Waits for a save in flight, then frees. Accepts NULL. */
 void ckpt_writer_free(ckpt_writer *w);
 /* Starts saving: waits for the previous save (failing with its error if
@@ -109,9 +121,14 @@ ckpt_status ckpt_find(ckpt_store *store, ckpt_manifest **out, char *err, size_t 
  * (ckpt_resume). CKPT_NOT_FOUND when there is none. *out is the caller's. */
 ckpt_status ckpt_find_candidate(ckpt_store *store, long below, ckpt_manifest **out, char *err,
                                 size_t errlen);
-/* The manifest of one step (rank 0 found it; the others read it). */
+/* The manifest of one step: of the newest generation that has one there
+ * (the step's folder is listed). */
 ckpt_status ckpt_read_step(ckpt_store *store, long step, ckpt_manifest **out, char *err,
                            size_t errlen);
+/* The manifest of one step written by generation gen (rank 0 found it;
+ * the others read that one). */
+ckpt_status ckpt_read_manifest(ckpt_store *store, long step, long gen, ckpt_manifest **out,
+                               char *err, size_t errlen);
 /* Reads [lo, hi) of the flat vector from the step's shards, whatever
  * world size wrote them, into params, m and v (host memory, hi - lo floats
  * each; any may be NULL), checking the CRC of every block it touches: a
@@ -144,9 +161,14 @@ typedef struct {
     size_t n_params;
     ckpt_loader load;
     void *ctx;              /* load's */
+    long restart;           /* VITJOB_RESTART (0 alone): rank 0 enters the fence with it
+                             * (ckpt_fence_enter) before it reads anything */
+    long *generation;       /* NULL, or set to the writer generation every rank then
+                             * writes as (ckpt_writer_set_generation) */
 } ckpt_resume_options;
 
-/* A resume: rank 0 picks the newest step whose objects are all there
+/* A resume: rank 0 enters the generation fence (o->restart; nothing is
+ * read before), then picks the newest step whose objects are all there
  * (ckpt_find_candidate) and tells the others through the rendezvous store;
  * every rank loads its part with o->load, checking each block's CRC as it
  * reads (the ranks together read every block), so the state is read once;
@@ -159,7 +181,8 @@ typedef struct {
 vj_err ckpt_resume(const ckpt_resume_options *o, ckpt_meta *meta, char *err, size_t errlen);
 
 /* The exit class of a store's failure: retried (VJ_ERR_IO) for what may
- * pass, VJ_ERR_OUTPUT for what will not. */
+ * pass, VJ_ERR_OUTPUT for what will not, VJ_ERR_RENDEZVOUS (retried: this
+ * process is of an older generation) for CKPT_FENCED. */
 vj_err ckpt_status_class(ckpt_status st);
 
 /* One line per step under store: its state (complete, torn: no manifest

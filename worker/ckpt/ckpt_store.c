@@ -182,13 +182,75 @@ static int path_of(const ckpt_store *s, const char *name, char *out, size_t len,
     return 0;
 }
 
+/* A guarded put on file://: a temporary (".vitjob-tmp.*", never listed),
+ * its bytes written and fsynced, then the guard, then at once the rename
+ * and the directory's fsync. Nothing that can block lies between the
+ * guard and the rename (lib/file.h's commit fsyncs again first: a process
+ * stopped there with SIGSTOP renames after SIGCONT without asking again),
+ * so a process frozen at any moment either made the object visible before
+ * it froze or asks the guard again after it is let go, except for the few
+ * instructions between the guard's return and the rename. */
+static ckpt_status file_put_guarded(const char *path, const char *dir, const void *buf,
+                                    size_t len, ckpt_guard guard, void *ctx, char *err,
+                                    size_t errlen)
+{
+    char tmp[4700];
+    snprintf(tmp, sizeof tmp, "%s/.vitjob-tmp.ckpt.XXXXXX", dir);
+    int fd = mkstemp(tmp);
+    if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: cannot create a temporary file in %s: %s; the "
+                 "previous checkpoints are untouched", dir, strerror(e));
+        return errno_status(e);
+    }
+    const char *what = "writing";
+    ckpt_status st = CKPT_OK;
+    if (fchmod(fd, 0644) != 0 || file_write_all(fd, buf, len) != 0 ||
+        (what = "fsync of", fsync(fd)) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: %s %s (%zu bytes) failed: %s; the previous "
+                 "checkpoints are untouched", what, path, len, strerror(e));
+        st = errno_status(e);
+    } else if ((st = guard(ctx, err, errlen)) == CKPT_OK && rename(tmp, path) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "checkpoint: cannot rename %s over %s: %s", tmp, path,
+                 strerror(e));
+        st = errno_status(e);
+    }
+    close(fd);
+    if (st) {
+        unlink(tmp);
+        return st;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) { /* some file systems cannot fsync a directory (EINVAL) */
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS) {
+            int e = errno;
+            snprintf(err, errlen, "checkpoint: fsync of directory %s failed: %s", dir,
+                     strerror(e));
+            st = errno_status(e);
+        }
+        close(dfd);
+    }
+    return st;
+}
+
 ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
                            char *err, size_t errlen)
 {
+    return ckpt_store_put_guarded(s, name, buf, len, NULL, NULL, err, errlen);
+}
+
+ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *buf, size_t len,
+                                   ckpt_guard guard, void *ctx, char *err, size_t errlen)
+{
     char path[4600], dir[4600];
-    if (s->kind == STORE_S3) {
+    ckpt_status gst;
+    if (s->kind == STORE_S3) { /* the request cannot be called back: the guard before it */
         char why[1024];
         if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
+        if (guard && (gst = guard(ctx, err, errlen)) != CKPT_OK) return gst;
         s3_status st = s3_put(s->s3, s->bucket, path, buf, len, why, sizeof why);
         return st == S3_OK ? CKPT_OK : s3_failed(st, why, err, errlen);
     }
@@ -200,6 +262,7 @@ ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, siz
         snprintf(err, errlen, "checkpoint: cannot create %s: %s", dir, strerror(e));
         return errno_status(e);
     }
+    if (guard) return file_put_guarded(path, dir, buf, len, guard, ctx, err, errlen);
     file_atomic *a = NULL;
     char why[1024];
     if (file_atomic_begin(&a, path, why, sizeof why) != 0) {
@@ -470,15 +533,22 @@ static int walk(const char *dir, const char *rel, int depth, listing *l)
     return rc;
 }
 
-ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size_t *n,
-                            char *err, size_t errlen)
+/* ckpt_store_list (dir NULL) and ckpt_store_list_dir. */
+static ckpt_status list_objects(ckpt_store *s, const char *dir, char ***names, uint64_t **sizes,
+                                size_t *n, char *err, size_t errlen)
 {
     listing l = {0};
     int e = 0;
+    char sub[4600];
+    if (dir && (!name_ok(dir) || strchr(dir, '/'))) {
+        snprintf(err, errlen, "checkpoint store: bad folder name '%s'", dir);
+        return CKPT_PERMANENT;
+    }
     if (s->kind == STORE_S3) {
         s3_listing sl = {0};
         char why[1024];
-        s3_status st = s3_list(s->s3, s->bucket, s->root, NULL, &sl, why, sizeof why);
+        snprintf(sub, sizeof sub, "%s%s%s", s->root, dir ? dir : "", dir ? "/" : "");
+        s3_status st = s3_list(s->s3, s->bucket, sub, NULL, &sl, why, sizeof why);
         if (st != S3_OK) return s3_failed(st, why, err, errlen);
         size_t plen = strlen(s->root);
         for (size_t i = 0; i < sl.n && !e; i++)
@@ -486,6 +556,9 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
                 add(&l, sl.items[i].key + plen, sl.items[i].size) != 0)
                 e = ENOMEM;
         s3_listing_free(&sl);
+    } else if (dir) {
+        snprintf(sub, sizeof sub, "%s/%s", s->root, dir);
+        if (walk(sub, dir, 0, &l) != 0) e = errno;
     } else if (walk(s->root, "", 1, &l) != 0) {
         e = errno;
     }
@@ -512,6 +585,18 @@ ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size
     *sizes = sz;
     *n = l.n;
     return CKPT_OK;
+}
+
+ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size_t *n,
+                            char *err, size_t errlen)
+{
+    return list_objects(s, NULL, names, sizes, n, err, errlen);
+}
+
+ckpt_status ckpt_store_list_dir(ckpt_store *s, const char *dir, char ***names, uint64_t **sizes,
+                                size_t *n, char *err, size_t errlen)
+{
+    return list_objects(s, dir, names, sizes, n, err, errlen);
 }
 
 ckpt_status ckpt_store_delete(ckpt_store *s, const char *name, char *err, size_t errlen)

@@ -2,7 +2,7 @@
  * root, on a file system (file://DIR) or in object storage
  * (s3://BUCKET/PREFIX, lib/s3.h).
  *
- * Owns: mapping checkpoint.uri to a backend, and five operations on
+ * Owns: mapping checkpoint.uri to a backend, and the operations on
  * objects named relative to the root ("step-000000010/manifest.json"):
  * put (whole, atomically visible: a reader sees the old object, none, or
  * the whole new one), ranged get, list, delete. On file:// a put is a
@@ -25,6 +25,8 @@ typedef enum {
     CKPT_NOT_FOUND, /* no such object */
     CKPT_RETRY,     /* it may pass later: a full disk, an unreachable or failing server */
     CKPT_PERMANENT, /* it will not pass: bad URI, access denied, no such bucket */
+    CKPT_FENCED,    /* a newer generation has taken the checkpoints over (ckpt_fence.h):
+                     * this writer wrote and deleted nothing */
 } ckpt_status;
 
 typedef struct ckpt_store ckpt_store;
@@ -38,6 +40,15 @@ void ckpt_store_free(ckpt_store *s); /* accepts NULL */
 
 ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
                            char *err, size_t errlen);
+/* A put whose guard decides, at the last moment before the object becomes
+ * visible, whether it may: on file:// after the bytes are written and
+ * fsynced, with nothing that can block between its answer and the rename;
+ * on S3 before the request (the request itself cannot be called back). A guard's nonzero ckpt_status is the
+ * put's, with the guard's message in err, and nothing is stored (the
+ * temporary is removed). guard NULL: ckpt_store_put. */
+typedef ckpt_status (*ckpt_guard)(void *ctx, char *err, size_t errlen);
+ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *buf, size_t len,
+                                   ckpt_guard guard, void *ctx, char *err, size_t errlen);
 /* Exactly len bytes from offset off (a shorter object is an error). */
 ckpt_status ckpt_store_get(ckpt_store *s, const char *name, uint64_t off, size_t len, void *out,
                            char *err, size_t errlen);
@@ -60,6 +71,11 @@ ckpt_status ckpt_store_read(ckpt_store *s, const char *name, size_t max, void **
  * *sizes malloc'd arrays of *n (the caller frees each name, then both). */
 ckpt_status ckpt_store_list(ckpt_store *s, char ***names, uint64_t **sizes, size_t *n,
                             char *err, size_t errlen);
+/* The same for the objects directly in one folder under the root (dir: a
+ * single name such as "step-000000010" or "fence"; names come back with
+ * it, "fence/g3.json"). A folder that does not exist lists nothing. */
+ckpt_status ckpt_store_list_dir(ckpt_store *s, const char *dir, char ***names, uint64_t **sizes,
+                                size_t *n, char *err, size_t errlen);
 /* Absent already is not an error. */
 ckpt_status ckpt_store_delete(ckpt_store *s, const char *name, char *err, size_t errlen);
 

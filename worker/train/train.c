@@ -131,6 +131,7 @@ typedef struct {
      * told (over windows of >= 2 s of training time) */
     report *rep;
     long steps_done, ckpt_reported;
+    long ckpt_generation; /* the checkpoints' writer generation (ckpt_resume's) */
     double rate, rate_t;
     long rate_images;
 } run;
@@ -769,7 +770,8 @@ static vj_err resume(run *r, char *err, size_t errlen)
                              .timeout_s = r->cfg->training.rendezvous_timeout_seconds,
                              .uri = cc->uri, .model_json = mine,
                              .n_params = model_num_params(r->model), .load = load_step,
-                             .ctx = r->dp};
+                             .ctx = r->dp, .restart = r->opt->generation,
+                             .generation = &r->ckpt_generation};
     ckpt_meta meta;
     vj_err rc = ckpt_resume(&o, &meta, err, errlen);
     if (rc) return rc;
@@ -798,6 +800,7 @@ static vj_err resume(run *r, char *err, size_t errlen)
     if (ckpt_writer_new(&r->cwriter, r->cstore, r->opt->rdzv, r->rank, r->world, cc->keep,
                         r->cfg->training.collective_timeout_seconds, err, errlen) != 0)
         return VJ_ERR_OUT_OF_MEMORY;
+    ckpt_writer_set_generation(r->cwriter, r->ckpt_generation);
     return VJ_OK;
 }
 

@@ -29,6 +29,7 @@ typedef struct {
                           no status written while hb_ok says no */
     const vit_ops *ops; /* the backend (train_pick_backend's; comm's buffers live in its
                            memory); NULL: train_run picks it */
+    long generation;    /* VITJOB_RESTART (0 alone): checkpoints are fenced by it */
 } train_options;
 
 /* The op table for training.device and training.precision: cpu is the CPU

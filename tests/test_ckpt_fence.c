@@ -1,0 +1,436 @@
+/* tests/test_ckpt_fence.c - worker/ckpt/ckpt_fence.c and the fencing of
+ * worker/ckpt/ckpt.c on file://: every object a writer stores carries its
+ * generation in its key and its manifest (generation 0 keeps the names of
+ * the layout before fencing); when a step has manifests of several
+ * generations the newest one's is what find, read_step, resume and
+ * describe use; a step of the old layout (no "generation" anywhere) still
+ * loads as generation 0; a writer of an older generation, once a newer
+ * one has entered the fence, writes nothing and deletes nothing (its save
+ * fails CKPT_FENCED, class rendezvous); retention never deletes an object
+ * of a newer generation; and a starting generation at or below the newest
+ * fence (another job on the same URI) writes as one above it. */
+#include "ckpt.h"
+#include "ckpt_fence.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+TestSuite(ckpt_fence, .timeout = 60);
+
+static char dir[64];
+static ckpt_store *s;
+static char err[2048];
+
+static void open_store(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/test_ckpt_fence_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char uri[128];
+    snprintf(uri, sizeof uri, "file://%s/ck", dir);
+    cr_assert_eq(ckpt_store_open(&s, uri, "", err, sizeof err), CKPT_OK, "%s", err);
+}
+
+static void close_store(void)
+{
+    ckpt_store_free(s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static ckpt_writer *writer(long gen, int keep)
+{
+    ckpt_writer *w = NULL;
+    cr_assert_eq(ckpt_writer_new(&w, s, NULL, 0, 1, keep, 10, err, sizeof err), 0, "%s", err);
+    ckpt_writer_set_generation(w, gen);
+    return w;
+}
+
+/* One rank's save of a 16-value state at step, params base + i; returns
+ * the save's outcome (err says why). */
+static ckpt_status save(ckpt_writer *w, long step, float base)
+{
+    float p[16], m[16], v[16];
+    for (int i = 0; i < 16; i++) p[i] = base + (float)i, m[i] = 0.5f, v[i] = 0.25f;
+    ckpt_meta meta = {.step = step, .world_size = 1, .n_params = 16};
+    snprintf(meta.sharding, sizeof meta.sharding, "none");
+    snprintf(meta.model, sizeof meta.model, "{\"dim\":4}");
+    ckpt_segment seg = {.lo = 0, .hi = 16, .params = p, .m = m, .v = v};
+    ckpt_status st = ckpt_save(w, &meta, &seg, 1, ops_cpu(), err, sizeof err);
+    return st ? st : ckpt_wait(w, NULL, err, sizeof err);
+}
+
+static void saved(ckpt_writer *w, long step, float base)
+{
+    ckpt_status st = save(w, step, base);
+    cr_assert_eq(st, CKPT_OK, "step %ld: %s", step, err);
+}
+
+/* Every object under the store with its bytes, one "name size crc" line
+ * each: a snapshot to compare before and after a stale writer runs. */
+static char *snapshot(void)
+{
+    char **names = NULL;
+    uint64_t *sizes = NULL;
+    size_t n = 0;
+    cr_assert_eq(ckpt_store_list(s, &names, &sizes, &n, err, sizeof err), CKPT_OK, "%s", err);
+    size_t cap = 64 + n * 160, used = 0;
+    char *out = calloc(1, cap);
+    for (size_t i = 0; i < n; i++) {
+        void *b = NULL;
+        size_t len = 0;
+        cr_assert_eq(ckpt_store_read(s, names[i], 1 << 20, &b, &len, err, sizeof err), CKPT_OK);
+        unsigned h = 2166136261u; /* FNV-1a of the bytes */
+        for (size_t k = 0; k < len; k++) h = (h ^ ((unsigned char *)b)[k]) * 16777619u;
+        used += (size_t)snprintf(out + used, cap - used, "%s %llu %08x\n", names[i],
+                                 (unsigned long long)sizes[i], h);
+        free(b);
+        free(names[i]);
+    }
+    free(names);
+    free(sizes);
+    return out;
+}
+
+/* The object is in the snapshot (a line of its own). */
+static int in(const char *snap, const char *name)
+{
+    size_t k = strlen(name);
+    for (const char *p = snap; (p = strstr(p, name)) != NULL; p += k)
+        if ((p == snap || p[-1] == '\n') && p[k] == ' ') return 1;
+    return 0;
+}
+
+static int has(const char *name)
+{
+    char *snap = snapshot();
+    int yes = in(snap, name);
+    free(snap);
+    return yes;
+}
+
+static char *read_text(const char *name)
+{
+    void *b = NULL;
+    size_t len = 0;
+    cr_assert_eq(ckpt_store_read(s, name, 1 << 20, &b, &len, err, sizeof err), CKPT_OK,
+                 "%s: %s", name, err);
+    return b; /* NUL-terminated by the store */
+}
+
+/* ---- names ---- */
+
+Test(ckpt_fence, names_carry_the_generation_and_generation_0_keeps_the_old_ones)
+{
+    char n[96];
+    long g;
+    ckpt_manifest_name(0, n, sizeof n);
+    cr_assert_str_eq(n, "manifest.json");
+    ckpt_manifest_name(7, n, sizeof n);
+    cr_assert_str_eq(n, "manifest.g7.json");
+    ckpt_shard_name(1, 2, 0, n, sizeof n);
+    cr_assert_str_eq(n, "shard-00001-of-00002.bin");
+    ckpt_shard_name(1, 2, 12, n, sizeof n);
+    cr_assert_str_eq(n, "shard-00001-of-00002.g12.bin");
+    cr_assert_eq(ckpt_object_kind("manifest.json", &g), CKPT_OBJ_MANIFEST);
+    cr_assert_eq(g, 0);
+    cr_assert_eq(ckpt_object_kind("manifest.g7.json", &g), CKPT_OBJ_MANIFEST);
+    cr_assert_eq(g, 7);
+    cr_assert_eq(ckpt_object_kind("shard-00001-of-00002.g12.bin", &g), CKPT_OBJ_SHARD);
+    cr_assert_eq(g, 12);
+    cr_assert_eq(ckpt_object_kind("shard-00001-of-00002.bin", &g), CKPT_OBJ_SHARD);
+    cr_assert_eq(g, 0);
+    /* not the writer's spelling: not a checkpoint object */
+    const char *other[] = {"manifest.g0.json", "manifest.g07.json", "manifest.g-1.json",
+                           "manifest.gx.json", "shard-1-of-2.bin", "shard-00001-of-00002.g.bin",
+                           "shard-00001-of-00002.g3.bin.tmp", "notes.txt"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        cr_assert_eq(ckpt_object_kind(other[i], &g), CKPT_OBJ_OTHER, "%s", other[i]);
+}
+
+/* ---- what a writer stores ---- */
+
+Test(ckpt_fence, a_writer_of_generation_3_puts_3_in_every_key_and_in_its_manifest,
+     .init = open_store, .fini = close_store)
+{
+    ckpt_writer *w = writer(3, 5);
+    saved(w, 1, 100);
+    ckpt_writer_free(w);
+    char *snap = snapshot();
+    cr_assert(in(snap, "fence/g3.json") == 0 && in(snap, "step-000000001/manifest.g3.json") &&
+              in(snap, "step-000000001/shard-00000-of-00001.g3.bin"), "%s", snap);
+    cr_assert_eq(strchr(strchr(snap, '\n') + 1, '\n')[1], '\0', "two objects: %s", snap);
+    free(snap);
+    char *t = read_text("step-000000001/manifest.g3.json");
+    cr_assert(strstr(t, "\"generation\":\t3"), "%s", t);
+    cr_assert(strstr(t, "\"shard-00000-of-00001.g3.bin\""), "%s", t);
+    free(t);
+    ckpt_manifest *m = NULL;
+    cr_assert_eq(ckpt_find(s, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->generation, 3);
+    ckpt_manifest_free(m);
+    /* generation 0: the names and manifest of before, with generation 0 said */
+    w = writer(0, 5);
+    saved(w, 2, 200);
+    ckpt_writer_free(w);
+    cr_assert(has("step-000000002/manifest.json"));
+    cr_assert(has("step-000000002/shard-00000-of-00001.bin"));
+    t = read_text("step-000000002/manifest.json");
+    cr_assert(strstr(t, "\"generation\":\t0"), "%s", t);
+    free(t);
+}
+
+/* ---- the newest generation's manifest wins ---- */
+
+static void read_params(const ckpt_manifest *m, float *p)
+{
+    cr_assert_eq(ckpt_read_range(s, m, 0, 16, p, NULL, NULL, err, sizeof err), CKPT_OK, "%s",
+                 err);
+}
+
+static ckpt_status fixed_loader(void *ctx, ckpt_store *store, const ckpt_manifest *man,
+                                char *why, size_t len)
+{
+    return ckpt_read_range(store, man, 0, 16, ctx, NULL, NULL, why, len);
+}
+
+Test(ckpt_fence, a_step_with_manifests_of_generations_0_2_and_1_is_read_as_generation_2s,
+     .init = open_store, .fini = close_store)
+{
+    const long gens[3] = {0, 2, 1}; /* the newest is not the last written */
+    for (int i = 0; i < 3; i++) {
+        ckpt_writer *w = writer(gens[i], 5);
+        saved(w, 4, 1000.0f * (float)gens[i]);
+        ckpt_writer_free(w);
+    }
+    float p[16];
+    ckpt_manifest *m = NULL;
+    cr_assert_eq(ckpt_find(s, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->generation, 2);
+    read_params(m, p);
+    cr_assert_eq(p[5], 2005.0f, "read %g: not generation 2's shard", p[5]);
+    ckpt_manifest_free(m);
+    cr_assert_eq(ckpt_find_candidate(s, 100, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->generation, 2);
+    ckpt_manifest_free(m);
+    cr_assert_eq(ckpt_read_step(s, 4, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->generation, 2);
+    ckpt_manifest_free(m);
+    /* the resume loads generation 2's state */
+    long gen = -1;
+    ckpt_resume_options o = {.store = s, .rank = 0, .world = 1, .timeout_s = 5,
+                             .uri = "file:///test", .model_json = "{\"dim\":4}", .n_params = 16,
+                             .load = fixed_loader, .ctx = p, .restart = 3, .generation = &gen};
+    ckpt_meta meta;
+    memset(p, 0, sizeof p);
+    cr_assert_eq(ckpt_resume(&o, &meta, err, sizeof err), VJ_OK, "%s", err);
+    cr_assert_eq(meta.step, 4);
+    cr_assert_eq(meta.generation, 2);
+    cr_assert_eq(p[15], 2015.0f);
+    cr_assert_eq(gen, 3, "the resumed run writes as its own generation");
+    /* describe names the winner */
+    char *out = NULL;
+    size_t outlen = 0;
+    FILE *f = open_memstream(&out, &outlen);
+    cr_assert_eq(ckpt_describe(s, f, err, sizeof err), CKPT_OK, "%s", err);
+    fclose(f);
+    cr_assert(strstr(out, "4            complete  ") && strstr(out, " generation=2 (newest"),
+              "%s", out);
+    cr_assert(strstr(out, "fence: generation 3"), "%s", out);
+    free(out);
+}
+
+/* The newest manifest alone speaks for its step: generation 1's, corrupt,
+ * makes the step corrupt, not generation 0's. */
+Test(ckpt_fence, the_newest_manifest_being_corrupt_passes_the_step_over, .init = open_store,
+     .fini = close_store)
+{
+    ckpt_writer *w = writer(0, 5);
+    saved(w, 1, 100);
+    saved(w, 2, 200);
+    ckpt_writer_free(w);
+    w = writer(1, 5);
+    saved(w, 2, 300);
+    ckpt_writer_free(w);
+    cr_assert_eq(ckpt_store_put(s, "step-000000002/manifest.g1.json", "{", 1, err, sizeof err),
+                 CKPT_OK);
+    ckpt_manifest *m = NULL;
+    cr_assert_eq(ckpt_find(s, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->step, 1);
+    ckpt_manifest_free(m);
+}
+
+/* ---- the layout before fencing ---- */
+
+Test(ckpt_fence, a_step_of_the_old_layout_without_any_generation_still_loads_as_generation_0,
+     .init = open_store, .fini = close_store)
+{
+    ckpt_writer *w = writer(0, 5);
+    saved(w, 6, 600);
+    ckpt_writer_free(w);
+    /* the manifest as writers before fencing wrote it: no "generation" */
+    char *t = read_text("step-000000006/manifest.json");
+    char *g = strstr(t, "\t\"generation\":\t0,\n");
+    cr_assert_not_null(g, "%s", t);
+    memmove(g, g + strlen("\t\"generation\":\t0,\n"), strlen(g) - strlen("\t\"generation\":\t0,\n") + 1);
+    cr_assert_null(strstr(t, "generation"));
+    cr_assert_eq(ckpt_store_put(s, "step-000000006/manifest.json", t, strlen(t), err,
+                                sizeof err), CKPT_OK);
+    free(t);
+    ckpt_manifest *m = NULL;
+    cr_assert_eq(ckpt_find(s, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->step, 6);
+    cr_assert_eq(ckpt_manifest_meta(m)->generation, 0);
+    float p[16];
+    read_params(m, p);
+    for (int i = 0; i < 16; i++) cr_assert_eq(p[i], 600.0f + (float)i);
+    ckpt_manifest_free(m);
+    /* a generation-1 run resumes from it and writes beside it */
+    long gen = -1;
+    ckpt_resume_options o = {.store = s, .rank = 0, .world = 1, .timeout_s = 5,
+                             .uri = "file:///test", .model_json = "{\"dim\":4}", .n_params = 16,
+                             .load = fixed_loader, .ctx = p, .restart = 1, .generation = &gen};
+    ckpt_meta meta;
+    cr_assert_eq(ckpt_resume(&o, &meta, err, sizeof err), VJ_OK, "%s", err);
+    cr_assert_eq(meta.step, 6);
+    cr_assert_eq(gen, 1);
+}
+
+Test(ckpt_fence, a_manifest_naming_a_shard_of_another_generation_is_refused, .init = open_store,
+     .fini = close_store)
+{
+    ckpt_writer *w = writer(0, 5);
+    saved(w, 1, 100);
+    ckpt_writer_free(w);
+    /* generation 1's manifest pointing at generation 0's shard */
+    char *t = read_text("step-000000001/manifest.json");
+    char *g = strstr(t, "\"generation\":\t0");
+    cr_assert_not_null(g);
+    g[strlen("\"generation\":\t")] = '1';
+    cr_assert_eq(ckpt_store_put(s, "step-000000001/manifest.g1.json", t, strlen(t), err,
+                                sizeof err), CKPT_OK);
+    free(t);
+    ckpt_manifest *m = NULL;
+    cr_assert_eq(ckpt_read_step(s, 1, &m, err, sizeof err), CKPT_PERMANENT);
+    cr_assert(strstr(err, "not a shard of generation 1"), "%s", err);
+}
+
+/* ---- the fence ---- */
+
+Test(ckpt_fence, entering_the_fence_records_the_generation_and_another_job_on_the_uri_goes_above,
+     .init = open_store, .fini = close_store)
+{
+    long g = -5, newest = -5;
+    cr_assert_eq(ckpt_fence_enter(s, 0, &g, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(g, 0);
+    char *snap = snapshot();
+    cr_assert_str_eq(snap, "", "generation 0 with no fence writes nothing: %s", snap);
+    free(snap);
+    cr_assert_eq(ckpt_fence_newest(s, &newest, err, sizeof err), CKPT_OK);
+    cr_assert_eq(newest, -1);
+    cr_assert_eq(ckpt_fence_enter(s, 2, &g, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(g, 2);
+    cr_assert(has("fence/g2.json"));
+    char *t = read_text("fence/g2.json");
+    cr_assert(strstr(t, "\"generation\": 2, \"restart\": 2"), "%s", t);
+    free(t);
+    cr_assert_eq(ckpt_fence_check(s, 2, "manifest", 9, err, sizeof err), CKPT_OK, "%s", err);
+    /* a new job (restart 0) on the same URI writes as 3 and fences 2 off */
+    cr_assert_eq(ckpt_fence_enter(s, 0, &g, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(g, 3);
+    cr_assert_eq(ckpt_fence_enter(s, 3, &g, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(g, 4, "a generation already fenced in is not entered twice");
+    cr_assert_eq(ckpt_fence_newest(s, &newest, err, sizeof err), CKPT_OK);
+    cr_assert_eq(newest, 4);
+    cr_assert_eq(ckpt_fence_check(s, 2, "retention", 9, err, sizeof err), CKPT_FENCED);
+    cr_assert(strstr(err, "older generation (2)") && strstr(err, "(4, fence/g4.json)") &&
+              strstr(err, "retention of step 9") && strstr(err, "nothing was written or deleted"),
+              "%s", err);
+    cr_assert_eq(ckpt_status_class(CKPT_FENCED), VJ_ERR_RENDEZVOUS);
+    /* names in the fence folder that are not fences do not count */
+    cr_assert_eq(ckpt_store_put(s, "fence/g99.json.bak", "x", 1, err, sizeof err), CKPT_OK);
+    cr_assert_eq(ckpt_store_put(s, "fence/notes", "x", 1, err, sizeof err), CKPT_OK);
+    cr_assert_eq(ckpt_fence_newest(s, &newest, err, sizeof err), CKPT_OK);
+    cr_assert_eq(newest, 4);
+}
+
+/* Generation 0 saves 1 and 2 (keep 2); generation 1 enters the fence and
+ * saves 3; then generation 0, still running, saves: it writes nothing and
+ * deletes nothing, and its save fails CKPT_FENCED. */
+Test(ckpt_fence, a_stale_writer_after_a_newer_fence_writes_nothing_and_deletes_nothing,
+     .init = open_store, .fini = close_store)
+{
+    ckpt_writer *old = writer(0, 2);
+    saved(old, 1, 100);
+    saved(old, 2, 200);
+    long g;
+    cr_assert_eq(ckpt_fence_enter(s, 1, &g, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(g, 1);
+    ckpt_writer *neu = writer(1, 2);
+    saved(neu, 3, 300);
+    char *before = snapshot();
+    /* its step 4 would make 1-2 old enough to delete (keep 2); its step 3
+     * would sit beside generation 1's */
+    for (long step = 3; step <= 4; step++) {
+        cr_assert_eq(save(old, step, 999), CKPT_FENCED, "step %ld: %s", step, err);
+        cr_assert(strstr(err, "older generation (0)") && strstr(err, "(1, fence/g1.json)"),
+                  "%s", err);
+        char *after = snapshot();
+        cr_assert_str_eq(after, before, "the stale writer changed the store");
+        free(after);
+    }
+    free(before);
+    ckpt_writer_free(old);
+    /* generation 1 goes on; its retention takes generation 0's old steps */
+    saved(neu, 4, 400);
+    saved(neu, 5, 500);
+    char *snap = snapshot();
+    cr_assert_null(strstr(snap, "step-000000001/"), "%s", snap);
+    cr_assert_null(strstr(snap, "step-000000002/"), "%s", snap);
+    cr_assert_null(strstr(snap, "step-000000003/"), "%s", snap);
+    cr_assert(strstr(snap, "step-000000004/manifest.g1.json") &&
+              strstr(snap, "step-000000005/manifest.g1.json"), "%s", snap);
+    free(snap);
+    ckpt_writer_free(neu);
+}
+
+/* Without a fence to stop it (a fence lost, or a generation 2 that has not
+ * entered it yet), a writer of generation 0 whose retention reaches steps
+ * holding generation 2's objects deletes its own and older, never those. */
+Test(ckpt_fence, retention_never_deletes_a_newer_generations_objects, .init = open_store,
+     .fini = close_store)
+{
+    ckpt_writer *w2 = writer(2, 2);
+    saved(w2, 1, 100);
+    saved(w2, 2, 200);
+    ckpt_writer_free(w2);
+    ckpt_writer *w0 = writer(0, 2);
+    saved(w0, 1, 101); /* generation 0's objects beside generation 2's */
+    saved(w0, 3, 300);
+    saved(w0, 4, 400); /* keep 2: 3 and 4; steps 1 and 2 are old */
+    ckpt_writer_free(w0);
+    char *snap = snapshot();
+    cr_assert(in(snap, "step-000000001/manifest.g2.json") &&
+              in(snap, "step-000000001/shard-00000-of-00001.g2.bin") &&
+              in(snap, "step-000000002/manifest.g2.json") &&
+              in(snap, "step-000000002/shard-00000-of-00001.g2.bin"),
+              "generation 2's objects were deleted:\n%s", snap);
+    cr_assert(!in(snap, "step-000000001/manifest.json") &&
+              !in(snap, "step-000000001/shard-00000-of-00001.bin"), "its own old ones go:\n%s",
+              snap);
+    free(snap);
+    /* a newer writer deletes older generations' objects like its own */
+    ckpt_writer *w3 = writer(3, 1);
+    saved(w3, 5, 500);
+    ckpt_writer_free(w3);
+    snap = snapshot();
+    cr_assert_null(strstr(snap, "step-000000001/"), "%s", snap);
+    cr_assert_null(strstr(snap, "step-000000004/"), "%s", snap);
+    cr_assert(strstr(snap, "step-000000005/manifest.g3.json"), "%s", snap);
+    free(snap);
+}

@@ -1,0 +1,62 @@
+/* worker/ckpt/ckpt_fence.h - checkpoint fencing by writer generation: a
+ * process of an older generation (a pod frozen or partitioned while its
+ * replacement took over) can never write or delete the checkpoint objects
+ * that a newer generation relies on (docs/design.md, Checkpoints).
+ *
+ * Owns: the generation in object names (generation 0 keeps the names of
+ * the layout before fencing, so every older checkpoint reads as generation
+ * 0: "manifest.json", "shard-00000-of-00002.bin"; generation g > 0 adds
+ * ".g<g>": "manifest.g3.json", "shard-00000-of-00002.g3.bin"), the fence
+ * objects ("fence/g<g>.json", one per generation that took the checkpoints
+ * over), picking a starting writer's generation, and the check a writer
+ * makes before every put and every delete (refused, with one log line
+ * event=fenced naming both generations, when a newer fence exists).
+ * Must not: know what a checkpoint holds or decide what to delete
+ * (worker/ckpt/ckpt.c); write anything but fence objects.
+ */
+#ifndef VITJOB_CKPT_FENCE_H
+#define VITJOB_CKPT_FENCE_H
+
+#include <stddef.h>
+
+#include "ckpt_store.h"
+
+#define CKPT_FENCE_DIR "fence" /* the fences' folder under the checkpoint root */
+
+/* A step's manifest of generation gen: "manifest.json" (0) or
+ * "manifest.g<gen>.json". */
+void ckpt_manifest_name(long gen, char *out, size_t len);
+/* Rank rank of world's shard of generation gen: "shard-00001-of-00002.bin"
+ * (0) or "shard-00001-of-00002.g<gen>.bin". */
+void ckpt_shard_name(int rank, int world, long gen, char *out, size_t len);
+
+typedef enum { CKPT_OBJ_OTHER = 0, CKPT_OBJ_MANIFEST, CKPT_OBJ_SHARD } ckpt_obj_kind;
+/* What an object in a step's folder is, from its name in the folder (no
+ * folder part), and *gen its generation (0 for an OTHER). */
+ckpt_obj_kind ckpt_object_kind(const char *base, long *gen);
+
+/* The newest generation that has a fence under the store: *newest, -1
+ * when none. */
+ckpt_status ckpt_fence_newest(ckpt_store *s, long *newest, char *err, size_t errlen);
+
+/* A writer's start (rank 0, before the resume reads anything): its
+ * generation *gen is restart (VITJOB_RESTART) unless the store already
+ * holds a fence of restart or newer (another job, or a local run, used
+ * this checkpoint.uri before), then one above the newest fence (logged,
+ * event=fence_rebased). It records itself with a fence object unless it is
+ * generation 0 and no fence exists (no older writer to exclude: local runs
+ * leave the layout as before). CKPT_FENCED (logged, event=fenced) when,
+ * after recording, a still newer fence is there. */
+ckpt_status ckpt_fence_enter(ckpt_store *s, long restart, long *gen, char *err, size_t errlen);
+
+/* Before a writer of generation gen puts or deletes anything (action:
+ * "shard", "manifest", "retention", for the log; step: the step it
+ * touches): CKPT_OK, or CKPT_FENCED when a newer generation's fence
+ * exists, with one log line event=fenced generation=<gen>
+ * newer_generation=<g> and err saying that this process is of an older
+ * generation and wrote and deleted nothing. A store that fails is its
+ * ckpt_status (the writer does not write unchecked). */
+ckpt_status ckpt_fence_check(ckpt_store *s, long gen, const char *action, long step, char *err,
+                             size_t errlen);
+
+#endif
