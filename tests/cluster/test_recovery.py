@@ -233,7 +233,8 @@ class Recovery(unittest.TestCase):
         listing = self.checkpoints(prefix)
         self.assertRegex(listing, r"(?m)^%d +complete" % STEPS)
         for line in listing.splitlines()[1:]:
-            self.assertRegex(line, r"^\d+ +complete ", "every checkpoint verifies:\n" + listing)
+            if line[:1].isdigit():  # a step (not the fence line)
+                self.assertRegex(line, r"^\d+ +complete ", "every checkpoint verifies:\n" + listing)
         c.kubectl("delete", "vj", name, "--wait=false")
         return st
 
@@ -308,6 +309,10 @@ class Recovery(unittest.TestCase):
             except OSError:
                 return True
         wait_for("the stale rank gone", gone, 120, 0.5)
+        frozen = next(p for p in pods if p["metadata"]["labels"]["vitjob.dev/rank"] == "1")
+        log = c.pod_log(frozen)
+        self.assertIn("event=stale", log, "the woken rank knew it was stale: " + log[-1500:])
+        self.assertNotIn("event=shard_stored step=%d" % (INTERVAL * 2), log, "the stale rank wrote a checkpoint")
         after = self.checkpoints(prefix)
         for line in before.splitlines():  # nothing it listed went away or changed
             if line.startswith("step-"):
