@@ -215,10 +215,12 @@ static int plan_threads(const vit_job_config *cfg, const jobplan_target *t)
 static vj_err mem_for(const vit_job_config *cfg, const jobplan_target *t, jobplan_mem *m, char *err,
                       size_t errlen)
 {
-    const int world = t->replicas * t->local_ranks;
+    const int world = t->replicas * t->local_ranks, threads = plan_threads(cfg, t);
     const vit_ops *ops = t->gpu ? jobplan_gpu_ops(cfg->training.precision)
                                 : cpu_ops(cfg->training.precision);
-    return jobplan_memory(cfg, ops, world, 0, 0, plan_threads(cfg, t), m, err, errlen);
+    /* the CPU attention's scratch is per thread: as many as a rank runs */
+    if (!t->gpu) ops_cpu_set_threads(threads);
+    return jobplan_memory(cfg, ops, world, 0, 0, threads, m, err, errlen);
 }
 
 static int divides(const vit_job_config *cfg, int world)
