@@ -63,7 +63,8 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     config_defaults(&cfg);
     const char *config_path = NULL;
     jobplan_target t = {.replicas = 1, .local_ranks = 1};
-    int json = 0, measure = 0, device_set = 0;
+    int json = 0, measure = 0, device_set = 0, rate_probed = 0, bus_probed = 0;
+    log_set_level_name("warn"); /* the probes' rendezvous lines stay out of the output */
     vj_err rc;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -134,9 +135,12 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
         if (threads < 1) threads = 1;
         t.threads = threads;
         /* the loopback first: a forked rank, before OpenMP's threads exist */
-        if (t.bus_bytes_per_s <= 0 && cfg.world_size > 1 &&
-            jobplan_probe_loopback((size_t)32 << 20, &t.bus_bytes_per_s, err, errlen) != 0)
-            return VJ_ERR_PEER_LOST;
+        if (t.bus_bytes_per_s <= 0 && cfg.world_size > 1) {
+            if (jobplan_probe_loopback((size_t)32 << 20, &t.bus_bytes_per_s, err, errlen) != 0)
+                return VJ_ERR_PEER_LOST;
+            bus_probed = 1;
+        }
+        rate_probed = t.flops_per_s <= 0;
         double rate = 0;
         if (t.flops_per_s <= 0) {
             if (jobplan_probe_gemm(&cfg, threads, 0.5, &rate, err, errlen) != 0)
@@ -146,12 +150,11 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     }
     jobplan p;
     if ((rc = jobplan_make(&cfg, &t, &p, err, errlen)) != VJ_OK) return rc;
-    if (measure && !t.gpu) {
+    if (rate_probed)
         snprintf(p.rate_source, sizeof p.rate_source, "measured: GEMM probe, %d threads",
                  t.threads);
-        if (cfg.world_size > 1 && strcmp(p.bus_source, "given") != 0)
-            snprintf(p.bus_source, sizeof p.bus_source, "measured: loopback all-reduce, 32 MiB");
-    }
+    if (bus_probed)
+        snprintf(p.bus_source, sizeof p.bus_source, "measured: loopback all-reduce, 32 MiB");
     if (json) {
         char *s = jobplan_json(&p);
         if (!s) {
