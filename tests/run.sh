@@ -15,6 +15,7 @@
 #                                                    key table are what `make schema` writes
 #                          tests/stdfds.bats         the programs started with 0, 1 or 2 closed
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
+#                          tests/plan.bats           `plan`: each rank's peak memory against the plan
 #                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
 #                          tests/regularization.bats dropPath and labelSmoothing over ranks and resume
 #                          tests/ema.bats            training.ema over ranks, resume, evaluation, export
@@ -183,6 +184,7 @@ bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
 bats_suite cli/schema.bats tests/schema.bats BUILD="$BUILD"
 bats_suite cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD"
 bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
+bats_suite cli/plan.bats tests/plan.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite cli/regularization.bats tests/regularization.bats BUILD="$BUILD"

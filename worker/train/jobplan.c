@@ -251,20 +251,20 @@ static vj_err suggest(const vit_job_config *cfg0, const jobplan_target *t0, jobp
     char what[160];
     vj_err rc;
     p->suggestion = -1;
-    const struct {
-        int ckpt;
-        sharding_mode mode;
-        const char *what;
-    } steps[] = {{1, SHARDING_NONE, "training.activationCheckpointing=true"},
-                 {1, SHARDING_GRAD_OP, "training.sharding=grad-op"},
-                 {1, SHARDING_FULL, "training.sharding=full"}};
-    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    /* the changes are config assignments, applied as --set would apply them;
+     * a mode is skipped where the job already shards at least as much */
+    static const char *const steps[] = {"training.activationCheckpointing=true",
+                                        "training.sharding=grad-op", "training.sharding=full"};
+    const char *mode = config_enum_name("training.sharding", (int)cfg.training.sharding);
+    const int rank_of = strcmp(mode, "full") == 0 ? 2 : strcmp(mode, "grad-op") == 0 ? 1 : 0;
+    for (int i = 0; i < 3; i++) {
         if (i == 0 && cfg.training.activation_checkpointing) continue;
-        if (i > 0 && cfg.training.sharding >= steps[i].mode) continue;
-        cfg.training.activation_checkpointing = 1;
-        if (i > 0) cfg.training.sharding = steps[i].mode;
-        if ((rc = mem_for(&cfg, &t, &m, err, errlen))) return rc;
-        add_change(p, steps[i].what, &m);
+        if (i > 0 && rank_of >= i) continue;
+        if ((rc = config_set(&cfg, steps[i], err, errlen)) != VJ_OK ||
+            (rc = config_set(&cfg, steps[0], err, errlen)) != VJ_OK ||
+            (rc = mem_for(&cfg, &t, &m, err, errlen)))
+            return rc;
+        add_change(p, steps[i], &m);
         if (p->suggestion >= 0) return VJ_OK;
     }
     const int world = t.replicas * t.local_ranks;
