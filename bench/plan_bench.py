@@ -2,7 +2,7 @@
 """bench/plan_bench.py - `vitjob-worker plan --measure` against the
 worker's measured rate: for fmnist_tiny and fmnist_small at world sizes 1
 and 2 (sharding none and full), the planned images per second (the CPU
-probes: a GEMM at the model's shapes, a loopback all-reduce) beside the
+probes: the model's forward and backward of one micro-batch, a loopback all-reduce) beside the
 rate rank 0 reports (img_per_s of its done line, the timed steps), and
 the planned memory per rank beside each rank's peak (event=memory); a
 markdown table. Target for the time model: within 25% (issue 29). It is a

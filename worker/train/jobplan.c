@@ -392,50 +392,45 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int jobplan_probe_gemm(const vit_job_config *cfg, int threads, double seconds, double *flops_per_s,
-                       char *err, size_t errlen)
+int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds,
+                          double *flops_per_s, char *err, size_t errlen)
 {
     const model_config *mc = &cfg->model;
-    const vit_ops *ops = cpu_ops(cfg->training.precision);
+    const training_config *tc = &cfg->training;
+    const vit_ops *ops = cpu_ops(tc->precision);
     ops_cpu_set_threads(threads);
-    const int B = cfg->training.micro_batch_size, N = (mc->image_size / mc->patch_size) *
-                                                      (mc->image_size / mc->patch_size);
-    const int T = N + 1, D = mc->dim, H = config_mlp_hidden(mc),
-              CPP = mc->channels * mc->patch_size * mc->patch_size;
-    /* the block's four matmuls (rows B*T) and the patch embedding (rows B*N) */
-    const int shapes[5][3] = {{B * T, D, 3 * D}, {B * T, D, D}, {B * T, D, H}, {B * T, H, D},
-                              {B * N, CPP, D}};
-    size_t in_max = 0, w_max = 0, out_max = 0;
-    for (int i = 0; i < 5; i++) {
-        size_t a = (size_t)shapes[i][0] * shapes[i][1], w = (size_t)shapes[i][1] * shapes[i][2],
-               o = (size_t)shapes[i][0] * shapes[i][2];
-        in_max = a > in_max ? a : in_max;
-        w_max = w > w_max ? w : w_max;
-        out_max = o > out_max ? o : out_max;
-    }
-    float *in = malloc(in_max * sizeof(float)), *w = malloc(w_max * sizeof(float)),
-          *out = malloc(out_max * sizeof(float)), *bias = calloc((size_t)(3 * D + H + 8), 4);
-    if (!in || !w || !out || !bias) {
-        free(in), free(w), free(out), free(bias);
-        snprintf(err, errlen, "GEMM probe: out of host memory");
+    const int B = tc->micro_batch_size;
+    model_options mo = {.activation_checkpointing = tc->activation_checkpointing};
+    vit_model *m = NULL;
+    vj_err rc = model_new(&m, mc, B, &mo, ops, err, errlen);
+    if (rc) return -1;
+    const size_t img = (size_t)model_image_floats(m) * (size_t)B;
+    float *images = malloc(img * sizeof(float));
+    int *labels = malloc((size_t)B * sizeof(int));
+    if (!images || !labels || model_init_random(m, 1) != 0) {
+        free(images), free(labels), model_free(m);
+        snprintf(err, errlen, "compute probe: out of host memory");
         return -1;
     }
-    for (size_t i = 0; i < in_max; i++) in[i] = (float)((i * 7919) % 97) * 1e-2f - 0.48f;
-    for (size_t i = 0; i < w_max; i++) w[i] = (float)((i * 104729) % 89) * 1e-3f - 0.044f;
+    for (size_t i = 0; i < img; i++) images[i] = (float)((i * 7919) % 97) * 2e-2f - 0.97f;
+    for (int b = 0; b < B; b++) labels[b] = b % mc->num_classes;
+    const double per_pass = jobplan_flops_per_image(mc, tc->activation_checkpointing) * B;
     double flops = 0, t0 = 0, el = 0;
-    /* round 0, untimed, warms the threads and the caches */
-    for (int round = 0; round == 0 || el < seconds; round++) {
-        if (round == 1) t0 = now_s();
-        for (int i = 0; i < 5; i++) {
-            ops->matmul_forward(out, in, w, bias, shapes[i][0], shapes[i][1], shapes[i][2]);
-            if (round > 0) flops += 2.0 * shapes[i][0] * shapes[i][1] * shapes[i][2];
+    /* pass 0, untimed, warms the threads and the caches */
+    for (int pass = 0; pass == 0 || el < seconds; pass++) {
+        if (pass == 1) t0 = now_s();
+        model_zero_grads(m);
+        model_forward(m, images, labels, B);
+        model_backward(m, 1.0f / B);
+        if (pass > 0) {
+            flops += per_pass;
+            el = now_s() - t0;
         }
-        if (round > 0) el = now_s() - t0;
     }
-    free(in), free(w), free(out), free(bias);
-    *flops_per_s = el > 0 && flops > 0 ? flops / el : 0;
+    free(images), free(labels), model_free(m);
+    *flops_per_s = el > 0 ? flops / el : 0;
     if (*flops_per_s <= 0) {
-        snprintf(err, errlen, "GEMM probe: nothing timed");
+        snprintf(err, errlen, "compute probe: nothing timed");
         return -1;
     }
     return 0;

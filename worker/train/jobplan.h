@@ -8,8 +8,8 @@
  * ld_queue_bytes; the CUDA attention scratch's layout,
  * kernels/attention_scratch.h), which the run's memory check
  * (train.c) calls too; the model's FLOPs; the rate tables for GPUs and the
- * CPU probes (a GEMM at the model's shapes through the backend, a
- * loopback all-reduce through the collectives); the suggestions; the table
+ * CPU probes (the model's forward and backward of one micro-batch on the
+ * backend, a loopback all-reduce through the collectives); the suggestions; the table
  * and the JSON.
  * Must not: allocate the backend's memory for the run, train, or read
  * the environment the operator sets (main.c passes replicas and local
@@ -125,13 +125,15 @@ typedef struct {
 vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan *out,
                     char *err, size_t errlen);
 
-/* CPU probes (--measure): the FLOP rate of the model's matmul shapes at
- * its micro-batch on the CPU backend with `threads` threads (forward
- * GEMMs, timed over about `seconds`), and the bus bandwidth of an
- * all-reduce between two ranks on loopback through the CPU collectives
- * (a second process). 0, or -1 with a message. */
-int jobplan_probe_gemm(const vit_job_config *cfg, int threads, double seconds, double *flops_per_s,
-                       char *err, size_t errlen);
+/* CPU probes (--measure): the model FLOP rate of this model's forward and
+ * backward of one micro-batch (training.microBatchSize, its precision and
+ * checkpointing) on the CPU backend with `threads` threads, timed over
+ * about `seconds` after one untimed pass (everything of a step but the
+ * optimizer, the collectives and the data); and the bus bandwidth of an
+ * all-reduce of `bytes` between two ranks on loopback through the CPU
+ * collectives (a second process). 0, or -1 with a message. */
+int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds,
+                          double *flops_per_s, char *err, size_t errlen);
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen);
 
 /* The human table, and the JSON (stable keys; malloc'd, the caller frees;

@@ -23,7 +23,8 @@ static void usage(FILE *to)
             "a step takes and how many images per second follow, and when it does not fit,\n"
             "the cheapest changes that make it fit. SIZE: bytes, or with K, M, G, T (1000s)\n"
             "or Ki, Mi, Gi, Ti (1024s), e.g. 80G. RATE: FLOP/s or bytes/s, e.g. 2.5e11.\n"
-            "--measure (CPU): a GEMM probe at the model's shapes and a loopback all-reduce.\n");
+            "--measure (CPU): the model's forward and backward of one micro-batch, timed,\n"
+            "and an all-reduce between two processes on loopback.\n");
 }
 
 /* "80G", "80GB", "64Gi", "1.5e9": bytes; -1 when not a size */
@@ -143,7 +144,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
         rate_probed = t.flops_per_s <= 0;
         double rate = 0;
         if (t.flops_per_s <= 0) {
-            if (jobplan_probe_gemm(&cfg, threads, 0.5, &rate, err, errlen) != 0)
+            if (jobplan_probe_compute(&cfg, threads, 1.0, &rate, err, errlen) != 0)
                 return VJ_ERR_OUT_OF_MEMORY;
             t.flops_per_s = rate;
         }
@@ -151,7 +152,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     jobplan p;
     if ((rc = jobplan_make(&cfg, &t, &p, err, errlen)) != VJ_OK) return rc;
     if (rate_probed)
-        snprintf(p.rate_source, sizeof p.rate_source, "measured: GEMM probe, %d threads",
+        snprintf(p.rate_source, sizeof p.rate_source, "measured: forward+backward probe, %d threads",
                  t.threads);
     if (bus_probed)
         snprintf(p.bus_source, sizeof p.bus_source, "measured: loopback all-reduce, 32 MiB");
