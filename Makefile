@@ -7,8 +7,8 @@
 #   make train      the same small ViT in one process on the CPU
 #   make bench      the CPU engine against PyTorch, the operator against the
 #                   test API server, the data pipeline against torchvision's
-#                   DataLoader, DeiT's recipe with and without (tables,
-#                   not tests)
+#                   DataLoader, DeiT's recipe with and without, `plan`'s
+#                   images/s against the measured (tables, not tests)
 #   make gpu-test   CUDA ops against the CPU ops, bf16 GPU training (needs a GPU)
 #   make bench-gpu  the GPU engine against PyTorch/timm on the same GPU
 #   make asan       the same programs built with AddressSanitizer + UBSan
@@ -320,6 +320,7 @@ bench: deps
 	python3 bench/ckpt_bench.py --build $(BUILD)
 	/usr/bin/python3 bench/loader_train_bench.py --build $(BUILD)
 	python3 bench/recipe_bench.py --build $(BUILD)
+	python3 bench/plan_bench.py --build $(BUILD)
 
 # Every CUDA op against the CPU op, bf16 training on the GPU against the
 # CPU, and the data-parallel strategies on NCCL ranks against the CPU

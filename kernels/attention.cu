@@ -31,6 +31,7 @@
  * than folded into q or dS; the same math as kernels/attention.c.
  */
 #include "cuda_common.cuh"
+#include "attention_scratch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -170,25 +171,11 @@ template <typename X> struct att_scratch {
     X *dq, *dk, *dv;
 };
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-/* Byte offsets of the layout above; returns the total. */
+/* Byte offsets of the layout above (attention_scratch.h, shared with the
+ * planner); returns the total. */
 template <typename X> static size_t att_offsets(size_t off[9], int B, int T, int D, int NH)
 {
-    const size_t E = (size_t)B * T * D;              /* = B*NH*T*hd */
-    const size_t S = (size_t)B * NH * T * (size_t)T; /* B*NH*T*T */
-    const size_t ex = align256(E * sizeof(X));
-    size_t at = 0;
-    off[0] = at, at += ex;                          /* q */
-    off[1] = at, at += ex;                          /* k */
-    off[2] = at, at += ex;                          /* v */
-    off[3] = at, at += ex;                          /* y / dy */
-    off[4] = at, at += align256(S * sizeof(float)); /* s32 */
-    off[5] = at, at += align256(S * sizeof(X));     /* sX */
-    off[6] = at, at += ex;                          /* dq */
-    off[7] = at, at += ex;                          /* dk */
-    off[8] = at, at += ex;                          /* dv */
-    return at;
+    return att_scratch_layout(off, B, T, D, NH, sizeof(X));
 }
 
 template <typename X>

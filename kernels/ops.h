@@ -216,6 +216,12 @@ enum { OPS_FP32 = 0, OPS_BF16 = 1, OPS_FP16 = 2 };
 const vit_ops *ops_cuda(int storage, char *err, size_t errlen);
 /* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */
 size_t ops_cuda_peak_bytes(void);
+/* The same for the CPU backends (every table of ops_cpu*, together): the
+ * bytes their alloc has handed out and not yet released, at most so far
+ * (peak) and now (live); the allocator's usable sizes, so a little above
+ * what was asked for. */
+size_t ops_cpu_peak_bytes(void);
+size_t ops_cpu_live_bytes(void);
 /* The BLAS the CPU backend runs on, as OpenBLAS describes its build
  * (static string). */
 const char *ops_cpu_blas(void);

@@ -8,6 +8,7 @@
 #include "sysres.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,8 +35,29 @@ int ops_cpu_set_threads(int n)
 
 /* ---- memory: host memory ---- */
 
-static void *cpu_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-static void cpu_release(void *p) { free(p); }
+/* What the backend holds now and at most (ops_cpu_peak_bytes): the
+ * allocator's usable size of each block, counted at alloc and release. */
+static size_t live_bytes, peak_bytes;
+
+static void *cpu_alloc(size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p) {
+        size_t now = __atomic_add_fetch(&live_bytes, malloc_usable_size(p), __ATOMIC_RELAXED);
+        size_t was = __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED);
+        while (now > was && !__atomic_compare_exchange_n(&peak_bytes, &was, now, 1,
+                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
+    return p;
+}
+static void cpu_release(void *p)
+{
+    if (p) __atomic_sub_fetch(&live_bytes, malloc_usable_size(p), __ATOMIC_RELAXED);
+    free(p);
+}
+size_t ops_cpu_peak_bytes(void) { return __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED); }
+size_t ops_cpu_live_bytes(void) { return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED); }
 static void cpu_copy_bytes(void *dst, const void *src, size_t bytes)
 {
     if (bytes && dst != src) memcpy(dst, src, bytes);

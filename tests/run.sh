@@ -16,6 +16,7 @@
 #                          tests/stdfds.bats         the programs started with 0, 1 or 2 closed
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/lostpeer.bats       the heartbeat: a rank killed, frozen, or woken stale
+#                          tests/plan.bats           `plan`: each rank's peak memory against the plan
 #                          tests/ckpt.bats           checkpoints and resume, on file:// and on S3 (moto)
 #                          tests/fence.bats          a frozen older generation writes no checkpoint (file, S3)
 #                          tests/regularization.bats dropPath and labelSmoothing over ranks and resume
@@ -188,6 +189,7 @@ bats_suite cli/schema.bats tests/schema.bats BUILD="$BUILD"
 bats_suite cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD"
 bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/lostpeer.bats tests/lostpeer.bats BUILD="$BUILD"
+bats_suite cli/plan.bats tests/plan.bats BUILD="$BUILD"
 bats_suite cli/ckpt.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=file
 bats_suite cli/ckpt-s3.bats tests/ckpt.bats BUILD="$BUILD" CK_BACKEND=s3
 bats_suite cli/fence.bats tests/fence.bats BUILD="$BUILD" CK_BACKEND=file

@@ -29,6 +29,7 @@
 #include "lostpeer.h"
 #include "model_io.h"
 #include "ops.h"
+#include "plan_cmd.h"
 #include "rdzv.h"
 #include "shardwriter.h"
 #include "stdfds.h"
@@ -55,6 +56,8 @@ static void usage(FILE *to)
             "       vitjob-worker checkpoints --uri URI [--endpoint URL]\n"
             "       vitjob-worker export --from URI[/step-N] --out FILE [--endpoint URL] [--raw]\n"
             "       vitjob-worker shards --from SRC --out PATTERN [...]   (shards --help)\n"
+            "       vitjob-worker plan [--config FILE] [--set key=value ...] [--replicas N] [...]\n"
+            "                          (what a rank needs and how fast: plan --help)\n"
             "       vitjob-worker exit-codes\n"
             "       vitjob-worker schema [FILE]\n"
             "       vitjob-worker version\n"
@@ -635,6 +638,7 @@ int main(int argc, char **argv)
         return code;
     }
     if (strcmp(argv[1], "exit-codes") == 0) return cmd_exit_codes();
+    if (strcmp(argv[1], "plan") == 0) return plan_cmd_main(argc - 2, argv + 2);
     if (strcmp(argv[1], "schema") == 0) return cmd_schema(argc - 2, argv + 2);
     if (strcmp(argv[1], "checkpoints") == 0 || strcmp(argv[1], "export") == 0 ||
         strcmp(argv[1], "shards") == 0) {

@@ -606,6 +606,20 @@ int64_t ld_eval_samples(const ld_loader *l, int64_t *max_over_ranks)
     return mine;
 }
 
+/* Samples the ring holds: the batches queued ahead, the one being taken,
+ * one per decode thread. */
+static int ring_cap(int batch, int prefetch_batches, int workers)
+{
+    return ((prefetch_batches < 1 ? 1 : prefetch_batches) + 1) * batch +
+           (workers < 1 ? 1 : workers);
+}
+
+size_t ld_queue_bytes(int batch, int prefetch_batches, int workers, int channels, int out_size)
+{
+    return (size_t)ring_cap(batch, prefetch_batches, workers) * (size_t)channels *
+           (size_t)out_size * (size_t)out_size * sizeof(float);
+}
+
 int ld_new(ld_loader **out, const ld_options *o, char *err, size_t errlen)
 {
     *out = NULL;
@@ -623,7 +637,7 @@ int ld_new(ld_loader **out, const ld_options *o, char *err, size_t errlen)
     l->img_floats = (size_t)o->xf.channels * o->xf.out_size * o->xf.out_size;
     l->S = (o->ix->kind == LD_IMAGEFOLDER || !o->train || o->shuffle_buffer < 1)
                ? 1 : o->shuffle_buffer;
-    l->cap = (l->o.prefetch_batches + 1) * o->batch + l->o.workers;
+    l->cap = ring_cap(o->batch, l->o.prefetch_batches, l->o.workers);
     l->nblk = (l->cap + l->S) / l->S + 8;
     l->cached_epoch = -1;
     l->reader_done = -1;

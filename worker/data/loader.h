@@ -137,6 +137,10 @@ typedef struct {
 int ld_new(ld_loader **out, const ld_options *o, char *err, size_t errlen);
 /* Stops the threads and frees. Accepts NULL. */
 void ld_free(ld_loader *l);
+/* The host bytes of a training loader's queue of decoded samples (its ring,
+ * batch samples per ld_next, out_size x out_size x channels floats each):
+ * what ld_new allocates for them, for the planner. */
+size_t ld_queue_bytes(int batch, int prefetch_batches, int workers, int channels, int out_size);
 
 /* The steps of epoch e (the same on every rank; 0: an epoch too small for
  * one step of every rank). */

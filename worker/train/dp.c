@@ -109,9 +109,47 @@ vj_err dp_optim_new(dp *d, const optim_span *spans, int n, char *err, size_t err
     return optim_new_spans(&d->opt, d->model, d->oc, d->total_steps, spans, n, err, errlen);
 }
 
+static size_t stage_bytes(int world) { return sizeof(double) * SUM_MAX * (size_t)world; }
+
+vj_err dp_plan(const dp_options *o, int world, int rank, int honour_mode, int max_batch,
+               model_options *mo, model_memory *mm, dp_memory *dm, const char **name,
+               char *err, size_t errlen)
+{
+    if ((size_t)o->mode >= sizeof strategies / sizeof strategies[0] || !strategies[o->mode]) {
+        snprintf(err, errlen, "training.sharding: no strategy for mode %d", (int)o->mode);
+        return VJ_ERR_CONFIG;
+    }
+    if (world < 1 || rank < 0 || rank >= world) {
+        snprintf(err, errlen, "rank %d of world %d: no such rank", rank, world);
+        return VJ_ERR_CONFIG;
+    }
+    /* dp_new's handle, without a communicator: what plan and memory read */
+    dp d = {.impl = honour_mode || world > 1 ? strategies[o->mode] : &dp_none,
+            .rank = rank, .world = world, .ops = o->ops, .mc = o->mc, .oc = o->oc,
+            .total_steps = o->total_steps, .ec = ema_enabled(o->ema) ? o->ema : NULL};
+    mo->pad_multiple = world;
+    mo->shard = NULL;
+    vj_err rc = d.impl->plan ? d.impl->plan(&d, mo, err, errlen) : VJ_OK;
+    if (rc == VJ_OK && model_memory_plan(o->mc, max_batch, mo, o->ops, mm) != 0) {
+        snprintf(err, errlen, "out of host memory planning the model");
+        rc = VJ_ERR_OUT_OF_MEMORY;
+    }
+    if (rc == VJ_OK) {
+        *dm = dp_memory_of(&d, mm->n_params);
+        dm->stage_bytes = stage_bytes(world);
+        /* grad-op's packing with frozen parameters: world chunks of at most a slice */
+        if (d.impl == &dp_grad_op && o->freeze_planned)
+            dm->pack_bytes = dm->param_bytes;
+        *name = d.impl->name;
+    }
+    if (d.impl->free) d.impl->free(&d);
+    mo->shard = NULL; /* the plan's placeholder is not the caller's to keep */
+    return rc;
+}
+
 vj_err dp_prepare(dp *d, model_options *mo, char *err, size_t errlen)
 {
-    d->stage = d->ops->alloc(sizeof(double) * SUM_MAX * (size_t)d->world);
+    d->stage = d->ops->alloc(stage_bytes(d->world));
     d->stage_host = malloc(sizeof(double) * SUM_MAX * (size_t)d->world);
     if (!d->stage || !d->stage_host) {
         snprintf(err, errlen, "out of %s memory for the sums over ranks",

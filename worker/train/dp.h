@@ -53,6 +53,7 @@ typedef struct {
     sharding_mode mode;         /* training.sharding */
     const ema_config *ema;      /* training.ema (borrowed, outlives the strategy); NULL or
                                  * decay 0: no EMA */
+    int freeze_planned;         /* dp_plan only: training.freeze lists tensors */
 } dp_options;
 
 /* Memory one rank's state takes, in backend bytes: the fp32 parameters
@@ -62,6 +63,12 @@ typedef struct {
  * options dp_new filled. */
 typedef struct {
     size_t param_bytes, grad_bytes, optim_bytes, own_bytes, ema_bytes;
+    /* full: of param_bytes + grad_bytes, the slots of gathered units (fsdp.h) */
+    size_t unit_bytes;
+    /* dp_prepare's staging of the sums over ranks; grad-op with
+     * training.freeze: at most this much for the packing (its exact size
+     * needs the frozen runs, known at dp_attach) */
+    size_t stage_bytes, pack_bytes;
 } dp_memory;
 
 /* Plans the strategy for o and fills the model options it needs
@@ -79,6 +86,20 @@ const char *dp_name(const dp *d);
 /* What this rank's state takes, for n_params parameters (planned: valid
  * after dp_new). */
 dp_memory dp_memory_of(const dp *d, size_t n_params);
+
+/* The plan of rank `rank` of `world` ranks, without a communicator and
+ * without allocating anything of the backend's: the strategy o->mode would
+ * run (with honour_mode 0 and world 1, none, as a process without a
+ * communicator runs), the model options it fills into *mo (whose other
+ * fields the caller set, as for dp_new), the model's memory under them at
+ * max_batch (model_memory_plan) and the strategy's (dp_memory_of, with
+ * stage_bytes and pack_bytes). The same code as dp_new, dp_prepare and
+ * dp_memory_of: the planner's and the memory check's source
+ * (worker/train/jobplan.h). *name: the strategy's name (static).
+ * VJ_ERR_OUT_OF_MEMORY or VJ_ERR_CONFIG with a message. */
+vj_err dp_plan(const dp_options *o, int world, int rank, int honour_mode, int max_batch,
+               model_options *mo, model_memory *mm, dp_memory *dm, const char **name,
+               char *err, size_t errlen);
 
 /* Allocates the strategy's buffers and sets the model options' hooks (full:
  * the shard); call after dp_new and before model_new. VJ_ERR_TOO_LARGE when

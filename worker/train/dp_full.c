@@ -30,7 +30,8 @@ static dp_memory memory(const dp *d, size_t n)
     fsdp_memory_bytes(d->bounds, d->units, d->world, &pb, &gb);
     size_t mine = optim_memory_bytes(fsdp_planned_shard_len(d->bounds, d->units, d->world));
     return (dp_memory){.param_bytes = pb, .grad_bytes = gb, .optim_bytes = mine,
-                       .own_bytes = pb + gb + mine};
+                       .own_bytes = pb + gb + mine,
+                       .unit_bytes = fsdp_slot_bytes(d->bounds, d->units, d->world)};
 }
 
 static vj_err prepare(dp *d, model_options *mo, char *err, size_t errlen)

@@ -100,7 +100,7 @@ static vj_err index_split(feed *f, const char *uri, const char *key, ld_index **
     return rc;
 }
 
-static int default_workers(int threads)
+int feed_default_workers(int threads)
 {
     char src[64];
     int cpus = sysres_cpus("", 0, src, sizeof src);
@@ -177,7 +177,7 @@ vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
                        : dc->random_erasing_mode == ERASE_RAND ? ER_RAND
                                                                : ER_PIXEL;
     lo->crop_pct = dc->crop_pct;
-    lo->workers = dc->workers > 0 ? dc->workers : default_workers(o->threads);
+    lo->workers = dc->workers > 0 ? dc->workers : feed_default_workers(o->threads);
     lo->prefetch_batches = dc->prefetch_batches;
     lo->shuffle_buffer = dc->shuffle_buffer;
     lo->max_pixels = dc->max_pixels;

@@ -37,6 +37,9 @@ typedef struct {
 /* Loads Fashion-MNIST, or lists and scans the shards or the folder (all
  * ranks together). *out is the caller's (feed_free). */
 vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen);
+/* data.workers' default beside `threads` training threads: the CPUs they
+ * leave, at least 1 (also the planner's, worker/train/jobplan.h). */
+int feed_default_workers(int threads);
 void feed_free(feed *f); /* accepts NULL */
 
 /* Training samples in the data set (an epoch's worth). */

@@ -230,6 +230,13 @@ void fsdp_memory_bytes(const size_t *bounds, int n_units, int world, size_t *par
     *grad_bytes = (len + 2 * maxp) * sizeof(float);
 }
 
+size_t fsdp_slot_bytes(const size_t *bounds, int n_units, int world)
+{
+    size_t len, maxp;
+    layout(bounds, n_units, world, NULL, NULL, &len, &maxp);
+    return 4 * maxp * sizeof(float);
+}
+
 size_t fsdp_planned_shard_len(const size_t *bounds, int n_units, int world)
 {
     size_t len, maxp;

@@ -59,6 +59,9 @@ const model_shard *fsdp_hooks(fsdp *f);
  * into parameters (shard and slots) and gradients (shard and slots). */
 void fsdp_memory_bytes(const size_t *bounds, int n_units, int world, size_t *param_bytes,
                        size_t *grad_bytes);
+/* Of those, the two parameter and two gradient slots that hold gathered
+ * units (the largest unit, padded), all four together. */
+size_t fsdp_slot_bytes(const size_t *bounds, int n_units, int world);
 /* The shard's length in floats for these bounds and world size (what
  * fsdp_shard_len will say), before any fsdp_new. */
 size_t fsdp_planned_shard_len(const size_t *bounds, int n_units, int world);

@@ -41,6 +41,7 @@ struct vit_model {
 
     void *arena; /* every activation buffer lives in it (backend memory) */
     size_t arena_bytes;
+    size_t arena_kept;          /* its first part: what the forward keeps for backward */
     float *images;              /* (B,C,S,S) the batch, uploaded */
     int *targets;               /* (B) its labels, uploaded */
     float *soft_targets;        /* (B,K) its target distributions (model_forward_soft) */
@@ -212,6 +213,7 @@ static size_t carve(vit_model *m, void *base)
     TAKE(m->logits_f32, B * K, F);
     TAKE(m->probs, B * K, F);
     TAKE(m->losses, B, F);
+    m->arena_kept = off; /* the rest is the backward's scratch and the attention's */
     TAKE(m->dres, B * T * D, F);
     TAKE(m->dres_lp, m->ops->bf16 ? B * T * D : 0, X);
     TAKE(m->dbuf_d, B * T * D, X);
@@ -280,15 +282,24 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
     return m;
 }
 
-/* Backend bytes of a planned model: parameters, gradients, the bf16 copy
- * and the activation arena. */
-static size_t backend_bytes(const vit_model *m)
+/* Backend bytes of a planned model, by part: parameters, gradients, the
+ * bf16 copy and the activation arena (model_memory_plan). */
+static model_memory memory_of(const vit_model *m)
 {
-    if (m->shard) /* the parameters are the shard's; one unit's bf16 copy */
-        return (m->ops->bf16 ? m->max_unit * m->ops->floatx_bytes : 0) + m->arena_bytes;
-    return m->n_padded * 2 * sizeof(float) +
-           (m->ops->bf16 ? m->n_params * m->ops->floatx_bytes : 0) + m->arena_bytes;
+    model_memory r = {.n_params = m->n_params,
+                      .activation_bytes = m->arena_kept,
+                      .workspace_bytes = m->arena_bytes - m->arena_kept};
+    if (m->shard) { /* the parameters are the shard's; one unit's bf16 copy */
+        r.lowp_bytes = m->ops->bf16 ? m->max_unit * m->ops->floatx_bytes : 0;
+    } else {
+        r.param_bytes = r.grad_bytes = m->n_padded * sizeof(float);
+        r.lowp_bytes = m->ops->bf16 ? m->n_params * m->ops->floatx_bytes : 0;
+    }
+    r.total_bytes = r.param_bytes + r.grad_bytes + r.lowp_bytes + m->arena_bytes;
+    return r;
 }
+
+static size_t backend_bytes(const vit_model *m) { return memory_of(m).total_bytes; }
 
 int model_tensor_names(const model_config *mc, model_tensor *out, int max)
 {
@@ -325,15 +336,23 @@ int model_unit_bounds(const model_config *mc, size_t *bounds, int max)
     return n;
 }
 
+int model_memory_plan(const model_config *mc, int max_batch, const model_options *opts,
+                      const vit_ops *ops, model_memory *out)
+{
+    vit_model *m = plan(mc, max_batch, opts, ops);
+    if (!m) return -1;
+    *out = memory_of(m);
+    model_free(m);
+    return 0;
+}
+
 size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
                           const vit_ops *ops, size_t *n_params)
 {
-    vit_model *m = plan(mc, max_batch, opts, ops);
-    if (!m) return 0;
-    size_t bytes = backend_bytes(m);
-    if (n_params) *n_params = m->n_params;
-    model_free(m);
-    return bytes;
+    model_memory mm;
+    if (model_memory_plan(mc, max_batch, opts, ops, &mm) != 0) return 0;
+    if (n_params) *n_params = mm.n_params;
+    return mm.total_bytes;
 }
 
 int model_new(vit_model **out, const model_config *mc, int max_batch,

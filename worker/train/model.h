@@ -100,9 +100,28 @@ typedef struct {
  * the bytes) or VJ_ERR_OUT_OF_MEMORY with a message in err. */
 int model_new(vit_model **out, const model_config *mc, int max_batch,
               const model_options *opts, const vit_ops *ops, char *err, size_t errlen);
+/* The backend bytes model_new would allocate, by part, without allocating
+ * them: the planner's (worker/train/jobplan.h) and the memory check's one
+ * source. */
+typedef struct {
+    size_t n_params;
+    size_t param_bytes;      /* fp32 master parameters, padded (0 under a shard) */
+    size_t grad_bytes;       /* their gradients (0 under a shard) */
+    size_t lowp_bytes;       /* bf16-mixed's 16-bit copy: every matmul weight, or one
+                              * unit's under a shard (floatx_bytes each); 0 in fp32 */
+    size_t activation_bytes; /* what the forward keeps for the backward (the batch,
+                              * residual streams, every block's activations or, with
+                              * checkpointing, one block's, the head) */
+    size_t workspace_bytes;  /* the backward's scratch and the attention's */
+    size_t total_bytes;      /* the sum: what model_new allocates */
+} model_memory;
+/* 0, or -1 when out of host memory. */
+int model_memory_plan(const model_config *mc, int max_batch, const model_options *opts,
+                      const vit_ops *ops, model_memory *out);
 /* The backend bytes model_new would allocate (parameters, gradients, the
- * bf16 copy, activations), and the parameter count in *n_params (may be
- * NULL), without allocating them; 0 when out of host memory. */
+ * bf16 copy, activations: model_memory_plan's total), and the parameter
+ * count in *n_params (may be NULL), without allocating them; 0 when out
+ * of host memory. */
 size_t model_memory_bytes(const model_config *mc, int max_batch, const model_options *opts,
                           const vit_ops *ops, size_t *n_params);
 /* The unit layout of the model mc describes: fills bounds[0..L+2] (unit u

@@ -20,6 +20,7 @@
 #include "exitcode.h"
 #include "file.h"
 #include "freeze.h"
+#include "jobplan.h"
 #include "log.h"
 #include "loss_scale.h"
 #include "mixup.h"
@@ -110,6 +111,7 @@ typedef struct {
     FILE *metrics; /* NULL without --metrics */
     int threads, micro, accum;
     int rank, world; /* this rank's index and their count */
+    size_t planned_bytes; /* the backend's allocations as planned (jobplan_memory) */
     /* checkpoints (checkpoint.uri): the store and the background writer */
     ckpt_store *cstore;
     ckpt_writer *cwriter;
@@ -251,26 +253,29 @@ static vj_err write_error_class(int e)
                                                                               : VJ_ERR_OUTPUT;
 }
 
-/* Host memory the run needs besides what the backend holds: the data
- * sets and the batch buffers; plus, on the CPU, the model and optimizer. */
-static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t errlen)
+/* The backend's peak of its own allocations (ops_cpu_peak_bytes,
+ * ops_cuda_peak_bytes) beside the plan of them (jobplan_memory), once at
+ * the end: what tests/plan.bats holds the planner to. */
+static void log_memory_peak(const run *r)
 {
-    const vit_job_config *cfg = r->cfg;
-    size_t n_params = 0;
-    size_t model = model_memory_bytes(&cfg->model, r->micro, mopts, r->ops, &n_params);
-    if (model == 0) {
-        snprintf(err, errlen, "out of host memory planning the model");
-        return VJ_ERR_OUT_OF_MEMORY;
-    }
-    /* the strategy's own: the optimizer state, and under full the shard */
-    size_t optim = dp_memory_of(r->dp, n_params).own_bytes;
+    size_t peak = r->ops->gpu ? ops_cuda_peak_bytes() : ops_cpu_peak_bytes();
+    LOG_INFO("train", "event=memory rank=%d peak_bytes=%zu planned_bytes=%zu", r->rank, peak,
+             r->planned_bytes);
+}
+
+/* The memory the run needs (jobplan_memory, the planner's sum: the
+ * backend's allocations and the batch buffers and staging; the data is
+ * loaded by now, so it counts as used) against what this process may take:
+ * on the CPU, where the backend's memory is the host's. */
+static vj_err check_memory(run *r, char *err, size_t errlen)
+{
+    jobplan_mem pm;
+    vj_err rc = jobplan_memory(r->cfg, r->ops, r->world, r->rank, r->opt->comm != NULL, 0, &pm,
+                               err, errlen);
+    if (rc) return rc;
+    r->planned_bytes = pm.backend_bytes;
     if (r->ops->gpu) return VJ_OK; /* the backend reports what it cannot allocate */
-    /* the data sets are already loaded, so they count as used; a staging
-     * copy of the parameters comes and goes at init */
-    const model_config *mc = &cfg->model;
-    size_t batch = (sizeof(float) * (size_t)mc->channels * mc->image_size * mc->image_size +
-                    sizeof(int)) * (size_t)r->micro;
-    size_t need = model + optim + batch + n_params * sizeof(float);
+    const size_t need = pm.check_bytes, model = pm.backend_bytes - pm.optim_bytes - pm.ema_bytes;
     char source[64];
     long long avail = sysres_memory_available("", source, sizeof source);
     if (avail >= 0 && need > (size_t)avail) {
@@ -278,8 +283,9 @@ static vj_err check_memory(run *r, const model_options *mopts, char *err, size_t
                  "the run needs %zu bytes of host memory (model %zu, optimizer state %zu, "
                  "batches and staging %zu) but %lld are available (%s); lower model.dim, "
                  "model.depth or training.microBatchSize, turn on "
-                 "training.activationCheckpointing, or give the pod more memory",
-                 need, model, optim, need - model - optim, avail, source);
+                 "training.activationCheckpointing, or give the pod more memory "
+                 "(`vitjob-worker plan` says what fits)",
+                 need, model, pm.optim_bytes + pm.ema_bytes, pm.batch_bytes, avail, source);
         return VJ_ERR_TOO_LARGE;
     }
     LOG_DEBUG("train", "event=memory need_bytes=%zu available_bytes=%lld source=%s", need,
@@ -339,7 +345,7 @@ static vj_err build(run *r, char *err, size_t errlen)
     dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &tc->optimizer,
                       .total_steps = r->total, .mode = tc->sharding, .ema = &tc->ema};
     if ((rc = dp_new(&r->dp, &dpo, &mopts, err, errlen)) != VJ_OK ||
-        (rc = check_memory(r, &mopts, err, errlen)) != VJ_OK ||
+        (rc = check_memory(r, err, errlen)) != VJ_OK ||
         (rc = dp_prepare(r->dp, &mopts, err, errlen)) != VJ_OK ||
         (rc = model_new(&r->model, mc, r->micro, &mopts, r->ops, err, errlen)) != VJ_OK)
         return rc;
@@ -548,6 +554,7 @@ static vj_err finish(run *r, char *err, size_t errlen)
         /* the export may read the parameters through collectives: take part */
         if (tc->export_path[0] && (rc = dp_export_part(r->dp, err, errlen)) != VJ_OK)
             return rc;
+        log_memory_peak(r);
         LOG_INFO("train", "event=done rank=%d steps=%ld train_seconds=%.1f peak_rss_mib=%.1f",
                  r->rank, r->total, r->t_train, peak_rss_mib());
         return VJ_OK;
@@ -565,6 +572,7 @@ static vj_err finish(run *r, char *err, size_t errlen)
         LOG_INFO("train", "event=exported path=%s weights=%s", LOGV(tc->export_path),
                  ema ? "ema" : "raw");
     }
+    log_memory_peak(r);
     double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
     char raw_words[64] = ""; /* with an EMA: test_accuracy is the EMA's, and the weights' */
     if (ema) snprintf(raw_words, sizeof raw_words, " ema=1 raw_test_accuracy=%.4f", raw.accuracy);

@@ -1,0 +1,371 @@
+/* tests/test_jobplan.c - worker/train/jobplan.c: the plan of one rank's
+ * memory is what the strategy and the model then allocate on the CPU
+ * backend (ops_cpu_live_bytes), rank by rank, in every sharding mode, at
+ * world sizes 1, 2 and 4 (forked ranks on loopback), with and without
+ * activation checkpointing, for fmnist_tiny, fmnist_small and vit_s16 (at
+ * 28x28x1); the parts add up; the seed's claims (1B, 10B, 120B on 128
+ * 80-GB GPUs) and a vit_h14 that does not fit with the suggestion that
+ * makes it fit; the JSON's keys; the GPU plan of vit_l16 against the peak
+ * bench/NOTES.md measured on an H100. tests/plan.bats holds real worker
+ * runs to their plan. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "comm.h"
+#include "config.h"
+#include "dp.h"
+#include "jobplan.h"
+#include "log.h"
+#include "model.h"
+#include "ops.h"
+#include "rank_fixture.h"
+#include "rdzv.h"
+
+TestSuite(jobplan, .timeout = 300);
+
+static void set(vit_job_config *cfg, const char *kv)
+{
+    char err[256];
+    cr_assert_eq(config_set(cfg, kv, err, sizeof err), 0, "%s: %s", kv, err);
+}
+
+/* fmnist_tiny, fmnist_small, or vit_s16's dims at 28x28x1 and 10 classes */
+static void model_of(vit_job_config *cfg, const char *name)
+{
+    config_defaults(cfg);
+    char kv[96];
+    snprintf(kv, sizeof kv, "model.preset=%s", name);
+    set(cfg, kv);
+    if (strcmp(name, "vit_s16") == 0) {
+        set(cfg, "model.imageSize=28");
+        set(cfg, "model.patchSize=7");
+        set(cfg, "model.channels=1");
+        set(cfg, "model.numClasses=10");
+    }
+    set(cfg, "training.globalBatchSize=16");
+    set(cfg, "training.microBatchSize=4");
+}
+
+/* Rank `rank` of `world` builds what a run builds (dp_new, dp_prepare,
+ * model_new, dp_attach) and writes "rank planned held" to fd. */
+static int rank_holds(const char *ep, const vit_job_config *cfg, int rank, int world, int fd)
+{
+    ops_cpu_set_threads(1);
+    log_set_level_name("warn"); /* the rendezvous' and the strategy's lines */
+    char err[512];
+    rdzv *z = NULL;
+    comm *c = NULL;
+    if (world > 1) {
+        rdzv_options ro = {.endpoint = ep, .rank = rank, .world_size = world, .timeout_s = 60};
+        if (rdzv_new(&z, &ro, NULL, err, sizeof err) || comm_new_cpu(&c, z, 60, err, sizeof err)) {
+            fprintf(stderr, "rank %d of %d: %s\n", rank, world, err);
+            return 1;
+        }
+    } else if (comm_new_cpu_store(&c, NULL, 0, 1, 10, err, sizeof err)) {
+        return 1;
+    }
+    const vit_ops *ops = ops_cpu();
+    const training_config *tc = &cfg->training;
+    jobplan_mem pm;
+    if (jobplan_memory(cfg, ops, world, rank, 1, 1, &pm, err, sizeof err)) {
+        fprintf(stderr, "rank %d: %s\n", rank, err);
+        return 2;
+    }
+    const size_t before = ops_cpu_live_bytes();
+    model_options mo = {.activation_checkpointing = tc->activation_checkpointing};
+    dp_options o = {.comm = c, .ops = ops, .mc = &cfg->model, .oc = &tc->optimizer,
+                    .total_steps = 1, .mode = tc->sharding};
+    dp *d = NULL;
+    vit_model *m = NULL;
+    int bad = dp_new(&d, &o, &mo, err, sizeof err) || dp_prepare(d, &mo, err, sizeof err) ||
+              model_new(&m, &cfg->model, tc->micro_batch_size, &mo, ops, err, sizeof err) ||
+              dp_attach(d, m, err, sizeof err);
+    if (bad) fprintf(stderr, "rank %d: %s\n", rank, err);
+    const size_t held = ops_cpu_live_bytes() - before;
+    char line[96];
+    int len = snprintf(line, sizeof line, "%d %zu %zu\n", rank, pm.backend_bytes, held);
+    if (!bad && write(fd, line, (size_t)len) != len) bad = 1;
+    model_free(m);
+    dp_free(d);
+    if (world > 1 && !bad && comm_barrier(c, err, sizeof err)) bad = 1;
+    comm_free(c);
+    rdzv_free(z);
+    return bad ? 3 : 0;
+}
+
+/* Every rank of world: plan against what it holds. Returns the worst
+ * relative difference. */
+static double world_holds(const vit_job_config *cfg, int world, const char *what)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pids[4];
+    fflush(NULL);
+    for (int r = 0; r < world; r++) {
+        if ((pids[r] = fork()) == 0) {
+            signal(SIGPIPE, SIG_IGN);
+            close(fds[0]);
+            _exit(rank_holds(ep, cfg, r, world, fds[1]));
+        }
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    int rank, seen = 0;
+    size_t planned, held;
+    double worst = 0;
+    while (fscanf(f, "%d %zu %zu", &rank, &planned, &held) == 3) {
+        double rel = fabs((double)held - (double)planned) / (double)planned;
+        cr_log_info("%s rank %d/%d: planned %zu held %zu (%.4f%%)", what, rank, world, planned,
+                    held, 100 * rel);
+        worst = rel > worst ? rel : worst;
+        seen++;
+    }
+    fclose(f);
+    for (int r = 0; r < world; r++) {
+        int s;
+        cr_assert_eq(waitpid(pids[r], &s, 0), pids[r]);
+        cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "%s rank %d exited %d", what, r,
+                  WEXITSTATUS(s));
+    }
+    cr_assert_eq(seen, world, "%s: %d of %d ranks reported", what, seen, world);
+    return worst;
+}
+
+Test(jobplan, each_ranks_planned_backend_memory_is_what_it_allocates_in_every_mode_world_and_checkpointing)
+{
+    setenv("VITJOB_COMM_HOST", "127.0.0.1", 1);
+    static const char *const models[] = {"fmnist_tiny", "fmnist_small", "vit_s16"};
+    static const char *const modes[] = {"none", "grad-op", "full"};
+    static const int worlds[] = {1, 2, 4};
+    double worst = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int s = 0; s < 3; s++)
+            for (int wi = 0; wi < 3; wi++)
+                for (int ck = 0; ck < 2; ck++) {
+                    static vit_job_config cfg;
+                    model_of(&cfg, models[mi]);
+                    char kv[64], what[96];
+                    snprintf(kv, sizeof kv, "training.sharding=%s", modes[s]);
+                    set(&cfg, kv);
+                    set(&cfg, ck ? "training.activationCheckpointing=true"
+                                 : "training.activationCheckpointing=false");
+                    snprintf(what, sizeof what, "%s %s ckpt=%d", models[mi], modes[s], ck);
+                    double w = world_holds(&cfg, worlds[wi], what);
+                    cr_assert_lt(w, 0.01, "%s world %d: %.3f%% off the plan", what, worlds[wi],
+                                 100 * w);
+                    worst = w > worst ? w : worst;
+                }
+    cr_log_info("worst relative difference, 54 configurations: %.4f%%", 100 * worst);
+}
+
+Test(jobplan, the_parts_add_up_to_the_backend_and_the_backend_to_the_models_and_strategys_totals)
+{
+    static vit_job_config cfg;
+    model_of(&cfg, "fmnist_small");
+    set(&cfg, "training.sharding=full");
+    set(&cfg, "training.ema.decay=0.999");
+    set(&cfg, "training.precision=bf16-mixed");
+    char err[256];
+    jobplan_mem m;
+    cr_assert_eq(jobplan_memory(&cfg, jobplan_gpu_ops(PRECISION_BF16_MIXED), 4, 0, 1, 1, &m, err,
+                                sizeof err), 0, "%s", err);
+    cr_assert_str_eq(m.sharding, "full");
+    cr_assert_eq(m.param_bytes + m.grad_bytes + m.optim_bytes + m.ema_bytes + m.lowp_bytes +
+                     m.unit_bytes + m.activation_bytes + m.workspace_bytes + m.collective_bytes,
+                 m.backend_bytes);
+    cr_assert_gt(m.unit_bytes, 0, "full keeps gathered units");
+    cr_assert_eq(m.ema_bytes * 2, m.optim_bytes, "the EMA: one float per AdamW pair");
+    cr_assert_lt(m.activation_ckpt_bytes, m.activation_nockpt_bytes);
+    cr_assert_eq(m.total_bytes, m.backend_bytes + m.reserve_bytes, "a GPU's total");
+    /* none: the model's parameters, unsharded, and no units */
+    set(&cfg, "training.sharding=none");
+    jobplan_mem n;
+    cr_assert_eq(jobplan_memory(&cfg, jobplan_gpu_ops(PRECISION_BF16_MIXED), 4, 0, 1, 1, &n, err,
+                                sizeof err), 0, "%s", err);
+    cr_assert_eq(n.unit_bytes, 0);
+    cr_assert_geq(n.param_bytes, n.n_params * 4);
+    cr_assert_lt(m.param_bytes * 3, n.param_bytes, "full holds a quarter at 4 ranks");
+}
+
+/* dims of the seed's models at 224x224x3, patch 14, 1000 classes */
+typedef struct {
+    const char *name;
+    int dim, depth, heads, micro;
+} big_vit;
+
+static void big(vit_job_config *cfg, const big_vit *b, const char *sharding)
+{
+    config_defaults(cfg);
+    char kv[96];
+    set(cfg, "model.preset=");
+    set(cfg, "model.imageSize=224");
+    set(cfg, "model.patchSize=14");
+    set(cfg, "model.channels=3");
+    set(cfg, "model.numClasses=1000");
+    snprintf(kv, sizeof kv, "model.dim=%d", b->dim), set(cfg, kv);
+    snprintf(kv, sizeof kv, "model.depth=%d", b->depth), set(cfg, kv);
+    snprintf(kv, sizeof kv, "model.heads=%d", b->heads), set(cfg, kv);
+    set(cfg, "training.globalBatchSize=4096");
+    snprintf(kv, sizeof kv, "training.microBatchSize=%d", b->micro), set(cfg, kv);
+    set(cfg, "training.precision=bf16-mixed");
+    set(cfg, "training.activationCheckpointing=true");
+    snprintf(kv, sizeof kv, "training.sharding=%s", sharding), set(cfg, kv);
+}
+
+Test(jobplan, the_seed_claims_1b_10b_120b_fit_128_80gb_gpus_with_full_checkpointing_bf16_and_10b_120b_not_unsharded)
+{
+    static const big_vit models[] = {{"ViT 1B", 1536, 36, 16, 32},
+                                     {"ViT 10B", 4096, 48, 32, 8},
+                                     {"ViT 120B", 12288, 66, 96, 4}};
+    const jobplan_target t = {.replicas = 16, .local_ranks = 8, .gpu = 1, .gpu_kind = "a100",
+                              .device_bytes = 80e9};
+    char err[256];
+    fprintf(stderr, "\nthe seed's claims: 128 GPUs of 80 GB (A100 rates), bf16-mixed, activation "
+            "checkpointing, global batch 4096\n"
+            "| model | params | micro | sharding | GiB per rank | fits | step s | img/s |\n"
+            "|---|---:|---:|---|---:|---|---:|---:|\n");
+    for (int i = 0; i < 3; i++) {
+        for (int s = 0; s < 2; s++) {
+            static vit_job_config cfg;
+            big(&cfg, &models[i], s ? "none" : "full");
+            static jobplan p;
+            cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+            fprintf(stderr, "| %s | %.3g B | %d | %s | %.1f | %s | %.3g | %.0f |\n",
+                    models[i].name, p.mem.n_params / 1e9, models[i].micro, p.mem.sharding,
+                    p.mem.total_bytes / 1073741824.0, p.fits ? "fits" : "does not fit", p.step_s,
+                    p.images_per_s);
+            if (s == 0)
+                cr_assert(p.fits, "%s with full: %zu bytes", models[i].name, p.mem.total_bytes);
+            else if (i > 0) /* ViT 1B fits a GPU unsharded: printed, not claimed */
+                cr_assert(!p.fits, "%s without sharding fits: %zu bytes", models[i].name,
+                          p.mem.total_bytes);
+        }
+    }
+}
+
+static void h14(vit_job_config *cfg, int micro)
+{
+    config_defaults(cfg);
+    char kv[64];
+    set(cfg, "model.preset=vit_h14");
+    set(cfg, "training.globalBatchSize=8192");
+    snprintf(kv, sizeof kv, "training.microBatchSize=%d", micro), set(cfg, kv);
+    set(cfg, "training.sharding=none");
+}
+
+Test(jobplan, a_vit_h14_micro_batch_128_unsharded_does_not_fit_80gb_and_its_suggestion_applied_fits)
+{
+    const jobplan_target t = {.replicas = 8, .local_ranks = 8, .gpu = 1, .device_bytes = 80e9};
+    char err[256];
+    static vit_job_config cfg;
+    static jobplan p;
+    /* at micro-batch 64 (fp32) it needs 62 GiB: it fits */
+    h14(&cfg, 64);
+    cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+    fprintf(stderr, "vit_h14 micro-batch 64, none, fp32: %.1f GiB per rank of 80 GB: %s\n",
+            p.mem.total_bytes / 1073741824.0, p.fits ? "fits" : "does not fit");
+    h14(&cfg, 128);
+    cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+    fprintf(stderr, "vit_h14 micro-batch 128, none, fp32: %.1f GiB per rank: %s\n",
+            p.mem.total_bytes / 1073741824.0, p.fits ? "fits" : "does not fit");
+    cr_assert(!p.fits);
+    cr_assert_geq(p.suggestion, 0, "a change that fits");
+    cr_assert_str_eq(p.changes[0].what, "training.activationCheckpointing=true",
+                     "checkpointing first");
+    /* applied: each change up to the suggestion, as --set */
+    for (int i = 0; i <= p.suggestion; i++) {
+        char kv[160];
+        snprintf(kv, sizeof kv, "%s", p.changes[i].what);
+        char *sp = strchr(kv, ' ');
+        if (sp) *sp = 0;
+        set(&cfg, kv);
+    }
+    static jobplan q;
+    cr_assert_eq(jobplan_make(&cfg, &t, &q, err, sizeof err), 0, "%s", err);
+    cr_assert(q.fits, "the suggestion applied: %zu bytes", q.mem.total_bytes);
+    cr_assert_eq(q.mem.total_bytes, p.changes[p.suggestion].total_bytes, "the total it promised");
+    /* the order: with checkpointing refused by the memory too, grad-op next */
+    jobplan_target small = t;
+    small.device_bytes = 12e9;
+    h14(&cfg, 128);
+    cr_assert_eq(jobplan_make(&cfg, &small, &p, err, sizeof err), 0, "%s", err);
+    cr_assert_geq(p.n_changes, 2);
+    cr_assert_str_eq(p.changes[1].what, "training.sharding=grad-op");
+    for (int i = 1; i < p.n_changes; i++)
+        cr_assert_leq(p.changes[i].total_bytes, p.changes[i - 1].total_bytes,
+                      "each change needs no more than the one before");
+}
+
+Test(jobplan, the_gpu_plan_of_vit_l16_is_within_5_percent_of_the_h100_peak_in_bench_notes)
+{
+    /* bench/NOTES.md, `make bench-gpu` on an H100: vitjob's vit_l16 at batch
+     * 64, bf16-mixed, peak of its backend's allocations 18.11 GiB */
+    static vit_job_config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "model.preset=vit_l16");
+    set(&cfg, "training.globalBatchSize=64");
+    set(&cfg, "training.microBatchSize=64");
+    set(&cfg, "training.precision=bf16-mixed");
+    char err[256];
+    jobplan_mem m;
+    cr_assert_eq(jobplan_memory(&cfg, jobplan_gpu_ops(PRECISION_BF16_MIXED), 1, 0, 0, 1, &m, err,
+                                sizeof err), 0, "%s", err);
+    const double measured = 18.11 * 1073741824.0;
+    cr_log_info("vit_l16 bf16 batch 64: planned %.2f GiB, measured 18.11", m.backend_bytes / 1073741824.0);
+    cr_assert_lt(fabs(m.backend_bytes - measured) / measured, 0.05, "planned %.2f GiB",
+                 m.backend_bytes / 1073741824.0);
+}
+
+Test(jobplan, the_json_has_the_stable_keys)
+{
+    static vit_job_config cfg;
+    model_of(&cfg, "fmnist_tiny");
+    const jobplan_target t = {.replicas = 2, .local_ranks = 1, .flops_per_s = 1e10,
+                              .bus_bytes_per_s = 1e9, .device_bytes = 1e5};
+    char err[256];
+    static jobplan p;
+    cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+    char *s = jobplan_json(&p);
+    cr_assert_not_null(s);
+    cJSON *j = cJSON_Parse(s);
+    cr_assert_not_null(j);
+    static const char *const top[] = {"params", "sharding", "world", "microBatchSize",
+                                      "accumulation", "globalBatchSize", "deviceMemoryBytes",
+                                      "fits", "memoryPerRank", "time", "changes", "suggestion"};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        cr_assert_not_null(cJSON_GetObjectItem(j, top[i]), "%s", top[i]);
+    static const char *const mem[] = {"parameters", "gradients", "optimizerState",
+                                      "gatheredUnits", "activations", "activationsCheckpointed",
+                                      "activationsNotCheckpointed", "workspace",
+                                      "collectiveBuffers", "backend", "loaderQueue", "total"};
+    cJSON *mj = cJSON_GetObjectItem(j, "memoryPerRank");
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(mj, mem[i])), "%s", mem[i]);
+    cJSON *tj = cJSON_GetObjectItem(j, "time");
+    cr_assert_float_eq(cJSON_GetObjectItem(tj, "flopsPerSecondPerRank")->valuedouble, 1e10, 1);
+    cr_assert_gt(cJSON_GetObjectItem(tj, "imagesPerSecond")->valuedouble, 0);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "fits")), "100 kB does not hold it");
+    cr_assert_gt(cJSON_GetArraySize(cJSON_GetObjectItem(j, "changes")), 0);
+    cJSON_Delete(j);
+    free(s);
+}
+
+Test(jobplan, the_flop_count_is_bench_notes_count_and_checkpointing_adds_one_forward_of_the_blocks)
+{
+    static vit_job_config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "model.preset=vit_b16");
+    /* bench/NOTES.md: 105.38 GFLOP per image for vit_b16 */
+    cr_assert_float_eq(jobplan_flops_per_image(&cfg.model, 0) / 1e9, 105.38, 0.01);
+    double extra = jobplan_flops_per_image(&cfg.model, 1) - jobplan_flops_per_image(&cfg.model, 0);
+    cr_assert_gt(extra, 0.3 * 105.38e9 * 0.9);
+    cr_assert_lt(extra, 105.38e9 / 3);
+}

@@ -1,0 +1,642 @@
+/* worker/train/jobplan.c - see jobplan.h. Sizes come from the code that
+ * allocates (dp_plan, model_memory_plan, ld_queue_bytes,
+ * att_scratch_layout); what this file adds is the sum, the FLOP count, the
+ * rates and the order of the suggestions. */
+#include "jobplan.h"
+
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "attention_scratch.h"
+#include "comm.h"
+#include "dp.h"
+#include "feed.h"
+#include "loader.h"
+#include "model.h"
+#include "rdzv.h"
+#include "sysres.h"
+
+/* ---- a GPU backend's sizes, without the backend ---- */
+
+static size_t att_bytes_x4(int B, int T, int D, int NH)
+{
+    size_t off[9];
+    return att_scratch_layout(off, B, T, D, NH, 4);
+}
+static size_t att_bytes_x2(int B, int T, int D, int NH)
+{
+    size_t off[9];
+    return att_scratch_layout(off, B, T, D, NH, 2);
+}
+
+/* nothing is allocated through these tables; a planned model is freed */
+static void no_release(void *p) { (void)p; }
+
+static const vit_ops gpu_fp32 = {.name = "cuda (planned)", .gpu = 1, .floatx_bytes = 4,
+                                 .release = no_release, .attention_scratch_bytes = att_bytes_x4};
+static const vit_ops gpu_bf16 = {.name = "cuda-bf16 (planned)", .gpu = 1, .bf16 = 1,
+                                 .floatx_bytes = 2, .release = no_release,
+                                 .attention_scratch_bytes = att_bytes_x2};
+static const vit_ops gpu_fp16 = {.name = "cuda-fp16 (planned)", .gpu = 1, .bf16 = 1, .fp16 = 1,
+                                 .floatx_bytes = 2, .release = no_release,
+                                 .attention_scratch_bytes = att_bytes_x2};
+
+const vit_ops *jobplan_gpu_ops(precision_mode p)
+{
+    return p == PRECISION_BF16_MIXED ? &gpu_bf16 : p == PRECISION_FP16_MIXED ? &gpu_fp16 : &gpu_fp32;
+}
+
+static const vit_ops *cpu_ops(precision_mode p)
+{
+    return p == PRECISION_BF16_MIXED ? ops_cpu_bf16() : p == PRECISION_FP16_MIXED ? ops_cpu_fp16()
+                                                                                    : ops_cpu();
+}
+
+/* The CUDA context, cuBLASLt's 32 MiB workspace (ops_cuda.cu) and NCCL's
+ * buffers: an allowance, not measured by the backend's counter. */
+#define GPU_RESERVE_BYTES ((size_t)1 << 30)
+
+/* Fashion-MNIST's two files in memory (data.c keeps 8-bit pixels and labels). */
+#define FMNIST_SAMPLES 70000
+
+/* ---- memory ---- */
+
+static vj_err plan_once(const vit_job_config *cfg, const vit_ops *ops, int world, int rank,
+                        int honour_mode, int ckpt, model_memory *mm, dp_memory *dm,
+                        const char **name, char *err, size_t errlen)
+{
+    const training_config *tc = &cfg->training;
+    model_options mo = {.activation_checkpointing = ckpt, .drop_path = tc->drop_path > 0};
+    dp_options dpo = {.ops = ops, .mc = &cfg->model, .oc = &tc->optimizer, .total_steps = 1,
+                      .mode = tc->sharding, .ema = &tc->ema, .freeze_planned = tc->freeze_n > 0};
+    return dp_plan(&dpo, world, rank, honour_mode, tc->micro_batch_size, &mo, mm, dm, name, err,
+                   errlen);
+}
+
+vj_err jobplan_memory(const vit_job_config *cfg, const vit_ops *ops, int world, int rank,
+                      int honour_mode, int threads, jobplan_mem *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const training_config *tc = &cfg->training;
+    const model_config *mc = &cfg->model;
+    model_memory mm, other;
+    dp_memory dm, dm2;
+    const char *name = "none", *name2;
+    vj_err rc = plan_once(cfg, ops, world, rank, honour_mode, tc->activation_checkpointing, &mm,
+                          &dm, &name, err, errlen);
+    if (rc == VJ_OK)
+        rc = plan_once(cfg, ops, world, rank, honour_mode, !tc->activation_checkpointing, &other,
+                       &dm2, &name2, err, errlen);
+    if (rc) return rc;
+    out->n_params = mm.n_params;
+    out->sharding = name;
+    out->world = world;
+    out->rank = rank;
+    if (mm.param_bytes) { /* the model holds them (none, grad-op) */
+        out->param_bytes = mm.param_bytes;
+        out->grad_bytes = mm.grad_bytes;
+    } else { /* the shard holds them, and the slots of gathered units */
+        out->param_bytes = dm.param_bytes - dm.unit_bytes / 2;
+        out->grad_bytes = dm.grad_bytes - dm.unit_bytes / 2;
+        out->unit_bytes = dm.unit_bytes;
+    }
+    out->optim_bytes = dm.optim_bytes;
+    out->ema_bytes = dm.ema_bytes;
+    out->lowp_bytes = mm.lowp_bytes;
+    out->activation_bytes = mm.activation_bytes;
+    out->activation_ckpt_bytes = tc->activation_checkpointing ? mm.activation_bytes
+                                                              : other.activation_bytes;
+    out->activation_nockpt_bytes = tc->activation_checkpointing ? other.activation_bytes
+                                                                : mm.activation_bytes;
+    out->workspace_bytes = mm.workspace_bytes;
+    out->collective_bytes = dm.stage_bytes + dm.pack_bytes;
+    /* the model's total and the strategy's own: what the backend allocates */
+    out->backend_bytes = mm.total_bytes + dm.own_bytes + out->collective_bytes;
+    const size_t img = (size_t)mc->channels * mc->image_size * mc->image_size;
+    out->batch_bytes = (sizeof(float) * img + sizeof(int)) * (size_t)tc->micro_batch_size +
+                       mm.n_params * sizeof(float);
+    if (cfg->data.format == DATA_FASHION_MNIST) {
+        out->loader_bytes = (size_t)FMNIST_SAMPLES * (img + 1);
+    } else {
+        int t = threads > 0 ? threads : sysres_cpus("", 0, NULL, 0);
+        int workers = cfg->data.workers > 0 ? cfg->data.workers : feed_default_workers(t);
+        out->loader_bytes = ld_queue_bytes(tc->micro_batch_size, cfg->data.prefetch_batches,
+                                           workers, mc->channels, mc->image_size);
+    }
+    out->check_bytes = out->backend_bytes + out->batch_bytes;
+    if (ops->gpu) {
+        out->reserve_bytes = GPU_RESERVE_BYTES;
+        out->total_bytes = out->backend_bytes + out->reserve_bytes;
+    } else {
+        out->total_bytes = out->backend_bytes + out->batch_bytes + out->loader_bytes;
+    }
+    return VJ_OK;
+}
+
+/* ---- time ---- */
+
+double jobplan_flops_per_image(const model_config *mc, int ckpt)
+{
+    const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
+                 L = mc->depth, H = config_mlp_hidden(mc), K = mc->num_classes;
+    const double N = floor(S / P) * floor(S / P), T = N + 1;
+    const double block = 2 * T * (3 * D * D + D * D + 2 * D * H) + 2 * 2 * T * T * D;
+    const double fwd = 2 * N * (C * P * P) * D + L * block + 2 * D * K;
+    return 3 * fwd + (ckpt ? L * block : 0);
+}
+
+/* Bus bytes one rank moves per step (what a collective at bus bandwidth B
+ * takes bytes / B for): all-reduce 2(W-1)/W of the buffer; reduce-scatter
+ * and all-gather (W-1)/W each. full gathers every unit for the forward and
+ * again for the backward, and reduce-scatters its gradients, each
+ * micro-batch. */
+static double comm_bytes(const char *sharding, int world, int accum, size_t n_params)
+{
+    if (world <= 1) return 0;
+    const double f = (double)(world - 1) / world, bytes = (double)n_params * sizeof(float);
+    if (strcmp(sharding, "full") == 0) return 3 * f * bytes * accum;
+    return 2 * f * bytes;
+}
+
+typedef struct {
+    const char *kind;
+    double memory;   /* bytes */
+    double peak;     /* dense 16-bit tensor FLOP/s, published */
+    double nvlink;   /* all-reduce bus bandwidth inside a node, bytes/s (published) */
+    double network;  /* across nodes, per GPU (a 400/200/100 Gb/s NIC each) */
+} gpu_row;
+
+/* H100 and H200 have the same tensor peak (989.4 TFLOP/s dense bf16): the
+ * H100's measured rates (bench/NOTES.md, vitjob's own step) serve both. */
+static const gpu_row gpus[] = {
+    {"h100", 80e9, 989.4e12, 360e9, 50e9},
+    {"h200", 141e9, 989.4e12, 360e9, 50e9},
+    {"a100", 80e9, 312e12, 230e9, 25e9},
+    {"v100", 32e9, 125e12, 130e9, 12.5e9},
+};
+/* bench/NOTES.md, `make bench-gpu` on an H100 80GB HBM3: vitjob's step at
+ * vit_b16 (dim 768) 189.2 TFLOP/s, at vit_l16 (dim 1024) 232.3 (23.5% of
+ * the peak): the efficiency other GPUs are planned at. */
+#define H100_B16_RATE 189.2e12
+#define H100_L16_RATE 232.3e12
+#define MEASURED_MFU (H100_L16_RATE / 989.4e12)
+/* bench/NOTES.md: the CPU collectives' bus bandwidth, 2 ranks on loopback
+ * on the development machine (reduce-scatter, 16-64 MiB) */
+#define CPU_BUS_NOTES 1.1e9
+
+static const gpu_row *gpu_of(const char *kind)
+{
+    if (!kind || !*kind) kind = "h100";
+    for (size_t i = 0; i < sizeof gpus / sizeof gpus[0]; i++)
+        if (strcmp(gpus[i].kind, kind) == 0) return &gpus[i];
+    return NULL;
+}
+
+/* ---- the plan ---- */
+
+static int plan_threads(const vit_job_config *cfg, const jobplan_target *t)
+{
+    if (t->threads > 0) return t->threads;
+    if (cfg->training.threads > 0) return cfg->training.threads;
+    int cpus = sysres_cpus("", 0, NULL, 0) / (t->local_ranks > 0 ? t->local_ranks : 1);
+    return cpus < 1 ? 1 : cpus;
+}
+
+static vj_err mem_for(const vit_job_config *cfg, const jobplan_target *t, jobplan_mem *m, char *err,
+                      size_t errlen)
+{
+    const int world = t->replicas * t->local_ranks, threads = plan_threads(cfg, t);
+    const vit_ops *ops = t->gpu ? jobplan_gpu_ops(cfg->training.precision)
+                                : cpu_ops(cfg->training.precision);
+    /* the CPU attention's scratch is per thread: as many as a rank runs */
+    if (!t->gpu) ops_cpu_set_threads(threads);
+    return jobplan_memory(cfg, ops, world, 0, 0, threads, m, err, errlen);
+}
+
+static int divides(const vit_job_config *cfg, int world)
+{
+    long long per = (long long)cfg->training.micro_batch_size * world;
+    return per > 0 && cfg->training.global_batch_size % per == 0;
+}
+
+static void add_change(jobplan *p, const char *what, const jobplan_mem *m)
+{
+    if (p->n_changes >= JOBPLAN_MAX_CHANGES) return;
+    jobplan_change *c = &p->changes[p->n_changes++];
+    snprintf(c->what, sizeof c->what, "%s", what);
+    c->total_bytes = m->total_bytes;
+    c->fits = (double)m->total_bytes <= p->device_bytes;
+    if (c->fits && p->suggestion < 0) p->suggestion = p->n_changes - 1;
+}
+
+/* Each change on top of the ones before: checkpointing, grad-op, full,
+ * halving the micro-batch (more accumulation), doubling the replicas. */
+static vj_err suggest(const vit_job_config *cfg0, const jobplan_target *t0, jobplan *p, char *err,
+                      size_t errlen)
+{
+    static vit_job_config cfg;
+    cfg = *cfg0;
+    jobplan_target t = *t0;
+    jobplan_mem m;
+    char what[160];
+    vj_err rc;
+    p->suggestion = -1;
+    /* the changes are config assignments, applied as --set would apply them;
+     * a mode is skipped where the job already shards at least as much */
+    static const char *const steps[] = {"training.activationCheckpointing=true",
+                                        "training.sharding=grad-op", "training.sharding=full"};
+    const char *mode = config_enum_name("training.sharding", (int)cfg.training.sharding);
+    const int rank_of = strcmp(mode, "full") == 0 ? 2 : strcmp(mode, "grad-op") == 0 ? 1 : 0;
+    for (int i = 0; i < 3; i++) {
+        if (i == 0 && cfg.training.activation_checkpointing) continue;
+        if (i > 0 && rank_of >= i) continue;
+        if ((rc = config_set(&cfg, steps[i], err, errlen)) != VJ_OK ||
+            (rc = config_set(&cfg, steps[0], err, errlen)) != VJ_OK ||
+            (rc = mem_for(&cfg, &t, &m, err, errlen)))
+            return rc;
+        add_change(p, steps[i], &m);
+        if (p->suggestion >= 0) return VJ_OK;
+    }
+    const int world = t.replicas * t.local_ranks;
+    while (cfg.training.micro_batch_size > 1) {
+        int micro = cfg.training.micro_batch_size / 2;
+        cfg.training.micro_batch_size = micro;
+        if (!divides(&cfg, world)) continue;
+        if ((rc = mem_for(&cfg, &t, &m, err, errlen))) return rc;
+        if ((double)m.total_bytes <= p->device_bytes || micro == 1) {
+            snprintf(what, sizeof what, "training.microBatchSize=%d (accumulation %d)", micro,
+                     cfg.training.global_batch_size / (micro * world));
+            add_change(p, what, &m);
+            if (p->suggestion >= 0) return VJ_OK;
+            break;
+        }
+    }
+    for (int k = 0; k < 10; k++) {
+        t.replicas *= 2;
+        if (!divides(&cfg, t.replicas * t.local_ranks)) break;
+        if ((rc = mem_for(&cfg, &t, &m, err, errlen))) return rc;
+        if ((double)m.total_bytes <= p->device_bytes) {
+            snprintf(what, sizeof what, "replicas=%d", t.replicas);
+            add_change(p, what, &m);
+            return VJ_OK;
+        }
+    }
+    return VJ_OK;
+}
+
+vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan *p, char *err,
+                    size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->suggestion = -1;
+    const int world = t->replicas * t->local_ranks;
+    if (t->replicas < 1 || t->local_ranks < 1) {
+        snprintf(err, errlen, "--replicas %d --local-ranks %d: both must be at least 1",
+                 t->replicas, t->local_ranks);
+        return VJ_ERR_CONFIG;
+    }
+    if (!divides(cfg, world)) {
+        snprintf(err, errlen, "training.globalBatchSize=%d is not a multiple of "
+                 "training.microBatchSize=%d x %d ranks", cfg->training.global_batch_size,
+                 cfg->training.micro_batch_size, world);
+        return VJ_ERR_CONFIG;
+    }
+    const gpu_row *g = NULL;
+    if (t->gpu && !(g = gpu_of(t->gpu_kind))) {
+        snprintf(err, errlen, "--gpu %s: not one of h100, h200, a100, v100", t->gpu_kind);
+        return VJ_ERR_CONFIG;
+    }
+    vj_err rc = mem_for(cfg, t, &p->mem, err, errlen);
+    if (rc) return rc;
+    const training_config *tc = &cfg->training;
+    p->world = world;
+    p->micro = tc->micro_batch_size;
+    p->global_batch = tc->global_batch_size;
+    p->accum = tc->global_batch_size / (tc->micro_batch_size * world);
+    /* memory per rank */
+    if (t->device_bytes > 0) {
+        p->device_bytes = t->device_bytes;
+    } else if (g) {
+        p->device_bytes = g->memory;
+    } else {
+        long long avail = sysres_memory_available("", NULL, 0);
+        p->device_bytes = avail > 0 ? (double)avail / t->local_ranks : 0;
+    }
+    if (g)
+        snprintf(p->device, sizeof p->device, "cuda %s, %.0f GB per rank", g->kind,
+                 p->device_bytes / 1e9);
+    else
+        snprintf(p->device, sizeof p->device, "cpu, %.2f GB per rank (%s)", p->device_bytes / 1e9,
+                 t->device_bytes > 0 ? "given" : "available to this process / local ranks");
+    p->fits = p->device_bytes <= 0 || (double)p->mem.total_bytes <= p->device_bytes;
+    /* time */
+    p->flops_per_step = jobplan_flops_per_image(&cfg->model, tc->activation_checkpointing) *
+                        tc->global_batch_size;
+    if (t->flops_per_s > 0) {
+        p->flops_per_s = t->flops_per_s;
+        snprintf(p->rate_source, sizeof p->rate_source, "given");
+    } else if (g && strcmp(g->kind, "h100") == 0) {
+        p->flops_per_s = cfg->model.dim >= 1024 ? H100_L16_RATE : H100_B16_RATE;
+        snprintf(p->rate_source, sizeof p->rate_source, "bench/NOTES.md, H100 measured (%s)",
+                 cfg->model.dim >= 1024 ? "vit_l16" : "vit_b16");
+    } else if (g) {
+        p->flops_per_s = g->peak * MEASURED_MFU;
+        snprintf(p->rate_source, sizeof p->rate_source,
+                 "published peak %.0f TFLOP/s x %.1f%% (H100's measured)", g->peak / 1e12,
+                 100 * MEASURED_MFU);
+    } else {
+        snprintf(p->rate_source, sizeof p->rate_source, "none: run with --measure");
+    }
+    if (t->bus_bytes_per_s > 0) {
+        p->bus_bytes_per_s = t->bus_bytes_per_s;
+        snprintf(p->bus_source, sizeof p->bus_source, "given");
+    } else if (g) {
+        int inside = t->replicas == 1 && world <= 8;
+        p->bus_bytes_per_s = inside ? g->nvlink : g->network;
+        snprintf(p->bus_source, sizeof p->bus_source, "published, %s (not measured here)",
+                 inside ? "NVLink inside a node" : "one NIC per GPU across nodes");
+    } else {
+        p->bus_bytes_per_s = CPU_BUS_NOTES;
+        snprintf(p->bus_source, sizeof p->bus_source, "bench/NOTES.md loopback, 2 ranks");
+    }
+    p->comm_bytes = comm_bytes(p->mem.sharding, world, p->accum, p->mem.n_params);
+    p->comm_s = p->bus_bytes_per_s > 0 ? p->comm_bytes / p->bus_bytes_per_s : 0;
+    if (p->flops_per_s > 0) {
+        p->compute_s = p->flops_per_step / world / p->flops_per_s;
+        /* on a GPU full's communication thread overlaps the compute; on
+         * the CPU the collectives take the same cores */
+        p->step_s = g && strcmp(p->mem.sharding, "full") == 0 ? fmax(p->compute_s, p->comm_s)
+                                                               : p->compute_s + p->comm_s;
+        p->images_per_s = p->step_s > 0 ? tc->global_batch_size / p->step_s : 0;
+    }
+    if (!p->fits && (rc = suggest(cfg, t, p, err, errlen))) return rc;
+    return VJ_OK;
+}
+
+/* ---- probes ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds,
+                          double *flops_per_s, char *err, size_t errlen)
+{
+    const model_config *mc = &cfg->model;
+    const training_config *tc = &cfg->training;
+    const vit_ops *ops = cpu_ops(tc->precision);
+    ops_cpu_set_threads(threads);
+    const int B = tc->micro_batch_size;
+    model_options mo = {.activation_checkpointing = tc->activation_checkpointing};
+    vit_model *m = NULL;
+    vj_err rc = model_new(&m, mc, B, &mo, ops, err, errlen);
+    if (rc) return -1;
+    const size_t img = (size_t)model_image_floats(m) * (size_t)B;
+    float *images = malloc(img * sizeof(float));
+    int *labels = malloc((size_t)B * sizeof(int));
+    if (!images || !labels || model_init_random(m, 1) != 0) {
+        free(images), free(labels), model_free(m);
+        snprintf(err, errlen, "compute probe: out of host memory");
+        return -1;
+    }
+    for (size_t i = 0; i < img; i++) images[i] = (float)((i * 7919) % 97) * 2e-2f - 0.97f;
+    for (int b = 0; b < B; b++) labels[b] = b % mc->num_classes;
+    const double per_pass = jobplan_flops_per_image(mc, tc->activation_checkpointing) * B;
+    double flops = 0, t0 = 0, el = 0;
+    /* pass 0, untimed, warms the threads and the caches */
+    for (int pass = 0; pass == 0 || el < seconds; pass++) {
+        if (pass == 1) t0 = now_s();
+        model_zero_grads(m);
+        model_forward(m, images, labels, B);
+        model_backward(m, 1.0f / B);
+        if (pass > 0) {
+            flops += per_pass;
+            el = now_s() - t0;
+        }
+    }
+    free(images), free(labels), model_free(m);
+    *flops_per_s = el > 0 ? flops / el : 0;
+    if (*flops_per_s <= 0) {
+        snprintf(err, errlen, "compute probe: nothing timed");
+        return -1;
+    }
+    return 0;
+}
+
+/* A loopback port nobody listens on now, below the ephemeral range. */
+static int free_port(void)
+{
+    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 200; tries++) {
+        seed = seed * 1103515245u + 12345u;
+        int port = 20000 + (int)((seed >> 8) % 12000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) return -1;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok) return port;
+    }
+    return -1;
+}
+
+/* One rank of the probe: meets, all-reduces `count` floats `reps` times
+ * after one warm-up; rank 0's seconds per all-reduce in *per. */
+static int probe_rank(const char *endpoint, int rank, size_t count, int reps, double *per,
+                      char *err, size_t errlen)
+{
+    rdzv *rv = NULL;
+    comm *c = NULL;
+    rdzv_error kind;
+    rdzv_options ro = {.endpoint = endpoint, .rank = rank, .world_size = 2, .timeout_s = 30};
+    float *buf = calloc(count, sizeof(float));
+    int bad = !buf || rdzv_new(&rv, &ro, &kind, err, errlen) != 0 ||
+              comm_new_cpu(&c, rv, 30, err, errlen) != 0;
+    double t0 = 0;
+    for (int i = 0; !bad && i <= reps; i++) {
+        if (i == 1) t0 = now_s();
+        bad = comm_allreduce_sum(c, buf, count, err, errlen) != 0;
+    }
+    if (!bad && per) *per = (now_s() - t0) / reps;
+    comm_free(c);
+    rdzv_free(rv);
+    free(buf);
+    return bad ? -1 : 0;
+}
+
+int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen)
+{
+    int port = free_port();
+    if (port < 0) {
+        snprintf(err, errlen, "loopback probe: no free port");
+        return -1;
+    }
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+    const size_t count = bytes / sizeof(float);
+    const int reps = 4;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errlen, "loopback probe: fork failed");
+        return -1;
+    }
+    if (pid == 0) {
+        char e[256];
+        _exit(probe_rank(endpoint, 1, count, reps, NULL, e, sizeof e) ? 1 : 0);
+    }
+    double per = 0;
+    int bad = probe_rank(endpoint, 0, count, reps, &per, err, errlen);
+    int st = 0;
+    if (bad) kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    if (bad || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || per <= 0) {
+        if (!bad) snprintf(err, errlen, "loopback probe: the second rank failed");
+        return -1;
+    }
+    /* an all-reduce of 2 ranks moves 2 (W-1)/W = 1 buffer per rank */
+    *bus_bytes_per_s = (double)count * sizeof(float) / per;
+    return 0;
+}
+
+/* ---- output ---- */
+
+static void line(FILE *to, const char *what, size_t bytes)
+{
+    fprintf(to, "  %-34s %12.1f MiB\n", what, bytes / 1048576.0);
+}
+
+void jobplan_print(FILE *to, const jobplan *p)
+{
+    const jobplan_mem *m = &p->mem;
+    fprintf(to, "plan: %zu parameters, sharding %s, rank %d of %d, micro-batch %d x %d "
+            "accumulation = global batch %d\n", m->n_params, m->sharding, m->rank, m->world,
+            p->micro, p->accum, p->global_batch);
+    fprintf(to, "memory per rank:\n");
+    line(to, "parameters (fp32)", m->param_bytes);
+    line(to, "gradients (fp32)", m->grad_bytes);
+    line(to, "optimizer state (AdamW m, v)", m->optim_bytes);
+    if (m->ema_bytes) line(to, "EMA of the weights", m->ema_bytes);
+    if (m->lowp_bytes) line(to, "16-bit copy of the weights", m->lowp_bytes);
+    if (m->unit_bytes) line(to, "gathered units (full)", m->unit_bytes);
+    line(to, "activations (as configured)", m->activation_bytes);
+    line(to, "  with checkpointing", m->activation_ckpt_bytes);
+    line(to, "  without checkpointing", m->activation_nockpt_bytes);
+    line(to, "workspace", m->workspace_bytes);
+    line(to, "collective buffers", m->collective_bytes);
+    line(to, "= backend", m->backend_bytes);
+    line(to, "batch and staging (host)", m->batch_bytes);
+    line(to, "data loader queue (host)", m->loader_bytes);
+    if (m->reserve_bytes) line(to, "CUDA context, workspaces (allowance)", m->reserve_bytes);
+    line(to, "total", m->total_bytes);
+    fprintf(to, "  %-34s %12.1f MiB (%s)\n", "device memory", p->device_bytes / 1048576.0,
+            p->device);
+    fprintf(to, "  %s\n", p->fits ? "fits" : "does not fit");
+    fprintf(to, "time per step:\n");
+    fprintf(to, "  %-34s %12.4g GFLOP\n", "model FLOPs (global batch)", p->flops_per_step / 1e9);
+    if (p->flops_per_s > 0)
+        fprintf(to, "  %-34s %12.4g GFLOP/s per rank (%s)\n", "compute rate",
+                p->flops_per_s / 1e9, p->rate_source);
+    else
+        fprintf(to, "  %-34s %s\n", "compute rate", p->rate_source);
+    fprintf(to, "  %-34s %12.4g s\n", "compute", p->compute_s);
+    fprintf(to, "  %-34s %12.1f MiB per rank\n", "collective volume", p->comm_bytes / 1048576.0);
+    fprintf(to, "  %-34s %12.4g GB/s (%s)\n", "bus bandwidth", p->bus_bytes_per_s / 1e9,
+            p->bus_source);
+    fprintf(to, "  %-34s %12.4g s\n", "collectives", p->comm_s);
+    if (p->step_s > 0) {
+        fprintf(to, "  %-34s %12.4g s\n", "step", p->step_s);
+        fprintf(to, "  %-34s %12.1f\n", "images per second", p->images_per_s);
+    }
+    if (!p->fits) {
+        fprintf(to, "changes, each on top of the ones before:\n");
+        for (int i = 0; i < p->n_changes; i++)
+            fprintf(to, "  %-46s total %10.1f MiB  %s\n", p->changes[i].what,
+                    p->changes[i].total_bytes / 1048576.0, p->changes[i].fits ? "fits" : "does not fit");
+        if (p->suggestion >= 0) {
+            fprintf(to, "suggestion:");
+            for (int i = 0; i <= p->suggestion; i++) fprintf(to, " %s", p->changes[i].what);
+            fprintf(to, "\n");
+        } else {
+            fprintf(to, "suggestion: none of these fits\n");
+        }
+    }
+}
+
+#define NUM(obj, key, v) cJSON_AddNumberToObject(obj, key, (double)(v))
+
+char *jobplan_json(const jobplan *p)
+{
+    const jobplan_mem *m = &p->mem;
+    cJSON *o = cJSON_CreateObject(), *mem = cJSON_CreateObject(), *tm = cJSON_CreateObject(),
+          *ch = cJSON_CreateArray();
+    if (!o || !mem || !tm || !ch) {
+        cJSON_Delete(o), cJSON_Delete(mem), cJSON_Delete(tm), cJSON_Delete(ch);
+        return NULL;
+    }
+    NUM(o, "params", m->n_params);
+    cJSON_AddStringToObject(o, "sharding", m->sharding);
+    NUM(o, "world", m->world);
+    NUM(o, "rank", m->rank);
+    NUM(o, "microBatchSize", p->micro);
+    NUM(o, "accumulation", p->accum);
+    NUM(o, "globalBatchSize", p->global_batch);
+    cJSON_AddStringToObject(o, "device", p->device);
+    NUM(o, "deviceMemoryBytes", p->device_bytes);
+    cJSON_AddBoolToObject(o, "fits", p->fits);
+    NUM(mem, "parameters", m->param_bytes);
+    NUM(mem, "gradients", m->grad_bytes);
+    NUM(mem, "optimizerState", m->optim_bytes);
+    NUM(mem, "ema", m->ema_bytes);
+    NUM(mem, "lowPrecisionWeights", m->lowp_bytes);
+    NUM(mem, "gatheredUnits", m->unit_bytes);
+    NUM(mem, "activations", m->activation_bytes);
+    NUM(mem, "activationsCheckpointed", m->activation_ckpt_bytes);
+    NUM(mem, "activationsNotCheckpointed", m->activation_nockpt_bytes);
+    NUM(mem, "workspace", m->workspace_bytes);
+    NUM(mem, "collectiveBuffers", m->collective_bytes);
+    NUM(mem, "backend", m->backend_bytes);
+    NUM(mem, "batchAndStaging", m->batch_bytes);
+    NUM(mem, "loaderQueue", m->loader_bytes);
+    NUM(mem, "reserve", m->reserve_bytes);
+    NUM(mem, "total", m->total_bytes);
+    cJSON_AddItemToObject(o, "memoryPerRank", mem);
+    NUM(tm, "flopsPerStep", p->flops_per_step);
+    NUM(tm, "flopsPerSecondPerRank", p->flops_per_s);
+    cJSON_AddStringToObject(tm, "rateSource", p->rate_source);
+    NUM(tm, "computeSeconds", p->compute_s);
+    NUM(tm, "collectiveBytesPerRank", p->comm_bytes);
+    NUM(tm, "busBytesPerSecond", p->bus_bytes_per_s);
+    cJSON_AddStringToObject(tm, "busSource", p->bus_source);
+    NUM(tm, "collectiveSeconds", p->comm_s);
+    NUM(tm, "stepSeconds", p->step_s);
+    NUM(tm, "imagesPerSecond", p->images_per_s);
+    cJSON_AddItemToObject(o, "time", tm);
+    for (int i = 0; i < p->n_changes; i++) {
+        cJSON *c = cJSON_CreateObject();
+        if (!c) continue;
+        cJSON_AddStringToObject(c, "change", p->changes[i].what);
+        NUM(c, "totalBytes", p->changes[i].total_bytes);
+        cJSON_AddBoolToObject(c, "fits", p->changes[i].fits);
+        cJSON_AddItemToArray(ch, c);
+    }
+    cJSON_AddItemToObject(o, "changes", ch);
+    NUM(o, "suggestion", p->suggestion);
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}

@@ -1,0 +1,184 @@
+/* worker/train/plan_cmd.c - see plan_cmd.h. */
+#include "plan_cmd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "exitcode.h"
+#include "jobplan.h"
+#include "log.h"
+#include "ops.h"
+
+static void usage(FILE *to)
+{
+    fprintf(to,
+            "usage: vitjob-worker plan [--config FILE] [--set key=value ...] [--replicas N]\n"
+            "                          [--local-ranks N] [--device cpu|cuda] [--gpu h100|h200|a100|v100]\n"
+            "                          [--gpu-memory SIZE] [--flops RATE] [--bus-bw RATE]\n"
+            "                          [--threads N] [--measure] [--json]\n"
+            "\n"
+            "What one rank of the job needs (memory by part, against the device's), how long\n"
+            "a step takes and how many images per second follow, and when it does not fit,\n"
+            "the cheapest changes that make it fit. SIZE: bytes, or with K, M, G, T (1000s)\n"
+            "or Ki, Mi, Gi, Ti (1024s), e.g. 80G. RATE: FLOP/s or bytes/s, e.g. 2.5e11.\n"
+            "--measure (CPU): the model's forward and backward of one micro-batch, timed,\n"
+            "and an all-reduce between two processes on loopback.\n");
+}
+
+/* "80G", "80GB", "64Gi", "1.5e9": bytes; -1 when not a size */
+static double parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    double k = 1000;
+    if (end[0] && end[1] == 'i') k = 1024;
+    double mul = 1;
+    switch (end[0]) {
+    case 0: return v;
+    case 'K': case 'k': mul = k; break;
+    case 'M': mul = k * k; break;
+    case 'G': mul = k * k * k; break;
+    case 'T': mul = k * k * k * k; break;
+    default: return -1;
+    }
+    const char *rest = end + 1 + (k == 1024);
+    if (*rest == 'B') rest++;
+    return *rest ? -1 : v * mul;
+}
+
+static int whole(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
+{
+    static vit_job_config cfg;
+    config_defaults(&cfg);
+    const char *config_path = NULL;
+    jobplan_target t = {.replicas = 1, .local_ranks = 1};
+    int json = 0, measure = 0, device_set = 0, rate_probed = 0, bus_probed = 0;
+    log_set_level_name("warn"); /* the probes' rendezvous lines stay out of the output */
+    vj_err rc;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--measure") == 0) {
+            measure = 1;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return VJ_OK;
+        } else if (!v) {
+            usage(stderr);
+            snprintf(err, errlen, "plan: unknown or incomplete argument '%s'", a);
+            return VJ_ERR_USAGE;
+        } else if (strcmp(a, "--config") == 0) {
+            config_path = v, i++;
+        } else if (strcmp(a, "--set") == 0) {
+            i++; /* applied after the file */
+        } else if (strcmp(a, "--replicas") == 0 || strcmp(a, "--local-ranks") == 0 ||
+                   strcmp(a, "--threads") == 0) {
+            int *dst = a[2] == 'r' ? &t.replicas : a[2] == 'l' ? &t.local_ranks : &t.threads;
+            if (whole(v, 1, 1 << 20, dst) != 0) {
+                snprintf(err, errlen, "%s %s: a whole number from 1", a, v);
+                return VJ_ERR_USAGE;
+            }
+            i++;
+        } else if (strcmp(a, "--device") == 0) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
+                snprintf(err, errlen, "--device %s: cpu or cuda", v);
+                return VJ_ERR_USAGE;
+            }
+            t.gpu = strcmp(v, "cuda") == 0;
+            device_set = 1;
+            i++;
+        } else if (strcmp(a, "--gpu") == 0) {
+            t.gpu_kind = v, t.gpu = 1, device_set = 1, i++;
+        } else if (strcmp(a, "--gpu-memory") == 0 || strcmp(a, "--flops") == 0 ||
+                   strcmp(a, "--bus-bw") == 0) {
+            double x = parse_size(v);
+            if (x <= 0) {
+                snprintf(err, errlen, "%s %s: a positive number, e.g. 80G or 2.5e11", a, v);
+                return VJ_ERR_USAGE;
+            }
+            if (a[2] == 'g') t.device_bytes = x;
+            else if (a[2] == 'f') t.flops_per_s = x;
+            else t.bus_bytes_per_s = x;
+            i++;
+        } else {
+            usage(stderr);
+            snprintf(err, errlen, "plan: unknown argument '%s'", a);
+            return VJ_ERR_USAGE;
+        }
+    }
+    if (config_path && (rc = config_load_file(&cfg, config_path, err, errlen)) != 0) return rc;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            if ((rc = config_set(&cfg, argv[++i], err, errlen)) != 0) return rc;
+        } else if (strcmp(argv[i], "--json") != 0 && strcmp(argv[i], "--measure") != 0) {
+            i++;
+        }
+    }
+    if (!device_set) t.gpu = cfg.training.device == DEVICE_CUDA;
+    cfg.world_size = t.replicas * t.local_ranks;
+    if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
+    if (measure && !t.gpu) {
+        int threads = t.threads > 0 ? t.threads : cfg.training.threads;
+        if (threads <= 0) threads = ops_cpu_set_threads(0) / t.local_ranks;
+        if (threads < 1) threads = 1;
+        t.threads = threads;
+        /* the loopback first: a forked rank, before OpenMP's threads exist */
+        if (t.bus_bytes_per_s <= 0 && cfg.world_size > 1) {
+            if (jobplan_probe_loopback((size_t)32 << 20, &t.bus_bytes_per_s, err, errlen) != 0)
+                return VJ_ERR_PEER_LOST;
+            bus_probed = 1;
+        }
+        rate_probed = t.flops_per_s <= 0;
+        double rate = 0;
+        if (t.flops_per_s <= 0) {
+            if (jobplan_probe_compute(&cfg, threads, 1.0, &rate, err, errlen) != 0)
+                return VJ_ERR_OUT_OF_MEMORY;
+            t.flops_per_s = rate;
+        }
+    }
+    jobplan p;
+    if ((rc = jobplan_make(&cfg, &t, &p, err, errlen)) != VJ_OK) return rc;
+    if (rate_probed)
+        snprintf(p.rate_source, sizeof p.rate_source, "measured: forward+backward probe, %d threads",
+                 t.threads);
+    if (bus_probed)
+        snprintf(p.bus_source, sizeof p.bus_source, "measured: loopback all-reduce, 32 MiB");
+    if (json) {
+        char *s = jobplan_json(&p);
+        if (!s) {
+            snprintf(err, errlen, "plan: out of memory writing the JSON");
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+        printf("%s\n", s);
+        free(s);
+    } else {
+        jobplan_print(stdout, &p);
+    }
+    return VJ_OK;
+}
+
+int plan_cmd_main(int argc, char **argv)
+{
+    char err[1024] = "";
+    vj_err e = run_plan(argc, argv, err, sizeof err);
+    int code = vj_exit_code(e, 0);
+    if (e != VJ_OK) {
+        const vj_err_row *row = vj_err_info(e);
+        LOG_ERROR("worker", "exit_code=%d class=%s msg=%s", code, LOGV(row ? row->name : "unknown"),
+                  LOGV(err));
+    }
+    return code;
+}
