@@ -22,26 +22,7 @@
 
 TestSuite(ckpt_fence, .timeout = 60);
 
-static char dir[64];
-static ckpt_store *s;
-static char err[2048];
-
-static void open_store(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/test_ckpt_fence_XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    char uri[128];
-    snprintf(uri, sizeof uri, "file://%s/ck", dir);
-    cr_assert_eq(ckpt_store_open(&s, uri, "", err, sizeof err), CKPT_OK, "%s", err);
-}
-
-static void close_store(void)
-{
-    ckpt_store_free(s);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
+#include "ckpt_fixture.h"
 
 static ckpt_writer *writer(long gen, int keep)
 {

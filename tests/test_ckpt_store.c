@@ -18,26 +18,8 @@
 
 TestSuite(ckpt_store, .timeout = 30);
 
-static char dir[64];
-static ckpt_store *s;
-static char err[1024];
-
-static void open_store(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/test_ckpt_store_XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    char uri[128];
-    snprintf(uri, sizeof uri, "file://%s/root/", dir);
-    cr_assert_eq(ckpt_store_open(&s, uri, "", err, sizeof err), CKPT_OK, "%s", err);
-}
-
-static void close_store(void)
-{
-    ckpt_store_free(s);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
+#define CKPT_FIXTURE_ROOT "root/"
+#include "ckpt_fixture.h"
 
 Test(ckpt_store, put_get_read_list_delete, .init = open_store, .fini = close_store)
 {

@@ -17,91 +17,10 @@
 #include "timefmt.h"
 #include "yaml_json.h"
 
-#define VJ_PATH "/apis/" VJ_API_VERSION "/namespaces/default/" VJ_RESOURCE
 
 TestSuite(lostpeer, .timeout = 60);
 
-static atomic_int patches;
-static void count_patches(void *user, const char *method, int code)
-{
-    (void)user;
-    (void)code;
-    if (strcmp(method, "PATCH") == 0) atomic_fetch_add(&patches, 1);
-}
-
-static void install_crd(kube_client *c)
-{
-    buf text = {0};
-    char err[ERRLEN];
-    cr_assert_eq(file_read(&text, "manifests/00-crd.yaml", err, sizeof err), 0, "%s", err);
-    cJSON *crd = NULL;
-    cr_assert_eq(yaml_json_parse(text.data, text.len, NULL, &crd, err, sizeof err), 0, "%s", err);
-    buf_free(&text);
-    kube_status st;
-    int rc = kube_create(c, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, NULL,
-                         &st);
-    cr_assert(rc == KUBE_OK || st.http_code == 409, "CRD: %s", st.message);
-    cJSON_Delete(crd);
-    for (int i = 0; i < 200; i++) {
-        if (kube_get(c, VJ_PATH, NULL, &st) == KUBE_OK) return;
-        sleep_ms(50);
-    }
-    cr_assert_fail("vitjobs never served: %s", st.message);
-}
-
-static void create(kube_client *c, const char *path, const char *json)
-{
-    cJSON *o = cJSON_Parse(json);
-    cr_assert(o, "bad JSON: %s", json);
-    kube_status st;
-    cr_assert_eq(kube_create(c, path, o, NULL, &st), KUBE_OK, "%s: %s", path, st.message);
-    cJSON_Delete(o);
-}
-
-static void create_job(kube_client *c, const char *name)
-{
-    char text[1024];
-    snprintf(text, sizeof text,
-             "{\"apiVersion\":\"" VJ_API_VERSION "\",\"kind\":\"" VJ_KIND "\","
-             "\"metadata\":{\"name\":\"%s\"},\"spec\":{\"replicas\":2,\"image\":\"x:1\","
-             "\"model\":{\"preset\":\"fmnist_tiny\"},\"training\":{\"steps\":10,"
-             "\"globalBatchSize\":128,\"microBatchSize\":64,\"optimizer\":{\"warmupSteps\":1}}}}",
-             name);
-    create(c, VJ_PATH, text);
-}
-
-/* A ServiceAccount and its token; with job, a Role that may get and patch
- * that job's status alone (the <job>-worker identity). Caller frees. */
-static char *sa_token(kube_client *c, const char *sa, const char *job)
-{
-    char j[1024], path[256];
-    snprintf(j, sizeof j, "{\"apiVersion\":\"v1\",\"kind\":\"ServiceAccount\",\"metadata\":"
-             "{\"name\":\"%s\"}}", sa);
-    create(c, NS "/serviceaccounts", j);
-    if (job) {
-        snprintf(j, sizeof j, "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"Role\","
-                 "\"metadata\":{\"name\":\"%s\"},\"rules\":[{\"apiGroups\":[\"" VJ_GROUP "\"],"
-                 "\"resources\":[\"vitjobs/status\"],\"verbs\":[\"get\",\"patch\"],"
-                 "\"resourceNames\":[\"%s\"]}]}", sa, job);
-        create(c, "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", j);
-        snprintf(j, sizeof j, "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":"
-                 "\"RoleBinding\",\"metadata\":{\"name\":\"%s\"},\"roleRef\":{\"apiGroup\":"
-                 "\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":\"%s\"},\"subjects\":"
-                 "[{\"kind\":\"ServiceAccount\",\"name\":\"%s\",\"namespace\":\"default\"}]}",
-                 sa, sa, sa);
-        create(c, "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", j);
-    }
-    snprintf(path, sizeof path, NS "/serviceaccounts/%s/token", sa);
-    cJSON *req = cJSON_Parse("{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":"
-                             "\"TokenRequest\",\"spec\":{\"expirationSeconds\":3600}}"),
-          *out = NULL;
-    kube_status st;
-    cr_assert_eq(kube_create(c, path, req, &out, &st), KUBE_OK, "%s", st.message);
-    char *t = strdup(str_at(out, "status", "token"));
-    cJSON_Delete(req);
-    cJSON_Delete(out);
-    return t;
-}
+#include "job_fixture.h"
 
 typedef struct {
     kube_client *admin;
@@ -117,7 +36,7 @@ static void pod_for(pod *pd, const char *job, int allowed)
     snprintf(sa, sizeof sa, "%s-worker", job);
     pd->admin = shared_client();
     install_crd(pd->admin);
-    create_job(pd->admin, job);
+    create_job(pd->admin, job, 2);
     pd->token = sa_token(pd->admin, sa, allowed ? job : NULL);
     make_tmpdir(pd->dir, sizeof pd->dir);
     snprintf(p, sizeof p, "%s/pki/ca.crt", shared_state());

@@ -97,18 +97,22 @@ def worker_pid(name, rank):
     return None
 
 
-@unittest.skipIf(WHY_NOT, WHY_NOT or "")
-class EndToEnd(unittest.TestCase):
+class ClusterJobTest(unittest.TestCase):
+    """A local cluster with moto's S3, the operator from manifests/ and the
+    s3-credentials Secret, and what the tests of a job on it share (also
+    tests/cluster/test_recovery.py's)."""
+    NODES = 2
+    CLUSTER = {}  # more LocalCluster arguments
+
     @classmethod
     def setUpClass(cls):
-        cls.work = tempfile.mkdtemp(prefix="vitjob-e2e-")
+        cls.work = tempfile.mkdtemp(prefix="vitjob-%s-" % cls.__name__.lower())
         os.chmod(cls.work, 0o755)
-        cls.c = LocalCluster(cls.work, nodes=2, s3=True, bin_dir=os.path.join(BUILD, "bin")).start()
+        cls.c = LocalCluster(cls.work, nodes=cls.NODES, s3=True, bin_dir=os.path.join(BUILD, "bin"),
+                             **cls.CLUSTER).start()
         c = cls.c
         c.kubectl("apply", "-f", os.path.join(ROOT, "manifests"))
-        wait_for("the operator's pod to be Ready", lambda: any(
-            any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get("conditions", []))
-            for p in c.get_json("pods", "-n", "vitjob-system").get("items", [])), 60, 0.5)
+        wait_for("a leading operator", cls.leader, 90, 0.5)
         s3 = c.s3
         c.kubectl("create", "secret", "generic", "s3-credentials",
                   "--from-literal=AWS_ACCESS_KEY_ID=" + s3["AWS_ACCESS_KEY_ID"],
@@ -122,6 +126,16 @@ class EndToEnd(unittest.TestCase):
             print("kept", cls.work, file=sys.stderr)
         else:
             shutil.rmtree(cls.work, ignore_errors=True)
+
+    @classmethod
+    def leader(cls):
+        """(pod, node) of the operator replica holding the Lease, once it runs."""
+        lease = cls.c.get_json("lease", "-n", "vitjob-system", "vitjob-operator")
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        for p in cls.c.get_json("pods", "-n", "vitjob-system").get("items", []):
+            if p["metadata"]["name"] == holder and p.get("status", {}).get("phase") == "Running":
+                return p["metadata"]["name"], p["spec"]["nodeName"]
+        return None
 
     def apply(self, manifest):
         m = json.loads(json.dumps(manifest))
@@ -145,6 +159,7 @@ class EndToEnd(unittest.TestCase):
     def reference_run(self, manifest, prefix):
         """The same job as two local processes, never interrupted: (final loss, weights)."""
         spec = json.loads(json.dumps(manifest["spec"]))
+        steps = spec["training"]["steps"]
         spec["checkpoint"] = dict(spec["checkpoint"], uri="s3://vitjob/" + prefix,
                                   endpoint=self.c.s3["S3_ENDPOINT"])
         for k in ("replicas", "gpusPerReplica", "image", "runPolicy", "template"):
@@ -171,9 +186,9 @@ class EndToEnd(unittest.TestCase):
         text = logs[0].read()
         for lf in logs:
             lf.close()
-        losses = re.findall(r"step=%d/%d .*?loss=(\S+)" % (STEPS, STEPS), text)
+        losses = re.findall(r"step=%d/%d .*?loss=(\S+)" % (steps, steps), text)
         self.assertTrue(losses, text[-2000:])
-        weights = self.export("s3://vitjob/%s/step-%09d" % (prefix, STEPS), cfg + ".safetensors")
+        weights = self.export("s3://vitjob/%s/step-%09d" % (prefix, steps), cfg + ".safetensors")
         return losses[-1], weights
 
     def final_loss_of(self, pod_log):
@@ -186,6 +201,10 @@ class EndToEnd(unittest.TestCase):
             if lb.get("vitjob.dev/rank") == "0" and lb.get("vitjob.dev/restart") == str(gen):
                 return p
         return None
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class EndToEnd(ClusterJobTest):
 
     # ------------------------------------------------------------------ tests
 

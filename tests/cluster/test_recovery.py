@@ -28,11 +28,9 @@
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -40,8 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import wait_for  # noqa: E402
 import testlimit  # noqa: E402
-from localcluster import ROOT, LocalCluster, missing_prerequisites  # noqa: E402
-from test_e2e import job_manifest, log_ts, pods_of, status, worker_pid  # noqa: E402
+from localcluster import ROOT, missing_prerequisites  # noqa: E402
+from test_e2e import ClusterJobTest, job_manifest, log_ts, pods_of, status, worker_pid  # noqa: E402
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 WORKER = os.path.join(BUILD, "bin", "vitjob-worker")
@@ -66,43 +64,10 @@ def ready(node):
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
-class Recovery(unittest.TestCase):
+class Recovery(ClusterJobTest):
+    NODES = 3
+    CLUSTER = dict(lease_seconds=10, grace_seconds=40, node_cpu=2)  # upstream node-lifecycle defaults
     ref = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.work = tempfile.mkdtemp(prefix="vitjob-recovery-")
-        os.chmod(cls.work, 0o755)
-        cls.c = LocalCluster(cls.work, nodes=3, s3=True, bin_dir=os.path.join(BUILD, "bin"), lease_seconds=10,
-                             grace_seconds=40, node_cpu=2).start()
-        c = cls.c
-        c.kubectl("apply", "-f", os.path.join(ROOT, "manifests"))
-        wait_for("a leading operator", cls.leader, 90, 0.5)
-        s3 = c.s3
-        c.kubectl("create", "secret", "generic", "s3-credentials",
-                  "--from-literal=AWS_ACCESS_KEY_ID=" + s3["AWS_ACCESS_KEY_ID"],
-                  "--from-literal=AWS_SECRET_ACCESS_KEY=" + s3["AWS_SECRET_ACCESS_KEY"],
-                  "--from-literal=AWS_REGION=" + s3["AWS_REGION"])
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.c.stop()
-        if os.environ.get("VITJOB_KEEP_E2E"):
-            print("kept", cls.work, file=sys.stderr)
-        else:
-            shutil.rmtree(cls.work, ignore_errors=True)
-
-    # ------------------------------------------------------------ helpers
-
-    @classmethod
-    def leader(cls):
-        """(pod, node) of the operator replica holding the Lease, once it runs."""
-        lease = cls.c.get_json("lease", "-n", "vitjob-system", "vitjob-operator")
-        holder = (lease.get("spec") or {}).get("holderIdentity")
-        for p in cls.c.get_json("pods", "-n", "vitjob-system").get("items", []):
-            if p["metadata"]["name"] == holder and p.get("status", {}).get("phase") == "Running":
-                return p["metadata"]["name"], p["spec"]["nodeName"]
-        return None
 
     def setUp(self):
         for name, p in list(self.c.kubelets.items()):  # a node an earlier test killed comes back
@@ -117,24 +82,6 @@ class Recovery(unittest.TestCase):
         if self.job:  # a failed test's job must not hold the nodes' CPUs for the next
             self.c.kubectl("delete", "vj", self.job, "--wait=false", check=False)
 
-    def apply(self, m):
-        m = json.loads(json.dumps(m))
-        m["spec"]["checkpoint"]["endpoint"] = self.c.s3["POD_ENDPOINT"]
-        self.c.kubectl("apply", "-f", "-", input=json.dumps(m))
-        return m
-
-    def s3_env(self):
-        s3 = self.c.s3
-        return dict(os.environ, AWS_ACCESS_KEY_ID=s3["AWS_ACCESS_KEY_ID"],
-                    AWS_SECRET_ACCESS_KEY=s3["AWS_SECRET_ACCESS_KEY"], AWS_REGION=s3["AWS_REGION"])
-
-    def export(self, uri, out):
-        r = subprocess.run([WORKER, "export", "--from", uri, "--out", out, "--endpoint", self.c.s3["S3_ENDPOINT"]],
-                           env=self.s3_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        with open(out, "rb") as f:
-            return f.read()
-
     def checkpoints(self, prefix):
         r = subprocess.run([WORKER, "checkpoints", "--uri", "s3://vitjob/" + prefix, "--endpoint",
                             self.c.s3["S3_ENDPOINT"]], env=self.s3_env(), stdout=subprocess.PIPE,
@@ -145,40 +92,8 @@ class Recovery(unittest.TestCase):
     def reference(self, m):
         """The uninterrupted run's final weights (one for the class: every job here is the same run)."""
         if Recovery.ref is None:
-            spec = json.loads(json.dumps(m["spec"]))
-            spec["checkpoint"] = dict(spec["checkpoint"], uri="s3://vitjob/recovery/ref",
-                                      endpoint=self.c.s3["S3_ENDPOINT"])
-            for k in ("replicas", "gpusPerReplica", "image", "runPolicy", "template"):
-                spec.pop(k, None)
-            cfg = os.path.join(self.work, "ref.json")
-            with open(cfg, "w") as f:
-                json.dump(spec, f)
-            import socket
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            s.close()
-            procs = []
-            for rank in (0, 1):
-                env = dict(self.s3_env(), VITJOB_REPLICAS="2", VITJOB_RANK=str(rank), VITJOB_RESTART="0",
-                           VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
-                env.pop("KUBERNETES_SERVICE_HOST", None)
-                log = open(os.path.join(self.work, "ref-rank%d.log" % rank), "w")
-                procs.append((subprocess.Popen([WORKER, "train", "--config", cfg], env=env,
-                                               stdout=subprocess.DEVNULL, stderr=log), log))
-            for p, log in procs:
-                self.assertEqual(p.wait(600), 0, "the reference run failed; see %s" % self.work)
-                log.close()
-            Recovery.ref = self.export("s3://vitjob/recovery/ref/step-%09d" % STEPS,
-                                       os.path.join(self.work, "ref.safetensors"))
+            Recovery.ref = self.reference_run(m, "recovery/ref")[1]
         return Recovery.ref
-
-    def rank0_of_gen(self, name, gen):
-        for p in pods_of(self.c, name):
-            lb = p["metadata"]["labels"]
-            if lb.get("vitjob.dev/rank") == "0" and lb.get("vitjob.dev/restart") == str(gen):
-                return p
-        return None
 
     def start_job(self, name, prefix, grace=None):
         self.job = name

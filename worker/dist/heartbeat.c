@@ -29,6 +29,7 @@
 
 #include "log.h"
 #include "util.h"
+#include "wire.h"
 
 enum { F_PING = 1, F_BYE = 2, F_PONG = 1, F_LOST = 3, F_END = 4 };
 #define MAGIC "vjhb1"
@@ -78,26 +79,6 @@ const char *hb_evidence_name(hb_evidence e)
     return e == HB_EVIDENCE_CLOSED ? "closed" : e == HB_EVIDENCE_HEARTBEAT ? "heartbeat" : "";
 }
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 static long long us_of(double t) { return (long long)(t * 1e6); }
 
@@ -107,7 +88,7 @@ static int send_frame(int fd, int type, const void *payload, size_t n)
 {
     unsigned char b[FRAME_MAX + 5];
     if (fd < 0 || n > FRAME_MAX) return -1;
-    put_u32(b, (uint32_t)(n + 1));
+    wire_put_u32(b, (uint32_t)(n + 1));
     b[4] = (unsigned char)type;
     if (n) memcpy(b + 5, payload, n);
     for (;;) {
@@ -136,7 +117,7 @@ static int read_frames(hb *h, int from, peer *p, frame_fn fn)
         }
         p->got += (size_t)r;
         while (p->got >= 4) {
-            size_t len = get_u32(p->in);
+            size_t len = wire_get_u32(p->in);
             if (len < 1 || len > FRAME_MAX + 1) return -1;
             if (p->got < 4 + len) break;
             fn(h, from, p->in[4], p->in + 5, len - 1);
@@ -205,9 +186,9 @@ static void lost_here(hb *h, int r, hb_evidence ev, double silent)
 {
     h->peers[r].state = P_LOST;
     unsigned char b[9];
-    put_u32(b, (uint32_t)r);
+    wire_put_u32(b, (uint32_t)r);
     b[4] = (unsigned char)ev;
-    put_u32(b + 5, (uint32_t)(silent * 1000));
+    wire_put_u32(b + 5, (uint32_t)(silent * 1000));
     for (int q = 1; q < h->world; q++)
         if (h->peers[q].fd >= 0) send_frame(h->peers[q].fd, F_LOST, b, sizeof b);
     hb_verdict v = {.kind = HB_LOST, .self = 0, .rank = r, .evidence = ev, .noticed_by = 0,
@@ -249,9 +230,9 @@ static void on_handoff(void *ctx, int fd, const void *payload, size_t len)
         status = RDZV_INVALID;
         snprintf(msg, sizeof msg, "not a heartbeat connection");
     } else {
-        rank = (int)get_u32(p + MAGIC_LEN);
-        int world = (int)get_u32(p + MAGIC_LEN + 4);
-        long gen = (long)get_u64(p + MAGIC_LEN + 8);
+        rank = (int)wire_get_u32(p + MAGIC_LEN);
+        int world = (int)wire_get_u32(p + MAGIC_LEN + 4);
+        long gen = (long)wire_get_u64(p + MAGIC_LEN + 8);
         if (gen != h->gen) {
             status = gen < h->gen ? RDZV_STALE : RDZV_LOST;
             snprintf(msg, sizeof msg, "rank 0's heartbeats are of generation %ld; this process "
@@ -273,7 +254,7 @@ static void on_handoff(void *ctx, int fd, const void *payload, size_t len)
     }
     unsigned char b[5 + sizeof msg];
     size_t n = strlen(msg);
-    put_u32(b, (uint32_t)(n + 1));
+    wire_put_u32(b, (uint32_t)(n + 1));
     b[4] = (unsigned char)status;
     memcpy(b + 5, msg, n);
     int sent = send(fd, b, n + 5, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)(n + 5);
@@ -368,7 +349,7 @@ static void client_frame(hb *h, int from, int type, const unsigned char *p, size
         h->peers[0].last = now;
         atomic_store(&h->answer_us, us_of(now));
     } else if (type == F_LOST && n == 9) {
-        int r = (int)get_u32(p);
+        int r = (int)wire_get_u32(p);
         if (r == h->rank) { /* rank 0 declared this process lost: it is stale */
             stale(h, now - h->peers[0].last, 1);
             return;
@@ -376,7 +357,7 @@ static void client_frame(hb *h, int from, int type, const unsigned char *p, size
         hb_verdict v = {.kind = HB_LOST, .self = h->rank, .rank = r,
                         .evidence = p[4] == HB_EVIDENCE_HEARTBEAT ? HB_EVIDENCE_HEARTBEAT
                                                                   : HB_EVIDENCE_CLOSED,
-                        .noticed_by = 0, .silent_s = get_u32(p + 5) / 1000.0};
+                        .noticed_by = 0, .silent_s = wire_get_u32(p + 5) / 1000.0};
         deliver(h, &v);
     } else if (type == F_END) {
         atomic_store(&h->ended, 1);
@@ -401,7 +382,7 @@ static void ping(hb *h)
     for (;;) {
         if (now >= h->next_ping) {
             unsigned char b[8];
-            put_u64(b, ++h->seq);
+            wire_put_u64(b, ++h->seq);
             send_frame(pe->fd, F_PING, b, 8); /* a broken connection shows as a read below */
             h->next_ping = now + h->period;
         }
@@ -525,9 +506,9 @@ int hb_start(hb **out, const hb_options *o, rdzv_error *kind, char *err, size_t 
     } else {
         unsigned char hello[HELLO_LEN];
         memcpy(hello, MAGIC, MAGIC_LEN);
-        put_u32(hello + MAGIC_LEN, (uint32_t)h->rank);
-        put_u32(hello + MAGIC_LEN + 4, (uint32_t)h->world);
-        put_u64(hello + MAGIC_LEN + 8, (uint64_t)h->gen);
+        wire_put_u32(hello + MAGIC_LEN, (uint32_t)h->rank);
+        wire_put_u32(hello + MAGIC_LEN + 4, (uint32_t)h->world);
+        wire_put_u64(hello + MAGIC_LEN + 8, (uint64_t)h->gen);
         char e2[700];
         if (rdzv_handoff_connect(h->store, hello, sizeof hello, h->connect_timeout,
                                  &h->peers[0].fd, kind, e2, sizeof e2) != 0) {

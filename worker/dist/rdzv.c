@@ -40,6 +40,7 @@
 
 #include "log.h"
 #include "util.h"
+#include "wire.h"
 
 enum { OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_CAS, OP_JOIN, OP_BARRIER, OP_HANDOFF };
 #define ST_OK 0
@@ -72,28 +73,6 @@ static int key_ok(const char *key)
     return 1;
 }
 
-static void put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8); }
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint16_t get_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* Sends or receives exactly len bytes before deadline (mono seconds).
  * Returns 0, -1 on a closed or broken connection, -2 on the deadline. */
@@ -199,20 +178,20 @@ static long kv_long(server *s, const char *key)
 {
     entry *e = kv_find(s, key);
     if (!e || e->len != 8) return 0;
-    return (long)get_u64(e->val);
+    return (long)wire_get_u64(e->val);
 }
 
 static void kv_set_long(server *s, const char *key, long v)
 {
     unsigned char b[8];
-    put_u64(b, (uint64_t)v);
+    wire_put_u64(b, (uint64_t)v);
     kv_put(s, key, b, 8);
 }
 
 static void reply(client *c, int status, const void *payload, size_t len)
 {
     unsigned char hdr[5];
-    put_u32(hdr, (uint32_t)(len + 1));
+    wire_put_u32(hdr, (uint32_t)(len + 1));
     hdr[4] = (unsigned char)status;
     double deadline = mono_seconds() + 10;
     if (io_all(c->fd, hdr, 5, deadline, 1) != 0 || (len && io_all(c->fd, (void *)payload, len, deadline, 1) != 0)) {
@@ -343,8 +322,8 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
     switch (op) {
     case OP_HELLO: {
         if (n < 16) return -1;
-        int rank = (int)get_u32(p), world = (int)get_u32(p + 4);
-        long gen = (long)get_u64(p + 8);
+        int rank = (int)wire_get_u32(p), world = (int)wire_get_u32(p + 4);
+        long gen = (long)wire_get_u64(p + 8);
         if (gen < s->generation) {
             snprintf(msg, sizeof msg, "this store serves restart generation %ld; this process "
                      "is of generation %ld (stale: a newer gang replaced it)", s->generation, gen);
@@ -379,7 +358,7 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
     }
     case OP_SET: {
         if (n < 2) return -1;
-        size_t kl = get_u16(p);
+        size_t kl = wire_get_u16(p);
         if (kl == 0 || kl > MAX_KEY || n < 2 + kl) return -1;
         memcpy(key, p + 2, kl);
         key[kl] = '\0';
@@ -390,8 +369,8 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
     case OP_GET:
     case OP_BARRIER: {
         if (n < 6) return -1;
-        uint32_t ms = get_u32(p);
-        size_t kl = get_u16(p + 4);
+        uint32_t ms = wire_get_u32(p);
+        size_t kl = wire_get_u16(p + 4);
         if (kl == 0 || kl > MAX_KEY || n < 6 + kl) return -1;
         memcpy(key, p + 6, kl);
         key[kl] = '\0';
@@ -416,8 +395,8 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
     }
     case OP_ADD: {
         if (n < 10) return -1;
-        long delta = (long)get_u64(p);
-        size_t kl = get_u16(p + 8);
+        long delta = (long)wire_get_u64(p);
+        size_t kl = wire_get_u16(p + 8);
         if (kl == 0 || kl > MAX_KEY || n < 10 + kl) return -1;
         memcpy(key, p + 10, kl);
         key[kl] = '\0';
@@ -435,17 +414,17 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
         int l = snprintf(num, sizeof num, "%ld", v);
         if (kv_put(s, key, (unsigned char *)num, (size_t)l) != 0) return -1;
         unsigned char out[8];
-        put_u64(out, (uint64_t)v);
+        wire_put_u64(out, (uint64_t)v);
         reply(c, ST_OK, out, 8);
         return 0;
     }
     case OP_CAS: {
         if (n < 4) return -1;
-        uint32_t el = get_u32(p);
+        uint32_t el = wire_get_u32(p);
         size_t off = 4 + (el == 0xffffffffu ? 0 : el);
         if (el != 0xffffffffu && el > MAX_VALUE) return -1;
         if (n < off + 2) return -1;
-        size_t kl = get_u16(p + off);
+        size_t kl = wire_get_u16(p + off);
         if (kl == 0 || kl > MAX_KEY || n < off + 2 + kl) return -1;
         memcpy(key, p + off + 2, kl);
         key[kl] = '\0';
@@ -464,7 +443,7 @@ static int handle(server *s, client *c, const unsigned char *m, size_t len, doub
         if (n < 4) return -1;
         c->parked = 1;
         c->park_op = OP_JOIN;
-        c->park_deadline = now + get_u32(p) / 1000.0;
+        c->park_deadline = now + wire_get_u32(p) / 1000.0;
         return 0;
     }
     }
@@ -560,7 +539,7 @@ static void *serve(void *arg)
                 }
                 c->hdr_got += (size_t)r;
                 if (c->hdr_got == 4) {
-                    c->msg_len = get_u32(c->hdr);
+                    c->msg_len = wire_get_u32(c->hdr);
                     if (c->msg_len == 0 || c->msg_len > MAX_MSG || !(c->msg = malloc(c->msg_len))) {
                         drop(s, i, 0);
                         continue;
@@ -720,13 +699,13 @@ static int call(rdzv *r, const unsigned char *req, size_t len, double deadline, 
                 unsigned char **payload, size_t *plen, rdzv_error *kind, char *err, size_t errlen)
 {
     unsigned char hdr[5];
-    put_u32(hdr, (uint32_t)len);
+    wire_put_u32(hdr, (uint32_t)len);
     int rc = io_all(r->fd, hdr, 4, deadline, 1);
     if (rc == 0) rc = io_all(r->fd, (void *)req, len, deadline, 1);
     if (rc == 0) rc = io_all(r->fd, hdr, 5, deadline, 0);
     if (rc != 0)
         goto broken;
-    size_t n = get_u32(hdr);
+    size_t n = wire_get_u32(hdr);
     if (n < 1 || n > MAX_MSG) {
         rc = -1;
         goto broken;
@@ -859,9 +838,9 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
             size_t n = 0;
             int status = ST_OK;
             req[0] = OP_HELLO;
-            put_u32(req + 1, (uint32_t)o->rank);
-            put_u32(req + 5, (uint32_t)o->world_size);
-            put_u64(req + 9, (uint64_t)o->generation);
+            wire_put_u32(req + 1, (uint32_t)o->rank);
+            wire_put_u32(req + 5, (uint32_t)o->world_size);
+            wire_put_u64(req + 9, (uint64_t)o->generation);
             rdzv_error k = RDZV_OK;
             if (call(r, req, sizeof req, deadline, &status, &p, &n, &k, why, sizeof why) != 0) {
                 cause = k == RDZV_TIMEOUT ? CAUSE_TIMEOUT : CAUSE_SOCKET;
@@ -913,7 +892,7 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
     unsigned char req[5];
     req[0] = OP_JOIN;
     double left = deadline - mono_seconds();
-    put_u32(req + 1, (uint32_t)(left > 0 ? left * 1000 : 0));
+    wire_put_u32(req + 1, (uint32_t)(left > 0 ? left * 1000 : 0));
     char e2[512];
     if (call_simple(r, req, sizeof req, deadline + 5, NULL, NULL, kind, e2, sizeof e2) != 0) {
         fail(kind, kind ? *kind : RDZV_TIMEOUT, err, errlen, "%s within %.0f s", e2, o->timeout_s);
@@ -931,7 +910,7 @@ void rdzv_free(rdzv *r)
     if (!r) return;
     if (r->fd >= 0) {
         unsigned char bye[5];
-        put_u32(bye, 1);
+        wire_put_u32(bye, 1);
         bye[4] = 0xff;
         io_all(r->fd, bye, 5, mono_seconds() + 1, 1);
         close(r->fd);
@@ -1028,7 +1007,7 @@ static unsigned char *build(size_t *len, const unsigned char *pre, size_t prelen
     unsigned char *b = malloc(*len);
     if (!b) return NULL;
     memcpy(b, pre, prelen);
-    put_u16(b + prelen, (uint16_t)kl);
+    wire_put_u16(b + prelen, (uint16_t)kl);
     memcpy(b + prelen + 2, key, kl);
     if (taillen) memcpy(b + prelen + 2 + kl, tail, taillen);
     return b;
@@ -1062,7 +1041,7 @@ int rdzv_get(rdzv *r, const char *key, double timeout_s, void **val, size_t *len
 {
     CHECK_KEY(key);
     unsigned char pre[5] = {OP_GET};
-    put_u32(pre + 1, (uint32_t)(timeout_s * 1000));
+    wire_put_u32(pre + 1, (uint32_t)(timeout_s * 1000));
     size_t n;
     unsigned char *b = build(&n, pre, 5, key, NULL, 0);
     if (!b) return fail(kind, RDZV_INVALID, err, errlen, "rendezvous: out of memory");
@@ -1078,14 +1057,14 @@ int rdzv_add(rdzv *r, const char *key, long delta, long *result, rdzv_error *kin
 {
     CHECK_KEY(key);
     unsigned char pre[9] = {OP_ADD};
-    put_u64(pre + 1, (uint64_t)delta);
+    wire_put_u64(pre + 1, (uint64_t)delta);
     size_t n, plen = 0;
     unsigned char *b = build(&n, pre, 9, key, NULL, 0), *p = NULL;
     if (!b) return fail(kind, RDZV_INVALID, err, errlen, "rendezvous: out of memory");
     int rc = call_simple(r, b, n, mono_seconds() + 60, &p, &plen, kind, err, errlen);
     free(b);
     if (rc == 0) {
-        if (result) *result = plen == 8 ? (long)get_u64(p) : 0;
+        if (result) *result = plen == 8 ? (long)wire_get_u64(p) : 0;
         free(p);
     }
     return rc;
@@ -1101,7 +1080,7 @@ int rdzv_cas(rdzv *r, const char *key, const void *expected, size_t elen, const 
     unsigned char *pre = malloc(prelen), *p = NULL;
     if (!pre) return fail(kind, RDZV_INVALID, err, errlen, "rendezvous: out of memory");
     pre[0] = OP_CAS;
-    put_u32(pre + 1, expected ? (uint32_t)elen : 0xffffffffu);
+    wire_put_u32(pre + 1, expected ? (uint32_t)elen : 0xffffffffu);
     if (expected && elen) memcpy(pre + 5, expected, elen);
     unsigned char *b = build(&n, pre, prelen, key, desired, dlen);
     free(pre);
@@ -1122,7 +1101,7 @@ int rdzv_barrier(rdzv *r, const char *name, double timeout_s, rdzv_error *kind, 
     if (strlen(name) > MAX_KEY - 32)
         return fail(kind, RDZV_INVALID, err, errlen, "barrier name too long");
     unsigned char pre[5] = {OP_BARRIER};
-    put_u32(pre + 1, (uint32_t)(timeout_s * 1000));
+    wire_put_u32(pre + 1, (uint32_t)(timeout_s * 1000));
     size_t n;
     unsigned char *b = build(&n, pre, 5, name, NULL, 0);
     if (!b) return fail(kind, RDZV_INVALID, err, errlen, "rendezvous: out of memory");
@@ -1154,7 +1133,7 @@ int rdzv_handoff_connect(const rdzv *r, const void *payload, size_t len, double 
                     r->endpoint);
     const double deadline = mono_seconds() + timeout_s;
     unsigned char req[4 + 1 + 4096], hdr[5];
-    put_u32(req, (uint32_t)(len + 1));
+    wire_put_u32(req, (uint32_t)(len + 1));
     req[4] = OP_HANDOFF;
     if (len) memcpy(req + 5, payload, len);
     rdzv_error k = RDZV_TIMEOUT;
@@ -1163,7 +1142,7 @@ int rdzv_handoff_connect(const rdzv *r, const void *payload, size_t len, double 
         if (connect_once(host, port, deadline, &c, why, sizeof why, &cause) == 0) {
             int rc = io_all(c, req, len + 5, deadline, 1);
             if (rc == 0) rc = io_all(c, hdr, 5, deadline, 0);
-            size_t n = rc == 0 ? get_u32(hdr) : 0;
+            size_t n = rc == 0 ? wire_get_u32(hdr) : 0;
             char text[512] = "";
             if (rc == 0 && (n < 1 || n > sizeof text)) rc = -1;
             if (rc == 0 && n > 1) rc = io_all(c, text, n - 1, deadline, 0);
