@@ -152,3 +152,29 @@ sys.exit(0 if worst < float(sys.argv[3]) else 1)
 PY
 }
 
+
+# ck_backend_start: for setup_file of a suite run on either checkpoint
+# backend (CK_BACKEND=file, the default, or s3): with s3, moto's server on a
+# free port with bucket vitjob-ck, its env (S3_ENDPOINT, AWS_*) exported;
+# without moto and boto3, S3_SKIP says why (setup skips). ck_backend_stop:
+# for teardown_file.
+ck_backend_start() {
+  export CK_BACKEND=${CK_BACKEND:-file}
+  [ "$CK_BACKEND" = s3 ] || return 0
+  export PY=${VITJOB_TEST_PYTHON:-python3}
+  if ! "$PY" -c 'import moto, boto3' 2>/dev/null; then
+    export S3_SKIP="no moto and boto3 in $PY (set VITJOB_TEST_PYTHON)"
+    return 0
+  fi
+  "$PY" tests/s3/moto_server.py --port 0 --env-out "$BATS_FILE_TMPDIR/s3.env" --bucket vitjob-ck \
+    > "$BATS_FILE_TMPDIR/moto.log" 2>&1 3>&- &
+  echo $! > "$BATS_FILE_TMPDIR/moto.pid"
+  for _ in $(seq 1 300); do [ -s "$BATS_FILE_TMPDIR/s3.env" ] && break; sleep 0.1; done
+  [ -s "$BATS_FILE_TMPDIR/s3.env" ] || { cat "$BATS_FILE_TMPDIR/moto.log"; return 1; }
+  set -a; . "$BATS_FILE_TMPDIR/s3.env"; set +a
+}
+
+ck_backend_stop() {
+  [ -f "$BATS_FILE_TMPDIR/moto.pid" ] && kill "$(cat "$BATS_FILE_TMPDIR/moto.pid")" 2>/dev/null
+  return 0
+}
