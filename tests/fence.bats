@@ -35,7 +35,10 @@ setup() {
   ARGS=(--set training.steps=30 --set training.optimizer.warmupSteps=2
         --set training.globalBatchSize=48 --set training.microBatchSize=4
         --set training.threads=1 --set training.exportPath=
-        --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60)
+        --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60
+        --set training.heartbeatTimeoutSeconds=600)
+  # the heartbeat would also stop a frozen rank on waking (tests/lostpeer.bats);
+  # with its timeout far away, what stops generation 0 here is the fence
   ENDPOINT=()
   [ "$CK_BACKEND" = s3 ] && ENDPOINT=(--endpoint "$S3_ENDPOINT")
   return 0
