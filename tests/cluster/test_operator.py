@@ -430,10 +430,9 @@ class IdentityAndPodSecurityTest(Base):
             self.assertEqual(body(r)["metadata"]["ownerReferences"][0]["uid"], uid, path)
         rank0, rank1 = pods
         self.assertEqual(rank0["spec"]["serviceAccountName"], "secure-worker")
-        self.assertTrue(any(v["name"].startswith("kube-api-access-") for v in rank0["spec"]["volumes"]),
-                        "rank 0 gets the token it reports with")
-        self.assertFalse(any(v["name"].startswith("kube-api-access-") for v in rank1["spec"]["volumes"]),
-                         "other ranks get no token")
+        for p in (rank0, rank1):  # rank 0 reports progress; any surviving rank may report a lost peer
+            self.assertTrue(any(v["name"].startswith("kube-api-access-") for v in p["spec"]["volumes"]),
+                            "%s gets the token it reports with" % p["metadata"]["name"])
         r = self.kubectl(["create", "token", "secure-worker", "-n", self.NS])
         self.assertEqual(r.returncode, 0, r.stderr)
         worker = self.server.client(token=r.stdout.strip())

@@ -29,11 +29,18 @@ typedef struct {
     ckpt_store *store;
     long generation, step;
     const char *action;
+    int (*may_write)(const void *ctx); /* ckpt_writer_set_gate's, or NULL */
+    const void *gate_ctx;
 } fence_guard;
 
 static ckpt_status check_fence(void *ctx, char *err, size_t errlen)
 {
     fence_guard *g = ctx;
+    if (g->may_write && !g->may_write(g->gate_ctx)) {
+        snprintf(err, errlen, "checkpoint step %ld: %s not written: this process may write no "
+                 "more (woken from a freeze, or a peer was lost)", g->step, g->action);
+        return CKPT_FENCED;
+    }
     return ckpt_fence_check(g->store, g->generation, g->action, g->step, err, errlen);
 }
 
@@ -42,6 +49,8 @@ struct ckpt_writer {
     rdzv *r;
     int rank, world, keep;
     long generation; /* the writer generation in every name it writes (ckpt_fence.h) */
+    int (*may_write)(const void *ctx); /* ckpt_writer_set_gate */
+    const void *gate_ctx;
     double timeout_s;
     pthread_t thread;
     int running; /* a thread to join */
@@ -76,6 +85,12 @@ int ckpt_writer_new(ckpt_writer **out, ckpt_store *store, rdzv *r, int rank, int
 }
 
 void ckpt_writer_set_generation(ckpt_writer *w, long generation) { w->generation = generation; }
+
+void ckpt_writer_set_gate(ckpt_writer *w, int (*may_write)(const void *ctx), const void *ctx)
+{
+    w->may_write = may_write;
+    w->gate_ctx = ctx;
+}
 
 void ckpt_writer_free(ckpt_writer *w)
 {
@@ -190,7 +205,7 @@ static ckpt_status store_all(ckpt_writer *w)
     double t0 = mono_seconds();
     /* a newer generation's fence: nothing written (ckpt_fence.h), checked
      * at the last moment before the shard becomes visible */
-    fence_guard guard = {w->store, w->generation, w->meta.step, "shard"};
+    fence_guard guard = {w->store, w->generation, w->meta.step, "shard", w->may_write, w->gate_ctx};
     ckpt_status st = ckpt_store_put_guarded(w->store, name, w->buf, w->bytes, check_fence, &guard,
                                             err, sizeof err);
     if (st) return fail(w, st, "%s", err);

@@ -82,6 +82,11 @@ int ckpt_writer_new(ckpt_writer **out, ckpt_store *store, rdzv *r, int rank, int
  * generation's fails the save with CKPT_FENCED (nothing written or
  * deleted), and retention deletes no object of a newer generation. */
 void ckpt_writer_set_generation(ckpt_writer *w, long generation);
+/* may_write(ctx), when set, is asked with the fence right before each
+ * object becomes visible (a shard's or manifest's rename): 0 = this process
+ * must write nothing more (e.g. the heartbeat's hb_ok: woken from a freeze),
+ * and the save fails with CKPT_FENCED. ctx is borrowed. */
+void ckpt_writer_set_gate(ckpt_writer *w, int (*may_write)(const void *ctx), const void *ctx);
 /* Waits for a save in flight, then frees. Accepts NULL. */
 void ckpt_writer_free(ckpt_writer *w);
 /* Starts saving: waits for the previous save (failing with its error if

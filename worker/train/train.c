@@ -809,6 +809,8 @@ static vj_err resume(run *r, char *err, size_t errlen)
                         r->cfg->training.collective_timeout_seconds, err, errlen) != 0)
         return VJ_ERR_OUT_OF_MEMORY;
     ckpt_writer_set_generation(r->cwriter, r->ckpt_generation);
+    if (r->opt->hb)
+        ckpt_writer_set_gate(r->cwriter, may_write, r->opt->hb);
     return VJ_OK;
 }
 
