@@ -415,3 +415,32 @@ Test(ckpt_fence, retention_never_deletes_a_newer_generations_objects, .init = op
     cr_assert(strstr(snap, "step-000000005/manifest.g3.json"), "%s", snap);
     free(snap);
 }
+
+static int gate_open = 1;
+static int gate(const void *ctx)
+{
+    (void)ctx;
+    return gate_open;
+}
+
+/* A rank woken from a freeze (the heartbeat's hb_ok says no) whose save
+ * reaches the moment of a rename: nothing becomes visible. */
+Test(ckpt_fence, a_closed_gate_stops_a_save_at_the_rename_and_leaves_no_file,
+     .init = open_store, .fini = close_store)
+{
+    ckpt_writer *w = writer(0, 3);
+    ckpt_writer_set_gate(w, gate, NULL);
+    saved(w, 1, 100);
+    char *before = snapshot();
+    gate_open = 0;
+    cr_assert_eq(save(w, 2, 200), CKPT_FENCED, "%s", err);
+    cr_assert(strstr(err, "may write no more"), "%s", err);
+    char *after = snapshot();
+    cr_assert_str_eq(after, before, "a closed gate let an object through");
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "find %s -name '.vitjob-tmp.*' | grep -q .", dir);
+    cr_assert_neq(system(cmd), 0, "a refused put left its temporary");
+    free(before);
+    free(after);
+    ckpt_writer_free(w);
+}
