@@ -5,12 +5,9 @@
 # `kubectl apply -f manifests/` deploys the operator, which the local kubelet
 # runs from its Deployment with in-cluster configuration only; a ViTJob of 2
 # CPU replicas trains across the two nodes with S3 checkpoints and reports
-# its progress into `kubectl get vj`. Proved here:
-#   - a node dies after the first checkpoint (its kubelet killed, its pods with
-#     it): the node is declared lost, its pod evicted, the gang restarts as a
-#     disruption (backoffLimit not spent), resumes from the checkpoint and
-#     succeeds with the final loss and weights of an uninterrupted run, bit for
-#     bit; the recovery time and its parts are printed;
+# its progress into `kubectl get vj`. Proved here (a lost node, at upstream
+# node-lifecycle defaults, is tests/cluster/test_recovery.py's):
+#   - the columns of `kubectl get vj` change while a job runs;
 #   - a worker killed with SIGKILL: a retryable failure (one backoffLimit unit),
 #     resumed from the checkpoint, Succeeded;
 #   - a worker whose status patches are refused still trains to the end and
@@ -208,89 +205,22 @@ class EndToEnd(ClusterJobTest):
 
     # ------------------------------------------------------------------ tests
 
-    def test_a_node_dies_after_a_checkpoint_and_the_gang_resumes_as_a_disruption_bit_for_bit(self):
-        c, name = self.c, "e2e-node"
-        m = self.apply(job_manifest(name, "e2e/node"))
+    def test_a_worker_killed_with_sigkill_restarts_the_gang_spending_one_backoff_unit(self):
+        c, name = self.c, "e2e-kill"
+        self.apply(job_manifest(name, "e2e/kill"))
         seen = set()
 
         def progressed():
             out = c.kubectl("get", "vj", name, "--no-headers", check=False).stdout
             seen.add(out.strip())
-            st = status(c, name)
-            return (st.get("progress") or {}).get("lastCheckpointStep", 0) >= INTERVAL and st
-        st = wait_for("the first checkpoint", progressed, 180, 0.5)
-        self.assertEqual(st.get("phase"), "Running")
-        prog = st["progress"]
-        self.assertTrue(prog["step"] >= INTERVAL and prog["loss"] > 0 and prog["imagesPerSecond"] > 0, prog)
-        # kubectl get vj shows the columns changing
+            return (status(c, name).get("progress") or {}).get("lastCheckpointStep", 0) >= INTERVAL
+        wait_for("the first checkpoint", progressed, 180, 0.5)
+        # kubectl get vj shows the columns changing while it runs
         rows = [r.split() for r in seen if r]
         self.assertTrue(any(r[1] == "Running" for r in rows), rows)
         self.assertGreater(len({tuple(r[2:4]) for r in rows}), 1, rows)
-        pods = pods_of(c, name)
-        self.assertEqual(len({p["spec"]["nodeName"] for p in pods}), 2, "the ranks run on two nodes")
-        # the node without the operator dies (the operator's own pod would be
-        # rescheduled only after its tolerations ran out, as on a real cluster)
-        op_node = c.get_json("pods", "-n", "vitjob-system")["items"][0]["spec"]["nodeName"]
-        victim = next(p["spec"]["nodeName"] for p in pods if p["spec"]["nodeName"] != op_node)
-        t_kill = time.time()
-        c.kill_node(victim)
-        t = {}
-
-        def node_unknown():
-            n = c.get_json("node", victim)
-            return any(cd["type"] == "Ready" and cd["status"] == "Unknown"
-                       for cd in n.get("status", {}).get("conditions", []))
-        wait_for("the node declared lost", node_unknown, 60, 0.2)
-        t["declared_lost"] = time.time()
-
-        def restarted():
-            st = status(c, name)
-            return st.get("restarts", 0) >= 1 and st
-        st = wait_for("the gang restart", restarted, 120, 0.2)
-        t["restart"] = time.time()
-        self.assertEqual(st.get("disruptionRestarts"), 1, st)
-        wait_for("generation 1 running", lambda: status(c, name).get("phase") == "Running", 120, 0.2)
-        t["pods_running"] = time.time()
-        st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
-                      and status(c, name), 600, 1)
-        self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
-        self.assertEqual(st.get("restarts"), 1, st)
-        self.assertEqual(st.get("disruptionRestarts"), 1, st)
-        r0 = self.rank0_of_gen(name, 1)
-        self.assertIsNotNone(r0)
-        log = c.pod_log(r0)
-        resumed = [ln for ln in log.splitlines() if "event=resumed" in ln]
-        self.assertTrue(resumed, log[-3000:])
-        self.assertIn("step=%d" % INTERVAL, resumed[0])
-        first_step = next(ln for ln in log.splitlines() if re.search(r" step=\d+/%d " % STEPS, ln))
-        rdzv = next((ln for ln in log.splitlines() if "event=rendezvous" in ln), None)
-        t_first = log_ts(first_step)
-        t_resume = log_ts(resumed[0])
-        t_rdzv = log_ts(rdzv) if rdzv else None
-        recovery = t_first - t_kill
-        print("\nrecovery: kill -> first step of generation 1: %.1f s (node declared lost %.1f s, gang "
-              "restarted %.1f s, pods running %.1f s, rendezvous %s s, checkpoint read by %.1f s, first "
-              "step %.1f s after the kill)" % (
-                  recovery, t["declared_lost"] - t_kill, t["restart"] - t_kill, t["pods_running"] - t_kill,
-                  "%.1f" % (t_rdzv - t_kill) if t_rdzv else "?", t_resume - t_kill, recovery), file=sys.stderr)
-        # the final loss and weights of an uninterrupted run, bit for bit
-        loss = self.final_loss_of(log)
-        ref_loss, ref_weights = self.reference_run(m, "e2e/node-ref")
-        self.assertEqual(loss, ref_loss)
-        ours = self.export("s3://vitjob/e2e/node/step-%09d" % STEPS, os.path.join(self.work, "node.safetensors"))
-        self.assertEqual(ours, ref_weights, "final weights differ from the uninterrupted run")
-        # kubectl get vj shows the finished job
-        out = c.kubectl("get", "vj", name).stdout
-        self.assertIn("Succeeded", out)
-        # the operator's per-job gauges
-        op = c.get_json("pods", "-n", "vitjob-system")["items"][0]
-        self.assertNotIn("KUBECONFIG", json.dumps(op["spec"]), "the operator runs on in-cluster config")
-
-    def test_a_worker_killed_with_sigkill_restarts_the_gang_spending_one_backoff_unit(self):
-        c, name = self.c, "e2e-kill"
-        self.apply(job_manifest(name, "e2e/kill"))
-        wait_for("the first checkpoint", lambda: (status(c, name).get("progress") or {}).get(
-            "lastCheckpointStep", 0) >= INTERVAL, 180, 0.5)
+        for op in c.get_json("pods", "-n", "vitjob-system")["items"]:
+            self.assertNotIn("KUBECONFIG", json.dumps(op["spec"]), "the operator runs on in-cluster config")
         pid = wait_for("rank 1's process", lambda: worker_pid(name, 1), 30, 0.5)
         os.kill(pid, signal.SIGKILL)
         st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
