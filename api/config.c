@@ -570,8 +570,9 @@ static const config_key config_keys[] = {
 #define N_KEYS (sizeof config_keys / sizeof config_keys[0])
 
 /* Spec keys that belong to the operator: accepted and ignored by the worker. */
-static const char *const operator_keys[] = {"replicas", "gpusPerReplica", "image",
-                                            "runPolicy", "suspend", "template", NULL};
+static const char *const operator_keys[] = {"replicas", "gpusPerReplica", "gpuMemory",
+                                            "image",    "runPolicy",      "suspend",
+                                            "template", NULL};
 /* Manifest keys around the spec: ignored. */
 static const char *const manifest_keys[] = {"apiVersion", "kind", "metadata", "status", NULL};
 

@@ -17,9 +17,14 @@ WORKDIR /src
 COPY scripts/deps.sh scripts/deps.sh
 RUN scripts/deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
-# the operator alone: no BLAS, no CUDA, no S3 client in it (see the Makefile)
-RUN make -j"$(nproc)" BUILD=/out ARCH= GIT_COMMIT="${GIT_COMMIT}" NVCC= /out/bin/vitjob-operator \
- && /out/bin/vitjob-operator --version
+# the operator links no BLAS, no CUDA and no S3 client (see the Makefile); the
+# CPU worker beside it is its planner (`vitjob-worker plan`, run as a child
+# process to size GPU jobs before their pods: operator/admission.h), so the
+# memory the operator checks comes from the code that allocates it
+RUN make -j"$(nproc)" BUILD=/out ARCH="-march=x86-64-v2" GIT_COMMIT="${GIT_COMMIT}" NVCC= \
+      /out/bin/vitjob-operator /out/bin/vitjob-worker \
+ && /out/bin/vitjob-operator --version \
+ && /out/bin/vitjob-worker plan --set model.preset=vit_b16 --device cuda --json > /dev/null
 
 FROM ${RUNTIME_BASE}
 ARG VERSION=0.1.0
@@ -27,11 +32,13 @@ ARG GIT_COMMIT=unknown
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       ca-certificates libcjson1 libyaml-0-2 libcurl4 libmicrohttpd12 \
+      libxml2 zlib1g libopenblas0-openmp libsleef3 libgloo0 libgomp1 libisal2 libturbojpeg0 \
+      libjpeg62-turbo libspng0 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 65532 vitjob \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin vitjob
-COPY --from=build /out/bin/vitjob-operator /usr/local/bin/vitjob-operator
+COPY --from=build /out/bin/vitjob-operator /out/bin/vitjob-worker /usr/local/bin/
 LABEL org.opencontainers.image.title="vitjob-operator" \
       org.opencontainers.image.description="Kubernetes operator for ViTJob: sharded Vision Transformer training" \
       org.opencontainers.image.version="${VERSION}" \

@@ -10,6 +10,7 @@
 #include "runner.h"
 #include "decide.h"
 #include "jobspec.h"
+#include "admission.h"
 #include "nodehealth.h"
 #include "render.h"
 #include "timefmt.h"
@@ -489,8 +490,23 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
                     &have.role_binding};
     for (int i = INF_CONFIGMAPS; i <= INF_ROLEBINDINGS && !ref.set; i++)
         *flags[i - INF_CONFIGMAPS] = settle_child(c, k, job, i, &ref) > 0;
+    /* Admission: a GPU job's plan before its first pods (admission.h); one
+     * that does not fit gets no PodGroup either (decide fails it). */
+    vj_admission adm;
+    char aerr[512];
+    if (!ref.set && c->o.planner && pods && vj_admission_wanted(job, pods)) {
+        if (vj_admit(k, c->o.planner, job, &adm, aerr, sizeof aerr) == 0) {
+            have.plan = &adm;
+            LOG_INFO("admission", "key=%s event=planned fits=%d memory_bytes=%.0f "
+                     "device_bytes=%.0f images_per_second=%.1f", LOGV(key), adm.fits,
+                     adm.memory_bytes, adm.device_bytes, adm.images_per_s);
+        } else {
+            LOG_WARN("admission", "key=%s event=not_planned msg=%s", LOGV(key), LOGV(aerr));
+        }
+    }
     cJSON *podgroup = NULL;
-    if (!ref.set) settle_podgroup(k, job, &have, &podgroup, &ref);
+    if (!ref.set && (!have.plan || have.plan->fits))
+        settle_podgroup(k, job, &have, &podgroup, &ref);
     vj_plan *plan = NULL;
     char err[512];
     run_result result = RUN_DONE;

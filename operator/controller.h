@@ -40,6 +40,10 @@ typedef struct {
     /* With leader election: until when (CLOCK_MONOTONIC ms) we may act; a
      * worker makes no write after it. NULL = always. */
     const atomic_llong *leading_until_ms;
+    /* The planner program (a vitjob-worker binary) that sizes GPU jobs
+     * before their first pods (operator/admission.h); NULL = no admission
+     * planning. Borrowed. */
+    const char *planner;
 } controller_opts;
 
 typedef struct controller controller;

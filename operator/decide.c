@@ -32,6 +32,7 @@
 #include "timefmt.h"
 #include "render.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -886,6 +887,15 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
         diff_field(c, st, cur, "completionTime", cJSON_CreateString(ts));
     }
     diff_field(c, st, cur, "observedGeneration", cJSON_CreateNumber((double)c->js->generation));
+    const vj_admission *a = c->have->plan;
+    if (a) {
+        char q[32];
+        vj_planner_quantity(q, sizeof q, a->memory_bytes);
+        diff_field(c, st, cur, "plannedGeneration", cJSON_CreateNumber((double)a->generation));
+        diff_field(c, st, cur, "plannedMemoryPerRank", cJSON_CreateString(q));
+        diff_field(c, st, cur, "plannedImagesPerSecond",
+                   cJSON_CreateNumber(round(a->images_per_s * 10) / 10));
+    }
     if (st->child == NULL) {
         cJSON_Delete(st);
         return NULL;
@@ -989,6 +999,28 @@ static void watch_progress(ctx *c, desired_status *ds, const cJSON *st)
     requeue(c, stalled_at + (k + 1) * limit - c->now);
 }
 
+/* ---------------------------------------------------------- admission */
+
+/* A plan that does not fit: the job fails before any child exists. */
+static void will_not_fit(ctx *c, desired_status *ds, pod_info *pods, size_t n)
+{
+    const vj_admission *a = c->have->plan;
+    char need[32], have[32], msg[1024];
+    vj_planner_quantity(need, sizeof need, a->memory_bytes);
+    vj_planner_quantity(have, sizeof have, a->device_bytes);
+    int w = snprintf(msg, sizeof msg, "the plan needs %s of GPU memory per rank (sharding %s, "
+                     "micro-batch %d: %s) but a GPU has %s (%s); ", need, a->sharding,
+                     a->micro_batch, a->parts, have, a->device_source);
+    if (w > 0 && (size_t)w < sizeof msg)
+        snprintf(msg + w, sizeof msg - (size_t)w, "%s%s",
+                 a->suggestion[0] ? "the cheapest change that fits: " : "",
+                 a->suggestion[0] ? a->suggestion
+                                  : "no change the planner tries fits (activation checkpointing, "
+                                    "grad-op, full, a smaller micro-batch, more replicas)");
+    set_cond(c, ds->conds, "WillNotFit", "True", "ExceedsGPUMemory", msg, 0);
+    finish_job(c, ds, pods, n, 0, "WillNotFit", msg);
+}
+
 /* vj_decide, or with fail_reason: vj_decide_failed. */
 static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *have,
                   const char *fail_reason, const char *fail_msg, long long now, vj_plan **out,
@@ -1061,6 +1093,8 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
             snprintf(msg, sizeof msg, "invalid spec: %s", verr);
             finish_job(&c, &ds, pods, n, 0, "InvalidSpec", msg);
             clean_pods(&c, &ds, pods, n);
+        } else if (have->plan && !have->plan->fits && n == 0) {
+            will_not_fit(&c, &ds, pods, n);
         } else if (js.suspend) {
             suspend_job(&c, &ds, pods, n, cur_phase);
         } else if (js.active_deadline > 0 && ds.start >= 0 && !str_eq(cur_phase, "Suspended") &&
@@ -1131,7 +1165,8 @@ int vj_decide(const cJSON *job, const cJSON *pods, const vj_children *have, long
 int vj_decide_failed(const cJSON *job, const cJSON *pods, const char *reason,
                      const char *message, long long now, vj_plan **out, char *err, size_t errlen)
 {
-    static const vj_children all = {1, 1, 1, 1, 1, 1, 0, NULL, NULL, 0};
+    static const vj_children all = {.configmap = 1, .service = 1, .service_account = 1,
+                                    .role = 1, .role_binding = 1, .podgroup = 1};
     return decide(job, pods, &all, reason, message, now, out, err, errlen);
 }
 

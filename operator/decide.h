@@ -21,6 +21,7 @@
 #ifndef VITJOB_DECIDE_H
 #define VITJOB_DECIDE_H
 
+#include "planner.h"
 #include "render.h"
 
 #include <cjson/cJSON.h>
@@ -69,6 +70,9 @@ typedef struct {
     const cJSON *podgroup_obj; /* that PodGroup as read (its status), or NULL; borrowed */
     const vj_node_health *nodes; /* n_nodes nodes judged by the controller; borrowed */
     size_t n_nodes;
+    /* The plan made at admission this reconcile (operator/admission.h:
+     * vj_admission_wanted), or NULL; borrowed. */
+    const vj_admission *plan;
 } vj_children;
 
 /* A lost pod (issue 26; docs/design.md, "Lost nodes"). A pod of the current
@@ -106,6 +110,14 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods);
  * Inqueue) for longer than scheduleTimeoutSeconds (default
  * VJ_GANG_DEFAULT_TIMEOUT_S) gives condition GangUnschedulable True with the
  * scheduler's message; False once the gang runs. */
+
+/* Admission (docs/design.md, "Admission: will it fit?"): with a plan
+ * (vj_children.plan), status gets plannedGeneration, plannedMemoryPerRank (a
+ * quantity, e.g. "22.4Gi") and plannedImagesPerSecond (1 decimal). A plan
+ * that does not fit, for a job with no pods, fails the job before anything
+ * of it is created: condition WillNotFit True (reason ExceedsGPUMemory,
+ * the plan's total, largest parts, the GPU memory and where it came from,
+ * and the cheapest change that fits), and Failed with reason WillNotFit. */
 
 /* ProgressStalled: while the job is Running, rank 0 writes
  * status.progress.updateTime (worker/train/report.c) at most every

@@ -45,6 +45,10 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
     s.gpus = (int)json_int(spec, "gpusPerReplica", 0);
     s.local_ranks = s.gpus > 0 ? s.gpus : 1;
     s.world_size = s.replicas * s.local_ranks;
+    s.gpu_memory = json_str(spec, "gpuMemory");
+    long double gm = 0;
+    if (s.gpu_memory && kv_parse_quantity(s.gpu_memory, &gm, NULL, 0))
+        s.gpu_memory_bytes = (double)gm;
     s.image = json_str(spec, "image");
     const char *cs = json_str(json_get(spec, "checkpoint"), "credentialsSecret");
     s.credentials_secret = (cs && cs[0]) ? cs : NULL;
@@ -172,6 +176,15 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
     if (js->gpus < 0 || js->gpus > 64) {
         snprintf(err, errlen, "spec.gpusPerReplica=%d: must be in [0, 64]", js->gpus);
         return -1;
+    }
+    if (js->gpu_memory) {
+        char why[128] = "";
+        long double gm = 0;
+        if (!kv_parse_quantity(js->gpu_memory, &gm, why, sizeof why) || gm < 1) {
+            snprintf(err, errlen, "spec.gpuMemory=\"%s\": %s", js->gpu_memory,
+                     why[0] ? why : "must be a positive quantity of bytes, e.g. 80Gi");
+            return -1;
+        }
     }
     if (js->image == NULL || js->image[0] == '\0') {
         set_err(err, errlen, "spec.image: missing or empty");

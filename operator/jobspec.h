@@ -61,6 +61,8 @@ typedef struct {
     int replicas;                   /* spec.replicas (0 if absent: invalid) */
     int gpus;                       /* spec.gpusPerReplica (default 0) */
     int local_ranks;                /* max(gpus, 1) */
+    const char *gpu_memory;         /* spec.gpuMemory, a quantity ("80Gi"); NULL if unset */
+    double gpu_memory_bytes;        /* its value (0 if unset or invalid) */
     int world_size;                 /* replicas x local_ranks */
     const char *image;              /* spec.image (NULL if absent: invalid) */
     const char *credentials_secret; /* spec.checkpoint.credentialsSecret; NULL if unset or "" */

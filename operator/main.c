@@ -13,6 +13,11 @@
  *                        (identity: --identity, else $POD_NAME, else host_pid)
  *                        [--workers N] [--log-level info]
  *                        [--lease-duration 15] [--renew-deadline 10] [--retry-period 2]
+ *                        [--planner PATH|none]
+ *        --planner: the program that sizes GPU jobs before their first pods
+ *        (`vitjob-worker plan`, operator/admission.h); by default the
+ *        vitjob-worker beside this binary, if there is one; none = no
+ *        admission planning. A PATH that is not an executable exits 2.
  *        --namespace: the namespaces whose ViTJobs it manages, comma-separated
  *        DNS-1123 labels (an informer per resource per namespace, one work
  *        queue); absent or "" = every namespace. A bad name exits 2.
@@ -116,7 +121,23 @@ static void usage(FILE *to)
                 "                       [--identity ID]\n"
                 "                       [--workers N] [--log-level debug|info|warn|error]\n"
                 "                       [--lease-duration 15] [--renew-deadline 10] "
-                "[--retry-period 2]\n");
+                "[--retry-period 2]\n"
+                "                       [--planner PATH|none]\n");
+}
+
+/* path = the directory of this executable + "/" + name, when that is an
+ * executable file: 0; else -1. */
+static int beside_self(char *path, size_t len, const char *name)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return -1;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (!slash) return -1;
+    *slash = 0;
+    int w = snprintf(path, len, "%s/%s", self, name);
+    return w > 0 && (size_t)w < len && access(path, X_OK) == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -128,6 +149,8 @@ int main(int argc, char **argv)
     const char *lease_name = "vitjob-operator";
     char identity[256] = "";
     int elect = 0, workers = 2;
+    const char *planner = NULL;
+    char planner_beside[4096];
     double lease_duration = 15, renew_deadline = 10, retry_period = 2;
     char err[512];
     for (int i = 1; i < argc; i++) {
@@ -147,6 +170,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--lease-name") && more) lease_name = argv[++i];
         else if (!strcmp(a, "--identity") && more) snprintf(identity, sizeof identity, "%s", argv[++i]);
         else if (!strcmp(a, "--workers") && more) workers = atoi(argv[++i]);
+        else if (!strcmp(a, "--planner") && more) planner = argv[++i];
         else if (!strcmp(a, "--lease-duration") && more) lease_duration = atof(argv[++i]);
         else if (!strcmp(a, "--renew-deadline") && more) renew_deadline = atof(argv[++i]);
         else if (!strcmp(a, "--retry-period") && more) retry_period = atof(argv[++i]);
@@ -193,6 +217,18 @@ int main(int argc, char **argv)
         snprintf(identity, sizeof identity, "%s_%ld", host, (long)getpid());
     }
     if (!lease_ns || !*lease_ns) lease_ns = "vitjob-system";
+    if (planner && !strcmp(planner, "none")) {
+        planner = NULL;
+    } else if (planner) {
+        if (access(planner, X_OK) != 0) {
+            LOG_ERROR("operator", "msg=%s",
+                      LOGVF("--planner %s: not an executable file", planner));
+            ns_list_free(&watched);
+            return 2;
+        }
+    } else if (beside_self(planner_beside, sizeof planner_beside, "vitjob-worker") == 0) {
+        planner = planner_beside;
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -231,9 +267,8 @@ int main(int argc, char **argv)
         return 1;
     }
     LOG_INFO("operator", "event=start identity=%s namespace=%s metrics_port=%d leader_elect=%d "
-             "workers=%d", LOGV(identity), LOGV(watched.n ? watched_s : "(all)"), httpd_port(http),
-             elect,
-             workers);
+             "workers=%d planner=%s", LOGV(identity), LOGV(watched.n ? watched_s : "(all)"),
+             httpd_port(http), elect, workers, LOGV(planner ? planner : "none"));
 
     leader_elector *le = NULL;
     leader_opts lo = {.ns = lease_ns, .name = lease_name, .identity = identity,
@@ -245,7 +280,8 @@ int main(int argc, char **argv)
 
     controller_opts co = {.factory = make_client, .factory_user = &fctx, .namespaces = &watched,
                           .workers = workers, .metrics = metrics, .stop = &stop_requested,
-                          .leading_until_ms = le ? &leading_until_ms : NULL};
+                          .leading_until_ms = le ? &leading_until_ms : NULL,
+                          .planner = planner};
     /* Lease calls must fail well inside the renew deadline, so that a replica
      * whose API calls hang stops acting before a standby may take over. */
     if (le) {

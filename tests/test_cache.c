@@ -236,7 +236,8 @@ Test(cache, managed_fields_and_last_applied_never_reach_the_cache_by_put_or_reli
 /* The plan decide makes, printed: what must not change when pods are trimmed. */
 static char *plan_text(const cJSON *job, const cJSON *pods)
 {
-    vj_children have = {1, 1, 1, 1, 1, 0, 0, NULL, NULL, 0};
+    vj_children have = {.configmap = 1, .service = 1, .service_account = 1, .role = 1,
+                        .role_binding = 1};
     vj_plan *p = NULL;
     char err[256];
     cr_assert_eq(vj_decide(job, pods, &have, 1795665600LL, &p, err, sizeof err), 0, "%s", err);

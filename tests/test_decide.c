@@ -1375,3 +1375,91 @@ Test(decide, an_unknown_gang_fails_the_job_naming_the_field_without_children)
     vj_plan_free(p);
     world_free(&w);
 }
+
+/* ------------------------------------------------------------- admission */
+
+/* A plan as the planner would give it for an 8-GPU job. */
+static vj_admission plan_of(double need_gib, double gpu_gib, const char *suggestion)
+{
+    vj_admission a = {.generation = 1, .memory_bytes = need_gib * 1073741824.0,
+                      .device_bytes = gpu_gib * 1073741824.0, .images_per_s = 1234.56,
+                      .micro_batch = 128};
+    a.fits = gpu_gib <= 0 || need_gib <= gpu_gib;
+    snprintf(a.device_source, sizeof a.device_source, "spec.gpuMemory=80Gi");
+    snprintf(a.parts, sizeof a.parts, "activations 98Gi, optimizer state 4.7Gi");
+    snprintf(a.sharding, sizeof a.sharding, "none");
+    snprintf(a.suggestion, sizeof a.suggestion, "%s", suggestion ? suggestion : "");
+    return a;
+}
+
+Test(decide, a_plan_over_the_gpu_memory_fails_the_job_with_WillNotFit_before_anything_is_created)
+{
+    world w = mk(NULL, NULL);
+    vj_admission a = plan_of(111.2, 80, "spec.training.activationCheckpointing=true (22.4Gi per rank)");
+    w.have.plan = &a;
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0, "no ConfigMap, identity or pod");
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "WillNotFit");
+    cr_assert_str_eq(cond_field(&w, "WillNotFit", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "WillNotFit", "reason"), "ExceedsGPUMemory");
+    const char *msg = cond_field(&w, "WillNotFit", "message");
+    cr_assert(strstr(msg, "111.2Gi") && strstr(msg, "80Gi (spec.gpuMemory=80Gi)") &&
+              strstr(msg, "activations 98Gi") && strstr(msg, "micro-batch 128") &&
+              strstr(msg, "the cheapest change that fits: spec.training.activationCheckpointing=true"),
+              "the message carries the plan's numbers and its suggestion: %s", msg);
+    cr_assert(has_event(p, "WillNotFit"));
+    cr_assert_str_eq(st_get(&w, "plannedMemoryPerRank")->valuestring, "111.2Gi");
+    cr_assert_float_eq(st_get(&w, "plannedImagesPerSecond")->valuedouble, 1234.6, 1e-9);
+    cr_assert_eq(st_get(&w, "plannedGeneration")->valueint, 1);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_plan_that_fits_records_its_numbers_and_the_job_starts_as_any_other)
+{
+    world w = mk(NULL, NULL);
+    vj_admission a = plan_of(22.4, 80, NULL);
+    w.have.plan = &a;
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 7);
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    cr_assert_null(cond(&w, "WillNotFit"));
+    cr_assert_str_eq(st_get(&w, "plannedMemoryPerRank")->valuestring, "22.4Gi");
+    vj_plan_free(p);
+    /* later reconciles carry no plan: the recorded numbers stay */
+    w.have.plan = NULL;
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 10));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_str_eq(st_get(&w, "plannedMemoryPerRank")->valuestring, "22.4Gi");
+    world_free(&w);
+}
+
+Test(decide, unknown_gpu_memory_refuses_nothing_and_a_job_with_pods_is_never_refused)
+{
+    world w = mk(NULL, NULL);
+    vj_admission a = plan_of(111.2, 0, NULL);
+    w.have.plan = &a;
+    vj_plan *p = step(&w, NOW);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 7, "no GPU memory known: planned, not refused");
+    vj_plan_free(p);
+    a = plan_of(111.2, 80, NULL); /* a plan that does not fit, once pods exist */
+    p = step(&w, NOW + 1);
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    cr_assert_null(cond(&w, "WillNotFit"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, with_no_change_that_fits_the_message_says_so)
+{
+    world w = mk(NULL, NULL);
+    vj_admission a = plan_of(2010, 80, NULL);
+    w.have.plan = &a;
+    vj_plan_free(step(&w, NOW));
+    const char *msg = cond_field(&w, "WillNotFit", "message");
+    cr_assert(strstr(msg, "no change the planner tries fits"), "%s", msg);
+    cr_assert(strstr(msg, "needs 2Ti of GPU memory"), "%s", msg);
+    world_free(&w);
+}
