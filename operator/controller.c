@@ -498,8 +498,8 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
         if (vj_admit(k, c->o.planner, job, &adm, aerr, sizeof aerr) == 0) {
             have.plan = &adm;
             LOG_INFO("admission", "key=%s event=planned fits=%d memory_bytes=%.0f "
-                     "device_bytes=%.0f images_per_second=%.1f", LOGV(key), adm.fits,
-                     adm.memory_bytes, adm.device_bytes, adm.images_per_s);
+                     "device_bytes=%.0f images_per_second=%.1f device=%s", LOGV(key), adm.fits,
+                     adm.memory_bytes, adm.device_bytes, adm.images_per_s, LOGV(adm.device));
         } else {
             LOG_WARN("admission", "key=%s event=not_planned msg=%s", LOGV(key), LOGV(aerr));
         }

@@ -153,7 +153,7 @@ int vj_planner_run(const vj_planner_args *a, const cJSON *worker_config, vj_admi
     snprintf(mem, sizeof mem, "%.0f", a->gpu_bytes);
     const char *argv[20];
     int n = 0;
-    argv[n++] = a->program, argv[n++] = "plan", argv[n++] = "--config", argv[n++] = "/dev/stdin";
+    argv[n++] = a->program, argv[n++] = "plan", argv[n++] = "--config", argv[n++] = "-";
     argv[n++] = "--replicas", argv[n++] = replicas, argv[n++] = "--local-ranks", argv[n++] = local;
     argv[n++] = "--device", argv[n++] = "cuda";
     if (a->gpu_kind) argv[n++] = "--gpu", argv[n++] = a->gpu_kind;

@@ -50,7 +50,7 @@ typedef struct {
     int timeout_s;            /* 0 = VJ_PLANNER_TIMEOUT_S */
 } vj_planner_args;
 
-/* Runs `program plan --config /dev/stdin --replicas R --local-ranks L
+/* Runs `program plan --config - --replicas R --local-ranks L
  * --device cuda [--gpu K] [--gpu-memory B] --json` with worker_config (the
  * worker's part of the spec, vj_jobspec_worker_config) written to its
  * stdin, and reads the plan into *out (generation left 0). */

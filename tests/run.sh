@@ -44,7 +44,8 @@
 #   cluster (unittest):    tests/cluster/test_*.py   the test API server: protocol, what a
 #                                                    real server refuses (parity), the
 #                                                    real kubectl against it, and the
-#                                                    operator end to end; the
+#                                                    operator end to end, its
+#                                                    admission plan (test_admission.py); the
 #                                                    controller-manager stand-in; the
 #                                                    whole product on a local cluster
 #                                                    (kubelets, node loss, resume);
@@ -221,6 +222,7 @@ unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
 unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity.py
 unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"
 unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"
+unittest_suite cluster/test_admission tests/cluster/test_admission.py BUILD="$BUILD"
 unittest_suite cluster/test_controllers tests/cluster/test_controllers.py
 unittest_suite cluster/test_kubelet tests/cluster/test_kubelet.py
 unittest_suite cluster/test_e2e tests/cluster/test_e2e.py BUILD="$BUILD"
@@ -244,6 +246,7 @@ if [ -d "$ASAN/tests" ]; then
   script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
     --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --ema-tol 1e-4 --quiet
   unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"
+  unittest_suite asan/cluster/test_admission tests/cluster/test_admission.py BUILD="$ASAN"
 else
   failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"
 fi

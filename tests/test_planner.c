@@ -126,7 +126,7 @@ Test(planner, the_child_gets_the_config_on_stdin_and_the_world_gpu_and_memory_as
     size_t n = fread(got, 1, sizeof got - 1, f);
     got[n] = 0;
     fclose(f);
-    cr_assert(strstr(got, "plan --config /dev/stdin --replicas 4 --local-ranks 8 --device cuda "
+    cr_assert(strstr(got, "plan --config - --replicas 4 --local-ranks 8 --device cuda "
                           "--gpu h200 --gpu-memory 141000000000 --json\n"), "%s", got);
     cr_assert(strstr(got, "\"preset\":\"vit_h14\""), "the config came on stdin: %s", got);
     unlink(out);

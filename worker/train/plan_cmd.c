@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "buf.h"
 
 #include "config.h"
 #include "exitcode.h"
@@ -14,7 +17,7 @@
 static void usage(FILE *to)
 {
     fprintf(to,
-            "usage: vitjob-worker plan [--config FILE] [--set key=value ...] [--replicas N]\n"
+            "usage: vitjob-worker plan [--config FILE|-] [--set key=value ...] [--replicas N]\n"
             "                          [--local-ranks N] [--device cpu|cuda] [--gpu h100|h200|a100|v100]\n"
             "                          [--gpu-memory SIZE] [--flops RATE] [--bus-bw RATE]\n"
             "                          [--threads N] [--measure] [--json]\n"
@@ -47,6 +50,29 @@ static double parse_size(const char *s)
     const char *rest = end + 1 + (k == 1024);
     if (*rest == 'B') rest++;
     return *rest ? -1 : v * mul;
+}
+
+/* `--config -`: the config from standard input (the operator's admission
+ * pipes the job's spec in: operator/planner.h). */
+static vj_err load_stdin(vit_job_config *cfg, char *err, size_t errlen)
+{
+    buf b = {0};
+    char chunk[4096];
+    ssize_t n;
+    while ((n = read(0, chunk, sizeof chunk)) > 0)
+        if (buf_append(&b, chunk, (size_t)n) != 0) {
+            buf_free(&b);
+            snprintf(err, errlen, "plan: out of memory reading the config from stdin");
+            return VJ_ERR_OUT_OF_MEMORY;
+        }
+    if (n < 0) {
+        buf_free(&b);
+        snprintf(err, errlen, "plan: cannot read the config from stdin");
+        return VJ_ERR_CONFIG;
+    }
+    vj_err rc = config_load_string(cfg, b.data ? b.data : "", b.len, "stdin", err, errlen);
+    buf_free(&b);
+    return rc;
 }
 
 static int whole(const char *s, int lo, int hi, int *out)
@@ -119,7 +145,11 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
             return VJ_ERR_USAGE;
         }
     }
-    if (config_path && (rc = config_load_file(&cfg, config_path, err, errlen)) != 0) return rc;
+    if (config_path && strcmp(config_path, "-") == 0) {
+        if ((rc = load_stdin(&cfg, err, errlen)) != VJ_OK) return rc;
+    } else if (config_path && (rc = config_load_file(&cfg, config_path, err, errlen)) != 0) {
+        return rc;
+    }
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
             if ((rc = config_set(&cfg, argv[++i], err, errlen)) != 0) return rc;
