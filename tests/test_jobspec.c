@@ -151,3 +151,18 @@ Test(jobspec, the_imagenet_example_passes_the_operators_checks)
     cr_assert_eq(js.world_size, 32);
     cJSON_Delete(job);
 }
+
+Test(jobspec, gpu_memory_must_be_a_positive_quantity_and_is_read_in_bytes)
+{
+    char err[512];
+    cr_assert_eq(validate("j", "\"gpuMemory\":\"lots\"", err, sizeof err), -1);
+    cr_assert(strstr(err, "spec.gpuMemory=\"lots\""), "%s", err);
+    cr_assert_eq(validate("j", "\"gpuMemory\":\"0\"", err, sizeof err), -1);
+    cr_assert(strstr(err, "spec.gpuMemory=\"0\""), "%s", err);
+    cr_assert_eq(validate("j", "\"gpuMemory\":\"80Gi\"", err, sizeof err), 0, "%s", err);
+    cJSON *job = cJSON_Parse("{\"metadata\":{\"name\":\"j\"},\"spec\":{\"gpuMemory\":\"141G\"}}");
+    vj_jobspec js;
+    cr_assert_eq(vj_jobspec_parse(job, &js, err, sizeof err), 0);
+    cr_assert_float_eq(js.gpu_memory_bytes, 141e9, 1);
+    cJSON_Delete(job);
+}
