@@ -1093,7 +1093,9 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
             snprintf(msg, sizeof msg, "invalid spec: %s", verr);
             finish_job(&c, &ds, pods, n, 0, "InvalidSpec", msg);
             clean_pods(&c, &ds, pods, n);
-        } else if (have->plan && !have->plan->fits && n == 0) {
+        } else if (have->plan && !have->plan->fits && n == 0 && ds.start < 0) {
+            /* never started: a job that ran (an operator upgraded beneath
+             * it, its pods gone between generations) is not refused */
             will_not_fit(&c, &ds, pods, n);
         } else if (js.suspend) {
             suspend_job(&c, &ds, pods, n, cur_phase);

@@ -114,7 +114,8 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods);
 /* Admission (docs/design.md, "Admission: will it fit?"): with a plan
  * (vj_children.plan), status gets plannedGeneration, plannedMemoryPerRank (a
  * quantity, e.g. "22.4Gi") and plannedImagesPerSecond (1 decimal). A plan
- * that does not fit, for a job with no pods, fails the job before anything
+ * that does not fit, for a job that never started (no pods, no startTime),
+ * fails the job before anything
  * of it is created: condition WillNotFit True (reason ExceedsGPUMemory,
  * the plan's total, largest parts, the GPU memory and where it came from,
  * and the cheapest change that fits), and Failed with reason WillNotFit. */

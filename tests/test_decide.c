@@ -1449,6 +1449,14 @@ Test(decide, unknown_gpu_memory_refuses_nothing_and_a_job_with_pods_is_never_ref
     cr_assert_str_eq(phase_of(&w), "Pending");
     cr_assert_null(cond(&w, "WillNotFit"));
     vj_plan_free(p);
+    /* nor once it started, even with its pods gone (between generations) */
+    cJSON_Delete(w.pods);
+    w.pods = cJSON_CreateArray();
+    p = decide_at(&w, NOW + 2);
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(p->status_patch, "status"), "phase"),
+                   "the job that started is not failed");
+    cr_assert(!has_event(p, "WillNotFit"));
+    vj_plan_free(p);
     world_free(&w);
 }
 
