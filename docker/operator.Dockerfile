@@ -24,7 +24,7 @@ COPY . .
 RUN make -j"$(nproc)" BUILD=/out ARCH="-march=x86-64-v2" GIT_COMMIT="${GIT_COMMIT}" NVCC= \
       /out/bin/vitjob-operator /out/bin/vitjob-worker \
  && /out/bin/vitjob-operator --version \
- && /out/bin/vitjob-worker plan --set model.preset=vit_b16 --device cuda --json > /dev/null
+ && /out/bin/vitjob-worker plan --device cuda --gpu-memory 80G --json > /dev/null
 
 FROM ${RUNTIME_BASE}
 ARG VERSION=0.1.0
