@@ -22,54 +22,6 @@ TestSuite(lostpeer, .timeout = 60);
 
 #include "job_fixture.h"
 
-typedef struct {
-    kube_client *admin;
-    char dir[256];
-    char *token;
-} pod;
-
-/* The job, an identity for it (allowed: may patch its status) and the
- * pod's view: the service-account directory and the environment. */
-static void pod_for(pod *pd, const char *job, int allowed)
-{
-    char sa[128], p[600], port[32];
-    snprintf(sa, sizeof sa, "%s-worker", job);
-    pd->admin = shared_client();
-    install_crd(pd->admin);
-    create_job(pd->admin, job, 2);
-    pd->token = sa_token(pd->admin, sa, allowed ? job : NULL);
-    make_tmpdir(pd->dir, sizeof pd->dir);
-    snprintf(p, sizeof p, "%s/pki/ca.crt", shared_state());
-    char *ca = read_text(p);
-    cr_assert(ca);
-    snprintf(p, sizeof p, "%s/ca.crt", pd->dir);
-    write_text(p, ca);
-    free(ca);
-    snprintf(p, sizeof p, "%s/namespace", pd->dir);
-    write_text(p, "default");
-    snprintf(p, sizeof p, "%s/token", pd->dir);
-    write_text(p, pd->token);
-    snprintf(p, sizeof p, "%s/port", shared_state());
-    char *t = read_text(p);
-    cr_assert(t);
-    snprintf(port, sizeof port, "%d", atoi(t));
-    free(t);
-    setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
-    setenv("KUBERNETES_SERVICE_PORT", port, 1);
-    setenv(VJ_ENV_NAME, job, 1);
-    setenv(VJ_ENV_NAMESPACE, "default", 1);
-    kube_set_observer(count_patches, NULL);
-    atomic_store(&patches, 0);
-}
-
-static void pod_free(pod *pd)
-{
-    kube_set_observer(NULL, NULL);
-    kube_client_free(pd->admin);
-    rm_rf(pd->dir);
-    free(pd->token);
-}
-
 static cJSON *lost_peer_of(kube_client *c, const char *name)
 {
     char path[256];
@@ -187,7 +139,7 @@ Test(lostpeer, the_exit_message_names_the_lost_rank_last)
 Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_rest)
 {
     pod pd;
-    pod_for(&pd, "lp-fields", 1);
+    pod_for(&pd, "lp-fields", 2, 1);
     cJSON *phase = cJSON_Parse("{\"status\":{\"phase\":\"Running\",\"restarts\":3}}");
     kube_status st;
     cr_assert_eq(kube_merge_patch(pd.admin, VJ_PATH "/lp-fields/status", phase, NULL, &st),
@@ -219,7 +171,7 @@ Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_res
 Test(lostpeer, the_crd_refuses_an_evidence_it_does_not_know)
 {
     pod pd;
-    pod_for(&pd, "lp-enum", 1);
+    pod_for(&pd, "lp-enum", 2, 1);
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
     lostpeer_info in;
@@ -245,7 +197,7 @@ Test(lostpeer, outside_kubernetes_nothing_is_written)
 Test(lostpeer, a_refused_write_is_logged_and_not_fatal)
 {
     pod pd;
-    pod_for(&pd, "lp-refused", 0);
+    pod_for(&pd, "lp-refused", 2, 0);
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
     lostpeer_info in;
@@ -311,7 +263,7 @@ static const char *last_line(char *text)
 Test(lostpeer, the_handler_reports_a_loss_it_noticed_and_exits_peer_lost_with_the_last_line)
 {
     pod pd;
-    pod_for(&pd, "lp-exit", 1);
+    pod_for(&pd, "lp-exit", 2, 1);
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
     int s = run_handler(pd.dir, &c, &silent3, 1);
@@ -339,7 +291,7 @@ Test(lostpeer, the_handler_reports_a_loss_it_noticed_and_exits_peer_lost_with_th
 Test(lostpeer, a_loss_rank_0_told_of_and_a_stale_verdict_write_no_status)
 {
     pod pd;
-    pod_for(&pd, "lp-quiet", 1);
+    pod_for(&pd, "lp-quiet", 2, 1);
     lostpeer_ctx c = {.rank = 1, .local_ranks = 1, .generation = 2, .sa_dir = pd.dir};
     hb_verdict told = {.kind = HB_LOST, .self = 1, .rank = 2, .evidence = HB_EVIDENCE_CLOSED,
                        .noticed_by = 0};
