@@ -221,7 +221,8 @@ Test(lostpeer, a_refused_write_is_logged_and_not_fatal)
 }
 
 /* The handler in a child (it exits): its stderr in dir/child.log; with
- * chatter, another thread logs all the while. Returns the exit status. */
+ * talk, another thread logs all the while. Asserts that it exited with
+ * peer_lost's code; returns that log (caller frees). */
 static void *chatter(void *arg)
 {
     (void)arg;
@@ -229,7 +230,7 @@ static void *chatter(void *arg)
     return NULL;
 }
 
-static int run_handler(const char *dir, const lostpeer_ctx *c, const hb_verdict *v, int talk)
+static char *run_handler(const char *dir, const lostpeer_ctx *c, const hb_verdict *v, int talk)
 {
     char path[300];
     snprintf(path, sizeof path, "%s/child.log", dir);
@@ -249,7 +250,9 @@ static int run_handler(const char *dir, const lostpeer_ctx *c, const hb_verdict 
     }
     int s;
     cr_assert_eq(waitpid(p, &s, 0), p);
-    return s;
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == vj_exit_code(VJ_ERR_PEER_LOST, 0),
+              "status %d", s);
+    return read_all(path);
 }
 
 static const char *last_line(char *text)
@@ -266,12 +269,7 @@ Test(lostpeer, the_handler_reports_a_loss_it_noticed_and_exits_peer_lost_with_th
     pod_for(&pd, "lp-exit", 2, 1);
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
-    int s = run_handler(pd.dir, &c, &silent3, 1);
-    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == vj_exit_code(VJ_ERR_PEER_LOST, 0),
-              "status %d", s);
-    char path[300];
-    snprintf(path, sizeof path, "%s/child.log", pd.dir);
-    char *log = read_all(path);
+    char *log = run_handler(pd.dir, &c, &silent3, 1);
     cr_assert(strstr(log, "event=peer_lost rank=3 pod=1 evidence=heartbeat noticed_by=0 "
                           "silent_s=5.0 generation=3"), "%s", last_line(log));
     cr_assert(strstr(log, "event=lost_peer_reported job=default/lp-exit rank=1"));
@@ -295,18 +293,12 @@ Test(lostpeer, a_loss_rank_0_told_of_and_a_stale_verdict_write_no_status)
     lostpeer_ctx c = {.rank = 1, .local_ranks = 1, .generation = 2, .sa_dir = pd.dir};
     hb_verdict told = {.kind = HB_LOST, .self = 1, .rank = 2, .evidence = HB_EVIDENCE_CLOSED,
                        .noticed_by = 0};
-    int s = run_handler(pd.dir, &c, &told, 0);
-    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 1);
-    char path[300];
-    snprintf(path, sizeof path, "%s/child.log", pd.dir);
-    char *log = read_all(path);
+    char *log = run_handler(pd.dir, &c, &told, 0);
     cr_assert(strstr(log, "event=peer_lost rank=2 pod=2 evidence=closed noticed_by=0"), "%s", log);
     cr_assert(!strstr(log, "lost_peer_report"), "%s", log);
     free(log);
     hb_verdict st = {.kind = HB_STALE, .self = 1, .rank = 1, .silent_s = 60};
-    s = run_handler(pd.dir, &c, &st, 1);
-    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 1);
-    log = read_all(path);
+    log = run_handler(pd.dir, &c, &st, 1);
     cr_assert(strstr(log, "event=stale rank=1 pod=1 silent_s=60.0 told=0 generation=2"), "%s",
               log);
     cr_assert(!strstr(log, "lost_peer_report"), "%s", log);
