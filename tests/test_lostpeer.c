@@ -140,12 +140,7 @@ Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_res
 {
     pod pd;
     pod_for(&pd, "lp-fields", 2, 1);
-    cJSON *phase = cJSON_Parse("{\"status\":{\"phase\":\"Running\",\"restarts\":3}}");
-    kube_status st;
-    cr_assert_eq(kube_merge_patch(pd.admin, VJ_PATH "/lp-fields/status", phase, NULL, &st),
-                 KUBE_OK, "%s", st.message);
-    cJSON_Delete(phase);
-    atomic_store(&patches, 0);
+    operator_status(&pd, "lp-fields", "{\"phase\":\"Running\",\"restarts\":3}");
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
     lostpeer_info in;
@@ -162,6 +157,7 @@ Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_res
     cr_assert_str_eq(str(lp, "message"), "rank 3 (pod index 1): no heartbeat for 5.0 s");
     cJSON_Delete(lp);
     cJSON *job = NULL;
+    kube_status st;
     cr_assert_eq(kube_get(pd.admin, VJ_PATH "/lp-fields", &job, &st), KUBE_OK);
     cr_assert_str_eq(str_at(job, "status", "phase"), "Running", "the operator's fields stay");
     cJSON_Delete(job);

@@ -139,13 +139,7 @@ Test(report, a_report_merges_every_progress_field_into_the_status_subresource_an
 {
     pod pd;
     pod_for(&pd, "rep-fields", 1, 1);
-    /* the operator's part of the status, which the worker must leave alone */
-    cJSON *phase = cJSON_Parse("{\"status\":{\"phase\":\"Running\",\"restarts\":2}}");
-    kube_status st;
-    cr_assert_eq(kube_merge_patch(pd.admin, VJ_PATH "/rep-fields/status", phase, NULL, &st),
-                 KUBE_OK, "%s", st.message);
-    cJSON_Delete(phase);
-    atomic_store(&patches, 0); /* the reporter's from here */
+    operator_status(&pd, "rep-fields", "{\"phase\":\"Running\",\"restarts\":2}");
 
     report *r = report_from_env(&(report_options){.interval_s = 30, .sa_dir = pd.dir});
     cr_assert(r, "reporting is on in a pod of a job");
