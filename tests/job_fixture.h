@@ -1,10 +1,10 @@
 /* tests/job_fixture.h - a ViTJob on the shared test API server and a
  * worker's identity for it, for the tests of what the worker writes into a
  * job's status (tests/test_report.c: status.progress; tests/test_lostpeer.c:
- * status.lostPeer): the project's CRD, objects to create, a job, a
- * ServiceAccount token that may patch only that job's status, a pod's view
- * of it (service-account directory and environment), and a count of the
- * PATCH requests made. Include after kube_fixture.h (with
+ * status.lostPeer): the project's CRD, objects to create, a job and its
+ * read-back, a ServiceAccount token that may patch only that job's status,
+ * a pod's view of it (service-account directory and environment), the
+ * operator's part of its status, and a count of the PATCH requests made. Include after kube_fixture.h (with
  * KUBE_FIXTURE_SERVER). Test code only. */
 #ifndef VITJOB_TESTS_JOB_FIXTURE_H
 #define VITJOB_TESTS_JOB_FIXTURE_H
@@ -69,6 +69,17 @@ static void create(kube_client *c, const char *path, const char *json)
     kube_status st;
     cr_assert_eq(kube_create(c, path, o, NULL, &st), KUBE_OK, "%s: %s", path, st.message);
     cJSON_Delete(o);
+}
+
+/* The job as the server has it (caller frees). */
+static cJSON *get_job(kube_client *c, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, VJ_PATH "/%s", name);
+    cJSON *o = NULL;
+    kube_status st;
+    cr_assert_eq(kube_get(c, path, &o, &st), KUBE_OK, "%s", st.message);
+    return o;
 }
 
 /* A ServiceAccount `sa` and its token; with `job`, a Role and RoleBinding

@@ -24,11 +24,7 @@ TestSuite(lostpeer, .timeout = 60);
 
 static cJSON *lost_peer_of(kube_client *c, const char *name)
 {
-    char path[256];
-    snprintf(path, sizeof path, VJ_PATH "/%s", name);
-    cJSON *o = NULL;
-    kube_status st;
-    cr_assert_eq(kube_get(c, path, &o, &st), KUBE_OK, "%s", st.message);
+    cJSON *o = get_job(c, name);
     cJSON *lp = cJSON_DetachItemFromObjectCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(o, "status"), "lostPeer");
     cJSON_Delete(o);
@@ -156,9 +152,7 @@ Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_res
     cr_assert_str_eq(str(lp, "time"), in.time);
     cr_assert_str_eq(str(lp, "message"), "rank 3 (pod index 1): no heartbeat for 5.0 s");
     cJSON_Delete(lp);
-    cJSON *job = NULL;
-    kube_status st;
-    cr_assert_eq(kube_get(pd.admin, VJ_PATH "/lp-fields", &job, &st), KUBE_OK);
+    cJSON *job = get_job(pd.admin, "lp-fields");
     cr_assert_str_eq(str_at(job, "status", "phase"), "Running", "the operator's fields stay");
     cJSON_Delete(job);
     pod_free(&pd);

@@ -21,16 +21,6 @@
 
 #include "job_fixture.h"
 
-static cJSON *get_job(kube_client *c, const char *name)
-{
-    char path[256];
-    snprintf(path, sizeof path, VJ_PATH "/%s", name);
-    cJSON *o = NULL;
-    kube_status st;
-    cr_assert_eq(kube_get(c, path, &o, &st), KUBE_OK, "%s", st.message);
-    return o;
-}
-
 static const cJSON *progress_of(const cJSON *job)
 {
     return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(job, "status"),
