@@ -14,18 +14,11 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from benchlib import train_ranks
 
 
 def config(model, mode, steps, threads):
@@ -36,23 +29,11 @@ def config(model, mode, steps, threads):
 
 
 def train(worker, world, args, tmp):
-    port = free_port()
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, VITJOB_REPLICAS=str(world), VITJOB_RANK=str(r), VITJOB_RESTART="0",
-                   VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
-        log = open(os.path.join(tmp, "rank-%d.log" % r), "w")
-        procs.append((subprocess.Popen([worker, "train"] + args + ["--log-level", "info"], env=env,
-                                       stdout=subprocess.DEVNULL, stderr=log), log))
-    codes = []
-    for p, log in procs:
-        codes.append(p.wait())
-        log.close()
+    codes, logs = train_ranks(worker, world, args + ["--log-level", "info"], tmp)
     if any(codes):
         return None
     out = {"peaks": []}
-    for r in range(world):
-        text = open(os.path.join(tmp, "rank-%d.log" % r)).read()
+    for r, text in enumerate(logs):
         out["peaks"].append(int(re.search(r"event=memory rank=\d+ peak_bytes=(\d+)", text).group(1)))
         if r == 0:
             done = [l for l in text.splitlines() if "event=done steps" in l][0]

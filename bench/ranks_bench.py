@@ -23,39 +23,21 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from benchlib import free_port, train_ranks
 
 
 def run(worker, world, mode, steps, tmp):
-    port = free_port()
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, VITJOB_REPLICAS=str(world), VITJOB_RANK=str(r), VITJOB_RESTART="0",
-                   VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
-        log = open(os.path.join(tmp, "rank-%d.log" % r), "w")
-        args = [worker, "train", "--set", "model.preset=fmnist_small",
-                "--set", "training.steps=%d" % steps, "--set", "training.optimizer.warmupSteps=2",
-                "--set", "training.globalBatchSize=64", "--set", "training.microBatchSize=16",
-                "--set", "training.threads=1", "--set", "training.exportPath=",
-                "--set", "training.sharding=%s" % mode, "--set", "training.logInterval=1000000",
-                "--log-level", "info"]
-        procs.append((subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=log), log))
-    codes = []
-    for p, log in procs:
-        codes.append(p.wait())
-        log.close()
-    logs = [open(os.path.join(tmp, "rank-%d.log" % r)).read() for r in range(world)]
+    args = ["--set", "model.preset=fmnist_small",
+            "--set", "training.steps=%d" % steps, "--set", "training.optimizer.warmupSteps=2",
+            "--set", "training.globalBatchSize=64", "--set", "training.microBatchSize=16",
+            "--set", "training.threads=1", "--set", "training.exportPath=",
+            "--set", "training.sharding=%s" % mode, "--set", "training.logInterval=1000000",
+            "--log-level", "info"]
+    codes, logs = train_ranks(worker, world, args, tmp)
     if any(codes):
         last = [l for l in logs[codes.index(next(c for c in codes if c))].splitlines() if l][-1:]
         return {"error": "exit %s: %s" % (codes, last[0][-160:] if last else "")}

@@ -396,11 +396,12 @@ static size_t judge_nodes(kube_client *k, const cJSON *job, const cJSON *pods, l
     if (!vj_decide_wants_nodes(job, pods)) return 0;
     const cJSON *pod;
     cJSON_ArrayForEach(pod, pods) {
+        if (n == VJ_MAX_JUDGED) break;
         const cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod, "spec");
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
         const cJSON *nn = cJSON_GetObjectItemCaseSensitive(spec, "nodeName");
         const cJSON *ph = cJSON_GetObjectItemCaseSensitive(st, "phase");
-        if (!cJSON_IsString(nn) || !nn->valuestring[0] || n == VJ_MAX_JUDGED ||
+        if (!cJSON_IsString(nn) || !nn->valuestring[0] ||
             (cJSON_IsString(ph) && (!strcmp(ph->valuestring, "Succeeded") ||
                                     !strcmp(ph->valuestring, "Failed"))))
             continue;

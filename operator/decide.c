@@ -1195,21 +1195,20 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods)
     const char *name = json_str(meta, "name");
     const cJSON *v = json_get(st, "restarts");
     int gen = cJSON_IsNumber(v) ? v->valueint : 0;
+    int peer_lost = 0; /* a pod of generation gen failed peer_lost */
     const cJSON *pj;
     pod_info pi;
     cJSON_ArrayForEach(pj, pods)
     {
-        if (parse_pod(pj, name, 0, &pi) == 0 && pi.gen > gen)
+        if (parse_pod(pj, name, 0, &pi) != 0)
+            continue;
+        if (pi.gen > gen) { /* a newer generation: what was seen is older */
             gen = pi.gen;
+            peer_lost = 0;
+        }
+        if (pi.gen == gen && pi.peer_lost)
+            peer_lost = 1;
     }
-    const cJSON *lp = json_get(st, "lostPeer");
-    v = json_get(lp, "generation");
-    if (cJSON_IsNumber(v) && v->valueint == gen)
-        return 1;
-    cJSON_ArrayForEach(pj, pods)
-    {
-        if (parse_pod(pj, name, 0, &pi) == 0 && pi.gen == gen && pi.peer_lost)
-            return 1;
-    }
-    return 0;
+    v = json_get(json_get(st, "lostPeer"), "generation");
+    return peer_lost || (cJSON_IsNumber(v) && v->valueint == gen);
 }

@@ -1112,6 +1112,19 @@ Test(decide, nodes_are_wanted_only_while_a_peer_of_the_current_generation_is_los
     world_free(&w);
 }
 
+Test(decide, a_peer_lost_failure_or_report_older_than_the_newest_pod_wants_no_nodes)
+{
+    /* status.restarts still says 0 (its write was lost) but a pod of
+     * generation 1 exists: generation 0's peer_lost failure is history */
+    world w = running_on_nodes(NULL);
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    report_lost(&w, 0, 0, 1, "heartbeat", NOW + 11);
+    cr_assert(vj_decide_wants_nodes(w.job, w.pods));
+    add_pod(&w, 0, 1, "Pending", NULL, NULL);
+    cr_assert(!vj_decide_wants_nodes(w.job, w.pods), "generation 1 is the newest");
+    world_free(&w);
+}
+
 /* ------------------------------------------------------- ProgressStalled */
 
 /* Rank 0's report, as worker/train/report.c merge-patches it. */

@@ -151,29 +151,49 @@ static void reap(pid_t p)
     waitpid(p, NULL, 0);
 }
 
-/* rank 0 here, rank 1 forked; sig ends or freezes rank 1 once it runs */
-static void lose_rank_1(int sig, hb_verdict *v, double *after)
+/* Two ranks of generation 0: `here` in this process, the other forked (its
+ * pid p, its pipe rd) in `mode` for `secs`; started once its heartbeat runs. */
+typedef struct {
+    pid_t p;
+    int rd;
+    rdzv *z;
+    hb *h;
+} two_ranks;
+
+static void two_ranks_start(two_ranks *g, int here, int mode, double secs)
 {
     char ep[64];
     endpoint(ep, sizeof ep);
-    int rd;
-    pid_t p = fork_rank(ep, 1, 2, 0, RUN, 0, &rd);
-    rdzv *z;
-    hb *h = join_here(ep, 0, 2, &z);
+    g->p = fork_rank(ep, 1 - here, 2, 0, mode, secs, &g->rd);
+    g->h = join_here(ep, here, 2, &g->z);
     hb_verdict none;
-    cr_assert_eq(read_msg(rd, 30, &none, NULL), 'R', "rank 1's heartbeat never started");
+    cr_assert_eq(read_msg(g->rd, 30, &none, NULL), 'R', "rank %d's heartbeat never started",
+                 1 - here);
+}
+
+/* Stops this rank; the forked one is reaped (or was waited for) by the test. */
+static void two_ranks_end(two_ranks *g)
+{
+    close(g->rd);
+    hb_stop(g->h);
+    rdzv_free(g->z);
+}
+
+/* rank 0 here, rank 1 forked; sig ends or freezes rank 1 once it runs */
+static void lose_rank_1(int sig, hb_verdict *v, double *after)
+{
+    two_ranks g;
+    two_ranks_start(&g, 0, RUN, 0);
     msleep((long)(T * 1000)); /* heartbeats flow */
-    cr_assert(hb_ok(h), "no verdict while both run");
-    cr_assert_eq(hb_verdict_get(h, NULL), 0);
+    cr_assert(hb_ok(g.h), "no verdict while both run");
+    cr_assert_eq(hb_verdict_get(g.h, NULL), 0);
     double t0 = mono_seconds();
-    kill(p, sig);
-    cr_assert_eq(hb_await(h, 60, v), 1, "no verdict within 60 s");
+    kill(g.p, sig);
+    cr_assert_eq(hb_await(g.h, 60, v), 1, "no verdict within 60 s");
     *after = mono_seconds() - t0;
-    cr_assert_eq(hb_ok(h), 0, "a verdict: no more writes");
-    reap(p);
-    close(rd);
-    hb_stop(h);
-    rdzv_free(z);
+    cr_assert_eq(hb_ok(g.h), 0, "a verdict: no more writes");
+    reap(g.p);
+    two_ranks_end(&g);
 }
 
 Test(heartbeat, a_killed_rank_is_lost_with_evidence_closed)
@@ -207,23 +227,15 @@ Test(heartbeat, a_frozen_rank_is_lost_with_evidence_heartbeat_after_the_timeout)
 /* rank 1 here, rank 0 forked: its loss, by sig */
 static void lose_rank_0(int sig, hb_verdict *v)
 {
-    char ep[64];
-    endpoint(ep, sizeof ep);
-    int rd;
-    pid_t p = fork_rank(ep, 0, 2, 0, RUN, 0, &rd);
-    rdzv *z;
-    hb *h = join_here(ep, 1, 2, &z);
-    hb_verdict none;
-    cr_assert_eq(read_msg(rd, 30, &none, NULL), 'R');
+    two_ranks g;
+    two_ranks_start(&g, 1, RUN, 0);
     msleep((long)(T * 1000));
-    cr_assert(hb_ok(h), "rank 0 answers");
-    kill(p, sig);
-    cr_assert_eq(hb_await(h, 60, v), 1, "no verdict within 60 s");
-    cr_assert_eq(hb_ok(h), 0);
-    reap(p);
-    close(rd);
-    hb_stop(h);
-    rdzv_free(z);
+    cr_assert(hb_ok(g.h), "rank 0 answers");
+    kill(g.p, sig);
+    cr_assert_eq(hb_await(g.h, 60, v), 1, "no verdict within 60 s");
+    cr_assert_eq(hb_ok(g.h), 0);
+    reap(g.p);
+    two_ranks_end(&g);
 }
 
 Test(heartbeat, rank_0_killed_is_lost_to_the_others_with_evidence_closed)
@@ -281,24 +293,19 @@ Test(heartbeat, rank_0_tells_every_rank_which_peer_it_lost)
 
 Test(heartbeat, a_rank_woken_from_a_freeze_is_stale_and_its_first_hb_ok_says_no)
 {
-    char ep[64];
-    endpoint(ep, sizeof ep);
-    int rd;
-    pid_t p = fork_rank(ep, 1, 2, 0, RUN, 0, &rd);
-    rdzv *z;
-    hb *h = join_here(ep, 0, 2, &z);
+    two_ranks g;
+    two_ranks_start(&g, 0, RUN, 0);
     hb_verdict v;
-    cr_assert_eq(read_msg(rd, 30, &v, NULL), 'R');
     msleep((long)(T * 1000));
-    kill(p, SIGSTOP);
-    cr_assert_eq(hb_await(h, 60, &v), 1, "rank 0 never declared rank 1 lost");
+    kill(g.p, SIGSTOP);
+    cr_assert_eq(hb_await(g.h, 60, &v), 1, "rank 0 never declared rank 1 lost");
     cr_assert_eq(v.rank, 1);
     msleep(1000); /* the gang "moves on" */
-    kill(p, SIGCONT);
+    kill(g.p, SIGCONT);
     int ok = -1, got_z = 0, got_v = 0;
     hb_verdict stale;
     for (int i = 0; i < 2; i++) {
-        char tag = read_msg(rd, 60, &stale, &ok);
+        char tag = read_msg(g.rd, 60, &stale, &ok);
         got_z |= tag == 'Z';
         got_v |= tag == 'V';
     }
@@ -311,37 +318,28 @@ Test(heartbeat, a_rank_woken_from_a_freeze_is_stale_and_its_first_hb_ok_says_no)
     cr_assert_eq(stale.told, 0, "it knew itself stale before reading rank 0's word");
     cr_assert(stale.silent_s > T, "unanswered for %.2f s", stale.silent_s);
     int s;
-    cr_assert_eq(waitpid(p, &s, 0), p);
+    cr_assert_eq(waitpid(g.p, &s, 0), g.p);
     cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 7, "its handler ended it");
-    close(rd);
-    hb_stop(h);
-    rdzv_free(z);
+    two_ranks_end(&g);
 }
 
 /* mode STOP_AFTER or BUSY for rank 1, forked; rank 0 here sees no verdict */
 static void no_verdict_from_rank_1(int mode, double secs)
 {
-    char ep[64];
-    endpoint(ep, sizeof ep);
-    int rd;
-    pid_t p = fork_rank(ep, 1, 2, 0, mode, secs, &rd);
-    rdzv *z;
-    hb *h = join_here(ep, 0, 2, &z);
+    two_ranks g;
+    two_ranks_start(&g, 0, mode, secs);
     hb_verdict v;
-    cr_assert_eq(read_msg(rd, 30, &v, NULL), 'R');
     /* past rank 1's busy time or goodbye, and then some */
-    cr_assert_eq(hb_await(h, secs + 2 * T, &v), 0, "verdict: rank %d %s", v.rank,
+    cr_assert_eq(hb_await(g.h, secs + 2 * T, &v), 0, "verdict: rank %d %s", v.rank,
                  hb_evidence_name(v.evidence));
     msleep((long)(2 * T * 1000));
-    cr_assert_eq(hb_verdict_get(h, &v), 0, "verdict: rank %d %s", v.rank,
+    cr_assert_eq(hb_verdict_get(g.h, &v), 0, "verdict: rank %d %s", v.rank,
                  hb_evidence_name(v.evidence));
-    cr_assert(hb_ok(h));
+    cr_assert(hb_ok(g.h));
     int s;
-    cr_assert_eq(waitpid(p, &s, 0), p);
+    cr_assert_eq(waitpid(g.p, &s, 0), g.p);
     cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "rank 1 exited %d", WEXITSTATUS(s));
-    close(rd);
-    hb_stop(h);
-    rdzv_free(z);
+    two_ranks_end(&g);
 }
 
 Test(heartbeat, a_rank_that_stops_cleanly_is_no_verdict)
@@ -356,25 +354,18 @@ Test(heartbeat, a_rank_whose_main_thread_is_busy_past_the_timeout_still_heartbea
 
 Test(heartbeat, rank_0_ending_cleanly_ends_the_others_heartbeat_without_a_verdict)
 {
-    char ep[64];
-    endpoint(ep, sizeof ep);
-    int rd;
-    pid_t p = fork_rank(ep, 0, 2, 0, STOP_AFTER, 1, &rd);
-    rdzv *z;
-    hb *h = join_here(ep, 1, 2, &z);
+    two_ranks g;
+    two_ranks_start(&g, 1, STOP_AFTER, 1);
     hb_verdict v;
-    cr_assert_eq(read_msg(rd, 30, &v, NULL), 'R');
-    cr_assert_eq(hb_await(h, 1 + 2 * T, &v), 0, "verdict: rank %d %s", v.rank,
+    cr_assert_eq(hb_await(g.h, 1 + 2 * T, &v), 0, "verdict: rank %d %s", v.rank,
                  hb_evidence_name(v.evidence));
     int s;
-    cr_assert_eq(waitpid(p, &s, 0), p); /* rank 0's process is gone now too */
+    cr_assert_eq(waitpid(g.p, &s, 0), g.p); /* rank 0's process is gone now too */
     msleep((long)(2 * T * 1000));
-    cr_assert_eq(hb_verdict_get(h, &v), 0, "verdict: rank %d %s", v.rank,
+    cr_assert_eq(hb_verdict_get(g.h, &v), 0, "verdict: rank %d %s", v.rank,
                  hb_evidence_name(v.evidence));
-    cr_assert(hb_ok(h), "rank 0 ended the heartbeats: nothing to fence");
-    close(rd);
-    hb_stop(h);
-    rdzv_free(z);
+    cr_assert(hb_ok(g.h), "rank 0 ended the heartbeats: nothing to fence");
+    two_ranks_end(&g);
 }
 
 Test(heartbeat, a_heartbeat_of_an_older_generation_is_refused)

@@ -22,61 +22,9 @@ TestSuite(lostpeer, .timeout = 60);
 
 #include "job_fixture.h"
 
-typedef struct {
-    kube_client *admin;
-    char dir[256];
-    char *token;
-} pod;
-
-/* The job, an identity for it (allowed: may patch its status) and the
- * pod's view: the service-account directory and the environment. */
-static void pod_for(pod *pd, const char *job, int allowed)
-{
-    char sa[128], p[600], port[32];
-    snprintf(sa, sizeof sa, "%s-worker", job);
-    pd->admin = shared_client();
-    install_crd(pd->admin);
-    create_job(pd->admin, job, 2);
-    pd->token = sa_token(pd->admin, sa, allowed ? job : NULL);
-    make_tmpdir(pd->dir, sizeof pd->dir);
-    snprintf(p, sizeof p, "%s/pki/ca.crt", shared_state());
-    char *ca = read_text(p);
-    cr_assert(ca);
-    snprintf(p, sizeof p, "%s/ca.crt", pd->dir);
-    write_text(p, ca);
-    free(ca);
-    snprintf(p, sizeof p, "%s/namespace", pd->dir);
-    write_text(p, "default");
-    snprintf(p, sizeof p, "%s/token", pd->dir);
-    write_text(p, pd->token);
-    snprintf(p, sizeof p, "%s/port", shared_state());
-    char *t = read_text(p);
-    cr_assert(t);
-    snprintf(port, sizeof port, "%d", atoi(t));
-    free(t);
-    setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
-    setenv("KUBERNETES_SERVICE_PORT", port, 1);
-    setenv(VJ_ENV_NAME, job, 1);
-    setenv(VJ_ENV_NAMESPACE, "default", 1);
-    kube_set_observer(count_patches, NULL);
-    atomic_store(&patches, 0);
-}
-
-static void pod_free(pod *pd)
-{
-    kube_set_observer(NULL, NULL);
-    kube_client_free(pd->admin);
-    rm_rf(pd->dir);
-    free(pd->token);
-}
-
 static cJSON *lost_peer_of(kube_client *c, const char *name)
 {
-    char path[256];
-    snprintf(path, sizeof path, VJ_PATH "/%s", name);
-    cJSON *o = NULL;
-    kube_status st;
-    cr_assert_eq(kube_get(c, path, &o, &st), KUBE_OK, "%s", st.message);
+    cJSON *o = get_job(c, name);
     cJSON *lp = cJSON_DetachItemFromObjectCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(o, "status"), "lostPeer");
     cJSON_Delete(o);
@@ -187,13 +135,8 @@ Test(lostpeer, the_exit_message_names_the_lost_rank_last)
 Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_rest)
 {
     pod pd;
-    pod_for(&pd, "lp-fields", 1);
-    cJSON *phase = cJSON_Parse("{\"status\":{\"phase\":\"Running\",\"restarts\":3}}");
-    kube_status st;
-    cr_assert_eq(kube_merge_patch(pd.admin, VJ_PATH "/lp-fields/status", phase, NULL, &st),
-                 KUBE_OK, "%s", st.message);
-    cJSON_Delete(phase);
-    atomic_store(&patches, 0);
+    pod_for(&pd, "lp-fields", 2, 1);
+    operator_status(&pd, "lp-fields", "{\"phase\":\"Running\",\"restarts\":3}");
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
     lostpeer_info in;
@@ -209,8 +152,7 @@ Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_res
     cr_assert_str_eq(str(lp, "time"), in.time);
     cr_assert_str_eq(str(lp, "message"), "rank 3 (pod index 1): no heartbeat for 5.0 s");
     cJSON_Delete(lp);
-    cJSON *job = NULL;
-    cr_assert_eq(kube_get(pd.admin, VJ_PATH "/lp-fields", &job, &st), KUBE_OK);
+    cJSON *job = get_job(pd.admin, "lp-fields");
     cr_assert_str_eq(str_at(job, "status", "phase"), "Running", "the operator's fields stay");
     cJSON_Delete(job);
     pod_free(&pd);
@@ -219,7 +161,7 @@ Test(lostpeer, the_report_lands_in_the_status_with_every_field_and_keeps_the_res
 Test(lostpeer, the_crd_refuses_an_evidence_it_does_not_know)
 {
     pod pd;
-    pod_for(&pd, "lp-enum", 1);
+    pod_for(&pd, "lp-enum", 2, 1);
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
     lostpeer_info in;
@@ -245,7 +187,7 @@ Test(lostpeer, outside_kubernetes_nothing_is_written)
 Test(lostpeer, a_refused_write_is_logged_and_not_fatal)
 {
     pod pd;
-    pod_for(&pd, "lp-refused", 0);
+    pod_for(&pd, "lp-refused", 2, 0);
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
     lostpeer_info in;
@@ -269,7 +211,8 @@ Test(lostpeer, a_refused_write_is_logged_and_not_fatal)
 }
 
 /* The handler in a child (it exits): its stderr in dir/child.log; with
- * chatter, another thread logs all the while. Returns the exit status. */
+ * talk, another thread logs all the while. Asserts that it exited with
+ * peer_lost's code; returns that log (caller frees). */
 static void *chatter(void *arg)
 {
     (void)arg;
@@ -277,7 +220,7 @@ static void *chatter(void *arg)
     return NULL;
 }
 
-static int run_handler(const char *dir, const lostpeer_ctx *c, const hb_verdict *v, int talk)
+static char *run_handler(const char *dir, const lostpeer_ctx *c, const hb_verdict *v, int talk)
 {
     char path[300];
     snprintf(path, sizeof path, "%s/child.log", dir);
@@ -297,7 +240,9 @@ static int run_handler(const char *dir, const lostpeer_ctx *c, const hb_verdict 
     }
     int s;
     cr_assert_eq(waitpid(p, &s, 0), p);
-    return s;
+    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == vj_exit_code(VJ_ERR_PEER_LOST, 0),
+              "status %d", s);
+    return read_all(path);
 }
 
 static const char *last_line(char *text)
@@ -311,15 +256,10 @@ static const char *last_line(char *text)
 Test(lostpeer, the_handler_reports_a_loss_it_noticed_and_exits_peer_lost_with_the_last_line)
 {
     pod pd;
-    pod_for(&pd, "lp-exit", 1);
+    pod_for(&pd, "lp-exit", 2, 1);
     lostpeer_ctx c = rank0;
     c.sa_dir = pd.dir;
-    int s = run_handler(pd.dir, &c, &silent3, 1);
-    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == vj_exit_code(VJ_ERR_PEER_LOST, 0),
-              "status %d", s);
-    char path[300];
-    snprintf(path, sizeof path, "%s/child.log", pd.dir);
-    char *log = read_all(path);
+    char *log = run_handler(pd.dir, &c, &silent3, 1);
     cr_assert(strstr(log, "event=peer_lost rank=3 pod=1 evidence=heartbeat noticed_by=0 "
                           "silent_s=5.0 generation=3"), "%s", last_line(log));
     cr_assert(strstr(log, "event=lost_peer_reported job=default/lp-exit rank=1"));
@@ -339,22 +279,16 @@ Test(lostpeer, the_handler_reports_a_loss_it_noticed_and_exits_peer_lost_with_th
 Test(lostpeer, a_loss_rank_0_told_of_and_a_stale_verdict_write_no_status)
 {
     pod pd;
-    pod_for(&pd, "lp-quiet", 1);
+    pod_for(&pd, "lp-quiet", 2, 1);
     lostpeer_ctx c = {.rank = 1, .local_ranks = 1, .generation = 2, .sa_dir = pd.dir};
     hb_verdict told = {.kind = HB_LOST, .self = 1, .rank = 2, .evidence = HB_EVIDENCE_CLOSED,
                        .noticed_by = 0};
-    int s = run_handler(pd.dir, &c, &told, 0);
-    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 1);
-    char path[300];
-    snprintf(path, sizeof path, "%s/child.log", pd.dir);
-    char *log = read_all(path);
+    char *log = run_handler(pd.dir, &c, &told, 0);
     cr_assert(strstr(log, "event=peer_lost rank=2 pod=2 evidence=closed noticed_by=0"), "%s", log);
     cr_assert(!strstr(log, "lost_peer_report"), "%s", log);
     free(log);
     hb_verdict st = {.kind = HB_STALE, .self = 1, .rank = 1, .silent_s = 60};
-    s = run_handler(pd.dir, &c, &st, 1);
-    cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 1);
-    log = read_all(path);
+    log = run_handler(pd.dir, &c, &st, 1);
     cr_assert(strstr(log, "event=stale rank=1 pod=1 silent_s=60.0 told=0 generation=2"), "%s",
               log);
     cr_assert(!strstr(log, "lost_peer_report"), "%s", log);

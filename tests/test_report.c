@@ -21,77 +21,6 @@
 
 #include "job_fixture.h"
 
-/* A pod's view: a service-account directory (token, the server's CA,
- * namespace) in dir, KUBERNETES_SERVICE_HOST/PORT for port and the job's
- * VITJOB_NAME / VITJOB_NAMESPACE. */
-static void pod_env(const char *dir, const char *token, int port, const char *job)
-{
-    char p[600], portbuf[32];
-    snprintf(p, sizeof p, "%s/pki/ca.crt", shared_state());
-    char *ca = read_text(p);
-    cr_assert(ca);
-    snprintf(p, sizeof p, "%s/ca.crt", dir);
-    write_text(p, ca);
-    free(ca);
-    snprintf(p, sizeof p, "%s/namespace", dir);
-    write_text(p, "default");
-    snprintf(p, sizeof p, "%s/token", dir);
-    write_text(p, token);
-    snprintf(portbuf, sizeof portbuf, "%d", port);
-    setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
-    setenv("KUBERNETES_SERVICE_PORT", portbuf, 1);
-    setenv(VJ_ENV_NAME, job, 1);
-    setenv(VJ_ENV_NAMESPACE, "default", 1);
-}
-
-static int shared_port(void)
-{
-    char p[600];
-    snprintf(p, sizeof p, "%s/port", shared_state());
-    char *t = read_text(p);
-    cr_assert(t);
-    int port = atoi(t);
-    free(t);
-    return port;
-}
-
-/* Everything a test needs: the admin client, the CRD, the job, an identity
- * for it and the pod's environment. */
-typedef struct {
-    kube_client *admin;
-    char dir[256];
-    char *token;
-} pod;
-
-static void pod_for(pod *pd, const char *job, const char *sa, int allowed)
-{
-    pd->admin = shared_client();
-    install_crd(pd->admin);
-    create_job(pd->admin, job, 1);
-    pd->token = sa_token(pd->admin, sa, allowed ? job : NULL);
-    make_tmpdir(pd->dir, sizeof pd->dir);
-    pod_env(pd->dir, pd->token, shared_port(), job);
-    kube_set_observer(count_patches, NULL);
-}
-
-static void pod_free(pod *pd)
-{
-    kube_set_observer(NULL, NULL);
-    kube_client_free(pd->admin);
-    rm_rf(pd->dir);
-    free(pd->token);
-}
-
-static cJSON *get_job(kube_client *c, const char *name)
-{
-    char path[256];
-    snprintf(path, sizeof path, VJ_PATH "/%s", name);
-    cJSON *o = NULL;
-    kube_status st;
-    cr_assert_eq(kube_get(c, path, &o, &st), KUBE_OK, "%s", st.message);
-    return o;
-}
-
 static const cJSON *progress_of(const cJSON *job)
 {
     return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(job, "status"),
@@ -175,7 +104,7 @@ Test(report_round, throughput_keeps_one_decimal)
 Test(report, loss_and_throughput_are_written_rounded_and_the_eta_as_a_kubectl_duration)
 {
     pod pd;
-    pod_for(&pd, "rep-round", "rep-round-worker", 1);
+    pod_for(&pd, "rep-round", 1, 1);
     report *r = report_from_env(&(report_options){.interval_s = 30, .sa_dir = pd.dir});
     cr_assert(r);
     report_info p = info(120);
@@ -199,14 +128,8 @@ Test(report, loss_and_throughput_are_written_rounded_and_the_eta_as_a_kubectl_du
 Test(report, a_report_merges_every_progress_field_into_the_status_subresource_and_keeps_the_rest)
 {
     pod pd;
-    pod_for(&pd, "rep-fields", "rep-fields-worker", 1);
-    /* the operator's part of the status, which the worker must leave alone */
-    cJSON *phase = cJSON_Parse("{\"status\":{\"phase\":\"Running\",\"restarts\":2}}");
-    kube_status st;
-    cr_assert_eq(kube_merge_patch(pd.admin, VJ_PATH "/rep-fields/status", phase, NULL, &st),
-                 KUBE_OK, "%s", st.message);
-    cJSON_Delete(phase);
-    atomic_store(&patches, 0); /* the reporter's from here */
+    pod_for(&pd, "rep-fields", 1, 1);
+    operator_status(&pd, "rep-fields", "{\"phase\":\"Running\",\"restarts\":2}");
 
     report *r = report_from_env(&(report_options){.interval_s = 30, .sa_dir = pd.dir});
     cr_assert(r, "reporting is on in a pod of a job");
@@ -274,7 +197,7 @@ Test(report, reporting_is_off_and_silent_outside_kubernetes_or_without_a_job)
 Test(report, many_steps_handed_over_make_at_most_one_write_per_interval_and_the_newest_wins)
 {
     pod pd;
-    pod_for(&pd, "rep-interval", "rep-interval-worker", 1);
+    pod_for(&pd, "rep-interval", 1, 1);
     report *r = report_from_env(&(report_options){.interval_s = 0.5, .sa_dir = pd.dir});
     cr_assert(r);
     double t0 = mono_seconds();
@@ -298,7 +221,7 @@ Test(report, many_steps_handed_over_make_at_most_one_write_per_interval_and_the_
 Test(report, a_stored_checkpoint_is_written_at_once_not_at_the_next_interval)
 {
     pod pd;
-    pod_for(&pd, "rep-ckpt", "rep-ckpt-worker", 1);
+    pod_for(&pd, "rep-ckpt", 1, 1);
     report *r = report_from_env(&(report_options){.interval_s = 60, .sa_dir = pd.dir});
     cr_assert(r);
     report_info p = info(10);
@@ -325,7 +248,7 @@ Test(report, a_stored_checkpoint_is_written_at_once_not_at_the_next_interval)
 Test(report, a_refused_write_is_logged_once_per_interval_with_code_and_message_never_the_token)
 {
     pod pd;
-    pod_for(&pd, "rep-denied", "rep-denied-worker", 0); /* an identity without the Role */
+    pod_for(&pd, "rep-denied", 1, 0); /* an identity without the Role */
     char logp[300];
     snprintf(logp, sizeof logp, "%s/stderr", pd.dir);
     int saved = capture_stderr(logp);
@@ -364,7 +287,7 @@ Test(report, a_refused_write_is_logged_once_per_interval_with_code_and_message_n
 Test(report, a_write_to_a_missing_job_is_logged_with_404_and_retried_at_the_next_interval)
 {
     pod pd;
-    pod_for(&pd, "rep-missing", "rep-missing-worker", 1);
+    pod_for(&pd, "rep-missing", 1, 1);
     kube_status st; /* the job is deleted; its identity stays a while */
     cr_assert_eq(kube_delete(pd.admin, VJ_PATH "/rep-missing", -1, NULL, NULL, &st), KUBE_OK,
                  "%s", st.message);
@@ -440,7 +363,7 @@ Test(report, handing_over_returns_at_once_while_the_server_hangs_and_exit_waits_
 Test(report, the_final_state_is_written_at_exit_without_waiting_for_the_interval)
 {
     pod pd;
-    pod_for(&pd, "rep-final", "rep-final-worker", 1);
+    pod_for(&pd, "rep-final", 1, 1);
     report *r = report_from_env(&(report_options){.interval_s = 60, .sa_dir = pd.dir});
     cr_assert(r);
     report_info p = info(1);
