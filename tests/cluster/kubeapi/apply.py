@@ -82,11 +82,22 @@ def decode(raw):
         raise errors.bad_request("error decoding YAML: %s" % str(e).replace("\n", " "))
     if doc is None:
         doc = {}
+    doc = _jsonable(doc)
     if not isinstance(doc, dict):
         raise errors.bad_request("error decoding YAML: error unmarshaling JSON: while decoding JSON: "
                                  "json: cannot unmarshal %s into Go value of type map[string]interface {}"
                                  % ("array" if isinstance(doc, list) else "string"))
     return doc
+
+
+def _jsonable(v):
+    """Map keys as sigs.k8s.io/yaml turns them into JSON: `on: x` is "true"."""
+    if isinstance(v, dict):
+        return {(("true" if k else "false") if isinstance(k, bool) else "null" if k is None else str(k)):
+                _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
 
 
 def check_config(rtype, version, config, ns, name):
