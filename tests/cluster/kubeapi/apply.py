@@ -10,6 +10,15 @@
 # taken from others). It computes the new object and its managedFields only:
 # storing, defaulting, validation and admission stay in kubeapi/api.py.
 # It must not decide anything about update/patch of the other content types.
+# Not modelled: list and map types from a CRD's schema (x-kubernetes-list-
+# type/-map-keys, x-kubernetes-map-type: LIST_KEYS applies by field name
+# everywhere), unions, the upgrade path from client-side apply (a real
+# server lets an apply through where the conflicting fields match the
+# last-applied-configuration annotation), RBAC's "create" check when an
+# apply creates, the cap of 10 Update entries, fieldValidation=Strict's
+# duplicate-field check of the YAML, and the order of conflicts across
+# several managers in details.causes (a Go map's order on a real server;
+# sorted by manager here, as its message is).
 
 import copy
 import json
