@@ -219,6 +219,7 @@ script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
 unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
+unittest_suite cluster/test_apply tests/cluster/test_apply.py
 unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity.py
 unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"
 unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"

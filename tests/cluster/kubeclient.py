@@ -65,11 +65,12 @@ class Client:
         return h
 
     def request(self, method, path, body=None, ctype=JSON, headers=None):
-        """The answer to one request (body: an object sent as JSON, or None)."""
+        """The answer to one request (body: an object sent as JSON, bytes sent as
+        they are, or None)."""
         h = self.headers(headers)
         data = None
         if body is not None:
-            data = json.dumps(body).encode()
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
             h["Content-Type"] = ctype
         for attempt in (0, 1):
             conn = self._conn or self.connect()

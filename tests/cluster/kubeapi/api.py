@@ -20,7 +20,7 @@ import random
 import threading
 import uuid
 
-from . import admission, crdcheck, errors, managed, patch, rbac, schema, selectors, validation
+from . import admission, apply, crdcheck, errors, managed, patch, rbac, schema, selectors, validation
 from .resources import Registry
 SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
@@ -245,7 +245,7 @@ class Api:
 
     # --- create ---------------------------------------------------------------------
 
-    def create(self, rtype, version, ns, body, params, user=None, agent=""):
+    def create(self, rtype, version, ns, body, params, user=None, agent="", applied=None):
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         want = rtype.api_version(version)
@@ -295,7 +295,7 @@ class Api:
             meta["generation"] = 1
         self._builtin_defaults(rtype, written, creating=False)
         mf = managed.on_create(written, managed.manager_of(params, agent), rtype.api_version(version),
-                               meta["creationTimestamp"], bool(rtype.status))
+                               meta["creationTimestamp"], bool(rtype.status)) if applied is None else applied
         if mf:
             meta["managedFields"] = mf
         self.present(rtype, version, obj)
@@ -322,6 +322,9 @@ class Api:
 
     def patch(self, rtype, version, ns, name, ctype, body, params, subresource=None, user=None, agent=""):
         ctype = (ctype or "").split(";")[0].strip()
+        if ctype not in apply.patch_types(rtype) or ctype == apply.CONTENT_TYPE:
+            raise errors.unsupported_media_type(apply.patch_types(rtype))
+        apply.check_options(params, is_apply=False)
         with self.store.lock:
             old = self.store.get(rtype.key, self._ns(rtype, ns), name)
             if old is None:
@@ -331,15 +334,42 @@ class Api:
                 new = patch.merge_patch(current, body)
             elif ctype == "application/json-patch+json":
                 new = patch.json_patch(current, body)
-            elif ctype == "application/strategic-merge-patch+json" and not rtype.crd:
-                new = patch.strategic_merge_patch(current, body)
             else:
-                raise errors.unsupported_media_type(ctype)
+                new = patch.strategic_merge_patch(current, body)
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
             return self._update(rtype, version, old, new, params, subresource, user, agent)
 
-    def _update(self, rtype, version, old, body, params, subresource, user=None, agent=""):
+    def apply(self, rtype, version, ns, name, raw, params, subresource=None, user=None, agent=""):
+        """PATCH application/apply-patch+yaml (kubeapi/apply.py): (object,
+        warnings, created); an object that does not exist is created
+        (never through a subresource)."""
+        apply.check_options(params, is_apply=True)
+        config = apply.decode(raw)
+        apply.check_config(rtype, version, config, self._ns(rtype, ns), name)
+        manager, force = params["fieldManager"], apply.forced(params)
+        api_version = rtype.api_version(version)
+        with self.store.lock:
+            old = self.store.get(rtype.key, self._ns(rtype, ns), name)
+            if old is None:
+                if subresource:
+                    raise errors.not_found(rtype, name)
+                obj, mf = apply.apply(None, config, [], manager, api_version, now(), None,
+                                      bool(rtype.status), force)
+                oname = (obj.get("metadata") or {}).get("name", "")
+                if oname != name:
+                    raise errors.bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                                             % (oname, name))
+                obj, warnings = self.create(rtype, version, ns, obj, params, user, agent, applied=mf)
+                return obj, warnings, True
+            current = self.present(rtype, version, copy.deepcopy(old))
+            new, mf = apply.apply(current, config, old["metadata"].get("managedFields"), manager, api_version,
+                                  now(), subresource, bool(rtype.status), force)
+            new["metadata"].pop("managedFields", None)
+            obj, warnings = self._update(rtype, version, old, new, params, subresource, user, agent, applied=mf)
+            return obj, warnings, False
+
+    def _update(self, rtype, version, old, body, params, subresource, user=None, agent="", applied=None):
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         name = old["metadata"]["name"]
@@ -405,14 +435,17 @@ class Api:
         # them), else the stored ones; a change updates its manager's entry
         sent = (body.get("metadata") or {}).get("managedFields") if subresource != "status" else None
         mf = sent if isinstance(sent, list) else old["metadata"].get("managedFields")
+        if applied is not None:     # server-side apply computed them (kubeapi/apply.py)
+            mf = applied
         new["metadata"].pop("managedFields", None)
         if mf:
             new["metadata"]["managedFields"] = mf
         cmp_old = self.present(rtype, version, copy.deepcopy(old))
         if new == cmp_old:
             return new, warnings
-        mf = managed.on_update(mf, old, new, managed.manager_of(params, agent), rtype.api_version(version),
-                               now(), subresource, bool(rtype.status))
+        if applied is None:
+            mf = managed.on_update(mf, old, new, managed.manager_of(params, agent), rtype.api_version(version),
+                                   now(), subresource, bool(rtype.status))
         new["metadata"].pop("managedFields", None)
         if mf:
             new["metadata"]["managedFields"] = mf

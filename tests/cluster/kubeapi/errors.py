@@ -91,8 +91,9 @@ def method_not_allowed(message="the server does not allow this method on the req
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(ctype):
-    return ApiError(415, "UnsupportedMediaType", 'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got %s)' % ctype)
+def unsupported_media_type(accepted):
+    return ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                    "accepted media types include: " + ", ".join(accepted))
 
 
 def invalid(kind, group, name, field_errors):

@@ -14,7 +14,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import authorization, discovery, errors, podlogs, protobuf, rbac, table
+from . import apply, authorization, discovery, errors, podlogs, protobuf, rbac, table
 from .watch import WatchRequest
 
 UNAUTHENTICATED = {"/version", "/healthz", "/livez", "/readyz"}
@@ -291,6 +291,11 @@ class Handler(BaseHTTPRequestHandler):
             obj, warnings = api.update(rtype, version, ns, name, self._read_body(), params, sub, user=self.user,
                                         agent=self.headers.get("User-Agent", ""))
             return self._present_one(rtype, version, obj, 200, warnings)
+        if method == "PATCH" and name is not None and \
+                (self.headers.get("Content-Type") or "").split(";")[0].strip() == apply.CONTENT_TYPE:
+            obj, warnings, created = api.apply(rtype, version, ns, name, self._raw_body(), params, sub,
+                                               user=self.user, agent=self.headers.get("User-Agent", ""))
+            return self._present_one(rtype, version, obj, 201 if created else 200, warnings)
         if method == "PATCH" and name is not None:
             obj, warnings = api.patch(rtype, version, ns, name, self.headers.get("Content-Type"),
                                       self._read_body(), params, sub, user=self.user,

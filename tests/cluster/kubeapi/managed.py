@@ -6,11 +6,13 @@
 # name: what precedes its first "/") and time. An update gives its manager
 # the fields it added or changed and takes them from every other manager; a
 # field removed leaves every set. A request that changes nothing leaves the
-# entries as they were.
-# Not modelled: server-side apply (the Apply operation, conflicts), the
-# exact struct/map distinction of every type (a "." member is written for
-# list items and for the map-typed fields named in MAPS), and fields that
-# admission adds (they are attributed to the request's manager here).
+# entries as they were. Server-side apply (operation Apply: the applied
+# set, pruning, conflicts, force) is kubeapi/apply.py's, on these sets.
+# Not modelled: the exact struct/map distinction of every type (a "."
+# member is written for list items and for the map-typed fields named in
+# MAPS), entries sorted as a real server sorts them on create/update (apply
+# sorts them), and fields that admission adds (they are attributed to the
+# request's manager here).
 
 import copy
 import json
