@@ -77,7 +77,7 @@ teardown_file() {
   c=$(bh from --quiet localhost/vitjob-operator:test)
   run bh run --isolation chroot "$c" -- sh -c \
     'echo "{\"model\": {\"preset\": \"vit_b16\"}, \"data\": {\"format\": \"webdataset\", \"uri\": \"s3://b/s-{0..9}.tar\"}}" |
-     /usr/local/bin/vitjob-worker plan --config - --replicas 2 --local-ranks 8 --device cuda --gpu-memory 80Gi --json'
+     /usr/local/bin/vitjob-worker plan --config - --replicas 2 --device cuda --gpu-memory 80Gi --json'
   bh rm "$c" >/dev/null
   echo "$output"
   [ "$status" -eq 0 ]
