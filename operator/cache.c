@@ -323,6 +323,23 @@ cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *val
     return out;
 }
 
+size_t cache_each(obj_cache *c, const char *ns, cache_each_fn fn, void *user)
+{
+    size_t n = 0, ns_len = ns ? strlen(ns) : 0;
+    entry *e, *tmp;
+    pthread_rwlock_rdlock(&c->lock);
+    HASH_ITER(hh, c->table, e, tmp) {
+        if (ns && (e->ns_len != ns_len || strncmp(e->key, ns, ns_len) != 0)) continue;
+        cJSON *copy = cJSON_Parse(e->text);
+        if (!copy) continue; /* out of memory: the next walk sees it */
+        fn(user, copy);
+        cJSON_Delete(copy);
+        n++;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return n;
+}
+
 size_t cache_len(obj_cache *c)
 {
     pthread_rwlock_rdlock(&c->lock);

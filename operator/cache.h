@@ -61,6 +61,13 @@ cJSON *cache_get(obj_cache *c, const char *ns, const char *name);
  * equals `value` (NULL = every object), as a cJSON array sorted by name.
  * Caller frees. NULL only when out of memory. */
 cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *value);
+/* Calls fn for each object in namespace ns (NULL = all), in no set order,
+ * with a copy parsed for that call alone (borrowed: freed after fn returns),
+ * so that a walk over every object never holds more than one parsed copy,
+ * where cache_list holds them all at once. Runs under the cache's read lock:
+ * fn must not call into this cache. Returns the number of objects visited. */
+typedef void (*cache_each_fn)(void *user, const cJSON *obj);
+size_t cache_each(obj_cache *c, const char *ns, cache_each_fn fn, void *user);
 size_t cache_len(obj_cache *c);
 
 #endif

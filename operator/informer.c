@@ -41,6 +41,12 @@ static int on_event(const char *type, const cJSON *obj, void *user)
     return 0;
 }
 
+static void notify_added(void *user, const cJSON *obj)
+{
+    informer *inf = user;
+    inf->o.on_change(inf->o.user, "ADDED", obj);
+}
+
 static void *run(void *arg)
 {
     informer *inf = arg;
@@ -66,20 +72,23 @@ static void *run(void *arg)
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
             continue;
         }
-        cJSON *listed = cJSON_Duplicate(items, 1), *removed = NULL;
+        /* No copy of the list is kept for on_change: the cache consumes it
+         * object by object, and the ADDED calls are made from the cache (one
+         * object parsed at a time), which holds exactly what was listed in
+         * this informer's namespace: a copy was a second whole list at once. */
+        int n_items = cJSON_GetArraySize(items);
+        cJSON *removed = NULL;
         cache_replace_ns(inf->o.cache, inf->ns, items, &removed);
         atomic_fetch_add(&inf->lists, 1);
         atomic_store(&inf->synced, 1);
         LOG_INFO("informer", "resource=%s event=listed items=%d rv=%s namespace=%s",
-                 LOGV(inf->name), cJSON_GetArraySize(listed), LOGV(rv),
-                 LOGV(inf->ns ? inf->ns : "(all)"));
+                 LOGV(inf->name), n_items, LOGV(rv), LOGV(inf->ns ? inf->ns : "(all)"));
         if (inf->o.on_change) {
             cJSON *o;
             cJSON_ArrayForEach(o, removed) inf->o.on_change(inf->o.user, "DELETED", o);
-            cJSON_ArrayForEach(o, listed) inf->o.on_change(inf->o.user, "ADDED", o);
+            cache_each(inf->o.cache, inf->ns, notify_added, inf);
         }
         cJSON_Delete(removed);
-        cJSON_Delete(listed);
         /* watch until 410 Gone (relist) or stop */
         kube_watch_opts wo = {.label_selector = inf->selector, .timeout_seconds = 300};
         int rc = kube_watch_run(c, inf->path, &wo, rv, sizeof rv, on_event, inf, inf->o.stop, &st);
