@@ -421,7 +421,7 @@ Test(cache, each_holds_one_parsed_object_at_a_time_not_the_whole_cache)
         cJSON *o = pod("ns", name, name, "1");
         cJSON *spec = cJSON_AddObjectToObject(o, "spec");
         for (int k = 0; k < 40; k++) {
-            char key[16];
+            char key[24];
             snprintf(key, sizeof key, "field%d", k);
             cJSON_AddNumberToObject(spec, key, k); /* a tree of ~50 nodes */
         }
