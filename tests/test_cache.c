@@ -440,3 +440,44 @@ Test(cache, each_holds_one_parsed_object_at_a_time_not_the_whole_cache)
                  one_bytes);
     cache_free(c);
 }
+
+/* ---- cache_batch: a relist taken in object by object ---------------------- */
+
+static int has_managed_fields(const cJSON *o)
+{
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(o, "metadata"), "managedFields") != NULL;
+}
+
+Test(cache, a_batch_transforms_each_object_as_it_arrives_and_a_restarted_list_forgets_the_first_try)
+{
+    obj_cache *c = cache_new();
+    cache_put(c, pod("a", "gone", "j", "1"));
+    cache_put(c, pod("b", "other", "j", "1")); /* another namespace's informer's */
+    cache_batch *b = cache_batch_new(c);
+    cr_assert_not_null(b);
+    /* the first try: an object deleted before the list started again */
+    cr_assert_eq(cache_batch_add(b, pod("a", "deleted-meanwhile", "j", "2")), 0);
+    cr_assert_eq(cache_batch_add(b, NULL), 0); /* the continue token expired */
+    cJSON *p = pod("a", "keep", "j", "3");
+    cJSON_AddItemToObject(cJSON_GetObjectItem(p, "metadata"), "managedFields",
+                          cJSON_Parse("[{\"manager\":\"kubectl\",\"fieldsV1\":{\"f:data\":{}}}]"));
+    cr_assert_eq(cache_batch_add(b, p), 0);
+    cr_assert_eq(cache_batch_add(b, cJSON_Parse("{\"metadata\":{}}")), 0, "a nameless one is dropped");
+    cr_assert_eq(cache_len(c), 2, "nothing reaches the cache before the batch replaces it");
+    cJSON *removed = NULL;
+    cr_assert_eq(cache_replace_batch(c, "a", b, &removed), 0);
+    cr_assert_eq(cJSON_GetArraySize(removed), 1);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(removed, 0), "metadata"),
+                                         "name")->valuestring, "gone");
+    cJSON_Delete(removed);
+    cr_assert_eq(cache_len(c), 2, "a/keep and b/other");
+    cJSON *k = cache_get(c, "a", "keep");
+    cr_assert_not_null(k);
+    cr_assert_not(has_managed_fields(k), "the cache's transform ran as the object arrived");
+    cJSON_Delete(k);
+    cr_assert_null(cache_get(c, "a", "deleted-meanwhile"), "the first try's objects are forgotten");
+    cJSON *o = cache_get(c, "b", "other");
+    cr_assert_not_null(o, "the other namespace stays");
+    cJSON_Delete(o);
+    cache_free(c);
+}
