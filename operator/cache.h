@@ -18,8 +18,8 @@ typedef struct obj_cache obj_cache;
 
 /* A transform, as client-go's cache.TransformFunc: edits an object in place
  * as it enters the cache (cache_put, cache_replace*), so the cache keeps only
- * what the reconcile reads. The objects handed to informer callbacks are not
- * transformed. */
+ * what the reconcile reads. The objects a watch hands to informer callbacks
+ * are not transformed; after a list they are the cached copies. */
 typedef void (*cache_transform_fn)(cJSON *obj);
 
 /* Returns a new empty cache (caller frees with cache_free), or NULL. Its
