@@ -42,8 +42,10 @@ static int on_event(const char *type, const cJSON *obj, void *user)
     return 0;
 }
 
-/* Objects per list page. */
+/* Objects per list page (-DINFORMER_PAGE=n to measure another). */
+#ifndef INFORMER_PAGE
 #define INFORMER_PAGE 100
+#endif
 
 /* A list in progress: its objects go into the batch as they arrive. */
 typedef struct {
