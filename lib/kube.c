@@ -363,17 +363,12 @@ int kube_delete(kube_client *c, const char *path, long grace_seconds, const char
     return rc;
 }
 
-int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSON **items,
-              char *rv, size_t rvlen, kube_status *st)
+int kube_list_each(kube_client *c, const char *path, const kube_list_opts *opts,
+                   kube_list_item_fn fn, void *user, char *rv, size_t rvlen, kube_status *st)
 {
     char url[URL_MAX], *cont = NULL;
     char first_rv[64] = "";
     int rc = KUBE_ERR_INVALID, restarts = 0;
-    cJSON *all = cJSON_CreateArray();
-    if (!all) {
-        st_set(st, 0, "Invalid", "out of memory");
-        return KUBE_ERR_INVALID;
-    }
     for (;;) {
         cJSON *page = NULL;
         if (snprintf(url, sizeof url, "%s", path) >= (int)sizeof url ||
@@ -401,9 +396,8 @@ int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSO
             free(cont);
             cont = NULL;
             first_rv[0] = '\0';
-            cJSON_Delete(all);
-            if (!(all = cJSON_CreateArray())) {
-                st_set(st, 0, "Invalid", "out of memory");
+            if (fn(user, NULL) != 0) {
+                st_set(st, 0, "Invalid", "GET %s: out of memory", path);
                 rc = KUBE_ERR_INVALID;
                 goto out;
             }
@@ -423,25 +417,57 @@ int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSO
             rc = KUBE_ERR_INVALID;
             goto out;
         }
-        while (cJSON_IsArray(its) && its->child)
-            cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(its, its->child));
+        int failed = 0;
+        while (cJSON_IsArray(its) && its->child && !failed)
+            failed = fn(user, cJSON_DetachItemViaPointer(its, its->child)) != 0;
         free(cont);
         cont = NULL;
-        if (opts && opts->limit > 0 && cJSON_IsString(pc) && pc->valuestring[0]) {
+        if (!failed && opts && opts->limit > 0 && cJSON_IsString(pc) && pc->valuestring[0]) {
             size_t n = strlen(pc->valuestring) + 1;
             if ((cont = malloc(n))) memcpy(cont, pc->valuestring, n);
         }
         cJSON_Delete(page);
+        if (failed) {
+            st_set(st, 0, "Invalid", "GET %s: out of memory", path);
+            rc = KUBE_ERR_INVALID;
+            goto out;
+        }
         if (!cont) break;
     }
     if (rv) snprintf(rv, rvlen, "%s", first_rv);
-    *items = all;
-    all = NULL;
     rc = KUBE_OK;
 out:
     free(cont);
-    cJSON_Delete(all);
     return rc;
+}
+
+/* kube_list's item handler: into the array; NULL empties it. */
+static int collect_item(void *user, cJSON *item)
+{
+    cJSON *all = user;
+    if (!item) {
+        while (all->child) cJSON_Delete(cJSON_DetachItemViaPointer(all, all->child));
+        return 0;
+    }
+    cJSON_AddItemToArray(all, item);
+    return 0;
+}
+
+int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSON **items,
+              char *rv, size_t rvlen, kube_status *st)
+{
+    cJSON *all = cJSON_CreateArray();
+    if (!all) {
+        st_set(st, 0, "Invalid", "out of memory");
+        return KUBE_ERR_INVALID;
+    }
+    int rc = kube_list_each(c, path, opts, collect_item, all, rv, rvlen, st);
+    if (rc != KUBE_OK) {
+        cJSON_Delete(all);
+        return rc;
+    }
+    *items = all;
+    return KUBE_OK;
 }
 
 int kube_stream(kube_client *c, http_client *h, const char *path, long timeout_ms,

@@ -97,6 +97,17 @@ typedef struct {
 int kube_list(kube_client *c, const char *path, const kube_list_opts *opts, cJSON **items,
               char *rv, size_t rvlen, kube_status *st);
 
+/* Takes each listed object (ownership passes: fn frees it), or NULL when the
+ * list starts again from its first page (the continue token expired): every
+ * object handed so far is then to be forgotten. Nonzero stops the list. */
+typedef int (*kube_list_item_fn)(void *user, cJSON *item);
+/* As kube_list, but each object goes to fn as its page arrives, and each page
+ * is freed before the next is fetched: a caller that keeps less than the
+ * whole object (a cache with a transform) never holds the whole list parsed,
+ * only one page. Returns KUBE_OK or an error (fn's refusal: KUBE_ERR_INVALID). */
+int kube_list_each(kube_client *c, const char *path, const kube_list_opts *opts,
+                   kube_list_item_fn fn, void *user, char *rv, size_t rvlen, kube_status *st);
+
 /* Called after every request and every watch connection of every client in
  * the process, with the method and the HTTP status (0: no answer), e.g. to
  * count API requests by code. Set it once, before clients are used; fn must

@@ -183,29 +183,65 @@ int cache_replace(obj_cache *c, cJSON *items, cJSON **removed)
     return cache_replace_ns(c, NULL, items, removed);
 }
 
-int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed)
+/* A relist's objects as entries, before they replace the cache's. */
+struct cache_batch {
+    cache_transform_fn transform;
+    entry *fresh;
+};
+
+cache_batch *cache_batch_new(obj_cache *c)
 {
-    entry *fresh = NULL, *e, *tmp;
+    cache_batch *b = calloc(1, sizeof *b);
+    if (b) b->transform = c->transform;
+    return b;
+}
+
+static void batch_clear(cache_batch *b)
+{
+    entry *e, *tmp;
+    HASH_ITER(hh, b->fresh, e, tmp) {
+        HASH_DEL(b->fresh, e);
+        free_entry(e);
+    }
+}
+
+void cache_batch_free(cache_batch *b)
+{
+    if (!b) return;
+    batch_clear(b);
+    free(b);
+}
+
+int cache_batch_add(cache_batch *b, cJSON *obj)
+{
+    if (!obj) {
+        batch_clear(b);
+        return 0;
+    }
+    if (b->transform) b->transform(obj);
+    entry *n = new_entry(obj), *dup = NULL;
+    int nameless = !kube_meta_str(obj, "name");
+    cJSON_Delete(obj);
+    if (!n) return nameless ? 0 : -1; /* nameless objects cannot be cached; skip them */
+    HASH_REPLACE_STR(b->fresh, key, n, dup);
+    if (dup) free_entry(dup);
+    return 0;
+}
+
+int cache_replace_batch(obj_cache *c, const char *ns, cache_batch *b, cJSON **removed)
+{
+    entry *e, *tmp;
     int rc = -1;
     if (removed) *removed = NULL;
     cJSON *gone = removed ? cJSON_CreateArray() : NULL;
     if (removed && !gone) goto out;
-    while (cJSON_GetArraySize(items) > 0) {
-        cJSON *obj = cJSON_DetachItemFromArray(items, 0);
-        if (c->transform) c->transform(obj);
-        entry *n = new_entry(obj), *dup = NULL;
-        cJSON_Delete(obj);
-        if (!n) continue; /* nameless objects cannot be cached; skip them */
-        HASH_REPLACE_STR(fresh, key, n, dup);
-        if (dup) free_entry(dup);
-    }
     pthread_rwlock_wrlock(&c->lock);
     /* drop what was cached in the scope (keeping what was not relisted to
      * report as gone), then add the fresh list: other namespaces stay */
     HASH_ITER(hh, c->table, e, tmp) {
         if (!in_scope(e->key, ns)) continue;
         entry *f = NULL;
-        HASH_FIND_STR(fresh, e->key, f);
+        HASH_FIND_STR(b->fresh, e->key, f);
         HASH_DEL(c->table, e);
         if (!f && gone) {
             cJSON *o = cJSON_Parse(e->text);
@@ -213,9 +249,9 @@ int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed
         }
         free_entry(e);
     }
-    HASH_ITER(hh, fresh, e, tmp) {
+    HASH_ITER(hh, b->fresh, e, tmp) {
         entry *old = NULL;
-        HASH_DEL(fresh, e);
+        HASH_DEL(b->fresh, e);
         HASH_REPLACE_STR(c->table, key, e, old);
         if (old) free_entry(old);
     }
@@ -224,13 +260,22 @@ int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed
     gone = NULL;
     rc = 0;
 out:
-    HASH_ITER(hh, fresh, e, tmp) {
-        HASH_DEL(fresh, e);
-        free_entry(e);
-    }
     cJSON_Delete(gone);
-    cJSON_Delete(items);
+    cache_batch_free(b);
     return rc;
+}
+
+int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed)
+{
+    cache_batch *b = cache_batch_new(c);
+    if (removed) *removed = NULL;
+    if (!b) {
+        cJSON_Delete(items);
+        return -1;
+    }
+    while (cJSON_GetArraySize(items) > 0) cache_batch_add(b, cJSON_DetachItemFromArray(items, 0));
+    cJSON_Delete(items);
+    return cache_replace_batch(c, ns, b, removed);
 }
 
 cJSON *cache_get(obj_cache *c, const char *ns, const char *name)
@@ -321,6 +366,23 @@ cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *val
     for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(out, picked[i]);
     free(picked);
     return out;
+}
+
+size_t cache_each(obj_cache *c, const char *ns, cache_each_fn fn, void *user)
+{
+    size_t n = 0, ns_len = ns ? strlen(ns) : 0;
+    entry *e, *tmp;
+    pthread_rwlock_rdlock(&c->lock);
+    HASH_ITER(hh, c->table, e, tmp) {
+        if (ns && (e->ns_len != ns_len || strncmp(e->key, ns, ns_len) != 0)) continue;
+        cJSON *copy = cJSON_Parse(e->text);
+        if (!copy) continue; /* out of memory: the next walk sees it */
+        fn(user, copy);
+        cJSON_Delete(copy);
+        n++;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return n;
 }
 
 size_t cache_len(obj_cache *c)

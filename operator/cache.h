@@ -18,8 +18,8 @@ typedef struct obj_cache obj_cache;
 
 /* A transform, as client-go's cache.TransformFunc: edits an object in place
  * as it enters the cache (cache_put, cache_replace*), so the cache keeps only
- * what the reconcile reads. The objects handed to informer callbacks are not
- * transformed. */
+ * what the reconcile reads. The objects a watch hands to informer callbacks
+ * are not transformed; after a list they are the cached copies. */
 typedef void (*cache_transform_fn)(cJSON *obj);
 
 /* Returns a new empty cache (caller frees with cache_free), or NULL. Its
@@ -55,12 +55,35 @@ int cache_replace(obj_cache *c, cJSON *items, cJSON **removed);
  * filled by an informer per watched namespace, each relisting its own. */
 int cache_replace_ns(obj_cache *c, const char *ns, cJSON *items, cJSON **removed);
 
+/* A relist taken in object by object (as kube_list_each hands them out), so
+ * that no whole list is ever held parsed: each object is transformed and
+ * kept as the cache keeps it as it arrives, and the batch then replaces the
+ * cache's contents in one step, as cache_replace_ns does. */
+typedef struct cache_batch cache_batch;
+/* A new empty batch with c's transform (caller frees with cache_batch_free
+ * or hands it to cache_replace_batch), or NULL. */
+cache_batch *cache_batch_new(obj_cache *c);
+void cache_batch_free(cache_batch *b); /* accepts NULL */
+/* Takes ownership of obj: transformed and added (a nameless one is dropped);
+ * NULL empties the batch (the list started again). Returns 0, or -1 when out
+ * of memory. */
+int cache_batch_add(cache_batch *b, cJSON *obj);
+/* As cache_replace_ns, with the batch's objects as the list; frees b. */
+int cache_replace_batch(obj_cache *c, const char *ns, cache_batch *b, cJSON **removed);
+
 /* A deep copy of ns/name, or NULL if absent. Caller frees with cJSON_Delete. */
 cJSON *cache_get(obj_cache *c, const char *ns, const char *name);
 /* Deep copies of the objects in namespace ns (NULL = all) whose label `key`
  * equals `value` (NULL = every object), as a cJSON array sorted by name.
  * Caller frees. NULL only when out of memory. */
 cJSON *cache_list(obj_cache *c, const char *ns, const char *key, const char *value);
+/* Calls fn for each object in namespace ns (NULL = all), in no set order,
+ * with a copy parsed for that call alone (borrowed: freed after fn returns),
+ * so that a walk over every object never holds more than one parsed copy,
+ * where cache_list holds them all at once. Runs under the cache's read lock:
+ * fn must not call into this cache. Returns the number of objects visited. */
+typedef void (*cache_each_fn)(void *user, const cJSON *obj);
+size_t cache_each(obj_cache *c, const char *ns, cache_each_fn fn, void *user);
 size_t cache_len(obj_cache *c);
 
 #endif

@@ -551,25 +551,29 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
 /* The metrics collector: one series per job in the informer's cache and
  * field of its status.progress (written by the worker), so a deleted job's
  * series go with it. */
-static void collect_jobs(void *user)
+static void collect_job(void *user, const cJSON *job)
 {
     controller *c = user;
     metrics_gauge *g[] = {c->m_step, c->m_loss, c->m_ips, c->m_eta};
     static const char *const field[] = {"step", "loss", "imagesPerSecond", "etaSeconds"};
-    for (int i = 0; i < 4; i++) metrics_gauge_clear(g[i]);
-    cJSON *jobs = cache_list(runner_cache(c->run, INF_JOBS), NULL, NULL, NULL);
-    const cJSON *job;
-    cJSON_ArrayForEach(job, jobs) {
-        const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
-        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(job, "status"), "progress");
-        if (!ns || !name || !cJSON_IsObject(pr)) continue;
-        for (int i = 0; i < 4; i++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(pr, field[i]);
-            if (cJSON_IsNumber(v)) metrics_gauge_set(g[i], v->valuedouble, ns, name);
-        }
+    const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(job, "status"), "progress");
+    if (!ns || !name || !cJSON_IsObject(pr)) return;
+    for (int i = 0; i < 4; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(pr, field[i]);
+        if (cJSON_IsNumber(v)) metrics_gauge_set(g[i], v->valuedouble, ns, name);
     }
-    cJSON_Delete(jobs);
+}
+
+static void collect_jobs(void *user)
+{
+    controller *c = user;
+    metrics_gauge *g[] = {c->m_step, c->m_loss, c->m_ips, c->m_eta};
+    for (int i = 0; i < 4; i++) metrics_gauge_clear(g[i]);
+    /* one job parsed at a time: a list of every job, parsed, was the peak
+     * of the operator's memory at each scrape (issue 28) */
+    cache_each(runner_cache(c->run, INF_JOBS), NULL, collect_job, c);
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */

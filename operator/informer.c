@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -41,6 +42,30 @@ static int on_event(const char *type, const cJSON *obj, void *user)
     return 0;
 }
 
+/* Objects per list page (-DINFORMER_PAGE=n to measure another). */
+#ifndef INFORMER_PAGE
+#define INFORMER_PAGE 100
+#endif
+
+/* A list in progress: its objects go into the batch as they arrive. */
+typedef struct {
+    cache_batch *batch;
+    int n; /* objects taken in (since the list last started again) */
+} listing;
+
+static int take_item(void *user, cJSON *item)
+{
+    listing *ls = user;
+    ls->n = item ? ls->n + 1 : 0;
+    return cache_batch_add(ls->batch, item);
+}
+
+static void notify_added(void *user, const cJSON *obj)
+{
+    informer *inf = user;
+    inf->o.on_change(inf->o.user, "ADDED", obj);
+}
+
 static void *run(void *arg)
 {
     informer *inf = arg;
@@ -56,30 +81,39 @@ static void *run(void *arg)
             continue;
         }
         /* list */
-        kube_list_opts lo = {.label_selector = inf->selector, .field_selector = NULL, .limit = 500};
-        cJSON *items = NULL;
+        /* The list goes into the cache a page at a time (each object
+         * transformed as it arrives), and the ADDED calls are made from the
+         * cache afterwards, one object parsed at a time: no whole list is
+         * ever held parsed (issue 28: at 5,000 jobs that was the peak of
+         * the operator's memory at a start). Pages of 100: one page parsed
+         * is a few MiB even of pods as a real server writes them. */
+        kube_list_opts lo = {.label_selector = inf->selector, .field_selector = NULL,
+                             .limit = INFORMER_PAGE};
         char rv[64] = "";
-        if (kube_list(c, inf->path, &lo, &items, rv, sizeof rv, &st) != KUBE_OK) {
+        listing ls = {cache_batch_new(inf->o.cache), 0};
+        if (!ls.batch ||
+            kube_list_each(c, inf->path, &lo, take_item, &ls, rv, sizeof rv, &st) != KUBE_OK) {
+            if (!ls.batch) snprintf(st.message, sizeof st.message, "out of memory");
+            cache_batch_free(ls.batch);
             LOG_WARN("informer", "resource=%s event=list_failed code=%d msg=%s retry_s=%.1f",
-                     LOGV(inf->name), st.http_code, LOGV(st.message), backoff);
+                     LOGV(inf->name), ls.batch ? st.http_code : 0, LOGV(st.message), backoff);
             sleep_s(inf, backoff);
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
             continue;
         }
-        cJSON *listed = cJSON_Duplicate(items, 1), *removed = NULL;
-        cache_replace_ns(inf->o.cache, inf->ns, items, &removed);
+        int n_items = ls.n;
+        cJSON *removed = NULL;
+        cache_replace_batch(inf->o.cache, inf->ns, ls.batch, &removed);
         atomic_fetch_add(&inf->lists, 1);
         atomic_store(&inf->synced, 1);
         LOG_INFO("informer", "resource=%s event=listed items=%d rv=%s namespace=%s",
-                 LOGV(inf->name), cJSON_GetArraySize(listed), LOGV(rv),
-                 LOGV(inf->ns ? inf->ns : "(all)"));
+                 LOGV(inf->name), n_items, LOGV(rv), LOGV(inf->ns ? inf->ns : "(all)"));
         if (inf->o.on_change) {
             cJSON *o;
             cJSON_ArrayForEach(o, removed) inf->o.on_change(inf->o.user, "DELETED", o);
-            cJSON_ArrayForEach(o, listed) inf->o.on_change(inf->o.user, "ADDED", o);
+            cache_each(inf->o.cache, inf->ns, notify_added, inf);
         }
         cJSON_Delete(removed);
-        cJSON_Delete(listed);
         /* watch until 410 Gone (relist) or stop */
         kube_watch_opts wo = {.label_selector = inf->selector, .timeout_seconds = 300};
         int rc = kube_watch_run(c, inf->path, &wo, rv, sizeof rv, on_event, inf, inf->o.stop, &st);

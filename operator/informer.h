@@ -21,7 +21,9 @@
 typedef int (*kube_client_factory)(void *user, kube_client **out, kube_status *st);
 
 /* type: "ADDED", "MODIFIED", "DELETED" (also for objects gone at a relist);
- * obj is borrowed for the call. */
+ * obj is borrowed for the call. After a list, the ADDED calls are made with
+ * the cached (transformed) copies, under the cache's read lock: on_change
+ * must not call into the cache (it only enqueues keys). */
 typedef void (*informer_change_fn)(void *user, const char *type, const cJSON *obj);
 
 typedef struct {

@@ -153,6 +153,67 @@ Test(kube_api, list_with_label_selector_and_limit_merges_every_page)
     kube_client_free(c);
 }
 
+/* kube_list_each: the GETs sent so far, and for each object handed out how
+ * many had been sent when it arrived. */
+static int list_gets;
+static void count_gets(void *user, const char *method, int http_code)
+{
+    (void)user;
+    (void)http_code;
+    if (strcmp(method, "GET") == 0) __atomic_add_fetch(&list_gets, 1, __ATOMIC_SEQ_CST);
+}
+
+typedef struct {
+    int n, stop_after;
+    int gets_at[8];
+    char names[8][32];
+} each_seen;
+
+static int take(void *user, cJSON *item)
+{
+    each_seen *s = user;
+    if (!item) return 0;
+    if (s->n < 8) {
+        s->gets_at[s->n] = __atomic_load_n(&list_gets, __ATOMIC_SEQ_CST);
+        snprintf(s->names[s->n], sizeof s->names[0], "%s", str_at(item, "metadata", "name"));
+    }
+    s->n++;
+    cJSON_Delete(item); /* ownership is the handler's */
+    return s->stop_after && s->n >= s->stop_after;
+}
+
+Test(kube_api, list_each_hands_out_every_object_page_by_page_before_the_next_page_is_fetched)
+{
+    kube_client *c = shared_client();
+    kube_status st;
+    char name[32], rv[64] = "";
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "each-%d", i);
+        create_cm(c, name, "each", "yes");
+    }
+    kube_set_observer(count_gets, NULL);
+    list_gets = 0;
+    each_seen s = {0};
+    kube_list_opts lo = {.label_selector = "each=yes", .limit = 2};
+    cr_assert_eq(kube_list_each(c, NS "/configmaps", &lo, take, &s, rv, sizeof rv, &st), KUBE_OK,
+                 "%s", st.message);
+    kube_set_observer(NULL, NULL);
+    cr_assert_eq(s.n, 5);
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "each-%d", i);
+        cr_assert_str_eq(s.names[i], name);
+        /* pages of 2: objects 0-1 after the first GET, 2-3 after the second, 4 after the third */
+        cr_assert_eq(s.gets_at[i], i / 2 + 1, "object %d arrived after %d GETs", i, s.gets_at[i]);
+    }
+    cr_assert(rv[0], "the list's resourceVersion is returned");
+    /* a handler's refusal stops the list */
+    each_seen stop = {.stop_after = 1};
+    cr_assert_eq(kube_list_each(c, NS "/configmaps", &lo, take, &stop, rv, sizeof rv, &st),
+                 KUBE_ERR_INVALID);
+    cr_assert_eq(stop.n, 1, "the rest of the page is not handed out after a refusal");
+    kube_client_free(c);
+}
+
 Test(kube_api, unprocessable_object_gets_422_with_the_servers_message)
 {
     kube_client *c = shared_client();
