@@ -32,23 +32,21 @@ Test(admission, a_gpu_job_without_pods_whose_generation_was_not_planned_is_plann
 
 Test(admission, cpu_jobs_planned_generations_finished_jobs_and_jobs_with_pods_are_not)
 {
+    static const struct { int gpus, with_pods; const char *status, *why; } cases[] = {
+        {0, 0, "{}", "a CPU job"},
+        {8, 0, "{\"plannedGeneration\": 3}", "this generation is planned"},
+        {8, 0, "{\"phase\": \"Failed\"}", "failed"},
+        {8, 0, "{\"phase\": \"Succeeded\"}", "succeeded"},
+        {8, 1, "{}", "its pods exist: it was admitted"},
+    };
     cJSON *none = cJSON_CreateArray();
     cJSON *pods = cJSON_Parse("[{\"metadata\": {\"name\": \"j-worker-0-r0\"}}]");
-    cJSON *j = job(0, "{}");
-    cr_assert_eq(vj_admission_wanted(j, none), 0, "a CPU job");
-    cJSON_Delete(j);
-    j = job(8, "{\"plannedGeneration\": 3}");
-    cr_assert_eq(vj_admission_wanted(j, none), 0, "this generation is planned");
-    cJSON_Delete(j);
-    j = job(8, "{\"phase\": \"Failed\"}");
-    cr_assert_eq(vj_admission_wanted(j, none), 0, "finished");
-    cJSON_Delete(j);
-    j = job(8, "{\"phase\": \"Succeeded\"}");
-    cr_assert_eq(vj_admission_wanted(j, none), 0, "finished");
-    cJSON_Delete(j);
-    j = job(8, "{}");
-    cr_assert_eq(vj_admission_wanted(j, pods), 0, "its pods exist: it was admitted");
-    cJSON_Delete(j);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *j = job(cases[i].gpus, cases[i].status);
+        cr_assert_eq(vj_admission_wanted(j, cases[i].with_pods ? pods : none), 0, "%s",
+                     cases[i].why);
+        cJSON_Delete(j);
+    }
     cJSON_Delete(pods);
     cJSON_Delete(none);
 }
