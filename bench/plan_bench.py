@@ -28,11 +28,25 @@ def free_port():
     return port
 
 
-def config(model, mode, steps, threads):
-    return ["--set", "model.preset=%s" % model, "--set", "training.steps=%d" % steps,
-            "--set", "training.optimizer.warmupSteps=2", "--set", "training.globalBatchSize=64",
-            "--set", "training.microBatchSize=32", "--set", "training.threads=%d" % threads,
-            "--set", "training.exportPath=", "--set", "training.sharding=%s" % mode]
+MODELS = {  # the preset, the batch (global, micro: x 4 ranks divides global), the steps
+    # (every step is timed, the first too: enough of them that it weighs little)
+    "fmnist_tiny": (["--set", "model.preset=fmnist_tiny"], 64, 16, 60),
+    "fmnist_small": (["--set", "model.preset=fmnist_small"], 64, 16, 20),
+    "vit_s16": (["--set", "model.preset=vit_s16", "--set", "model.imageSize=28",
+                 "--set", "model.patchSize=7", "--set", "model.channels=1",
+                 "--set", "model.numClasses=10"], 16, 4, 10),
+}
+
+
+def config(model, mode, ckpt, steps, threads):
+    preset, glob, micro, default_steps = MODELS[model]
+    steps = steps or default_steps
+    return preset + [
+        "--set", "training.steps=%d" % steps, "--set", "training.optimizer.warmupSteps=2",
+        "--set", "training.globalBatchSize=%d" % glob, "--set", "training.microBatchSize=%d" % micro,
+        "--set", "training.threads=%d" % threads, "--set", "training.exportPath=",
+        "--set", "training.sharding=%s" % mode,
+        "--set", "training.activationCheckpointing=%s" % ("true" if ckpt else "false")]
 
 
 def train(worker, world, args, tmp):
@@ -60,39 +74,67 @@ def train(worker, world, args, tmp):
     return out
 
 
+def runs(args):
+    """(model, world, mode, ckpt): world 1 once per checkpointing setting
+    (every mode runs as none there), worlds 2 and 4 in every mode."""
+    for model in args.models.split(","):
+        for ckpt in [int(c) for c in args.ckpt.split(",")]:
+            for world in [int(w) for w in args.worlds.split(",")]:
+                for mode in (["none"] if world == 1 else args.modes.split(",")):
+                    yield model, world, mode, ckpt
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description="vitjob-worker plan --measure's img/s against "
+                                 "measured runs of the same configs (every rank on this machine)")
     ap.add_argument("--build", default="build")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=0,
+                    help="training steps per run, all timed (0: the model's, 10 to 60)")
+    ap.add_argument("--models", default="fmnist_tiny,fmnist_small,vit_s16")
+    ap.add_argument("--worlds", default="1,2,4")
+    ap.add_argument("--modes", default="none,grad-op,full")
+    ap.add_argument("--ckpt", default="0,1", help="activation checkpointing: 0, 1 or 0,1")
     args = ap.parse_args()
     worker = os.path.join(args.build, "bin", "vitjob-worker")
     ncpu = os.cpu_count() or 2
-    print("| model | ranks | sharding | planned img/s | measured img/s | planned / measured "
-          "| planned MiB/rank | peak MiB (rank 0) |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
-    for model in ("fmnist_tiny", "fmnist_small"):
-        for world, mode in ((1, "none"), (2, "none"), (2, "full")):
-            threads = max(1, ncpu // world)
-            cfg = config(model, mode, args.steps, threads)
-            plan = subprocess.run([worker, "plan"] + cfg + ["--replicas", str(world), "--measure",
-                                                              "--json"],
-                                  capture_output=True, text=True)
-            if plan.returncode != 0:
-                print("| %s | %d | %s | plan failed: %s |" % (model, world, mode,
-                                                               plan.stderr.strip()[-120:]))
-                continue
-            p = json.loads(plan.stdout)
-            with tempfile.TemporaryDirectory() as tmp:
-                r = train(worker, world, cfg, tmp)
-            if not r:
-                print("| %s | %d | %s | %.1f | run failed | | | |" % (model, world, mode,
-                                                                    p["time"]["imagesPerSecond"]))
-                continue
-            planned = p["time"]["imagesPerSecond"]
-            print("| %s | %d | %s | %.1f | %.1f | %.2f | %.2f | %.2f |" % (
-                model, world, mode, planned, r["img_s"], planned / r["img_s"] if r["img_s"] else 0,
-                p["memoryPerRank"]["backend"] / 1048576, r["peaks"][0] / 1048576))
-            sys.stdout.flush()
+    print("| model | ranks | sharding | ckpt | planned img/s | measured img/s | planned / measured "
+          "| plan's terms, s per step | planned MiB/rank | peak MiB (rank 0) |")
+    print("|---|---:|---|---|---:|---:|---:|---|---:|---:|")
+    ratios = []
+    for model, world, mode, ckpt in runs(args):
+        threads = max(1, ncpu // world)
+        cfg = config(model, mode, ckpt, args.steps, threads)
+        # every rank runs on this machine: local ranks, which share its cores
+        plan = subprocess.run([worker, "plan"] + cfg + ["--local-ranks", str(world), "--measure",
+                                                          "--json"],
+                              capture_output=True, text=True)
+        what = "| %s | %d | %s | %s |" % (model, world, mode, "yes" if ckpt else "no")
+        if plan.returncode != 0:
+            print("%s plan failed: %s |" % (what, plan.stderr.strip()[-120:]))
+            continue
+        p = json.loads(plan.stdout)
+        t = p["time"]
+        terms = " ".join("%s %.3g" % (k, t[key]) for k, key in (
+            ("compute", "computeSeconds"), ("optim", "optimizerSeconds"),
+            ("data", "dataSeconds"), ("coll", "collectiveSeconds"),
+            ("calls", "collectiveLatencySeconds")) if key in t)
+        with tempfile.TemporaryDirectory() as tmp:
+            r = train(worker, world, cfg, tmp)
+        planned = t["imagesPerSecond"]
+        if not r:
+            print("%s %.1f | run failed | | %s | | |" % (what, planned, terms))
+            continue
+        ratio = planned / r["img_s"] if r["img_s"] else 0
+        ratios.append(ratio)
+        print("%s %.1f | %.1f | %.2f | %s | %.2f | %.2f |" % (
+            what, planned, r["img_s"], ratio, terms, p["memoryPerRank"]["backend"] / 1048576,
+            r["peaks"][0] / 1048576))
+        sys.stdout.flush()
+    if ratios:
+        inside = sum(1 for x in ratios if 0.75 <= x <= 1.25)
+        print("\nplanned / measured: %.2f to %.2f, %d of %d runs within 25%%; load average %s" % (
+            min(ratios), max(ratios), inside, len(ratios),
+            " ".join("%.1f" % x for x in os.getloadavg())))
 
 
 if __name__ == "__main__":
