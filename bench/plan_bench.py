@@ -94,13 +94,16 @@ def main():
     ap.add_argument("--worlds", default="1,2,4")
     ap.add_argument("--modes", default="none,grad-op,full")
     ap.add_argument("--ckpt", default="0,1", help="activation checkpointing: 0, 1 or 0,1")
+    ap.add_argument("--before", default="",
+                    help="another build's vitjob-worker planned beside (the same runs measured)")
     args = ap.parse_args()
     worker = os.path.join(args.build, "bin", "vitjob-worker")
     ncpu = os.cpu_count() or 2
+    extra = " %s planned img/s | its planned / measured |" % args.before if args.before else ""
     print("| model | ranks | sharding | ckpt | planned img/s | measured img/s | planned / measured "
-          "| plan's terms, s per step | planned MiB/rank | peak MiB (rank 0) |")
-    print("|---|---:|---|---|---:|---:|---:|---|---:|---:|")
-    ratios = []
+          "| plan's terms, s per step |%s planned MiB/rank | peak MiB (rank 0) |" % extra)
+    print("|---|---:|---|---|---:|---:|---:|---|%s---:|---:|" % ("---:|---:|" if args.before else ""))
+    ratios, bratios = [], []
     for model, world, mode, ckpt in runs(args):
         threads = max(1, ncpu // world)
         cfg = config(model, mode, ckpt, args.steps, threads)
@@ -113,6 +116,12 @@ def main():
             print("%s plan failed: %s |" % (what, plan.stderr.strip()[-120:]))
             continue
         p = json.loads(plan.stdout)
+        before = None
+        if args.before:
+            b = subprocess.run([os.path.join(args.before, "bin", "vitjob-worker"), "plan"] + cfg +
+                               ["--local-ranks", str(world), "--measure", "--json"],
+                               capture_output=True, text=True)
+            before = json.loads(b.stdout)["time"]["imagesPerSecond"] if b.returncode == 0 else 0
         t = p["time"]
         terms = " ".join("%s %.3g" % (k, t[key]) for k, key in (
             ("compute", "computeSeconds"), ("optim", "optimizerSeconds"),
@@ -126,15 +135,20 @@ def main():
             continue
         ratio = planned / r["img_s"] if r["img_s"] else 0
         ratios.append(ratio)
+        if before is not None:
+            bratio = before / r["img_s"] if r["img_s"] else 0
+            bratios.append(bratio)
+            terms += " | %.1f | %.2f" % (before, bratio)
         print("%s %.1f | %.1f | %.2f | %s | %.2f | %.2f |" % (
             what, planned, r["img_s"], ratio, terms, p["memoryPerRank"]["backend"] / 1048576,
             r["peaks"][0] / 1048576))
         sys.stdout.flush()
-    if ratios:
-        inside = sum(1 for x in ratios if 0.75 <= x <= 1.25)
-        print("\nplanned / measured: %.2f to %.2f, %d of %d runs within 25%%; load average %s" % (
-            min(ratios), max(ratios), inside, len(ratios),
-            " ".join("%.1f" % x for x in os.getloadavg())))
+    for name, rs in (("planned / measured", ratios), ("before: planned / measured", bratios)):
+        if rs:
+            inside = sum(1 for x in rs if 0.75 <= x <= 1.25)
+            print("\n%s: %.2f to %.2f, %d of %d runs within 25%%" % (
+                name, min(rs), max(rs), inside, len(rs)))
+    print("load average at the end: %s" % " ".join("%.1f" % x for x in os.getloadavg()))
 
 
 if __name__ == "__main__":
