@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """bench/plan_bench.py - `vitjob-worker plan --measure` against the
-worker's measured rate: for fmnist_tiny and fmnist_small at world sizes 1
-and 2 (sharding none and full), the planned images per second (the CPU
-probes: the model's forward and backward of one micro-batch, a loopback all-reduce) beside the
-rate rank 0 reports (img_per_s of its done line, the timed steps), and
-the planned memory per rank beside each rank's peak (event=memory); a
-markdown table. Target for the time model: within 25% (issue 29). It is a
-benchmark, not a test: on a shared machine both rates move with the load
-(measured on the 2-core development machine at load 13: 0.6x to 1.5x).
+worker's measured rate: for fmnist_tiny, fmnist_small and vit_s16 (at
+28x28x1, batch 16) at world sizes 1, 2 and 4 (every sharding mode; every
+rank on this machine, so the plan is asked for --local-ranks), with and
+without activation checkpointing, the planned images per second and its
+terms (the CPU probes: the model's forward and backward of one micro-batch
+and its optimizer step, run in as many processes at once as ranks; the
+collectives' bytes and calls on loopback) beside the rate rank 0 reports
+(img_per_s of its done line, every step timed), and the planned memory per
+rank beside each rank's peak (event=memory); a markdown table. --before
+DIR plans the same runs with another build too. Target for the time
+model: within 25% (issue 29). It is a benchmark, not a test: on a shared
+machine both rates move with the load.
 Must not: assert anything (a benchmark prints).
 """
 import argparse
@@ -94,6 +98,8 @@ def main():
     ap.add_argument("--worlds", default="1,2,4")
     ap.add_argument("--modes", default="none,grad-op,full")
     ap.add_argument("--ckpt", default="0,1", help="activation checkpointing: 0, 1 or 0,1")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="training threads per rank (0: the cores / the ranks, at least 1)")
     ap.add_argument("--before", default="",
                     help="another build's vitjob-worker planned beside (the same runs measured)")
     args = ap.parse_args()
@@ -105,7 +111,7 @@ def main():
     print("|---|---:|---|---|---:|---:|---:|---|%s---:|---:|" % ("---:|---:|" if args.before else ""))
     ratios, bratios = [], []
     for model, world, mode, ckpt in runs(args):
-        threads = max(1, ncpu // world)
+        threads = args.threads or max(1, ncpu // world)
         cfg = config(model, mode, ckpt, args.steps, threads)
         # every rank runs on this machine: local ranks, which share its cores
         plan = subprocess.run([worker, "plan"] + cfg + ["--local-ranks", str(world), "--measure",
