@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -78,6 +79,21 @@ def train(worker, world, args, tmp):
     return out
 
 
+def small_test_split(src, dst, n=64):
+    """dst: Fashion-MNIST's training files from src, and its first n test
+    images: the run evaluates at its end, outside the timed steps, and the
+    whole test set would take minutes of a large model's time."""
+    import gzip
+    for f in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        os.symlink(os.path.join(src, f), os.path.join(dst, f))
+    for f, head, size in (("t10k-images-idx3-ubyte.gz", 16, 784), ("t10k-labels-idx1-ubyte.gz", 8, 1)):
+        data = gzip.open(os.path.join(src, f)).read()
+        out = bytearray(data[:head + n * size])
+        out[4:8] = n.to_bytes(4, "big")
+        with gzip.open(os.path.join(dst, f), "wb", 1) as g:
+            g.write(bytes(out))
+
+
 def runs(args):
     """(model, world, mode, ckpt): world 1 once per checkpointing setting
     (every mode runs as none there), worlds 2 and 4 in every mode."""
@@ -102,7 +118,11 @@ def main():
                     help="training threads per rank (0: the cores / the ranks, at least 1)")
     ap.add_argument("--before", default="",
                     help="another build's vitjob-worker planned beside (the same runs measured)")
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
+                    help="Fashion-MNIST's directory (the runs evaluate on 64 of its test images)")
     args = ap.parse_args()
+    data = tempfile.mkdtemp(prefix="plan-bench-data-")
+    small_test_split(args.data, data)
     worker = os.path.join(args.build, "bin", "vitjob-worker")
     ncpu = os.cpu_count() or 2
     extra = " %s planned img/s | its planned / measured |" % args.before if args.before else ""
@@ -112,7 +132,7 @@ def main():
     ratios, bratios = [], []
     for model, world, mode, ckpt in runs(args):
         threads = args.threads or max(1, ncpu // world)
-        cfg = config(model, mode, ckpt, args.steps, threads)
+        cfg = config(model, mode, ckpt, args.steps, threads) + ["--set", "data.uri=" + data]
         # every rank runs on this machine: local ranks, which share its cores
         plan = subprocess.run([worker, "plan"] + cfg + ["--local-ranks", str(world), "--measure",
                                                           "--json"],
@@ -154,6 +174,7 @@ def main():
             inside = sum(1 for x in rs if 0.75 <= x <= 1.25)
             print("\n%s: %.2f to %.2f, %d of %d runs within 25%%" % (
                 name, min(rs), max(rs), inside, len(rs)))
+    shutil.rmtree(data, ignore_errors=True)
     print("load average at the end: %s" % " ".join("%.1f" % x for x in os.getloadavg()))
 
 
