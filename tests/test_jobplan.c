@@ -6,8 +6,11 @@
  * 28x28x1); the parts add up; the seed's claims (1B, 10B, 120B on 128
  * 80-GB GPUs) and a vit_h14 that does not fit with the suggestion that
  * makes it fit; the JSON's keys; the GPU plan of vit_l16 against the peak
- * bench/NOTES.md measured on an H100. tests/plan.bats holds real worker
- * runs to their plan. */
+ * bench/NOTES.md measured on an H100; the step's time is the terms the
+ * plan states (compute, the optimizer over this rank's parameters, the
+ * collectives' bytes and calls per strategy) from the rates it is given,
+ * none of them timed here. tests/plan.bats holds real worker runs to their
+ * plan. */
 #include <criterion/criterion.h>
 
 #include <math.h>
