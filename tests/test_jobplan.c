@@ -6,8 +6,11 @@
  * 28x28x1); the parts add up; the seed's claims (1B, 10B, 120B on 128
  * 80-GB GPUs) and a vit_h14 that does not fit with the suggestion that
  * makes it fit; the JSON's keys; the GPU plan of vit_l16 against the peak
- * bench/NOTES.md measured on an H100. tests/plan.bats holds real worker
- * runs to their plan. */
+ * bench/NOTES.md measured on an H100; the step's time is the terms the
+ * plan states (compute, the optimizer over this rank's parameters, the
+ * collectives' bytes and calls per strategy) from the rates it is given,
+ * none of them timed here. tests/plan.bats holds real worker runs to their
+ * plan. */
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -368,4 +371,112 @@ Test(jobplan, the_flop_count_is_bench_notes_count_and_checkpointing_adds_one_for
     double extra = jobplan_flops_per_image(&cfg.model, 1) - jobplan_flops_per_image(&cfg.model, 0);
     cr_assert_gt(extra, 0.3 * 105.38e9 * 0.9);
     cr_assert_lt(extra, 105.38e9 / 3);
+}
+
+/* The step is the terms the table states, each from the rate it is given:
+ * the compute of this rank's micro-batches, the optimizer over the
+ * parameters whose AdamW state this rank holds, the collectives' bytes at
+ * the bus bandwidth and their calls' latency, a reduce-scatter or an
+ * all-gather half of an all-reduce's. */
+Test(jobplan, the_step_is_compute_plus_the_optimizer_over_this_ranks_parameters_plus_the_collectives_bytes_and_calls)
+{
+    static vit_job_config cfg;
+    model_of(&cfg, "fmnist_small"); /* depth 6: 8 units */
+    const jobplan_target t = {.replicas = 1, .local_ranks = 2, .flops_per_s = 1e10,
+                              .bus_bytes_per_s = 1e9, .optim_s_per_param = 2e-8,
+                              .call_s = 1e-3};
+    char err[256];
+    static jobplan p;
+    static const struct {
+        const char *mode;
+        double calls, ring; /* per step at world 2, accumulation 2 */
+    } modes[] = {{"none", 2, 1.5}, {"grad-op", 4, 2}, {"full", 2 * (3 * 8 - 1) + 2, 24}};
+    for (int i = 0; i < 3; i++) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "training.sharding=%s", modes[i].mode);
+        set(&cfg, kv);
+        cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+        cr_assert_str_eq(p.mem.sharding, modes[i].mode);
+        cr_assert_eq(p.accum, 2);
+        cr_assert_float_eq(p.comm_calls, modes[i].calls, 1e-9, "%s: %g calls", modes[i].mode,
+                           p.comm_calls);
+        cr_assert_float_eq(p.comm_lat_s, modes[i].ring * 1e-3, 1e-12, "%s", modes[i].mode);
+        cr_assert_float_eq(p.comm_bw_s, p.comm_bytes / 1e9, 1e-12);
+        cr_assert_float_eq(p.comm_s, p.comm_bw_s + p.comm_lat_s, 1e-12);
+        /* none holds every parameter's state, grad-op and full half of it */
+        const double share = strcmp(modes[i].mode, "none") == 0 ? 1.0 : 0.5;
+        cr_assert_float_eq((double)p.optim_params / p.mem.n_params, share, 0.01, "%s: %zu of %zu",
+                           modes[i].mode, p.optim_params, p.mem.n_params);
+        cr_assert_float_eq(p.optim_s, p.optim_params * 2e-8, 1e-12);
+        cr_assert_float_eq(p.compute_s, p.flops_per_step / 2 / 1e10, 1e-12);
+        cr_assert_float_eq(p.step_s, p.compute_s + p.comm_s + p.optim_s, 1e-12, "%s",
+                           modes[i].mode);
+        cr_assert_float_eq(p.images_per_s, 16 / p.step_s, 1e-6);
+    }
+    /* one rank: no collectives, the optimizer still */
+    const jobplan_target one = {.replicas = 1, .local_ranks = 1, .flops_per_s = 1e10,
+                                .bus_bytes_per_s = 1e9, .optim_s_per_param = 2e-8, .call_s = 1e-3};
+    cr_assert_eq(jobplan_make(&cfg, &one, &p, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(p.comm_calls, 0);
+    cr_assert_eq(p.comm_s, 0);
+    cr_assert_eq(p.optim_params, p.mem.n_params);
+    cr_assert_gt(p.optim_s, 0);
+}
+
+Test(jobplan, the_gpu_plan_counts_no_optimizer_or_call_latency_beyond_its_whole_step_rate)
+{
+    static vit_job_config cfg;
+    config_defaults(&cfg);
+    set(&cfg, "model.preset=vit_b16");
+    set(&cfg, "training.globalBatchSize=256");
+    set(&cfg, "training.microBatchSize=32");
+    const jobplan_target t = {.replicas = 1, .local_ranks = 8, .gpu = 1};
+    char err[256];
+    static jobplan p;
+    cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(p.optim_s, 0);
+    cr_assert_eq(p.comm_lat_s, 0);
+    cr_assert_gt(p.comm_calls, 0, "the calls are counted");
+    cr_assert_float_eq(p.step_s, p.compute_s + p.comm_bw_s, 1e-12);
+}
+
+Test(jobplan, the_json_states_each_term_of_the_step)
+{
+    static vit_job_config cfg;
+    model_of(&cfg, "fmnist_tiny");
+    const jobplan_target t = {.replicas = 1, .local_ranks = 2, .flops_per_s = 1e10,
+                              .bus_bytes_per_s = 1e9, .optim_s_per_param = 1e-8, .call_s = 1e-3};
+    char err[256];
+    static jobplan p;
+    cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+    char *s = jobplan_json(&p);
+    cr_assert_not_null(s);
+    cJSON *j = cJSON_Parse(s), *tj = cJSON_GetObjectItem(j, "time");
+    cr_assert_not_null(tj);
+    static const struct {
+        const char *key;
+        double want;
+    } keys[] = {{"computeSeconds", 0}, {"optimizerSeconds", 0}, {"optimizerParamsPerRank", 0},
+                {"optimizerSecondsPerParam", 1e-8}, {"collectiveBandwidthSeconds", 0},
+                {"collectiveCalls", 2}, {"collectiveSecondsPerCall", 1e-3},
+                {"collectiveLatencySeconds", 1.5e-3}, {"collectiveSeconds", 0},
+                {"stepSeconds", 0}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        cJSON *v = cJSON_GetObjectItem(tj, keys[i].key);
+        cr_assert(cJSON_IsNumber(v), "%s", keys[i].key);
+        if (keys[i].want > 0)
+            cr_assert_float_eq(v->valuedouble, keys[i].want, keys[i].want * 1e-9, "%s: %g",
+                               keys[i].key, v->valuedouble);
+        else
+            cr_assert_gt(v->valuedouble, 0, "%s", keys[i].key);
+    }
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(tj, "optimizerSource")));
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(tj, "callSource")));
+    double sum = cJSON_GetObjectItem(tj, "computeSeconds")->valuedouble +
+                 cJSON_GetObjectItem(tj, "optimizerSeconds")->valuedouble +
+                 cJSON_GetObjectItem(tj, "collectiveBandwidthSeconds")->valuedouble +
+                 cJSON_GetObjectItem(tj, "collectiveLatencySeconds")->valuedouble;
+    cr_assert_float_eq(cJSON_GetObjectItem(tj, "stepSeconds")->valuedouble, sum, 1e-12);
+    cJSON_Delete(j);
+    free(s);
 }

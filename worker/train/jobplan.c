@@ -23,6 +23,7 @@
 #include "feed.h"
 #include "loader.h"
 #include "model.h"
+#include "optim.h"
 #include "rdzv.h"
 #include "sysres.h"
 
@@ -166,6 +167,34 @@ static double comm_bytes(const char *sharding, int world, int accum, size_t n_pa
     const double f = (double)(world - 1) / world, bytes = (double)n_params * sizeof(float);
     if (strcmp(sharding, "full") == 0) return 3 * f * bytes * accum;
     return 2 * f * bytes;
+}
+
+/* Collective calls one rank makes per optimizer step, as the strategies
+ * make them (dp_none.c, dp_grad_op.c, dp_full.c, fsdp.c, dp.c), each
+ * paying a latency whatever its bytes: none one all-reduce of the
+ * gradients (one per trainable span with a freeze) and dp_sum's all-gather
+ * of the loss; grad-op the gradients' reduce-scatter, the loss's and the
+ * clipping norm's all-gathers, the parameters' all-gather; full per
+ * micro-batch each of its `units` gathered for the forward, each but the
+ * last again for the backward (the last is still held), each
+ * reduce-scattered, then the loss's and the norm's all-gathers. *calls
+ * counts them; *ring their latency in all-reduces: a ring all-reduce is
+ * 2 (W-1) steps around the ring, a reduce-scatter or an all-gather W-1
+ * (gloo's rings, comm_gloo.cc), half of one. */
+static void comm_calls(const char *sharding, int world, int accum, int units, int spans,
+                       double *calls, double *ring)
+{
+    double allreduce = 0, half = 0;
+    if (world > 1 && strcmp(sharding, "full") == 0) {
+        half = (double)accum * (3 * units - 1) + 2;
+    } else if (world > 1 && strcmp(sharding, "grad-op") == 0) {
+        half = 4;
+    } else if (world > 1) {
+        allreduce = spans > 0 ? spans : 1;
+        half = 1;
+    }
+    *calls = allreduce + half;
+    *ring = allreduce + half / 2;
 }
 
 typedef struct {
@@ -370,13 +399,33 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
         snprintf(p->bus_source, sizeof p->bus_source, "bench/NOTES.md loopback, 2 ranks");
     }
     p->comm_bytes = comm_bytes(p->mem.sharding, world, p->accum, p->mem.n_params);
-    p->comm_s = p->bus_bytes_per_s > 0 ? p->comm_bytes / p->bus_bytes_per_s : 0;
+    p->comm_bw_s = p->bus_bytes_per_s > 0 ? p->comm_bytes / p->bus_bytes_per_s : 0;
+    const int units = cfg->model.depth + 2; /* model_unit_bounds: stem, blocks, head */
+    double ring;
+    comm_calls(p->mem.sharding, world, p->accum, units, tc->freeze_n > 0 ? 2 : 1, &p->comm_calls,
+               &ring);
+    p->call_s = t->call_s > 0 ? t->call_s : 0;
+    p->comm_lat_s = ring * p->call_s;
+    p->comm_s = p->comm_bw_s + p->comm_lat_s;
+    /* the optimizer updates the parameters whose AdamW state this rank
+     * holds (optim_memory_bytes: the sizes the strategy allocates) */
+    p->optim_params = p->mem.optim_bytes / optim_memory_bytes(1);
+    p->optim_s_per_param = t->optim_s_per_param > 0 ? t->optim_s_per_param : 0;
+    p->optim_s = (double)p->optim_params * p->optim_s_per_param;
+    snprintf(p->call_source, sizeof p->call_source, "%s",
+             p->call_s > 0 ? "given" : g ? "not counted (GPU)" : "not counted: run with --measure");
+    snprintf(p->optim_source, sizeof p->optim_source, "%s",
+             p->optim_s > 0 ? "given" : g ? "in the GPU rate (a whole step's)"
+                                          : "not counted: run with --measure");
     if (p->flops_per_s > 0) {
+        /* each rank computes its micro-batches, accum of them */
         p->compute_s = p->flops_per_step / world / p->flops_per_s;
         /* on a GPU full's communication thread overlaps the compute; on
-         * the CPU the collectives take the same cores */
-        p->step_s = g && strcmp(p->mem.sharding, "full") == 0 ? fmax(p->compute_s, p->comm_s)
-                                                               : p->compute_s + p->comm_s;
+         * the CPU the collectives take the same cores; the optimizer
+         * follows both */
+        p->step_s = (g && strcmp(p->mem.sharding, "full") == 0 ? fmax(p->compute_s, p->comm_s)
+                                                                : p->compute_s + p->comm_s) +
+                    p->optim_s;
         p->images_per_s = p->step_s > 0 ? tc->global_batch_size / p->step_s : 0;
     }
     if (!p->fits && (rc = suggest(cfg, t, p, err, errlen))) return rc;
@@ -392,8 +441,10 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds,
-                          double *flops_per_s, char *err, size_t errlen)
+/* One copy of the step probe, in this process: the forward and backward's
+ * FLOP rate, then the optimizer step's seconds per parameter. */
+static int probe_one(const vit_job_config *cfg, int threads, double seconds, double *flops_per_s,
+                     double *optim_s_per_param, char *err, size_t errlen)
 {
     const model_config *mc = &cfg->model;
     const training_config *tc = &cfg->training;
@@ -402,13 +453,18 @@ int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds
     const int B = tc->micro_batch_size;
     model_options mo = {.activation_checkpointing = tc->activation_checkpointing};
     vit_model *m = NULL;
+    optim *o = NULL;
     vj_err rc = model_new(&m, mc, B, &mo, ops, err, errlen);
     if (rc) return -1;
+    if (optim_new(&o, m, &tc->optimizer, tc->steps, err, errlen) != 0) {
+        model_free(m);
+        return -1;
+    }
     const size_t img = (size_t)model_image_floats(m) * (size_t)B;
     float *images = malloc(img * sizeof(float));
     int *labels = malloc((size_t)B * sizeof(int));
     if (!images || !labels || model_init_random(m, 1) != 0) {
-        free(images), free(labels), model_free(m);
+        free(images), free(labels), optim_free(o), model_free(m);
         snprintf(err, errlen, "compute probe: out of host memory");
         return -1;
     }
@@ -416,23 +472,103 @@ int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds
     for (int b = 0; b < B; b++) labels[b] = b % mc->num_classes;
     const double per_pass = jobplan_flops_per_image(mc, tc->activation_checkpointing) * B;
     double flops = 0, t0 = 0, el = 0;
-    /* pass 0, untimed, warms the threads and the caches */
+    /* pass 0, untimed, warms the threads and the caches (and the
+     * optimizer's state) */
     for (int pass = 0; pass == 0 || el < seconds; pass++) {
         if (pass == 1) t0 = now_s();
         model_zero_grads(m);
         model_forward(m, images, labels, B);
         model_backward(m, 1.0f / B);
+        if (pass == 0) optim_step(o, m, ops, 0);
         if (pass > 0) {
             flops += per_pass;
             el = now_s() - t0;
         }
     }
-    free(images), free(labels), model_free(m);
     *flops_per_s = el > 0 ? flops / el : 0;
-    if (*flops_per_s <= 0) {
+    /* the optimizer's part of a step, on the last gradients: the zeroing
+     * comes back each step, so the gradients are computed once */
+    int steps = 0;
+    double opt = 0;
+    float *keep = malloc(model_num_params(m) * sizeof(float));
+    const float *g = model_grads(m);
+    if (keep && g) memcpy(keep, g, model_num_params(m) * sizeof(float));
+    while (keep && g && (steps < 2 || opt < seconds / 4)) {
+        const double s0 = now_s();
+        model_zero_grads(m);
+        const double s1 = now_s();
+        ops->upload(model_grads(m), keep, model_num_params(m) * sizeof(float));
+        const double s2 = now_s();
+        optim_step(o, m, ops, 1 + steps);
+        opt += (s1 - s0) + (now_s() - s2); /* the zeroing and the step, not the copy */
+        steps++;
+    }
+    *optim_s_per_param = steps ? opt / steps / (double)model_num_params(m) : 0;
+    free(keep), free(images), free(labels), optim_free(o), model_free(m);
+    if (*flops_per_s <= 0 || *optim_s_per_param <= 0) {
         snprintf(err, errlen, "compute probe: nothing timed");
         return -1;
     }
+    return 0;
+}
+
+int jobplan_probe_step(const vit_job_config *cfg, int threads, int copies, double seconds,
+                       jobplan_step_probe *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (copies < 1) copies = 1;
+    int fds[2] = {-1, -1};
+    pid_t kids[64];
+    int n = 0;
+    if (copies > 64) copies = 64;
+    if (copies > 1 && pipe(fds) != 0) {
+        snprintf(err, errlen, "compute probe: no pipe for %d copies", copies);
+        return -1;
+    }
+    fflush(NULL);
+    for (; n < copies - 1; n++) { /* the others, started together */
+        pid_t pid = fork();
+        if (pid < 0) break;
+        if (pid == 0) {
+            double r[2] = {0, 0};
+            char e[256];
+            close(fds[0]);
+            int bad = probe_one(cfg, threads, seconds, &r[0], &r[1], e, sizeof e);
+            ssize_t w = write(fds[1], r, sizeof r);
+            _exit(bad || w != (ssize_t)sizeof r ? 1 : 0);
+        }
+        kids[n] = pid;
+    }
+    if (fds[1] >= 0) close(fds[1]);
+    double rate = 0, opt = 0;
+    int bad = probe_one(cfg, threads, seconds, &rate, &opt, err, errlen);
+    int got = bad ? 0 : 1;
+    for (int i = 0; i < n; i++) {
+        double r[2];
+        if (read(fds[0], r, sizeof r) == (ssize_t)sizeof r && r[0] > 0 && r[1] > 0) {
+            rate += r[0], opt += r[1], got++;
+        }
+    }
+    for (int i = 0; i < n; i++) waitpid(kids[i], NULL, 0);
+    if (fds[0] >= 0) close(fds[0]);
+    if (bad) return -1;
+    if (got < copies) {
+        snprintf(err, errlen, "compute probe: %d of %d copies timed nothing (fork or memory)",
+                 copies - got, copies);
+        return -1;
+    }
+    out->flops_per_s = rate / got;
+    out->optim_s_per_param = opt / got;
+    out->copies = got;
+    return 0;
+}
+
+int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds,
+                          double *flops_per_s, char *err, size_t errlen)
+{
+    jobplan_step_probe pr;
+    if (jobplan_probe_step(cfg, threads, 1, seconds, &pr, err, errlen) != 0) return -1;
+    *flops_per_s = pr.flops_per_s;
     return 0;
 }
 
@@ -454,16 +590,19 @@ static int free_port(void)
     return -1;
 }
 
-/* One rank of the probe: meets, all-reduces `count` floats `reps` times
- * after one warm-up; rank 0's seconds per all-reduce in *per. */
-static int probe_rank(const char *endpoint, int rank, size_t count, int reps, double *per,
-                      char *err, size_t errlen)
+#define CALL_FLOATS 64 /* the latency probe's all-reduce: its bytes cost nothing */
+
+/* One rank of the probe: meets `world`, all-reduces `count` floats `reps`
+ * times after one warm-up, then CALL_FLOATS `calls` times after one;
+ * rank 0's seconds per all-reduce of each in *per and *per_call. */
+static int probe_rank(const char *endpoint, int rank, int world, size_t count, int reps,
+                      int calls, double *per, double *per_call, char *err, size_t errlen)
 {
     rdzv *rv = NULL;
     comm *c = NULL;
     rdzv_error kind;
-    rdzv_options ro = {.endpoint = endpoint, .rank = rank, .world_size = 2, .timeout_s = 30};
-    float *buf = calloc(count, sizeof(float));
+    rdzv_options ro = {.endpoint = endpoint, .rank = rank, .world_size = world, .timeout_s = 30};
+    float *buf = calloc(count > CALL_FLOATS ? count : CALL_FLOATS, sizeof(float));
     int bad = !buf || rdzv_new(&rv, &ro, &kind, err, errlen) != 0 ||
               comm_new_cpu(&c, rv, 30, err, errlen) != 0;
     double t0 = 0;
@@ -472,14 +611,24 @@ static int probe_rank(const char *endpoint, int rank, size_t count, int reps, do
         bad = comm_allreduce_sum(c, buf, count, err, errlen) != 0;
     }
     if (!bad && per) *per = (now_s() - t0) / reps;
+    for (int i = 0; !bad && i <= calls; i++) {
+        if (i == 1) t0 = now_s();
+        bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
+    }
+    if (!bad && per_call && calls > 0) *per_call = (now_s() - t0) / calls;
     comm_free(c);
     rdzv_free(rv);
     free(buf);
     return bad ? -1 : 0;
 }
 
-int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen)
+int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, double *call_s,
+                              char *err, size_t errlen)
 {
+    if (ranks < 2 || ranks > 64) {
+        snprintf(err, errlen, "loopback probe: %d ranks, not 2 to 64", ranks);
+        return -1;
+    }
     int port = free_port();
     if (port < 0) {
         snprintf(err, errlen, "loopback probe: no free port");
@@ -488,29 +637,46 @@ int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, siz
     char endpoint[32];
     snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
     const size_t count = bytes / sizeof(float);
-    const int reps = 4;
+    const int reps = 4, calls = call_s ? 50 : 0;
+    pid_t kids[63];
+    int n = 0, bad = 0;
     fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(err, errlen, "loopback probe: fork failed");
+    for (; n < ranks - 1; n++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            snprintf(err, errlen, "loopback probe: fork failed");
+            bad = 1;
+            break;
+        }
+        if (pid == 0) {
+            char e[256];
+            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, NULL, NULL, e, sizeof e)
+                      ? 1 : 0);
+        }
+        kids[n] = pid;
+    }
+    double per = 0, per_call = 0;
+    if (!bad) bad = probe_rank(endpoint, 0, ranks, count, reps, calls, &per, &per_call, err, errlen);
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        int st = 0;
+        if (bad) kill(kids[i], SIGKILL);
+        waitpid(kids[i], &st, 0);
+        failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    if (bad || failed || per <= 0) {
+        if (!bad) snprintf(err, errlen, "loopback probe: another rank failed");
         return -1;
     }
-    if (pid == 0) {
-        char e[256];
-        _exit(probe_rank(endpoint, 1, count, reps, NULL, e, sizeof e) ? 1 : 0);
-    }
-    double per = 0;
-    int bad = probe_rank(endpoint, 0, count, reps, &per, err, errlen);
-    int st = 0;
-    if (bad) kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    if (bad || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || per <= 0) {
-        if (!bad) snprintf(err, errlen, "loopback probe: the second rank failed");
-        return -1;
-    }
-    /* an all-reduce of 2 ranks moves 2 (W-1)/W = 1 buffer per rank */
-    *bus_bytes_per_s = (double)count * sizeof(float) / per;
+    /* an all-reduce of W ranks moves 2 (W-1)/W buffers per rank */
+    *bus_bytes_per_s = 2.0 * (ranks - 1) / ranks * (double)count * sizeof(float) / per;
+    if (call_s) *call_s = per_call;
     return 0;
+}
+
+int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen)
+{
+    return jobplan_probe_collectives(bytes, 2, bus_bytes_per_s, NULL, err, errlen);
 }
 
 /* ---- output ---- */
@@ -553,10 +719,17 @@ void jobplan_print(FILE *to, const jobplan *p)
                 p->flops_per_s / 1e9, p->rate_source);
     else
         fprintf(to, "  %-34s %s\n", "compute rate", p->rate_source);
-    fprintf(to, "  %-34s %12.4g s\n", "compute", p->compute_s);
+    fprintf(to, "  %-34s %12.4g s (accumulation %d x micro-batch %d)\n", "compute", p->compute_s,
+            p->accum, p->micro);
+    fprintf(to, "  %-34s %12.4g s (%zu parameters x %.3g ns; %s)\n", "optimizer step",
+            p->optim_s, p->optim_params, p->optim_s_per_param * 1e9, p->optim_source);
     fprintf(to, "  %-34s %12.1f MiB per rank\n", "collective volume", p->comm_bytes / 1048576.0);
     fprintf(to, "  %-34s %12.4g GB/s (%s)\n", "bus bandwidth", p->bus_bytes_per_s / 1e9,
             p->bus_source);
+    fprintf(to, "  %-34s %12.4g s\n", "  the bytes", p->comm_bw_s);
+    fprintf(to, "  %-34s %12.4g s (%.0f calls, %.3g ms an all-reduce, half that a gather or "
+            "scatter; %s)\n", "  the calls' latency", p->comm_lat_s, p->comm_calls, p->call_s * 1e3,
+            p->call_source);
     fprintf(to, "  %-34s %12.4g s\n", "collectives", p->comm_s);
     if (p->step_s > 0) {
         fprintf(to, "  %-34s %12.4g s\n", "step", p->step_s);
@@ -623,6 +796,15 @@ char *jobplan_json(const jobplan *p)
     NUM(tm, "busBytesPerSecond", p->bus_bytes_per_s);
     cJSON_AddStringToObject(tm, "busSource", p->bus_source);
     NUM(tm, "collectiveSeconds", p->comm_s);
+    NUM(tm, "collectiveBandwidthSeconds", p->comm_bw_s);
+    NUM(tm, "collectiveCalls", p->comm_calls);
+    NUM(tm, "collectiveSecondsPerCall", p->call_s);
+    cJSON_AddStringToObject(tm, "callSource", p->call_source);
+    NUM(tm, "collectiveLatencySeconds", p->comm_lat_s);
+    NUM(tm, "optimizerParamsPerRank", p->optim_params);
+    NUM(tm, "optimizerSecondsPerParam", p->optim_s_per_param);
+    cJSON_AddStringToObject(tm, "optimizerSource", p->optim_source);
+    NUM(tm, "optimizerSeconds", p->optim_s);
     NUM(tm, "stepSeconds", p->step_s);
     NUM(tm, "imagesPerSecond", p->images_per_s);
     cJSON_AddItemToObject(o, "time", tm);

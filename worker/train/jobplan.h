@@ -92,6 +92,11 @@ typedef struct {
     double flops_per_s;        /* per rank; 0: the table's (GPU) or the probe's (CPU) */
     double bus_bytes_per_s;    /* collectives' bus bandwidth; 0: the table's or probe's */
     int threads;               /* CPU: training threads per rank (0: as the run picks) */
+    double optim_s_per_param;  /* the optimizer step (zeroing, clipping's norm, AdamW) per
+                                * parameter it updates, in seconds; 0: not counted (GPU:
+                                * the table's rates are whole steps) */
+    double call_s;             /* seconds per all-reduce call (its latency, without the
+                                * bytes); 0: not counted */
 } jobplan_target;
 
 /* One suggested change and what it leads to. */
@@ -114,6 +119,15 @@ typedef struct {
     double flops_per_s, bus_bytes_per_s;
     char rate_source[96], bus_source[96];
     double compute_s, comm_bytes, comm_s, step_s, images_per_s;
+    /* comm_s = comm_bw_s (comm_bytes at the bus bandwidth) + comm_lat_s
+     * (comm_calls per step, each an all-reduce's call_s, or half of it for
+     * a reduce-scatter or an all-gather: a ring's W-1 steps of 2 (W-1)) */
+    double comm_bw_s, comm_calls, call_s, comm_lat_s;
+    /* the optimizer step: optim_params (this rank's: all of them, or its
+     * shard) x optim_s_per_param */
+    size_t optim_params;
+    double optim_s_per_param, optim_s;
+    char optim_source[96], call_source[96];
     /* when it does not fit: each change on top of the ones before, in
      * order; suggestion: the first that fits, or -1 */
     jobplan_change changes[JOBPLAN_MAX_CHANGES];
@@ -125,15 +139,33 @@ typedef struct {
 vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan *out,
                     char *err, size_t errlen);
 
-/* CPU probes (--measure): the model FLOP rate of this model's forward and
- * backward of one micro-batch (training.microBatchSize, its precision and
- * checkpointing) on the CPU backend with `threads` threads, timed over
- * about `seconds` after one untimed pass (everything of a step but the
- * optimizer, the collectives and the data); and the bus bandwidth of an
- * all-reduce of `bytes` between two ranks on loopback through the CPU
- * collectives (a second process). 0, or -1 with a message. */
+/* CPU probes (--measure). The step probe: `copies` processes at once
+ * (the ranks that share this machine's cores; 1: this process only), each
+ * with `threads` threads, each building this model at
+ * training.microBatchSize (its precision and checkpointing) on the CPU
+ * backend and timing, after one untimed step, its forward and backward of
+ * one micro-batch for about `seconds`, then its optimizer step (zeroing the
+ * gradients, clipping's norm, AdamW over every parameter) for about a
+ * quarter of that. Fork it before this process has run OpenMP threads. */
+typedef struct {
+    double flops_per_s;       /* model FLOPs of the forward and backward / their time,
+                               * the mean over the copies */
+    double optim_s_per_param; /* the optimizer step's time / the parameters, the mean */
+    int copies;               /* how many ran at once */
+} jobplan_step_probe;
+int jobplan_probe_step(const vit_job_config *cfg, int threads, int copies, double seconds,
+                       jobplan_step_probe *out, char *err, size_t errlen);
+/* The forward and backward's rate alone, in this process (copies 1). */
 int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds,
                           double *flops_per_s, char *err, size_t errlen);
+/* The collectives on loopback through the CPU collectives: `ranks` (2 to
+ * 64) processes (this one and ranks - 1 forked), an all-reduce of `bytes`
+ * timed for the bus bandwidth (bytes each rank moves / seconds), and one of
+ * 64 floats for the seconds per call (call_s may be NULL). 0, or -1 with a
+ * message. */
+int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, double *call_s,
+                              char *err, size_t errlen);
+/* 2 ranks, the bandwidth only. */
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen);
 
 /* The human table, and the JSON (stable keys; malloc'd, the caller frees;

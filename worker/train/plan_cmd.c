@@ -13,6 +13,7 @@
 #include "jobplan.h"
 #include "log.h"
 #include "ops.h"
+#include "sysres.h"
 
 static void usage(FILE *to)
 {
@@ -26,8 +27,11 @@ static void usage(FILE *to)
             "a step takes and how many images per second follow, and when it does not fit,\n"
             "the cheapest changes that make it fit. SIZE: bytes, or with K, M, G, T (1000s)\n"
             "or Ki, Mi, Gi, Ti (1024s), e.g. 80G. RATE: FLOP/s or bytes/s, e.g. 2.5e11.\n"
-            "--measure (CPU): the model's forward and backward of one micro-batch, timed,\n"
-            "and an all-reduce between two processes on loopback.\n");
+            "--measure (CPU): the model's forward and backward of one micro-batch and its\n"
+            "optimizer step, timed in as many processes at once as there are local ranks\n"
+            "(they share this machine's cores), and all-reduces on loopback between the\n"
+            "ranks (all of them with one replica, else two): the bus bandwidth and the\n"
+            "latency of a call.\n");
 }
 
 /* "80G", "80GB", "64Gi", "1.5e9": bytes; -1 when not a size */
@@ -90,7 +94,8 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     config_defaults(&cfg);
     const char *config_path = NULL;
     jobplan_target t = {.replicas = 1, .local_ranks = 1};
-    int json = 0, measure = 0, device_set = 0, rate_probed = 0, bus_probed = 0;
+    int json = 0, measure = 0, device_set = 0, rate_probed = 0, bus_probed = 0,
+        optim_probed = 0, call_probed = 0;
     log_set_level_name("warn"); /* the probes' rendezvous lines stay out of the output */
     vj_err rc;
     for (int i = 0; i < argc; i++) {
@@ -160,32 +165,62 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     if (!device_set) t.gpu = cfg.training.device == DEVICE_CUDA;
     cfg.world_size = t.replicas * t.local_ranks;
     if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
+    int copies = 1, probe_ranks = 0;
     if (measure && !t.gpu) {
         int threads = t.threads > 0 ? t.threads : cfg.training.threads;
         if (threads <= 0) threads = ops_cpu_set_threads(0) / t.local_ranks;
         if (threads < 1) threads = 1;
         t.threads = threads;
-        /* the loopback first: a forked rank, before OpenMP's threads exist */
-        if (t.bus_bytes_per_s <= 0 && cfg.world_size > 1) {
-            if (jobplan_probe_loopback((size_t)32 << 20, &t.bus_bytes_per_s, err, errlen) != 0)
+        /* the collectives first: forked ranks, before OpenMP's threads
+         * exist; every rank when all are on this machine (one replica),
+         * else two */
+        if (cfg.world_size > 1 && (t.bus_bytes_per_s <= 0 || t.call_s <= 0)) {
+            double bus = 0, call = 0;
+            probe_ranks = t.replicas == 1 && cfg.world_size <= 64 ? cfg.world_size : 2;
+            if (jobplan_probe_collectives((size_t)32 << 20, probe_ranks, &bus, &call, err,
+                                          errlen) != 0)
                 return VJ_ERR_PEER_LOST;
-            bus_probed = 1;
+            if (t.bus_bytes_per_s <= 0) t.bus_bytes_per_s = bus, bus_probed = 1;
+            if (t.call_s <= 0) t.call_s = call, call_probed = 1;
         }
-        rate_probed = t.flops_per_s <= 0;
-        double rate = 0;
-        if (t.flops_per_s <= 0) {
-            if (jobplan_probe_compute(&cfg, threads, 1.0, &rate, err, errlen) != 0)
+        /* the local ranks share this machine's cores: as many copies of the
+         * step probe run at once, as far as the memory holds them */
+        copies = t.local_ranks;
+        jobplan_mem one;
+        long long avail = sysres_memory_available("", NULL, 0);
+        if (copies > 1 && avail > 0 &&
+            jobplan_memory(&cfg, cfg.training.precision == PRECISION_BF16_MIXED ? ops_cpu_bf16()
+                                 : cfg.training.precision == PRECISION_FP16_MIXED ? ops_cpu_fp16()
+                                                                                  : ops_cpu(),
+                           1, 0, 0, threads, &one, err, errlen) == VJ_OK &&
+            one.total_bytes > 0 && (double)one.total_bytes * copies > (double)avail)
+            copies = (int)((double)avail / (double)one.total_bytes);
+        if (copies < 1) copies = 1;
+        if (copies > 64) copies = 64;
+        jobplan_step_probe pr;
+        if (t.flops_per_s <= 0 || t.optim_s_per_param <= 0) {
+            if (jobplan_probe_step(&cfg, threads, copies, 1.0, &pr, err, errlen) != 0)
                 return VJ_ERR_OUT_OF_MEMORY;
-            t.flops_per_s = rate;
+            if (t.flops_per_s <= 0) t.flops_per_s = pr.flops_per_s, rate_probed = 1;
+            if (t.optim_s_per_param <= 0) t.optim_s_per_param = pr.optim_s_per_param, optim_probed = 1;
         }
     }
     jobplan p;
     if ((rc = jobplan_make(&cfg, &t, &p, err, errlen)) != VJ_OK) return rc;
     if (rate_probed)
-        snprintf(p.rate_source, sizeof p.rate_source, "measured: forward+backward probe, %d threads",
-                 t.threads);
+        snprintf(p.rate_source, sizeof p.rate_source,
+                 "measured: forward+backward probe, %d threads, %d of %d local ranks at once",
+                 t.threads, copies, t.local_ranks);
+    if (optim_probed)
+        snprintf(p.optim_source, sizeof p.optim_source,
+                 "measured: zeroing+clipping+AdamW probe, %d of %d local ranks at once", copies,
+                 t.local_ranks);
     if (bus_probed)
-        snprintf(p.bus_source, sizeof p.bus_source, "measured: loopback all-reduce, 32 MiB");
+        snprintf(p.bus_source, sizeof p.bus_source, "measured: loopback all-reduce, 32 MiB, %d ranks",
+                 probe_ranks);
+    if (call_probed)
+        snprintf(p.call_source, sizeof p.call_source,
+                 "measured: loopback all-reduce of %d floats, %d ranks", 64, probe_ranks);
     if (json) {
         char *s = jobplan_json(&p);
         if (!s) {
