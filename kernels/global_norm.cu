@@ -6,9 +6,9 @@
  * copied to the host and waited for. Also g *= s and y += x.
  * Must not: decide the clip factor (the trainer does); use atomics.
  */
+#include "cuda_buffers.h"
 #include "cuda_common.cuh"
 
-#define SS_BLOCKS 512
 #define SS_THREADS 256
 
 // g (n) -> partial[blockIdx.x] = sum of g^2 over this block's grid-stride share
@@ -63,7 +63,7 @@ double sum_squares_cuda(const float *g, size_t n)
 {
     if (g_cuda.failed) return 0.0; /* CU_GUARD() returns void */
     if (n == 0) return 0.0;
-    double *partial = (double *)cuda_scratch(sizeof(double) * (SS_BLOCKS + 1));
+    double *partial = (double *)cuda_scratch(cuda_ss_scratch_bytes());
     if (!partial) return 0.0;
     double *total = partial + SS_BLOCKS;
     sum_squares_partial_kernel<<<SS_BLOCKS, SS_THREADS, 0, g_cuda.stream>>>(partial, g, n);

@@ -7,11 +7,11 @@
  * the chunk partials added in chunk order).
  * Must not: fuse the residual add; use float atomics.
  */
+#include "cuda_buffers.h"
 #include "cuda_common.cuh"
 
 #define LN_THREADS 256          /* 8 warps, one row each */
 #define LN_ROWS (LN_THREADS / 32)
-#define LN_MAX_CHUNKS 256       /* row chunks of the dw/db partials */
 #define LN_COL_THREADS 128
 
 // inp (N,C) -> out (N,C) as X, mean (N), rstd (N); one warp per row
@@ -128,9 +128,9 @@ void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *do
     if (N <= 0 || C <= 0) return;
     const X *dy = (const X *)dout;
     /* the chunking depends on N only: the same bits for the same inputs */
-    const int rows_per_chunk = (N - 1) / LN_MAX_CHUNKS + 1;
-    const int nchunks = (N - 1) / rows_per_chunk + 1; /* <= LN_MAX_CHUNKS */
-    float *pw = (float *)cuda_scratch(sizeof(float) * 2 * (size_t)nchunks * C);
+    const int rows_per_chunk = cuda_ln_rows_per_chunk(N);
+    const int nchunks = cuda_ln_chunks(N); /* <= LN_MAX_CHUNKS */
+    float *pw = (float *)cuda_scratch(cuda_ln_scratch_bytes(N, C));
     if (!pw) return;
     float *pb = pw + (size_t)nchunks * C;
 

@@ -21,6 +21,7 @@
  *   dw        dw^T (IC x OC, ld IC) += (inp: IC x N, ld IC) . op_T(dout: OC x N, ld OC)
  *             m = IC, n = OC, k = N.
  */
+#include "cuda_buffers.h"
 #include "cuda_common.cuh"
 
 #include <stdio.h>
@@ -30,8 +31,6 @@
 /* Column sums (bias gradients), deterministic without atomics.             */
 
 #define COLSUM_THREADS 128
-#define COLSUM_MAX_CHUNKS 256
-#define COLSUM_MIN_ROWS 32
 
 /* partials[g][c] = sum of in[r][c] for the rows r of chunk g, in row order.
  * Grid: x over columns (consecutive threads take consecutive columns, so
@@ -65,10 +64,9 @@ template <typename X> void colsum_add_cuda(float *out, const X *in, int N, int C
     CU_GUARD();
     if (N <= 0 || C <= 0) return;
     /* The partition depends on N only: the same inputs give the same bits. */
-    int G = N / COLSUM_MIN_ROWS + (N % COLSUM_MIN_ROWS != 0);
-    if (G > COLSUM_MAX_CHUNKS) G = COLSUM_MAX_CHUNKS;
+    const int G = cuda_colsum_chunks(N);
     const int rows_per_chunk = N / G + (N % G != 0); /* G chunks cover all N rows */
-    float *partials = (float *)cuda_scratch((size_t)G * C * sizeof(float));
+    float *partials = (float *)cuda_scratch(cuda_colsum_scratch_bytes(N, C));
     if (!partials) return; /* cuda_scratch recorded the error */
     const unsigned cblocks = (unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS);
     colsum_partial_kernel<X><<<dim3(cblocks, (unsigned)G), COLSUM_THREADS, 0, g_cuda.stream>>>(

@@ -11,6 +11,7 @@
  * process per GPU, the launcher sets CUDA_VISIBLE_DEVICES / LOCAL_RANK and
  * the process uses its current device.
  */
+#include "cuda_buffers.h"
 #include "cuda_common.cuh"
 
 #include <stdio.h>
@@ -134,7 +135,7 @@ void *cuda_scratch(size_t bytes)
         g_cuda.scratch = NULL;
         g_cuda.scratch_bytes = 0;
     }
-    size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    size_t want = cuda_scratch_size(bytes);
     if (CU_TRY(cudaMalloc(&g_cuda.scratch, want))) {
         g_cuda.scratch = NULL;
         return NULL;
@@ -194,8 +195,6 @@ static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1); /* 16-b
 /* Launched never: whether this build has code for the GPU (cuda_init). */
 static __global__ void probe_kernel(void) {}
 
-/* cuBLASLt's workspace: what its heuristics ask for on sm_90 at ViT sizes. */
-#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 
 static int cuda_init(char *err, size_t errlen)
 {
@@ -240,14 +239,14 @@ static int cuda_init(char *err, size_t errlen)
         /* default math: CUBLAS_COMPUTE_32F on fp32 data stays fp32 (no TF32) */
         CUBLAS_CHECK(cublasSetMathMode(g_cuda.blas, CUBLAS_DEFAULT_MATH), err, errlen) ||
         CUBLAS_CHECK(cublasLtCreate(&g_cuda.lt), err, errlen) ||
-        CUDA_CHECK(cudaMalloc(&g_cuda.lt_workspace, LT_WORKSPACE_BYTES), err, errlen) ||
+        CUDA_CHECK(cudaMalloc(&g_cuda.lt_workspace, CUDA_LT_WORKSPACE_BYTES), err, errlen) ||
         /* zeroed once: on the H100, compute-sanitizer's initcheck saw
          * cuBLASLt's split-K reduce kernel read words of a fresh workspace
          * that nothing had written (fmnist_small's dW products, bf16) */
-        CUDA_CHECK(cudaMemset(g_cuda.lt_workspace, 0, LT_WORKSPACE_BYTES), err, errlen))
+        CUDA_CHECK(cudaMemset(g_cuda.lt_workspace, 0, CUDA_LT_WORKSPACE_BYTES), err, errlen))
         return -1;
-    g_cuda.lt_workspace_bytes = LT_WORKSPACE_BYTES;
-    track(g_cuda.lt_workspace, LT_WORKSPACE_BYTES);
+    g_cuda.lt_workspace_bytes = CUDA_LT_WORKSPACE_BYTES;
+    track(g_cuda.lt_workspace, CUDA_LT_WORKSPACE_BYTES);
     return 0;
 }
 

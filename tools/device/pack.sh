@@ -8,7 +8,8 @@
 # library they load except glibc's, libstdc++, libgcc_s and NVIDIA's (the
 # device machine has those) into .dev/prog.tar.xz and .dev/syslib.tar.xz;
 # and a Fashion-MNIST subset (20,000 training images, the t10k test set) in
-# .dev/fmnist. .dev/ is listed in .git/info/exclude; the device call carries
+# .dev/fmnist (and 2,000 + 256 images in .dev/fmnist-s for the sanitizers'
+# runs). .dev/ is listed in .git/info/exclude; the device call carries
 # it: `run` with carry [".dev"] and `bash tools/device/run.sh BUDGET_S`.
 # Must not: touch build/ (it builds in its own tree) or anything tracked.
 #
@@ -37,4 +38,6 @@ tar -C "$S/prog" -cJf "$D/prog.tar.xz" .
 tar -C "$S/syslib" -cJf "$D/syslib.tar.xz" .
 
 python3 tests/fmnist_subset.py "$D/fmnist" --train 20000 --test all --level 6
+# the sanitizers' runs: a few steps and an evaluation of 256 images
+python3 tests/fmnist_subset.py "$D/fmnist-s" --train 2000 --test 256 --level 6
 du -sh "$D"/* && du -sh "$D"

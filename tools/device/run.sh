@@ -6,7 +6,14 @@
 # limit and all of them within BUDGET_S:
 #   info   the GPU, driver, nvcc, torch and timm versions; unresolved libraries
 #   tests  `make gpu-test`'s three programs (test_gpu_ops, _train, _dp)
-#   train  fmnist_small, bf16-mixed, 3 epochs of the packed subset, on cuda
+#   train  fmnist_small, bf16-mixed and fp16-mixed, 3 epochs of the packed
+#          subset, on cuda
+#   plan   bench/plan_gpu_bench.py: `vitjob-worker plan --device cuda`
+#          against training runs of the same configs on this GPU (memory
+#          and img/s; vit_b16/vit_l16 from PNG shards it writes)
+#   noloader  gpu_bench (the trainer's step on a batch already in memory,
+#          without the data loader) for the configs where the plan's img/s
+#          misses the training run's: which of the two bounds the step
 #   san    compute-sanitizer: memcheck and initcheck over test_gpu_ops, a
 #          20-step train run and gpu_bench (vit_ti16); racecheck over
 #          test_gpu_ops without cuBLAS's own kernels (nvjet_*, whose
@@ -20,7 +27,7 @@
 # [".dev"]):  bash tools/device/run.sh BUDGET_S [step ...]   (default: all)
 BUDGET=${1:-420}
 shift || true
-STEPS=" ${*:-info tests train san bench} "
+STEPS=" ${*:-info tests train plan san bench} "
 T0=$SECONDS
 D=$PWD/.dev
 W=/tmp/vj
@@ -54,6 +61,11 @@ VJ="env LD_LIBRARY_PATH=$VJLD VITJOB_CUDA_BACKEND=$W/lib/libvitjob_cuda.so"
 mv "$W/bin/gpu_bench" "$W/bin/gpu_bench.real"
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$VJ" "$W/bin/gpu_bench.real" > "$W/bin/gpu_bench"
 chmod +x "$W/bin/gpu_bench"
+mv "$W/bin/vitjob-worker" "$W/bin/vitjob-worker.real"
+printf '#!/bin/sh\nexec %s %s "$@"\n' "$VJ" "$W/bin/vitjob-worker.real" > "$W/bin/vitjob-worker"
+chmod +x "$W/bin/vitjob-worker"
+GPUKIND=h100
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && GPUKIND=h200
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 TR="$W/bin/vitjob-worker train --set training.device=cuda --set data.uri=file://$D/fmnist
     --set model.preset=fmnist_small --set training.precision=bf16-mixed --set training.exportPath="
@@ -72,16 +84,32 @@ if on tests; then
 fi
 if on train; then
     step train_bf16 90 $VJ $TR --set training.epochs=3 --set training.logInterval=100
+    step train_fp16 90 $VJ $TR --set training.epochs=3 --set training.logInterval=100 \
+        --set training.precision=fp16-mixed
+fi
+if on plan; then
+    step plan 240 env PYTHONUNBUFFERED=1 python3 bench/plan_gpu_bench.py --build "$W" \
+        --data "$D/fmnist" --gpu $GPUKIND --timeout 40
+fi
+if on noloader; then
+    for c in "vit_ti16 256 bf16-mixed" "fmnist_tiny 1024 bf16-mixed" "fmnist_small 512 fp32 --ckpt" \
+             "vit_s16 128 bf16-mixed"; do
+        set -- $c
+        step "noloader_$1_$2_$3" 40 "$W/bin/gpu_bench" --model $1 --batch $2 --precision $3 $4 \
+            --steps 20 --warmup 5
+    done
 fi
 if on san; then
     SAN="$CS --error-exitcode 99 --print-limit 20"
     SB="$W/bin/gpu_bench --model vit_ti16 --batch 8 --steps 2 --warmup 1 --precision bf16-mixed"
-    T20="$TR --set training.steps=20 --set training.optimizer.warmupSteps=5 --set training.logInterval=10"
+    TS=${TR/"$D/fmnist"/"$D/fmnist-s"}
+    T20="$TS --set training.steps=20 --set training.optimizer.warmupSteps=5 --set training.logInterval=10"
+    T5="$TS --set training.steps=5 --set training.optimizer.warmupSteps=2 --set training.logInterval=5"
     step memcheck_gpu_ops 80 $VJ $SAN --tool memcheck "$W/tests/test_gpu_ops" -j8
     step initcheck_gpu_ops 70 $VJ $SAN --tool initcheck "$W/tests/test_gpu_ops" -j8
     step racecheck_gpu_ops 100 $VJ $SAN --tool racecheck --kernel-name-exclude kns=nvjet "$W/tests/test_gpu_ops" -j8
     step memcheck_train 40 $VJ $SAN --tool memcheck $T20
-    step initcheck_train 40 $VJ $SAN --tool initcheck $T20
+    step initcheck_train 120 $VJ $SAN --tool initcheck $T5
     step memcheck_bench 60 $VJ $SAN --tool memcheck $SB
     step initcheck_bench 60 $VJ $SAN --tool initcheck $SB
     step synccheck_bench 40 $VJ $SAN --tool synccheck $SB

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "attention_scratch.h"
+#include "cuda_buffers.h"
 #include "comm.h"
 #include "dp.h"
 #include "feed.h"
@@ -63,14 +64,37 @@ static const vit_ops *cpu_ops(precision_mode p)
                                                                                     : ops_cpu();
 }
 
-/* The CUDA context, cuBLASLt's 32 MiB workspace (ops_cuda.cu) and NCCL's
- * buffers: an allowance, not measured by the backend's counter. */
+/* The CUDA context and NCCL's buffers: an allowance, not measured by the
+ * backend's counter (which counts cuBLASLt's workspace and the scratch:
+ * gpu_buffers below). */
 #define GPU_RESERVE_BYTES ((size_t)1 << 30)
 
 /* Fashion-MNIST's two files in memory (data.c keeps 8-bit pixels and labels). */
 #define FMNIST_SAMPLES 70000
 
 /* ---- memory ---- */
+
+/* The CUDA backend's own buffers for a model at micro-batch B: cuBLASLt's
+ * workspace, and the shared scratch at the largest ask of a step (the bias
+ * gradients' column sums: patch embedding, qkv, proj, fc1, fc2, head;
+ * LayerNorm's backward; the gradient norm). Measured on an H100 against
+ * ops_cuda_peak_bytes: bench/NOTES.md, "The plan on a GPU". */
+static size_t gpu_buffers(const model_config *mc, int B)
+{
+    const int np = (mc->image_size / mc->patch_size) * (mc->image_size / mc->patch_size);
+    const int rows = B * (np + 1), D = mc->dim, H = config_mlp_hidden(mc);
+    const size_t asks[] = {cuda_colsum_scratch_bytes(B * np, D),
+                           cuda_colsum_scratch_bytes(rows, 3 * D),
+                           cuda_colsum_scratch_bytes(rows, D),
+                           cuda_colsum_scratch_bytes(rows, H),
+                           cuda_colsum_scratch_bytes(B, mc->num_classes),
+                           cuda_ln_scratch_bytes(rows, D),
+                           cuda_ss_scratch_bytes()};
+    size_t most = 0;
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++)
+        if (asks[i] > most) most = asks[i];
+    return CUDA_LT_WORKSPACE_BYTES + cuda_scratch_size(most);
+}
 
 static vj_err plan_once(const vit_job_config *cfg, const vit_ops *ops, int world, int rank,
                         int honour_mode, int ckpt, model_memory *mm, dp_memory *dm,
@@ -122,7 +146,9 @@ vj_err jobplan_memory(const vit_job_config *cfg, const vit_ops *ops, int world, 
     out->workspace_bytes = mm.workspace_bytes;
     out->collective_bytes = dm.stage_bytes + dm.pack_bytes;
     /* the model's total and the strategy's own: what the backend allocates */
-    out->backend_bytes = mm.total_bytes + dm.own_bytes + out->collective_bytes;
+    out->gpu_buffer_bytes = ops->gpu ? gpu_buffers(mc, tc->micro_batch_size) : 0;
+    out->backend_bytes = mm.total_bytes + dm.own_bytes + out->collective_bytes +
+                         out->gpu_buffer_bytes;
     const size_t img = (size_t)mc->channels * mc->image_size * mc->image_size;
     out->batch_bytes = (sizeof(float) * img + sizeof(int)) * (size_t)tc->micro_batch_size +
                        mm.n_params * sizeof(float);
@@ -201,27 +227,94 @@ typedef struct {
     const char *kind;
     double memory;   /* bytes */
     double peak;     /* dense 16-bit tensor FLOP/s, published */
+    double peak32;   /* fp32 FLOP/s without tensor cores (vitjob's fp32: no TF32) */
+    double mem_bw;   /* device memory bandwidth, bytes/s, published */
     double nvlink;   /* all-reduce bus bandwidth inside a node, bytes/s (published) */
     double network;  /* across nodes, per GPU (a 400/200/100 Gb/s NIC each) */
 } gpu_row;
 
-/* H100 and H200 have the same tensor peak (989.4 TFLOP/s dense bf16): the
- * H100's measured rates (bench/NOTES.md, vitjob's own step) serve both. */
+/* Published figures (SXM parts). The step's rates below were measured on
+ * the H100; another GPU's are those scaled by its peaks (matmuls,
+ * attention) and its memory bandwidth (the memory-bound kernels). */
 static const gpu_row gpus[] = {
-    {"h100", 80e9, 989.4e12, 360e9, 50e9},
-    {"h200", 141e9, 989.4e12, 360e9, 50e9},
-    {"a100", 80e9, 312e12, 230e9, 25e9},
-    {"v100", 32e9, 125e12, 130e9, 12.5e9},
+    {"h100", 80e9, 989.4e12, 66.9e12, 3.35e12, 360e9, 50e9},
+    {"h200", 141e9, 989.4e12, 66.9e12, 4.8e12, 360e9, 50e9},
+    {"a100", 80e9, 312e12, 19.5e12, 2.04e12, 230e9, 25e9},
+    {"v100", 32e9, 125e12, 15.7e12, 0.9e12, 130e9, 12.5e9},
 };
-/* bench/NOTES.md, `make bench-gpu` on an H100 80GB HBM3: vitjob's step at
- * vit_b16 (dim 768) 189.2 TFLOP/s, at vit_l16 (dim 1024) 232.3 (23.5% of
- * the peak): the efficiency other GPUs are planned at. */
-#define H100_B16_RATE 189.2e12
-#define H100_L16_RATE 232.3e12
-#define MEASURED_MFU (H100_L16_RATE / 989.4e12)
+/* vitjob's own step on an H100 80GB HBM3 (bench/NOTES.md: `make bench-gpu`'s
+ * per-op profile of vit_b16 and vit_l16, and "The plan on a GPU": training
+ * runs of fmnist_tiny to vit_l16 against this model). Per micro-batch of B
+ * images, T tokens, width D, depth L:
+ * - matmuls (cuBLASLt), 16-bit: 747 TFLOP/s x D / (D + 291), the curve
+ *   through the profile's 542 (D 768) and 582 (D 1024); fp32: 50 TFLOP/s;
+ * - attention (unfused, the (T, T) probabilities in memory): 21 TFLOP/s
+ *   16-bit, 15 fp32;
+ * - the memory-bound kernels (LayerNorm, GELU, casts): 64 ps per element
+ *   of B x T x D x L (16-bit; fp32 100), a third more with checkpointing;
+ * - launches: 4.5 us each, 45 per block and micro-batch (60 with
+ *   checkpointing) and 25 more, one per parameter tensor in the optimizer;
+ * - the batch's upload from pageable memory: 7.5 GB/s;
+ * - the optimizer step (zeroing, clipping's norm, AdamW): 32 ps per
+ *   parameter; and 0.3 ms a step of host work (the loss's and the norm's
+ *   reads). */
+#define H100_MM_MAX 747e12
+#define H100_MM_HALF_DIM 291.0
+#define H100_MM_FP32 50e12
+#define H100_ATT 21e12
+#define H100_ATT_FP32 15e12
+#define H100_ELEM_S 64e-12
+#define H100_ELEM_S_FP32 100e-12
+#define GPU_LAUNCH_S 4.5e-6
+#define GPU_LAUNCHES_BLOCK 45
+#define GPU_LAUNCHES_BLOCK_CKPT 60
+#define GPU_LAUNCHES_MICRO 25
+#define GPU_UPLOAD_BPS 7.5e9
+#define H100_OPTIM_S_PER_PARAM 32e-12
+#define GPU_STEP_HOST_S 0.3e-3
 /* bench/NOTES.md: the CPU collectives' bus bandwidth, 2 ranks on loopback
  * on the development machine (reduce-scatter, 16-64 MiB) */
 #define CPU_BUS_NOTES 1.1e9
+
+/* A step's compute on GPU g at the rates above, per rank: p's gpu_* parts,
+ * compute_s (their sum over the accumulation, and the host's share) and
+ * optim_s. */
+static void gpu_step(const model_config *mc, const gpu_row *g, precision_mode prec, int ckpt,
+                     jobplan *p)
+{
+    const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
+                 L = mc->depth, H = config_mlp_hidden(mc), K = mc->num_classes, B = p->micro;
+    const double N = floor(S / P) * floor(S / P), T = N + 1;
+    const double h100_peak = 989.4e12, h100_peak32 = 66.9e12, h100_bw = 3.35e12;
+    const int fp32 = prec == PRECISION_FP32;
+    const double mm_rate = fp32 ? H100_MM_FP32 * g->peak32 / h100_peak32
+                                : H100_MM_MAX * D / (D + H100_MM_HALF_DIM) * g->peak / h100_peak;
+    const double att_rate = (fp32 ? H100_ATT_FP32 * g->peak32 / h100_peak32
+                                  : H100_ATT * g->peak / h100_peak);
+    const double bw = h100_bw / g->mem_bw; /* > 1: slower than the H100's memory */
+    /* one micro-batch: the forward's FLOPs x 3, the blocks' forward again
+     * when checkpointed (jobplan_flops_per_image's count, split) */
+    const double blk_mm = 2 * B * T * (3 * D * D + D * D + 2 * D * H), blk_att = 2 * 2 * B * T * T * D;
+    const double mm = 3 * (2 * B * N * (C * P * P) * D + L * blk_mm + 2 * B * D * K) +
+                      (ckpt ? L * blk_mm : 0);
+    const double att = L * blk_att * (ckpt ? 4 : 3);
+    const double elem = (fp32 ? H100_ELEM_S_FP32 : H100_ELEM_S) * B * T * D * L *
+                        (ckpt ? 4.0 / 3 : 1) * bw;
+    const double launches = L * (ckpt ? GPU_LAUNCHES_BLOCK_CKPT : GPU_LAUNCHES_BLOCK) +
+                            GPU_LAUNCHES_MICRO;
+    const double tensors = 12 * L + 8; /* model.c: 12 per block; patch w, b, cls, pos, norm
+                                        * w, b, head w, b */
+    p->gpu_matmul_s = p->accum * mm / mm_rate;
+    p->gpu_attention_s = p->accum * att / att_rate;
+    p->gpu_memory_s = p->accum * elem;
+    p->gpu_launch_s = p->accum * launches * GPU_LAUNCH_S;
+    p->gpu_upload_s = p->accum * B * C * S * S * sizeof(float) / GPU_UPLOAD_BPS;
+    p->gpu_host_s = GPU_STEP_HOST_S;
+    p->compute_s = p->gpu_matmul_s + p->gpu_attention_s + p->gpu_memory_s + p->gpu_launch_s +
+                   p->gpu_upload_s + p->gpu_host_s;
+    p->optim_s_per_param = H100_OPTIM_S_PER_PARAM * bw;
+    p->optim_s = (double)p->optim_params * p->optim_s_per_param + tensors * GPU_LAUNCH_S;
+}
 
 static const gpu_row *gpu_of(const char *kind)
 {
@@ -371,21 +464,6 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
     /* time */
     p->flops_per_step = jobplan_flops_per_image(&cfg->model, tc->activation_checkpointing) *
                         tc->global_batch_size;
-    if (t->flops_per_s > 0) {
-        p->flops_per_s = t->flops_per_s;
-        snprintf(p->rate_source, sizeof p->rate_source, "given");
-    } else if (g && strcmp(g->kind, "h100") == 0) {
-        p->flops_per_s = cfg->model.dim >= 1024 ? H100_L16_RATE : H100_B16_RATE;
-        snprintf(p->rate_source, sizeof p->rate_source, "bench/NOTES.md, H100 measured (%s)",
-                 cfg->model.dim >= 1024 ? "vit_l16" : "vit_b16");
-    } else if (g) {
-        p->flops_per_s = g->peak * MEASURED_MFU;
-        snprintf(p->rate_source, sizeof p->rate_source,
-                 "published peak %.0f TFLOP/s x %.1f%% (H100's measured)", g->peak / 1e12,
-                 100 * MEASURED_MFU);
-    } else {
-        snprintf(p->rate_source, sizeof p->rate_source, "none: run with --measure");
-    }
     if (t->bus_bytes_per_s > 0) {
         p->bus_bytes_per_s = t->bus_bytes_per_s;
         snprintf(p->bus_source, sizeof p->bus_source, "given");
@@ -410,16 +488,38 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
     /* the optimizer updates the parameters whose AdamW state this rank
      * holds (optim_memory_bytes: the sizes the strategy allocates) */
     p->optim_params = p->mem.optim_bytes / optim_memory_bytes(1);
-    p->optim_s_per_param = t->optim_s_per_param > 0 ? t->optim_s_per_param : 0;
-    p->optim_s = (double)p->optim_params * p->optim_s_per_param;
     snprintf(p->call_source, sizeof p->call_source, "%s",
              p->call_s > 0 ? "given" : g ? "not counted (GPU)" : "not counted: run with --measure");
-    snprintf(p->optim_source, sizeof p->optim_source, "%s",
-             p->optim_s > 0 ? "given" : g ? "in the GPU rate (a whole step's)"
-                                          : "not counted: run with --measure");
-    if (p->flops_per_s > 0) {
+    if (g && t->flops_per_s <= 0) {
+        /* the step's parts at the H100's measured rates (gpu_step) */
+        gpu_step(&cfg->model, g, tc->precision, tc->activation_checkpointing, p);
+        p->flops_per_s = p->compute_s > 0 ? p->flops_per_step / world / p->compute_s : 0;
+        if (strcmp(g->kind, "h100") == 0)
+            snprintf(p->rate_source, sizeof p->rate_source,
+                     "bench/NOTES.md: the H100's measured rates per op");
+        else
+            snprintf(p->rate_source, sizeof p->rate_source,
+                     "the H100's measured rates per op, scaled by the %s's published peaks", g->kind);
+        snprintf(p->optim_source, sizeof p->optim_source,
+                 "bench/NOTES.md: the H100's measured rate");
+    } else {
+        if (t->flops_per_s > 0) {
+            p->flops_per_s = t->flops_per_s;
+            snprintf(p->rate_source, sizeof p->rate_source, "given");
+        } else {
+            snprintf(p->rate_source, sizeof p->rate_source, "none: run with --measure");
+        }
         /* each rank computes its micro-batches, accum of them */
-        p->compute_s = p->flops_per_step / world / p->flops_per_s;
+        if (p->flops_per_s > 0) p->compute_s = p->flops_per_step / world / p->flops_per_s;
+        snprintf(p->optim_source, sizeof p->optim_source, "%s",
+                 t->optim_s_per_param > 0 ? "given" : "not counted: run with --measure");
+    }
+    if (t->optim_s_per_param > 0) {
+        p->optim_s_per_param = t->optim_s_per_param;
+        p->optim_s = (double)p->optim_params * p->optim_s_per_param;
+        snprintf(p->optim_source, sizeof p->optim_source, "given");
+    }
+    if (p->compute_s > 0) {
         /* on a GPU full's communication thread overlaps the compute; on
          * the CPU the collectives take the same cores; the optimizer
          * follows both */
@@ -704,10 +804,11 @@ void jobplan_print(FILE *to, const jobplan *p)
     line(to, "  without checkpointing", m->activation_nockpt_bytes);
     line(to, "workspace", m->workspace_bytes);
     line(to, "collective buffers", m->collective_bytes);
+    if (m->gpu_buffer_bytes) line(to, "cuBLASLt workspace, scratch", m->gpu_buffer_bytes);
     line(to, "= backend", m->backend_bytes);
     line(to, "batch and staging (host)", m->batch_bytes);
     line(to, "data loader queue (host)", m->loader_bytes);
-    if (m->reserve_bytes) line(to, "CUDA context, workspaces (allowance)", m->reserve_bytes);
+    if (m->reserve_bytes) line(to, "CUDA context, NCCL (allowance)", m->reserve_bytes);
     line(to, "total", m->total_bytes);
     fprintf(to, "  %-34s %12.1f MiB (%s)\n", "device memory", p->device_bytes / 1048576.0,
             p->device);
@@ -721,6 +822,14 @@ void jobplan_print(FILE *to, const jobplan *p)
         fprintf(to, "  %-34s %s\n", "compute rate", p->rate_source);
     fprintf(to, "  %-34s %12.4g s (accumulation %d x micro-batch %d)\n", "compute", p->compute_s,
             p->accum, p->micro);
+    if (p->gpu_host_s > 0) {
+        fprintf(to, "  %-34s %12.4g s\n", "  matmuls", p->gpu_matmul_s);
+        fprintf(to, "  %-34s %12.4g s\n", "  attention", p->gpu_attention_s);
+        fprintf(to, "  %-34s %12.4g s\n", "  memory-bound kernels", p->gpu_memory_s);
+        fprintf(to, "  %-34s %12.4g s\n", "  kernel launches", p->gpu_launch_s);
+        fprintf(to, "  %-34s %12.4g s\n", "  batch upload", p->gpu_upload_s);
+        fprintf(to, "  %-34s %12.4g s\n", "  host", p->gpu_host_s);
+    }
     fprintf(to, "  %-34s %12.4g s (%zu parameters x %.3g ns; %s)\n", "optimizer step",
             p->optim_s, p->optim_params, p->optim_s_per_param * 1e9, p->optim_source);
     fprintf(to, "  %-34s %12.1f MiB per rank\n", "collective volume", p->comm_bytes / 1048576.0);
@@ -782,6 +891,7 @@ char *jobplan_json(const jobplan *p)
     NUM(mem, "activationsNotCheckpointed", m->activation_nockpt_bytes);
     NUM(mem, "workspace", m->workspace_bytes);
     NUM(mem, "collectiveBuffers", m->collective_bytes);
+    NUM(mem, "gpuBuffers", m->gpu_buffer_bytes);
     NUM(mem, "backend", m->backend_bytes);
     NUM(mem, "batchAndStaging", m->batch_bytes);
     NUM(mem, "loaderQueue", m->loader_bytes);
@@ -792,6 +902,17 @@ char *jobplan_json(const jobplan *p)
     NUM(tm, "flopsPerSecondPerRank", p->flops_per_s);
     cJSON_AddStringToObject(tm, "rateSource", p->rate_source);
     NUM(tm, "computeSeconds", p->compute_s);
+    if (p->gpu_host_s > 0) {
+        cJSON *parts = cJSON_AddObjectToObject(tm, "gpuComputeSeconds");
+        if (parts) {
+            NUM(parts, "matmuls", p->gpu_matmul_s);
+            NUM(parts, "attention", p->gpu_attention_s);
+            NUM(parts, "memoryBound", p->gpu_memory_s);
+            NUM(parts, "launches", p->gpu_launch_s);
+            NUM(parts, "upload", p->gpu_upload_s);
+            NUM(parts, "host", p->gpu_host_s);
+        }
+    }
     NUM(tm, "collectiveBytesPerRank", p->comm_bytes);
     NUM(tm, "busBytesPerSecond", p->bus_bytes_per_s);
     cJSON_AddStringToObject(tm, "busSource", p->bus_source);

@@ -6,7 +6,8 @@
  * allocations (dp_plan: the strategy's plan and memory, the model's
  * model_memory_plan under the options it fills; the loader's queue,
  * ld_queue_bytes; the CUDA attention scratch's layout,
- * kernels/attention_scratch.h), which the run's memory check
+ * kernels/attention_scratch.h; the CUDA backend's own buffers,
+ * kernels/cuda_buffers.h), which the run's memory check
  * (train.c) calls too; the model's FLOPs; the rate tables for GPUs and the
  * CPU probes (the model's forward and backward of one micro-batch on the
  * backend, a loopback all-reduce through the collectives); the suggestions; the table
@@ -48,14 +49,16 @@ typedef struct {
     size_t workspace_bytes;  /* the backward's scratch and the attention's */
     size_t collective_bytes; /* the sums' staging; grad-op's packing with a freeze
                               * (bound) */
+    size_t gpu_buffer_bytes; /* GPU: cuBLASLt's workspace and the shared scratch
+                              * (kernels/cuda_buffers.h); 0 on the CPU */
     size_t backend_bytes;    /* the sum of the above */
     /* the host's */
     size_t batch_bytes;      /* the micro-batch's images and labels, and the staging copy
                               * of the parameters at init (the memory check's) */
     size_t loader_bytes;     /* the loader's queue of decoded samples; Fashion-MNIST: the
                               * data set in memory */
-    size_t reserve_bytes;    /* GPU: the CUDA context and cuBLASLt's workspace (stated
-                              * constants); 0 on the CPU */
+    size_t reserve_bytes;    /* GPU: the CUDA context and NCCL's buffers (a stated
+                              * allowance, not counted by the backend); 0 on the CPU */
     size_t check_bytes;      /* what the run's memory check compares with the memory
                               * available: backend + batch (the data is loaded by then) */
     size_t total_bytes;      /* everything one rank needs from the device's memory:
@@ -89,12 +92,14 @@ typedef struct {
     double device_bytes;       /* memory per rank: > 0 given (--gpu-memory); 0: the
                                 * table's (GPU) or what this process may take divided
                                 * by the local ranks (CPU) */
-    double flops_per_s;        /* per rank; 0: the table's (GPU) or the probe's (CPU) */
+    double flops_per_s;        /* per rank; 0: the table's per-op rates (GPU) or the
+                                * probe's (CPU); given, it replaces the GPU's per-op
+                                * model with FLOPs / rate */
     double bus_bytes_per_s;    /* collectives' bus bandwidth; 0: the table's or probe's */
     int threads;               /* CPU: training threads per rank (0: as the run picks) */
     double optim_s_per_param;  /* the optimizer step (zeroing, clipping's norm, AdamW) per
-                                * parameter it updates, in seconds; 0: not counted (GPU:
-                                * the table's rates are whole steps) */
+                                * parameter it updates, in seconds; 0: the H100's measured
+                                * rate (GPU), not counted (CPU without the probe) */
     double call_s;             /* seconds per all-reduce call (its latency, without the
                                 * bytes); 0: not counted */
 } jobplan_target;
@@ -128,6 +133,10 @@ typedef struct {
     size_t optim_params;
     double optim_s_per_param, optim_s;
     char optim_source[96], call_source[96];
+    /* on a GPU at the table's rates: compute_s's parts per step (matmuls,
+     * attention, the memory-bound kernels, launches, the batch's upload,
+     * the host's work); 0 otherwise */
+    double gpu_matmul_s, gpu_attention_s, gpu_memory_s, gpu_launch_s, gpu_upload_s, gpu_host_s;
     /* when it does not fit: each change on top of the ones before, in
      * order; suggestion: the first that fits, or -1 */
     jobplan_change changes[JOBPLAN_MAX_CHANGES];
