@@ -334,10 +334,13 @@ gpu-test: deps
 	$(BUILD)/tests/test_gpu_dp --verbose
 
 # The GPU engine against PyTorch + timm (eager and torch.compile) on the
-# same GPU, in one run (bench/gpu_vs_torch.py; needs a GPU, torch and timm).
+# same GPU, in one run (bench/gpu_vs_torch.py; needs a GPU, torch and timm);
+# then the plan's img/s and memory against training runs on that GPU
+# (bench/plan_gpu_bench.py).
 bench-gpu: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/gpu_bench $(CUDA_PLUGIN)
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/gpu_bench $(BUILD)/bin/vitjob-worker $(CUDA_PLUGIN)
 	python3 bench/gpu_vs_torch.py --build $(BUILD)
+	python3 bench/plan_gpu_bench.py --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
