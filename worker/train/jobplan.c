@@ -692,9 +692,25 @@ static int free_port(void)
 
 #define CALL_FLOATS 64 /* the latency probe's all-reduce: its bytes cost nothing */
 
+#define PROBE_BATCHES 5
+#define PROBE_MAX_REPS 16
+
+/* the median of t[0..n) (sorts it); 0 when n is 0 */
+static double median(double *t, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n == 0 ? 0 : n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
 /* One rank of the probe: meets `world`, all-reduces `count` floats `reps`
- * times after one warm-up, then CALL_FLOATS `calls` times after one;
- * rank 0's seconds per all-reduce of each in *per and *per_call. */
+ * (at most PROBE_MAX_REPS) times after one warm-up, then CALL_FLOATS
+ * `calls` times after one, in PROBE_BATCHES batches; rank 0's seconds per
+ * all-reduce of each in *per and *per_call (medians: see below). */
 static int probe_rank(const char *endpoint, int rank, int world, size_t count, int reps,
                       int calls, double *per, double *per_call, char *err, size_t errlen)
 {
@@ -705,17 +721,29 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
     float *buf = calloc(count > CALL_FLOATS ? count : CALL_FLOATS, sizeof(float));
     int bad = !buf || rdzv_new(&rv, &ro, &kind, err, errlen) != 0 ||
               comm_new_cpu(&c, rv, 30, err, errlen) != 0;
-    double t0 = 0;
-    for (int i = 0; !bad && i <= reps; i++) {
-        if (i == 1) t0 = now_s();
+    /* after one untimed call each: the median of `reps` timed all-reduces
+     * of the buffer, and the median of PROBE_BATCHES batches' mean call
+     * time (a batch keeps the scheduler's occasional long waits, which a
+     * training run's calls meet too; the median drops a batch that a
+     * burst of other work on the machine took) */
+    double t[PROBE_BATCHES > PROBE_MAX_REPS ? PROBE_BATCHES : PROBE_MAX_REPS];
+    int n = 0;
+    for (int i = 0; !bad && i <= reps && i <= PROBE_MAX_REPS; i++) {
+        double t0 = now_s();
         bad = comm_allreduce_sum(c, buf, count, err, errlen) != 0;
+        if (i > 0) t[n++] = now_s() - t0;
     }
-    if (!bad && per) *per = (now_s() - t0) / reps;
-    for (int i = 0; !bad && i <= calls; i++) {
-        if (i == 1) t0 = now_s();
-        bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
+    if (!bad && per) *per = median(t, n);
+    n = 0;
+    for (int b = 0; !bad && calls > 0 && b < PROBE_BATCHES; b++) {
+        const int each = calls / PROBE_BATCHES;
+        if (b == 0) bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
+        double t0 = now_s();
+        for (int i = 0; !bad && i < each; i++)
+            bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
+        t[n++] = (now_s() - t0) / each;
     }
-    if (!bad && per_call && calls > 0) *per_call = (now_s() - t0) / calls;
+    if (!bad && per_call && calls > 0) *per_call = median(t, n);
     comm_free(c);
     rdzv_free(rv);
     free(buf);
@@ -737,7 +765,7 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, 
     char endpoint[32];
     snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
     const size_t count = bytes / sizeof(float);
-    const int reps = 4, calls = call_s ? 50 : 0;
+    const int reps = 5, calls = call_s ? 400 : 0;
     pid_t kids[63];
     int n = 0, bad = 0;
     fflush(NULL);
