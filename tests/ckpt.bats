@@ -33,16 +33,7 @@ setup() {
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
   recipe_args
-  ENDPOINT=()
-  [ "$CK_BACKEND" = s3 ] && ENDPOINT=(--endpoint "$S3_ENDPOINT")
-  return 0
-}
-
-s3() { [ "$CK_BACKEND" = s3 ]; }
-
-# uri NAME: where this test's checkpoints called NAME live
-uri() {
-  if s3; then echo "s3://vitjob-ck/$(basename "$TMP")/$1"; else echo "file://$TMP/$1"; fi
+  ck_endpoint
 }
 
 # ck NAME: sets CK to the worker's settings for checkpoints under NAME

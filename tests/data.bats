@@ -26,16 +26,8 @@ setup_file() {
   # the subset: the first 600 training and 200 test images, as IDX files
   fmnist_subset "$d/idx" 600 200
   if [ "$DATA_BACKEND" = s3 ]; then
-    if ! "$PY" -c 'import moto, boto3' 2>/dev/null; then
-      export S3_SKIP="no moto and boto3 in $PY (set VITJOB_TEST_PYTHON)"
-      return 0
-    fi
-    "$PY" tests/s3/moto_server.py --port 0 --env-out "$d/s3.env" --bucket vitjob-data \
-      > "$d/moto.log" 2>&1 3>&- &
-    echo $! > "$d/moto.pid"
-    for _ in $(seq 1 300); do [ -s "$d/s3.env" ] && break; sleep 0.1; done
-    [ -s "$d/s3.env" ] || { cat "$d/moto.log"; return 1; }
-    set -a; . "$d/s3.env"; set +a
+    moto_start "$d" vitjob-data
+    [ -z "${S3_SKIP:-}" ] || return 0
     export ROOT=s3://vitjob-data/fm
   else
     export ROOT=file://$d/shards
@@ -47,8 +39,7 @@ setup_file() {
 }
 
 teardown_file() {
-  [ -f "$BATS_FILE_TMPDIR/moto.pid" ] && kill "$(cat "$BATS_FILE_TMPDIR/moto.pid")" 2>/dev/null
-  return 0
+  moto_stop "$BATS_FILE_TMPDIR"
 }
 
 setup() {

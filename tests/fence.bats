@@ -39,15 +39,7 @@ setup() {
         --set training.heartbeatTimeoutSeconds=600)
   # the heartbeat would also stop a frozen rank on waking (tests/lostpeer.bats);
   # with its timeout far away, what stops generation 0 here is the fence
-  ENDPOINT=()
-  [ "$CK_BACKEND" = s3 ] && ENDPOINT=(--endpoint "$S3_ENDPOINT")
-  return 0
-}
-
-s3() { [ "$CK_BACKEND" = s3 ]; }
-
-uri() {
-  if s3; then echo "s3://vitjob-ck/$(basename "$TMP")/$1"; else echo "file://$TMP/$1"; fi
+  ck_endpoint
 }
 
 # objects NAME: "name size sha256" of every object under NAME, sorted

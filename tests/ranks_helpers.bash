@@ -1,7 +1,9 @@
 # tests/ranks_helpers.bash - loaded by the bats files that run many ranks
 # on loopback (ranks, ckpt, ema, regularization, freeze, fp16, data, mixup,
 # finetune): start ranks, run a world, compare metrics and exported
-# weights. Needs WORKER and TMP (the files' setup).
+# weights; start moto's S3 server, and name the checkpoints of the suites
+# run on either checkpoint backend (ckpt, fence). Needs WORKER and TMP (the
+# files' setup).
 
 # Every worker a test starts carries VITJOB_TEST_TMP=$TMP (its local ranks
 # inherit it), so that a test finds and kills only its own processes, never
@@ -153,28 +155,58 @@ PY
 }
 
 
-# ck_backend_start: for setup_file of a suite run on either checkpoint
-# backend (CK_BACKEND=file, the default, or s3): with s3, moto's server on a
-# free port with bucket vitjob-ck, its env (S3_ENDPOINT, AWS_*) exported;
-# without moto and boto3, S3_SKIP says why (setup skips). ck_backend_stop:
-# for teardown_file.
-ck_backend_start() {
-  export CK_BACKEND=${CK_BACKEND:-file}
-  [ "$CK_BACKEND" = s3 ] || return 0
-  export PY=${VITJOB_TEST_PYTHON:-python3}
+# moto_start DIR BUCKET: for setup_file: moto's S3 server
+# (tests/s3/moto_server.py, run by $PY) on a free loopback port with BUCKET
+# made, waited for; its env (S3_ENDPOINT, AWS_*) exported, its log in
+# DIR/moto.log, its pid in DIR/moto.pid for moto_stop DIR (teardown_file).
+# Without moto and boto3 in $PY it starts nothing and exports S3_SKIP, which
+# says why (the caller's setup skips on it).
+moto_start() {
+  local dir=$1 bucket=$2
   if ! "$PY" -c 'import moto, boto3' 2>/dev/null; then
     export S3_SKIP="no moto and boto3 in $PY (set VITJOB_TEST_PYTHON)"
     return 0
   fi
-  "$PY" tests/s3/moto_server.py --port 0 --env-out "$BATS_FILE_TMPDIR/s3.env" --bucket vitjob-ck \
-    > "$BATS_FILE_TMPDIR/moto.log" 2>&1 3>&- &
-  echo $! > "$BATS_FILE_TMPDIR/moto.pid"
-  for _ in $(seq 1 300); do [ -s "$BATS_FILE_TMPDIR/s3.env" ] && break; sleep 0.1; done
-  [ -s "$BATS_FILE_TMPDIR/s3.env" ] || { cat "$BATS_FILE_TMPDIR/moto.log"; return 1; }
-  set -a; . "$BATS_FILE_TMPDIR/s3.env"; set +a
+  "$PY" tests/s3/moto_server.py --port 0 --env-out "$dir/s3.env" --bucket "$bucket" \
+    > "$dir/moto.log" 2>&1 3>&- &
+  echo $! > "$dir/moto.pid"
+  for _ in $(seq 1 300); do [ -s "$dir/s3.env" ] && break; sleep 0.1; done
+  [ -s "$dir/s3.env" ] || { cat "$dir/moto.log"; return 1; }
+  set -a; . "$dir/s3.env"; set +a
+}
+
+moto_stop() {
+  [ -f "$1/moto.pid" ] && kill "$(cat "$1/moto.pid")" 2>/dev/null
+  return 0
+}
+
+# ck_backend_start: for setup_file of a suite run on either checkpoint
+# backend (CK_BACKEND=file, the default, or s3): with s3, moto_start with
+# bucket vitjob-ck (S3_SKIP when moto and boto3 are missing: setup skips).
+# ck_backend_stop: for teardown_file.
+ck_backend_start() {
+  export CK_BACKEND=${CK_BACKEND:-file}
+  [ "$CK_BACKEND" = s3 ] || return 0
+  export PY=${VITJOB_TEST_PYTHON:-python3}
+  moto_start "$BATS_FILE_TMPDIR" vitjob-ck
 }
 
 ck_backend_stop() {
-  [ -f "$BATS_FILE_TMPDIR/moto.pid" ] && kill "$(cat "$BATS_FILE_TMPDIR/moto.pid")" 2>/dev/null
-  return 0
+  moto_stop "$BATS_FILE_TMPDIR"
+}
+
+# s3: true when this suite's checkpoints are on S3 (CK_BACKEND=s3)
+s3() { [ "$CK_BACKEND" = s3 ]; }
+
+# uri NAME: where this test's checkpoints called NAME live (on S3: bucket
+# vitjob-ck, under a prefix of this test's own)
+uri() {
+  if s3; then echo "s3://vitjob-ck/$(basename "$TMP")/$1"; else echo "file://$TMP/$1"; fi
+}
+
+# ck_endpoint (setup): sets ENDPOINT to what the `checkpoints` and `export`
+# commands need to reach the checkpoints (--endpoint on S3, nothing on file://)
+ck_endpoint() {
+  ENDPOINT=()
+  if s3; then ENDPOINT=(--endpoint "$S3_ENDPOINT"); fi
 }
