@@ -709,10 +709,12 @@ static double median(double *t, int n)
 
 /* One rank of the probe: meets `world`, all-reduces `count` floats `reps`
  * (at most PROBE_MAX_REPS) times after one warm-up, then CALL_FLOATS
- * `calls` times after one, in PROBE_BATCHES batches; rank 0's seconds per
- * all-reduce of each in *per and *per_call (medians: see below). */
+ * `calls` times after one, in PROBE_BATCHES batches, each call after
+ * gap_s of spinning; rank 0's seconds per all-reduce of each in *per and
+ * *per_call (medians: see below; the spinning not counted). */
 static int probe_rank(const char *endpoint, int rank, int world, size_t count, int reps,
-                      int calls, double *per, double *per_call, char *err, size_t errlen)
+                      int calls, double gap_s, double *per, double *per_call, char *err,
+                      size_t errlen)
 {
     rdzv *rv = NULL;
     comm *c = NULL;
@@ -738,10 +740,17 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
     for (int b = 0; !bad && calls > 0 && b < PROBE_BATCHES; b++) {
         const int each = calls / PROBE_BATCHES;
         if (b == 0) bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
-        double t0 = now_s();
-        for (int i = 0; !bad && i < each; i++)
+        double in_calls = 0;
+        for (int i = 0; !bad && i < each; i++) {
+            /* the run's compute between two calls, as a core kept busy */
+            const double s0 = now_s();
+            while (now_s() - s0 < gap_s) {
+            }
+            const double c0 = now_s();
             bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
-        t[n++] = (now_s() - t0) / each;
+            in_calls += now_s() - c0;
+        }
+        t[n++] = in_calls / each;
     }
     if (!bad && per_call && calls > 0) *per_call = median(t, n);
     comm_free(c);
@@ -750,8 +759,8 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
     return bad ? -1 : 0;
 }
 
-int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, double *call_s,
-                              char *err, size_t errlen)
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus_bytes_per_s,
+                              double *call_s, char *err, size_t errlen)
 {
     if (ranks < 2 || ranks > 64) {
         snprintf(err, errlen, "loopback probe: %d ranks, not 2 to 64", ranks);
@@ -765,7 +774,14 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, 
     char endpoint[32];
     snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
     const size_t count = bytes / sizeof(float);
-    const int reps = 5, calls = call_s ? 400 : 0;
+    /* 400 calls, or as many as about 1.5 s of gaps allows (at least 20) */
+    int calls = 0;
+    if (call_s) {
+        double fit = 1.5 / (gap_s + 2e-4);
+        calls = fit >= 400 ? 400 : fit <= 4 * PROBE_BATCHES ? 4 * PROBE_BATCHES : (int)fit;
+        calls -= calls % PROBE_BATCHES;
+    }
+    const int reps = 5;
     pid_t kids[63];
     int n = 0, bad = 0;
     fflush(NULL);
@@ -778,13 +794,16 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, 
         }
         if (pid == 0) {
             char e[256];
-            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, NULL, NULL, e, sizeof e)
+            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, NULL, NULL, e,
+                             sizeof e)
                       ? 1 : 0);
         }
         kids[n] = pid;
     }
     double per = 0, per_call = 0;
-    if (!bad) bad = probe_rank(endpoint, 0, ranks, count, reps, calls, &per, &per_call, err, errlen);
+    if (!bad)
+        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, &per, &per_call, err,
+                         errlen);
     int failed = 0;
     for (int i = 0; i < n; i++) {
         int st = 0;
@@ -804,7 +823,7 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, 
 
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen)
 {
-    return jobplan_probe_collectives(bytes, 2, bus_bytes_per_s, NULL, err, errlen);
+    return jobplan_probe_collectives(bytes, 2, 0, bus_bytes_per_s, NULL, err, errlen);
 }
 
 /* ---- output ---- */

@@ -170,10 +170,14 @@ int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds
 /* The collectives on loopback through the CPU collectives: `ranks` (2 to
  * 64) processes (this one and ranks - 1 forked), an all-reduce of `bytes`
  * timed for the bus bandwidth (bytes each rank moves / seconds; the median
- * of 5), and 400 of 64 floats for the seconds per call (the median of 5
- * batches' means; call_s may be NULL). 0, or -1 with a message. */
-int jobplan_probe_collectives(size_t bytes, int ranks, double *bus_bytes_per_s, double *call_s,
-                              char *err, size_t errlen);
+ * of 5), and up to 400 of 64 floats for the seconds per call (the median
+ * of 5 batches' means; call_s may be NULL), each call after gap_s of
+ * spinning on every rank: the run's compute between two of its calls,
+ * which keeps the cores busy when the collectives' threads must wake (on a
+ * loaded machine that wait is most of a small call's time). 0, or -1 with
+ * a message. */
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus_bytes_per_s,
+                              double *call_s, char *err, size_t errlen);
 /* 2 ranks, the bandwidth only. */
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen);
 

@@ -166,23 +166,12 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     cfg.world_size = t.replicas * t.local_ranks;
     if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
     int copies = 1, probe_ranks = 0;
+    double gap_s = 0;
     if (measure && !t.gpu) {
         int threads = t.threads > 0 ? t.threads : cfg.training.threads;
         if (threads <= 0) threads = ops_cpu_set_threads(0) / t.local_ranks;
         if (threads < 1) threads = 1;
         t.threads = threads;
-        /* the collectives first: forked ranks, before OpenMP's threads
-         * exist; every rank when all are on this machine (one replica),
-         * else two */
-        if (cfg.world_size > 1 && (t.bus_bytes_per_s <= 0 || t.call_s <= 0)) {
-            double bus = 0, call = 0;
-            probe_ranks = t.replicas == 1 && cfg.world_size <= 64 ? cfg.world_size : 2;
-            if (jobplan_probe_collectives((size_t)32 << 20, probe_ranks, &bus, &call, err,
-                                          errlen) != 0)
-                return VJ_ERR_PEER_LOST;
-            if (t.bus_bytes_per_s <= 0) t.bus_bytes_per_s = bus, bus_probed = 1;
-            if (t.call_s <= 0) t.call_s = call, call_probed = 1;
-        }
         /* the local ranks share this machine's cores: as many copies of the
          * step probe run at once, as far as the memory holds them */
         copies = t.local_ranks;
@@ -204,6 +193,24 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
             if (t.flops_per_s <= 0) t.flops_per_s = pr.flops_per_s, rate_probed = 1;
             if (t.optim_s_per_param <= 0) t.optim_s_per_param = pr.optim_s_per_param, optim_probed = 1;
         }
+        /* then the collectives: forked ranks (they run no OpenMP), every
+         * rank when all are on this machine (one replica), else two; each
+         * timed call after as much busy time as the run computes between
+         * two of its calls (the step's compute at the rate just probed /
+         * the strategy's calls per step) */
+        if (cfg.world_size > 1 && (t.bus_bytes_per_s <= 0 || t.call_s <= 0)) {
+            double bus = 0, call = 0, gap = 0;
+            static jobplan pre;
+            if (jobplan_make(&cfg, &t, &pre, err, errlen) == VJ_OK && pre.comm_calls > 0)
+                gap = pre.compute_s / pre.comm_calls;
+            probe_ranks = t.replicas == 1 && cfg.world_size <= 64 ? cfg.world_size : 2;
+            if (jobplan_probe_collectives((size_t)32 << 20, probe_ranks, gap, &bus, &call, err,
+                                          errlen) != 0)
+                return VJ_ERR_PEER_LOST;
+            if (t.bus_bytes_per_s <= 0) t.bus_bytes_per_s = bus, bus_probed = 1;
+            if (t.call_s <= 0) t.call_s = call, call_probed = 1;
+            gap_s = gap;
+        }
     }
     jobplan p;
     if ((rc = jobplan_make(&cfg, &t, &p, err, errlen)) != VJ_OK) return rc;
@@ -220,7 +227,8 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
                  probe_ranks);
     if (call_probed)
         snprintf(p.call_source, sizeof p.call_source,
-                 "measured: loopback all-reduce of %d floats, %d ranks", 64, probe_ranks);
+                 "measured: loopback all-reduce of %d floats, %d ranks, %.2g ms busy between calls",
+                 64, probe_ranks, gap_s * 1e3);
     if (json) {
         char *s = jobplan_json(&p);
         if (!s) {
