@@ -172,14 +172,26 @@ vj_err jobplan_memory(const vit_job_config *cfg, const vit_ops *ops, int world, 
 
 /* ---- time ---- */
 
-double jobplan_flops_per_image(const model_config *mc, int ckpt)
+/* One image's training-step FLOPs, split: the matmuls' (patch embedding,
+ * each block's qkv, proj and MLP, the head) and the attention's two
+ * products; 3 x the forward, plus the blocks' forward again when
+ * checkpointed. */
+static void flops_per_image(const model_config *mc, int ckpt, double *matmul, double *attention)
 {
     const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
                  L = mc->depth, H = config_mlp_hidden(mc), K = mc->num_classes;
     const double N = floor(S / P) * floor(S / P), T = N + 1;
-    const double block = 2 * T * (3 * D * D + D * D + 2 * D * H) + 2 * 2 * T * T * D;
-    const double fwd = 2 * N * (C * P * P) * D + L * block + 2 * D * K;
-    return 3 * fwd + (ckpt ? L * block : 0);
+    const double blk_mm = 2 * T * (3 * D * D + D * D + 2 * D * H), blk_att = 2 * 2 * T * T * D;
+    const double passes = ckpt ? 4 : 3; /* of the blocks */
+    *matmul = 3 * (2 * N * (C * P * P) * D + 2 * D * K) + passes * L * blk_mm;
+    *attention = passes * L * blk_att;
+}
+
+double jobplan_flops_per_image(const model_config *mc, int ckpt)
+{
+    double mm, att;
+    flops_per_image(mc, ckpt, &mm, &att);
+    return mm + att;
 }
 
 /* Bus bytes one rank moves per step (what a collective at bus bandwidth B
@@ -234,8 +246,9 @@ typedef struct {
 } gpu_row;
 
 /* Published figures (SXM parts). The step's rates below were measured on
- * the H100; another GPU's are those scaled by its peaks (matmuls,
- * attention) and its memory bandwidth (the memory-bound kernels). */
+ * the H100, the first row (gpu_step scales from it); another GPU's are
+ * those scaled by its peaks (matmuls, attention) and its memory bandwidth
+ * (the memory-bound kernels). */
 static const gpu_row gpus[] = {
     {"h100", 80e9, 989.4e12, 66.9e12, 3.35e12, 360e9, 50e9},
     {"h200", 141e9, 989.4e12, 66.9e12, 4.8e12, 360e9, 50e9},
@@ -283,27 +296,24 @@ static void gpu_step(const model_config *mc, const gpu_row *g, precision_mode pr
                      jobplan *p)
 {
     const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
-                 L = mc->depth, H = config_mlp_hidden(mc), K = mc->num_classes, B = p->micro;
-    const double N = floor(S / P) * floor(S / P), T = N + 1;
-    const double h100_peak = 989.4e12, h100_peak32 = 66.9e12, h100_bw = 3.35e12;
+                 L = mc->depth, B = p->micro;
+    const double T = floor(S / P) * floor(S / P) + 1;
+    const gpu_row *h100 = &gpus[0]; /* the rates were measured there */
     const int fp32 = prec == PRECISION_FP32;
-    const double mm_rate = fp32 ? H100_MM_FP32 * g->peak32 / h100_peak32
-                                : H100_MM_MAX * D / (D + H100_MM_HALF_DIM) * g->peak / h100_peak;
-    const double att_rate = (fp32 ? H100_ATT_FP32 * g->peak32 / h100_peak32
-                                  : H100_ATT * g->peak / h100_peak);
-    const double bw = h100_bw / g->mem_bw; /* > 1: slower than the H100's memory */
-    /* one micro-batch: the forward's FLOPs x 3, the blocks' forward again
-     * when checkpointed (jobplan_flops_per_image's count, split) */
-    const double blk_mm = 2 * B * T * (3 * D * D + D * D + 2 * D * H), blk_att = 2 * 2 * B * T * T * D;
-    const double mm = 3 * (2 * B * N * (C * P * P) * D + L * blk_mm + 2 * B * D * K) +
-                      (ckpt ? L * blk_mm : 0);
-    const double att = L * blk_att * (ckpt ? 4 : 3);
+    const double mm_rate = fp32 ? H100_MM_FP32 * g->peak32 / h100->peak32
+                                : H100_MM_MAX * D / (D + H100_MM_HALF_DIM) * g->peak / h100->peak;
+    const double att_rate = (fp32 ? H100_ATT_FP32 * g->peak32 / h100->peak32
+                                  : H100_ATT * g->peak / h100->peak);
+    const double bw = h100->mem_bw / g->mem_bw; /* > 1: slower than the H100's memory */
+    /* one micro-batch's FLOPs, split (jobplan_flops_per_image's count) */
+    double mm, att;
+    flops_per_image(mc, ckpt, &mm, &att);
+    mm *= B, att *= B;
     const double elem = (fp32 ? H100_ELEM_S_FP32 : H100_ELEM_S) * B * T * D * L *
                         (ckpt ? 4.0 / 3 : 1) * bw;
     const double launches = L * (ckpt ? GPU_LAUNCHES_BLOCK_CKPT : GPU_LAUNCHES_BLOCK) +
                             GPU_LAUNCHES_MICRO;
-    const double tensors = 12 * L + 8; /* model.c: 12 per block; patch w, b, cls, pos, norm
-                                        * w, b, head w, b */
+    const double tensors = model_tensor_names(mc, NULL, 0); /* one AdamW launch each */
     p->gpu_matmul_s = p->accum * mm / mm_rate;
     p->gpu_attention_s = p->accum * att / att_rate;
     p->gpu_memory_s = p->accum * elem;
