@@ -97,11 +97,12 @@ static void free_entry(entry *e)
     free(e);
 }
 
-static void clear(obj_cache *c)
+/* Empties a hash table of entries (the cache's, or a batch's fresh one). */
+static void free_entries(entry **table)
 {
     entry *e, *tmp;
-    HASH_ITER(hh, c->table, e, tmp) {
-        HASH_DEL(c->table, e);
+    HASH_ITER(hh, *table, e, tmp) {
+        HASH_DEL(*table, e);
         free_entry(e);
     }
 }
@@ -109,7 +110,7 @@ static void clear(obj_cache *c)
 void cache_free(obj_cache *c)
 {
     if (!c) return;
-    clear(c);
+    free_entries(&c->table);
     pthread_rwlock_destroy(&c->lock);
     free(c);
 }
@@ -196,26 +197,17 @@ cache_batch *cache_batch_new(obj_cache *c)
     return b;
 }
 
-static void batch_clear(cache_batch *b)
-{
-    entry *e, *tmp;
-    HASH_ITER(hh, b->fresh, e, tmp) {
-        HASH_DEL(b->fresh, e);
-        free_entry(e);
-    }
-}
-
 void cache_batch_free(cache_batch *b)
 {
     if (!b) return;
-    batch_clear(b);
+    free_entries(&b->fresh);
     free(b);
 }
 
 int cache_batch_add(cache_batch *b, cJSON *obj)
 {
     if (!obj) {
-        batch_clear(b);
+        free_entries(&b->fresh);
         return 0;
     }
     if (b->transform) b->transform(obj);
