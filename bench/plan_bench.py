@@ -12,7 +12,9 @@ first step's allocations and thread start are not a step's time, and the
 plan does not count them), and its whole run's (the done line, every step
 timed); and the planned memory per
 rank beside each rank's peak (event=memory); a markdown table. --before
-DIR plans the same runs with another build too. Target for the time
+DIR plans the same runs with another build too; --repeat N plans and
+runs each config N times, alternating, and compares the medians (the
+measured spread beside). Target for the time
 model: within 25% (issue 29). It is a benchmark, not a test: on a shared
 machine both rates move with the load.
 Must not: assert anything (a benchmark prints).
@@ -109,6 +111,9 @@ def main():
                     help="training threads per rank (0: the cores / the ranks, at least 1)")
     ap.add_argument("--before", default="",
                     help="another build's vitjob-worker planned beside (the same runs measured)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="plan and run each config N times, alternating, and compare the medians "
+                    "(this machine's run-to-run noise is +-10 to 20%%)")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
                     help="Fashion-MNIST's directory (the runs evaluate on 64 of its test images)")
     args = ap.parse_args()
@@ -124,15 +129,31 @@ def main():
     for model, world, mode, ckpt in runs(args):
         threads = args.threads or max(1, ncpu // world)
         cfg = config(model, mode, ckpt, args.steps, threads) + ["--set", "data.uri=" + data]
-        # every rank runs on this machine: local ranks, which share its cores
-        plan = subprocess.run([worker, "plan"] + cfg + ["--local-ranks", str(world), "--measure",
-                                                          "--json"],
-                              capture_output=True, text=True)
+        # every rank runs on this machine: local ranks, which share its cores;
+        # --repeat: plan, run, plan, run ... and the medians of each
         what = "| %s | %d | %s | %s |" % (model, world, mode, "yes" if ckpt else "no")
-        if plan.returncode != 0:
-            print("%s plan failed: %s |" % (what, plan.stderr.strip()[-120:]))
+        plans, got, failed = [], [], None
+        for _ in range(max(1, args.repeat)):
+            plan = subprocess.run([worker, "plan"] + cfg + ["--local-ranks", str(world), "--measure",
+                                                              "--json"],
+                                  capture_output=True, text=True)
+            if plan.returncode != 0:
+                failed = "plan failed: %s" % plan.stderr.strip()[-120:]
+                break
+            plans.append(json.loads(plan.stdout))
+            with tempfile.TemporaryDirectory() as tmp:
+                r = train(worker, world, cfg, tmp)
+            if not r:
+                failed = "run failed"
+                break
+            got.append(r)
+        if failed:
+            print("%s %s |" % (what, failed))
             continue
-        p = json.loads(plan.stdout)
+        plans.sort(key=lambda q: q["time"]["imagesPerSecond"])
+        got.sort(key=lambda q: q["img_s"])
+        p, r = plans[len(plans) // 2], got[len(got) // 2]
+        spread = "" if len(got) == 1 else " (%.0f-%.0f)" % (got[0]["img_s"], got[-1]["img_s"])
         before = None
         if args.before:
             b = subprocess.run([os.path.join(args.before, "bin", "vitjob-worker"), "plan"] + cfg +
@@ -144,20 +165,15 @@ def main():
             ("compute", "computeSeconds"), ("optim", "optimizerSeconds"),
             ("data", "dataSeconds"), ("coll", "collectiveSeconds"),
             ("calls", "collectiveLatencySeconds")) if key in t)
-        with tempfile.TemporaryDirectory() as tmp:
-            r = train(worker, world, cfg, tmp)
         planned = t["imagesPerSecond"]
-        if not r:
-            print("%s %.1f | run failed | | %s | | |" % (what, planned, terms))
-            continue
         ratio = planned / r["img_s"] if r["img_s"] else 0
         ratios.append(ratio)
         if before is not None:
             bratio = before / r["img_s"] if r["img_s"] else 0
             bratios.append(bratio)
             terms += " | %.1f | %.2f" % (before, bratio)
-        print("%s %.1f | %.1f | %.2f | %.1f | %s | %.2f | %.2f |" % (
-            what, planned, r["img_s"], ratio, r["whole"], terms, p["memoryPerRank"]["backend"] / 1048576,
+        print("%s %.1f | %.1f%s | %.2f | %.1f | %s | %.2f | %.2f |" % (
+            what, planned, r["img_s"], spread, ratio, r["whole"], terms, p["memoryPerRank"]["backend"] / 1048576,
             r["peaks"][0] / 1048576))
         sys.stdout.flush()
     for name, rs in (("planned / measured", ratios), ("before: planned / measured", bratios)):

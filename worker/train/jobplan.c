@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,15 +217,19 @@ static double comm_bytes(const char *sharding, int world, int accum, size_t n_pa
  * micro-batch each of its `units` gathered for the forward, each but the
  * last again for the backward (the last is still held), each
  * reduce-scattered, then the loss's and the norm's all-gathers. *calls
- * counts them; *ring their latency in all-reduces: a ring all-reduce is
- * 2 (W-1) steps around the ring, a reduce-scatter or an all-gather W-1
- * (gloo's rings, comm_gloo.cc), half of one. */
+ * counts them; *ring their latency in calls of the kind call_s is: for
+ * none and grad-op an all-reduce on the training thread (a ring all-reduce
+ * is 2 (W-1) steps around the ring, a reduce-scatter or an all-gather W-1,
+ * gloo's rings, comm_gloo.cc: half of one); for full, whose calls run on
+ * its communication thread while the next unit computes (fsdp.c), what one
+ * of them costs beyond the compute it overlaps, each call one. */
 static void comm_calls(const char *sharding, int world, int accum, int units, int spans,
                        double *calls, double *ring)
 {
     double allreduce = 0, half = 0;
-    if (world > 1 && strcmp(sharding, "full") == 0) {
-        half = (double)accum * (3 * units - 1) + 2;
+    if (world > 1 && strcmp(sharding, "full") == 0) { /* its own kind of call: see below */
+        *calls = *ring = (double)accum * (3 * units - 1) + 2;
+        return;
     } else if (world > 1 && strcmp(sharding, "grad-op") == 0) {
         half = 4;
     } else if (world > 1) {
@@ -551,6 +556,21 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* the median of t[0..n) (sorts it); 0 when n is 0 */
+static double median(double *t, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n == 0 ? 0 : n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+#define PROBE_MIN_PASSES 5
+#define PROBE_MAX_PASSES 4096
+
 /* One copy of the step probe, in this process: the forward and backward's
  * FLOP rate, then the optimizer step's seconds per parameter. */
 static int probe_one(const vit_job_config *cfg, int threads, double seconds, double *flops_per_s,
@@ -581,21 +601,26 @@ static int probe_one(const vit_job_config *cfg, int threads, double seconds, dou
     for (size_t i = 0; i < img; i++) images[i] = (float)((i * 7919) % 97) * 2e-2f - 0.97f;
     for (int b = 0; b < B; b++) labels[b] = b % mc->num_classes;
     const double per_pass = jobplan_flops_per_image(mc, tc->activation_checkpointing) * B;
-    double flops = 0, t0 = 0, el = 0;
     /* pass 0, untimed, warms the threads and the caches (and the
-     * optimizer's state) */
-    for (int pass = 0; pass == 0 || el < seconds; pass++) {
+     * optimizer's state); then passes for about `seconds` (at least
+     * PROBE_MIN_PASSES, at most PROBE_MAX_PASSES), and the rate of the
+     * median pass: a run's steady rate is a median too (its log
+     * intervals'), and a burst of other work on the machine moves a mean */
+    double pass_s[PROBE_MAX_PASSES], t0 = now_s();
+    int passes = 0;
+    for (int pass = 0; pass == 0 || ((now_s() - t0 < seconds || passes < PROBE_MIN_PASSES) &&
+                                     passes < PROBE_MAX_PASSES);
+         pass++) {
         if (pass == 1) t0 = now_s();
+        const double p0 = now_s();
         model_zero_grads(m);
         model_forward(m, images, labels, B);
         model_backward(m, 1.0f / B);
         if (pass == 0) optim_step(o, m, ops, 0);
-        if (pass > 0) {
-            flops += per_pass;
-            el = now_s() - t0;
-        }
+        if (pass > 0) pass_s[passes++] = now_s() - p0;
     }
-    *flops_per_s = el > 0 ? flops / el : 0;
+    const double mid = median(pass_s, passes);
+    *flops_per_s = mid > 0 ? per_pass / mid : 0;
     /* the optimizer's part of a step, on the last gradients: the zeroing
      * comes back each step, so the gradients are computed once */
     int steps = 0;
@@ -705,26 +730,78 @@ static int free_port(void)
 #define PROBE_BATCHES 5
 #define PROBE_MAX_REPS 16
 
-/* the median of t[0..n) (sorts it); 0 when n is 0 */
-static double median(double *t, int n)
+/* full's communication thread, as fsdp.c runs it: the caller asks for a
+ * call and goes on computing; the thread makes it; the caller then waits
+ * for it. Here each call is an all-gather of CALL_FLOATS floats per rank. */
+typedef struct {
+    comm *c;
+    float *in, *out;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long asked, done;
+    int quit, bad;
+    char err[256];
+} call_thread;
+
+static void *call_thread_main(void *arg)
 {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    return n == 0 ? 0 : n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    call_thread *ct = arg;
+    pthread_mutex_lock(&ct->mu);
+    for (;;) {
+        while (ct->done == ct->asked && !ct->quit) pthread_cond_wait(&ct->cv, &ct->mu);
+        if (ct->done == ct->asked) break; /* quit, nothing asked */
+        pthread_mutex_unlock(&ct->mu);
+        int bad = ct->bad || comm_allgather(ct->c, ct->in, ct->out, CALL_FLOATS, COMM_F32, ct->err,
+                                            sizeof ct->err) != 0;
+        pthread_mutex_lock(&ct->mu);
+        ct->bad |= bad;
+        ct->done++;
+        pthread_cond_broadcast(&ct->cv);
+    }
+    pthread_mutex_unlock(&ct->mu);
+    return NULL;
+}
+
+/* One call's time: on this thread, an all-reduce of CALL_FLOATS after
+ * gap_s of spinning (the run's compute between two calls); overlapped
+ * (ct), an all-gather asked of the communication thread before the gap
+ * and waited for after it: the part of it the gap did not hide. */
+static int timed_call(comm *c, call_thread *ct, float *buf, double gap_s, double *took, char *err,
+                      size_t errlen)
+{
+    if (ct) {
+        pthread_mutex_lock(&ct->mu);
+        ct->asked++;
+        pthread_cond_broadcast(&ct->cv);
+        pthread_mutex_unlock(&ct->mu);
+    }
+    const double s0 = now_s();
+    while (now_s() - s0 < gap_s) {
+    }
+    const double c0 = now_s();
+    int bad;
+    if (ct) {
+        pthread_mutex_lock(&ct->mu);
+        while (ct->done < ct->asked) pthread_cond_wait(&ct->cv, &ct->mu);
+        bad = ct->bad;
+        if (bad) snprintf(err, errlen, "%s", ct->err);
+        pthread_mutex_unlock(&ct->mu);
+    } else {
+        bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
+    }
+    *took = now_s() - c0;
+    return bad ? -1 : 0;
 }
 
 /* One rank of the probe: meets `world`, all-reduces `count` floats `reps`
- * (at most PROBE_MAX_REPS) times after one warm-up, then CALL_FLOATS
- * `calls` times after one, in PROBE_BATCHES batches, each call after
- * gap_s of spinning; rank 0's seconds per all-reduce of each in *per and
- * *per_call (medians: see below; the spinning not counted). */
+ * (at most PROBE_MAX_REPS) times after one warm-up, then times `calls`
+ * calls (timed_call; overlapped when `overlap`) after one, in
+ * PROBE_BATCHES batches; rank 0's seconds per all-reduce of the buffer in
+ * *per and per call in *per_call (medians: see below; the spinning not
+ * counted). */
 static int probe_rank(const char *endpoint, int rank, int world, size_t count, int reps,
-                      int calls, double gap_s, double *per, double *per_call, char *err,
-                      size_t errlen)
+                      int calls, double gap_s, int overlap, double *per, double *per_call,
+                      char *err, size_t errlen)
 {
     rdzv *rv = NULL;
     comm *c = NULL;
@@ -746,31 +823,54 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
         if (i > 0) t[n++] = now_s() - t0;
     }
     if (!bad && per) *per = median(t, n);
+    call_thread ct = {.c = c};
+    pthread_t th;
+    int threaded = 0, inited = 0;
+    if (!bad && overlap && calls > 0) {
+        inited = 1;
+        ct.in = calloc(CALL_FLOATS, sizeof(float));
+        ct.out = calloc((size_t)CALL_FLOATS * (size_t)world, sizeof(float));
+        pthread_mutex_init(&ct.mu, NULL);
+        pthread_cond_init(&ct.cv, NULL);
+        threaded = ct.in && ct.out && pthread_create(&th, NULL, call_thread_main, &ct) == 0;
+        if (!threaded) {
+            bad = 1;
+            snprintf(err, errlen, "loopback probe: no communication thread");
+        }
+    }
     n = 0;
     for (int b = 0; !bad && calls > 0 && b < PROBE_BATCHES; b++) {
         const int each = calls / PROBE_BATCHES;
-        if (b == 0) bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
-        double in_calls = 0;
+        double in_calls = 0, took = 0;
+        if (b == 0) bad = timed_call(c, threaded ? &ct : NULL, buf, 0, &took, err, errlen) != 0;
         for (int i = 0; !bad && i < each; i++) {
-            /* the run's compute between two calls, as a core kept busy */
-            const double s0 = now_s();
-            while (now_s() - s0 < gap_s) {
-            }
-            const double c0 = now_s();
-            bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
-            in_calls += now_s() - c0;
+            bad = timed_call(c, threaded ? &ct : NULL, buf, gap_s, &took, err, errlen) != 0;
+            in_calls += took;
         }
         t[n++] = in_calls / each;
     }
     if (!bad && per_call && calls > 0) *per_call = median(t, n);
+    if (threaded) { /* it ends after the call it makes (a failed one returns) */
+        pthread_mutex_lock(&ct.mu);
+        ct.quit = 1;
+        pthread_cond_broadcast(&ct.cv);
+        pthread_mutex_unlock(&ct.mu);
+        pthread_join(th, NULL);
+    }
+    if (inited) {
+        pthread_mutex_destroy(&ct.mu);
+        pthread_cond_destroy(&ct.cv);
+    }
+    free(ct.in);
+    free(ct.out);
     comm_free(c);
     rdzv_free(rv);
     free(buf);
     return bad ? -1 : 0;
 }
 
-int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus_bytes_per_s,
-                              double *call_s, char *err, size_t errlen)
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, int overlap,
+                              double *bus_bytes_per_s, double *call_s, char *err, size_t errlen)
 {
     if (ranks < 2 || ranks > 64) {
         snprintf(err, errlen, "loopback probe: %d ranks, not 2 to 64", ranks);
@@ -804,16 +904,16 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus
         }
         if (pid == 0) {
             char e[256];
-            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, NULL, NULL, e,
-                             sizeof e)
+            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, overlap, NULL,
+                             NULL, e, sizeof e)
                       ? 1 : 0);
         }
         kids[n] = pid;
     }
     double per = 0, per_call = 0;
     if (!bad)
-        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, &per, &per_call, err,
-                         errlen);
+        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, overlap, &per, &per_call,
+                         err, errlen);
     int failed = 0;
     for (int i = 0; i < n; i++) {
         int st = 0;
@@ -833,7 +933,7 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus
 
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen)
 {
-    return jobplan_probe_collectives(bytes, 2, 0, bus_bytes_per_s, NULL, err, errlen);
+    return jobplan_probe_collectives(bytes, 2, 0, 0, bus_bytes_per_s, NULL, err, errlen);
 }
 
 /* ---- output ---- */
@@ -893,9 +993,14 @@ void jobplan_print(FILE *to, const jobplan *p)
     fprintf(to, "  %-34s %12.4g GB/s (%s)\n", "bus bandwidth", p->bus_bytes_per_s / 1e9,
             p->bus_source);
     fprintf(to, "  %-34s %12.4g s\n", "  the bytes", p->comm_bw_s);
-    fprintf(to, "  %-34s %12.4g s (%.0f calls, %.3g ms an all-reduce, half that a gather or "
-            "scatter; %s)\n", "  the calls' latency", p->comm_lat_s, p->comm_calls, p->call_s * 1e3,
-            p->call_source);
+    if (strcmp(m->sharding, "full") == 0)
+        fprintf(to, "  %-34s %12.4g s (%.0f calls on the communication thread, %.3g ms each "
+                "beyond the compute it overlaps; %s)\n", "  the calls' latency", p->comm_lat_s,
+                p->comm_calls, p->call_s * 1e3, p->call_source);
+    else
+        fprintf(to, "  %-34s %12.4g s (%.0f calls, %.3g ms an all-reduce, half that a gather or "
+                "scatter; %s)\n", "  the calls' latency", p->comm_lat_s, p->comm_calls,
+                p->call_s * 1e3, p->call_source);
     fprintf(to, "  %-34s %12.4g s\n", "collectives", p->comm_s);
     if (p->step_s > 0) {
         fprintf(to, "  %-34s %12.4g s\n", "step", p->step_s);

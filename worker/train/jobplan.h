@@ -100,8 +100,10 @@ typedef struct {
     double optim_s_per_param;  /* the optimizer step (zeroing, clipping's norm, AdamW) per
                                 * parameter it updates, in seconds; 0: the H100's measured
                                 * rate (GPU), not counted (CPU without the probe) */
-    double call_s;             /* seconds per all-reduce call (its latency, without the
-                                * bytes); 0: not counted */
+    double call_s;             /* seconds per collective call, without its bytes: for
+                                * none and grad-op an all-reduce's latency; for full
+                                * what a call on its communication thread costs beyond
+                                * the compute it overlaps; 0: not counted */
 } jobplan_target;
 
 /* One suggested change and what it leads to. */
@@ -132,7 +134,7 @@ typedef struct {
      * shard) x optim_s_per_param */
     size_t optim_params;
     double optim_s_per_param, optim_s;
-    char optim_source[96], call_source[96];
+    char optim_source[96], call_source[128];
     /* on a GPU at the table's rates: compute_s's parts per step (matmuls,
      * attention, the memory-bound kernels, launches, the batch's upload,
      * the host's work); 0 otherwise */
@@ -170,14 +172,17 @@ int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds
 /* The collectives on loopback through the CPU collectives: `ranks` (2 to
  * 64) processes (this one and ranks - 1 forked), an all-reduce of `bytes`
  * timed for the bus bandwidth (bytes each rank moves / seconds; the median
- * of 5), and up to 400 of 64 floats for the seconds per call (the median
- * of 5 batches' means; call_s may be NULL), each call after gap_s of
- * spinning on every rank: the run's compute between two of its calls,
- * which keeps the cores busy when the collectives' threads must wake (on a
- * loaded machine that wait is most of a small call's time). 0, or -1 with
- * a message. */
-int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus_bytes_per_s,
-                              double *call_s, char *err, size_t errlen);
+ * of 5), and up to 400 calls for the seconds per call (the median of 5
+ * batches' means; call_s may be NULL), each after gap_s of spinning on
+ * every rank: the run's compute between two of its calls, which keeps the
+ * cores busy when the collectives' threads must wake (on a loaded machine
+ * that wait is most of a small call's time). A call is an all-reduce of 64
+ * floats on the spinning thread; with `overlap` (full's calls), an
+ * all-gather of 64 floats per rank asked of a communication thread before
+ * the spin and waited for after it, timed from the spin's end: the part
+ * the compute did not hide. 0, or -1 with a message. */
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, int overlap,
+                              double *bus_bytes_per_s, double *call_s, char *err, size_t errlen);
 /* 2 ranks, the bandwidth only. */
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen);
 
