@@ -222,7 +222,8 @@ static double comm_bytes(const char *sharding, int world, int accum, size_t n_pa
  * is 2 (W-1) steps around the ring, a reduce-scatter or an all-gather W-1,
  * gloo's rings, comm_gloo.cc: half of one); for full, whose calls run on
  * its communication thread while the next unit computes (fsdp.c), what one
- * of them costs beyond the compute it overlaps, each call one. */
+ * of them (bytes included) costs beyond the compute it overlaps, each call
+ * one. */
 static void comm_calls(const char *sharding, int world, int accum, int units, int spans,
                        double *calls, double *ring)
 {
@@ -499,6 +500,10 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
                &ring);
     p->call_s = t->call_s > 0 ? t->call_s : 0;
     p->comm_lat_s = ring * p->call_s;
+    /* full's call is timed with its bytes (an all-gather of a unit's
+     * chunk): the calls' term is what they take beyond the bytes' */
+    if (strcmp(p->mem.sharding, "full") == 0 && world > 1)
+        p->comm_lat_s = p->comm_lat_s > p->comm_bw_s ? p->comm_lat_s - p->comm_bw_s : 0;
     p->comm_s = p->comm_bw_s + p->comm_lat_s;
     /* the optimizer updates the parameters whose AdamW state this rank
      * holds (optim_memory_bytes: the sizes the strategy allocates) */
@@ -732,10 +737,11 @@ static int free_port(void)
 
 /* full's communication thread, as fsdp.c runs it: the caller asks for a
  * call and goes on computing; the thread makes it; the caller then waits
- * for it. Here each call is an all-gather of CALL_FLOATS floats per rank. */
+ * for it. Here each call is an all-gather of `floats` floats per rank. */
 typedef struct {
     comm *c;
     float *in, *out;
+    size_t floats;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     long asked, done;
@@ -751,7 +757,7 @@ static void *call_thread_main(void *arg)
         while (ct->done == ct->asked && !ct->quit) pthread_cond_wait(&ct->cv, &ct->mu);
         if (ct->done == ct->asked) break; /* quit, nothing asked */
         pthread_mutex_unlock(&ct->mu);
-        int bad = ct->bad || comm_allgather(ct->c, ct->in, ct->out, CALL_FLOATS, COMM_F32, ct->err,
+        int bad = ct->bad || comm_allgather(ct->c, ct->in, ct->out, ct->floats, COMM_F32, ct->err,
                                             sizeof ct->err) != 0;
         pthread_mutex_lock(&ct->mu);
         ct->bad |= bad;
@@ -764,7 +770,7 @@ static void *call_thread_main(void *arg)
 
 /* One call's time: on this thread, an all-reduce of CALL_FLOATS after
  * gap_s of spinning (the run's compute between two calls); overlapped
- * (ct), an all-gather asked of the communication thread before the gap
+ * (ct), its all-gather asked of the communication thread before the gap
  * and waited for after it: the part of it the gap did not hide. */
 static int timed_call(comm *c, call_thread *ct, float *buf, double gap_s, double *took, char *err,
                       size_t errlen)
@@ -795,13 +801,14 @@ static int timed_call(comm *c, call_thread *ct, float *buf, double gap_s, double
 
 /* One rank of the probe: meets `world`, all-reduces `count` floats `reps`
  * (at most PROBE_MAX_REPS) times after one warm-up, then times `calls`
- * calls (timed_call; overlapped when `overlap`) after one, in
+ * calls (timed_call; overlapped, of overlap_floats each, when that is not
+ * 0) after one, in
  * PROBE_BATCHES batches; rank 0's seconds per all-reduce of the buffer in
  * *per and per call in *per_call (medians: see below; the spinning not
  * counted). */
 static int probe_rank(const char *endpoint, int rank, int world, size_t count, int reps,
-                      int calls, double gap_s, int overlap, double *per, double *per_call,
-                      char *err, size_t errlen)
+                      int calls, double gap_s, size_t overlap_floats, double *per,
+                      double *per_call, char *err, size_t errlen)
 {
     rdzv *rv = NULL;
     comm *c = NULL;
@@ -823,13 +830,13 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
         if (i > 0) t[n++] = now_s() - t0;
     }
     if (!bad && per) *per = median(t, n);
-    call_thread ct = {.c = c};
+    call_thread ct = {.c = c, .floats = overlap_floats};
     pthread_t th;
     int threaded = 0, inited = 0;
-    if (!bad && overlap && calls > 0) {
+    if (!bad && overlap_floats > 0 && calls > 0) {
         inited = 1;
-        ct.in = calloc(CALL_FLOATS, sizeof(float));
-        ct.out = calloc((size_t)CALL_FLOATS * (size_t)world, sizeof(float));
+        ct.in = calloc(overlap_floats, sizeof(float));
+        ct.out = calloc(overlap_floats * (size_t)world, sizeof(float));
         pthread_mutex_init(&ct.mu, NULL);
         pthread_cond_init(&ct.cv, NULL);
         threaded = ct.in && ct.out && pthread_create(&th, NULL, call_thread_main, &ct) == 0;
@@ -869,7 +876,7 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
     return bad ? -1 : 0;
 }
 
-int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, int overlap,
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, size_t overlap_floats,
                               double *bus_bytes_per_s, double *call_s, char *err, size_t errlen)
 {
     if (ranks < 2 || ranks > 64) {
@@ -904,7 +911,7 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, int overlap
         }
         if (pid == 0) {
             char e[256];
-            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, overlap, NULL,
+            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, overlap_floats, NULL,
                              NULL, e, sizeof e)
                       ? 1 : 0);
         }
@@ -912,7 +919,7 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, int overlap
     }
     double per = 0, per_call = 0;
     if (!bad)
-        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, overlap, &per, &per_call,
+        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, overlap_floats, &per, &per_call,
                          err, errlen);
     int failed = 0;
     for (int i = 0; i < n; i++) {

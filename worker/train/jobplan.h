@@ -100,10 +100,13 @@ typedef struct {
     double optim_s_per_param;  /* the optimizer step (zeroing, clipping's norm, AdamW) per
                                 * parameter it updates, in seconds; 0: the H100's measured
                                 * rate (GPU), not counted (CPU without the probe) */
-    double call_s;             /* seconds per collective call, without its bytes: for
-                                * none and grad-op an all-reduce's latency; for full
-                                * what a call on its communication thread costs beyond
-                                * the compute it overlaps; 0: not counted */
+    double call_s;             /* seconds per collective call: for none and grad-op an
+                                * all-reduce's latency, without its bytes; for full
+                                * what a call on its communication thread (an
+                                * all-gather of a unit's chunk, its bytes included)
+                                * costs beyond the compute it overlaps, the calls'
+                                * term then being what they take beyond the bytes'
+                                * time; 0: not counted */
 } jobplan_target;
 
 /* One suggested change and what it leads to. */
@@ -134,7 +137,7 @@ typedef struct {
      * shard) x optim_s_per_param */
     size_t optim_params;
     double optim_s_per_param, optim_s;
-    char optim_source[96], call_source[128];
+    char optim_source[96], call_source[160];
     /* on a GPU at the table's rates: compute_s's parts per step (matmuls,
      * attention, the memory-bound kernels, launches, the batch's upload,
      * the host's work); 0 otherwise */
@@ -177,11 +180,12 @@ int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds
  * every rank: the run's compute between two of its calls, which keeps the
  * cores busy when the collectives' threads must wake (on a loaded machine
  * that wait is most of a small call's time). A call is an all-reduce of 64
- * floats on the spinning thread; with `overlap` (full's calls), an
- * all-gather of 64 floats per rank asked of a communication thread before
- * the spin and waited for after it, timed from the spin's end: the part
- * the compute did not hide. 0, or -1 with a message. */
-int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, int overlap,
+ * floats on the spinning thread; with overlap_floats (full's calls: the
+ * job's mean unit chunk), an all-gather of that many floats per rank asked
+ * of a communication thread before the spin and waited for after it, timed
+ * from the spin's end: the part the compute did not hide. 0, or -1 with a
+ * message. */
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, size_t overlap_floats,
                               double *bus_bytes_per_s, double *call_s, char *err, size_t errlen);
 /* 2 ranks, the bandwidth only. */
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen);

@@ -165,7 +165,8 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     if (!device_set) t.gpu = cfg.training.device == DEVICE_CUDA;
     cfg.world_size = t.replicas * t.local_ranks;
     if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
-    int copies = 1, probe_ranks = 0, overlap = 0;
+    int copies = 1, probe_ranks = 0;
+    size_t chunk = 0; /* full's probe call: floats per rank */
     double gap_s = 0;
     if (measure && !t.gpu) {
         int threads = t.threads > 0 ? t.threads : cfg.training.threads;
@@ -204,8 +205,14 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
             if (jobplan_make(&cfg, &t, &pre, err, errlen) == VJ_OK && pre.comm_calls > 0)
                 gap = pre.compute_s / pre.comm_calls;
             probe_ranks = t.replicas == 1 && cfg.world_size <= 64 ? cfg.world_size : 2;
-            overlap = cfg.training.sharding == SHARDING_FULL;
-            if (jobplan_probe_collectives((size_t)32 << 20, probe_ranks, gap, overlap, &bus, &call,
+            /* full: its own call, an all-gather of the mean unit's chunk */
+            const int units = cfg.model.depth + 2;
+            if (cfg.training.sharding == SHARDING_FULL) {
+                const size_t per = (size_t)units * (size_t)cfg.world_size;
+                chunk = (pre.mem.n_params + per - 1) / per;
+                if (chunk < 1) chunk = 1;
+            }
+            if (jobplan_probe_collectives((size_t)32 << 20, probe_ranks, gap, chunk, &bus, &call,
                                           err, errlen) != 0)
                 return VJ_ERR_PEER_LOST;
             if (t.bus_bytes_per_s <= 0) t.bus_bytes_per_s = bus, bus_probed = 1;
@@ -228,11 +235,11 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
                  probe_ranks);
     if (call_probed)
         snprintf(p.call_source, sizeof p.call_source,
-                 overlap ? "measured: loopback all-gather of %d floats on a communication thread, "
-                           "%d ranks, beyond %.2g ms of compute it overlaps"
-                         : "measured: loopback all-reduce of %d floats, %d ranks, %.2g ms busy "
-                           "between calls",
-                 64, probe_ranks, gap_s * 1e3);
+                 chunk ? "measured: loopback all-gather of %zu floats a rank on a communication "
+                         "thread, %d ranks, beyond %.2g ms of compute it overlaps"
+                       : "measured: loopback all-reduce of %zu floats, %d ranks, %.2g ms busy "
+                         "between calls",
+                 chunk ? chunk : (size_t)64, probe_ranks, gap_s * 1e3);
     if (json) {
         char *s = jobplan_json(&p);
         if (!s) {
