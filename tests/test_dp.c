@@ -4,11 +4,13 @@
  * the one-process weights bit for bit at world 1 (tests/ranks.bats runs 2 to
  * 4 ranks); the checkpoint segments of all ranks cover every parameter
  * exactly once; the memory plan counts what each strategy holds; an
- * unknown mode is refused. */
+ * unknown mode is refused; the planner's probe of a strategy's own
+ * schedule (full's) runs on every rank for the same steps. */
 #include <criterion/criterion.h>
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dp_fixture.h"
@@ -488,4 +490,97 @@ Test(dp, in_bf16_mixed_the_model_computes_with_the_ema_while_it_is_in_and_with_t
     }
     for (int i = 0; i < ema_ncomms; i++) comm_free(ema_comms[i]);
     ema_ncomms = 0;
+}
+
+/* one rank of the schedule probe: starting rank x 30 ms after rank 0 (each
+ * rank's clock says something else about when its seconds are up) */
+static int probe_of(const char *ep, int rank, int world, int units, double *exposed)
+{
+    const model_config mc = dpf_vit();
+    const optimizer_config oc = dpf_adamw();
+    rdzv_options ro = {.endpoint = ep, .rank = rank, .world_size = world, .timeout_s = 30};
+    rdzv *z = NULL;
+    comm *c = NULL;
+    char err[512];
+    if (rdzv_new(&z, &ro, NULL, err, sizeof err) || comm_new_cpu(&c, z, 30, err, sizeof err)) {
+        fprintf(stderr, "rank %d of %d: %s\n", rank, world, err);
+        return 10;
+    }
+    struct timespec late = {.tv_sec = 0, .tv_nsec = (long)rank * 30000000L};
+    nanosleep(&late, NULL);
+    const double fwd[] = {1e-5, 2e-4, 2e-4, 1e-5}, bwd[] = {2e-5, 4e-4, 4e-4, 2e-5};
+    const dp_options o = {.comm = c, .ops = ops_cpu(), .mc = &mc, .oc = &oc, .total_steps = 1,
+                          .mode = SHARDING_FULL};
+    const dp_probe pr = {.n_units = units, .accum = 2, .fwd_s = fwd, .bwd_s = bwd,
+                         .seconds = 0.2};
+    int rc = dp_probe_schedule(&o, &pr, exposed, err, sizeof err);
+    if (rc != 1) fprintf(stderr, "rank %d of %d: %d: %s\n", rank, world, rc, err);
+    comm_free(c);
+    rdzv_free(z);
+    return rc == 1 ? 0 : rc == 0 ? 11 : 12;
+}
+
+Test(dp, the_planners_probe_of_fulls_own_schedule_runs_every_rank_for_the_same_steps_at_2_3_and_4_ranks)
+{
+    setenv("VITJOB_COMM_HOST", "127.0.0.1", 1);
+    cr_assert(dp_has_schedule(SHARDING_FULL));
+    cr_assert(!dp_has_schedule(SHARDING_NONE) && !dp_has_schedule(SHARDING_GRAD_OP),
+              "none and grad-op call on the training thread");
+    for (int world = 2; world <= 4; world++) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        pid_t pids[4];
+        for (int r = 0; r < world; r++) {
+            if ((pids[r] = fork()) == 0) {
+                signal(SIGPIPE, SIG_IGN);
+                close(fds[0]);
+                double e = -1;
+                int code = probe_of(ep, r, world, 4, &e);
+                if (r == 0 && write(fds[1], &e, sizeof e) != (ssize_t)sizeof e) code = 13;
+                _exit(code);
+            }
+        }
+        close(fds[1]);
+        double exposed = -1;
+        cr_assert_eq(read(fds[0], &exposed, sizeof exposed), (ssize_t)sizeof exposed);
+        close(fds[0]);
+        for (int r = 0; r < world; r++) {
+            int s;
+            cr_assert_eq(waitpid(pids[r], &s, 0), pids[r]);
+            cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "world %d, rank %d: %d", world, r,
+                      WIFEXITED(s) ? WEXITSTATUS(s) : -WTERMSIG(s));
+        }
+        /* the collectives take time the spins do not: more than none */
+        cr_assert_gt(exposed, 0, "world %d: %g s beyond the spins", world, exposed);
+    }
+}
+
+Test(dp, the_schedule_probe_refuses_a_unit_count_that_is_not_the_models_and_none_has_no_schedule)
+{
+    const model_config mc = dpf_vit();
+    const optimizer_config oc = dpf_adamw();
+    const double t[8] = {0};
+    char err[256] = "";
+    double e = 0;
+    dp_options o = {.ops = ops_cpu(), .mc = &mc, .oc = &oc, .total_steps = 1,
+                    .mode = SHARDING_NONE};
+    const dp_probe pr = {.n_units = 7, .accum = 1, .fwd_s = t, .bwd_s = t, .seconds = 0.1};
+    cr_assert_eq(dp_probe_schedule(&o, &pr, &e, err, sizeof err), 0, "none: nothing to time");
+    /* full on one rank alone, with the wrong count: refused before any collective */
+    setenv("VITJOB_COMM_HOST", "127.0.0.1", 1);
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    rdzv_options ro = {.endpoint = ep, .rank = 0, .world_size = 1, .timeout_s = 30};
+    rdzv *z = NULL;
+    comm *c = NULL;
+    cr_assert_eq(rdzv_new(&z, &ro, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(comm_new_cpu(&c, z, 30, err, sizeof err), 0, "%s", err);
+    o.comm = c;
+    o.mode = SHARDING_FULL;
+    cr_assert_eq(dp_probe_schedule(&o, &pr, &e, err, sizeof err), -1);
+    cr_assert(strstr(err, "7 units") && strstr(err, "has 4"), "%s", err);
+    comm_free(c);
+    rdzv_free(z);
 }

@@ -20,6 +20,19 @@ static const dp_impl *const strategies[] = {
     [SHARDING_FULL] = &dp_full,
 };
 
+int dp_has_schedule(sharding_mode mode)
+{
+    return (size_t)mode < sizeof strategies / sizeof strategies[0] && strategies[mode] &&
+           strategies[mode]->probe;
+}
+
+int dp_probe_schedule(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
+                      size_t errlen)
+{
+    if (!dp_has_schedule(o->mode)) return 0;
+    return strategies[o->mode]->probe(o, pr, exposed_s, err, errlen) ? -1 : 1;
+}
+
 vj_err dp_new(dp **out, const dp_options *o, model_options *mo, char *err, size_t errlen)
 {
     *out = NULL;

@@ -71,6 +71,30 @@ typedef struct {
     size_t stage_bytes, pack_bytes;
 } dp_memory;
 
+/* A step's schedule for dp_probe_schedule: `accum` micro-batches, each
+ * unit u of the model (model_unit_bounds) computing fwd_s[u] seconds in
+ * the forward and bwd_s[u] in the backward (checkpointing's recompute
+ * included), as spins of the calling thread. */
+typedef struct {
+    int n_units, accum;
+    const double *fwd_s, *bwd_s;
+    double seconds; /* steps for about this long (at least 3 timed) */
+} dp_probe;
+
+/* Whether o->mode's strategy has a schedule of its own for
+ * dp_probe_schedule (full: its communication thread overlaps the
+ * compute); none and grad-op call on the training thread. */
+int dp_has_schedule(sharding_mode mode);
+/* The planner's probe (jobplan.c) of the strategy's own schedule on
+ * o->comm (every rank calls it): the strategy's buffers for o->mc and its
+ * collectives asked as the model asks them over steps of pr's schedule,
+ * the compute spun; then its sync and the loss's and the norm's
+ * all-gathers. *exposed_s: the median step's seconds beyond the spins
+ * (after one untimed step). 1 when timed, 0 when the strategy has no
+ * schedule of its own, -1 with a message. */
+int dp_probe_schedule(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
+                      size_t errlen);
+
 /* Plans the strategy for o and fills the model options it needs
  * (pad_multiple, and under full a placeholder shard: the model then plans
  * no parameters of its own); allocates nothing of the backend's. *out is

@@ -2,12 +2,15 @@
  * shard of the parameters, gradients and AdamW state (fsdp.h's layout); the
  * model asks for one unit at a time through the shard's hooks, gathered
  * from every rank, and hands its gradients back to be reduce-scattered.
+ * The planner's probe (dp_probe_schedule) drives the same shard and hooks
+ * with spins for the compute.
  * Must not: run collectives itself except through fsdp.c (whose thread
  * owns the communicator between dp_sync calls). */
 #include "dp_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static vj_err plan(dp *d, model_options *mo, char *err, size_t errlen)
 {
@@ -117,6 +120,91 @@ static void free_full(dp *d)
     free(d->bounds);
 }
 
+/* ---- the planner's probe (dp_probe_schedule) ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void spin(double s)
+{
+    const double s0 = now_s();
+    while (now_s() - s0 < s) {
+    }
+}
+
+#define PROBE_MAX_STEPS 64
+
+/* fsdp.c's shard of mc's units, its hooks asked as model.c asks them: per
+ * micro-batch each unit's parameters for the forward, then from the last
+ * unit down its parameters, a gradient buffer, the compute and the
+ * gradients handed back; then fsdp_sync, the loss's and the clipping
+ * norm's all-gathers (dp_sum, the norm), and the parameters changed (the
+ * optimizer's step). */
+static int probe(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
+                 size_t errlen)
+{
+    const int U = o->mc->depth + 2;
+    if (pr->n_units != U) {
+        snprintf(err, errlen, "full's probe: %d units given, the model has %d", pr->n_units, U);
+        return -1;
+    }
+    const int world = comm_world_size(o->comm), rank = comm_rank(o->comm);
+    size_t *bounds = malloc(sizeof *bounds * (size_t)(U + 1));
+    float *one = calloc((size_t)world, sizeof(float));
+    fsdp *f = NULL;
+    int bad = !bounds || !one || model_unit_bounds(o->mc, bounds, U + 1) != U;
+    if (bad) snprintf(err, errlen, "full's probe: out of host memory");
+    bad = bad || fsdp_new(&f, o->comm, o->ops, bounds, U, err, errlen) != 0;
+    const model_shard *h = bad ? NULL : fsdp_hooks(f);
+    double spun = 0;
+    for (int u = 0; u < U; u++) spun += pr->accum * (pr->fwd_s[u] + pr->bwd_s[u]);
+    double t[PROBE_MAX_STEPS];
+    int n = 0;
+    const double start = now_s();
+    float more = 1; /* rank 0's word after each step: every rank runs as many */
+    for (int step = 0; !bad && more > 0; step++) {
+        const double t0 = now_s();
+        fsdp_zero_grads(f);
+        for (int a = 0; a < pr->accum; a++) {
+            for (int u = 0; u < U; u++) {
+                h->params(h->ctx, u, 0);
+                spin(pr->fwd_s[u]);
+            }
+            for (int u = U - 1; u >= 0; u--) {
+                h->params(h->ctx, u, 1);
+                h->grads(h->ctx, u);
+                spin(pr->bwd_s[u]);
+                h->grads_done(h->ctx, u);
+            }
+        }
+        bad = fsdp_sync(f, err, errlen) != 0;
+        for (int i = 0; !bad && i < 2; i++)
+            bad = comm_allgather(o->comm, one + rank, one, 1, COMM_F32, err, errlen) != 0;
+        fsdp_params_changed(f);
+        if (step > 0) t[n++] = now_s() - t0 - spun;
+        more = n < PROBE_MAX_STEPS && (n < 3 || now_s() - start < pr->seconds);
+        bad = bad || comm_broadcast(o->comm, &more, 1, COMM_F32, 0, err, errlen) != 0;
+    }
+    if (!bad) { /* the median */
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                const double x = t[j];
+                t[j] = t[j - 1];
+                t[j - 1] = x;
+            }
+        const double mid = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+        *exposed_s = mid > 0 ? mid : 0;
+    }
+    fsdp_free(f);
+    free(bounds);
+    free(one);
+    return bad ? -1 : 0;
+}
+
 const dp_impl dp_full = {.name = "full",
                          .plan = plan,
                          .memory = memory,
@@ -129,4 +217,5 @@ const dp_impl dp_full = {.name = "full",
                          .params = params,
                          .refresh = refresh,
                          .export_part = export_part,
-                         .free = free_full};
+                         .free = free_full,
+                         .probe = probe};

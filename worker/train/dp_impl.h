@@ -33,6 +33,10 @@ typedef struct dp_impl {
     vj_err (*refresh)(dp *d, char *err, size_t errlen);
     vj_err (*export_part)(dp *d, char *err, size_t errlen); /* may be NULL */
     void (*free)(dp *d);                                    /* may be NULL */
+    /* dp_probe_schedule (may be NULL: the strategy's calls are on the
+     * training thread, with nothing of its own to time) */
+    int (*probe)(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
+                 size_t errlen);
 } dp_impl;
 
 extern const dp_impl dp_none, dp_grad_op, dp_full;

@@ -6,7 +6,6 @@
 
 #include <math.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -561,6 +560,14 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* keeps this thread's core busy for s seconds (a probe's stand-in for compute) */
+static void spin(double s)
+{
+    const double s0 = now_s();
+    while (now_s() - s0 < s) {
+    }
+}
+
 /* the median of t[0..n) (sorts it); 0 when n is 0 */
 static double median(double *t, int n)
 {
@@ -735,80 +742,14 @@ static int free_port(void)
 #define PROBE_BATCHES 5
 #define PROBE_MAX_REPS 16
 
-/* full's communication thread, as fsdp.c runs it: the caller asks for a
- * call and goes on computing; the thread makes it; the caller then waits
- * for it. Here each call is an all-gather of `floats` floats per rank. */
-typedef struct {
-    comm *c;
-    float *in, *out;
-    size_t floats;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    long asked, done;
-    int quit, bad;
-    char err[256];
-} call_thread;
-
-static void *call_thread_main(void *arg)
-{
-    call_thread *ct = arg;
-    pthread_mutex_lock(&ct->mu);
-    for (;;) {
-        while (ct->done == ct->asked && !ct->quit) pthread_cond_wait(&ct->cv, &ct->mu);
-        if (ct->done == ct->asked) break; /* quit, nothing asked */
-        pthread_mutex_unlock(&ct->mu);
-        int bad = ct->bad || comm_allgather(ct->c, ct->in, ct->out, ct->floats, COMM_F32, ct->err,
-                                            sizeof ct->err) != 0;
-        pthread_mutex_lock(&ct->mu);
-        ct->bad |= bad;
-        ct->done++;
-        pthread_cond_broadcast(&ct->cv);
-    }
-    pthread_mutex_unlock(&ct->mu);
-    return NULL;
-}
-
-/* One call's time: on this thread, an all-reduce of CALL_FLOATS after
- * gap_s of spinning (the run's compute between two calls); overlapped
- * (ct), its all-gather asked of the communication thread before the gap
- * and waited for after it: the part of it the gap did not hide. */
-static int timed_call(comm *c, call_thread *ct, float *buf, double gap_s, double *took, char *err,
-                      size_t errlen)
-{
-    if (ct) {
-        pthread_mutex_lock(&ct->mu);
-        ct->asked++;
-        pthread_cond_broadcast(&ct->cv);
-        pthread_mutex_unlock(&ct->mu);
-    }
-    const double s0 = now_s();
-    while (now_s() - s0 < gap_s) {
-    }
-    const double c0 = now_s();
-    int bad;
-    if (ct) {
-        pthread_mutex_lock(&ct->mu);
-        while (ct->done < ct->asked) pthread_cond_wait(&ct->cv, &ct->mu);
-        bad = ct->bad;
-        if (bad) snprintf(err, errlen, "%s", ct->err);
-        pthread_mutex_unlock(&ct->mu);
-    } else {
-        bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
-    }
-    *took = now_s() - c0;
-    return bad ? -1 : 0;
-}
-
 /* One rank of the probe: meets `world`, all-reduces `count` floats `reps`
- * (at most PROBE_MAX_REPS) times after one warm-up, then times `calls`
- * calls (timed_call; overlapped, of overlap_floats each, when that is not
- * 0) after one, in
- * PROBE_BATCHES batches; rank 0's seconds per all-reduce of the buffer in
- * *per and per call in *per_call (medians: see below; the spinning not
- * counted). */
+ * (at most PROBE_MAX_REPS) times after one warm-up, then CALL_FLOATS
+ * `calls` times after one, in PROBE_BATCHES batches, each call after
+ * gap_s of spinning; rank 0's seconds per all-reduce of each in *per and
+ * *per_call (medians: see below; the spinning not counted). */
 static int probe_rank(const char *endpoint, int rank, int world, size_t count, int reps,
-                      int calls, double gap_s, size_t overlap_floats, double *per,
-                      double *per_call, char *err, size_t errlen)
+                      int calls, double gap_s, double *per, double *per_call, char *err,
+                      size_t errlen)
 {
     rdzv *rv = NULL;
     comm *c = NULL;
@@ -830,54 +771,29 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
         if (i > 0) t[n++] = now_s() - t0;
     }
     if (!bad && per) *per = median(t, n);
-    call_thread ct = {.c = c, .floats = overlap_floats};
-    pthread_t th;
-    int threaded = 0, inited = 0;
-    if (!bad && overlap_floats > 0 && calls > 0) {
-        inited = 1;
-        ct.in = calloc(overlap_floats, sizeof(float));
-        ct.out = calloc(overlap_floats * (size_t)world, sizeof(float));
-        pthread_mutex_init(&ct.mu, NULL);
-        pthread_cond_init(&ct.cv, NULL);
-        threaded = ct.in && ct.out && pthread_create(&th, NULL, call_thread_main, &ct) == 0;
-        if (!threaded) {
-            bad = 1;
-            snprintf(err, errlen, "loopback probe: no communication thread");
-        }
-    }
     n = 0;
     for (int b = 0; !bad && calls > 0 && b < PROBE_BATCHES; b++) {
         const int each = calls / PROBE_BATCHES;
-        double in_calls = 0, took = 0;
-        if (b == 0) bad = timed_call(c, threaded ? &ct : NULL, buf, 0, &took, err, errlen) != 0;
+        if (b == 0) bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
+        double in_calls = 0;
         for (int i = 0; !bad && i < each; i++) {
-            bad = timed_call(c, threaded ? &ct : NULL, buf, gap_s, &took, err, errlen) != 0;
-            in_calls += took;
+            /* the run's compute between two calls, as a core kept busy */
+            spin(gap_s);
+            const double c0 = now_s();
+            bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
+            in_calls += now_s() - c0;
         }
         t[n++] = in_calls / each;
     }
     if (!bad && per_call && calls > 0) *per_call = median(t, n);
-    if (threaded) { /* it ends after the call it makes (a failed one returns) */
-        pthread_mutex_lock(&ct.mu);
-        ct.quit = 1;
-        pthread_cond_broadcast(&ct.cv);
-        pthread_mutex_unlock(&ct.mu);
-        pthread_join(th, NULL);
-    }
-    if (inited) {
-        pthread_mutex_destroy(&ct.mu);
-        pthread_cond_destroy(&ct.cv);
-    }
-    free(ct.in);
-    free(ct.out);
     comm_free(c);
     rdzv_free(rv);
     free(buf);
     return bad ? -1 : 0;
 }
 
-int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, size_t overlap_floats,
-                              double *bus_bytes_per_s, double *call_s, char *err, size_t errlen)
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus_bytes_per_s,
+                              double *call_s, char *err, size_t errlen)
 {
     if (ranks < 2 || ranks > 64) {
         snprintf(err, errlen, "loopback probe: %d ranks, not 2 to 64", ranks);
@@ -911,16 +827,16 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, size_t over
         }
         if (pid == 0) {
             char e[256];
-            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, overlap_floats, NULL,
-                             NULL, e, sizeof e)
+            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, NULL, NULL, e,
+                             sizeof e)
                       ? 1 : 0);
         }
         kids[n] = pid;
     }
     double per = 0, per_call = 0;
     if (!bad)
-        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, overlap_floats, &per, &per_call,
-                         err, errlen);
+        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, &per, &per_call, err,
+                         errlen);
     int failed = 0;
     for (int i = 0; i < n; i++) {
         int st = 0;
@@ -938,9 +854,110 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, size_t over
     return 0;
 }
 
+/* ---- a strategy's own schedule on loopback ---- */
+
+/* One rank of jobplan_probe_schedule: meets `world`, and times the
+ * strategy's schedule (dp_probe_schedule) with each unit's compute, its
+ * FLOPs at flops_per_s (flops_per_image's terms: the stem's patch
+ * embedding, the blocks, the head; a third forward, two thirds backward,
+ * checkpointing's recompute in the blocks' backward). */
+static int schedule_rank(const vit_job_config *cfg, const char *endpoint, int rank, int world,
+                         double flops_per_s, double seconds, double *exposed, char *err,
+                         size_t errlen)
+{
+    const model_config *mc = &cfg->model;
+    const training_config *tc = &cfg->training;
+    const int U = mc->depth + 2, B = tc->micro_batch_size;
+    const int W = cfg->world_size > 0 ? cfg->world_size : world; /* the job's: its accumulation */
+    const int accum = tc->global_batch_size / (B * W) > 0 ? tc->global_batch_size / (B * W) : 1;
+    double *fwd = calloc((size_t)U, sizeof *fwd), *bwd = calloc((size_t)U, sizeof *bwd);
+    rdzv *rv = NULL;
+    comm *c = NULL;
+    rdzv_error kind;
+    rdzv_options ro = {.endpoint = endpoint, .rank = rank, .world_size = world, .timeout_s = 30};
+    int bad = !fwd || !bwd;
+    if (bad) snprintf(err, errlen, "schedule probe: out of host memory");
+    if (!bad) {
+        const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
+                     H = config_mlp_hidden(mc), K = mc->num_classes;
+        const double N = floor(S / P) * floor(S / P), T = N + 1;
+        const double block = 2 * T * (3 * D * D + D * D + 2 * D * H) + 2 * 2 * T * T * D;
+        for (int u = 0; u < U; u++) {
+            const int blk = u > 0 && u < U - 1;
+            const double ff = u == 0 ? 2 * N * (C * P * P) * D : blk ? block : 2 * D * K;
+            fwd[u] = ff * B / flops_per_s;
+            bwd[u] = (2 + (blk && tc->activation_checkpointing ? 1 : 0)) * ff * B / flops_per_s;
+        }
+    }
+    bad = bad || rdzv_new(&rv, &ro, &kind, err, errlen) != 0 ||
+          comm_new_cpu(&c, rv, 30, err, errlen) != 0;
+    const dp_options o = {.comm = c, .ops = cpu_ops(tc->precision), .mc = mc,
+                          .oc = &tc->optimizer, .total_steps = tc->steps, .mode = tc->sharding};
+    const dp_probe pr = {.n_units = U, .accum = accum, .fwd_s = fwd, .bwd_s = bwd,
+                         .seconds = seconds};
+    double e = 0;
+    if (!bad) bad = dp_probe_schedule(&o, &pr, &e, err, errlen) != 1;
+    if (!bad && exposed) *exposed = e;
+    comm_free(c);
+    rdzv_free(rv);
+    free(fwd), free(bwd);
+    return bad ? -1 : 0;
+}
+
+int jobplan_probe_schedule(const vit_job_config *cfg, int ranks, double flops_per_s,
+                           double seconds, double *exposed_s, char *err, size_t errlen)
+{
+    if (!dp_has_schedule(cfg->training.sharding)) return 0;
+    if (ranks < 2 || ranks > 64 || flops_per_s <= 0) {
+        snprintf(err, errlen, "schedule probe: %d ranks at %g FLOP/s", ranks, flops_per_s);
+        return -1;
+    }
+    int port = free_port();
+    if (port < 0) {
+        snprintf(err, errlen, "schedule probe: no free port");
+        return -1;
+    }
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+    pid_t kids[63];
+    int n = 0, bad = 0;
+    fflush(NULL);
+    for (; n < ranks - 1; n++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            snprintf(err, errlen, "schedule probe: fork failed");
+            bad = 1;
+            break;
+        }
+        if (pid == 0) {
+            char e[256];
+            _exit(schedule_rank(cfg, endpoint, n + 1, ranks, flops_per_s, seconds, NULL, e,
+                                sizeof e)
+                      ? 1 : 0);
+        }
+        kids[n] = pid;
+    }
+    double exposed = -1;
+    if (!bad)
+        bad = schedule_rank(cfg, endpoint, 0, ranks, flops_per_s, seconds, &exposed, err, errlen);
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        int st = 0;
+        if (bad) kill(kids[i], SIGKILL);
+        waitpid(kids[i], &st, 0);
+        failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    if (bad || failed || exposed < 0) {
+        if (!bad) snprintf(err, errlen, "schedule probe: another rank failed");
+        return -1;
+    }
+    *exposed_s = exposed;
+    return 1;
+}
+
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen)
 {
-    return jobplan_probe_collectives(bytes, 2, 0, 0, bus_bytes_per_s, NULL, err, errlen);
+    return jobplan_probe_collectives(bytes, 2, 0, bus_bytes_per_s, NULL, err, errlen);
 }
 
 /* ---- output ---- */
@@ -1001,9 +1018,10 @@ void jobplan_print(FILE *to, const jobplan *p)
             p->bus_source);
     fprintf(to, "  %-34s %12.4g s\n", "  the bytes", p->comm_bw_s);
     if (strcmp(m->sharding, "full") == 0)
-        fprintf(to, "  %-34s %12.4g s (%.0f calls on the communication thread, %.3g ms each "
-                "beyond the compute it overlaps; %s)\n", "  the calls' latency", p->comm_lat_s,
-                p->comm_calls, p->call_s * 1e3, p->call_source);
+        fprintf(to, "  %-34s %12.4g s (%.0f calls on the communication thread, %.3g ms each with "
+                "its bytes beyond the compute it overlaps, less the bytes above; %s)\n",
+                "  the calls' latency", p->comm_lat_s, p->comm_calls, p->call_s * 1e3,
+                p->call_source);
     else
         fprintf(to, "  %-34s %12.4g s (%.0f calls, %.3g ms an all-reduce, half that a gather or "
                 "scatter; %s)\n", "  the calls' latency", p->comm_lat_s, p->comm_calls,

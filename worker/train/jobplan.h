@@ -102,11 +102,10 @@ typedef struct {
                                 * rate (GPU), not counted (CPU without the probe) */
     double call_s;             /* seconds per collective call: for none and grad-op an
                                 * all-reduce's latency, without its bytes; for full
-                                * what a call on its communication thread (an
-                                * all-gather of a unit's chunk, its bytes included)
-                                * costs beyond the compute it overlaps, the calls'
-                                * term then being what they take beyond the bytes'
-                                * time; 0: not counted */
+                                * what its calls take, bytes included, beyond the
+                                * compute they overlap, per call (jobplan_probe_schedule's
+                                * step / its calls), the calls' term then being what
+                                * they take beyond the bytes' time; 0: not counted */
 } jobplan_target;
 
 /* One suggested change and what it leads to. */
@@ -175,18 +174,26 @@ int jobplan_probe_compute(const vit_job_config *cfg, int threads, double seconds
 /* The collectives on loopback through the CPU collectives: `ranks` (2 to
  * 64) processes (this one and ranks - 1 forked), an all-reduce of `bytes`
  * timed for the bus bandwidth (bytes each rank moves / seconds; the median
- * of 5), and up to 400 calls for the seconds per call (the median of 5
- * batches' means; call_s may be NULL), each after gap_s of spinning on
- * every rank: the run's compute between two of its calls, which keeps the
- * cores busy when the collectives' threads must wake (on a loaded machine
- * that wait is most of a small call's time). A call is an all-reduce of 64
- * floats on the spinning thread; with overlap_floats (full's calls: the
- * job's mean unit chunk), an all-gather of that many floats per rank asked
- * of a communication thread before the spin and waited for after it, timed
- * from the spin's end: the part the compute did not hide. 0, or -1 with a
- * message. */
-int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, size_t overlap_floats,
-                              double *bus_bytes_per_s, double *call_s, char *err, size_t errlen);
+ * of 5), and up to 400 of 64 floats for the seconds per call (the median
+ * of 5 batches' means; call_s may be NULL), each call after gap_s of
+ * spinning on every rank: the run's compute between two of its calls,
+ * which keeps the cores busy when the collectives' threads must wake (on a
+ * loaded machine that wait is most of a small call's time). 0, or -1 with
+ * a message. */
+int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus_bytes_per_s,
+                              double *call_s, char *err, size_t errlen);
+/* The strategy's own schedule of collectives, where it has one (full:
+ * dp_has_schedule), as the job makes them: `ranks` (2 to 64) processes on
+ * loopback, each running dp_probe_schedule (the strategy's buffers for this
+ * model, its collectives asked as the model asks them over a step of the
+ * job's micro-batches, its accumulation at cfg->world_size), each unit's
+ * compute a spin of its FLOPs at flops_per_s (the step probe's rate).
+ * *exposed_s: the seconds per step beyond the spins (the collectives'
+ * bytes and latency the compute did not hide; the median step in about
+ * `seconds`). 1, 0 when the strategy has no schedule of its own (nothing
+ * run), or -1 with a message. */
+int jobplan_probe_schedule(const vit_job_config *cfg, int ranks, double flops_per_s,
+                           double seconds, double *exposed_s, char *err, size_t errlen);
 /* 2 ranks, the bandwidth only. */
 int jobplan_probe_loopback(size_t bytes, double *bus_bytes_per_s, char *err, size_t errlen);
 

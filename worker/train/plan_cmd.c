@@ -9,6 +9,7 @@
 #include "buf.h"
 
 #include "config.h"
+#include "dp.h"
 #include "exitcode.h"
 #include "jobplan.h"
 #include "log.h"
@@ -165,8 +166,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     if (!device_set) t.gpu = cfg.training.device == DEVICE_CUDA;
     cfg.world_size = t.replicas * t.local_ranks;
     if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
-    int copies = 1, probe_ranks = 0;
-    size_t chunk = 0; /* full's probe call: floats per rank */
+    int copies = 1, probe_ranks = 0, sched_probed = 0;
     double gap_s = 0;
     if (measure && !t.gpu) {
         int threads = t.threads > 0 ? t.threads : cfg.training.threads;
@@ -205,16 +205,21 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
             if (jobplan_make(&cfg, &t, &pre, err, errlen) == VJ_OK && pre.comm_calls > 0)
                 gap = pre.compute_s / pre.comm_calls;
             probe_ranks = t.replicas == 1 && cfg.world_size <= 64 ? cfg.world_size : 2;
-            /* full: its own call, an all-gather of the mean unit's chunk */
-            const int units = cfg.model.depth + 2;
-            if (cfg.training.sharding == SHARDING_FULL) {
-                const size_t per = (size_t)units * (size_t)cfg.world_size;
-                chunk = (pre.mem.n_params + per - 1) / per;
-                if (chunk < 1) chunk = 1;
-            }
-            if (jobplan_probe_collectives((size_t)32 << 20, probe_ranks, gap, chunk, &bus, &call,
-                                          err, errlen) != 0)
+            /* a strategy with its own schedule (full's communication
+             * thread): that schedule, each unit's compute spun at the
+             * probed rate, and its calls' time per call */
+            const int own = dp_has_schedule(cfg.training.sharding);
+            if (jobplan_probe_collectives((size_t)32 << 20, probe_ranks, gap, &bus,
+                                          own ? NULL : &call, err, errlen) != 0)
                 return VJ_ERR_PEER_LOST;
+            double exposed = 0;
+            if (own) {
+                if (jobplan_probe_schedule(&cfg, probe_ranks, t.flops_per_s, 1.5, &exposed, err,
+                                           errlen) != 1)
+                    return VJ_ERR_PEER_LOST;
+                call = pre.comm_calls > 0 ? exposed / pre.comm_calls : 0;
+                sched_probed = 1;
+            }
             if (t.bus_bytes_per_s <= 0) t.bus_bytes_per_s = bus, bus_probed = 1;
             if (t.call_s <= 0) t.call_s = call, call_probed = 1;
             gap_s = gap;
@@ -233,13 +238,14 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     if (bus_probed)
         snprintf(p.bus_source, sizeof p.bus_source, "measured: loopback all-reduce, 32 MiB, %d ranks",
                  probe_ranks);
-    if (call_probed)
+    if (call_probed && sched_probed)
         snprintf(p.call_source, sizeof p.call_source,
-                 chunk ? "measured: loopback all-gather of %zu floats a rank on a communication "
-                         "thread, %d ranks, beyond %.2g ms of compute it overlaps"
-                       : "measured: loopback all-reduce of %zu floats, %d ranks, %.2g ms busy "
-                         "between calls",
-                 chunk ? chunk : (size_t)64, probe_ranks, gap_s * 1e3);
+                 "measured: the strategy's own step on loopback, %d ranks, each unit's compute "
+                 "spun at the probed rate", probe_ranks);
+    else if (call_probed)
+        snprintf(p.call_source, sizeof p.call_source,
+                 "measured: loopback all-reduce of 64 floats, %d ranks, %.2g ms busy between calls",
+                 probe_ranks, gap_s * 1e3);
     if (json) {
         char *s = jobplan_json(&p);
         if (!s) {
