@@ -14,6 +14,13 @@ double mono_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void mono_spin(double s)
+{
+    const double s0 = mono_seconds();
+    while (mono_seconds() - s0 < s) {
+    }
+}
+
 void err_printf(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0) return;

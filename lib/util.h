@@ -1,6 +1,7 @@
 /* lib/util.h - the few helpers every module wants.
  * Owns: writing a formatted message into a caller's error buffer, the
- * monotonic clock every module times things with, and reading a decimal.
+ * monotonic clock every module times things with (and a busy wait on it),
+ * and reading a decimal.
  * Must not: allocate or log. */
 #ifndef VITJOB_UTIL_H
 #define VITJOB_UTIL_H
@@ -9,6 +10,9 @@
 
 /* Seconds on CLOCK_MONOTONIC (for durations and deadlines, never wall time). */
 double mono_seconds(void);
+/* Keeps the calling thread busy for s seconds on that clock (a probe's
+ * stand-in for compute); returns at once for s <= 0. */
+void mono_spin(double s);
 
 /* A decimal number, in full: [+-] digits [. digits] [e [+-] digits]; no hex,
  * no inf/nan spellings. Returns 0 with *out, or -1. */

@@ -10,7 +10,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "util.h"
 
 static vj_err plan(dp *d, model_options *mo, char *err, size_t errlen)
 {
@@ -122,20 +123,6 @@ static void free_full(dp *d)
 
 /* ---- the planner's probe (dp_probe_schedule) ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void spin(double s)
-{
-    const double s0 = now_s();
-    while (now_s() - s0 < s) {
-    }
-}
-
 #define PROBE_MAX_STEPS 64
 
 /* fsdp.c's shard of mc's units, its hooks asked as model.c asks them: per
@@ -164,20 +151,20 @@ static int probe(const dp_options *o, const dp_probe *pr, double *exposed_s, cha
     for (int u = 0; u < U; u++) spun += pr->accum * (pr->fwd_s[u] + pr->bwd_s[u]);
     double t[PROBE_MAX_STEPS];
     int n = 0;
-    const double start = now_s();
+    const double start = mono_seconds();
     float more = 1; /* rank 0's word after each step: every rank runs as many */
     for (int step = 0; !bad && more > 0; step++) {
-        const double t0 = now_s();
+        const double t0 = mono_seconds();
         fsdp_zero_grads(f);
         for (int a = 0; a < pr->accum; a++) {
             for (int u = 0; u < U; u++) {
                 h->params(h->ctx, u, 0);
-                spin(pr->fwd_s[u]);
+                mono_spin(pr->fwd_s[u]);
             }
             for (int u = U - 1; u >= 0; u--) {
                 h->params(h->ctx, u, 1);
                 h->grads(h->ctx, u);
-                spin(pr->bwd_s[u]);
+                mono_spin(pr->bwd_s[u]);
                 h->grads_done(h->ctx, u);
             }
         }
@@ -185,8 +172,8 @@ static int probe(const dp_options *o, const dp_probe *pr, double *exposed_s, cha
         for (int i = 0; !bad && i < 2; i++)
             bad = comm_allgather(o->comm, one + rank, one, 1, COMM_F32, err, errlen) != 0;
         fsdp_params_changed(f);
-        if (step > 0) t[n++] = now_s() - t0 - spun;
-        more = n < PROBE_MAX_STEPS && (n < 3 || now_s() - start < pr->seconds);
+        if (step > 0) t[n++] = mono_seconds() - t0 - spun;
+        more = n < PROBE_MAX_STEPS && (n < 3 || mono_seconds() - start < pr->seconds);
         bad = bad || comm_broadcast(o->comm, &more, 1, COMM_F32, 0, err, errlen) != 0;
     }
     if (!bad) { /* the median */

@@ -27,6 +27,7 @@
 #include "optim.h"
 #include "rdzv.h"
 #include "sysres.h"
+#include "util.h"
 
 /* ---- a GPU backend's sizes, without the backend ---- */
 
@@ -553,20 +554,6 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
 
 /* ---- probes ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* keeps this thread's core busy for s seconds (a probe's stand-in for compute) */
-static void spin(double s)
-{
-    const double s0 = now_s();
-    while (now_s() - s0 < s) {
-    }
-}
 
 /* the median of t[0..n) (sorts it); 0 when n is 0 */
 static double median(double *t, int n)
@@ -618,18 +605,18 @@ static int probe_one(const vit_job_config *cfg, int threads, double seconds, dou
      * PROBE_MIN_PASSES, at most PROBE_MAX_PASSES), and the rate of the
      * median pass: a run's steady rate is a median too (its log
      * intervals'), and a burst of other work on the machine moves a mean */
-    double pass_s[PROBE_MAX_PASSES], t0 = now_s();
+    double pass_s[PROBE_MAX_PASSES], t0 = mono_seconds();
     int passes = 0;
-    for (int pass = 0; pass == 0 || ((now_s() - t0 < seconds || passes < PROBE_MIN_PASSES) &&
+    for (int pass = 0; pass == 0 || ((mono_seconds() - t0 < seconds || passes < PROBE_MIN_PASSES) &&
                                      passes < PROBE_MAX_PASSES);
          pass++) {
-        if (pass == 1) t0 = now_s();
-        const double p0 = now_s();
+        if (pass == 1) t0 = mono_seconds();
+        const double p0 = mono_seconds();
         model_zero_grads(m);
         model_forward(m, images, labels, B);
         model_backward(m, 1.0f / B);
         if (pass == 0) optim_step(o, m, ops, 0);
-        if (pass > 0) pass_s[passes++] = now_s() - p0;
+        if (pass > 0) pass_s[passes++] = mono_seconds() - p0;
     }
     const double mid = median(pass_s, passes);
     *flops_per_s = mid > 0 ? per_pass / mid : 0;
@@ -641,13 +628,13 @@ static int probe_one(const vit_job_config *cfg, int threads, double seconds, dou
     const float *g = model_grads(m);
     if (keep && g) memcpy(keep, g, model_num_params(m) * sizeof(float));
     while (keep && g && (steps < 2 || opt < seconds / 4)) {
-        const double s0 = now_s();
+        const double s0 = mono_seconds();
         model_zero_grads(m);
-        const double s1 = now_s();
+        const double s1 = mono_seconds();
         ops->upload(model_grads(m), keep, model_num_params(m) * sizeof(float));
-        const double s2 = now_s();
+        const double s2 = mono_seconds();
         optim_step(o, m, ops, 1 + steps);
-        opt += (s1 - s0) + (now_s() - s2); /* the zeroing and the step, not the copy */
+        opt += (s1 - s0) + (mono_seconds() - s2); /* the zeroing and the step, not the copy */
         steps++;
     }
     *optim_s_per_param = steps ? opt / steps / (double)model_num_params(m) : 0;
@@ -737,27 +724,95 @@ static int free_port(void)
     return -1;
 }
 
-#define CALL_FLOATS 64 /* the latency probe's all-reduce: its bytes cost nothing */
+/* One rank's part of a loopback probe, on its communicator; rank 0's
+ * results go into arg (the forked ranks' copies are dropped). */
+typedef int (*loopback_fn)(comm *c, int rank, void *arg, char *err, size_t errlen);
 
-#define PROBE_BATCHES 5
-#define PROBE_MAX_REPS 16
-
-/* One rank of the probe: meets `world`, all-reduces `count` floats `reps`
- * (at most PROBE_MAX_REPS) times after one warm-up, then CALL_FLOATS
- * `calls` times after one, in PROBE_BATCHES batches, each call after
- * gap_s of spinning; rank 0's seconds per all-reduce of each in *per and
- * *per_call (medians: see below; the spinning not counted). */
-static int probe_rank(const char *endpoint, int rank, int world, size_t count, int reps,
-                      int calls, double gap_s, double *per, double *per_call, char *err,
-                      size_t errlen)
+static int loopback_rank(const char *endpoint, int rank, int world, loopback_fn fn, void *arg,
+                         char *err, size_t errlen)
 {
     rdzv *rv = NULL;
     comm *c = NULL;
     rdzv_error kind;
     rdzv_options ro = {.endpoint = endpoint, .rank = rank, .world_size = world, .timeout_s = 30};
-    float *buf = calloc(count > CALL_FLOATS ? count : CALL_FLOATS, sizeof(float));
-    int bad = !buf || rdzv_new(&rv, &ro, &kind, err, errlen) != 0 ||
-              comm_new_cpu(&c, rv, 30, err, errlen) != 0;
+    int bad = rdzv_new(&rv, &ro, &kind, err, errlen) != 0 ||
+              comm_new_cpu(&c, rv, 30, err, errlen) != 0 || fn(c, rank, arg, err, errlen) != 0;
+    comm_free(c);
+    rdzv_free(rv);
+    return bad ? -1 : 0;
+}
+
+/* `ranks` (2 to 64) processes meeting on loopback (this one rank 0, ranks
+ * - 1 forked: call it before this process has run OpenMP threads), each
+ * running fn on its communicator. 0, or -1 with a message starting with
+ * `what`. */
+static int loopback_ranks(const char *what, int ranks, loopback_fn fn, void *arg, char *err,
+                          size_t errlen)
+{
+    if (ranks < 2 || ranks > 64) {
+        snprintf(err, errlen, "%s: %d ranks, not 2 to 64", what, ranks);
+        return -1;
+    }
+    int port = free_port();
+    if (port < 0) {
+        snprintf(err, errlen, "%s: no free port", what);
+        return -1;
+    }
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+    pid_t kids[63];
+    int n = 0, bad = 0;
+    fflush(NULL);
+    for (; n < ranks - 1; n++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            snprintf(err, errlen, "%s: fork failed", what);
+            bad = 1;
+            break;
+        }
+        if (pid == 0) {
+            char e[256];
+            _exit(loopback_rank(endpoint, n + 1, ranks, fn, arg, e, sizeof e) ? 1 : 0);
+        }
+        kids[n] = pid;
+    }
+    if (!bad) bad = loopback_rank(endpoint, 0, ranks, fn, arg, err, errlen) != 0;
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        int st = 0;
+        if (bad) kill(kids[i], SIGKILL);
+        waitpid(kids[i], &st, 0);
+        failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    if (!bad && failed) snprintf(err, errlen, "%s: another rank failed", what);
+    return bad || failed ? -1 : 0;
+}
+
+#define CALL_FLOATS 64 /* the latency probe's all-reduce: its bytes cost nothing */
+
+#define PROBE_BATCHES 5
+#define PROBE_MAX_REPS 16
+
+/* The collectives probe's numbers: what to run, and rank 0's results. */
+typedef struct {
+    size_t count;
+    int reps, calls;
+    double gap_s;
+    double per, per_call; /* rank 0's */
+} collectives_probe;
+
+/* One rank of jobplan_probe_collectives: all-reduces `count` floats
+ * `reps` (at most PROBE_MAX_REPS) times after one warm-up, then
+ * CALL_FLOATS `calls` times after one, in PROBE_BATCHES batches, each call
+ * after gap_s of spinning; the seconds per all-reduce of each in per and
+ * per_call (medians: see below; the spinning not counted). */
+static int collectives_rank(comm *c, int rank, void *arg, char *err, size_t errlen)
+{
+    collectives_probe *a = arg;
+    (void)rank;
+    float *buf = calloc(a->count > CALL_FLOATS ? a->count : CALL_FLOATS, sizeof(float));
+    int bad = !buf;
+    if (bad) snprintf(err, errlen, "loopback probe: out of host memory");
     /* after one untimed call each: the median of `reps` timed all-reduces
      * of the buffer, and the median of PROBE_BATCHES batches' mean call
      * time (a batch keeps the scheduler's occasional long waits, which a
@@ -765,29 +820,27 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
      * burst of other work on the machine took) */
     double t[PROBE_BATCHES > PROBE_MAX_REPS ? PROBE_BATCHES : PROBE_MAX_REPS];
     int n = 0;
-    for (int i = 0; !bad && i <= reps && i <= PROBE_MAX_REPS; i++) {
-        double t0 = now_s();
-        bad = comm_allreduce_sum(c, buf, count, err, errlen) != 0;
-        if (i > 0) t[n++] = now_s() - t0;
+    for (int i = 0; !bad && i <= a->reps && i <= PROBE_MAX_REPS; i++) {
+        double t0 = mono_seconds();
+        bad = comm_allreduce_sum(c, buf, a->count, err, errlen) != 0;
+        if (i > 0) t[n++] = mono_seconds() - t0;
     }
-    if (!bad && per) *per = median(t, n);
+    if (!bad) a->per = median(t, n);
     n = 0;
-    for (int b = 0; !bad && calls > 0 && b < PROBE_BATCHES; b++) {
-        const int each = calls / PROBE_BATCHES;
+    for (int b = 0; !bad && a->calls > 0 && b < PROBE_BATCHES; b++) {
+        const int each = a->calls / PROBE_BATCHES;
         if (b == 0) bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
         double in_calls = 0;
         for (int i = 0; !bad && i < each; i++) {
             /* the run's compute between two calls, as a core kept busy */
-            spin(gap_s);
-            const double c0 = now_s();
+            mono_spin(a->gap_s);
+            const double c0 = mono_seconds();
             bad = comm_allreduce_sum(c, buf, CALL_FLOATS, err, errlen) != 0;
-            in_calls += now_s() - c0;
+            in_calls += mono_seconds() - c0;
         }
         t[n++] = in_calls / each;
     }
-    if (!bad && per_call && calls > 0) *per_call = median(t, n);
-    comm_free(c);
-    rdzv_free(rv);
+    if (!bad && a->calls > 0) a->per_call = median(t, n);
     free(buf);
     return bad ? -1 : 0;
 }
@@ -795,163 +848,84 @@ static int probe_rank(const char *endpoint, int rank, int world, size_t count, i
 int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus_bytes_per_s,
                               double *call_s, char *err, size_t errlen)
 {
-    if (ranks < 2 || ranks > 64) {
-        snprintf(err, errlen, "loopback probe: %d ranks, not 2 to 64", ranks);
-        return -1;
-    }
-    int port = free_port();
-    if (port < 0) {
-        snprintf(err, errlen, "loopback probe: no free port");
-        return -1;
-    }
-    char endpoint[32];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
-    const size_t count = bytes / sizeof(float);
+    collectives_probe a = {.count = bytes / sizeof(float), .reps = 5, .gap_s = gap_s};
     /* 400 calls, or as many as about 1.5 s of gaps allows (at least 20) */
-    int calls = 0;
     if (call_s) {
         double fit = 1.5 / (gap_s + 2e-4);
-        calls = fit >= 400 ? 400 : fit <= 4 * PROBE_BATCHES ? 4 * PROBE_BATCHES : (int)fit;
-        calls -= calls % PROBE_BATCHES;
+        a.calls = fit >= 400 ? 400 : fit <= 4 * PROBE_BATCHES ? 4 * PROBE_BATCHES : (int)fit;
+        a.calls -= a.calls % PROBE_BATCHES;
     }
-    const int reps = 5;
-    pid_t kids[63];
-    int n = 0, bad = 0;
-    fflush(NULL);
-    for (; n < ranks - 1; n++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            snprintf(err, errlen, "loopback probe: fork failed");
-            bad = 1;
-            break;
-        }
-        if (pid == 0) {
-            char e[256];
-            _exit(probe_rank(endpoint, n + 1, ranks, count, reps, calls, gap_s, NULL, NULL, e,
-                             sizeof e)
-                      ? 1 : 0);
-        }
-        kids[n] = pid;
-    }
-    double per = 0, per_call = 0;
-    if (!bad)
-        bad = probe_rank(endpoint, 0, ranks, count, reps, calls, gap_s, &per, &per_call, err,
-                         errlen);
-    int failed = 0;
-    for (int i = 0; i < n; i++) {
-        int st = 0;
-        if (bad) kill(kids[i], SIGKILL);
-        waitpid(kids[i], &st, 0);
-        failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
-    if (bad || failed || per <= 0) {
-        if (!bad) snprintf(err, errlen, "loopback probe: another rank failed");
+    if (loopback_ranks("loopback probe", ranks, collectives_rank, &a, err, errlen) != 0)
+        return -1;
+    if (a.per <= 0) {
+        snprintf(err, errlen, "loopback probe: nothing timed");
         return -1;
     }
     /* an all-reduce of W ranks moves 2 (W-1)/W buffers per rank */
-    *bus_bytes_per_s = 2.0 * (ranks - 1) / ranks * (double)count * sizeof(float) / per;
-    if (call_s) *call_s = per_call;
+    *bus_bytes_per_s = 2.0 * (ranks - 1) / ranks * (double)a.count * sizeof(float) / a.per;
+    if (call_s) *call_s = a.per_call;
     return 0;
 }
 
 /* ---- a strategy's own schedule on loopback ---- */
 
-/* One rank of jobplan_probe_schedule: meets `world`, and times the
- * strategy's schedule (dp_probe_schedule) with each unit's compute, its
- * FLOPs at flops_per_s (flops_per_image's terms: the stem's patch
- * embedding, the blocks, the head; a third forward, two thirds backward,
- * checkpointing's recompute in the blocks' backward). */
-static int schedule_rank(const vit_job_config *cfg, const char *endpoint, int rank, int world,
-                         double flops_per_s, double seconds, double *exposed, char *err,
-                         size_t errlen)
+/* One rank of jobplan_probe_schedule: times the strategy's schedule
+ * (dp_probe_schedule) with each unit's compute, its FLOPs at the probed
+ * rate (flops_per_image's terms: the stem's patch embedding, the blocks,
+ * the head; a third forward, two thirds backward, checkpointing's
+ * recompute in the blocks' backward). */
+typedef struct {
+    const vit_job_config *cfg;
+    double flops_per_s, seconds;
+    double exposed; /* rank 0's */
+} schedule_probe;
+
+static int schedule_rank(comm *c, int rank, void *arg, char *err, size_t errlen)
 {
-    const model_config *mc = &cfg->model;
-    const training_config *tc = &cfg->training;
+    schedule_probe *a = arg;
+    (void)rank;
+    const model_config *mc = &a->cfg->model;
+    const training_config *tc = &a->cfg->training;
     const int U = mc->depth + 2, B = tc->micro_batch_size;
-    const int W = cfg->world_size > 0 ? cfg->world_size : world; /* the job's: its accumulation */
+    const int W = a->cfg->world_size > 0 ? a->cfg->world_size : comm_world_size(c); /* its accumulation */
     const int accum = tc->global_batch_size / (B * W) > 0 ? tc->global_batch_size / (B * W) : 1;
     double *fwd = calloc((size_t)U, sizeof *fwd), *bwd = calloc((size_t)U, sizeof *bwd);
-    rdzv *rv = NULL;
-    comm *c = NULL;
-    rdzv_error kind;
-    rdzv_options ro = {.endpoint = endpoint, .rank = rank, .world_size = world, .timeout_s = 30};
-    int bad = !fwd || !bwd;
-    if (bad) snprintf(err, errlen, "schedule probe: out of host memory");
-    if (!bad) {
-        const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
-                     H = config_mlp_hidden(mc), K = mc->num_classes;
-        const double N = floor(S / P) * floor(S / P), T = N + 1;
-        const double block = 2 * T * (3 * D * D + D * D + 2 * D * H) + 2 * 2 * T * T * D;
-        for (int u = 0; u < U; u++) {
-            const int blk = u > 0 && u < U - 1;
-            const double ff = u == 0 ? 2 * N * (C * P * P) * D : blk ? block : 2 * D * K;
-            fwd[u] = ff * B / flops_per_s;
-            bwd[u] = (2 + (blk && tc->activation_checkpointing ? 1 : 0)) * ff * B / flops_per_s;
-        }
+    if (!fwd || !bwd) {
+        free(fwd), free(bwd);
+        snprintf(err, errlen, "schedule probe: out of host memory");
+        return -1;
     }
-    bad = bad || rdzv_new(&rv, &ro, &kind, err, errlen) != 0 ||
-          comm_new_cpu(&c, rv, 30, err, errlen) != 0;
+    const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
+                 H = config_mlp_hidden(mc), K = mc->num_classes;
+    const double N = floor(S / P) * floor(S / P), T = N + 1;
+    const double block = 2 * T * (3 * D * D + D * D + 2 * D * H) + 2 * 2 * T * T * D;
+    for (int u = 0; u < U; u++) {
+        const int blk = u > 0 && u < U - 1;
+        const double ff = u == 0 ? 2 * N * (C * P * P) * D : blk ? block : 2 * D * K;
+        fwd[u] = ff * B / a->flops_per_s;
+        bwd[u] = (2 + (blk && tc->activation_checkpointing ? 1 : 0)) * ff * B / a->flops_per_s;
+    }
     const dp_options o = {.comm = c, .ops = cpu_ops(tc->precision), .mc = mc,
                           .oc = &tc->optimizer, .total_steps = tc->steps, .mode = tc->sharding};
     const dp_probe pr = {.n_units = U, .accum = accum, .fwd_s = fwd, .bwd_s = bwd,
-                         .seconds = seconds};
-    double e = 0;
-    if (!bad) bad = dp_probe_schedule(&o, &pr, &e, err, errlen) != 1;
-    if (!bad && exposed) *exposed = e;
-    comm_free(c);
-    rdzv_free(rv);
+                         .seconds = a->seconds};
+    const int rc = dp_probe_schedule(&o, &pr, &a->exposed, err, errlen);
     free(fwd), free(bwd);
-    return bad ? -1 : 0;
+    return rc == 1 ? 0 : -1;
 }
 
 int jobplan_probe_schedule(const vit_job_config *cfg, int ranks, double flops_per_s,
                            double seconds, double *exposed_s, char *err, size_t errlen)
 {
     if (!dp_has_schedule(cfg->training.sharding)) return 0;
-    if (ranks < 2 || ranks > 64 || flops_per_s <= 0) {
-        snprintf(err, errlen, "schedule probe: %d ranks at %g FLOP/s", ranks, flops_per_s);
+    if (flops_per_s <= 0) {
+        snprintf(err, errlen, "schedule probe: a compute rate of %g FLOP/s", flops_per_s);
         return -1;
     }
-    int port = free_port();
-    if (port < 0) {
-        snprintf(err, errlen, "schedule probe: no free port");
-        return -1;
-    }
-    char endpoint[32];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
-    pid_t kids[63];
-    int n = 0, bad = 0;
-    fflush(NULL);
-    for (; n < ranks - 1; n++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            snprintf(err, errlen, "schedule probe: fork failed");
-            bad = 1;
-            break;
-        }
-        if (pid == 0) {
-            char e[256];
-            _exit(schedule_rank(cfg, endpoint, n + 1, ranks, flops_per_s, seconds, NULL, e,
-                                sizeof e)
-                      ? 1 : 0);
-        }
-        kids[n] = pid;
-    }
-    double exposed = -1;
-    if (!bad)
-        bad = schedule_rank(cfg, endpoint, 0, ranks, flops_per_s, seconds, &exposed, err, errlen);
-    int failed = 0;
-    for (int i = 0; i < n; i++) {
-        int st = 0;
-        if (bad) kill(kids[i], SIGKILL);
-        waitpid(kids[i], &st, 0);
-        failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
-    if (bad || failed || exposed < 0) {
-        if (!bad) snprintf(err, errlen, "schedule probe: another rank failed");
-        return -1;
-    }
-    *exposed_s = exposed;
+    schedule_probe a = {.cfg = cfg, .flops_per_s = flops_per_s, .seconds = seconds,
+                        .exposed = -1};
+    if (loopback_ranks("schedule probe", ranks, schedule_rank, &a, err, errlen) != 0) return -1;
+    *exposed_s = a.exposed > 0 ? a.exposed : 0;
     return 1;
 }
 
