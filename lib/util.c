@@ -21,6 +21,17 @@ void mono_spin(double s)
     }
 }
 
+double median_of(double *t, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            const double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n == 0 ? 0 : n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
 void err_printf(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0) return;

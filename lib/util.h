@@ -1,7 +1,7 @@
 /* lib/util.h - the few helpers every module wants.
  * Owns: writing a formatted message into a caller's error buffer, the
  * monotonic clock every module times things with (and a busy wait on it),
- * and reading a decimal.
+ * the median of a few timings, and reading a decimal.
  * Must not: allocate or log. */
 #ifndef VITJOB_UTIL_H
 #define VITJOB_UTIL_H
@@ -13,6 +13,9 @@ double mono_seconds(void);
 /* Keeps the calling thread busy for s seconds on that clock (a probe's
  * stand-in for compute); returns at once for s <= 0. */
 void mono_spin(double s);
+/* The median of t[0..n) (sorts t in place: meant for a few timings); 0
+ * when n is 0. */
+double median_of(double *t, int n);
 
 /* A decimal number, in full: [+-] digits [. digits] [e [+-] digits]; no hex,
  * no inf/nan spellings. Returns 0 with *out, or -1. */

@@ -176,14 +176,8 @@ static int probe(const dp_options *o, const dp_probe *pr, double *exposed_s, cha
         more = n < PROBE_MAX_STEPS && (n < 3 || mono_seconds() - start < pr->seconds);
         bad = bad || comm_broadcast(o->comm, &more, 1, COMM_F32, 0, err, errlen) != 0;
     }
-    if (!bad) { /* the median */
-        for (int i = 1; i < n; i++)
-            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-                const double x = t[j];
-                t[j] = t[j - 1];
-                t[j - 1] = x;
-            }
-        const double mid = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    if (!bad) {
+        const double mid = median_of(t, n);
         *exposed_s = mid > 0 ? mid : 0;
     }
     fsdp_free(f);

@@ -173,19 +173,33 @@ vj_err jobplan_memory(const vit_job_config *cfg, const vit_ops *ops, int world, 
 
 /* ---- time ---- */
 
-/* One image's training-step FLOPs, split: the matmuls' (patch embedding,
- * each block's qkv, proj and MLP, the head) and the attention's two
- * products; 3 x the forward, plus the blocks' forward again when
+/* One image's forward FLOPs per unit of the model (model_unit_bounds):
+ * the stem's patch embedding, a block's matmuls (qkv, proj, the MLP) and
+ * its attention's two products, the head. */
+typedef struct {
+    double stem, block_mm, block_att, head;
+} unit_flops;
+
+static unit_flops forward_flops(const model_config *mc)
+{
+    const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
+                 H = config_mlp_hidden(mc), K = mc->num_classes;
+    const double N = floor(S / P) * floor(S / P), T = N + 1;
+    return (unit_flops){.stem = 2 * N * (C * P * P) * D,
+                        .block_mm = 2 * T * (3 * D * D + D * D + 2 * D * H),
+                        .block_att = 2 * 2 * T * T * D,
+                        .head = 2 * D * K};
+}
+
+/* One image's training-step FLOPs, split: the matmuls' and the
+ * attention's; 3 x the forward, plus the blocks' forward again when
  * checkpointed. */
 static void flops_per_image(const model_config *mc, int ckpt, double *matmul, double *attention)
 {
-    const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
-                 L = mc->depth, H = config_mlp_hidden(mc), K = mc->num_classes;
-    const double N = floor(S / P) * floor(S / P), T = N + 1;
-    const double blk_mm = 2 * T * (3 * D * D + D * D + 2 * D * H), blk_att = 2 * 2 * T * T * D;
+    const unit_flops f = forward_flops(mc);
     const double passes = ckpt ? 4 : 3; /* of the blocks */
-    *matmul = 3 * (2 * N * (C * P * P) * D + 2 * D * K) + passes * L * blk_mm;
-    *attention = passes * L * blk_att;
+    *matmul = 3 * (f.stem + f.head) + passes * mc->depth * f.block_mm;
+    *attention = passes * mc->depth * f.block_att;
 }
 
 double jobplan_flops_per_image(const model_config *mc, int ckpt)
@@ -554,19 +568,6 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
 
 /* ---- probes ---- */
 
-
-/* the median of t[0..n) (sorts it); 0 when n is 0 */
-static double median(double *t, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    return n == 0 ? 0 : n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
-
 #define PROBE_MIN_PASSES 5
 #define PROBE_MAX_PASSES 4096
 
@@ -618,7 +619,7 @@ static int probe_one(const vit_job_config *cfg, int threads, double seconds, dou
         if (pass == 0) optim_step(o, m, ops, 0);
         if (pass > 0) pass_s[passes++] = mono_seconds() - p0;
     }
-    const double mid = median(pass_s, passes);
+    const double mid = median_of(pass_s, passes);
     *flops_per_s = mid > 0 ? per_pass / mid : 0;
     /* the optimizer's part of a step, on the last gradients: the zeroing
      * comes back each step, so the gradients are computed once */
@@ -825,7 +826,7 @@ static int collectives_rank(comm *c, int rank, void *arg, char *err, size_t errl
         bad = comm_allreduce_sum(c, buf, a->count, err, errlen) != 0;
         if (i > 0) t[n++] = mono_seconds() - t0;
     }
-    if (!bad) a->per = median(t, n);
+    if (!bad) a->per = median_of(t, n);
     n = 0;
     for (int b = 0; !bad && a->calls > 0 && b < PROBE_BATCHES; b++) {
         const int each = a->calls / PROBE_BATCHES;
@@ -840,7 +841,7 @@ static int collectives_rank(comm *c, int rank, void *arg, char *err, size_t errl
         }
         t[n++] = in_calls / each;
     }
-    if (!bad && a->calls > 0) a->per_call = median(t, n);
+    if (!bad && a->calls > 0) a->per_call = median_of(t, n);
     free(buf);
     return bad ? -1 : 0;
 }
@@ -871,7 +872,7 @@ int jobplan_probe_collectives(size_t bytes, int ranks, double gap_s, double *bus
 
 /* One rank of jobplan_probe_schedule: times the strategy's schedule
  * (dp_probe_schedule) with each unit's compute, its FLOPs at the probed
- * rate (flops_per_image's terms: the stem's patch embedding, the blocks,
+ * rate (forward_flops' terms: the stem's patch embedding, the blocks,
  * the head; a third forward, two thirds backward, checkpointing's
  * recompute in the blocks' backward). */
 typedef struct {
@@ -895,13 +896,10 @@ static int schedule_rank(comm *c, int rank, void *arg, char *err, size_t errlen)
         snprintf(err, errlen, "schedule probe: out of host memory");
         return -1;
     }
-    const double S = mc->image_size, P = mc->patch_size, C = mc->channels, D = mc->dim,
-                 H = config_mlp_hidden(mc), K = mc->num_classes;
-    const double N = floor(S / P) * floor(S / P), T = N + 1;
-    const double block = 2 * T * (3 * D * D + D * D + 2 * D * H) + 2 * 2 * T * T * D;
+    const unit_flops f = forward_flops(mc);
     for (int u = 0; u < U; u++) {
         const int blk = u > 0 && u < U - 1;
-        const double ff = u == 0 ? 2 * N * (C * P * P) * D : blk ? block : 2 * D * K;
+        const double ff = u == 0 ? f.stem : blk ? f.block_mm + f.block_att : f.head;
         fwd[u] = ff * B / a->flops_per_s;
         bwd[u] = (2 + (blk && tc->activation_checkpointing ? 1 : 0)) * ff * B / a->flops_per_s;
     }
