@@ -7,8 +7,12 @@
  * loads as generation 0; a writer of an older generation, once a newer
  * one has entered the fence, writes nothing and deletes nothing (its save
  * fails CKPT_FENCED, class rendezvous); retention never deletes an object
- * of a newer generation; and a starting generation at or below the newest
- * fence (another job on the same URI) writes as one above it. */
+ * of a newer generation; a starting generation at or below the newest
+ * fence (another job on the same URI) writes as one above it; and, with a
+ * takeover at the exact moment between a check and its act
+ * (ckpt_fence_set_hold), a stored shard or manifest is removed again, what
+ * stays is never listed or resumed from, and a retention deletes nothing
+ * newer. */
 #include "ckpt.h"
 #include "ckpt_fence.h"
 
@@ -342,7 +346,7 @@ Test(ckpt_fence, entering_the_fence_records_the_generation_and_another_job_on_th
     cr_assert_eq(newest, 4);
     cr_assert_eq(ckpt_fence_check(s, 2, "retention", 9, err, sizeof err), CKPT_FENCED);
     cr_assert(strstr(err, "older generation (2)") && strstr(err, "(4, fence/g4.json)") &&
-              strstr(err, "retention of step 9") && strstr(err, "nothing was written or deleted"),
+              strstr(err, "retention of step 9") && strstr(err, "was refused, and it stores and deletes nothing more"),
               "%s", err);
     cr_assert_eq(ckpt_status_class(CKPT_FENCED), VJ_ERR_RENDEZVOUS);
     /* names in the fence folder that are not fences do not count */
@@ -449,4 +453,154 @@ Test(ckpt_fence, a_closed_gate_stops_a_save_at_the_rename_and_leaves_no_file,
     cr_assert_neq(system(cmd), 0, "a refused put left its temporary");
     free(before);
     ckpt_writer_free(w);
+}
+
+/* ---- the moment between a check and its act (ckpt_fence_hold) ---- */
+
+/* What the hold does when the writer of the old generation reaches
+ * hold_action at hold_step: generation 1 enters the fence there, and with
+ * hold_save a writer of generation 1 saves that step (base 111). */
+static const char *hold_action;
+static long hold_step;
+static int hold_save, held;
+
+static void take_over(const char *action, long step, void *ctx)
+{
+    (void)ctx;
+    if (strcmp(action, hold_action) != 0 || step != hold_step) return;
+    held++;
+    long g;
+    char e[512];
+    cr_assert_eq(ckpt_fence_enter(s, 1, &g, e, sizeof e), CKPT_OK, "%s", e);
+    if (hold_save) {
+        ckpt_writer *w = NULL;
+        cr_assert_eq(ckpt_writer_new(&w, s, NULL, 0, 1, 5, 10, e, sizeof e), 0, "%s", e);
+        ckpt_writer_set_generation(w, 1);
+        float p[16], m[16], v[16];
+        for (int i = 0; i < 16; i++) p[i] = 111 + (float)i, m[i] = 0.5f, v[i] = 0.25f;
+        ckpt_meta meta = {.step = step, .world_size = 1, .n_params = 16};
+        snprintf(meta.sharding, sizeof meta.sharding, "none");
+        snprintf(meta.model, sizeof meta.model, "{\"dim\":4}");
+        ckpt_segment seg = {.lo = 0, .hi = 16, .params = p, .m = m, .v = v};
+        cr_assert_eq(ckpt_save(w, &meta, &seg, 1, ops_cpu(), e, sizeof e), CKPT_OK, "%s", e);
+        cr_assert_eq(ckpt_wait(w, NULL, e, sizeof e), CKPT_OK, "%s", e);
+        ckpt_writer_free(w);
+    }
+}
+
+static void hold_at(const char *action, long step, int save_too)
+{
+    hold_action = action;
+    hold_step = step;
+    hold_save = save_too;
+    held = 0;
+    ckpt_fence_set_hold(take_over, NULL);
+}
+
+static void unhold(void) { ckpt_fence_set_hold(NULL, NULL); }
+
+/* What `vitjob-worker checkpoints` prints for the store. */
+static char *described(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_eq(ckpt_describe(s, f, err, sizeof err), CKPT_OK, "%s", err);
+    fclose(f);
+    return text;
+}
+
+/* Generation 1 takes over between the fence check of generation 0's shard
+ * of step 2 and its rename: the shard is stored, asked about again, and
+ * removed; the save fails CKPT_FENCED saying so, and the store holds what
+ * it held plus the fence. */
+Test(ckpt_fence, a_takeover_between_a_shards_check_and_its_rename_has_the_shard_removed_again,
+     .init = open_store, .fini = close_store)
+{
+    ckpt_writer *old = writer(0, 3);
+    saved(old, 1, 100);
+    hold_at("shard", 2, 0);
+    char *before = snapshot();
+    cr_assert_eq(save(old, 2, 200), CKPT_FENCED, "%s", err);
+    unhold();
+    cr_assert_eq(held, 1);
+    cr_assert(strstr(err, "it took over while its shard of step 2 was in flight, and it stores "
+                          "and deletes nothing more; step-000000002/shard-00000-of-00001.bin "
+                          "was stored just as that happened and has been removed again"),
+              "%s", err);
+    /* the store as before, plus the fence (sorted first) */
+    char *after = snapshot();
+    char *nl = strchr(after, '\n');
+    cr_assert(nl && strncmp(after, "fence/g1.json ", 14) == 0, "%s", after);
+    cr_assert_str_eq(nl + 1, before, "the stale shard stayed or something changed");
+    free(after);
+    free(before);
+    ckpt_writer_free(old);
+}
+
+/* Generation 1 takes over between the check of generation 0's manifest of
+ * step 2 and its rename: the manifest is removed again; generation 0's
+ * shard of step 2, stored before the takeover, is what a stale writer
+ * leaves: a step nobody can complete any more, which neither
+ * `checkpoints` nor resume sees, while a torn step of the newest
+ * generation still shows as torn. */
+Test(ckpt_fence, a_takeover_between_a_manifests_check_and_its_rename_leaves_nothing_visible,
+     .init = open_store, .fini = close_store)
+{
+    ckpt_writer *old = writer(0, 3);
+    saved(old, 1, 100);
+    hold_at("manifest", 2, 0);
+    cr_assert_eq(save(old, 2, 200), CKPT_FENCED, "%s", err);
+    unhold();
+    cr_assert_eq(held, 1);
+    cr_assert(strstr(err, "its manifest of step 2 was in flight") &&
+              strstr(err, "step-000000002/manifest.json was stored just as that happened and "
+                          "has been removed again"), "%s", err);
+    cr_assert(!has("step-000000002/manifest.json"));
+    cr_assert(has("step-000000002/shard-00000-of-00001.bin"));
+    char *text = described();
+    cr_assert(!strstr(text, "\n2 "), "the stale writer's step is listed:\n%s", text);
+    cr_assert(strstr(text, "\n1            complete"), "%s", text);
+    free(text);
+    ckpt_manifest *m = NULL;
+    cr_assert_eq(ckpt_find(s, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->step, 1);
+    ckpt_manifest_free(m);
+    /* generation 1's own shard of step 3 without its manifest: torn, listed */
+    char name[96];
+    ckpt_shard_name(0, 1, 1, name + 15, sizeof name - 15);
+    memcpy(name, "step-000000003/", 15);
+    cr_assert_eq(ckpt_store_put(s, name, "x", 1, err, sizeof err), CKPT_OK, "%s", err);
+    text = described();
+    cr_assert(strstr(text, "\n3            torn"), "%s", text);
+    cr_assert(!strstr(text, "\n2 "), "%s", text);
+    free(text);
+    ckpt_writer_free(old);
+}
+
+/* Generation 1 takes over (and saves step 1 itself) between the fence check
+ * of generation 0's retention of step 1 and its deletes: the deletes of
+ * that one step go on, and take generation 0's objects of it only;
+ * generation 1's step 1 is whole, and generation 0's next save is refused. */
+Test(ckpt_fence, a_takeover_between_retentions_check_and_its_deletes_deletes_nothing_newer,
+     .init = open_store, .fini = close_store)
+{
+    ckpt_writer *old = writer(0, 1);
+    saved(old, 1, 100);
+    hold_at("retention", 1, 1);
+    cr_assert_eq(save(old, 2, 200), CKPT_OK, "%s", err);
+    unhold();
+    cr_assert_eq(held, 1);
+    cr_assert(has("step-000000001/manifest.g1.json") &&
+              has("step-000000001/shard-00000-of-00001.g1.bin"), "generation 1's step 1 went");
+    cr_assert(!has("step-000000001/manifest.json") &&
+              !has("step-000000001/shard-00000-of-00001.bin"));
+    ckpt_manifest *m = NULL;
+    cr_assert_eq(ckpt_read_step(s, 1, &m, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(m)->generation, 1);
+    ckpt_manifest_free(m);
+    char *before = snapshot();
+    fenced(old, 3, 300, before);
+    free(before);
+    ckpt_writer_free(old);
 }

@@ -92,22 +92,34 @@ Test(ckpt_store, bad_uris_are_permanent_errors)
     cr_assert_null(t);
 }
 
-static ckpt_status refuse(void *ctx, char *e, size_t len)
+static ckpt_status refuse(void *ctx, int stored, char *e, size_t len)
 {
+    (void)stored;
     ++*(int *)ctx;
     snprintf(e, len, "refused by the guard");
     return CKPT_FENCED;
 }
 
-static ckpt_status allow(void *ctx, char *e, size_t len)
+static ckpt_status allow(void *ctx, int stored, char *e, size_t len)
 {
-    (void)e, (void)len;
+    (void)e, (void)len, (void)stored;
     ++*(int *)ctx;
     return CKPT_OK;
 }
 
-/* A guarded put asks its guard once, after the bytes are written and before
- * they become visible: refused, nothing is there, not even a temporary. */
+/* Allows before the put and refuses after it: what a fence that appeared
+ * while the put was in flight says. */
+static ckpt_status refuse_after(void *ctx, int stored, char *e, size_t len)
+{
+    ++*(int *)ctx;
+    if (!stored) return CKPT_OK;
+    snprintf(e, len, "refused once it was stored");
+    return CKPT_FENCED;
+}
+
+/* A guarded put asks its guard after the bytes are written and before they
+ * become visible: refused, nothing is there, not even a temporary; allowed,
+ * it is asked a second time once the object is stored. */
 Test(ckpt_store, a_guard_that_refuses_leaves_nothing_and_one_that_allows_puts,
      .init = open_store, .fini = close_store)
 {
@@ -121,7 +133,7 @@ Test(ckpt_store, a_guard_that_refuses_leaves_nothing_and_one_that_allows_puts,
     cr_assert_eq(system(cmd), 0, "a refused put left a file");
     cr_assert_eq(ckpt_store_put_guarded(s, "step-000000003/x.bin", "abc", 3, allow, &asked, err,
                                         sizeof err), CKPT_OK, "%s", err);
-    cr_assert_eq(asked, 2);
+    cr_assert_eq(asked, 3);
     char got[4] = "";
     cr_assert_eq(ckpt_store_get(s, "step-000000003/x.bin", 0, 3, got, err, sizeof err), CKPT_OK);
     cr_assert_eq(memcmp(got, "abc", 3), 0);
@@ -139,4 +151,22 @@ Test(ckpt_store, a_guard_that_refuses_leaves_nothing_and_one_that_allows_puts,
     cr_assert_eq(n, 0, "a folder that does not exist lists nothing");
     free(names);
     free(sizes);
+}
+
+/* A guard that says no only when asked after the put (its condition changed
+ * while the put was in flight): the object is deleted again, the put fails
+ * with the guard's status, and err says both what the guard said and that
+ * the object was stored and removed. */
+Test(ckpt_store, a_guard_that_refuses_after_the_put_has_the_object_removed_again,
+     .init = open_store, .fini = close_store)
+{
+    int asked = 0;
+    cr_assert_eq(ckpt_store_put_guarded(s, "step-000000004/y.bin", "abcd", 4, refuse_after, &asked,
+                                        err, sizeof err), CKPT_FENCED);
+    cr_assert_eq(asked, 2);
+    cr_assert(strstr(err, "refused once it was stored; step-000000004/y.bin was stored just as "
+                          "that happened and has been removed again"), "%s", err);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "test -z \"$(find %s/root -type f)\"", dir);
+    cr_assert_eq(system(cmd), 0, "the object (or a temporary) is still there");
 }

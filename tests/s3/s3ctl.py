@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/s3/s3ctl.py - what the checkpoint tests do to a store behind the
 worker's back, through boto3 (an independent S3 client): list, remove a
-prefix, flip a byte, test for an object, and check every object boto3 reads
+prefix, put or test for an object, flip a byte, and check every object boto3 reads
 against the worker's own listing.
 
 Owns: nothing the worker runs; a test tool. Must not: be used by the
@@ -11,6 +11,7 @@ Usage (credentials and endpoint from AWS_* and S3_ENDPOINT in the environment):
   s3ctl.py ls URI                    key and size of every object under URI
   s3ctl.py rm URI                    delete every object under URI
   s3ctl.py exists URI                exit 0 when the object exists, 1 when not
+  s3ctl.py put URI TEXT              store TEXT as the object URI
   s3ctl.py flip URI OFFSET           xor the byte at OFFSET with 0x5a
   s3ctl.py readall URI               read every object under URI, print key size sha256
   s3ctl.py verify URI                every step's manifest.json under URI, read by boto3:
@@ -60,6 +61,8 @@ def main(argv):
             s3.head_object(Bucket=bucket, Key=key)
         except s3.exceptions.ClientError:
             return 1
+    elif cmd == "put":
+        s3.put_object(Bucket=bucket, Key=key, Body=argv[3].encode())
     elif cmd == "flip":
         off = int(argv[3])
         body = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())

@@ -33,15 +33,21 @@ typedef struct {
     const void *gate_ctx;
 } fence_guard;
 
-static ckpt_status check_fence(void *ctx, char *err, size_t errlen)
+/* Before the put: the gate and the fence, then the test hold (ckpt_fence.h);
+ * after it (stored): the fence alone (a gate that closed after the put
+ * takes nothing back: what is stored is this generation's, and valid). */
+static ckpt_status check_fence(void *ctx, int stored, char *err, size_t errlen)
 {
     fence_guard *g = ctx;
+    if (stored) return ckpt_fence_recheck(g->store, g->generation, g->action, g->step, err, errlen);
     if (g->may_write && !g->may_write(g->gate_ctx)) {
         snprintf(err, errlen, "checkpoint step %ld: %s not written: this process may write no "
                  "more (woken from a freeze, or a peer was lost)", g->step, g->action);
         return CKPT_FENCED;
     }
-    return ckpt_fence_check(g->store, g->generation, g->action, g->step, err, errlen);
+    ckpt_status st = ckpt_fence_check(g->store, g->generation, g->action, g->step, err, errlen);
+    if (st == CKPT_OK) ckpt_fence_hold(g->action, g->step);
+    return st;
 }
 
 struct ckpt_writer {
@@ -185,6 +191,7 @@ static ckpt_status retain(ckpt_writer *w, char *why, size_t whylen)
             }
             if (st) break;
             checked = step;
+            ckpt_fence_hold("retention", step);
         }
         if (ckpt_store_delete(w->store, names[i], err, sizeof err) != CKPT_OK)
             LOG_WARN("ckpt", "event=delete_failed name=%s reason=%s", LOGV(names[i]), LOGV(err));
@@ -771,16 +778,33 @@ static void objects_free(objects *o)
     free(o->sizes);
 }
 
-/* The steps that have any object, descending; *count. */
-static long *steps_of(const objects *o, size_t *count)
+/* The steps that have any object, descending; *count. A step left by a
+ * fenced generation is not one: no manifest, and every object of it of a
+ * generation older than fence (the newest fence; -1 none): what a stale
+ * writer had in flight when a newer generation took over (ckpt_fence.h),
+ * which no generation can complete any more. Nobody lists it, resumes from
+ * it or passes it over; the retention of a newer generation deletes it
+ * like any older step. */
+static long *steps_of(const objects *o, long fence, size_t *count)
 {
     long *steps = malloc(sizeof *steps * (o->n + 1));
     size_t k = 0;
     if (!steps) return NULL;
-    for (size_t i = 0; i < o->n; i++) {
-        long s;
-        if (sscanf(o->names[i], "step-%ld/", &s) == 1 && (k == 0 || steps[k - 1] != s))
-            steps[k++] = s;
+    long cur = -1, newest_gen = -1;
+    int has_manifest = 0;
+    for (size_t i = 0; i <= o->n; i++) {
+        long s = -1, gen = 0;
+        const char *base = NULL;
+        if (i < o->n && !step_object(o->names[i], &s, &base)) continue;
+        if (i == o->n || s != cur) { /* the step before is whole */
+            if (cur >= 0 && (has_manifest || newest_gen >= fence)) steps[k++] = cur;
+            if (i == o->n) break;
+            cur = s;
+            newest_gen = -1;
+            has_manifest = 0;
+        }
+        if (ckpt_object_kind(base, &gen) == CKPT_OBJ_MANIFEST) has_manifest = 1;
+        if (gen > newest_gen) newest_gen = gen;
     }
     for (size_t i = 0; i < k / 2; i++) { /* ascending (sorted names) -> descending */
         long t = steps[i];
@@ -827,9 +851,12 @@ static ckpt_status check_step(ckpt_store *store, const objects *o, long step, in
 static ckpt_status list_steps(ckpt_store *store, objects *o, long **steps, size_t *ns, char *err,
                               size_t errlen)
 {
-    ckpt_status st = ckpt_store_list(store, &o->names, &o->sizes, &o->n, err, errlen);
+    long fence = -1;
+    ckpt_status st = ckpt_fence_newest(store, &fence, err, errlen);
     if (st) return st;
-    if (!(*steps = steps_of(o, ns))) {
+    if ((st = ckpt_store_list(store, &o->names, &o->sizes, &o->n, err, errlen)) != CKPT_OK)
+        return st;
+    if (!(*steps = steps_of(o, fence, ns))) {
         objects_free(o);
         snprintf(err, errlen, "checkpoint: out of memory");
         return CKPT_RETRY;
@@ -1001,8 +1028,8 @@ ckpt_status ckpt_describe(ckpt_store *store, FILE *out, char *err, size_t errlen
     char ferr[512];
     if (st == CKPT_OK && ckpt_fence_newest(store, &fence, ferr, sizeof ferr) == CKPT_OK &&
         fence > 0)
-        fprintf(out, "fence: generation %ld (%s/g%ld.json): writers of older generations "
-                "write and delete nothing\n", fence, CKPT_FENCE_DIR, fence);
+        fprintf(out, "fence: generation %ld (%s/g%ld.json): a writer of an older generation "
+                "that sees it stores and deletes nothing more\n", fence, CKPT_FENCE_DIR, fence);
     return st;
 }
 

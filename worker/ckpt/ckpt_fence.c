@@ -85,28 +85,79 @@ ckpt_status ckpt_fence_newest(ckpt_store *s, long *newest, char *err, size_t err
     return CKPT_OK;
 }
 
-/* The message and the log line of a refusal. */
-static ckpt_status fenced(long gen, long newer, const char *action, long step, char *err,
-                          size_t errlen)
+/* The message and the log line of a refusal; in_flight: the operation
+ * was already under way when the fence appeared (asked again after it). */
+static ckpt_status fenced(long gen, long newer, const char *action, long step, int in_flight,
+                          char *err, size_t errlen)
 {
     LOG_WARN("ckpt", "event=fenced generation=%ld newer_generation=%ld action=%s step=%ld "
-             "msg=%s", gen, newer, LOGV(action), step,
-             LOGVF("generation %ld has taken the checkpoints over; nothing written or deleted",
-                   newer));
+             "in_flight=%d msg=%s", gen, newer, LOGV(action), step, in_flight,
+             LOGVF("generation %ld has taken the checkpoints over; this writer stores and "
+                   "deletes nothing more", newer));
     snprintf(err, errlen, "checkpoint: this process is of an older generation (%ld) than the "
-             "one that has taken the checkpoints over (%ld, %s/g%ld.json); its %s of step %ld "
-             "was refused and nothing was written or deleted", gen, newer, CKPT_FENCE_DIR,
-             newer, action, step);
+             "one that has taken the checkpoints over (%ld, %s/g%ld.json); %s %s of step %ld "
+             "%s, and it stores and deletes nothing more", gen, newer, CKPT_FENCE_DIR, newer,
+             in_flight ? "it took over while its" : "its", action, step,
+             in_flight ? "was in flight" : "was refused");
     return CKPT_FENCED;
+}
+
+static ckpt_status check(ckpt_store *s, long gen, const char *action, long step, int in_flight,
+                         char *err, size_t errlen)
+{
+    long newest;
+    ckpt_status st = ckpt_fence_newest(s, &newest, err, errlen);
+    if (st) return st;
+    return newest > gen ? fenced(gen, newest, action, step, in_flight, err, errlen) : CKPT_OK;
 }
 
 ckpt_status ckpt_fence_check(ckpt_store *s, long gen, const char *action, long step, char *err,
                              size_t errlen)
 {
-    long newest;
-    ckpt_status st = ckpt_fence_newest(s, &newest, err, errlen);
-    if (st) return st;
-    return newest > gen ? fenced(gen, newest, action, step, err, errlen) : CKPT_OK;
+    return check(s, gen, action, step, 0, err, errlen);
+}
+
+ckpt_status ckpt_fence_recheck(ckpt_store *s, long gen, const char *action, long step,
+                               char *err, size_t errlen)
+{
+    return check(s, gen, action, step, 1, err, errlen);
+}
+
+/* ---------------------------------------------------------------- test hold */
+
+static void (*hold_fn)(const char *action, long step, void *ctx);
+static void *hold_ctx;
+
+void ckpt_fence_set_hold(void (*fn)(const char *action, long step, void *ctx), void *ctx)
+{
+    hold_fn = fn;
+    hold_ctx = ctx;
+}
+
+void ckpt_fence_hold(const char *action, long step)
+{
+    if (hold_fn) {
+        hold_fn(action, step, hold_ctx);
+        return;
+    }
+    const char *spec = getenv(CKPT_FENCE_HOLD_ENV);
+    if (!spec || !*spec) return;
+    /* "ACTION:STEP:FIFO": this action at this step waits for a line on FIFO */
+    char want[32];
+    long at;
+    int off = 0;
+    if (sscanf(spec, "%31[^:]:%ld:%n", want, &at, &off) != 2 || off == 0 ||
+        strcmp(want, action) != 0 || at != step)
+        return;
+    LOG_INFO("ckpt", "event=fence_hold action=%s step=%ld fifo=%s", LOGV(action), step,
+             LOGV(spec + off));
+    FILE *f = fopen(spec + off, "r"); /* blocks until the test opens it to write */
+    if (f) {
+        char line[64];
+        if (!fgets(line, sizeof line, f)) line[0] = '\0';
+        fclose(f);
+    }
+    LOG_INFO("ckpt", "event=fence_released action=%s step=%ld", LOGV(action), step);
 }
 
 ckpt_status ckpt_fence_enter(ckpt_store *s, long restart, long *gen, char *err, size_t errlen)

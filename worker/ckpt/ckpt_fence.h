@@ -9,8 +9,9 @@
  * ".g<g>": "manifest.g3.json", "shard-00000-of-00002.g3.bin"), the fence
  * objects ("fence/g<g>.json", one per generation that took the checkpoints
  * over), picking a starting writer's generation, and the check a writer
- * makes before every put and every delete (refused, with one log line
- * event=fenced naming both generations, when a newer fence exists).
+ * makes before every put and every delete and again after every put
+ * (refused, with one log line event=fenced naming both generations, when
+ * a newer fence exists), and the test hold between a check and its act.
  * Must not: know what a checkpoint holds or decide what to delete
  * (worker/ckpt/ckpt.c); write anything but fence objects.
  */
@@ -53,10 +54,31 @@ ckpt_status ckpt_fence_enter(ckpt_store *s, long restart, long *gen, char *err, 
  * "shard", "manifest", "retention", for the log; step: the step it
  * touches): CKPT_OK, or CKPT_FENCED when a newer generation's fence
  * exists, with one log line event=fenced generation=<gen>
- * newer_generation=<g> and err saying that this process is of an older
- * generation and wrote and deleted nothing. A store that fails is its
- * ckpt_status (the writer does not write unchecked). */
+ * newer_generation=<g> in_flight=0 and err saying that this process is of
+ * an older generation, that this operation was refused and that it stores
+ * and deletes nothing more. A store that fails is its ckpt_status (the
+ * writer does not write unchecked). */
 ckpt_status ckpt_fence_check(ckpt_store *s, long gen, const char *action, long step, char *err,
                              size_t errlen);
+/* The same question asked again once a put is done (ckpt_store_put_guarded's
+ * second one): CKPT_FENCED (logged with in_flight=1, err saying that the
+ * newer generation took over while the operation was in flight) means the
+ * fence appeared between the check and the act, and the writer takes its
+ * object back. */
+ckpt_status ckpt_fence_recheck(ckpt_store *s, long gen, const char *action, long step,
+                               char *err, size_t errlen);
+
+/* Tests only: the moment between a check that passed and its act (the
+ * writers call ckpt_fence_hold(action, step) right there), where a test
+ * makes a newer generation take over deterministically. A function set
+ * with ckpt_fence_set_hold (NULL: none; not thread-safe, set it before the
+ * writers start) is called there; without one, the environment variable
+ * VITJOB_TEST_FENCE_HOLD="ACTION:STEP:FIFO" makes that action at that step
+ * log event=fence_hold, open FIFO for reading (blocking until the test
+ * opens it to write) and read a line, then log event=fence_released. Unset
+ * (always, outside tests) it costs one getenv. */
+#define CKPT_FENCE_HOLD_ENV "VITJOB_TEST_FENCE_HOLD"
+void ckpt_fence_set_hold(void (*fn)(const char *action, long step, void *ctx), void *ctx);
+void ckpt_fence_hold(const char *action, long step);
 
 #endif

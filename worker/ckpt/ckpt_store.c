@@ -212,7 +212,7 @@ static ckpt_status file_put_guarded(const char *path, const char *dir, const voi
         snprintf(err, errlen, "checkpoint: %s %s (%zu bytes) failed: %s; the previous "
                  "checkpoints are untouched", what, path, len, strerror(e));
         st = errno_status(e);
-    } else if ((st = guard(ctx, err, errlen)) == CKPT_OK && rename(tmp, path) != 0) {
+    } else if ((st = guard(ctx, 0, err, errlen)) == CKPT_OK && rename(tmp, path) != 0) {
         int e = errno;
         snprintf(err, errlen, "checkpoint: cannot rename %s over %s: %s", tmp, path,
                  strerror(e));
@@ -236,6 +236,25 @@ static ckpt_status file_put_guarded(const char *path, const char *dir, const voi
     return st;
 }
 
+/* A guarded put's second question, once name is visible: CKPT_OK, or the
+ * guard's refusal with name deleted again (it is the writer's own object:
+ * the guard's condition changed while the put was in flight). */
+static ckpt_status take_back(ckpt_store *s, const char *name, ckpt_guard guard, void *ctx,
+                             char *err, size_t errlen)
+{
+    ckpt_status gst = guard(ctx, 1, err, errlen);
+    if (gst == CKPT_OK) return CKPT_OK;
+    char why[1024];
+    size_t used = strlen(err);
+    if (ckpt_store_delete(s, name, why, sizeof why) == CKPT_OK)
+        snprintf(err + used, errlen - used, "; %s was stored just as that happened and has "
+                 "been removed again", name);
+    else
+        snprintf(err + used, errlen - used, "; %s was stored just as that happened and could "
+                 "not be removed again (%s)", name, why);
+    return gst;
+}
+
 ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
                            char *err, size_t errlen)
 {
@@ -250,9 +269,10 @@ ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *
     if (s->kind == STORE_S3) { /* the request cannot be called back: the guard before it */
         char why[1024];
         if (key_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
-        if (guard && (gst = guard(ctx, err, errlen)) != CKPT_OK) return gst;
+        if (guard && (gst = guard(ctx, 0, err, errlen)) != CKPT_OK) return gst;
         s3_status st = s3_put(s->s3, s->bucket, path, buf, len, why, sizeof why);
-        return st == S3_OK ? CKPT_OK : s3_failed(st, why, err, errlen);
+        if (st != S3_OK) return s3_failed(st, why, err, errlen);
+        return guard ? take_back(s, name, guard, ctx, err, errlen) : CKPT_OK;
     }
     if (path_of(s, name, path, sizeof path, err, errlen)) return CKPT_PERMANENT;
     snprintf(dir, sizeof dir, "%s", path);
@@ -262,7 +282,11 @@ ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *
         snprintf(err, errlen, "checkpoint: cannot create %s: %s", dir, strerror(e));
         return errno_status(e);
     }
-    if (guard) return file_put_guarded(path, dir, buf, len, guard, ctx, err, errlen);
+    if (guard) {
+        if ((gst = file_put_guarded(path, dir, buf, len, guard, ctx, err, errlen)) != CKPT_OK)
+            return gst;
+        return take_back(s, name, guard, ctx, err, errlen);
+    }
     file_atomic *a = NULL;
     char why[1024];
     if (file_atomic_begin(&a, path, why, sizeof why) != 0) {

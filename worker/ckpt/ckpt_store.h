@@ -40,13 +40,21 @@ void ckpt_store_free(ckpt_store *s); /* accepts NULL */
 
 ckpt_status ckpt_store_put(ckpt_store *s, const char *name, const void *buf, size_t len,
                            char *err, size_t errlen);
-/* A put whose guard decides, at the last moment before the object becomes
- * visible, whether it may: on file:// after the bytes are written and
+/* A put whose guard is asked twice. Before: at the last moment before the
+ * object becomes visible (on file:// after the bytes are written and
  * fsynced, with nothing that can block between its answer and the rename;
- * on S3 before the request (the request itself cannot be called back). A guard's nonzero ckpt_status is the
- * put's, with the guard's message in err, and nothing is stored (the
- * temporary is removed). guard NULL: ckpt_store_put. */
-typedef ckpt_status (*ckpt_guard)(void *ctx, char *err, size_t errlen);
+ * on S3 before the request); a refusal there is the put's status, with the
+ * guard's message in err, and nothing is stored (the temporary is
+ * removed). After (stored 1): once the object is visible; a refusal there
+ * means the guard's condition changed while the put was in flight (a newer
+ * generation's fence appeared between the check and the rename, or during
+ * the request): the object just stored is deleted again, the put returns
+ * the guard's status, and err says that it was stored and removed (or
+ * could not be removed, and why). No check-then-act is atomic without
+ * conditional writes; this one leaves an object only when the process
+ * dies between the put and the second question. guard NULL:
+ * ckpt_store_put. */
+typedef ckpt_status (*ckpt_guard)(void *ctx, int stored, char *err, size_t errlen);
 ckpt_status ckpt_store_put_guarded(ckpt_store *s, const char *name, const void *buf, size_t len,
                                    ckpt_guard guard, void *ctx, char *err, size_t errlen);
 /* Exactly len bytes from offset off (a shorter object is an error). */
