@@ -76,14 +76,14 @@ WARN    := -Wall -Wextra -Werror
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 # Each module sees lib/ and api/ and itself: worker/ and kernels/ never see
 # operator/, and operator/ never sees worker/ or kernels/. Inside worker/,
-# each folder sees only what its README allows (data/ and dist/ nothing of
-# the worker's but themselves, ckpt/ dist/, train/ and main.c all): the
+# each folder sees only what its README allows (data/ and gang/ nothing of
+# the worker's but themselves, ckpt/ gang/, train/ and main.c all): the
 # include paths enforce it. Tests and benchmarks see all.
-WORKER_INC := -Iworker/train -Iworker/dist -Iworker/ckpt -Iworker/data
+WORKER_INC := -Iworker/train -Iworker/gang -Iworker/ckpt -Iworker/data
 INC     := -Ilib -Iapi -Ikernels $(WORKER_INC) -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
-# gloo (CPU collectives, C++) through worker/dist/comm_gloo.cc: the worker only
+# gloo (CPU collectives, C++) through worker/gang/comm_gloo.cc: the worker only
 GLOO_LIBS = -lgloo -lstdc++
 LDLIBS  = $(BLAS_LIBS) $(PKG_LIBS) -lsleef -lm -ldl -fopenmp $(GLOO_LIBS)
 WORKER_LDLIBS   = $(BLAS_LIBS) $(WORKER_PKG_LIBS) -lsleef -lm -ldl -fopenmp $(GLOO_LIBS)
@@ -167,7 +167,7 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 
 # the one C++ file (the gloo shim): C++17, the C flags' warnings and sanitizers
 CXX     ?= g++
-ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) -Ilib -Iapi -Iworker/dist -MMD -MP
+ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) -Ilib -Iapi -Iworker/gang -MMD -MP
 $(BUILD)/obj/%.o: %.cc $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX     $<  ($(BUILD))")
@@ -177,8 +177,8 @@ $(BUILD)/obj/%.o: %.cc $(FLAGS_STAMP)
 $(BUILD)/obj/lib/%.o $(BUILD)/obj/api/%.o: INC := -Ilib -Iapi
 $(BUILD)/obj/kernels/%.o: INC := -Ilib -Iapi -Ikernels
 $(BUILD)/obj/worker/data/%.o: INC := -Ilib -Iapi -Iworker/data
-$(BUILD)/obj/worker/dist/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/dist
-$(BUILD)/obj/worker/ckpt/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/ckpt -Iworker/dist
+$(BUILD)/obj/worker/gang/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/gang
+$(BUILD)/obj/worker/ckpt/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/ckpt -Iworker/gang
 $(BUILD)/obj/worker/train/%.o $(BUILD)/obj/worker/main.o: INC := -Ilib -Iapi -Ikernels $(WORKER_INC)
 $(BUILD)/obj/operator/%.o: INC := -Ilib -Iapi -Ioperator
 

@@ -1,4 +1,4 @@
-/* bench/comm_bench.c - the CPU collectives (worker/dist/comm.h on gloo) on
+/* bench/comm_bench.c - the CPU collectives (worker/gang/comm.h on gloo) on
  * loopback, in the style of nccl-tests: for 2 and 4 ranks (processes
  * meeting at rank 0's rendezvous store) and message sizes from 1 KiB to
  * 256 MiB, the time of all-reduce, reduce-scatter and all-gather, their

@@ -52,7 +52,7 @@ def run(worker, world, mode, steps, tmp):
             out["img_s"] = float(re.search(r"img_per_s=([\d.]+)", done).group(1))
             out["train_s"] = float(re.search(r"train_seconds=([\d.]+)", done).group(1))
             stats = [l for l in text.splitlines() if "event=comm_stats" in l]
-            if stats:  # many ranks: seconds inside the collectives (worker/dist/comm.c)
+            if stats:  # many ranks: seconds inside the collectives (worker/gang/comm.c)
                 out["comm"] = {k: float(v) for k, v in re.findall(r"(\w+_s)=([\d.]+)", stats[0])}
     return out
 

@@ -1,6 +1,6 @@
 /* kernels/comm_nccl.h - the CUDA plugin's NCCL communicator, as plain C.
  *
- * Owns: the table of C functions through which worker/dist/comm_nccl.c drives
+ * Owns: the table of C functions through which worker/gang/comm_nccl.c drives
  * NCCL inside the plugin (kernels/comm_nccl.cu, in lib/libvitjob_cuda.so),
  * and ops_cuda_nccl(), which finds that table the way ops_cuda() finds the
  * op tables (kernels/ops_cuda_loader.c: same checks, same reasons).

@@ -133,10 +133,10 @@ includes_of() {
   [ -z "$output" ] || { echo "every reference names docs/design.md:"; echo "$output"; false; }
 }
 
-@test "inside worker/: data/ and dist/ include nothing of the worker's, ckpt/ only dist/" {
+@test "inside worker/: data/ and gang/ include nothing of the worker's, ckpt/ only gang/" {
   local bad=""
-  bad+=$(includes_of worker/data worker/train worker/dist worker/ckpt)
-  bad+=$(includes_of worker/dist worker/train worker/ckpt worker/data)
+  bad+=$(includes_of worker/data worker/train worker/gang worker/ckpt)
+  bad+=$(includes_of worker/gang worker/train worker/ckpt worker/data)
   bad+=$(includes_of worker/ckpt worker/train worker/data)
   [ -z "$bad" ] || { echo "$bad"; false; }
 }

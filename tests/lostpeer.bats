@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# tests/lostpeer.bats - the ranks' heartbeat end to end (worker/dist/heartbeat.c,
+# tests/lostpeer.bats - the ranks' heartbeat end to end (worker/gang/heartbeat.c,
 # worker/train/lostpeer.c): real worker processes on loopback; a rank killed
 # is lost with evidence closed, one frozen (SIGSTOP) with evidence heartbeat
 # within the heartbeat timeout while the collective timeout is far away; a

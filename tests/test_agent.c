@@ -1,4 +1,4 @@
-/* tests/test_agent.c - worker/dist/agent.c's choice of the local rank that
+/* tests/test_agent.c - worker/gang/agent.c's choice of the local rank that
  * names a pod's failure (agent_pick_culprit): the cause, not its echo. A
  * child killed by a signal comes before one that exited for its own reason
  * (a code other than 1), which comes before one that exited 1 (the

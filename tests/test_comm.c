@@ -1,4 +1,4 @@
-/* tests/test_comm.c - worker/dist/comm.c, comm_gloo.cc and comm_nccl.c (with
+/* tests/test_comm.c - worker/gang/comm.c, comm_gloo.cc and comm_nccl.c (with
  * comm_rdzv.c): the CPU collectives across ranks (forked processes on
  * loopback, meeting through a store kept in a temporary directory) give
  * exact, rank-ordered, repeatable results, and a dead peer fails the

@@ -1,4 +1,4 @@
-/* tests/test_heartbeat.c - worker/dist/heartbeat.c: ranks (this process and
+/* tests/test_heartbeat.c - worker/gang/heartbeat.c: ranks (this process and
  * forked ones) meet at rank 0's store on loopback and heartbeat; a peer
  * killed is lost with evidence closed, one frozen (SIGSTOP) with evidence
  * heartbeat, rank 0's loss reaches the others, rank 0 tells every rank which

@@ -285,7 +285,7 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
                        .generation = pl.generation,
                        .timeout_s = cfg.training.rendezvous_timeout_seconds};
     if (rdzv_new(&rv, &ro, &kind, err, errlen) != 0) return rdzv_class(kind);
-    /* the heartbeat (worker/dist/heartbeat.h): a lost peer ends this process
+    /* the heartbeat (worker/gang/heartbeat.h): a lost peer ends this process
      * from the heartbeat's thread (lostpeer.h), whatever training is doing */
     static lostpeer_ctx lctx;
     lctx = (lostpeer_ctx){.rank = pl.rank, .local_ranks = pl.local_ranks,

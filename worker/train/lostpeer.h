@@ -1,5 +1,5 @@
 /* worker/train/lostpeer.h - what a worker does once its heartbeat reached a
- * verdict (worker/dist/heartbeat.h): says so, reports it, exits.
+ * verdict (worker/gang/heartbeat.h): says so, reports it, exits.
  *
  * Owns: the one line of the verdict (event=peer_lost rank=... evidence=...,
  * or event=stale); status.lostPeer (docs/design.md: generation, rank and

@@ -1,4 +1,4 @@
-/* worker/dist/heartbeat.h - the ranks' heartbeat: a lost peer noticed in
+/* worker/gang/heartbeat.h - the ranks' heartbeat: a lost peer noticed in
  * seconds, with its evidence, whatever the training thread is doing.
  *
  * Owns: one thread per process of a multi-rank run. Every rank but 0

@@ -1,4 +1,4 @@
-/* worker/dist/agent.c - see agent.h. Children are polled (waitpid WNOHANG every
+/* worker/gang/agent.c - see agent.h. Children are polled (waitpid WNOHANG every
  * 50 ms) so that a signal between two checks is never lost. */
 #include "agent.h"
 

@@ -1,4 +1,4 @@
-/* worker/dist/rdzv.c - see rdzv.h.
+/* worker/gang/rdzv.c - see rdzv.h.
  *
  * Protocol (TCP, little-endian, one request in flight per client):
  *   request  = u32 length | u8 op | payload        (length counts op + payload)

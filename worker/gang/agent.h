@@ -1,4 +1,4 @@
-/* worker/dist/agent.h - the pod's local agent (VITJOB_LOCAL_RANKS > 1, one
+/* worker/gang/agent.h - the pod's local agent (VITJOB_LOCAL_RANKS > 1, one
  * process per GPU: gpusPerReplica > 1), as torchrun's local agent is.
  *
  * Owns: starting one training process per local rank (this executable

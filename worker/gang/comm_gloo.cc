@@ -1,8 +1,8 @@
-// worker/dist/comm_gloo.cc - the CPU backend of comm.h: gloo (the library
+// worker/gang/comm_gloo.cc - the CPU backend of comm.h: gloo (the library
 // PyTorch's CPU process group uses), the only C++ file of the worker.
 //
-// Owns: comm_new_cpu_store and the gloo slots of worker/dist/comm_backend.h
-// (worker/dist/comm.c dispatches to them, and serves world size 1 without gloo),
+// Owns: comm_new_cpu_store and the gloo slots of worker/gang/comm_backend.h
+// (worker/gang/comm.c dispatches to them, and serves world size 1 without gloo),
 // gloo's rendezvous Store implemented on the comm_store callbacks (as
 // PyTorch's c10d implements it on its TCPStore), the reduce-scatter (the
 // first half of gloo's ring all-reduce, on gloo's unbound buffers: see
@@ -141,7 +141,7 @@ std::chrono::milliseconds timeout_of(const comm *c)
     return std::chrono::milliseconds(static_cast<long>(c->timeout_s * 1000));
 }
 
-// ---- the backend's slots (worker/dist/comm.c has checked count and failed) ----
+// ---- the backend's slots (worker/gang/comm.c has checked count and failed) ----
 
 void destroy(void *impl) { delete static_cast<gloo_comm *>(impl); }
 
@@ -303,7 +303,7 @@ extern "C" int comm_new_cpu_store(comm **out, const comm_store *store, int rank,
                                   double timeout_s, char *err, size_t errlen)
 {
     *out = nullptr;
-    if (world == 1) { // no gloo: worker/dist/comm.c serves it
+    if (world == 1) { // no gloo: worker/gang/comm.c serves it
         if (!(*out = comm_wrap(nullptr, nullptr, rank, world, timeout_s))) {
             std::snprintf(err, errlen, "communicator: out of memory");
             return -1;

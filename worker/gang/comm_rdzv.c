@@ -1,4 +1,4 @@
-/* worker/dist/comm_rdzv.c - the collective backends' store (comm.h's
+/* worker/gang/comm_rdzv.c - the collective backends' store (comm.h's
  * comm_store) on the rendezvous store (rdzv.h).
  *
  * Owns: comm_new_cpu and comm_new_nccl, the adapter from rdzv's set/get

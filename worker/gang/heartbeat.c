@@ -1,4 +1,4 @@
-/* worker/dist/heartbeat.c - see heartbeat.h.
+/* worker/gang/heartbeat.c - see heartbeat.h.
  *
  * Protocol, on a connection handed off by rank 0's store (rdzv_handoff_connect),
  * frames as the store's: u32 length | u8 type | payload (length counts type +

@@ -1,7 +1,7 @@
-/* worker/dist/comm.c - comm.h's functions, whichever backend serves them.
+/* worker/gang/comm.c - comm.h's functions, whichever backend serves them.
  *
  * Owns: dispatching each collective to the communicator's backend
- * (worker/dist/comm_backend.h), the checks every backend shares (count 0, a
+ * (worker/gang/comm_backend.h), the checks every backend shares (count 0, a
  * communicator that failed earlier), world size 1 on the CPU (copies or
  * nothing, no library), and the tally of the calls a backend served (calls,
  * seconds inside them, bytes), logged at info level when the communicator

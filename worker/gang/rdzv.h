@@ -1,4 +1,4 @@
-/* worker/dist/rdzv.h - rendezvous: the small TCP key-value store every rank of a
+/* worker/gang/rdzv.h - rendezvous: the small TCP key-value store every rank of a
  * job meets at.
  *
  * Owns: rank 0's store server (a thread of rank 0's process, listening on
@@ -89,7 +89,7 @@ void rdzv_exchange_free(rdzv *r, char **vals);
  * is gone (it is rank 0's); -1 when no rank was seen lost. */
 int rdzv_lost_rank(rdzv *r, double timeout_s);
 
-/* Other services on the store's port (worker/dist/heartbeat.c): a fresh
+/* Other services on the store's port (worker/gang/heartbeat.c): a fresh
  * connection that opens with a handoff request leaves the store and is
  * given to fn with the request's payload, on the store's thread and under
  * its lock (fn only takes fd and answers the request itself, in the

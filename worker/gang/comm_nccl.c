@@ -1,10 +1,10 @@
-/* worker/dist/comm_nccl.c - the GPU backend of comm.h: NCCL, through the CUDA
+/* worker/gang/comm_nccl.c - the GPU backend of comm.h: NCCL, through the CUDA
  * plugin's table (kernels/comm_nccl.h, found by ops_cuda_nccl()).
  *
  * Owns: comm_new_nccl_store (rank 0's NCCL unique id handed to the other
  * ranks through the comm_store, under "nccl/<n>/id", n counting this
  * process's NCCL communicators), and the nccl slots of
- * worker/dist/comm_backend.h, which call the plugin and carry its failed flag
+ * worker/gang/comm_backend.h, which call the plugin and carry its failed flag
  * into the communicator.
  * Must not: call CUDA or NCCL itself (the binaries link nothing from
  * NVIDIA; the plugin owns the streams, the events and the deadlines), or

@@ -1,4 +1,4 @@
-/* worker/dist/wire.h - the byte order of the rendezvous store's wire format
+/* worker/gang/wire.h - the byte order of the rendezvous store's wire format
  * (little-endian integers), shared by the store (rdzv.c) and the heartbeat
  * that rides on its connections (heartbeat.c).
  * Must not: know any message layout; it only packs and unpacks integers. */

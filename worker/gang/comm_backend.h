@@ -1,4 +1,4 @@
-/* worker/dist/comm_backend.h - what a collective backend gives worker/dist/comm.c,
+/* worker/gang/comm_backend.h - what a collective backend gives worker/gang/comm.c,
  * private to the worker/comm* files.
  *
  * Owns: struct comm (the backend's table, its state, rank, world size, the
@@ -6,7 +6,7 @@
  * (CPU) and comm_nccl.c (GPU, through the CUDA plugin).
  * Must not: be included outside worker/comm*; callers see comm.h only.
  *
- * worker/dist/comm.c checks before calling a slot: a communicator with no
+ * worker/gang/comm.c checks before calling a slot: a communicator with no
  * backend (world size 1 on the CPU) is served there without one; count 0
  * returns 0; a failed communicator is refused. A slot sets c->failed itself
  * when its library says the communicator is lost.

@@ -1,11 +1,11 @@
-/* worker/dist/comm.h - collectives over the ranks of a job, on flat buffers.
+/* worker/gang/comm.h - collectives over the ranks of a job, on flat buffers.
  *
  * Owns: the collective operations training needs (all-reduce sum,
  * reduce-scatter sum, all-gather, broadcast, barrier) behind one interface,
- * whichever backend serves them: worker/dist/comm.c dispatches to the
- * communicator's backend (worker/dist/comm_backend.h) and serves world size 1 on
+ * whichever backend serves them: worker/gang/comm.c dispatches to the
+ * communicator's backend (worker/gang/comm_backend.h) and serves world size 1 on
  * the CPU itself; comm_gloo.cc is the CPU's (gloo's TCP transport, its
- * rendezvous Store implemented on worker/dist/rdzv.h as PyTorch's c10d does);
+ * rendezvous Store implemented on worker/gang/rdzv.h as PyTorch's c10d does);
  * comm_nccl.c the GPU's (NCCL, inside the CUDA plugin: kernels/comm_nccl.cu).
  * Must not: write ring or tree algorithms (the libraries have them; the
  * one exception is the gloo reduce-scatter, gloo's own ring reduce-scatter
@@ -59,7 +59,7 @@ typedef struct comm comm;
 
 /* The store a backend rendezvouses through: set a key, and get one waiting
  * at most timeout_s (value malloc'd, the caller frees). Both return 0 or -1
- * with a message in err. worker/dist/comm_rdzv.c adapts worker/dist/rdzv.h to it. */
+ * with a message in err. worker/gang/comm_rdzv.c adapts worker/gang/rdzv.h to it. */
 typedef struct {
     void *ctx;
     int (*set)(void *ctx, const char *key, const void *val, size_t len, char *err,
@@ -74,7 +74,7 @@ typedef struct {
  * nothing (no store is used). *out is the caller's (comm_free). */
 int comm_new_cpu_store(comm **out, const comm_store *store, int rank, int world,
                        double timeout_s, char *err, size_t errlen);
-/* The same, through the rendezvous store r (worker/dist/comm_rdzv.c). */
+/* The same, through the rendezvous store r (worker/gang/comm_rdzv.c). */
 int comm_new_cpu(comm **out, rdzv *r, double timeout_s, char *err, size_t errlen);
 /* A GPU communicator (NCCL) on this process's CUDA device (the backend of
  * ops_cuda(), initialised first if it was not): rank 0 makes NCCL's unique
@@ -88,7 +88,7 @@ int comm_new_cpu(comm **out, rdzv *r, double timeout_s, char *err, size_t errlen
  * ..."). */
 int comm_new_nccl_store(comm **out, const comm_store *store, int rank, int world,
                         double timeout_s, char *err, size_t errlen);
-/* The same, through the rendezvous store r (worker/dist/comm_rdzv.c). */
+/* The same, through the rendezvous store r (worker/gang/comm_rdzv.c). */
 int comm_new_nccl(comm **out, rdzv *r, double timeout_s, char *err, size_t errlen);
 /* Accepts NULL. NCCL: waits (at most the timeout) for what is in flight,
  * then leaves the communicator cleanly (or aborts it). */
