@@ -179,25 +179,26 @@ static void prof_matmul_backward(floatX *dinp, float *dw, float *dbias, const fl
     prof_end("matmul_backward", s, (dinp ? 4.0 : 2.0) * N * IC * OC, t0);
 }
 
-static void prof_attention_forward(floatX *out, floatX *att, void *scratch, const floatX *qkv,
+static void prof_attention_forward(floatX *out, float *lse, void *scratch, const floatX *qkv,
                                    int B, int T, int D, int NH)
 {
     char s[48];
     snprintf(s, sizeof s, "%dx%dx%dx%d", B, T, D, NH);
     const double t0 = prof_begin();
-    prof_real->attention_forward(out, att, scratch, qkv, B, T, D, NH);
+    prof_real->attention_forward(out, lse, scratch, qkv, B, T, D, NH);
     prof_end("attention_forward", s, 4.0 * B * T * T * D, t0); /* QK^T, PV */
 }
 
 static void prof_attention_backward(floatX *dqkv, void *scratch, const floatX *dout,
-                                    const floatX *qkv, const floatX *att, int B, int T, int D,
-                                    int NH)
+                                    const floatX *qkv, const floatX *out, const float *lse,
+                                    int B, int T, int D, int NH)
 {
     char s[48];
     snprintf(s, sizeof s, "%dx%dx%dx%d", B, T, D, NH);
     const double t0 = prof_begin();
-    prof_real->attention_backward(dqkv, scratch, dout, qkv, att, B, T, D, NH);
-    prof_end("attention_backward", s, 8.0 * B * T * T * D, t0); /* dP, dV, dQ, dK */
+    prof_real->attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
+    /* QK^T again, dP, dV, dQ, dK */
+    prof_end("attention_backward", s, 10.0 * B * T * T * D, t0);
 }
 
 static double prof_sum_squares(const float *g, size_t n)

@@ -1,34 +1,40 @@
 /* kernels/attention.cu - CUDA non-causal multi-head self-attention.
  *
- * Owns: scores = q k^T * hd^-0.5, row softmax (max subtracted, fp32 math),
- * out = p v on timm's qkv layout (see ops.h), and the backward through all
- * three, for fp32 and bf16-mixed (X). llm.c's plan: split the heads out of
- * qkv into contiguous (B,NH,T,hd) tensors, do every product as one cuBLAS
+ * Owns: scores = q k^T * hd^-0.5, the row log-sum-exp (max subtracted, fp32
+ * math), P = exp(scores - lse), out = P v on timm's qkv layout (see ops.h),
+ * and the backward through all three from out and lse, for fp32, bf16-mixed
+ * and fp16-mixed (X). llm.c's plan: split the heads out of qkv into
+ * contiguous (B,NH,T,hd) tensors, do every product as one cuBLAS
  * strided-batched GEMM over the B*NH heads, and the softmax (and its
- * backward) as one warp per row.
+ * backward) as one warp per row. What the forward keeps is ops.h's: out and
+ * lse (B,NH,T) fp32; the backward recomputes S with the forward's GEMM and
+ * P with the forward's formula, exp(s - lse), so the same bits
+ * (FlashAttention-2's backward, unfused).
  * Must not: project q, k, v or the output (matmuls in the model), allocate
  * (everything lives in the caller's scratch, attention_scratch_bytes_cuda),
  * keep anything in scratch between forward and backward (the backward
- * recomputes its own copies from qkv and att), or use float atomics.
+ * recomputes its own copies from qkv, out and lse), or use float atomics.
  *
- * Scratch layout (one layout for forward and backward; every sub-buffer
- * starts at a multiple of 256 bytes from the scratch base; E = B*T*D
- * elements = B*NH*T*hd, S = B*NH*T*T elements):
+ * Scratch layout (attention_scratch.h, one layout for forward and backward;
+ * every sub-buffer starts at a multiple of 256 bytes from the scratch base;
+ * E = B*T*D elements = B*NH*T*hd, S = B*NH*T*T elements):
  *   q   X[E]      (B,NH,T,hd)   both
  *   k   X[E]      (B,NH,T,hd)   both
  *   v   X[E]      (B,NH,T,hd)   both
- *   y   X[E]      (B,NH,T,hd)   forward: att @ v; backward: dy (dout split)
- *   s32 float[S]  (B,NH,T,T)    forward: scaled scores; backward: dP = dy v^T
- *   sX  X[S]      (B,NH,T,T)    backward: dS = P (dP - rowsum(P dP))
+ *   y   X[E]      (B,NH,T,hd)   forward: P @ v; backward: dy (dout split)
+ *   s32 float[S]  (B,NH,T,T)    both: scaled scores; backward then dP = dy v^T
+ *   sX  X[S]      (B,NH,T,T)    both: P; backward then dS = P (dP - D_i), in place
  *   dq  X[E], dk X[E], dv X[E]  (B,NH,T,hd)  backward
  *
- * dS is stored as X (bf16 in bf16-mixed), not fp32: cublasGemmStridedBatchedEx
- * needs A and B of one type, and dQ = dS k, dK = dS^T q multiply it with the
- * bf16 q and k; an fp32 dS would need fp32 copies of q and k and fp32 GEMMs.
- * Rounding dS to bf16 costs a relative 2^-9 per element, far inside bf16's
- * tolerance, and is what llm.c (and bf16 autocast) do. In fp32 it is fp32.
- * The score scale is applied as the GEMMs' alpha (scores, dQ, dK) rather
- * than folded into q or dS; the same math as kernels/attention.c.
+ * P and dS are stored as X (bf16 in bf16-mixed), not fp32: cublasGemmStridedBatchedEx
+ * needs A and B of one type, and y = P v, dV = P^T dy, dQ = dS k, dK = dS^T q
+ * multiply them with the 16-bit v, dy, k and q; fp32 copies would need fp32
+ * GEMMs. Rounding P and dS to bf16 costs a relative 2^-9 per element, far
+ * inside bf16's tolerance, and is what llm.c (and bf16 autocast) do; ops.h
+ * states it as the contract, and the cpu-bf16 and cpu-fp16 tables round at
+ * the same places. In fp32 it is fp32. The score scale is applied as the
+ * GEMMs' alpha (scores, dQ, dK) rather than folded into q or dS; the same
+ * math as kernels/attention.c.
  */
 #include "cuda_common.cuh"
 #include "attention_scratch.h"
@@ -92,42 +98,68 @@ static __global__ void merge_heads_kernel(X *dst, const X *q, const X *k, const 
     }
 }
 
-/* att[row, :] = softmax(s[row, :]) over T columns, one warp per row (rows =
- * B*NH*T). fp32 math: max subtracted, expf, 1/sum multiplied (as the CPU). */
+/* p[0..T) = exp(x - l): the probabilities of one row, the one formula of
+ * both passes (the backward's P is the forward's, bit for bit, given the
+ * same S). */
 template <typename X>
-static __global__ void softmax_forward_kernel(X *att, const float *s, size_t rows, int T)
+static __device__ __forceinline__ void row_probs(X *p, const float *x, float l, int lane, int T)
+{
+    for (int j = lane; j < T; j += 32) p[j] = stx<X>(expf(x[j] - l));
+}
+
+/* One warp per row (rows = B*NH*T): lse[row] = m + log(sum_j exp(s_j - m)),
+ * m = max_j s_j, and p[row, :] = exp(s[row, :] - lse[row]). fp32 math. */
+template <typename X>
+static __global__ void softmax_forward_kernel(X *p, float *lse, const float *s, size_t rows,
+                                              int T)
 {
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (row >= rows) return; /* warp-uniform: whole warps leave together */
     const float *x = s + row * (size_t)T;
-    X *y = att + row * (size_t)T;
     float m = -INFINITY;
     for (int j = lane; j < T; j += 32) m = fmaxf(m, x[j]);
     m = warp_max(m);
     float sum = 0.0f;
     for (int j = lane; j < T; j += 32) sum += expf(x[j] - m);
     sum = warp_sum(sum);
-    const float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
-    for (int j = lane; j < T; j += 32) y[j] = stx<X>(expf(x[j] - m) * inv);
+    const float l = m + logf(sum); /* sum >= 1: the max term is exp(0) */
+    if (lane == 0) lse[row] = l;
+    row_probs<X>(p + row * (size_t)T, x, l, lane, T);
 }
 
-/* Softmax backward, one warp per row: ds_j = p_j (dp_j - sum_k p_k dp_k),
- * p from att (as stored: the rounded bf16 values in bf16-mixed), fp32 math. */
+/* The backward's P, one warp per row: p[row, :] = exp(s[row, :] - lse[row]). */
 template <typename X>
-static __global__ void softmax_backward_kernel(X *ds, const float *dp, const X *att, size_t rows,
-                                               int T)
+static __global__ void softmax_recompute_kernel(X *p, const float *s, const float *lse,
+                                                size_t rows, int T)
 {
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    const X *p = att + row * (size_t)T;
+    row_probs<X>(p + row * (size_t)T, s + row * (size_t)T, lse[row], lane, T);
+}
+
+/* Softmax backward, one warp per row (b,h,t): ds_j = p_j (dp_j - D), D =
+ * sum_e dy[b,h,t,e] out[b,t,h*hd+e] (= sum_j p_j dp_j), p as stored (the
+ * rounded 16-bit values in bf16- and fp16-mixed), fp32 math. ds may be p
+ * (each element is read, then written, by one lane). */
+template <typename X>
+static __global__ void softmax_backward_kernel(X *ds, const float *dp, const X *p, const X *dy,
+                                               const X *out, size_t rows, int T, int NH, int hd)
+{
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const size_t t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
+    const X *dyr = dy + row * (size_t)hd;
+    const X *outr = out + (b * T + t) * (size_t)NH * hd + h * hd;
+    float d = 0.0f;
+    for (int e = lane; e < hd; e += 32) d += ldx(dyr[e]) * ldx(outr[e]);
+    d = warp_sum(d);
+    const X *pr = p + row * (size_t)T;
     const float *g = dp + row * (size_t)T;
     X *o = ds + row * (size_t)T;
-    float dot = 0.0f;
-    for (int j = lane; j < T; j += 32) dot += ldx(p[j]) * g[j];
-    dot = warp_sum(dot);
-    for (int j = lane; j < T; j += 32) o[j] = stx<X>(ldx(p[j]) * (g[j] - dot));
+    for (int j = lane; j < T; j += 32) o[j] = stx<X>(ldx(pr[j]) * (g[j] - d));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -222,14 +254,14 @@ static int att_check(const char *op, void *scratch, int B, int T, int D, int NH)
 /* ------------------------------------------------------------------------ */
 /* The ops.                                                                 */
 
-// qkv (B,T,3D) -> out (B,T,D), att (B,NH,T,T)
+// qkv (B,T,3D) -> out (B,T,D), lse (B,NH,T)
 template <typename X>
-void attention_forward_cuda(floatX *out_, floatX *att_, void *scratch, const floatX *qkv_, int B,
+void attention_forward_cuda(floatX *out_, float *lse, void *scratch, const floatX *qkv_, int B,
                             int T, int D, int NH)
 {
     CU_GUARD();
     if (!att_check("attention_forward", scratch, B, T, D, NH)) return;
-    X *out = (X *)out_, *att = (X *)att_;
+    X *out = (X *)out_;
     const X *qkv = (const X *)qkv_;
     const int hd = D / NH, BH = B * NH;
     const long long sh = (long long)T * hd, ss = (long long)T * T; /* per-head strides */
@@ -248,12 +280,12 @@ void attention_forward_cuda(floatX *out_, floatX *att_, void *scratch, const flo
     if (gemm_rm(false, true, T, T, hd, scale, L.q, hd, sh, L.k, hd, sh, 0.0f, L.s32, T, ss, BH,
                 xt, CUDA_R_32F))
         return;
-    /* att = softmax rows of s32 */
-    softmax_forward_kernel<X><<<(unsigned)((rows + 7) / 8), ATT_THREADS, 0, st>>>(att, L.s32,
-                                                                                   rows, T);
+    /* lse per row of s32; P (sX) = exp(s32 - lse) */
+    softmax_forward_kernel<X><<<(unsigned)((rows + 7) / 8), ATT_THREADS, 0, st>>>(L.sX, lse,
+                                                                                   L.s32, rows, T);
     if (CU_LAUNCHED()) return;
-    /* y (T,hd) = att (T,T) . v (T,hd) */
-    if (gemm_rm(false, false, T, hd, T, 1.0f, att, T, ss, L.v, hd, sh, 0.0f, L.y, hd, sh, BH, xt,
+    /* y (T,hd) = P (T,T) . v (T,hd) */
+    if (gemm_rm(false, false, T, hd, T, 1.0f, L.sX, T, ss, L.v, hd, sh, 0.0f, L.y, hd, sh, BH, xt,
                 xt))
         return;
     /* out (B,T,D), head h at columns h*hd.. */
@@ -262,15 +294,16 @@ void attention_forward_cuda(floatX *out_, floatX *att_, void *scratch, const flo
     CU_LAUNCHED();
 }
 
-// dout (B,T,D), qkv, att -> dqkv (B,T,3D) overwritten
+// dout (B,T,D), qkv, out, lse -> dqkv (B,T,3D) overwritten
 template <typename X>
 void attention_backward_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
-                             const floatX *qkv_, const floatX *att_, int B, int T, int D, int NH)
+                             const floatX *qkv_, const floatX *out_, const float *lse, int B,
+                             int T, int D, int NH)
 {
     CU_GUARD();
     if (!att_check("attention_backward", scratch, B, T, D, NH)) return;
     X *dqkv = (X *)dqkv_;
-    const X *dout = (const X *)dout_, *qkv = (const X *)qkv_, *att = (const X *)att_;
+    const X *dout = (const X *)dout_, *qkv = (const X *)qkv_, *out = (const X *)out_;
     const int hd = D / NH, BH = B * NH;
     const long long sh = (long long)T * hd, ss = (long long)T * T;
     const size_t E = (size_t)B * T * D, rows = (size_t)BH * T;
@@ -288,17 +321,24 @@ void attention_backward_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
     split_heads_kernel<X><<<cuda_blocks(E, ATT_THREADS), ATT_THREADS, 0, st>>>(
         dy, (X *)NULL, (X *)NULL, dout, B, T, NH, hd, D);
     if (CU_LAUNCHED()) return;
-    /* dP (T,T) = dy (T,hd) . v^T, fp32 out */
+    /* s32 (T,T) = scale * q . k^T, the forward's GEMM; P (sX) = exp(s32 - lse) */
+    if (gemm_rm(false, true, T, T, hd, scale, L.q, hd, sh, L.k, hd, sh, 0.0f, L.s32, T, ss, BH,
+                xt, CUDA_R_32F))
+        return;
+    softmax_recompute_kernel<X><<<(unsigned)((rows + 7) / 8), ATT_THREADS, 0, st>>>(
+        L.sX, L.s32, lse, rows, T);
+    if (CU_LAUNCHED()) return;
+    /* dV (T,hd) = P^T (T,T) . dy (T,hd); P stored (T,T), row stride T */
+    if (gemm_rm(true, false, T, hd, T, 1.0f, L.sX, T, ss, dy, hd, sh, 0.0f, L.dv, hd, sh, BH, xt,
+                xt))
+        return;
+    /* dP (T,T) = dy (T,hd) . v^T, fp32 out, over the scores */
     if (gemm_rm(false, true, T, T, hd, 1.0f, dy, hd, sh, L.v, hd, sh, 0.0f, L.s32, T, ss, BH, xt,
                 CUDA_R_32F))
         return;
-    /* dV (T,hd) = att^T (T,T) . dy (T,hd); att stored (T,T), row stride T */
-    if (gemm_rm(true, false, T, hd, T, 1.0f, att, T, ss, dy, hd, sh, 0.0f, L.dv, hd, sh, BH, xt,
-                xt))
-        return;
-    /* dS = P (dP - rowsum(P dP)) */
-    softmax_backward_kernel<X><<<(unsigned)((rows + 7) / 8), ATT_THREADS, 0, st>>>(L.sX, L.s32,
-                                                                                    att, rows, T);
+    /* dS = P (dP - D_i), D_i = dy_i . out_i, over P */
+    softmax_backward_kernel<X><<<(unsigned)((rows + 7) / 8), ATT_THREADS, 0, st>>>(
+        L.sX, L.s32, L.sX, dy, out, rows, T, NH, hd);
     if (CU_LAUNCHED()) return;
     /* dQ (T,hd) = scale * dS (T,T) . k (T,hd) */
     if (gemm_rm(false, false, T, hd, T, scale, L.sX, T, ss, L.k, hd, sh, 0.0f, L.dq, hd, sh, BH,
@@ -317,15 +357,15 @@ void attention_backward_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
 template size_t attention_scratch_bytes_cuda<float>(int, int, int, int);
 template size_t attention_scratch_bytes_cuda<bf16>(int, int, int, int);
 template size_t attention_scratch_bytes_cuda<f16>(int, int, int, int);
-template void attention_forward_cuda<float>(floatX *, floatX *, void *, const floatX *, int, int,
+template void attention_forward_cuda<float>(floatX *, float *, void *, const floatX *, int, int,
                                             int, int);
-template void attention_forward_cuda<bf16>(floatX *, floatX *, void *, const floatX *, int, int,
+template void attention_forward_cuda<bf16>(floatX *, float *, void *, const floatX *, int, int,
                                            int, int);
-template void attention_forward_cuda<f16>(floatX *, floatX *, void *, const floatX *, int, int,
+template void attention_forward_cuda<f16>(floatX *, float *, void *, const floatX *, int, int,
                                           int, int);
 template void attention_backward_cuda<float>(floatX *, void *, const floatX *, const floatX *,
-                                             const floatX *, int, int, int, int);
+                                             const floatX *, const float *, int, int, int, int);
 template void attention_backward_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
-                                            const floatX *, int, int, int, int);
+                                            const floatX *, const float *, int, int, int, int);
 template void attention_backward_cuda<f16>(floatX *, void *, const floatX *, const floatX *,
-                                           const floatX *, int, int, int, int);
+                                           const floatX *, const float *, int, int, int, int);

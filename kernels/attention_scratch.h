@@ -12,9 +12,11 @@
 
 static inline size_t att_scratch_align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* off[0..8]: q, k, v, y/dy (B,T,D floatX each), s32 (B,NH,T,T fp32), sX
- * (B,NH,T,T floatX), dq, dk, dv; returns the total bytes (xbytes: one
- * floatX element). 0 for non-positive shapes. */
+/* off[0..8]: q, k, v, y/dy (B,T,D floatX each), s32 (B,NH,T,T fp32: the
+ * scores, then dP), sX (B,NH,T,T floatX: P, then dS), dq, dk, dv; returns
+ * the total bytes (xbytes: one floatX element). 0 for non-positive shapes.
+ * The probabilities live here only during a call: what the forward keeps
+ * is out and lse (ops.h), the caller's. */
 static inline size_t att_scratch_layout(size_t off[9], int B, int T, int D, int NH,
                                         size_t xbytes)
 {

@@ -144,11 +144,11 @@ void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *do
 /* attention.cu (cuBLAS strided-batched GEMMs + softmax kernels) */
 template <typename X> size_t attention_scratch_bytes_cuda(int B, int T, int D, int NH);
 template <typename X>
-void attention_forward_cuda(floatX *out, floatX *att, void *scratch, const floatX *qkv, int B,
+void attention_forward_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv, int B,
                             int T, int D, int NH);
 template <typename X>
 void attention_backward_cuda(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
-                             const floatX *att, int B, int T, int D, int NH);
+                             const floatX *out, const float *lse, int B, int T, int D, int NH);
 /* gelu.cu */
 template <typename X> void gelu_forward_cuda(floatX *out, const floatX *inp, size_t n);
 template <typename X>

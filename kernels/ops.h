@@ -30,7 +30,7 @@
 #define VIT_LN_EPS 1e-6f
 
 /* floatX: a tensor that bf16-mixed stores in bf16 and fp16-mixed in IEEE
- * half (matmul inputs and outputs, q/k/v, attention probabilities, GELU in
+ * half (matmul inputs and outputs, q/k/v, the attention's output, GELU in
  * and out, logits and the activation gradients between them). Declared
  * float, the CPU's storage: the CPU backends keep fp32 storage (cpu-bf16
  * rounds every floatX it writes to bf16, cpu-fp16 to half, nearest even);
@@ -110,14 +110,31 @@ typedef struct vit_ops {
 
     /* Non-causal multi-head self-attention on timm's qkv layout:
      * qkv (B,T,3D) with q at [0,D), k at [D,2D), v at [2D,3D), head h at
-     * columns h*hd..h*hd+hd-1 of each, hd = D/NH, scale hd^-0.5.
-     * out (B,T,D) (heads concatenated), att (B,NH,T,T) softmax probabilities.
-     * scratch: attention_scratch_bytes(B,T,D,NH) bytes, the backend's own. */
-    void (*attention_forward)(floatX *out, floatX *att, void *scratch, const floatX *qkv, int B,
+     * columns h*hd..h*hd+hd-1 of each, hd = D/NH, scale hd^-0.5. What it
+     * keeps for the backward is FlashAttention's: the output and one fp32
+     * log-sum-exp per query row, never the (T,T) probabilities.
+     * out (B,T,D) floatX (heads concatenated); lse (B,NH,T) fp32, row
+     * (b,h,i): m + log(sum_j exp(s_j - m)), s_j = scale q_i.k_j, m = max_j s_j.
+     * The probabilities are P_ij = exp(s_ij - lse_i) in both passes (the
+     * forward's P.V and the backward's recomputation, from the same S
+     * product, the same formula: the backward's P is the forward's).
+     * Precision, on every backend: S, lse, the row sums, dP and D_i are
+     * fp32; P is used as floatX (rounded to bf16 or half where floatX is:
+     * the forward's P.V, the backward's dV and dS read that rounded P), and
+     * dS is rounded to floatX before dQ and dK (the GPU's GEMMs take 16-bit
+     * operands); the score scale is the dQ and dK products' factor, applied
+     * after that rounding.
+     * scratch: attention_scratch_bytes(B,T,D,NH) bytes, the backend's own;
+     * nothing in it outlives a call. */
+    void (*attention_forward)(floatX *out, float *lse, void *scratch, const floatX *qkv, int B,
                               int T, int D, int NH);
-    /* dqkv (B,T,3D) overwritten; scratch as for the forward. */
+    /* dqkv (B,T,3D) overwritten, from dout (B,T,D) and the forward's out
+     * and lse (FlashAttention-2's backward): P recomputed as above, D_i =
+     * sum_e dout_ie out_ie (= rowsum(P * dP)), dV = P^T dout, dP = dout V^T,
+     * dS = P * (dP - D_i), dQ = scale dS K, dK = scale dS^T Q. Deterministic,
+     * no float atomics; scratch as for the forward. */
     void (*attention_backward)(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
-                               const floatX *att, int B, int T, int D, int NH);
+                               const floatX *out, const float *lse, int B, int T, int D, int NH);
 
     /* Exact GELU: 0.5 x (1 + erf(x / sqrt 2)), elementwise over n. */
     void (*gelu_forward)(floatX *out, const floatX *inp, size_t n);
@@ -255,10 +272,21 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *in
 void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C);
-void attention_forward_cpu(float *out, float *att, void *scratch, const float *qkv, int B, int T,
+void attention_forward_cpu(float *out, float *lse, void *scratch, const float *qkv, int B, int T,
                            int D, int NH);
 void attention_backward_cpu(float *dqkv, void *scratch, const float *dout, const float *qkv,
-                            const float *att, int B, int T, int D, int NH);
+                            const float *out, const float *lse, int B, int T, int D, int NH);
+/* A rounding of n floats, out may be in: round_bf16_cpu, round_fp16_cpu. */
+typedef void (*ops_round_fn)(float *out, const float *in, size_t n);
+/* The two above with P and dS rounded by rnd where the GPU stores them as
+ * floatX (ops.h's attention precision; rnd NULL: fp32, the ops above):
+ * the attention of cpu-bf16 and cpu-fp16, whose wrappers round out and
+ * dqkv. */
+void attention_forward_cpu_lowp(float *out, float *lse, void *scratch, const float *qkv, int B,
+                                int T, int D, int NH, ops_round_fn rnd);
+void attention_backward_cpu_lowp(float *dqkv, void *scratch, const float *dout, const float *qkv,
+                                 const float *out, const float *lse, int B, int T, int D, int NH,
+                                 ops_round_fn rnd);
 void gelu_forward_cpu(float *out, const float *inp, size_t n);
 void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t n);
 void zero_cpu(float *x, size_t n);

@@ -72,9 +72,9 @@ static void cpu_synchronize(void) {}
 
 /* ---- bf16-mixed and fp16-mixed emulation: every floatX output rounded
  * where the GPU stores bf16 or half (inputs already are: they were outputs,
- * or the rounded copy of the weights). LOWP(pfx, RND) makes the wrappers
- * of one storage type. Known difference to the GPU: P.V in the attention
- * forward uses the fp32 probabilities here, the GPU the stored ones. ---- */
+ * or the rounded copy of the weights); inside the attention, P and dS too
+ * (attention.c's rounding hook, ops.h's attention precision). LOWP(pfx,
+ * RND) makes the wrappers of one storage type. ---- */
 
 #define LOWP(pfx, RND)                                                                        \
     static void pfx##_patchify(float *patches, const float *img, int B, int C, int S, int P)    \
@@ -106,18 +106,17 @@ static void cpu_synchronize(void) {}
         layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);                                \
         RND(out, out, (size_t)N * C);                                                         \
     }                                                                                           \
-    static void pfx##_attention_forward(float *out, float *att, void *scratch, const float *qkv,\
+    static void pfx##_attention_forward(float *out, float *lse, void *scratch, const float *qkv,\
                                         int B, int T, int D, int NH)                            \
     {                                                                                           \
-        attention_forward_cpu(out, att, scratch, qkv, B, T, D, NH);                             \
-        RND(att, att, (size_t)B * NH * T * T);                                                \
+        attention_forward_cpu_lowp(out, lse, scratch, qkv, B, T, D, NH, RND);                   \
         RND(out, out, (size_t)B * T * D);                                                     \
     }                                                                                           \
     static void pfx##_attention_backward(float *dqkv, void *scratch, const float *dout,        \
-                                         const float *qkv, const float *att, int B, int T,      \
-                                         int D, int NH)                                         \
+                                         const float *qkv, const float *out, const float *lse,  \
+                                         int B, int T, int D, int NH)                           \
     {                                                                                           \
-        attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, D, NH);                     \
+        attention_backward_cpu_lowp(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH, RND);      \
         RND(dqkv, dqkv, (size_t)B * T * 3 * D);                                               \
     }                                                                                           \
     static void pfx##_gelu_forward(float *out, const float *inp, size_t n)                     \

@@ -541,12 +541,15 @@ GPU_TESTS(layernorm_backward_matches_cpu_and_accumulates_dinp_dw_db, check_layer
 /* ------------------------------------------------------------------------ */
 /* Attention, ViT-S/16-ish (B=2, T=197, D=64, NH=4) and odd (B=3, T=5, D=8,
  * NH=2: T below a warp, hd=4). Scratch from the GPU table's own
- * attention_scratch_bytes. Forward: out and att floatX, tol_x against the
- * fp32 CPU op (the GPU's P.V reads the bf16 probabilities, the CPU's the
- * fp32 ones: a 2^-9 relative perturbation per term, well inside 1%).
- * Backward: the same att goes to both sides (the CPU's probabilities,
- * rounded to bf16 on the bf16 table, as the GPU would have stored them);
- * dqkv floatX, tol_x (the GPU also rounds dS to bf16, 2^-9 per term). */
+ * attention_scratch_bytes. ops.h's contract: the forward keeps out and the
+ * row log-sum-exp lse, the backward recomputes P from them. Forward: out
+ * floatX and lse fp32, tol_x against the fp32 CPU op (out: the GPU's P.V
+ * reads the 16-bit probabilities, the CPU's fp32 ones, a 2^-9 relative
+ * perturbation per term; lse: fp32 math, but its scores come from a
+ * 16-bit GEMM on the 16-bit tables). Backward: the same out (the CPU's,
+ * rounded as the GPU stores it) and lse go to both sides; dqkv floatX,
+ * tol_x (the GPU also rounds P and dS to 16 bits, 2^-9 per term). Both
+ * ops twice on the same inputs: the same bits. */
 
 static const int ATT_SHAPES[][4] = {{2, 197, 64, 4}, {3, 5, 8, 2}};
 #define N_ATT_SHAPES (sizeof ATT_SHAPES / sizeof ATT_SHAPES[0])
@@ -558,50 +561,64 @@ static void check_attention_forward(const vit_ops *g)
         int NH = ATT_SHAPES[s][3];
         char what[96], sub[128];
         snprintf(what, sizeof what, "attention_forward B=%d T=%d D=%d NH=%d", B, T, D, NH);
-        size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, na = (size_t)B * NH * T * T;
-        float *qkv = rnd_in(g, nq, 1, 0), *want = hbuf(no), *want_att = hbuf(na);
+        size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
+        float *qkv = rnd_in(g, nq, 1, 0), *want = hbuf(no), *want_lse = hbuf(nl);
         void *cpu_scratch = hbuf_bytes(ops_cpu_attention_scratch_bytes(B, T, D, NH));
-        attention_forward_cpu(want, want_att, cpu_scratch, qkv, B, T, D, NH);
+        attention_forward_cpu(want, want_lse, cpu_scratch, qkv, B, T, D, NH);
         size_t sb = g->attention_scratch_bytes(B, T, D, NH);
         void *scratch = dev_alloc(g, sb / sizeof(float) + 1, F32);
-        floatX *d_out = dev_out(g, no, FX), *d_att = dev_out(g, na, FX);
-        g->attention_forward(d_out, d_att, scratch, dev_from_host(g, qkv, nq, FX), B, T, D, NH);
+        floatX *d_qkv = dev_from_host(g, qkv, nq, FX);
+        floatX *d_out = dev_out(g, no, FX);
+        float *d_lse = dev_out(g, nl, F32);
+        g->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
         status_ok(g, what);
+        float *out1 = host_from_dev(g, d_out, no, FX), *lse1 = host_from_dev(g, d_lse, nl, F32);
         snprintf(sub, sizeof sub, "%s: out", what);
-        expect_close(g, sub, host_from_dev(g, d_out, no, FX), want, no, tol_x(g));
-        snprintf(sub, sizeof sub, "%s: att", what);
-        expect_close(g, sub, host_from_dev(g, d_att, na, FX), want_att, na, tol_x(g));
+        expect_close(g, sub, out1, want, no, tol_x(g));
+        snprintf(sub, sizeof sub, "%s: lse", what);
+        expect_close(g, sub, lse1, want_lse, nl, tol_x(g));
+        g->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: out, again", what);
+        expect_same(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
+        snprintf(sub, sizeof sub, "%s: lse, again", what);
+        expect_same(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
         release_all();
     }
 }
-GPU_TESTS(attention_forward_matches_cpu_output_and_probabilities, check_attention_forward)
+GPU_TESTS(attention_forward_matches_cpu_output_and_log_sum_exp, check_attention_forward)
 
 static void check_attention_backward(const vit_ops *g)
 {
     for (size_t s = 0; s < N_ATT_SHAPES; s++) {
         int B = ATT_SHAPES[s][0], T = ATT_SHAPES[s][1], D = ATT_SHAPES[s][2];
         int NH = ATT_SHAPES[s][3];
-        char what[96];
+        char what[96], sub[128];
         snprintf(what, sizeof what, "attention_backward B=%d T=%d D=%d NH=%d", B, T, D, NH);
-        size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, na = (size_t)B * NH * T * T;
+        size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
         float *qkv = rnd_in(g, nq, 1, 0), *dout = rnd_in(g, no, 1, 0);
-        float *out = hbuf(no), *att = hbuf(na), *want = hbuf(nq);
+        float *out = hbuf(no), *lse = hbuf(nl), *want = hbuf(nq);
         void *cpu_scratch = hbuf_bytes(ops_cpu_attention_scratch_bytes(B, T, D, NH));
-        attention_forward_cpu(out, att, cpu_scratch, qkv, B, T, D, NH);
-        round_lp(g, att, att, na);
-        attention_backward_cpu(want, cpu_scratch, dout, qkv, att, B, T, D, NH);
+        attention_forward_cpu(out, lse, cpu_scratch, qkv, B, T, D, NH);
+        round_lp(g, out, out, no);
+        attention_backward_cpu(want, cpu_scratch, dout, qkv, out, lse, B, T, D, NH);
         size_t sb = g->attention_scratch_bytes(B, T, D, NH);
         void *scratch = dev_alloc(g, sb / sizeof(float) + 1, F32);
-        floatX *d_dqkv = dev_out(g, nq, FX);
-        g->attention_backward(d_dqkv, scratch, dev_from_host(g, dout, no, FX),
-                              dev_from_host(g, qkv, nq, FX), dev_from_host(g, att, na, FX), B, T,
-                              D, NH);
+        floatX *d_dqkv = dev_out(g, nq, FX), *d_dout = dev_from_host(g, dout, no, FX);
+        floatX *d_qkv = dev_from_host(g, qkv, nq, FX), *d_out = dev_from_host(g, out, no, FX);
+        float *d_lse = dev_from_host(g, lse, nl, F32);
+        g->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, D, NH);
         status_ok(g, what);
-        expect_close(g, what, host_from_dev(g, d_dqkv, nq, FX), want, nq, tol_x(g));
+        float *got = host_from_dev(g, d_dqkv, nq, FX);
+        expect_close(g, what, got, want, nq, tol_x(g));
+        g->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, D, NH);
+        status_ok(g, what);
+        snprintf(sub, sizeof sub, "%s: again", what);
+        expect_same(g, sub, host_from_dev(g, d_dqkv, nq, FX), got, nq);
         release_all();
     }
 }
-GPU_TESTS(attention_backward_matches_cpu_dqkv, check_attention_backward)
+GPU_TESTS(attention_backward_from_out_and_lse_matches_cpu_dqkv, check_attention_backward)
 
 /* ------------------------------------------------------------------------ */
 /* GELU (exact erf form), floatX in and out: tol_x. Sizes that are not

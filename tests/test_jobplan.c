@@ -312,7 +312,12 @@ Test(jobplan, a_vit_h14_micro_batch_128_unsharded_does_not_fit_80gb_and_its_sugg
 /* Training runs on an H100 80GB HBM3 (bench/NOTES.md, "The plan on a
  * GPU": bench/plan_gpu_bench.py, 15 steps each, one GPU): the backend's
  * measured peak (event=memory, MiB) and the last 5 steps' img/s. The
- * first nine are the runs jobplan.c's GPU rates were read from. */
+ * first nine are the runs jobplan.c's GPU rates were read from. Issue 42:
+ * each peak is the measured one less the (B,NH,T,T) probabilities the
+ * activations no longer keep, plus the (B,NH,T) fp32 lse they keep in
+ * their place (per block, or one block with checkpointing: 256-byte
+ * aligned, as model.c carves them), computed, not yet measured again; the
+ * img/s are the old attention's. */
 static const struct {
     const char *preset;
     int global, micro;
@@ -320,31 +325,31 @@ static const struct {
     int ckpt;
     double peak_mib, img_s;
 } h100_runs[] = {
-    {"fmnist_tiny", 128, 128, "bf16-mixed", 0, 64.3, 80416.6},
-    {"fmnist_small", 128, 128, "bf16-mixed", 0, 280.0, 47270.5},
-    {"vit_s16", 128, 128, "bf16-mixed", 0, 5769.0, 2548.3},
-    {"vit_b16", 128, 128, "bf16-mixed", 0, 12120.2, 1610.0},
-    {"vit_b16", 128, 128, "bf16-mixed", 1, 4364.3, 1272.9},
-    {"vit_b16", 256, 64, "bf16-mixed", 0, 6814.1, 1646.2},
-    {"vit_b16", 128, 128, "fp16-mixed", 0, 12120.2, 1548.7},
-    {"vit_b16", 64, 64, "fp32", 0, 10806.1, 361.7},
-    {"vit_l16", 64, 64, "bf16-mixed", 1, 7719.5, 464.4},
+    {"fmnist_tiny", 128, 128, "bf16-mixed", 0, 63.3, 80416.6},
+    {"fmnist_small", 128, 128, "bf16-mixed", 0, 265.9, 47270.5},
+    {"vit_s16", 128, 128, "bf16-mixed", 0, 5093.7, 2548.3},
+    {"vit_b16", 128, 128, "bf16-mixed", 0, 10769.7, 1610.0},
+    {"vit_b16", 128, 128, "bf16-mixed", 1, 4251.8, 1272.9},
+    {"vit_b16", 256, 64, "bf16-mixed", 0, 6138.8, 1646.2},
+    {"vit_b16", 128, 128, "fp16-mixed", 0, 10769.7, 1548.7},
+    {"vit_b16", 64, 64, "fp32", 0, 9448.6, 361.7},
+    {"vit_l16", 64, 64, "bf16-mixed", 1, 7644.5, 464.4},
     /* held out: jobplan.c's GPU rates were not read from these (the
      * second machine's runs) */
-    {"vit_s16", 256, 256, "bf16-mixed", 1, 3372.5, 2228.4},
-    {"vit_b16", 32, 32, "bf16-mixed", 0, 4160.3, 1342.5},
-    {"vit_b16", 192, 96, "fp16-mixed", 1, 3650.2, 1335.9},
-    {"vit_l16", 32, 32, "fp32", 0, 16597.2, 110.7},
-    {"vit_l16", 128, 32, "bf16-mixed", 0, 11885.1, 609.8},
+    {"vit_s16", 256, 256, "bf16-mixed", 1, 3260.0, 2228.4},
+    {"vit_b16", 32, 32, "bf16-mixed", 0, 3822.7, 1342.5},
+    {"vit_b16", 192, 96, "fp16-mixed", 1, 3565.8, 1335.9},
+    {"vit_l16", 32, 32, "fp32", 0, 14787.3, 110.7},
+    {"vit_l16", 128, 32, "bf16-mixed", 0, 10984.7, 609.8},
     /* held out, and outside the time plan's 25%: their memory is held to
      * the plan, their img/s is not (img_s 0). The plan says 1.87x, 1.36x
      * and 1.31x the training runs' img/s; against gpu_bench, the same
      * step on a batch already in memory, it says 1.08x, 0.98x and 1.25x:
      * the first two runs wait on the host's data feed, which the plan
      * does not model, and small fp32 matmuls run below the fp32 rate. */
-    {"fmnist_tiny", 1024, 1024, "bf16-mixed", 0, 258.4, 0},
-    {"vit_ti16", 256, 256, "bf16-mixed", 0, 5606.3, 0},
-    {"fmnist_small", 512, 512, "fp32", 1, 614.0, 0},
+    {"fmnist_tiny", 1024, 1024, "bf16-mixed", 0, 250.4, 0},
+    {"vit_ti16", 256, 256, "bf16-mixed", 0, 4931.0, 0},
+    {"fmnist_small", 512, 512, "fp32", 1, 594.9, 0},
 };
 
 static void h100_config(vit_job_config *cfg, int i)

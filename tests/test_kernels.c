@@ -110,41 +110,172 @@ Test(kernels, layernorm_output_has_zero_mean_unit_variance_with_unit_affine, .in
 }
 
 /* ---- attention ---- */
-typedef struct { float *out, *att, *scratch, *qkv; int B, T, D, NH; } at_ctx;
+typedef struct { float *out, *lse, *scratch, *qkv; int B, T, D, NH; } at_ctx;
 static void at_fwd(void *p)
 {
     at_ctx *c = p;
-    attention_forward_cpu(c->out, c->att, c->scratch, c->qkv, c->B, c->T, c->D, c->NH);
+    attention_forward_cpu(c->out, c->lse, c->scratch, c->qkv, c->B, c->T, c->D, c->NH);
 }
 
 Test(kernels, attention_backward_matches_finite_differences, .init = setup)
 {
     at_ctx c = {.B = 2, .T = 5, .D = 8, .NH = 2};
     size_t nq = 2 * 5 * 24, no = 2 * 5 * 8;
-    c.qkv = rnd(nq, 1), c.out = calloc(no, 4), c.att = calloc(2 * 2 * 25, 4);
+    c.qkv = rnd(nq, 1), c.out = calloc(no, 4), c.lse = calloc(2 * 2 * 5, 4);
     float *r = rnd(no, 1), *dqkv = rnd(nq, 1);
     float *scratch = calloc(ops_cpu_attention_scratch_bytes(1, 5, 4, 1), 1);
     c.scratch = scratch;
     at_fwd(&c);
-    attention_backward_cpu(dqkv, scratch, r, c.qkv, c.att, c.B, c.T, c.D, c.NH);
+    attention_backward_cpu(dqkv, scratch, r, c.qkv, c.out, c.lse, c.B, c.T, c.D, c.NH);
     check_fd("dqkv", c.qkv, nq, dqkv, at_fwd, &c, c.out, r, no, 1e-2f, 5e-3f);
-    free(c.qkv), free(c.out), free(c.att), free(r), free(dqkv), free(scratch);
+    free(c.qkv), free(c.out), free(c.lse), free(r), free(dqkv), free(scratch);
 }
 
 Test(kernels, attention_rows_are_probabilities_and_non_causal, .init = setup)
 {
-    int B = 1, T = 6, D = 4, NH = 2;
-    float *qkv = rnd(B * T * 3 * D, 2), out[24], att[72];
+    /* P = exp(scale q.k - lse), from the lse the forward keeps */
+    int B = 1, T = 6, D = 4, NH = 2, hd = D / NH;
+    float *qkv = rnd(B * T * 3 * D, 2), out[24], lse[12];
     float *scratch = calloc(ops_cpu_attention_scratch_bytes(B, T, D, NH), 1);
-    attention_forward_cpu(out, att, scratch, qkv, B, T, D, NH);
+    attention_forward_cpu(out, lse, scratch, qkv, B, T, D, NH);
     free(scratch);
-    for (int row = 0; row < NH * T; row++) {
-        double s = 0;
-        for (int j = 0; j < T; j++) s += att[row * T + j];
-        cr_assert(fabs(s - 1) < 1e-5, "row %d sums to %g", row, s);
-        cr_assert(att[row * T + T - 1] > 0, "row %d does not see the last token", row);
+    for (int h = 0; h < NH; h++) {
+        for (int i = 0; i < T; i++) {
+            double s = 0, last = 0;
+            for (int j = 0; j < T; j++) {
+                double qk = 0;
+                for (int e = 0; e < hd; e++)
+                    qk += (double)qkv[i * 3 * D + h * hd + e] * qkv[j * 3 * D + D + h * hd + e];
+                last = exp(qk / sqrt(hd) - lse[h * T + i]);
+                s += last;
+            }
+            cr_assert(fabs(s - 1) < 1e-5, "head %d row %d sums to %g", h, i, s);
+            cr_assert(last > 0, "head %d row %d does not see the last token", h, i);
+        }
     }
     free(qkv);
+}
+
+/* The attention of (b,h) in double, as the op computed it before issue 42
+ * kept the (T,T) probabilities: lse (T), out (T,D) at the head's columns,
+ * and the backward through the probabilities, dS = P (dP - rowsum(P dP))
+ * (dqkv (B,T,3D), head h's columns). */
+static void attention_naive(double *out, double *lse, double *dqkv, const float *qkv,
+                            const float *dout, int B, int T, int D, int NH)
+{
+    const int hd = D / NH, C3 = 3 * D;
+    const double scale = 1.0 / sqrt((double)hd);
+    double *p = malloc(sizeof(double) * T * T), *dp = malloc(sizeof(double) * T * T);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + h * hd, *k = q + D, *v = q + 2 * D;
+            const float *dO = dout + (size_t)b * T * D + h * hd;
+            double *o = out + (size_t)b * T * D + h * hd, *L = lse + ((size_t)b * NH + h) * T;
+            double *dq = dqkv + (size_t)b * T * C3 + h * hd, *dk = dq + D, *dv = dq + 2 * D;
+            for (int i = 0; i < T; i++) {
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < T; j++) {
+                    double s = 0;
+                    for (int e = 0; e < hd; e++) s += (double)q[i * C3 + e] * k[j * C3 + e];
+                    p[i * T + j] = s * scale;
+                    m = fmax(m, s * scale);
+                }
+                for (int j = 0; j < T; j++) sum += exp(p[i * T + j] - m);
+                L[i] = m + log(sum);
+                for (int j = 0; j < T; j++) p[i * T + j] = exp(p[i * T + j] - m) / sum;
+                for (int e = 0; e < hd; e++) {
+                    double y = 0;
+                    for (int j = 0; j < T; j++) y += p[i * T + j] * v[j * C3 + e];
+                    o[i * D + e] = y;
+                }
+            }
+            for (int i = 0; i < T; i++) {
+                double rowdot = 0;
+                for (int j = 0; j < T; j++) {
+                    double g = 0;
+                    for (int e = 0; e < hd; e++) g += (double)dO[i * D + e] * v[j * C3 + e];
+                    dp[i * T + j] = g;
+                    rowdot += p[i * T + j] * g;
+                }
+                for (int j = 0; j < T; j++) dp[i * T + j] = p[i * T + j] * (dp[i * T + j] - rowdot);
+            }
+            for (int i = 0; i < T; i++) {
+                for (int e = 0; e < hd; e++) {
+                    double gq = 0, gk = 0, gv = 0;
+                    for (int j = 0; j < T; j++) {
+                        gq += dp[i * T + j] * k[j * C3 + e];
+                        gk += dp[j * T + i] * q[j * C3 + e];
+                        gv += p[j * T + i] * dO[j * D + e];
+                    }
+                    dq[i * C3 + e] = scale * gq, dk[i * C3 + e] = scale * gk, dv[i * C3 + e] = gv;
+                }
+            }
+        }
+    }
+    free(p), free(dp);
+}
+
+/* max|got - want| / max|want| */
+static double normwise(const float *got, const double *want, size_t n)
+{
+    double maxref = 0, maxdiff = 0;
+    for (size_t i = 0; i < n; i++) {
+        maxref = fmax(maxref, fabs(want[i]));
+        maxdiff = fmax(maxdiff, fabs((double)got[i] - want[i]));
+    }
+    return maxdiff / (maxref > 0 ? maxref : 1);
+}
+
+Test(kernels, attention_keeps_lse_and_its_backward_is_the_probabilities_formula, .init = setup)
+{
+    /* T = 21: vector and scalar tails of the exp loops; hd = 6: a scale that
+     * is not a power of two */
+    enum { B = 2, T = 21, D = 12, NH = 2, nq = B * T * 3 * D, no = B * T * D, nl = B * NH * T };
+    ops_cpu_set_threads(2);
+    float *qkv = rnd(nq, 1.5f), *dout = rnd(no, 1), out[no], lse[nl], dqkv[nq];
+    double want_out[no], want_lse[nl], want_dqkv[nq];
+    void *scratch = calloc(ops_cpu_attention_scratch_bytes(B, T, D, NH), 1);
+    attention_forward_cpu(out, lse, scratch, qkv, B, T, D, NH);
+    attention_backward_cpu(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
+    attention_naive(want_out, want_lse, want_dqkv, qkv, dout, B, T, D, NH);
+    double e_out = normwise(out, want_out, no), e_lse = normwise(lse, want_lse, nl),
+           e_dqkv = normwise(dqkv, want_dqkv, nq);
+    cr_assert(e_out < 1e-5, "out: normwise error %g", e_out);
+    cr_assert(e_lse < 1e-6, "lse: normwise error %g", e_lse);
+    cr_assert(e_dqkv < 1e-5, "dqkv: normwise error %g against dS = P (dP - rowsum(P dP))",
+              e_dqkv);
+    /* the same inputs and thread count: the same bits; and another count */
+    for (int threads = 2; threads >= 1; threads--) {
+        ops_cpu_set_threads(threads);
+        float out2[no], lse2[nl], dqkv2[nq];
+        void *s2 = calloc(ops_cpu_attention_scratch_bytes(B, T, D, NH), 1);
+        attention_forward_cpu(out2, lse2, s2, qkv, B, T, D, NH);
+        attention_backward_cpu(dqkv2, s2, dout, qkv, out2, lse2, B, T, D, NH);
+        cr_assert(memcmp(out, out2, sizeof out) == 0, "out differs (%d threads)", threads);
+        cr_assert(memcmp(lse, lse2, sizeof lse) == 0, "lse differs (%d threads)", threads);
+        cr_assert(memcmp(dqkv, dqkv2, sizeof dqkv) == 0, "dqkv differs (%d threads)", threads);
+        free(s2);
+    }
+    /* cpu-bf16: lse is fp32, the same bits as the fp32 op's (the same
+     * scores); out and dqkv are bf16 values; P and dS are rounded inside */
+    const vit_ops *bf = ops_cpu_bf16();
+    float qb[nq], db[no], ob[no], lb[nl], gb[nq], l32[nl], o32[no];
+    round_bf16_cpu(qb, qkv, nq);
+    round_bf16_cpu(db, dout, no);
+    attention_forward_cpu(o32, l32, scratch, qb, B, T, D, NH);
+    bf->attention_forward(ob, lb, scratch, qb, B, T, D, NH);
+    cr_assert(memcmp(lb, l32, sizeof lb) == 0, "cpu-bf16 rounds lse");
+    bf->attention_backward(gb, scratch, db, qb, ob, lb, B, T, D, NH);
+    float rb[nq];
+    round_bf16_cpu(rb, ob, no);
+    cr_assert(memcmp(rb, ob, no * sizeof(float)) == 0, "cpu-bf16's out is not bf16");
+    round_bf16_cpu(rb, gb, nq);
+    cr_assert(memcmp(rb, gb, sizeof rb) == 0, "cpu-bf16's dqkv is not bf16");
+    double e_bf = 0, m_bf = 0; /* and close to fp32: the 16-bit roundings only */
+    for (size_t i = 0; i < no; i++)
+        e_bf = fmax(e_bf, fabs(ob[i] - o32[i])), m_bf = fmax(m_bf, fabs(o32[i]));
+    cr_assert(e_bf / m_bf < 1e-2, "cpu-bf16 out: normwise error %g", e_bf / m_bf);
+    free(qkv), free(dout), free(scratch);
 }
 
 /* ---- gelu ---- */

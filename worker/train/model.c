@@ -18,7 +18,7 @@ typedef struct { /* activations of one block, (B,T,.) each */
     floatX *ln1;                      /* LayerNorm 1 out */
     float *ln1_mean, *ln1_rstd;       /* its statistics */
     floatX *qkv;                      /* (B,T,3D) */
-    floatX *att;                      /* (B,NH,T,T) probabilities */
+    float *lse;                       /* attention's row log-sum-exp (B,NH,T) */
     floatX *atty;                     /* attention out before proj (B,T,D) */
     float *res2;                      /* x + attn branch (B,T,D), fp32 */
     floatX *ln2;
@@ -196,7 +196,7 @@ static size_t carve(vit_model *m, void *base)
         TAKE(a->ln1_mean, B * T, F);
         TAKE(a->ln1_rstd, B * T, F);
         TAKE(a->qkv, B * T * 3 * D, X);
-        TAKE(a->att, B * NH * T * T, X);
+        TAKE(a->lse, B * NH * T, F);
         TAKE(a->atty, B * T * D, X);
         TAKE(a->res2, B * T * D, F);
         TAKE(a->ln2, B * T * D, X);
@@ -670,7 +670,7 @@ static void block_forward(vit_model *m, int l, block_acts *a, int B)
                            P_(m, BT(m, l, BT_NORM1_B)), BT_, D);
     ops->matmul_forward(a->qkv, a->ln1, W_(m, BT(m, l, BT_QKV_W)), W_(m, BT(m, l, BT_QKV_B)),
                         BT_, D, 3 * D);
-    ops->attention_forward(a->atty, a->att, m->att_scratch, a->qkv, B, T, D, NH);
+    ops->attention_forward(a->atty, a->lse, m->att_scratch, a->qkv, B, T, D, NH);
     branch_end(m, l, 0, a->res2, a->atty, BT(m, l, BT_PROJ_W), BT(m, l, BT_PROJ_B), x, B, D);
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P_(m, BT(m, l, BT_NORM2_W)),
                            P_(m, BT(m, l, BT_NORM2_B)), BT_, D);
@@ -704,7 +704,8 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     ops->matmul_backward(need(m, proj - 1) ? m->dbuf_d : NULL, GF_(m, proj), GF_(m, proj + 1),
                          branch_grad(m, l, 0, B), a->atty, W_(m, proj), BT_, D, D);
     if (!need(m, proj - 1)) return;
-    ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->att, B, T, D, NH);
+    ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->atty, a->lse, B, T, D,
+                            NH);
     ops->matmul_backward(need(m, qkv - 1) ? m->dbuf_d : NULL, GF_(m, qkv), GF_(m, qkv + 1),
                          m->dqkv, a->ln1, W_(m, qkv), BT_, D, 3 * D);
     if (!need(m, qkv - 1)) return;
