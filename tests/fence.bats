@@ -108,6 +108,8 @@ frozen_generation() {
   objects ck > "$TMP/after"
   for r in $(seq 0 $((w - 1))); do
     echo "generation 0 rank $r: exit $(cat "$TMP/g0/rank-$r.rc"): $(tail -1 "$TMP/g0/rank-$r.log" | cut -c1-300)"
+    # a rank that had to be killed: what it did last
+    [ "$(cat "$TMP/g0/rank-$r.rc")" -lt 124 ] || tail -25 "$TMP/g0/rank-$r.log" | cut -c1-400
     [ "$(cat "$TMP/g0/rank-$r.rc")" -ne 0 ]
   done
   # rank 0 (the manifests' writer) is refused by the fence; other ranks may
