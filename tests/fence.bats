@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # tests/fence.bats - checkpoint fencing by generation with real worker
 # processes (worker/ckpt/ckpt_fence.c, the writer and resume of
-# worker/ckpt/ckpt.c), on file:// (CK_BACKEND=file, the default) or on S3
+# worker/ckpt/ckpt_writer.c and ckpt_resume.c), on file:// (CK_BACKEND=file, the default) or on S3
 # (CK_BACKEND=s3: moto's server on loopback, tests/s3/moto_server.py): a
 # generation-0 run is frozen with SIGSTOP after a few checkpoints, a
 # generation-1 run (VITJOB_RESTART=1) resumes from the same checkpoint.uri,

@@ -1,5 +1,6 @@
 /* tests/test_ckpt_fence.c - worker/ckpt/ckpt_fence.c and the fencing of
- * worker/ckpt/ckpt.c on file://: every object a writer stores carries its
+ * the writer, listing and resume (worker/ckpt/ckpt_writer.c, ckpt_list.c,
+ * ckpt_resume.c) on file://: every object a writer stores carries its
  * generation in its key and its manifest (generation 0 keeps the names of
  * the layout before fencing); when a step has manifests of several
  * generations the newest one's is what find, read_step, resume and
