@@ -216,7 +216,7 @@ $(BUILD)/bin/vit_refcheck $(BUILD)/bin/ft_check: $(BUILD)/bin/%: $(WORKER_OBJ) $
 
 # the transforms against torch and torchvision (tests/transform.bats): transform.c alone
 $(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/data/transform.o \
-		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/stdfds.o
+		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/util.o $(BUILD)/obj/lib/stdfds.o
 	$(call link,-lm)
 
 # RandAugment and random erasing against PIL and torch (tests/randaug.bats):
@@ -247,13 +247,14 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
 
-# test_decode: the decoder alone (lib/check.h is header-only)
-$(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)
+# test_decode: the decoder alone (lib/check.h is header-only; lib/util.c
+# writes its messages)
+$(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ) $(BUILD)/obj/lib/util.o
 	$(call link,$(DECODE_LIBS) -lcriterion)
 
 # test_fuzz_data: the shard readers (tar, wds and its cJSON, rng) and the decoder
 $(BUILD)/tests/test_fuzz_data: $(BUILD)/obj/tests/test_fuzz_data.o $(DECODE_OBJ) \
-		$(addprefix $(BUILD)/obj/worker/data/,tar.o wds.o rng.o)
+		$(addprefix $(BUILD)/obj/worker/data/,tar.o wds.o rng.o) $(BUILD)/obj/lib/util.o
 	$(call link,$(DECODE_LIBS) $(shell pkg-config --libs libcjson) -lm -lcriterion)
 
 # The sanitizer build: same sources, its own tree.
