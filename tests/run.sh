@@ -14,8 +14,9 @@
 #                                                    (test_config.c: api/config.c, ...);
 #                                                    the GPU suites skip without a GPU
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
-#                          tests/schema.bats         the CRD, its chart copy and the README's
-#                                                    key table are what `make schema` writes
+#                          tests/schema.bats         the CRD, its chart copy, the README's key
+#                                                    table and docs/design.md's summary and exit
+#                                                    codes are what `make schema` writes
 #                          tests/stdfds.bats         the programs started with 0, 1 or 2 closed
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/lostpeer.bats       the heartbeat: a rank killed, frozen, or woken stale
