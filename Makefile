@@ -304,7 +304,7 @@ image-test:
 demo: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator $(CUDA_PLUGIN)
 	@mkdir -p $(BUILD)/demo
-	@/usr/bin/python3 tests/cluster/demo.py --build $(BUILD); rc=$$?; \
+	@/usr/bin/python3 -m tests.cluster.demo --build $(BUILD); rc=$$?; \
 	  if [ $$rc -eq 3 ]; then $(MAKE) --no-print-directory train; else exit $$rc; fi
 
 # The embedded default config in one process: a small ViT on Fashion-MNIST.
@@ -318,7 +318,7 @@ bench: deps
 		$(BUILD)/bin/vitjob-operator $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
 		$(BUILD)/bin/loader_bench
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
-	/usr/bin/python3 bench/operator_bench.py --build $(BUILD)
+	PYTHONPATH=$(CURDIR) /usr/bin/python3 bench/operator_bench.py --build $(BUILD)
 	$(BUILD)/bin/comm_bench
 	python3 bench/ranks_bench.py --build $(BUILD)
 	python3 bench/ckpt_bench.py --build $(BUILD)

@@ -33,11 +33,17 @@ fresh() {
       return 1; }
 }
 
-# edited SED: a copy of docs/design.md, $TMP/design.md, with the sed script
-# SED applied; fails unless the script changed it
-edited() {
+# stale_after SED [TEXT...]: a copy of docs/design.md, $TMP/design.md, with
+# the sed script SED applied (which must change it) is stale, the diff
+# showing each TEXT
+stale_after() {
   sed "$1" docs/design.md > "$TMP/design.md"
   ! cmp -s docs/design.md "$TMP/design.md" || { echo "sed '$1' changed nothing"; return 1; }
+  run fresh "$TMP/design.md"
+  echo "$output"
+  [ "$status" -ne 0 ] && [[ "$output" == *"$TMP/design.md is stale"* ]] || return 1
+  shift
+  for text; do [[ "$output" == *"$text"* ]] || { echo "no '$text' in the diff"; return 1; }; done
 }
 
 @test "manifests/00-crd.yaml: the config keys' schema is what make schema writes" {
@@ -55,29 +61,15 @@ edited() {
 @test "docs/design.md: a hand edit of the spec summary is stale" {
   cp docs/design.md "$TMP/design.md"
   fresh "$TMP/design.md" # an unedited copy is fresh
-  # a key taken out, a key added
-  edited '/BEGIN generated: config-summary/,/END generated: config-summary/s/, intervalSteps//'
-  run fresh "$TMP/design.md"
-  [ "$status" -ne 0 ]
-  [[ "$output" == *"-  checkpoint: {uri, keep,"* ]]
-  [[ "$output" == *"is stale"* ]]
-  edited '/BEGIN generated: config-summary/,/END generated: config-summary/s/{uri,/{uri, retries,/'
-  run fresh "$TMP/design.md"
-  [ "$status" -ne 0 ]
-  [[ "$output" == *"is stale"* ]]
+  local region='/BEGIN generated: config-summary/,/END generated: config-summary/'
+  stale_after "${region}s/, intervalSteps//" '-  checkpoint: {uri, keep,' # a key taken out
+  stale_after "${region}s/{uri,/{uri, retries,/" '-  checkpoint: {uri, retries,' # one added
 }
 
 @test "docs/design.md: a hand edit of the exit-code table is stale" {
-  # a code changed, a row added
-  edited '/BEGIN generated: exit-codes/,/END generated: exit-codes/s/^| `data` | 3 | no |/| `data` | 1 | yes |/'
-  run fresh "$TMP/design.md"
-  [ "$status" -ne 0 ]
-  [[ "$output" == *"-| \`data\` | 1 | yes |"* ]]
-  [[ "$output" == *"is stale"* ]]
-  edited '/BEGIN generated: exit-codes/,/END generated: exit-codes/s/^| `stopped` .*/&\n| `killed` | 137 | yes | SIGKILL |/'
-  run fresh "$TMP/design.md"
-  [ "$status" -ne 0 ]
-  [[ "$output" == *"-| \`killed\` | 137"* ]]
+  local region='/BEGIN generated: exit-codes/,/END generated: exit-codes/'
+  stale_after "${region}s/^| \`data\` | 3 | no |/| \`data\` | 1 | yes |/" '-| `data` | 1 | yes |' # a code
+  stale_after "${region}s/^| \`stopped\` .*/&\n| \`killed\` | 137 | yes | SIGKILL |/" '-| `killed` | 137' # a row
 }
 
 @test "charts/vitjob-operator/crds/vitjobs.vitjob.dev.yaml is manifests/00-crd.yaml byte for byte" {
