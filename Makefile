@@ -13,8 +13,10 @@
 #   make bench-gpu  the GPU engine against PyTorch/timm on the same GPU
 #   make asan       the same programs built with AddressSanitizer + UBSan
 #   make image-test the container images built with buildah and run (slow)
-#   make schema     the CRD's config keys (and the chart's copy) and the README's
-#                   key table written again from the config table in api/config.c
+#   make schema     the CRD's config keys (and the chart's copy), the README's
+#                   key table and docs/design.md's spec summary written again from
+#                   the config table in api/config.c, and docs/design.md's exit
+#                   codes from api/exitcode.c
 #   make clean
 
 # `make` alone builds everything: the first rule below must not be the
@@ -269,12 +271,14 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
 
-# The parts of other files that the config table (api/config.c) writes
-# (api/config_schema.h): each config key's schema in the CRD, between its
-# "BEGIN generated" and "END generated" comments; the chart's byte copy of the
-# CRD; the README's key table. A file is replaced only when it changes.
-# tests/schema.bats fails when a committed file is not what this writes.
-SCHEMA_FILES = manifests/00-crd.yaml README.md
+# The parts of other files that the config table (api/config.c) and the
+# exit-code table (api/exitcode.c) write (api/config_schema.h): each config
+# key's schema in the CRD, between its "BEGIN generated" and "END generated"
+# comments; the chart's byte copy of the CRD; the README's key table;
+# docs/design.md's spec summary and exit-code table. A file is replaced only
+# when it changes. tests/schema.bats fails when a committed file is not what
+# this writes.
+SCHEMA_FILES = manifests/00-crd.yaml README.md docs/design.md
 CHART_CRD    = charts/vitjob-operator/crds/vitjobs.vitjob.dev.yaml
 schema: $(BUILD)/bin/vitjob-worker
 	$(Q)for f in $(SCHEMA_FILES); do \
@@ -301,7 +305,7 @@ image-test:
 demo: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator $(CUDA_PLUGIN)
 	@mkdir -p $(BUILD)/demo
-	@/usr/bin/python3 tests/cluster/demo.py --build $(BUILD); rc=$$?; \
+	@/usr/bin/python3 -m tests.cluster.demo --build $(BUILD); rc=$$?; \
 	  if [ $$rc -eq 3 ]; then $(MAKE) --no-print-directory train; else exit $$rc; fi
 
 # The embedded default config in one process: a small ViT on Fashion-MNIST.
@@ -315,7 +319,7 @@ bench: deps
 		$(BUILD)/bin/vitjob-operator $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
 		$(BUILD)/bin/loader_bench
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
-	/usr/bin/python3 bench/operator_bench.py --build $(BUILD)
+	PYTHONPATH=$(CURDIR) /usr/bin/python3 bench/operator_bench.py --build $(BUILD)
 	$(BUILD)/bin/comm_bench
 	python3 bench/ranks_bench.py --build $(BUILD)
 	python3 bench/ckpt_bench.py --build $(BUILD)

@@ -69,9 +69,7 @@ def main():
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "tests", "ref"))
-    import torch_vit
+    from tests.ref import torch_vit  # the repository root on PYTHONPATH (its launcher's)
 
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)

@@ -10,7 +10,8 @@
 # builds every binary; docs/design.md's layout table names every folder;
 # every string a log line carries goes through lib/log.h's one quoting
 # (tests/log_lint.py); every program's main() first opens /dev/null onto
-# closed descriptors 0, 1 and 2 (lib/stdfds.h).
+# closed descriptors 0, 1 and 2 (lib/stdfds.h); the Python under tests/ and
+# bench/ imports the package tests, never edits its import path.
 #
 # BUILD (default build) points at the build tree.
 
@@ -191,4 +192,11 @@ includes_of() {
          m && !/^ *\/\*/ { print; exit }' "$f" | grep -q '^    stdfds_ensure(' || bad="$bad $f"
   done
   [ -z "$bad" ] || { echo "main() does not start with stdfds_ensure in:$bad"; false; }
+}
+
+@test "Python under tests/ and bench/ imports the package tests by name, never by editing its import path" {
+  # tests/__init__.py: run as python3 -m tests.x.y from the root, or with the
+  # root on PYTHONPATH set by the launcher
+  run git grep -n 'sys[.]path' -- tests bench
+  [ "$status" -eq 1 ] || { echo "$output"; false; }
 }

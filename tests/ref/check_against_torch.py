@@ -83,9 +83,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_io  # noqa: E402
-import torch_vit  # noqa: E402
+from tests.ref import safetensors_io, torch_vit
 
 # Model shapes to try. B must be even (the C side runs two micro-batches).
 # ema: training.ema, without warmup (ModelEmaV2) and with (ModelEmaV3); the
