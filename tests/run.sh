@@ -18,6 +18,7 @@
 #                                                    table and docs/design.md's summary and exit
 #                                                    codes are what `make schema` writes
 #                          tests/stdfds.bats         the programs started with 0, 1 or 2 closed
+#                          tests/operator.bats       the operator's flags: the chart's args are in its table
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/lostpeer.bats       the heartbeat: a rank killed, frozen, or woken stale
 #                          tests/plan.bats           `plan`: each rank's peak memory against the plan
@@ -229,6 +230,7 @@ for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t";
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
 bats_suite cli/schema.bats tests/schema.bats BUILD="$BUILD"
 bats_suite cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD"
+bats_suite cli/operator.bats tests/operator.bats BUILD="$BUILD"
 bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/lostpeer.bats tests/lostpeer.bats BUILD="$BUILD"
 bats_suite cli/plan.bats tests/plan.bats BUILD="$BUILD"
@@ -266,6 +268,7 @@ if [ -d "$ASAN/tests" ]; then
   bats_suite asan/cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
     OPERATOR="$ASAN/bin/vitjob-operator"
+  bats_suite asan/cli/operator.bats tests/operator.bats BUILD="$BUILD" OPERATOR="$ASAN/bin/vitjob-operator"
   bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"
   bats_suite asan/reference/randaug.bats tests/randaug.bats BUILD="$BUILD" RA_CHECK="$ASAN/bin/ra_check" \
     WORKER="$ASAN/bin/vitjob-worker"
