@@ -99,13 +99,13 @@ static size_t gpu_buffers(const model_config *mc, int B)
 
 static vj_err plan_once(const vit_job_config *cfg, const vit_ops *ops, int world, int rank,
                         int honour_mode, int ckpt, model_memory *mm, dp_memory *dm,
-                        const char **name, char *err, size_t errlen)
+                        sharding_mode *runs, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
     model_options mo = {.activation_checkpointing = ckpt, .drop_path = tc->drop_path > 0};
     dp_options dpo = {.ops = ops, .mc = &cfg->model, .oc = &tc->optimizer, .total_steps = 1,
                       .mode = tc->sharding, .ema = &tc->ema, .freeze_planned = tc->freeze_n > 0};
-    return dp_plan(&dpo, world, rank, honour_mode, tc->micro_batch_size, &mo, mm, dm, name, err,
+    return dp_plan(&dpo, world, rank, honour_mode, tc->micro_batch_size, &mo, mm, dm, runs, err,
                    errlen);
 }
 
@@ -117,15 +117,16 @@ vj_err jobplan_memory(const vit_job_config *cfg, const vit_ops *ops, int world, 
     const model_config *mc = &cfg->model;
     model_memory mm, other;
     dp_memory dm, dm2;
-    const char *name = "none", *name2;
+    sharding_mode runs, runs2;
     vj_err rc = plan_once(cfg, ops, world, rank, honour_mode, tc->activation_checkpointing, &mm,
-                          &dm, &name, err, errlen);
+                          &dm, &runs, err, errlen);
     if (rc == VJ_OK)
         rc = plan_once(cfg, ops, world, rank, honour_mode, !tc->activation_checkpointing, &other,
-                       &dm2, &name2, err, errlen);
+                       &dm2, &runs2, err, errlen);
     if (rc) return rc;
     out->n_params = mm.n_params;
-    out->sharding = name;
+    out->strategy = runs;
+    out->sharding = dp_mode_name(runs);
     out->world = world;
     out->rank = rank;
     if (mm.param_bytes) { /* the model holds them (none, grad-op) */
@@ -207,52 +208,6 @@ double jobplan_flops_per_image(const model_config *mc, int ckpt)
     double mm, att;
     flops_per_image(mc, ckpt, &mm, &att);
     return mm + att;
-}
-
-/* Bus bytes one rank moves per step (what a collective at bus bandwidth B
- * takes bytes / B for): all-reduce 2(W-1)/W of the buffer; reduce-scatter
- * and all-gather (W-1)/W each. full gathers every unit for the forward and
- * again for the backward, and reduce-scatters its gradients, each
- * micro-batch. */
-static double comm_bytes(const char *sharding, int world, int accum, size_t n_params)
-{
-    if (world <= 1) return 0;
-    const double f = (double)(world - 1) / world, bytes = (double)n_params * sizeof(float);
-    if (strcmp(sharding, "full") == 0) return 3 * f * bytes * accum;
-    return 2 * f * bytes;
-}
-
-/* Collective calls one rank makes per optimizer step, as the strategies
- * make them (dp_none.c, dp_grad_op.c, dp_full.c, fsdp.c, dp.c), each
- * paying a latency whatever its bytes: none one all-reduce of the
- * gradients (one per trainable span with a freeze) and dp_sum's all-gather
- * of the loss; grad-op the gradients' reduce-scatter, the loss's and the
- * clipping norm's all-gathers, the parameters' all-gather; full per
- * micro-batch each of its `units` gathered for the forward, each but the
- * last again for the backward (the last is still held), each
- * reduce-scattered, then the loss's and the norm's all-gathers. *calls
- * counts them; *ring their latency in calls of the kind call_s is: for
- * none and grad-op an all-reduce on the training thread (a ring all-reduce
- * is 2 (W-1) steps around the ring, a reduce-scatter or an all-gather W-1,
- * gloo's rings, comm_gloo.cc: half of one); for full, whose calls run on
- * its communication thread while the next unit computes (fsdp.c), what one
- * of them (bytes included) costs beyond the compute it overlaps, each call
- * one. */
-static void comm_calls(const char *sharding, int world, int accum, int units, int spans,
-                       double *calls, double *ring)
-{
-    double allreduce = 0, half = 0;
-    if (world > 1 && strcmp(sharding, "full") == 0) { /* its own kind of call: see below */
-        *calls = *ring = (double)accum * (3 * units - 1) + 2;
-        return;
-    } else if (world > 1 && strcmp(sharding, "grad-op") == 0) {
-        half = 4;
-    } else if (world > 1) {
-        allreduce = spans > 0 ? spans : 1;
-        half = 1;
-    }
-    *calls = allreduce + half;
-    *ring = allreduce + half / 2;
 }
 
 typedef struct {
@@ -403,20 +358,23 @@ static vj_err suggest(const vit_job_config *cfg0, const jobplan_target *t0, jobp
     char what[160];
     vj_err rc;
     p->suggestion = -1;
-    /* the changes are config assignments, applied as --set would apply them;
-     * a mode is skipped where the job already shards at least as much */
-    static const char *const steps[] = {"training.activationCheckpointing=true",
-                                        "training.sharding=grad-op", "training.sharding=full"};
-    const char *mode = config_enum_name("training.sharding", (int)cfg.training.sharding);
-    const int rank_of = strcmp(mode, "full") == 0 ? 2 : strcmp(mode, "grad-op") == 0 ? 1 : 0;
-    for (int i = 0; i < 3; i++) {
-        if (i == 0 && cfg.training.activation_checkpointing) continue;
-        if (i > 0 && rank_of >= i) continue;
-        if ((rc = config_set(&cfg, steps[i], err, errlen)) != VJ_OK ||
-            (rc = config_set(&cfg, steps[0], err, errlen)) != VJ_OK ||
+    /* the changes are config assignments, applied as --set would apply them:
+     * checkpointing, then each mode that shards more than the job's, least
+     * first (dp.h's table), each with checkpointing */
+    static const char ckpt[] = "training.activationCheckpointing=true";
+    sharding_mode more[4];
+    const int n_more = dp_modes_sharding_more(cfg.training.sharding, more, 4);
+    for (int i = -1; i < n_more; i++) {
+        if (i < 0 && cfg.training.activation_checkpointing) continue;
+        if (i < 0)
+            snprintf(what, sizeof what, "%s", ckpt);
+        else
+            snprintf(what, sizeof what, "training.sharding=%s", dp_mode_name(more[i]));
+        if ((rc = config_set(&cfg, what, err, errlen)) != VJ_OK ||
+            (rc = config_set(&cfg, ckpt, err, errlen)) != VJ_OK ||
             (rc = mem_for(&cfg, &t, &m, err, errlen)))
             return rc;
-        add_change(p, steps[i], &m);
+        add_change(p, what, &m);
         if (p->suggestion >= 0) return VJ_OK;
     }
     const int world = t.replicas * t.local_ranks;
@@ -506,17 +464,22 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
         p->bus_bytes_per_s = CPU_BUS_NOTES;
         snprintf(p->bus_source, sizeof p->bus_source, "bench/NOTES.md loopback, 2 ranks");
     }
-    p->comm_bytes = comm_bytes(p->mem.sharding, world, p->accum, p->mem.n_params);
+    /* the strategy's collectives, as it makes them (dp_step_cost) */
+    const dp_step shape = {.world = world, .accum = p->accum,
+                           .units = cfg->model.depth + 2, /* model_unit_bounds: stem, blocks,
+                                                           * head */
+                           .spans = tc->freeze_n > 0 ? 2 : 1, .n_params = p->mem.n_params};
+    const dp_cost cost = dp_step_cost(p->mem.strategy, &shape);
+    p->comm_thread = cost.own_schedule;
+    p->comm_bytes = cost.bus_bytes;
     p->comm_bw_s = p->bus_bytes_per_s > 0 ? p->comm_bytes / p->bus_bytes_per_s : 0;
-    const int units = cfg->model.depth + 2; /* model_unit_bounds: stem, blocks, head */
-    double ring;
-    comm_calls(p->mem.sharding, world, p->accum, units, tc->freeze_n > 0 ? 2 : 1, &p->comm_calls,
-               &ring);
+    p->comm_calls = cost.calls;
     p->call_s = t->call_s > 0 ? t->call_s : 0;
-    p->comm_lat_s = ring * p->call_s;
-    /* full's call is timed with its bytes (an all-gather of a unit's
-     * chunk): the calls' term is what they take beyond the bytes' */
-    if (strcmp(p->mem.sharding, "full") == 0 && world > 1)
+    p->comm_lat_s = cost.call_units * p->call_s;
+    /* a call on the strategy's own thread is timed with its bytes (full:
+     * an all-gather of a unit's chunk): the calls' term is what they take
+     * beyond the bytes' */
+    if (p->comm_thread)
         p->comm_lat_s = p->comm_lat_s > p->comm_bw_s ? p->comm_lat_s - p->comm_bw_s : 0;
     p->comm_s = p->comm_bw_s + p->comm_lat_s;
     /* the optimizer updates the parameters whose AdamW state this rank
@@ -554,11 +517,11 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
         snprintf(p->optim_source, sizeof p->optim_source, "given");
     }
     if (p->compute_s > 0) {
-        /* on a GPU full's communication thread overlaps the compute; on
-         * the CPU the collectives take the same cores; the optimizer
-         * follows both */
-        p->step_s = (g && strcmp(p->mem.sharding, "full") == 0 ? fmax(p->compute_s, p->comm_s)
-                                                                : p->compute_s + p->comm_s) +
+        /* on a GPU a strategy's own communication thread (full's)
+         * overlaps the compute; on the CPU the collectives take the same
+         * cores; the optimizer follows both */
+        p->step_s = (g && p->comm_thread ? fmax(p->compute_s, p->comm_s)
+                                         : p->compute_s + p->comm_s) +
                     p->optim_s;
         p->images_per_s = p->step_s > 0 ? tc->global_batch_size / p->step_s : 0;
     }
@@ -989,7 +952,7 @@ void jobplan_print(FILE *to, const jobplan *p)
     fprintf(to, "  %-34s %12.4g GB/s (%s)\n", "bus bandwidth", p->bus_bytes_per_s / 1e9,
             p->bus_source);
     fprintf(to, "  %-34s %12.4g s\n", "  the bytes", p->comm_bw_s);
-    if (strcmp(m->sharding, "full") == 0)
+    if (p->comm_thread)
         fprintf(to, "  %-34s %12.4g s (%.0f calls on the communication thread, %.3g ms each with "
                 "its bytes beyond the compute it overlaps, less the bytes above; %s)\n",
                 "  the calls' latency", p->comm_lat_s, p->comm_calls, p->call_s * 1e3,

@@ -31,7 +31,8 @@
  * ops_cpu_peak_bytes / ops_cuda_peak_bytes, logged as event=memory). */
 typedef struct {
     size_t n_params;
-    const char *sharding;    /* the strategy that runs: "none", "grad-op", "full" */
+    sharding_mode strategy;  /* the strategy that runs (dp_plan's: none for one process) */
+    const char *sharding;    /* its name (dp_mode_name) */
     int world, rank;
     /* the backend's (device memory on a GPU) */
     size_t param_bytes;      /* fp32 parameters this rank holds: all (none, grad-op) or
@@ -132,6 +133,9 @@ typedef struct {
      * (comm_calls per step, each an all-reduce's call_s, or half of it for
      * a reduce-scatter or an all-gather: a ring's W-1 steps of 2 (W-1)) */
     double comm_bw_s, comm_calls, call_s, comm_lat_s;
+    /* the strategy's calls run on its own communication thread (full's:
+     * dp_cost.own_schedule), overlapping the compute */
+    int comm_thread;
     /* the optimizer step: optim_params (this rank's: all of them, or its
      * shard) x optim_s_per_param */
     size_t optim_params;
