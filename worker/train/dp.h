@@ -8,7 +8,8 @@
  * the optimizer state of this rank's spans, the collectives after backward
  * (all-reduce, reduce-scatter) and after the update (all-gather), sums over
  * ranks, the range of the flat vector this rank saves in a checkpoint and
- * the state it loads back, and the moving average of the weights
+ * the state it loads back, what its collectives cost per step (for the
+ * planner, worker/plan/), and the moving average of the weights
  * (training.ema, ema.h), which each rank keeps for the parameters whose
  * AdamW state it holds. Three strategies, one file each:
  *   none     (dp_none.c, DDP): every rank holds everything; gradients are
@@ -99,7 +100,7 @@ typedef struct {
 /* What one rank's collectives cost per optimizer step under a strategy,
  * as the strategy makes them: the planner's time model
  * (worker/plan/plan_time.c). Each strategy states its own (dp_impl's
- * cost); nothing at one rank. */
+ * cost); no bytes and no calls at one rank. */
 typedef struct {
     /* the bytes one rank moves, what a collective at bus bandwidth B takes
      * bytes / B for: an all-reduce 2 (W-1)/W of its buffer, a
@@ -130,11 +131,11 @@ const char *dp_mode_name(sharding_mode mode);
  * how many. */
 int dp_modes_sharding_more(sharding_mode mode, sharding_mode *out, int max);
 
-/* The planner's probe (worker/plan/plan_probe.c) of the strategy's own schedule on
- * o->comm (every rank calls it): the strategy's buffers for o->mc and its
- * collectives asked as the model asks them over steps of pr's schedule,
- * the compute spun; then its sync and the loss's and the norm's
- * all-gathers. *exposed_s: the median step's seconds beyond the spins
+/* The planner's probe (worker/plan/plan_probe.c) of the strategy's own
+ * schedule on o->comm (every rank calls it): the strategy's buffers for
+ * o->mc and its collectives asked as the model asks them over steps of
+ * pr's schedule, the compute spun; then its sync and the loss's and the
+ * norm's all-gathers. *exposed_s: the median step's seconds beyond the spins
  * (after one untimed step). 1 when timed, 0 when the strategy has no
  * schedule of its own, -1 with a message. */
 int dp_probe_schedule(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
