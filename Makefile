@@ -79,9 +79,12 @@ CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 # Each module sees lib/ and api/ and itself: worker/ and kernels/ never see
 # operator/, and operator/ never sees worker/ or kernels/. Inside worker/,
 # each folder sees only what its README allows (data/ and gang/ nothing of
-# the worker's but themselves, ckpt/ gang/, train/ and main.c all): the
-# include paths enforce it. Tests and benchmarks see all.
-WORKER_INC := -Iworker/train -Iworker/gang -Iworker/ckpt -Iworker/data
+# the worker's but themselves, ckpt/ gang/, train/ all but plan/, plan/ and
+# main.c all): the include paths enforce it. One exception: train.c sees
+# plan/ for the memory check's sum, plan_memory.h (tests/layout.bats: that
+# header alone). Tests and benchmarks see all.
+TRAIN_INC  := -Iworker/train -Iworker/gang -Iworker/ckpt -Iworker/data
+WORKER_INC := $(TRAIN_INC) -Iworker/plan
 INC     := -Ilib -Iapi -Ikernels $(WORKER_INC) -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
@@ -181,7 +184,9 @@ $(BUILD)/obj/kernels/%.o: INC := -Ilib -Iapi -Ikernels
 $(BUILD)/obj/worker/data/%.o: INC := -Ilib -Iapi -Iworker/data
 $(BUILD)/obj/worker/gang/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/gang
 $(BUILD)/obj/worker/ckpt/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/ckpt -Iworker/gang
-$(BUILD)/obj/worker/train/%.o $(BUILD)/obj/worker/main.o: INC := -Ilib -Iapi -Ikernels $(WORKER_INC)
+$(BUILD)/obj/worker/train/%.o: INC := -Ilib -Iapi -Ikernels $(TRAIN_INC)
+$(BUILD)/obj/worker/train/train.o: INC := -Ilib -Iapi -Ikernels $(TRAIN_INC) -Iworker/plan
+$(BUILD)/obj/worker/plan/%.o $(BUILD)/obj/worker/main.o: INC := -Ilib -Iapi -Ikernels $(WORKER_INC)
 $(BUILD)/obj/operator/%.o: INC := -Ilib -Iapi -Ioperator
 
 $(CUDA_BUILD)/%.o: %.cu $(FLAGS_STAMP)
