@@ -14,7 +14,7 @@
 #   make asan       the same programs built with AddressSanitizer + UBSan
 #   make image-test the container images built with buildah and run (slow)
 #   make schema     the CRD's config keys (and the chart's copy) and the README's
-#                   key table written again from the config table in api/config.c
+#                   key table written again from the config table in api/config_keys.c
 #   make clean
 
 # `make` alone builds everything: the first rule below must not be the
@@ -268,7 +268,7 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
 
-# The parts of other files that the config table (api/config.c) writes
+# The parts of other files that the config table (api/config_keys.c) writes
 # (api/config_schema.h): each config key's schema in the CRD, between its
 # "BEGIN generated" and "END generated" comments; the chart's byte copy of the
 # CRD; the README's key table. A file is replaced only when it changes.

@@ -1,7 +1,7 @@
 /* api/config_schema.c - see config_schema.h.
  *
  * Everything here is written from config_describe(), the key table of
- * api/config.c: a key's bounds, default or words change there, and
+ * api/config_keys.c: a key's bounds, default or words change there, and
  * `make schema` carries the change into the CRD and the README.
  *
  * The YAML is written the way the hand-written rest of the CRD is: block

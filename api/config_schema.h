@@ -1,6 +1,6 @@
 /* api/config_schema.h - the parts of other files that the config table writes.
  *
- * Owns: the text generated from api/config.c's key table (config_describe)
+ * Owns: the text generated from api/config_keys.c's key table (config_describe)
  * into files that describe the same keys:
  *   - manifests/00-crd.yaml (and so its byte copy in the Helm chart,
  *     charts/vitjob-operator/crds/): the schema of every config key under

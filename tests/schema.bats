@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# tests/schema.bats - the files that the config table (api/config.c) writes
+# tests/schema.bats - the files that the config table (api/config_keys.c) writes
 # through api/config_schema.c are what it writes: the config keys' schema in
 # manifests/00-crd.yaml, the chart's byte copy of that CRD, and the README's
 # key table. A stale file fails its test, named, with the diff; `make schema`
@@ -27,7 +27,7 @@ teardown() { rm -rf "$TMP"; }
 fresh() {
   "$WORKER" schema "$1" > "$TMP/new" || { echo "vitjob-worker schema $1 failed"; return 1; }
   diff -u --label "$1 (committed)" --label "$1 (as make schema writes it)" "$1" "$TMP/new" ||
-    { echo "$1 is stale: the config table in api/config.c says otherwise; run make schema"; return 1; }
+    { echo "$1 is stale: the config table in api/config_keys.c says otherwise; run make schema"; return 1; }
 }
 
 @test "manifests/00-crd.yaml: the config keys' schema is what make schema writes" {
