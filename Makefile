@@ -15,7 +15,7 @@
 #   make image-test the container images built with buildah and run (slow)
 #   make schema     the CRD's config keys (and the chart's copy), the README's
 #                   key table and docs/design.md's spec summary written again from
-#                   the config table in api/config.c, and docs/design.md's exit
+#                   the config table in api/config_keys.c, and docs/design.md's exit
 #                   codes from api/exitcode.c
 #   make clean
 
@@ -276,7 +276,7 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
 
-# The parts of other files that the config table (api/config.c) and the
+# The parts of other files that the config table (api/config_keys.c) and the
 # exit-code table (api/exitcode.c) write (api/config_schema.h): each config
 # key's schema in the CRD, between its "BEGIN generated" and "END generated"
 # comments; the chart's byte copy of the CRD; the README's key table;

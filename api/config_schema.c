@@ -1,7 +1,7 @@
 /* api/config_schema.c - see config_schema.h.
  *
  * Everything here is written from config_describe(), the key table of
- * api/config.c, or from vj_err_table(), the exit-code table of
+ * api/config_keys.c, or from vj_err_table(), the exit-code table of
  * api/exitcode.c: a key's bounds, default or words, or a class's exit code,
  * change there, and `make schema` carries the change into the CRD, the
  * README and docs/design.md.

@@ -1,6 +1,6 @@
 /* api/config_schema.h - the parts of other files that the config and exit-code tables write.
  *
- * Owns: the text generated from api/config.c's key table (config_describe)
+ * Owns: the text generated from api/config_keys.c's key table (config_describe)
  * into files that describe the same keys, and from api/exitcode.c's table
  * (vj_err_table) into the design:
  *   - manifests/00-crd.yaml (and so its byte copy in the Helm chart,

@@ -36,7 +36,7 @@ import resource
 import sys
 import time
 
-# image, patch, channels, dim, depth, heads, mlp ratio, classes (api/config.c)
+# image, patch, channels, dim, depth, heads, mlp ratio, classes (api/config_keys.c)
 PRESETS = {
     "fmnist_tiny": (28, 7, 1, 64, 4, 4, 4.0, 10),
     "fmnist_small": (28, 4, 1, 128, 6, 4, 4.0, 10),

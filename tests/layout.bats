@@ -119,7 +119,7 @@ includes_of() {
 }
 
 @test "the worker returns error classes, never exit codes: api/exitcode.c alone maps them" {
-  run grep -rln 'VITJOB_EXIT_' worker kernels api/config.c api/config.h
+  run grep -rln 'VITJOB_EXIT_' worker kernels api/config*.c api/config*.h
   echo "$output"
   [ "$status" -eq 1 ]
 }

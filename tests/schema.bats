@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# tests/schema.bats - the files that the config table (api/config.c) and the
+# tests/schema.bats - the files that the config table (api/config_keys.c) and the
 # exit-code table (api/exitcode.c) write through api/config_schema.c are what
 # they write: the config keys' schema in manifests/00-crd.yaml, the chart's
 # byte copy of that CRD, the README's key table, and docs/design.md's spec
@@ -29,7 +29,7 @@ teardown() { rm -rf "$TMP"; }
 fresh() {
   "$WORKER" schema "$1" > "$TMP/new" || { echo "vitjob-worker schema $1 failed"; return 1; }
   diff -u --label "$1 (committed)" --label "$1 (as make schema writes it)" "$1" "$TMP/new" ||
-    { echo "$1 is stale: the config table in api/config.c (or api/exitcode.c's) says otherwise; run make schema"
+    { echo "$1 is stale: the config table in api/config_keys.c (or api/exitcode.c's) says otherwise; run make schema"
       return 1; }
 }
 

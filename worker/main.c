@@ -7,7 +7,7 @@
  * process exit code, from the error class through api/exitcode.h (one
  * helper, exit_with, for every subcommand).
  * Must not: train, pick a backend (worker/train/train.c), start the gang
- * itself (worker/gang/gang.h) or parse config files itself (api/config.c).
+ * itself (worker/gang/gang.h) or parse config files itself (api/config_load.c).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
