@@ -13,8 +13,10 @@
 #   make bench-gpu  the GPU engine against PyTorch/timm on the same GPU
 #   make asan       the same programs built with AddressSanitizer + UBSan
 #   make image-test the container images built with buildah and run (slow)
-#   make schema     the CRD's config keys (and the chart's copy) and the README's
-#                   key table written again from the config table in api/config.c
+#   make schema     the CRD's config keys (and the chart's copy), the README's
+#                   key table and docs/design.md's spec summary written again from
+#                   the config table in api/config_keys.c, and docs/design.md's exit
+#                   codes from api/exitcode.c
 #   make clean
 
 # `make` alone builds everything: the first rule below must not be the
@@ -77,9 +79,12 @@ CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L
 # Each module sees lib/ and api/ and itself: worker/ and kernels/ never see
 # operator/, and operator/ never sees worker/ or kernels/. Inside worker/,
 # each folder sees only what its README allows (data/ and gang/ nothing of
-# the worker's but themselves, ckpt/ gang/, train/ and main.c all): the
-# include paths enforce it. Tests and benchmarks see all.
-WORKER_INC := -Iworker/train -Iworker/gang -Iworker/ckpt -Iworker/data
+# the worker's but themselves, ckpt/ gang/, train/ all but plan/, plan/ and
+# main.c all): the include paths enforce it. One exception: train.c sees
+# plan/ for the memory check's sum, plan_memory.h (tests/layout.bats: that
+# header alone). Tests and benchmarks see all.
+TRAIN_INC  := -Iworker/train -Iworker/gang -Iworker/ckpt -Iworker/data
+WORKER_INC := $(TRAIN_INC) -Iworker/plan
 INC     := -Ilib -Iapi -Ikernels $(WORKER_INC) -Ioperator
 CFLAGS  ?= -O3 $(ARCH) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fopenmp $(INC) $(BLAS_CFLAGS) $(PKG_CFLAGS) $(CUDA_DEFS) -MMD -MP
@@ -179,7 +184,9 @@ $(BUILD)/obj/kernels/%.o: INC := -Ilib -Iapi -Ikernels
 $(BUILD)/obj/worker/data/%.o: INC := -Ilib -Iapi -Iworker/data
 $(BUILD)/obj/worker/gang/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/gang
 $(BUILD)/obj/worker/ckpt/%.o: INC := -Ilib -Iapi -Ikernels -Iworker/ckpt -Iworker/gang
-$(BUILD)/obj/worker/train/%.o $(BUILD)/obj/worker/main.o: INC := -Ilib -Iapi -Ikernels $(WORKER_INC)
+$(BUILD)/obj/worker/train/%.o: INC := -Ilib -Iapi -Ikernels $(TRAIN_INC)
+$(BUILD)/obj/worker/train/train.o: INC := -Ilib -Iapi -Ikernels $(TRAIN_INC) -Iworker/plan
+$(BUILD)/obj/worker/plan/%.o $(BUILD)/obj/worker/main.o: INC := -Ilib -Iapi -Ikernels $(WORKER_INC)
 $(BUILD)/obj/operator/%.o: INC := -Ilib -Iapi -Ioperator
 
 $(CUDA_BUILD)/%.o: %.cu $(FLAGS_STAMP)
@@ -216,7 +223,7 @@ $(BUILD)/bin/vit_refcheck $(BUILD)/bin/ft_check: $(BUILD)/bin/%: $(WORKER_OBJ) $
 
 # the transforms against torch and torchvision (tests/transform.bats): transform.c alone
 $(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/data/transform.o \
-		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/stdfds.o
+		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/util.o $(BUILD)/obj/lib/stdfds.o
 	$(call link,-lm)
 
 # RandAugment and random erasing against PIL and torch (tests/randaug.bats):
@@ -247,13 +254,14 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
 	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
 
-# test_decode: the decoder alone (lib/check.h is header-only)
-$(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ)
+# test_decode: the decoder alone (lib/check.h is header-only; lib/util.c
+# writes its messages)
+$(BUILD)/tests/test_decode: $(BUILD)/obj/tests/test_decode.o $(DECODE_OBJ) $(BUILD)/obj/lib/util.o
 	$(call link,$(DECODE_LIBS) -lcriterion)
 
 # test_fuzz_data: the shard readers (tar, wds and its cJSON, rng) and the decoder
 $(BUILD)/tests/test_fuzz_data: $(BUILD)/obj/tests/test_fuzz_data.o $(DECODE_OBJ) \
-		$(addprefix $(BUILD)/obj/worker/data/,tar.o wds.o rng.o)
+		$(addprefix $(BUILD)/obj/worker/data/,tar.o wds.o rng.o) $(BUILD)/obj/lib/util.o
 	$(call link,$(DECODE_LIBS) $(shell pkg-config --libs libcjson) -lm -lcriterion)
 
 # The sanitizer build: same sources, its own tree.
@@ -268,12 +276,14 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) asan
 	tests/run.sh $(BUILD)
 
-# The parts of other files that the config table (api/config.c) writes
-# (api/config_schema.h): each config key's schema in the CRD, between its
-# "BEGIN generated" and "END generated" comments; the chart's byte copy of the
-# CRD; the README's key table. A file is replaced only when it changes.
-# tests/schema.bats fails when a committed file is not what this writes.
-SCHEMA_FILES = manifests/00-crd.yaml README.md
+# The parts of other files that the config table (api/config_keys.c) and the
+# exit-code table (api/exitcode.c) write (api/config_schema.h): each config
+# key's schema in the CRD, between its "BEGIN generated" and "END generated"
+# comments; the chart's byte copy of the CRD; the README's key table;
+# docs/design.md's spec summary and exit-code table. A file is replaced only
+# when it changes. tests/schema.bats fails when a committed file is not what
+# this writes.
+SCHEMA_FILES = manifests/00-crd.yaml README.md docs/design.md
 CHART_CRD    = charts/vitjob-operator/crds/vitjobs.vitjob.dev.yaml
 schema: $(BUILD)/bin/vitjob-worker
 	$(Q)for f in $(SCHEMA_FILES); do \
@@ -300,7 +310,7 @@ image-test:
 demo: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator $(CUDA_PLUGIN)
 	@mkdir -p $(BUILD)/demo
-	@/usr/bin/python3 tests/cluster/demo.py --build $(BUILD); rc=$$?; \
+	@/usr/bin/python3 -m tests.cluster.demo --build $(BUILD); rc=$$?; \
 	  if [ $$rc -eq 3 ]; then $(MAKE) --no-print-directory train; else exit $$rc; fi
 
 # The embedded default config in one process: a small ViT on Fashion-MNIST.
@@ -314,7 +324,7 @@ bench: deps
 		$(BUILD)/bin/vitjob-operator $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench \
 		$(BUILD)/bin/loader_bench
 	/usr/bin/python3 bench/cpu_vs_torch.py --build $(BUILD)
-	/usr/bin/python3 bench/operator_bench.py --build $(BUILD)
+	PYTHONPATH=$(CURDIR) /usr/bin/python3 bench/operator_bench.py --build $(BUILD)
 	$(BUILD)/bin/comm_bench
 	python3 bench/ranks_bench.py --build $(BUILD)
 	python3 bench/ckpt_bench.py --build $(BUILD)

@@ -6,6 +6,8 @@
  * validation. Configuration is table-driven: one row per key (dotted path,
  * type, bounds, default, target field, and the words the CRD and the README
  * say of it: api/config_schema.c writes those files' parts from the table).
+ * The rows are api/config_keys.c's (the one place a key is added); reading
+ * text (files, --set) is api/config_load.c's; the rest, api/config.c's.
  * Must not: touch data files, allocate model memory, or exit the process.
  *
  * Errors: every function returns 0 on success or a vj_err (api/exitcode.h), and
@@ -26,7 +28,7 @@
 #define CONFIG_FREEZE_LEN 64 /* ... of at most 63 bytes each */
 
 /* The keys with a fixed set of values, as values: in each enum the order of
- * the spellings in the spec table (api/config.c), which maps one to the other. */
+ * the spellings in the spec table (api/config_keys.c), which maps one to the other. */
 typedef enum { DATA_FASHION_MNIST, DATA_WEBDATASET, DATA_IMAGEFOLDER } data_format; /* data.format */
 typedef enum { INTERP_BILINEAR, INTERP_BICUBIC } interp_mode;                 /* data.interpolation */
 typedef enum { PRECISION_FP32, PRECISION_BF16_MIXED, PRECISION_FP16_MIXED } precision_mode; /* training.precision */

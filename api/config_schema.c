@@ -1,8 +1,10 @@
 /* api/config_schema.c - see config_schema.h.
  *
  * Everything here is written from config_describe(), the key table of
- * api/config.c: a key's bounds, default or words change there, and
- * `make schema` carries the change into the CRD and the README.
+ * api/config_keys.c, or from vj_err_table(), the exit-code table of
+ * api/exitcode.c: a key's bounds, default or words, or a class's exit code,
+ * change there, and `make schema` carries the change into the CRD, the
+ * README and docs/design.md.
  *
  * The YAML is written the way the hand-written rest of the CRD is: block
  * style, two spaces a level, short descriptions on one line and longer ones
@@ -15,6 +17,7 @@
 #include "config_schema.h"
 
 #include "config.h"
+#include "exitcode.h"
 
 #include <cjson/cJSON.h>
 
@@ -27,6 +30,7 @@
 
 #define DESC_ONE_LINE 100 /* a description on one line fits in this many columns */
 #define FOLD_WIDTH 80     /* folded descriptions wrap at this column */
+#define SUMMARY_WIDTH 100 /* the spec summary's lines wrap at this column */
 
 __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -486,11 +490,161 @@ int config_schema_readme_table(buf *out, char *err, size_t errlen)
 }
 
 /* ------------------------------------------------------------------------ */
+/* docs/design.md: the spec summary and the exit codes                       */
+
+/* Is `path` under `prefix` ("training.optimizer.lr" under "training")? */
+static int under(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return strncmp(path, prefix, n) == 0 && path[n] == '.';
+}
+
+/* Does a row before `row` hold a key under `prefix`? */
+static int seen_before(const cJSON *table, const cJSON *row, const char *prefix)
+{
+    for (const cJSON *r = table->child; r && r != row; r = r->next)
+        if (under(str_of(r, "path"), prefix))
+            return 1;
+    return 0;
+}
+
+/* The keys under `prefix`, in table order, as one flow mapping: "{a, b: x |
+ * y, sub: {c, d}}": a key by its name, an enum's with its values, the keys
+ * of a section inside it as a mapping of their own where its first key is. */
+static void summary_map(buf *out, const cJSON *table, const char *prefix)
+{
+    int first = 1;
+    const cJSON *row;
+    buf_puts(out, "{");
+    cJSON_ArrayForEach(row, table) {
+        const char *path = str_of(row, "path");
+        if (!under(path, prefix))
+            continue;
+        const char *name = path + strlen(prefix) + 1, *dot = strchr(name, '.');
+        char inner[128];
+        if (dot) {
+            snprintf(inner, sizeof inner, "%.*s", (int)(dot - path), path);
+            if (seen_before(table, row, inner))
+                continue;
+        }
+        buf_puts(out, first ? "" : ", ");
+        first = 0;
+        if (dot) {
+            buf_printf(out, "%.*s: ", (int)(dot - name), name);
+            summary_map(out, table, inner);
+            continue;
+        }
+        buf_puts(out, name);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(row, "enum"), *c;
+        if (e) {
+            buf_puts(out, ": ");
+            cJSON_ArrayForEach(c, e)
+                buf_printf(out, "%s%s", c->valuestring[0] ? c->valuestring : "\"\"",
+                           c->next ? " | " : "");
+        }
+    }
+    buf_puts(out, "}");
+}
+
+/* Appends the word [w, w+n) to a line at column *col: after a space, or on
+ * a new line at column `cont` when it would pass SUMMARY_WIDTH (the first
+ * word of a line stays, however long). */
+static void summary_word(buf *out, const char *w, size_t n, int cont, int *col)
+{
+    if (*col > cont && *col + 1 + (int)n > SUMMARY_WIDTH) {
+        buf_printf(out, "\n%*s", cont, "");
+        *col = cont;
+    } else if (*col > cont) {
+        buf_puts(out, " ");
+        (*col)++;
+    }
+    buf_append(out, w, n);
+    *col += (int)n;
+}
+
+int config_schema_spec_summary(buf *out, int indent, char *err, size_t errlen)
+{
+    cJSON *table = config_describe();
+    if (!table)
+        return fail(err, errlen, "out of memory");
+    /* the top-level sections in table order, their names padded alike */
+    int width = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, table) {
+        const char *path = str_of(row, "path");
+        const int n = (int)strcspn(path, ".");
+        if (n > width)
+            width = n;
+    }
+    cJSON_ArrayForEach(row, table) {
+        const char *path = str_of(row, "path");
+        char section[64];
+        snprintf(section, sizeof section, "%.*s", (int)strcspn(path, "."), path);
+        if (seen_before(table, row, section))
+            continue;
+        buf map = {0};
+        summary_map(&map, table, section);
+        if (map.failed)
+            out->failed = 1;
+        /* "section: {" then the items, wrapped after a ", " where the next
+         * one would pass SUMMARY_WIDTH, continued under the first; an item
+         * longer than a line (an enum of many values) before its " | "s */
+        buf_printf(out, "%*s%s:%*s", indent, "", section, width - (int)strlen(section) + 1, "");
+        const int cont = indent + width + 3; /* the column after the "{" */
+        int col = cont - 1;
+        const char *p = map.data ? map.data : "";
+        while (*p) {
+            const char *sep = strstr(p, ", ");
+            const size_t n = sep ? (size_t)(sep - p) + 1 : strlen(p); /* with its comma */
+            const char *end = p + n;
+            if (cont + (int)n <= SUMMARY_WIDTH) {
+                summary_word(out, p, n, cont, &col);
+            } else {
+                for (const char *w = p; w < end;) {
+                    const char *bar = strstr(w + 1, " | ");
+                    const char *we = bar && bar < end ? bar : end;
+                    summary_word(out, w, (size_t)(we - w), cont, &col);
+                    w = we + (we < end); /* "| value" starts the next word */
+                }
+            }
+            p = end + (sep ? 1 : 0);
+        }
+        buf_puts(out, "\n");
+        buf_free(&map);
+    }
+    cJSON_Delete(table);
+    return out->failed ? fail(err, errlen, "out of memory") : 0;
+}
+
+int config_schema_exit_codes_table(buf *out, char *err, size_t errlen)
+{
+    size_t n;
+    const vj_err_row *t = vj_err_table(&n);
+    buf_puts(out, "| class | exit code | retried | what happened |\n| --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < n; i++) {
+        buf_printf(out, "| `%s` | %d | %s | ", t[i].name, t[i].exit_code, t[i].permanent ? "no" : "yes");
+        for (const char *m = t[i].meaning; *m;) { /* a '|' would end the cell */
+            const size_t k = strcspn(m, "|");
+            buf_append(out, m, k);
+            m += k;
+            if (*m) {
+                buf_puts(out, "\\|");
+                m++;
+            }
+        }
+        buf_puts(out, " |\n");
+    }
+    return out->failed ? fail(err, errlen, "out of memory") : 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Rewriting a file's generated regions                                      */
 
 #define BEGIN_MARK "BEGIN generated: "
 #define END_MARK "END generated: "
 #define README_REGION "config-keys"
+#define SUMMARY_REGION "config-summary"
+#define EXIT_CODES_REGION "exit-codes"
 
 /* The name of the marker `mark` on the line [s, e), into name; 0 if the
  * line is no such marker. A marker is a comment line of its own: after the
@@ -582,6 +736,10 @@ int config_schema_rewrite(buf *out, const char *text, size_t len, const char *or
 
         if (strcmp(name, README_REGION) == 0) {
             rc = config_schema_readme_table(out, err, errlen);
+        } else if (strcmp(name, SUMMARY_REGION) == 0) {
+            rc = config_schema_spec_summary(out, indent, err, errlen);
+        } else if (strcmp(name, EXIT_CODES_REGION) == 0) {
+            rc = config_schema_exit_codes_table(out, err, errlen);
         } else {
             yaml_regions++;
             int i = 0;

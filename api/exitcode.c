@@ -1,5 +1,5 @@
-/* api/exitcode.c - see exitcode.h. The table is the contract: change a row
- * only with docs/design.md. */
+/* api/exitcode.c - see exitcode.h. The table is the contract; `make schema`
+ * writes docs/design.md's copy of it (api/config_schema.c). */
 #include "exitcode.h"
 
 #include <signal.h>
@@ -18,8 +18,9 @@ static const vj_err_row table[] = {
      "an output path (training.exportPath, --metrics) cannot be written; checked before the "
      "first step"},
     {VJ_ERR_INIT_WEIGHTS, "init_weights", VITJOB_EXIT_CONFIG, 1,
-     "model.init is unreadable, not a valid safetensors file, does not match the model, or "
-     "holds NaN or Inf"},
+     "model.init is unreadable, not a valid safetensors file nor a checkpoint, does not match "
+     "the model beyond what finetuning adapts (a new head, a resampled pos_embed), or holds NaN "
+     "or Inf"},
     {VJ_ERR_TOO_LARGE, "too_large", VITJOB_EXIT_CONFIG, 1,
      "the model, optimizer, activations and data need more memory than the process may have "
      "(the message gives both numbers)"},

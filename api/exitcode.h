@@ -2,8 +2,9 @@
  *
  * Owns: the error classes (vj_err) that worker functions return, and the one
  * table that maps each class to the exit codes of api/contract.h and says
- * whether the operator retries it. docs/design.md prints the same table and
- * `vitjob-worker exit-codes` prints it from here; tests walk it.
+ * whether the operator retries it. `make schema` writes docs/design.md's
+ * copy of it (api/config_schema.c), `vitjob-worker exit-codes` prints it
+ * from here; tests walk it.
  * Must not: hold messages for particular failures (they go into the
  * caller's err buffer), or decide anything about a job (operator/decide.c
  * asks vj_exit_permanent).

@@ -1,5 +1,5 @@
 /* bench/ckpt_bench.c - checkpoint save and restore through the worker's own
- * path (worker/ckpt/ckpt.c on worker/ckpt/ckpt_store.c) for a state of a given size
+ * path (worker/ckpt/ckpt_writer.c and ckpt_reader.c on worker/ckpt/ckpt_store.c) for a state of a given size
  * (default: timm's vit_base_patch16_224, 86,567,656 parameters, so 12 bytes
  * each of fp32 parameters, AdamW m and v: 991 MiB), one rank.
  * Prints key=value lines that bench/ckpt_bench.py puts in its table:

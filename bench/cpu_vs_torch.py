@@ -102,9 +102,11 @@ def main():
                       "--heads", str(m[5]), "--mlp-ratio", str(m[6]), "--classes", str(m[7]),
                       "--batch", str(args.batch), "--threads", str(args.threads),
                       "--warmup-steps", "3"]
-        tuned = best(torch_args + ["--steps", str(steps)])
+        # torch_train.py imports tests.ref.torch_vit: the repository root on its path
+        tuned = best(torch_args + ["--steps", str(steps)], dict(os.environ, PYTHONPATH=ROOT))
         env = {k: v for k, v in os.environ.items()
                if k not in ("OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+        env["PYTHONPATH"] = ROOT
         stock = run_json(torch_args + ["--steps", str(max(3, steps // 4)), "--stock-env"], env)
         for impl, r in (("vitjob (C, CPU)", ours), ("pytorch tuned", tuned),
                         ("pytorch stock env", stock)):

@@ -36,7 +36,7 @@ import resource
 import sys
 import time
 
-# image, patch, channels, dim, depth, heads, mlp ratio, classes (api/config.c)
+# image, patch, channels, dim, depth, heads, mlp ratio, classes (api/config_keys.c)
 PRESETS = {
     "fmnist_tiny": (28, 7, 1, 64, 4, 4, 4.0, 10),
     "fmnist_small": (28, 4, 1, 128, 6, 4, 4.0, 10),
@@ -69,9 +69,7 @@ def main():
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "tests", "ref"))
-    import torch_vit
+    from tests.ref import torch_vit  # the repository root on PYTHONPATH (its launcher's)
 
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)

@@ -51,7 +51,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# preset: (image, patch, chans, dim, depth, heads, mlp_ratio, classes), as api/config.c
+# preset: (image, patch, chans, dim, depth, heads, mlp_ratio, classes), as api/config_keys.c
 DIMS = {
     "vit_ti16": (224, 16, 3, 192, 12, 3, 4.0, 1000),
     "vit_s16": (224, 16, 3, 384, 12, 6, 4.0, 1000),

@@ -22,6 +22,8 @@ kind) and its peak RSS is taken once every job has been reconciled.
 
 usage: operator_bench.py [--build build] [--replicas 1024] [--jobs 500] [--workers 4]
                          [--real-jobs 0] [--peer-bin PATH] [--idle 60]
+with the repository root on PYTHONPATH (it imports tests.cluster; `make
+bench` sets it): PYTHONPATH=. bench/operator_bench.py ...
 """
 import argparse
 import json
@@ -36,9 +38,9 @@ import urllib.request
 
 import yaml
 
+from tests.cluster.harness import ServerProcess
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
-from harness import ServerProcess  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 

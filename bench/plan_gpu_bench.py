@@ -15,7 +15,7 @@ download data.
 usage: bench/plan_gpu_bench.py --build B [--data IDX_DIR] [--gpu h100]
        [--steps 15] [--configs NAME,...] [--device cuda|cpu]
 --device cpu runs fmnist_tiny and vit_ti16 on this machine's CPU (plan --measure), a smoke
-test of the script. FITTED are the runs jobplan.c's GPU rates were read
+test of the script. FITTED are the runs plan_time.c's GPU rates were read
 from; HELD_OUT the runs that check them.
 """
 import argparse
@@ -34,7 +34,7 @@ SHARDED = ["--set", "model.numClasses=10", "--set", "data.format=webdataset"]
 # fmnist_* the IDX files.
 FITTED = ["fmnist_tiny-b128-bf16", "fmnist_small-b128-bf16", "vit_s16-b128-bf16", "vit_b16-b128-bf16",
           "vit_b16-b128-bf16-ckpt", "vit_b16-b256-mb64-bf16", "vit_b16-b128-fp16", "vit_b16-b64-fp32",
-          "vit_l16-b64-bf16-ckpt"]  # the runs the GPU rates in jobplan.c were read from
+          "vit_l16-b64-bf16-ckpt"]  # the runs the GPU rates in plan_time.c were read from
 HELD_OUT = ["fmnist_tiny-b1024-bf16", "fmnist_small-b512-fp32-ckpt", "vit_ti16-b256-bf16",
             "vit_s16-b256-bf16-ckpt", "vit_b16-b32-bf16", "vit_b16-b192-mb96-fp16-ckpt",
             "vit_l16-b32-fp32", "vit_l16-b128-mb32-bf16"]  # runs the rates were not read from

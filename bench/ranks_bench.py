@@ -60,7 +60,9 @@ def run(worker, world, mode, steps, tmp):
 def run_ddp(world, steps, tmp, python="/usr/bin/python3"):
     """PyTorch DDP on gloo (bench/ddp_train.py), world ranks on loopback."""
     port = free_port()
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_train.py")
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "ddp_train.py")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(here))  # it imports tests.ref.torch_vit
     procs = []
     for r in range(world):
         log = open(os.path.join(tmp, "ddp-%d.log" % r), "w")
@@ -69,7 +71,7 @@ def run_ddp(world, steps, tmp, python="/usr/bin/python3"):
                 "--threads", "1", "--steps", str(steps)]
         try:
             procs.append((subprocess.Popen(args, stdout=subprocess.PIPE if r == 0 else
-                                           subprocess.DEVNULL, stderr=log, text=True), log))
+                                           subprocess.DEVNULL, stderr=log, text=True, env=env), log))
         except OSError as e:  # no such python: the row says so
             log.close()
             for p, _ in procs:

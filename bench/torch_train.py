@@ -67,9 +67,7 @@ def main():
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     import torch.nn.functional as F
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "tests", "ref"))
-    import torch_vit
+    from tests.ref import torch_vit  # the repository root on PYTHONPATH (its launcher's)
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)

@@ -1,7 +1,7 @@
 /* kernels/attention_scratch.h - the layout of the CUDA attention's scratch
  * (attention.cu): byte offsets of its nine parts and its size, for a given
  * floatX width. Header-only C (and C++), so that the CUDA kernels carve the
- * scratch with it and the planner (worker/train/jobplan.c) sizes a GPU
+ * scratch with it and the planner (worker/plan/plan_memory.c) sizes a GPU
  * run's scratch without loading the CUDA backend: one formula for both.
  * Must not: allocate, or include anything beyond <stddef.h>.
  */

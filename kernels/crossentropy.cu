@@ -74,28 +74,35 @@ static __global__ void crossentropy_backward_kernel(X *dlogits, const float *pro
     }
 }
 
+// The launch behind every op here: nothing once the backend has failed or for
+// an empty (B,K); else kernel on the stream, one block of CE_THREADS a row
+// (rows: the forward kernels) or 256-thread blocks over the B*K elements
+// (the backward ones), checked.
+template <typename... P, typename... A>
+static void ce_launch(void (*kernel)(P...), bool rows, int B, int K, A... args)
+{
+    CU_GUARD();
+    if (B <= 0 || K <= 0) return;
+    const unsigned threads = rows ? CE_THREADS : 256;
+    const unsigned blocks = rows ? (unsigned)B : cuda_blocks((size_t)B * K, threads);
+    kernel<<<blocks, threads, 0, g_cuda.stream>>>(args...);
+    CU_LAUNCHED();
+}
+
 template <typename X>
 void crossentropy_forward_cuda(float *losses, float *probs, const floatX *logits,
                                const int *targets, int B, int K)
 {
-    CU_GUARD();
-    if (B <= 0 || K <= 0) return;
-    crossentropy_forward_kernel<X><<<(unsigned)B, CE_THREADS, 0, g_cuda.stream>>>(
-        losses, probs, (const X *)logits, targets, K);
-    CU_LAUNCHED();
+    ce_launch(crossentropy_forward_kernel<X>, true, B, K, losses, probs, (const X *)logits,
+              targets, K);
 }
 
 template <typename X>
 void crossentropy_backward_cuda(floatX *dlogits, const float *probs, const int *targets,
                                 float dloss, int B, int K)
 {
-    CU_GUARD();
-    if (B <= 0 || K <= 0) return;
-    const size_t total = (size_t)B * K;
-    const unsigned threads = 256;
-    crossentropy_backward_kernel<X><<<cuda_blocks(total, threads), threads, 0, g_cuda.stream>>>(
-        (X *)dlogits, probs, targets, dloss, total, K);
-    CU_LAUNCHED();
+    ce_launch(crossentropy_backward_kernel<X>, false, B, K, (X *)dlogits, probs, targets, dloss,
+              (size_t)B * K, K);
 }
 
 template void crossentropy_forward_cuda<float>(float *, float *, const floatX *, const int *,
@@ -180,25 +187,16 @@ template <typename X>
 void crossentropy_soft_forward_cuda(float *losses, float *probs, const floatX *logits,
                                     const float *targets, int B, int K)
 {
-    CU_GUARD();
-    if (B <= 0 || K <= 0) return;
-    crossentropy_soft_forward_kernel<X><<<(unsigned)B, CE_THREADS, 0, g_cuda.stream>>>(
-        losses, probs, (const X *)logits, targets, K);
-    CU_LAUNCHED();
+    ce_launch(crossentropy_soft_forward_kernel<X>, true, B, K, losses, probs, (const X *)logits,
+              targets, K);
 }
 
 template <typename X>
 void crossentropy_soft_backward_cuda(floatX *dlogits, const float *probs, const float *targets,
                                      float dloss, int B, int K)
 {
-    CU_GUARD();
-    if (B <= 0 || K <= 0) return;
-    const size_t total = (size_t)B * K;
-    const unsigned threads = 256;
-    crossentropy_soft_backward_kernel<X>
-        <<<cuda_blocks(total, threads), threads, 0, g_cuda.stream>>>((X *)dlogits, probs,
-                                                                      targets, dloss, total);
-    CU_LAUNCHED();
+    ce_launch(crossentropy_soft_backward_kernel<X>, false, B, K, (X *)dlogits, probs, targets,
+              dloss, (size_t)B * K);
 }
 
 template void crossentropy_soft_forward_cuda<float>(float *, float *, const floatX *,

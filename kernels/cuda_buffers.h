@@ -4,7 +4,7 @@
  * gradients' column sums (matmul.cu), LayerNorm's dw/db partials
  * (layernorm.cu) and the gradient norm's partials (global_norm.cu) borrow.
  * Header-only C (and C++), so that the kernels size their asks with it and
- * the planner (worker/train/jobplan.c) counts these bytes without loading
+ * the planner (worker/plan/plan_memory.c) counts these bytes without loading
  * the CUDA backend: one formula for both, as attention_scratch.h is for the
  * attention's scratch.
  * Must not: allocate, or include anything beyond <stddef.h>.

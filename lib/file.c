@@ -36,6 +36,21 @@ const char *file_kind(mode_t mode)
     return "not a regular file";
 }
 
+/* What path was opened as (fd, opened O_NONBLOCK so that a FIFO cannot
+ * block the open): fstat'ed into *st, it must be a regular file; then fd is
+ * made blocking. Returns fd, or closes it and returns -1. */
+static int keep_regular(int fd, const char *path, struct stat *st, char *err, size_t errlen)
+{
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        err_printf(err, errlen, "%s: is %s, not a regular file", path, file_kind(st->st_mode));
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 int file_open_regular(const char *path, off_t *size, char *err, size_t errlen)
 {
     struct stat st;
@@ -55,13 +70,7 @@ int file_open_regular(const char *path, off_t *size, char *err, size_t errlen)
         err_printf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        err_printf(err, errlen, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
-        close(fd);
-        return -1;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (keep_regular(fd, path, &st, err, errlen) < 0) return -1;
     if (size) *size = st.st_size;
     return fd;
 }
@@ -280,14 +289,7 @@ int file_create(const char *path, char *err, size_t errlen)
         return -1;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        err_printf(err, errlen, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
-        close(fd);
-        return -1;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    return fd;
+    return keep_regular(fd, path, &st, err, errlen);
 }
 
 /* ---- atomic replacement ---- */

@@ -32,13 +32,27 @@ double median_of(double *t, int n)
     return n == 0 ? 0 : n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
-void err_printf(char *err, size_t errlen, const char *fmt, ...)
+void err_vprintf(char *err, size_t errlen, const char *fmt, va_list ap)
 {
     if (!err || errlen == 0) return;
+    vsnprintf(err, errlen, fmt, ap);
+}
+
+void err_printf(char *err, size_t errlen, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    err_vprintf(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+int err_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    err_vprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
 }
 
 int parse_decimal(const char *s, double *out)

@@ -919,7 +919,7 @@ static long long status_time(const cJSON *st, const char *key)
 /* ------------------------------------------------------ ProgressStalled */
 
 /* training.reportIntervalSeconds as the job's spec sets it, else the
- * config table's default (api/config.c: the worker's own). 0 out of memory. */
+ * config table's default (api/config_keys.c: the worker's own). 0 out of memory. */
 static long long report_interval(ctx *c)
 {
     const cJSON *v = json_get(json_get(c->js->spec, "training"), "reportIntervalSeconds");

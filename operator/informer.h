@@ -4,8 +4,9 @@
  * replaces the cache (its namespace's part of it) with the result, then watches from the list's
  * resourceVersion, applying every event to the cache; on 410 Gone it relists;
  * transport errors and stream ends are retried by kube_watch_run with backoff.
- * After every change it calls on_change, which only enqueues keys (watches
- * never reconcile, conventions.md).
+ * After every change it calls on_change, which only enqueues keys: watches
+ * never reconcile, the work queue's workers do (docs/design.md, "Operator and
+ * worker": the informers all feed one work queue).
  * Must not: share its kube_client (clients are not thread-safe: it makes its
  * own through the factory) or decide anything about the objects.
  */

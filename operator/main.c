@@ -1,26 +1,13 @@
 /* operator/main.c - the vitjob-operator command line.
  *
- * Owns: flags, the client factory (kubeconfig or in-cluster), the /metrics
- * and probe endpoint, leader election, the controller's lifetime, and
- * signals (SIGTERM/SIGINT only set a flag; the main loop stops everything,
- * releases the Lease and exits 0).
- * Must not: reconcile (operator/controller.c) or log a token.
- *
- * usage: vitjob-operator --version   (release, commit, what it talks over)
- *        vitjob-operator [--kubeconfig FILE] [--namespace NS[,NS...]] [--metrics-addr :8080]
- *                        [--leader-elect] [--lease-namespace NS] [--lease-name NAME]
- *                        [--identity ID]   (lease name: vitjob-operator by default)
- *                        (identity: --identity, else $POD_NAME, else host_pid)
- *                        [--workers N] [--log-level info]
- *                        [--lease-duration 15] [--renew-deadline 10] [--retry-period 2]
- *                        [--planner PATH|none]
- *        --planner: the program that sizes GPU jobs before their first pods
- *        (`vitjob-worker plan`, operator/admission.h); by default the
- *        vitjob-worker beside this binary, if there is one; none = no
- *        admission planning. A PATH that is not an executable exits 2.
- *        --namespace: the namespaces whose ViTJobs it manages, comma-separated
- *        DNS-1123 labels (an informer per resource per namespace, one work
- *        queue); absent or "" = every namespace. A bad name exits 2.
+ * Owns: what the flags say (operator/flags.h: the table, its parser and
+ * --help; the namespaces, the planner and the lease timings checked here),
+ * the client factory (kubeconfig or in-cluster), the /metrics and probe
+ * endpoint, leader election, the controller's lifetime, and signals
+ * (SIGTERM/SIGINT only set a flag; the main loop stops everything, releases
+ * the Lease and exits 0).
+ * Must not: reconcile (operator/controller.c), parse a flag itself, or log
+ * a token.
  */
 #include <curl/curl.h>
 #include <microhttpd.h>
@@ -34,6 +21,7 @@
 #include <unistd.h>
 
 #include "controller.h"
+#include "flags.h"
 #include "httpd.h"
 #include "kube.h"
 #include "leader.h"
@@ -112,19 +100,6 @@ static int ready(void *arg, char *why, size_t whylen)
     return synced;
 }
 
-static void usage(FILE *to)
-{
-    fprintf(to, "usage: vitjob-operator --version\n"
-                "       vitjob-operator [--kubeconfig FILE] [--namespace NS[,NS...]] "
-                "[--metrics-addr :8080]\n"
-                "                       [--leader-elect] [--lease-namespace NS] [--lease-name NAME]\n"
-                "                       [--identity ID]\n"
-                "                       [--workers N] [--log-level debug|info|warn|error]\n"
-                "                       [--lease-duration 15] [--renew-deadline 10] "
-                "[--retry-period 2]\n"
-                "                       [--planner PATH|none]\n");
-}
-
 /* path = the directory of this executable + "/" + name, when that is an
  * executable file: 0; else -1. */
 static int beside_self(char *path, size_t len, const char *name)
@@ -144,54 +119,38 @@ int main(int argc, char **argv)
 {
     /* 0, 1 and 2 open before any file is: see lib/stdfds.h */
     stdfds_ensure("vitjob-operator", 1);
-    factory_ctx fctx = {NULL};
-    const char *ns = NULL, *metrics_addr = ":8080", *lease_ns = getenv("POD_NAMESPACE");
-    const char *lease_name = "vitjob-operator";
-    char identity[256] = "";
-    int elect = 0, workers = 2;
-    const char *planner = NULL;
-    char planner_beside[4096];
-    double lease_duration = 15, renew_deadline = 10, retry_period = 2;
+    operator_flags f;
     char err[512];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (!strcmp(a, "--version")) {
-            printf("vitjob-operator %s\ncommit: %s\nbackends: kubernetes API over %s, "
-                   "metrics and probes over libmicrohttpd %s\n", VJ_RELEASE, vj_git_commit(),
-                   curl_version(), MHD_get_version());
-            return 0;
-        }
-        if (!strcmp(a, "--kubeconfig") && more) fctx.kubeconfig = argv[++i];
-        else if (!strcmp(a, "--namespace") && more) ns = argv[++i];
-        else if (!strcmp(a, "--metrics-addr") && more) metrics_addr = argv[++i];
-        else if (!strcmp(a, "--leader-elect")) elect = 1;
-        else if (!strcmp(a, "--lease-namespace") && more) lease_ns = argv[++i];
-        else if (!strcmp(a, "--lease-name") && more) lease_name = argv[++i];
-        else if (!strcmp(a, "--identity") && more) snprintf(identity, sizeof identity, "%s", argv[++i]);
-        else if (!strcmp(a, "--workers") && more) workers = atoi(argv[++i]);
-        else if (!strcmp(a, "--planner") && more) planner = argv[++i];
-        else if (!strcmp(a, "--lease-duration") && more) lease_duration = atof(argv[++i]);
-        else if (!strcmp(a, "--renew-deadline") && more) renew_deadline = atof(argv[++i]);
-        else if (!strcmp(a, "--retry-period") && more) retry_period = atof(argv[++i]);
-        else if (!strcmp(a, "--log-level") && more) {
-            if (log_set_level_name(argv[++i]) != 0) {
-                LOG_ERROR("operator", "msg=%s", LOGVF("--log-level: unknown level '%s'", argv[i]));
-                return 2;
-            }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            LOG_ERROR("operator", "msg=%s", LOGVF("unknown or incomplete argument '%s'", a));
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (workers < 1 || workers > 64) {
-        LOG_ERROR("operator", "msg=\"--workers must be in [1, 64]\"");
+    switch (flags_parse(&f, argc, argv, err, sizeof err)) {
+    case FLAGS_RUN:
+        break;
+    case FLAGS_HELP:
+        flags_help(stdout);
+        return 0;
+    case FLAGS_VERSION:
+        printf("vitjob-operator %s\ncommit: %s\nbackends: kubernetes API over %s, "
+               "metrics and probes over libmicrohttpd %s\n", VJ_RELEASE, vj_git_commit(),
+               curl_version(), MHD_get_version());
+        return 0;
+    case FLAGS_UNKNOWN:
+        LOG_ERROR("operator", "msg=%s", LOGV(err));
+        flags_help(stderr);
+        return 2;
+    case FLAGS_BAD:
+        LOG_ERROR("operator", "msg=%s", LOGV(err));
         return 2;
     }
+    log_set_level_name(f.log_level);
+    factory_ctx fctx = {f.kubeconfig};
+    const char *ns = f.ns, *metrics_addr = f.metrics_addr, *lease_name = f.lease_name;
+    const char *lease_ns = f.lease_ns ? f.lease_ns : getenv("POD_NAMESPACE");
+    char identity[256] = "";
+    if (f.identity) snprintf(identity, sizeof identity, "%s", f.identity);
+    int elect = f.leader_elect, workers = f.workers;
+    const char *planner = f.planner;
+    char planner_beside[4096];
+    double lease_duration = f.lease_duration, renew_deadline = f.renew_deadline,
+           retry_period = f.retry_period;
     if (!(retry_period > 0 && retry_period < renew_deadline && renew_deadline < lease_duration)) {
         LOG_ERROR("operator", "msg=\"need 0 < --retry-period < --renew-deadline < --lease-duration\" "
                   "retry_period=%g renew_deadline=%g lease_duration=%g", retry_period,

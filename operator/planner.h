@@ -57,7 +57,7 @@ typedef struct {
 int vj_planner_run(const vj_planner_args *a, const cJSON *worker_config, vj_admission *out,
                    char *err, size_t errlen);
 
-/* Reads the planner's JSON (the keys of worker/train/jobplan.c's
+/* Reads the planner's JSON (the keys of worker/plan/plan_output.c's
  * jobplan_json) into *out; device_bytes as given to the planner (0 =
  * unknown: then fits is 1 whatever the planner said). Exposed for tests. */
 int vj_planner_parse(const char *json, double device_bytes, vj_admission *out, char *err,

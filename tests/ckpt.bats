@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# tests/ckpt.bats - checkpoints and resume end to end (worker/ckpt/ckpt.c,
+# tests/ckpt.bats - checkpoints and resume end to end (worker/ckpt/ckpt_*.c,
 # worker/ckpt/ckpt_store.c, the resume and save paths of worker/train/train.c, the
 # `checkpoints` and `export` commands), on file:// (CK_BACKEND=file, the
 # default) or on S3 (CK_BACKEND=s3: moto's server on loopback with

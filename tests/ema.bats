@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # tests/ema.bats - training.ema end to end (worker/train/ema.c through the
 # strategies of worker/train/dp*.c, the checkpoint's fourth array in
-# worker/ckpt/ckpt.c, the evaluation and export of worker/train/train.c and
+# worker/ckpt/ckpt_writer.c and ckpt_reader.c, the evaluation and export of worker/train/train.c and
 # `vitjob-worker export`): 2 ranks in every sharding mode end with the
 # one-process EMA; a resumed run continues bit for bit, EMA included, and
 # across world sizes within the ranks tests' bound; a checkpoint without an

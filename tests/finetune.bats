@@ -284,7 +284,7 @@ EOF
 @test "the finetuning pieces equal their torch references: resampling, head init, layer-decay groups, AdamW over them" {
   [ -x "$FT_CHECK" ] || { echo "no $FT_CHECK (make $FT_CHECK)"; false; }
   for check in resample head groups steps; do
-    run /usr/bin/python3 tests/ref/finetune_torch.py "$check" --bin "$FT_CHECK"
+    run /usr/bin/python3 -m tests.ref.finetune_torch "$check" --bin "$FT_CHECK"
     echo "$output"
     [ "$status" -eq 0 ]
     [[ "$output" == *"$check: "*", 0 failed"* ]]

@@ -6,11 +6,13 @@
 # them; no HTTP server in the worker; the S3 client and libxml2 in the worker
 # only), and neither carries the other's code; every lib/ file opens with a
 # comment naming itself; inside worker/, each folder includes only what its
-# README allows; only the strategies decide the sharding mode; `make` alone
-# builds every binary; docs/design.md's layout table names every folder;
-# every string a log line carries goes through lib/log.h's one quoting
-# (tests/log_lint.py); every program's main() first opens /dev/null onto
-# closed descriptors 0, 1 and 2 (lib/stdfds.h).
+# README allows; only the strategies decide the sharding mode or name it;
+# `make` alone builds every binary; docs/design.md's layout table names
+# every folder; every string a log line carries goes through lib/log.h's
+# one quoting (tests/log_lint.py); every program's main() first opens
+# /dev/null onto closed descriptors 0, 1 and 2 (lib/stdfds.h); the Python
+# under tests/ and bench/ imports the package tests, never edits its import
+# path.
 #
 # BUILD (default build) points at the build tree.
 
@@ -117,7 +119,7 @@ includes_of() {
 }
 
 @test "the worker returns error classes, never exit codes: api/exitcode.c alone maps them" {
-  run grep -rln 'VITJOB_EXIT_' worker kernels api/config.c api/config.h
+  run grep -rln 'VITJOB_EXIT_' worker kernels api/config*.c api/config*.h
   echo "$output"
   [ "$status" -eq 1 ]
 }
@@ -135,10 +137,18 @@ includes_of() {
 
 @test "inside worker/: data/ and gang/ include nothing of the worker's, ckpt/ only gang/" {
   local bad=""
-  bad+=$(includes_of worker/data worker/train worker/gang worker/ckpt)
-  bad+=$(includes_of worker/gang worker/train worker/ckpt worker/data)
-  bad+=$(includes_of worker/ckpt worker/train worker/data)
+  bad+=$(includes_of worker/data worker/train worker/gang worker/ckpt worker/plan)
+  bad+=$(includes_of worker/gang worker/train worker/ckpt worker/data worker/plan)
+  bad+=$(includes_of worker/ckpt worker/train worker/data worker/plan)
   [ -z "$bad" ] || { echo "$bad"; false; }
+}
+
+@test "inside worker/: of plan/, train/ includes plan_memory.h alone, from train.c alone (the memory check)" {
+  local found
+  found=$(headers worker/plan | sed 's/.*/#include "&"/' |
+          grep -rnFf - worker/train --include='*.c' --include='*.h' |
+          grep -v '^worker/train/train\.c:[0-9]*:#include "plan_memory\.h"$' || true)
+  [ -z "$found" ] || { echo "train/ includes of plan/:"; echo "$found"; false; }
 }
 
 @test "every folder of worker/ says in its README what it owns and what it must not touch" {
@@ -154,6 +164,13 @@ includes_of() {
   run bash -c "grep -rlE 'SHARDING_(NONE|GRAD_OP|FULL)|fsdp_' worker --include='*.c' --include='*.h' \
                | grep -vE '^worker/train/(dp[a-z_]*|fsdp)\.[ch]$'"
   [ -z "$output" ] || { echo "the sharding mode is tested outside the strategies:"; echo "$output"; false; }
+  # nor by a mode's name: "grad-op" or "full" anywhere (strcmp(x, "full"), a
+  # table of names), "none" in a comparison; the names are the strategies'
+  # (dp_impl's name, dp_mode_name) and the config table's (api/config.c)
+  run bash -c "grep -rnE '\"(grad-op|full)\"|cmp[^;]*\"none\"' worker \
+               --include='*.c' --include='*.h' --include='*.cc' \
+               | grep -vE '^worker/train/(dp[a-z_]*|fsdp)\.[ch]:'"
+  [ -z "$output" ] || { echo "a sharding mode's name outside the strategies:"; echo "$output"; false; }
 }
 
 @test "plain make on a clean tree builds every binary (all is the default goal)" {
@@ -191,4 +208,11 @@ includes_of() {
          m && !/^ *\/\*/ { print; exit }' "$f" | grep -q '^    stdfds_ensure(' || bad="$bad $f"
   done
   [ -z "$bad" ] || { echo "main() does not start with stdfds_ensure in:$bad"; false; }
+}
+
+@test "Python under tests/ and bench/ imports the package tests by name, never by editing its import path" {
+  # tests/__init__.py: run as python3 -m tests.x.y from the root, or with the
+  # root on PYTHONPATH set by the launcher
+  run git grep -n 'sys[.]path' -- tests bench
+  [ "$status" -eq 1 ] || { echo "$output"; false; }
 }

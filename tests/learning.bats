@@ -35,7 +35,7 @@ accuracy() { sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' "$1"; }
 
 @test "the exported weights load into the timm-architecture PyTorch model with the same accuracy" {
   acc=$(accuracy "$LTMP/summary.json")
-  run /usr/bin/python3 tests/ref/eval_export.py --weights "$LTMP/model.safetensors" --heads 4 \
+  run /usr/bin/python3 -m tests.ref.eval_export --weights "$LTMP/model.safetensors" --heads 4 \
     --expect "$acc" --tol 0.002
   echo "$output"
   [ "$status" -eq 0 ]

@@ -68,9 +68,8 @@ BATS
 
 @test "a hanging Python test fails naming itself and its limit, even through except Exception, and the module goes on" {
   cat > "$TMP/test_hang.py" <<PY
-import sys, time, unittest
-sys.path.insert(0, "$PWD/tests/cluster")
-import testlimit
+import time, unittest
+from tests.cluster import testlimit
 
 class Hang(unittest.TestCase):
     def test_a_retry_loop_that_never_ends(self):
@@ -86,7 +85,7 @@ class Hang(unittest.TestCase):
 if __name__ == "__main__":
     testlimit.main(2)
 PY
-  run env -u VITJOB_TEST_TIMEOUT timeout 60 /usr/bin/python3 "$TMP/test_hang.py" -v
+  run env -u VITJOB_TEST_TIMEOUT PYTHONPATH="$PWD" timeout 60 /usr/bin/python3 "$TMP/test_hang.py" -v
   echo "$output"
   [ "$status" -eq 1 ]
   [[ "$output" == *"TestTimeout: __main__.Hang.test_a_retry_loop_that_never_ends: still running after its limit of 2s"* ]]
@@ -96,9 +95,8 @@ PY
 
 @test "VITJOB_TEST_TIMEOUT overrides a Python module's limit, and a value that is not a number is refused naming it" {
   cat > "$TMP/test_short.py" <<PY
-import sys, time, unittest
-sys.path.insert(0, "$PWD/tests/cluster")
-import testlimit
+import time, unittest
+from tests.cluster import testlimit
 
 class Short(unittest.TestCase):
     def test_sleeps_three_seconds(self):
@@ -107,10 +105,10 @@ class Short(unittest.TestCase):
 if __name__ == "__main__":
     testlimit.main(1)
 PY
-  VITJOB_TEST_TIMEOUT=30 run timeout 60 /usr/bin/python3 "$TMP/test_short.py"
+  VITJOB_TEST_TIMEOUT=30 PYTHONPATH="$PWD" run timeout 60 /usr/bin/python3 "$TMP/test_short.py"
   echo "$output"
   [ "$status" -eq 0 ]
-  VITJOB_TEST_TIMEOUT=soon run timeout 60 /usr/bin/python3 "$TMP/test_short.py"
+  VITJOB_TEST_TIMEOUT=soon PYTHONPATH="$PWD" run timeout 60 /usr/bin/python3 "$TMP/test_short.py"
   echo "$output"
   [ "$status" -ne 0 ]
   [[ "$output" == *"VITJOB_TEST_TIMEOUT='soon': not a whole number of seconds"* ]]

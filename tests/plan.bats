@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# tests/plan.bats - `vitjob-worker plan` (worker/train/jobplan.c,
-# plan_cmd.c): its per-rank memory against the backend's measured peak of
+# tests/plan.bats - `vitjob-worker plan` (worker/plan/: jobplan.c,
+# plan_cmd.c and the rest): its per-rank memory against the backend's measured peak of
 # its own allocations in real worker runs (ranks on loopback, as
 # tests/ranks.bats runs them; each rank logs event=memory peak_bytes=...
 # at its end), its JSON and table, its refusals. The full product of

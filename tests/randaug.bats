@@ -31,7 +31,7 @@ teardown() {
   rm -rf "$TMP"
 }
 
-ref() { /usr/bin/python3 tests/ref/randaug_torch.py "$1" --bin "$RA_CHECK" --workdir "$TMP" --quiet; }
+ref() { /usr/bin/python3 -m tests.ref.randaug_torch "$1" --bin "$RA_CHECK" --workdir "$TMP" --quiet; }
 
 @test "each RandAugment op is PIL's byte for byte: 21 ops, both sets, nearest/bilinear/bicubic, two fills, edge arguments" {
   run ref ops

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# tests/ranks.bats - many ranks end to end (worker/gang/rdzv.c, worker/comm*.c,
+# tests/ranks.bats - many ranks end to end (worker/gang/rdzv_*.c, worker/gang/comm*.c,
 # the sharded step of worker/train/train.c): processes on loopback meet at rank
 # 0's store, train together with each sharding mode, match the
 # single-process run, and fail cleanly and retryably when a peer is lost,

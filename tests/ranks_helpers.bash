@@ -23,10 +23,17 @@ test_pids() {
 }
 
 # teardown of those files: kills what a failed test left running, unmounts
-# a test's small file system, and removes TMP
+# a test's small file system, and removes TMP; with VITJOB_TEST_KEEP=DIR, a
+# failed test's TMP (its ranks' logs) is kept as DIR/<file>-<test number>-<pid>
 teardown() {
   for p in $(test_pids); do kill -KILL "$p" 2>/dev/null; done
   umount "$TMP/small" 2>/dev/null || true
+  if [ -n "${VITJOB_TEST_KEEP:-}" ] && [ -z "${BATS_TEST_COMPLETED:-}" ]; then
+    mkdir -p "$VITJOB_TEST_KEEP" &&
+      cp -a "$TMP" "$VITJOB_TEST_KEEP/$(basename "$BATS_TEST_FILENAME" .bats)-$BATS_TEST_NUMBER-$$"
+    [ ! -f "$BATS_FILE_TMPDIR/moto.log" ] || cp "$BATS_FILE_TMPDIR/moto.log" \
+      "$VITJOB_TEST_KEEP/$(basename "$BATS_TEST_FILENAME" .bats)-$BATS_TEST_NUMBER-$$/"
+  fi
   rm -rf "$TMP"
 }
 

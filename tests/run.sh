@@ -14,9 +14,11 @@
 #                                                    (test_config.c: api/config.c, ...);
 #                                                    the GPU suites skip without a GPU
 #   command line (bats):   tests/worker.bats         exit codes, messages, determinism
-#                          tests/schema.bats         the CRD, its chart copy and the README's
-#                                                    key table are what `make schema` writes
+#                          tests/schema.bats         the CRD, its chart copy, the README's key
+#                                                    table and docs/design.md's summary and exit
+#                                                    codes are what `make schema` writes
 #                          tests/stdfds.bats         the programs started with 0, 1 or 2 closed
+#                          tests/operator.bats       the operator's flags: the chart's args are in its table
 #                          tests/ranks.bats          many ranks on loopback: sharding, peers lost
 #                          tests/lostpeer.bats       the heartbeat: a rank killed, frozen, or woken stale
 #                          tests/plan.bats           `plan`: each rank's peak memory against the plan
@@ -139,11 +141,12 @@ bats_suite() {
 }
 
 # unittest_suite NAME FILE [VAR=value...]: a Python unittest module, counted
-# from its summary
+# from its summary; run as a module of the package tests (tests/__init__.py:
+# tests/cluster/test_x.py is python3 -m tests.cluster.test_x, from the root)
 unittest_suite() {
   local name=$1 file=$2; shift 2
-  local log=$WORK/${name//\//_}.log
-  limited env "$@" "$PY" "$file" -v > "$log" 2>&1
+  local log=$WORK/${name//\//_}.log module=${file%.py}
+  limited env "$@" "$PY" -m "${module//\//.}" -v > "$log" 2>&1
   local rc=$? ran f
   past_limit "$rc" "$log"
   ran=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\}.*/\1/p' "$log" | tail -1)
@@ -227,6 +230,7 @@ for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t";
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
 bats_suite cli/schema.bats tests/schema.bats BUILD="$BUILD"
 bats_suite cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD"
+bats_suite cli/operator.bats tests/operator.bats BUILD="$BUILD"
 bats_suite cli/ranks.bats tests/ranks.bats BUILD="$BUILD"
 bats_suite cli/lostpeer.bats tests/lostpeer.bats BUILD="$BUILD"
 bats_suite cli/plan.bats tests/plan.bats BUILD="$BUILD"
@@ -246,14 +250,14 @@ bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
 bats_suite reference/mixup.bats tests/mixup.bats BUILD="$BUILD"
 bats_suite reference/randaug.bats tests/randaug.bats BUILD="$BUILD"
 bats_suite layout/limits.bats tests/limits.bats
-script_suite reference/pytorch "$PY" tests/ref/check_against_torch.py \
+script_suite reference/pytorch "$PY" -m tests.ref.check_against_torch \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
 # the same fp32 engine against PyTorch in float64: the 1e-4 bound holds
 # against the exact math too, not only against another fp32 rounding. The
 # EMA is an average of fp32 weights that are themselves within 1e-4 of the
 # float64 ones, so it is held to the weights' bound here (its own update,
 # 1e-5, is checked against the float32 reference above)
-script_suite reference/pytorch-float64 "$PY" tests/ref/check_against_torch.py \
+script_suite reference/pytorch-float64 "$PY" -m tests.ref.check_against_torch \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --ema-tol 1e-4 --quiet
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
@@ -264,6 +268,7 @@ if [ -d "$ASAN/tests" ]; then
   bats_suite asan/cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
     OPERATOR="$ASAN/bin/vitjob-operator"
+  bats_suite asan/cli/operator.bats tests/operator.bats BUILD="$BUILD" OPERATOR="$ASAN/bin/vitjob-operator"
   bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"
   bats_suite asan/reference/randaug.bats tests/randaug.bats BUILD="$BUILD" RA_CHECK="$ASAN/bin/ra_check" \
     WORKER="$ASAN/bin/vitjob-worker"
@@ -271,7 +276,7 @@ if [ -d "$ASAN/tests" ]; then
   # reference: its weights land within 1e-4, and the EMA, an average of
   # them, is held to that bound too (the 1e-5 of the EMA's own update is
   # the normal build's, above)
-  script_suite asan/reference/pytorch "$PY" tests/ref/check_against_torch.py \
+  script_suite asan/reference/pytorch "$PY" -m tests.ref.check_against_torch \
     --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --ema-tol 1e-4 --quiet
 else
   failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bats
-# tests/schema.bats - the files that the config table (api/config.c) writes
-# through api/config_schema.c are what it writes: the config keys' schema in
-# manifests/00-crd.yaml, the chart's byte copy of that CRD, and the README's
-# key table. A stale file fails its test, named, with the diff; `make schema`
-# writes them again. Also: `vitjob-worker schema` refuses files whose
-# generated regions it cannot place.
+# tests/schema.bats - the files that the config table (api/config_keys.c) and the
+# exit-code table (api/exitcode.c) write through api/config_schema.c are what
+# they write: the config keys' schema in manifests/00-crd.yaml, the chart's
+# byte copy of that CRD, the README's key table, and docs/design.md's spec
+# summary and exit-code table. A stale file fails its test, named, with the
+# diff; `make schema` writes them again; a hand edit inside a generated
+# region is stale. Also: `vitjob-worker schema` refuses files whose generated
+# regions it cannot place.
 #
 # BUILD (default build) points at the build tree; WORKER may override the
 # binary (the ASan run uses build/asan).
@@ -27,7 +29,21 @@ teardown() { rm -rf "$TMP"; }
 fresh() {
   "$WORKER" schema "$1" > "$TMP/new" || { echo "vitjob-worker schema $1 failed"; return 1; }
   diff -u --label "$1 (committed)" --label "$1 (as make schema writes it)" "$1" "$TMP/new" ||
-    { echo "$1 is stale: the config table in api/config.c says otherwise; run make schema"; return 1; }
+    { echo "$1 is stale: the config table in api/config_keys.c (or api/exitcode.c's) says otherwise; run make schema"
+      return 1; }
+}
+
+# stale_after SED [TEXT...]: a copy of docs/design.md, $TMP/design.md, with
+# the sed script SED applied (which must change it) is stale, the diff
+# showing each TEXT
+stale_after() {
+  sed "$1" docs/design.md > "$TMP/design.md"
+  ! cmp -s docs/design.md "$TMP/design.md" || { echo "sed '$1' changed nothing"; return 1; }
+  run fresh "$TMP/design.md"
+  echo "$output"
+  [ "$status" -ne 0 ] && [[ "$output" == *"$TMP/design.md is stale"* ]] || return 1
+  shift
+  for text; do [[ "$output" == *"$text"* ]] || { echo "no '$text' in the diff"; return 1; }; done
 }
 
 @test "manifests/00-crd.yaml: the config keys' schema is what make schema writes" {
@@ -36,6 +52,24 @@ fresh() {
 
 @test "README.md: the config key table is what make schema writes" {
   fresh README.md
+}
+
+@test "docs/design.md: the spec summary and the exit-code table are what make schema writes" {
+  fresh docs/design.md
+}
+
+@test "docs/design.md: a hand edit of the spec summary is stale" {
+  cp docs/design.md "$TMP/design.md"
+  fresh "$TMP/design.md" # an unedited copy is fresh
+  local region='/BEGIN generated: config-summary/,/END generated: config-summary/'
+  stale_after "${region}s/, intervalSteps//" '-  checkpoint: {uri, keep,' # a key taken out
+  stale_after "${region}s/{uri,/{uri, retries,/" '-  checkpoint: {uri, retries,' # one added
+}
+
+@test "docs/design.md: a hand edit of the exit-code table is stale" {
+  local region='/BEGIN generated: exit-codes/,/END generated: exit-codes/'
+  stale_after "${region}s/^| \`data\` | 3 | no |/| \`data\` | 1 | yes |/" '-| `data` | 1 | yes |' # a code
+  stale_after "${region}s/^| \`stopped\` .*/&\n| \`killed\` | 137 | yes | SIGKILL |/" '-| `killed` | 137' # a row
 }
 
 @test "charts/vitjob-operator/crds/vitjobs.vitjob.dev.yaml is manifests/00-crd.yaml byte for byte" {

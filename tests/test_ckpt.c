@@ -1,4 +1,7 @@
-/* tests/test_ckpt.c - worker/ckpt/ckpt.c on file://: retention keeps
+/* tests/test_ckpt.c - worker/ckpt/ckpt.h on file://: the writer's retention
+ * (ckpt_writer.c), the search (ckpt_list.c), the resume (ckpt_resume.c) and
+ * the manifest's EMA and loss scaler through the writer and the reader
+ * (ckpt_writer.c, ckpt_reader.c), together. Retention keeps
  * exactly the checkpoint.keep newest complete steps (a step with its
  * manifest) and deletes every object of the older ones, whether the
  * writer saved them all or a resumed run follows one that stopped; a torn

@@ -1,10 +1,13 @@
 /* tests/test_config_schema.c - api/config_schema.c: the YAML it writes reads
  * back as the config table says (types, bounds, defaults, enums, the
  * descriptions word for word through folding), rewriting keeps every byte
- * outside the markers and is idempotent, and the README table has one row
- * per key. Whether the committed files are fresh is tests/schema.bats'. */
+ * outside the markers and is idempotent, the README table has one row per
+ * key, the design's spec summary names every key once (an enum's with its
+ * values) and its exit-code table is api/exitcode.c's, row for row. Whether
+ * the committed files are fresh is tests/schema.bats'. */
 #include "config.h"
 #include "config_schema.h"
+#include "exitcode.h"
 
 #include "buf.h"
 #include "yaml_json.h"
@@ -274,4 +277,120 @@ Test(config_schema, the_readme_table_has_one_row_per_key_in_table_order)
               "%s", out.data);
     cJSON_Delete(table);
     buf_free(&out);
+}
+
+/* The dotted paths of a parsed spec summary's keys, into `seen` (a JSON
+ * object used as a set); the enum text of each key that has a value into
+ * `values`. Returns how many keys it walked. */
+static int summary_paths(const cJSON *map, const char *prefix, cJSON *seen, cJSON *values)
+{
+    int n = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, map) {
+        char path[160];
+        snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", item->string);
+        if (cJSON_IsObject(item)) {
+            n += summary_paths(item, path, seen, values);
+            continue;
+        }
+        cr_assert_null(cJSON_GetObjectItem(seen, path), "%s twice", path);
+        cJSON_AddTrueToObject(seen, path);
+        if (cJSON_IsString(item))
+            cJSON_AddStringToObject(values, path, item->valuestring);
+        else
+            cr_assert(cJSON_IsNull(item), "%s: a value that is no enum", path);
+        n++;
+    }
+    return n;
+}
+
+Test(config_schema, the_spec_summary_names_every_key_once_and_each_enums_values)
+{
+    buf out = {0}, doc = {0};
+    char err[256] = "";
+    cr_assert_eq(config_schema_spec_summary(&out, 2, err, sizeof err), 0, "%s", err);
+    /* YAML: each section a flow mapping of its keys, sections inside nested */
+    buf_printf(&doc, "spec:\n%s", out.data);
+    cJSON *root = parse(doc.data);
+    cJSON *seen = cJSON_CreateObject(), *values = cJSON_CreateObject();
+    const int n = summary_paths(cJSON_GetObjectItem(root, "spec"), "", seen, values);
+    cJSON *table = config_describe();
+    cr_assert_eq(n, cJSON_GetArraySize(table), "%s", out.data);
+    const cJSON *row;
+    cJSON_ArrayForEach(row, table) {
+        const char *path = str(row, "path");
+        cr_assert_not_null(cJSON_GetObjectItem(seen, path), "%s: not in\n%s", path, out.data);
+        const cJSON *e = cJSON_GetObjectItem(row, "enum"), *c;
+        buf want = {0};
+        cJSON_ArrayForEach(c, e)
+            buf_printf(&want, "%s%s", c->valuestring[0] ? c->valuestring : "\"\"",
+                       c->next ? " | " : "");
+        if (e)
+            cr_assert_str_eq(str(values, path), want.data, "%s", path);
+        else
+            cr_assert_null(cJSON_GetObjectItem(values, path), "%s", path);
+        buf_free(&want);
+    }
+    /* lines of 100 columns at most: a section at the indentation, or its
+     * continuation under its first key ("  checkpoint: {": column 15) */
+    for (const char *line = out.data; *line;) {
+        const size_t len = strcspn(line, "\n");
+        cr_assert_leq(len, 100, "%.*s", (int)len, line);
+        const size_t lead = strspn(line, " ");
+        cr_assert(lead == 2 || lead == 15, "%.*s", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
+    cr_assert(strstr(out.data, "  model:      {preset: ") == out.data, "%s", out.data);
+    cr_assert(strstr(out.data, "\n  checkpoint: {uri, intervalSteps, "), "%s", out.data);
+    cJSON_Delete(table);
+    cJSON_Delete(seen);
+    cJSON_Delete(values);
+    cJSON_Delete(root);
+    buf_free(&doc);
+    buf_free(&out);
+}
+
+Test(config_schema, the_exit_code_table_has_one_row_per_class_in_order)
+{
+    buf out = {0};
+    char err[256] = "";
+    cr_assert_eq(config_schema_exit_codes_table(&out, err, sizeof err), 0, "%s", err);
+    buf want = {0};
+    buf_puts(&want, "| class | exit code | retried | what happened |\n| --- | --- | --- | --- |\n");
+    size_t n;
+    const vj_err_row *t = vj_err_table(&n);
+    for (size_t i = 0; i < n; i++)
+        buf_printf(&want, "| `%s` | %d | %s | %s |\n", t[i].name, t[i].exit_code,
+                   t[i].permanent ? "no" : "yes", t[i].meaning);
+    cr_assert_str_eq(out.data, want.data);
+    cr_assert(strstr(out.data, "| `data` | 3 | no | ") && strstr(out.data, "| `stopped` | 143 | yes | "));
+    buf_free(&want);
+    buf_free(&out);
+}
+
+Test(config_schema, rewriting_fills_a_summary_at_its_indentation_and_an_exit_code_table)
+{
+    const char *text = "```yaml\nspec:\n  replicas: 4\n"
+                       "  # BEGIN generated: config-summary (words)\n  stale\n"
+                       "  # END generated: config-summary\n  suspend: false\n```\n\n"
+                       "<!-- BEGIN generated: exit-codes -->\n| stale |\n<!-- END generated: exit-codes -->\n"
+                       "after\n";
+    buf once = {0}, twice = {0}, summary = {0}, codes = {0};
+    char err[256] = "";
+    cr_assert_eq(config_schema_rewrite(&once, text, strlen(text), "d.md", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_schema_rewrite(&twice, once.data, once.len, "d.md", err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(twice.data, once.data);
+    cr_assert_eq(config_schema_spec_summary(&summary, 2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_schema_exit_codes_table(&codes, err, sizeof err), 0, "%s", err);
+    buf want = {0};
+    buf_printf(&want, "```yaml\nspec:\n  replicas: 4\n  # BEGIN generated: config-summary (words)\n%s"
+                      "  # END generated: config-summary\n  suspend: false\n```\n\n"
+                      "<!-- BEGIN generated: exit-codes -->\n%s<!-- END generated: exit-codes -->\nafter\n",
+               summary.data, codes.data);
+    cr_assert_str_eq(once.data, want.data);
+    buf_free(&once);
+    buf_free(&twice);
+    buf_free(&summary);
+    buf_free(&codes);
+    buf_free(&want);
 }

@@ -1,4 +1,6 @@
-/* tests/test_jobplan.c - worker/train/jobplan.c: the plan of one rank's
+/* tests/test_jobplan.c - worker/plan/ (jobplan.c and the files it plans
+ * with: plan_memory.c, plan_time.c, plan_output.c's JSON; the probes of
+ * plan_probe.c are tests/plan.bats' and bench/'s): the plan of one rank's
  * memory is what the strategy and the model then allocate on the CPU
  * backend (ops_cpu_live_bytes), rank by rank, in every sharding mode, at
  * world sizes 1, 2 and 4 (forked ranks on loopback), with and without
@@ -27,6 +29,9 @@
 #include "log.h"
 #include "model.h"
 #include "ops.h"
+#include "plan_memory.h"
+#include "plan_output.h"
+#include "plan_time.h"
 #include "rank_fixture.h"
 #include "rdzv.h"
 
@@ -312,7 +317,7 @@ Test(jobplan, a_vit_h14_micro_batch_128_unsharded_does_not_fit_80gb_and_its_sugg
 /* Training runs on an H100 80GB HBM3 (bench/NOTES.md, "The plan on a
  * GPU": bench/plan_gpu_bench.py, 15 steps each, one GPU): the backend's
  * measured peak (event=memory, MiB) and the last 5 steps' img/s. The
- * first nine are the runs jobplan.c's GPU rates were read from. Issue 42:
+ * first nine are the runs plan_time.c's GPU rates were read from. Issue 42:
  * each peak is the measured one less the (B,NH,T,T) probabilities the
  * activations no longer keep, plus the (B,NH,T) fp32 lse they keep in
  * their place (per block, or one block with checkpointing: 256-byte
@@ -334,7 +339,7 @@ static const struct {
     {"vit_b16", 128, 128, "fp16-mixed", 0, 10769.7, 1548.7},
     {"vit_b16", 64, 64, "fp32", 0, 9448.6, 361.7},
     {"vit_l16", 64, 64, "bf16-mixed", 1, 7644.5, 464.4},
-    /* held out: jobplan.c's GPU rates were not read from these (the
+    /* held out: plan_time.c's GPU rates were not read from these (the
      * second machine's runs) */
     {"vit_s16", 256, 256, "bf16-mixed", 1, 3260.0, 2228.4},
     {"vit_b16", 32, 32, "bf16-mixed", 0, 3822.7, 1342.5},

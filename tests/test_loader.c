@@ -1,10 +1,12 @@
-/* tests/test_loader.c - worker/data/loader.c: shards listed and counted,
- * split over ranks, shuffled, decoded on threads, resumed to the sample,
- * bad samples skipped and counted, bad data sets refused before training.
+/* tests/test_loader.c - worker/data/loader.c: shards split over ranks,
+ * shuffled, decoded on threads, resumed to the sample, bad samples skipped
+ * and counted, the evaluation pass, an image folder's labels through the
+ * loader. (The index, its scan and the data sets it refuses:
+ * tests/test_loader_index.c.)
  *
- * The shards are made here: flat 16x16 grayscale JPEGs at quality 100 (a
- * flat image decodes to exactly its level), so each sample's level is its
- * id and a batch says which samples it holds. */
+ * The shards are made here (tests/loader_fixture.h): flat 16x16 grayscale
+ * JPEGs at quality 100 (a flat image decodes to exactly its level), so each
+ * sample's level is its id and a batch says which samples it holds. */
 #define _DEFAULT_SOURCE
 #include <criterion/criterion.h>
 
@@ -19,116 +21,10 @@
 
 #include "exitcode.h"
 #include "loader.h"
+#include "loader_fixture.h"
 #include "tar.h"
 
-#define SZ 16
-
-static char dir[256];
-
-static int fwrite_fn(void *ctx, const void *buf, size_t n)
-{
-    return fwrite(buf, 1, n, ctx) == n ? 0 : -1;
-}
-
-/* A flat SZ x SZ grayscale JPEG of level v (quality 100). */
-static unsigned char *jpeg_of(int v, unsigned long *len)
-{
-    unsigned char px[SZ * SZ];
-    memset(px, v, sizeof px);
-    tjhandle h = tjInitCompress();
-    unsigned char *out = NULL;
-    *len = 0;
-    cr_assert_eq(tjCompress2(h, px, SZ, 0, SZ, TJPF_GRAY, &out, len, TJSAMP_GRAY, 100, 0), 0);
-    tjDestroy(h);
-    return out;
-}
-
-typedef struct {
-    int id, label; /* id < 0: a corrupt image; label < 0: no label member */
-} spec;
-
-/* Writes a shard of the given samples; keys "s<id>". */
-static void write_shard(const char *name, const spec *s, int n)
-{
-    char path[512], err[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert(f);
-    tar_writer *w = tar_writer_new(fwrite_fn, f);
-    for (int i = 0; i < n; i++) {
-        char key[64], lab[16];
-        int id = s[i].id < 0 ? 1000 + i : s[i].id;
-        snprintf(key, sizeof key, "s%04d.jpg", id);
-        if (s[i].id >= 0) {
-            unsigned long len;
-            unsigned char *j = jpeg_of(s[i].id, &len);
-            cr_assert_eq(tar_writer_add(w, key, j, len, err, sizeof err), 0, "%s", err);
-            tjFree(j);
-        } else {
-            cr_assert_eq(tar_writer_add(w, key, "\xff\xd8\xff\xe0garbage", 12, err, sizeof err), 0);
-        }
-        if (s[i].label >= 0) {
-            snprintf(key, sizeof key, "s%04d.cls", id);
-            snprintf(lab, sizeof lab, "%d", s[i].label);
-            cr_assert_eq(tar_writer_add(w, key, lab, strlen(lab), err, sizeof err), 0);
-        }
-    }
-    cr_assert_eq(tar_writer_finish(w, err, sizeof err), 0);
-    tar_writer_free(w);
-    fclose(f);
-}
-
-/* nshards shards of per samples each, ids 0.. in order, label id % 10. */
-static void write_set(int nshards, int per)
-{
-    for (int k = 0; k < nshards; k++) {
-        spec s[256];
-        for (int i = 0; i < per; i++) s[i] = (spec){k * per + i, (k * per + i) % 10};
-        char name[64];
-        snprintf(name, sizeof name, "shard-%d.tar", k);
-        write_shard(name, s, per);
-    }
-}
-
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/test_loader.XXXXXX");
-    cr_assert(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
 TestSuite(loader, .init = setup, .fini = teardown, .timeout = 120);
-
-static ld_index *index_of(const char *pattern, int world, int num_classes, int *rc_out,
-                          char *err, size_t errlen)
-{
-    char uri[512];
-    snprintf(uri, sizeof uri, "file://%s/%s", dir, pattern);
-    ld_index_options io = {.kind = LD_WEBDATASET, .uri = uri, .key = "data.uri",
-                           .num_classes = num_classes};
-    ld_index *ix = NULL;
-    int rc = ld_index_new(&ix, &io, err, errlen);
-    if (rc == 0) {
-        size_t n = ld_index_units(ix);
-        double *counts = calloc(n, sizeof *counts);
-        for (int r = 0; r < world && rc == 0; r++) /* every rank's scan, added up */
-            rc = ld_index_scan(ix, r, world, 2, counts, err, errlen);
-        if (rc == 0) rc = ld_index_set_counts(ix, counts, err, errlen);
-        free(counts);
-    }
-    *rc_out = rc;
-    if (rc) {
-        ld_index_free(ix);
-        return NULL;
-    }
-    return ix;
-}
 
 static const float ZERO[1] = {0.0f}, ONE[1] = {1.0f};
 
@@ -337,74 +233,6 @@ Test(loader, more_bad_samples_than_max_bad_fraction_fail_naming_the_worst_shard)
     cr_assert_eq(rc, VJ_ERR_DATA);
     cr_assert(strstr(err, "mix-1.tar") && strstr(err, "data.maxBadFraction"), "%s", err);
     ld_free(l);
-    ld_index_free(ix);
-}
-
-Test(loader, a_label_at_or_above_num_classes_is_refused_at_the_scan)
-{
-    spec s[3] = {{0, 1}, {1, 12}, {2, 3}};
-    write_shard("lab-0.tar", s, 3);
-    char err[1024];
-    int rc;
-    cr_assert_null(index_of("lab-0.tar", 1, 10, &rc, err, sizeof err));
-    cr_assert_eq(rc, VJ_ERR_DATA);
-    cr_assert(strstr(err, "lab-0.tar") && strstr(err, "s0001") && strstr(err, "12") &&
-              strstr(err, "model.numClasses=10"), "%s", err);
-}
-
-Test(loader, a_missing_shard_and_a_file_that_is_not_a_tar_are_refused_at_the_scan)
-{
-    write_set(1, 3);
-    char err[1024], path[512];
-    int rc;
-    cr_assert_null(index_of("shard-{0..1}.tar", 1, 10, &rc, err, sizeof err));
-    cr_assert_eq(rc, VJ_ERR_DATA);
-    cr_assert(strstr(err, "shard-1.tar"), "%s", err);
-    snprintf(path, sizeof path, "%s/shard-1.tar", dir);
-    FILE *f = fopen(path, "w");
-    fputs("this is not a tar archive, only some text that goes on for a while ...\n", f);
-    fclose(f);
-    cr_assert_null(index_of("shard-{0..1}.tar", 1, 10, &rc, err, sizeof err));
-    cr_assert_eq(rc, VJ_ERR_DATA);
-    cr_assert(strstr(err, "shard-1.tar"), "%s", err);
-}
-
-Test(loader, an_empty_data_set_and_fewer_training_shards_than_ranks_are_refused_but_not_evaluation_shards)
-{
-    write_shard("empty-0.tar", NULL, 0);
-    char err[1024];
-    int rc;
-    cr_assert_null(index_of("empty-0.tar", 1, 10, &rc, err, sizeof err));
-    cr_assert_eq(rc, VJ_ERR_DATA);
-    cr_assert(strstr(err, "empty"), "%s", err);
-    write_set(2, 3);
-    cr_assert_null(index_of("shard-{0..1}.tar", 3, 10, &rc, err, sizeof err));
-    cr_assert_eq(rc, VJ_ERR_CONFIG);
-    cr_assert(strstr(err, "2 shards for 3 ranks"), "%s", err);
-    /* an evaluation split may have fewer: the rank without one evaluates nothing */
-    char uri[512];
-    snprintf(uri, sizeof uri, "file://%s/shard-{0..1}.tar", dir);
-    ld_index_options io = {.kind = LD_WEBDATASET, .uri = uri, .key = "data.testUri",
-                           .num_classes = 10, .eval = 1};
-    ld_index *ix = NULL;
-    cr_assert_eq(ld_index_new(&ix, &io, err, sizeof err), 0, "%s", err);
-    double counts[2] = {0};
-    for (int r = 0; r < 3; r++)
-        cr_assert_eq(ld_index_scan(ix, r, 3, 1, counts, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(ld_index_set_counts(ix, counts, err, sizeof err), 0);
-    cr_assert_eq(ld_index_samples(ix), 6);
-    ld_index_free(ix);
-}
-
-Test(loader, a_prefix_lists_its_tar_shards_in_order)
-{
-    write_set(3, 2);
-    char err[1024];
-    int rc;
-    ld_index *ix = index_of("", 1, 10, &rc, err, sizeof err); /* the folder itself */
-    cr_assert_eq(rc, 0, "%s", err);
-    cr_assert_eq(ld_index_units(ix), 3);
-    cr_assert(strstr(ld_index_unit(ix, 2), "shard-2.tar"));
     ld_index_free(ix);
 }
 

@@ -1,4 +1,5 @@
-/* tests/test_rdzv.c - worker/gang/rdzv.c: ranks (forked processes) meet at rank
+/* tests/test_rdzv.c - worker/gang/rdzv.h, its server and client together
+ * (rdzv_server.c, rdzv_client.c): ranks (forked processes) meet at rank
  * 0's store on loopback; the store's operations work across them; every
  * failure (a missing rank, an older generation, a duplicate rank, a lost
  * rank, a bad endpoint) ends with its error kind and a message naming it,

@@ -1,11 +1,13 @@
 /* worker/main.c - the vitjob-worker command line.
  *
- * Owns: argument parsing, the environment contract of docs/design.md
+ * Owns: the table of subcommands (the usage text is printed from it),
+ * argument parsing, the environment contract of docs/design.md
  * (VITJOB_REPLICAS, VITJOB_LOCAL_RANKS, ...), the check of every output
  * path before any work, signal handling (handlers only set a flag) and the
- * process exit code, from the error class through api/exitcode.h.
- * Must not: train, pick a backend (worker/train/train.c) or parse config files
- * itself (api/config.c).
+ * process exit code, from the error class through api/exitcode.h (one
+ * helper, exit_with, for every subcommand).
+ * Must not: train, pick a backend (worker/train/train.c), start the gang
+ * itself (worker/gang/gang.h) or parse config files itself (api/config_load.c).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,19 +20,17 @@
 
 #include "agent.h"
 #include "ckpt.h"
-#include "comm.h"
 #include "config.h"
 #include "config_schema.h"
 #include "contract.h"
 #include "exitcode.h"
 #include "file.h"
-#include "heartbeat.h"
+#include "gang.h"
 #include "log.h"
 #include "lostpeer.h"
 #include "model_io.h"
 #include "ops.h"
 #include "plan_cmd.h"
-#include "rdzv.h"
 #include "shardwriter.h"
 #include "stdfds.h"
 #include "train.h"
@@ -48,30 +48,12 @@ static char **main_argv;
  * children's), or -1 when this process trained itself. */
 static int agent_code = -1;
 
-static void usage(FILE *to)
-{
-    fprintf(to,
-            "usage: vitjob-worker train --config FILE [--set key=value ...] [--metrics FILE]\n"
-            "                           [--log-level debug|info|warn|error]\n"
-            "       vitjob-worker checkpoints --uri URI [--endpoint URL]\n"
-            "       vitjob-worker export --from URI[/step-N] --out FILE [--endpoint URL] [--raw]\n"
-            "       vitjob-worker shards --from SRC --out PATTERN [...]   (shards --help)\n"
-            "       vitjob-worker plan [--config FILE] [--set key=value ...] [--replicas N] [...]\n"
-            "                          (what a rank needs and how fast: plan --help)\n"
-            "       vitjob-worker exit-codes\n"
-            "       vitjob-worker schema [FILE]\n"
-            "       vitjob-worker version\n"
-            "\n"
-            "Trains a Vision Transformer as the config (JSON or YAML: the spec of a ViTJob,\n"
-            "or a whole ViTJob manifest) says. Keys are those of docs/design.md, dotted:\n"
-            "  --set training.steps=200 --set model.preset=fmnist_small\n"
-            "Exit codes: 0 done, 2 bad config, 3 bad or missing data, 128+N stopped by\n"
-            "signal N, other: retryable. `vitjob-worker exit-codes` lists every case.\n");
-}
+static void usage(FILE *to); /* from the table of subcommands, at the end */
 
 /* The table of api/exitcode.h, for users and for the tests that walk it. */
-static int cmd_exit_codes(void)
+static vj_err cmd_exit_codes(int argc, char **argv, char *err, size_t errlen)
 {
+    (void)argc, (void)argv, (void)err, (void)errlen;
     size_t n;
     const vj_err_row *t = vj_err_table(&n);
     printf("%-5s %-10s %-14s %s\n", "CODE", "RETRIED", "CLASS", "MEANING");
@@ -157,12 +139,6 @@ static vj_err check_supported(const vit_job_config *cfg, const placement *pl, ch
         return VJ_ERR_ENVIRONMENT;
     }
     return VJ_OK;
-}
-
-static vj_err rdzv_class(rdzv_error k)
-{
-    return k == RDZV_INVALID ? VJ_ERR_ENVIRONMENT : k == RDZV_LOST ? VJ_ERR_PEER_LOST
-                                                                   : VJ_ERR_RENDEZVOUS;
 }
 
 /* Every output path, checked before any work: a run must not train for
@@ -277,51 +253,26 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
      * gloo for host memory), and a missing GPU fails before the rendezvous */
     if ((rc = train_pick_backend(&opt.ops, &cfg.training, err, errlen)) != VJ_OK) return rc;
 
-    /* many ranks: meet at rank 0's store, then connect the collectives */
-    rdzv *rv = NULL;
-    comm *cm = NULL;
-    rdzv_error kind = RDZV_OK;
-    rdzv_options ro = {.endpoint = pl.endpoint, .rank = pl.rank, .world_size = cfg.world_size,
-                       .generation = pl.generation,
-                       .timeout_s = cfg.training.rendezvous_timeout_seconds};
-    if (rdzv_new(&rv, &ro, &kind, err, errlen) != 0) return rdzv_class(kind);
-    /* the heartbeat (worker/gang/heartbeat.h): a lost peer ends this process
-     * from the heartbeat's thread (lostpeer.h), whatever training is doing */
+    /* many ranks: meet at rank 0's store, start the heartbeat, connect the
+     * collectives (worker/gang/gang.h); a lost peer ends this process from
+     * the heartbeat's thread (lostpeer.h), whatever training is doing */
     static lostpeer_ctx lctx;
     lctx = (lostpeer_ctx){.rank = pl.rank, .local_ranks = pl.local_ranks,
                           .generation = pl.generation};
-    const double hbt = cfg.training.heartbeat_timeout_seconds;
-    hb_options ho = {.store = rv, .generation = pl.generation, .timeout_s = hbt,
-                     .connect_timeout_s = cfg.training.rendezvous_timeout_seconds,
-                     .on_verdict = lostpeer_on_verdict, .ctx = &lctx};
-    hb *beat = NULL;
-    if (hb_start(&beat, &ho, &kind, err, errlen) != 0) {
-        rdzv_free(rv);
-        return kind == RDZV_STALE || kind == RDZV_TIMEOUT ? VJ_ERR_RENDEZVOUS : VJ_ERR_PEER_LOST;
-    }
-    const double ct = cfg.training.collective_timeout_seconds;
-    if ((opt.ops->gpu ? comm_new_nccl(&cm, rv, ct, err, errlen)
-                      : comm_new_cpu(&cm, rv, ct, err, errlen)) != 0) {
-        hb_await(beat, hbt + 2, NULL); /* a verdict ends the process here */
-        hb_stop(beat);
-        rdzv_free(rv);
-        return VJ_ERR_PEER_LOST;
-    }
-    opt.comm = cm;
-    opt.rdzv = rv;
-    opt.hb = beat;
+    gang_options go = {.endpoint = pl.endpoint, .rank = pl.rank, .world_size = cfg.world_size,
+                       .generation = pl.generation,
+                       .rendezvous_timeout_s = cfg.training.rendezvous_timeout_seconds,
+                       .heartbeat_timeout_s = cfg.training.heartbeat_timeout_seconds,
+                       .collective_timeout_s = cfg.training.collective_timeout_seconds,
+                       .gpu = opt.ops->gpu, .on_verdict = lostpeer_on_verdict, .ctx = &lctx};
+    gang *g = NULL;
+    if ((rc = gang_start(&g, &go, err, errlen)) != VJ_OK) return rc;
+    opt.comm = gang_comm(g);
+    opt.rdzv = gang_rdzv(g);
+    opt.hb = gang_hb(g);
     rc = train_run(&cfg, &opt, err, errlen);
-    if (rc == VJ_ERR_PEER_LOST) hb_await(beat, hbt + 2, NULL); /* as above */
-    hb_stop(beat);
-    if (rc == VJ_ERR_PEER_LOST) { /* name the peer: the store saw whose connection broke */
-        int lost = rdzv_lost_rank(rv, 5);
-        size_t used = strlen(err);
-        if (lost >= 0 && used < errlen)
-            snprintf(err + used, errlen - used, "; lost: rank %d%s", lost,
-                     lost == 0 ? " (the rendezvous store's)" : "");
-    }
-    comm_free(cm);
-    rdzv_free(rv);
+    gang_stop(g, rc == VJ_ERR_PEER_LOST, err, errlen);
+    gang_free(g);
     return rc;
 }
 
@@ -569,35 +520,122 @@ static vj_err cmd_shards(int argc, char **argv, char *err, size_t errlen)
 
 /* `schema FILE`: FILE with its generated regions written again from the
  * config table (api/config_schema.h), on stdout; `make schema` writes it
- * back. `schema` alone: each section's CRD properties. Returns the exit code. */
-static int cmd_schema(int argc, char **argv)
+ * back. `schema` alone: each section's CRD properties. */
+static vj_err cmd_schema(int argc, char **argv, char *err, size_t errlen)
 {
-    char err[1024] = "";
     buf in = {.max = 16u << 20}, out = {0};
     vj_err e = VJ_OK;
     if (argc > 1) {
-        snprintf(err, sizeof err, "usage: vitjob-worker schema [FILE]");
+        snprintf(err, errlen, "usage: vitjob-worker schema [FILE]");
         e = VJ_ERR_USAGE;
     } else if (argc == 1) {
-        if (file_read(&in, argv[0], err, sizeof err) != 0)
+        if (file_read(&in, argv[0], err, errlen) != 0)
             e = VJ_ERR_CONFIG;
         else
-            e = config_schema_rewrite(&out, in.data ? in.data : "", in.len, argv[0], err, sizeof err);
+            e = config_schema_rewrite(&out, in.data ? in.data : "", in.len, argv[0], err, errlen);
     } else {
         static const char *const sections[] = {"model", "data", "training", "training.optimizer",
                                                "training.ema", "checkpoint"};
         for (size_t i = 0; e == VJ_OK && i < sizeof sections / sizeof sections[0]; i++) {
             buf_printf(&out, "# spec.%s.properties\n", sections[i]);
-            e = config_schema_crd_section(&out, sections[i], 0, err, sizeof err);
+            e = config_schema_crd_section(&out, sections[i], 0, err, errlen);
         }
     }
     if (e == VJ_OK && out.len && fwrite(out.data, 1, out.len, stdout) != out.len) {
-        snprintf(err, sizeof err, "cannot write to stdout");
+        snprintf(err, errlen, "cannot write to stdout");
         e = VJ_ERR_IO;
     }
     buf_free(&in);
     buf_free(&out);
-    int code = vj_exit_code(e, 0);
+    return e;
+}
+
+static vj_err cmd_version(int argc, char **argv, char *err, size_t errlen)
+{
+    (void)argc, (void)argv, (void)err, (void)errlen;
+    char gpu[4096 + 128];
+    ops_cuda_describe(gpu, sizeof gpu);
+    printf("vitjob-worker %s\ncommit: %s\nbackends: cpu (%s), gloo; %s\n",
+           VJ_RELEASE, vj_git_commit(), ops_cpu_blas(), gpu);
+    return VJ_OK;
+}
+
+static vj_err cmd_help(int argc, char **argv, char *err, size_t errlen)
+{
+    (void)argc, (void)argv, (void)err, (void)errlen;
+    usage(stdout);
+    return VJ_OK;
+}
+
+/* The subcommands: each row's first name is the command, the others spell
+ * it too; `usage` is its part of the usage text (NULL: not listed), with
+ * its continuation lines indented as printed. A row runs either `run` (its
+ * error class and message go to exit_with) or `main` (which logs its own
+ * last line and returns the exit code). */
+typedef struct {
+    const char *names[3];
+    vj_err (*run)(int argc, char **argv, char *err, size_t errlen);
+    int (*main)(int argc, char **argv);
+    const char *usage;
+} subcommand;
+
+static const subcommand subcommands[] = {
+    {{"train"}, cmd_train, NULL,
+     "train --config FILE [--set key=value ...] [--metrics FILE]\n"
+     "                           [--log-level debug|info|warn|error]"},
+    {{"checkpoints"}, cmd_checkpoints, NULL, "checkpoints --uri URI [--endpoint URL]"},
+    {{"export"}, cmd_export, NULL, "export --from URI[/step-N] --out FILE [--endpoint URL] [--raw]"},
+    {{"shards"}, cmd_shards, NULL, "shards --from SRC --out PATTERN [...]   (shards --help)"},
+    {{"plan"}, NULL, plan_cmd_main,
+     "plan [--config FILE] [--set key=value ...] [--replicas N] [...]\n"
+     "                          (what a rank needs and how fast: plan --help)"},
+    {{"exit-codes"}, cmd_exit_codes, NULL, "exit-codes"},
+    {{"schema"}, cmd_schema, NULL, "schema [FILE]"},
+    {{"version", "--version"}, cmd_version, NULL, "version"},
+    {{"help", "-h", "--help"}, cmd_help, NULL, NULL},
+};
+#define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
+
+static void usage(FILE *to)
+{
+    const char *lead = "usage: ";
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
+        if (!subcommands[i].usage) continue;
+        fprintf(to, "%svitjob-worker %s\n", lead, subcommands[i].usage);
+        lead = "       ";
+    }
+    fputs("\n"
+          "Trains a Vision Transformer as the config (JSON or YAML: the spec of a ViTJob,\n"
+          "or a whole ViTJob manifest) says. Keys are those of docs/design.md, dotted:\n"
+          "  --set training.steps=200 --set model.preset=fmnist_small\n"
+          "Exit codes: 0 done, 2 bad config, 3 bad or missing data, 128+N stopped by\n"
+          "signal N, other: retryable. `vitjob-worker exit-codes` lists every case.\n",
+          to);
+}
+
+/* The row whose names include word, or NULL. */
+static const subcommand *find_subcommand(const char *word)
+{
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        for (size_t k = 0; k < 3 && subcommands[i].names[k]; k++)
+            if (strcmp(subcommands[i].names[k], word) == 0) return &subcommands[i];
+    return NULL;
+}
+
+/* The exit code of a subcommand's error class (api/exitcode.h), and the
+ * last line that says it: every subcommand ends here. A local agent's
+ * verdict (train with several local ranks) is the pod's exit code. */
+static int exit_with(vj_err e, const char *err)
+{
+    if (e == VJ_OK && agent_code >= 0) { /* the local agent's verdict */
+        if (agent_code != 0)
+            LOG_ERROR("agent", "exit_code=%d class=%s retried=%s msg=%s", agent_code,
+                      LOGV(agent_code >= 128 ? "stopped"
+                           : vj_exit_permanent(agent_code) ? "local_rank" : "peer_lost"),
+                      vj_exit_permanent(agent_code) ? "no" : "yes", LOGV(err));
+        return agent_code;
+    }
+    int code = vj_exit_code(e, stop_requested);
     if (e != VJ_OK) {
         const vj_err_row *row = vj_err_info(e);
         LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
@@ -611,64 +649,19 @@ int main(int argc, char **argv)
 {
     /* 0, 1 and 2 open before any file is: see lib/stdfds.h */
     stdfds_ensure("vitjob-worker", vj_exit_code(VJ_ERR_IO, 0));
-    const int usage_code = vj_exit_code(VJ_ERR_USAGE, 0);
     if (argc < 2) {
         usage(stderr);
-        return usage_code;
+        return vj_exit_code(VJ_ERR_USAGE, 0);
     }
-    if (strcmp(argv[1], "train") == 0) {
-        char err[1024] = "";
-        main_argv = argv;
-        vj_err e = cmd_train(argc - 2, argv + 2, err, sizeof err);
-        if (e == VJ_OK && agent_code >= 0) { /* the local agent's verdict */
-            if (agent_code != 0)
-                LOG_ERROR("agent", "exit_code=%d class=%s retried=%s msg=%s", agent_code,
-                          LOGV(agent_code >= 128 ? "stopped"
-                               : vj_exit_permanent(agent_code) ? "local_rank" : "peer_lost"),
-                          vj_exit_permanent(agent_code) ? "no" : "yes", LOGV(err));
-            return agent_code;
-        }
-        int code = vj_exit_code(e, stop_requested);
-        if (e != VJ_OK) {
-            const vj_err_row *row = vj_err_info(e);
-            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
-                      LOGV(row ? row->name : "unknown"), vj_exit_permanent(code) ? "no" : "yes",
-                      LOGV(err));
-        }
+    main_argv = argv;
+    char err[1024] = "";
+    const subcommand *c = find_subcommand(argv[1]);
+    if (!c) {
+        snprintf(err, sizeof err, "unknown command '%s'", argv[1]);
+        int code = exit_with(VJ_ERR_USAGE, err);
+        usage(stderr);
         return code;
     }
-    if (strcmp(argv[1], "exit-codes") == 0) return cmd_exit_codes();
-    if (strcmp(argv[1], "plan") == 0) return plan_cmd_main(argc - 2, argv + 2);
-    if (strcmp(argv[1], "schema") == 0) return cmd_schema(argc - 2, argv + 2);
-    if (strcmp(argv[1], "checkpoints") == 0 || strcmp(argv[1], "export") == 0 ||
-        strcmp(argv[1], "shards") == 0) {
-        char err[1024] = "";
-        vj_err e = argv[1][0] == 'c' ? cmd_checkpoints(argc - 2, argv + 2, err, sizeof err)
-                   : argv[1][0] == 's' ? cmd_shards(argc - 2, argv + 2, err, sizeof err)
-                                       : cmd_export(argc - 2, argv + 2, err, sizeof err);
-        int code = vj_exit_code(e, 0);
-        if (e != VJ_OK) {
-            const vj_err_row *row = vj_err_info(e);
-            LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
-                      LOGV(row ? row->name : "unknown"), vj_exit_permanent(code) ? "no" : "yes",
-                      LOGV(err));
-        }
-        return code;
-    }
-    if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-        char gpu[4096 + 128];
-        ops_cuda_describe(gpu, sizeof gpu);
-        printf("vitjob-worker %s\ncommit: %s\nbackends: cpu (%s), gloo; %s\n",
-               VJ_RELEASE, vj_git_commit(), ops_cpu_blas(), gpu);
-        return 0;
-    }
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    LOG_ERROR("worker", "exit_code=%d class=usage retried=no msg=%s", usage_code,
-              LOGVF("unknown command '%s'", argv[1]));
-    usage(stderr);
-    return usage_code;
+    if (c->main) return c->main(argc - 2, argv + 2);
+    return exit_with(c->run(argc - 2, argv + 2, err, sizeof err), err);
 }

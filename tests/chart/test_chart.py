@@ -7,7 +7,7 @@
 # API server; wrong values are refused by values.schema.json naming the
 # field; the chart's CRD is manifests/00-crd.yaml byte for byte; and the
 # chart installed on the local cluster runs an operator that runs a job.
-# Run: /usr/bin/python3 -m unittest tests/chart/test_chart.py (BUILD: the
+# Run from the repository root: /usr/bin/python3 -m tests.chart.test_chart (BUILD: the
 # build tree holding bin/helmrender and the programs; default build).
 
 import json
@@ -22,10 +22,9 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
-from harness import ServerProcess, wait_for  # noqa: E402
-import testlimit  # noqa: E402
-from localcluster import LocalCluster, missing_prerequisites  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import ServerProcess, wait_for
+from tests.cluster.localcluster import LocalCluster, missing_prerequisites
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 RENDER = os.path.join(BUILD, "bin", "helmrender")

@@ -25,9 +25,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from localcluster import ROOT, LocalCluster, missing_prerequisites  # noqa: E402
+from tests.cluster.localcluster import ROOT, LocalCluster, missing_prerequisites
 
 
 def say(msg):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-import kubeclient
+from tests.cluster import kubeclient
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APISERVER = os.path.join(HERE, "apiserver")

@@ -21,7 +21,7 @@ import ssl
 import tempfile
 import urllib.parse
 
-from kubeapi.errors import ApiError
+from tests.cluster.kubeapi.errors import ApiError
 
 JSON = "application/json"
 

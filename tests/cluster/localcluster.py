@@ -18,9 +18,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, HERE)
-from harness import ServerProcess, stop_process  # noqa: E402
-from kubelet import logs as container_logs  # noqa: E402
+from tests.cluster.harness import ServerProcess, stop_process
+from tests.cluster.kubelet import logs as container_logs
 
 BRIDGE = "vjbr0"
 BRIDGE_IP = "10.89.0.1"
@@ -84,7 +83,7 @@ class LocalCluster:
                                     args=["--address", "0.0.0.0", "--san", BRIDGE_IP])
         self.kubeconfig = self.server.kubeconfig
         self.controllers = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "controllers"), "--kubeconfig", self.kubeconfig,
+            [sys.executable, "-m", "tests.cluster.controllers", "--kubeconfig", self.kubeconfig,
              "--node-monitor-grace-period", str(self.grace_seconds), "--node-monitor-period", "0.5"],
             stdout=self._log("controllers"), stderr=subprocess.STDOUT)
         for i in range(1, self.n_nodes + 1):
@@ -96,7 +95,7 @@ class LocalCluster:
 
     def start_node(self, i):
         name = "node-%d" % i
-        cmd = [sys.executable, os.path.join(HERE, "kubelet"), "--apiserver-state", self.server.state,
+        cmd = [sys.executable, "-m", "tests.cluster.kubelet", "--apiserver-state", self.server.state,
                "--node", name, "--index", str(i), "--root", os.path.join(self.work, "nodes", name),
                "--bin-dir", self.bin_dir, "--lease-seconds", str(self.lease_seconds)]
         if self.node_cpu:

@@ -17,14 +17,12 @@
 import json
 import os
 import re
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import wait_for  # noqa: E402
-import testlimit  # noqa: E402
-from test_operator import BUILD, PODS, Base, body, job_doc  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import wait_for
+from tests.cluster.test_operator import BUILD, PODS, Base, body, job_doc
 
 PLANNER = os.path.join(BUILD, "bin", "vitjob-worker")
 GIB = 1024 ** 3

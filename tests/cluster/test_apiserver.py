@@ -7,15 +7,12 @@ import copy
 import os
 import shutil
 import ssl
-import sys
 import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kubeclient  # noqa: E402
-from harness import CRD, ServerProcess, load_yaml_docs  # noqa: E402
-import testlimit  # noqa: E402
+from tests.cluster import kubeclient, testlimit
+from tests.cluster.harness import CRD, ServerProcess, load_yaml_docs
 
 NS = "/api/v1/namespaces/default"
 VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"

@@ -9,18 +9,16 @@
 # pods/binding, and list items without kind. Each test names the
 # behaviour it proves; the messages are those a real server was seen to give
 # (see the issue "What a real cluster refuses").
-# Run: /usr/bin/python3 tests/cluster/test_apiserver_parity.py
+# Run from the repository root: /usr/bin/python3 -m tests.cluster.test_apiserver_parity
 
 import copy
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import HERE, ServerProcess, load_yaml_docs  # noqa: E402
-import testlimit  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import HERE, ServerProcess, load_yaml_docs
 
 PROJECT_CRD = os.path.join(HERE, "..", "..", "manifests", "00-crd.yaml")
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"

@@ -8,22 +8,20 @@
 # without kubectl: the PatchOptions refusals (422), the 415 of an unknown
 # patch type, YAML and JSON bodies, the 409's body, dryRun and the status
 # subresource, each worded as a real server words it.
-# Run: /usr/bin/python3 tests/cluster/test_apply.py
+# Run from the repository root: /usr/bin/python3 -m tests.cluster.test_apply
 
 import copy
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import HERE, ServerProcess  # noqa: E402
-import testlimit  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import HERE, ServerProcess
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 CRD = os.path.join(HERE, "testdata", "crd.yaml")

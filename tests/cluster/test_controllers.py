@@ -18,11 +18,10 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import HERE, ServerProcess, stop_process, wait_for  # noqa: E402
-import testlimit  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import ServerProcess, stop_process, wait_for
 
-CONTROLLERS = os.path.join(HERE, "controllers")
+CONTROLLERS = "tests.cluster.controllers"  # run as python3 -m, like this module
 PODS = "/api/v1/namespaces/default/pods"
 NODES = "/api/v1/nodes"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -79,7 +78,7 @@ class ControllersTest(unittest.TestCase):
         started = self.logs().count("event=started") if os.path.exists(self.logpath) else 0
         self.log = open(self.logpath, "a")
         self.proc = subprocess.Popen(
-            [sys.executable, CONTROLLERS, "--kubeconfig", self.server.kubeconfig,
+            [sys.executable, "-m", CONTROLLERS, "--kubeconfig", self.server.kubeconfig,
              "--node-monitor-grace-period", str(GRACE), "--node-monitor-period", "0.2",
              "--pod-gc-period", "0.5", "--poll-interval", "0.2", "-v"] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)

@@ -13,7 +13,8 @@
 #   - a worker whose status patches are refused still trains to the end and
 #     logs the refusals once per report interval, not per step.
 # Needs root (network namespaces), iproute2 and kubectl; skipped, saying why,
-# without them. Run: /usr/bin/python3 tests/cluster/test_e2e.py -v
+# without them. Run from the repository root:
+#   /usr/bin/python3 -m tests.cluster.test_e2e -v
 
 import json
 import os
@@ -27,11 +28,9 @@ import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from harness import wait_for  # noqa: E402
-import testlimit  # noqa: E402
-from localcluster import ROOT, LocalCluster, missing_prerequisites  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import wait_for
+from tests.cluster.localcluster import ROOT, LocalCluster, missing_prerequisites
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 WORKER = os.path.join(BUILD, "bin", "vitjob-worker")

@@ -9,16 +9,14 @@
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import HERE, ServerProcess  # noqa: E402
-import testlimit  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import HERE, ServerProcess
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 TESTDATA = os.path.join(HERE, "testdata")

@@ -11,22 +11,20 @@
 # container runs, --previous after a restart, the wording for a container
 # that has not started). Pods run shell commands with an image named
 # `*vitjob-worker*` (the kubelet runs any command for such images).
-# Needs root; skipped, saying why, without. Run: /usr/bin/python3 tests/cluster/test_kubelet.py -v
+# Needs root; skipped, saying why, without. Run from the repository root:
+#   /usr/bin/python3 -m tests.cluster.test_kubelet -v
 
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from harness import wait_for  # noqa: E402
-import testlimit  # noqa: E402
-from localcluster import KUBECTL, LocalCluster, missing_prerequisites  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import wait_for
+from tests.cluster.localcluster import KUBECTL, LocalCluster, missing_prerequisites
 
 WHY_NOT = missing_prerequisites()
 IMAGE = "example.com/vitjob-worker:test"

@@ -45,9 +45,8 @@ import time
 import unittest
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import HERE, ServerProcess, stop_process, wait_for  # noqa: E402
-import testlimit  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import HERE, ServerProcess, stop_process, wait_for
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))

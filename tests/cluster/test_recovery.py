@@ -23,7 +23,8 @@
 # asserted; what is asserted is the order of events (the restart comes before
 # the node is declared lost) and the outcome.
 # Needs root (network namespaces), iproute2 and kubectl; skipped, saying why,
-# without them. Run: /usr/bin/python3 tests/cluster/test_recovery.py -v
+# without them. Run from the repository root:
+#   /usr/bin/python3 -m tests.cluster.test_recovery -v
 
 import json
 import os
@@ -34,12 +35,10 @@ import sys
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from harness import wait_for  # noqa: E402
-import testlimit  # noqa: E402
-from localcluster import ROOT, missing_prerequisites  # noqa: E402
-from test_e2e import ClusterJobTest, job_manifest, log_ts, pods_of, status, worker_pid  # noqa: E402
+from tests.cluster import testlimit
+from tests.cluster.harness import wait_for
+from tests.cluster.localcluster import ROOT, missing_prerequisites
+from tests.cluster.test_e2e import ClusterJobTest, job_manifest, log_ts, pods_of, status, worker_pid
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 WORKER = os.path.join(BUILD, "bin", "vitjob-worker")

@@ -83,9 +83,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_io  # noqa: E402
-import torch_vit  # noqa: E402
+from tests.ref import safetensors_io, torch_vit
 
 # Model shapes to try. B must be even (the C side runs two micro-batches).
 # ema: training.ema, without warmup (ModelEmaV2) and with (ModelEmaV3); the
@@ -331,6 +329,15 @@ def compare(ref, out, init, tol, ema_tol, max_move, quiet, grad_tol=None):
             err = rel_err(c, t, per_element=name in ("loss", "losses"))
             at_init = name in ("logits", "loss") or name.startswith("grads.")
             bound = grad_tol if grad_tol is not None and at_init else tol_here
+            if name.startswith("ema."):
+                # the EMA averages the weights' trajectory: it can be no
+                # closer to the reference than the weights it averages
+                # (held at tol; how close they come depends on the BLAS
+                # kernels the CPU picks: 3e-5 on an AVX2 machine for one
+                # tensor), so its own error is what it adds beyond theirs
+                w = "params." + name[4:]
+                if w in ref and w in out and tuple(out[w].shape) == tuple(ref[w].shape):
+                    bound = tol_here + rel_err(out[w], ref[w], per_element=False)
             status = "ok" if err < bound else "FAIL"
         if name.startswith("ema.") and err == err:
             worst_ema = max(worst_ema, err)

@@ -25,14 +25,11 @@ given and |accuracy - expect| > tol; 2 on bad arguments or an unloadable file.
 import argparse
 import json
 import math
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_io  # noqa: E402
-import torch_vit  # noqa: E402
+from tests.ref import safetensors_io, torch_vit
 
 # config key -> flag name (dest)
 _CONFIG_KEYS = {"imageSize": "image", "patchSize": "patch", "channels": "chans", "dim": "dim",

@@ -55,9 +55,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_io  # noqa: E402
-import torch_vit  # noqa: E402
+from tests.ref import safetensors_io, torch_vit
 
 
 def run_bin(args, stdin=None):

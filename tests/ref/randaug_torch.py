@@ -65,8 +65,7 @@ import torch
 import torchvision.transforms as T
 from PIL import Image, ImageEnhance, ImageOps
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from transform_torch import Xoshiro  # noqa: E402  worker/data/rng.c, number for number
+from tests.ref.transform_torch import Xoshiro  # worker/data/rng.c, number for number
 
 RESAMPLE = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 LEVEL_DENOM = 10.0

@@ -13,7 +13,7 @@
  * (refused, with one log line event=fenced naming both generations, when
  * a newer fence exists), and the test hold between a check and its act.
  * Must not: know what a checkpoint holds or decide what to delete
- * (worker/ckpt/ckpt.c); write anything but fence objects.
+ * (worker/ckpt/ckpt_writer.c); write anything but fence objects.
  */
 #ifndef VITJOB_CKPT_FENCE_H
 #define VITJOB_CKPT_FENCE_H

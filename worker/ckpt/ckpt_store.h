@@ -7,7 +7,7 @@
  * put (whole, atomically visible: a reader sees the old object, none, or
  * the whole new one), ranged get, list, delete. On file:// a put is a
  * temporary file, fsync, rename and fsync of the directory (lib/file.h).
- * Must not: know what a checkpoint holds (worker/ckpt/ckpt.c), or retry a
+ * Must not: know what a checkpoint holds (worker/ckpt/ckpt.h), or retry a
  * failure that cannot pass (s3's own retries cover the ones that can).
  *
  * Errors: functions return CKPT_OK or a ckpt_status with one line in err

@@ -12,9 +12,9 @@
 
 #include "check.h"
 #include "decode.h"
+#include "util.h"
 
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,33 +40,19 @@ void decode_image_free(decode_image *img)
     memset(img, 0, sizeof *img);
 }
 
-/* "NAME: FMT..." into err */
-static int fail(char *err, size_t errlen, const char *name, const char *fmt, ...)
-{
-    if (err && errlen) {
-        int n = snprintf(err, errlen, "%s: ", name);
-        if (n >= 0 && (size_t)n < errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return -1;
-}
-
 /* the bomb limit, from the header's size */
 static int check_pixels(const char *name, const char *fmt, uint64_t w, uint64_t h, uint64_t max,
                         char *err, size_t errlen)
 {
-    if (w == 0 || h == 0) return fail(err, errlen, name, "%s header says %llux%llu pixels", fmt,
-                                      (unsigned long long)w, (unsigned long long)h);
+    if (w == 0 || h == 0)
+        return err_fail(err, errlen, "%s: %s header says %llux%llu pixels", name, fmt,
+                        (unsigned long long)w, (unsigned long long)h);
     if (w * h > max)
-        return fail(err, errlen, name,
-                    "%s header says %llux%llu = %llu pixels, more than the limit of %llu "
-                    "(max_pixels; a decompression bomb?)",
-                    fmt, (unsigned long long)w, (unsigned long long)h,
-                    (unsigned long long)(w * h), (unsigned long long)max);
+        return err_fail(err, errlen,
+                        "%s: %s header says %llux%llu = %llu pixels, more than the limit of %llu "
+                        "(max_pixels; a decompression bomb?)",
+                        name, fmt, (unsigned long long)w, (unsigned long long)h,
+                        (unsigned long long)(w * h), (unsigned long long)max);
     return 0;
 }
 
@@ -127,12 +113,12 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const 
     int rc = -1;
     uint8_t *buf = NULL;
     tjhandle h = tjInitDecompress();
-    if (!h) return fail(err, errlen, name, "tjInitDecompress: %s", tjGetErrorStr2(NULL));
+    if (!h) return err_fail(err, errlen, "%s: tjInitDecompress: %s", name, tjGetErrorStr2(NULL));
 
     int w = 0, ht = 0, subsamp = 0, cs = 0;
     if (TJ_CHECK(tjDecompressHeader3(h, data, (unsigned long)len, &w, &ht, &subsamp, &cs), h, why,
                  sizeof why)) {
-        fail(err, errlen, name, "%s", why);
+        err_printf(err, errlen, "%s: %s", name, why);
         goto out;
     }
     if (check_pixels(name, "jpeg", (uint64_t)w, (uint64_t)ht, max_pixels, err, errlen)) goto out;
@@ -145,13 +131,13 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const 
     size_t npix = (size_t)sw * (size_t)sh;
     buf = malloc(npix * (size_t)tjPixelSize[pf]);
     if (!buf) {
-        fail(err, errlen, name, "out of memory for %dx%d pixels", sw, sh);
+        err_printf(err, errlen, "%s: out of memory for %dx%d pixels", name, sw, sh);
         goto out;
     }
     if (TJ_CHECK(tjDecompress2(h, data, (unsigned long)len, buf, sw, 0, sh, pf,
                                TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS),
                  h, why, sizeof why)) {
-        fail(err, errlen, name, "%s", why);
+        err_printf(err, errlen, "%s: %s", name, why);
         goto out;
     }
     if (cmyk) {
@@ -230,7 +216,7 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
         snprintf(what, sizeof what, "%s%s", je.warning ? "warning: " : "", je.msg);
         check_report(je.code ? je.code : -1, "libjpeg", what, stage, __FILE__, __LINE__, why,
                      sizeof why);
-        fail(err, errlen, name, "%s", why);
+        err_printf(err, errlen, "%s: %s", name, why);
         if (created) jpeg_destroy_decompress(&ci);
         free(buf);
         return -1;
@@ -249,8 +235,8 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
     if (bx1 > w) bx1 = w;
     if (by1 > ht) by1 = ht;
     if (bx0 >= bx1 || by0 >= by1) {
-        fail(err, errlen, name, "region x=%d y=%d w=%d h=%d is outside the %dx%d image", o->crop_x,
-             o->crop_y, o->crop_w, o->crop_h, w, ht);
+        err_printf(err, errlen, "%s: region x=%d y=%d w=%d h=%d is outside the %dx%d image", name,
+                   o->crop_x, o->crop_y, o->crop_w, o->crop_h, w, ht);
         goto fail;
     }
     tjscalingfactor sf = pick_scale((int)(bx1 - bx0), (int)(by1 - by0), o->min_width,
@@ -280,14 +266,15 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
     int rw = (int)cw, rh = (int)(y1 - y0), px = cmyk ? 4 : 3;
     buf = malloc((size_t)rw * (size_t)rh * (size_t)px);
     if (!buf) {
-        fail(err, errlen, name, "out of memory for a %dx%d region", rw, rh);
+        err_printf(err, errlen, "%s: out of memory for a %dx%d region", name, rw, rh);
         goto fail;
     }
     if (y0 > 0) {
         stage = "jpeg_skip_scanlines";
         JDIMENSION skipped = jpeg_skip_scanlines(&ci, (JDIMENSION)y0);
         if (skipped != (JDIMENSION)y0) {
-            fail(err, errlen, name, "jpeg_skip_scanlines skipped %u of %ld rows", skipped, y0);
+            err_printf(err, errlen, "%s: jpeg_skip_scanlines skipped %u of %ld rows", name, skipped,
+                       y0);
             goto fail;
         }
     }
@@ -298,7 +285,8 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
         for (int i = 0; i < n; i++) rows[i] = buf + (size_t)(r + i) * (size_t)rw * (size_t)px;
         JDIMENSION got = jpeg_read_scanlines(&ci, rows, (JDIMENSION)n);
         if (got == 0) {
-            fail(err, errlen, name, "jpeg_read_scanlines returned no row at row %ld", y0 + r);
+            err_printf(err, errlen, "%s: jpeg_read_scanlines returned no row at row %ld", name,
+                       y0 + r);
             goto fail;
         }
         r += (int)got;
@@ -329,35 +317,36 @@ static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_
     int rc = -1;
     uint8_t *buf = NULL;
     spng_ctx *ctx = spng_ctx_new(0);
-    if (!ctx) return fail(err, errlen, name, "spng_ctx_new: out of memory");
+    if (!ctx) return err_fail(err, errlen, "%s: spng_ctx_new: out of memory", name);
 
     /* no chunk can be longer than the file; keeps a lying length from
      * making libspng reserve memory for it */
     if (SPNG_CHECK(spng_set_chunk_limits(ctx, len, len), why, sizeof why) ||
         SPNG_CHECK(spng_set_png_buffer(ctx, data, len), why, sizeof why)) {
-        fail(err, errlen, name, "%s", why);
+        err_printf(err, errlen, "%s: %s", name, why);
         goto out;
     }
     struct spng_ihdr ihdr;
     if (SPNG_CHECK(spng_get_ihdr(ctx, &ihdr), why, sizeof why)) {
-        fail(err, errlen, name, "%s", why);
+        err_printf(err, errlen, "%s: %s", name, why);
         goto out;
     }
     if (check_pixels(name, "png", ihdr.width, ihdr.height, max_pixels, err, errlen)) goto out;
 
     size_t size = 0;
     if (SPNG_CHECK(spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size), why, sizeof why)) {
-        fail(err, errlen, name, "%s", why);
+        err_printf(err, errlen, "%s: %s", name, why);
         goto out;
     }
     buf = malloc(size);
     if (!buf) {
-        fail(err, errlen, name, "out of memory for %ux%u pixels", ihdr.width, ihdr.height);
+        err_printf(err, errlen, "%s: out of memory for %ux%u pixels", name, ihdr.width,
+                   ihdr.height);
         goto out;
     }
     /* flags 0: tRNS and gAMA ignored, as PIL's convert("RGB") does */
     if (SPNG_CHECK(spng_decode_image(ctx, buf, size, SPNG_FMT_RGB8, 0), why, sizeof why)) {
-        fail(err, errlen, name, "%s", why);
+        err_printf(err, errlen, "%s: %s", name, why);
         goto out;
     }
     *out = (decode_image){.rgb = buf, .width = (int)ihdr.width, .height = (int)ihdr.height,
@@ -379,8 +368,8 @@ static int not_an_image(const void *data, size_t len, const char *name, char *er
     char head[3 * 8 + 1] = "";
     for (size_t i = 0, n = 0; i < len && i < 8; i++)
         n += (size_t)snprintf(head + n, sizeof head - n, "%s%02x", i ? " " : "", p[i]);
-    if (len == 0) return fail(err, errlen, name, "empty (0 bytes): not a JPEG or PNG");
-    return fail(err, errlen, name, "not a JPEG or PNG (%zu bytes starting %s)", len, head);
+    if (len == 0) return err_fail(err, errlen, "%s: empty (0 bytes): not a JPEG or PNG", name);
+    return err_fail(err, errlen, "%s: not a JPEG or PNG (%zu bytes starting %s)", name, len, head);
 }
 
 int decode_probe(const void *data, size_t len, const char *name, decode_format *fmt, int *width,
@@ -392,25 +381,26 @@ int decode_probe(const void *data, size_t len, const char *name, decode_format *
     *width = *height = 0;
     if (*fmt == DECODE_JPEG) {
         tjhandle h = tjInitDecompress();
-        if (!h) return fail(err, errlen, name, "tjInitDecompress: %s", tjGetErrorStr2(NULL));
+        if (!h)
+            return err_fail(err, errlen, "%s: tjInitDecompress: %s", name, tjGetErrorStr2(NULL));
         int subsamp = 0, cs = 0;
         int rc = TJ_CHECK(tjDecompressHeader3(h, data, (unsigned long)len, width, height, &subsamp,
                                               &cs),
                           h, why, sizeof why);
         tjDestroy(h);
-        if (rc) return fail(err, errlen, name, "%s", why);
+        if (rc) return err_fail(err, errlen, "%s: %s", name, why);
         /* a header cut before its SOF reads as "tables only": 0 x 0 */
         return check_pixels(name, "jpeg", (uint64_t)*width, (uint64_t)*height, UINT64_MAX, err,
                             errlen);
     }
     if (*fmt == DECODE_PNG) {
         spng_ctx *ctx = spng_ctx_new(0);
-        if (!ctx) return fail(err, errlen, name, "spng_ctx_new: out of memory");
+        if (!ctx) return err_fail(err, errlen, "%s: spng_ctx_new: out of memory", name);
         struct spng_ihdr ihdr;
         int rc = SPNG_CHECK(spng_set_png_buffer(ctx, data, len), why, sizeof why) ||
                  SPNG_CHECK(spng_get_ihdr(ctx, &ihdr), why, sizeof why);
         spng_ctx_free(ctx);
-        if (rc) return fail(err, errlen, name, "%s", why);
+        if (rc) return err_fail(err, errlen, "%s: %s", name, why);
         *width = (int)ihdr.width, *height = (int)ihdr.height;
         return 0;
     }

@@ -8,28 +8,12 @@
 
 #include "check.h"
 #include "encode.h"
+#include "util.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 const char *encode_ext(encode_format f) { return f == ENCODE_PNG ? "png" : "jpg"; }
-
-/* "NAME: FMT..." into err */
-static int fail(char *err, size_t errlen, const char *name, const char *fmt, ...)
-{
-    if (err && errlen) {
-        int n = snprintf(err, errlen, "%s: ", name);
-        if (n >= 0 && (size_t)n < errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return -1;
-}
 
 static int encode_jpeg(const uint8_t *px, int w, int h, int channels, int quality,
                        const char *name, unsigned char **out, size_t *out_len, char *err,
@@ -39,14 +23,15 @@ static int encode_jpeg(const uint8_t *px, int w, int h, int channels, int qualit
     int subsamp = channels == 1 ? TJSAMP_GRAY : TJSAMP_444;
     int pf = channels == 1 ? TJPF_GRAY : TJPF_RGB;
     unsigned long cap = tjBufSize(w, h, subsamp);
-    if (cap == (unsigned long)-1) return fail(err, errlen, name, "tjBufSize: %dx%d too large", w, h);
+    if (cap == (unsigned long)-1)
+        return err_fail(err, errlen, "%s: tjBufSize: %dx%d too large", name, w, h);
     /* our own buffer, never reallocated by the library: freed with free() */
     unsigned char *buf = malloc(cap);
-    if (!buf) return fail(err, errlen, name, "out of memory for a %lu-byte JPEG", cap);
+    if (!buf) return err_fail(err, errlen, "%s: out of memory for a %lu-byte JPEG", name, cap);
     tjhandle tj = tjInitCompress();
     if (!tj) {
         free(buf);
-        return fail(err, errlen, name, "tjInitCompress: %s", tjGetErrorStr2(NULL));
+        return err_fail(err, errlen, "%s: tjInitCompress: %s", name, tjGetErrorStr2(NULL));
     }
     unsigned long len = cap;
     int rc = TJ_CHECK(tjCompress2(tj, px, w, 0, h, pf, &buf, &len, subsamp, quality,
@@ -55,7 +40,7 @@ static int encode_jpeg(const uint8_t *px, int w, int h, int channels, int qualit
     tjDestroy(tj);
     if (rc) {
         free(buf);
-        return fail(err, errlen, name, "%s", why);
+        return err_fail(err, errlen, "%s: %s", name, why);
     }
     *out = buf;
     *out_len = len;
@@ -67,7 +52,7 @@ static int encode_png(const uint8_t *px, int w, int h, int channels, const char 
 {
     char why[512];
     spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-    if (!ctx) return fail(err, errlen, name, "spng_ctx_new: out of memory");
+    if (!ctx) return err_fail(err, errlen, "%s: spng_ctx_new: out of memory", name);
     struct spng_ihdr ihdr = {.width = (uint32_t)w, .height = (uint32_t)h, .bit_depth = 8,
                              .color_type = channels == 1 ? SPNG_COLOR_TYPE_GRAYSCALE
                                                          : SPNG_COLOR_TYPE_TRUECOLOR};
@@ -79,13 +64,13 @@ static int encode_png(const uint8_t *px, int w, int h, int channels, const char 
         SPNG_CHECK(spng_encode_image(ctx, px, len, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), why,
                    sizeof why)) {
         spng_ctx_free(ctx);
-        return fail(err, errlen, name, "%s", why);
+        return err_fail(err, errlen, "%s: %s", name, why);
     }
     png = spng_get_png_buffer(ctx, out_len, &e); /* the context's malloc: ours to free() */
     if (!png) {
         SPNG_CHECK(e ? e : SPNG_EINTERNAL, why, sizeof why);
         spng_ctx_free(ctx);
-        return fail(err, errlen, name, "%s", why);
+        return err_fail(err, errlen, "%s: %s", name, why);
     }
     spng_ctx_free(ctx);
     *out = png;
@@ -99,11 +84,11 @@ int encode_image(encode_format f, const uint8_t *pixels, int width, int height, 
     *out = NULL;
     *out_len = 0;
     if (width <= 0 || height <= 0 || (channels != 1 && channels != 3))
-        return fail(err, errlen, name, "cannot encode %dx%d pixels of %d channels", width, height,
-                    channels);
+        return err_fail(err, errlen, "%s: cannot encode %dx%d pixels of %d channels", name, width,
+                        height, channels);
     if (f == ENCODE_PNG)
         return encode_png(pixels, width, height, channels, name, out, out_len, err, errlen);
     if (quality < 1 || quality > 100)
-        return fail(err, errlen, name, "JPEG quality %d is not in [1, 100]", quality);
+        return err_fail(err, errlen, "%s: JPEG quality %d is not in [1, 100]", name, quality);
     return encode_jpeg(pixels, width, height, channels, quality, name, out, out_len, err, errlen);
 }

@@ -8,7 +8,9 @@
  * of the epoch's order), the per-epoch order (seeded), the shuffle buffer,
  * the steps of an epoch (the same on every rank), the decode threads and
  * the bounded queue of ready samples, the bad-sample accounting, and the
- * position a checkpoint saves.
+ * position a checkpoint saves. The index, its scan and the order of its
+ * units are loader_index.c's; the stream over them, its threads and its
+ * position loader.c's (loader_index.h: what the one lends the other).
  * Must not: talk to other ranks (the caller shares the scan's counts and
  * the positions through its communicator), know the model, or include
  * anything of the worker outside data/.

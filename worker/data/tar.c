@@ -9,6 +9,7 @@
  * field before checking it against its limit.
  */
 #include "tar.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,9 +96,7 @@ uint64_t tar_reader_offset(const tar_reader *r) { return r->off; }
 
 static int copy_msg(const tar_reader *r, char *err, size_t errlen)
 {
-    if (err && errlen)
-        snprintf(err, errlen, "%s", r->msg ? r->msg : "tar: out of memory");
-    return -1;
+    return err_fail(err, errlen, "%s", r->msg ? r->msg : "tar: out of memory");
 }
 
 /* Fails the reader: "shard S: <message>" in err, and kept for later calls. */
@@ -107,9 +106,9 @@ static int fail(tar_reader *r, char *err, size_t errlen, const char *fmt, ...)
     char body[768], full[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
+    err_vprintf(body, sizeof body, fmt, ap);
     va_end(ap);
-    snprintf(full, sizeof full, "shard %s: %s", r->shard, body);
+    err_printf(full, sizeof full, "shard %s: %s", r->shard, body);
     r->state = -1;
     free(r->msg);
     r->msg = strdup(full);

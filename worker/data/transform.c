@@ -7,10 +7,9 @@
  * when the caller hands a scratch.
  */
 #include "transform.h"
+#include "util.h"
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -311,17 +310,6 @@ static void vpass(float *restrict dst, const float *const *rows, int n, const fl
 
 /* ---- xf_resample -------------------------------------------------------- */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* 1e-6 pixels: what a box scaled to a DCT-downscaled image may overrun by */
 #define XF_EPS 1e-6
 
@@ -352,33 +340,34 @@ static int resample(const uint8_t *rgb, int width, int height, xf_box box, const
                     int flip, const xf_params *p, int raw, xf_scratch *s, float *out, char *err,
                     size_t errlen)
 {
-    if (!p || !out) return fail(err, errlen, "xf_resample: no parameters or no output");
+    if (!p || !out) return err_fail(err, errlen, "xf_resample: no parameters or no output");
     if (!rgb || width <= 0 || height <= 0)
-        return fail(err, errlen, "xf_resample: no image (%dx%d)", width, height);
+        return err_fail(err, errlen, "xf_resample: no image (%dx%d)", width, height);
     if (p->out_size <= 0 || p->out_size > 65536)
-        return fail(err, errlen, "xf_resample: out_size %d outside 1..65536", p->out_size);
+        return err_fail(err, errlen, "xf_resample: out_size %d outside 1..65536", p->out_size);
     if (p->channels != 1 && p->channels != 3)
-        return fail(err, errlen, "xf_resample: channels %d, not 1 or 3", p->channels);
+        return err_fail(err, errlen, "xf_resample: channels %d, not 1 or 3", p->channels);
     if (p->interp != XF_BILINEAR && p->interp != XF_BICUBIC)
-        return fail(err, errlen, "xf_resample: unknown interpolation %d", (int)p->interp);
-    if (!raw && (!p->mean || !p->std)) return fail(err, errlen, "xf_resample: no mean or std");
+        return err_fail(err, errlen, "xf_resample: unknown interpolation %d", (int)p->interp);
+    if (!raw && (!p->mean || !p->std)) return err_fail(err, errlen, "xf_resample: no mean or std");
     for (int c = 0; !raw && c < p->channels; c++)
         if (!(p->std[c] != 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c]))
-            return fail(err, errlen, "xf_resample: channel %d: mean %g, std %g", c,
-                        (double)p->mean[c], (double)p->std[c]);
+            return err_fail(err, errlen, "xf_resample: channel %d: mean %g, std %g", c,
+                            (double)p->mean[c], (double)p->std[c]);
     if (!box_ok(box) || !(box.w > 0) || !(box.h > 0))
-        return fail(err, errlen, "xf_resample: empty box x=%g y=%g w=%g h=%g", box.x, box.y, box.w,
-                    box.h);
+        return err_fail(err, errlen, "xf_resample: empty box x=%g y=%g w=%g h=%g", box.x, box.y,
+                        box.w, box.h);
     if (box.x < -XF_EPS || box.y < -XF_EPS || box.x + box.w > width + XF_EPS ||
         box.y + box.h > height + XF_EPS)
-        return fail(err, errlen, "xf_resample: box x=%g y=%g w=%g h=%g outside the %dx%d image",
-                    box.x, box.y, box.w, box.h, width, height);
+        return err_fail(err, errlen, "xf_resample: box x=%g y=%g w=%g h=%g outside the %dx%d image",
+                        box.x, box.y, box.w, box.h, width, height);
     xf_box bd = bounds ? *bounds : box;
     if (bounds && (!box_ok(bd) || box.x < bd.x - XF_EPS || box.y < bd.y - XF_EPS ||
                    box.x + box.w > bd.x + bd.w + XF_EPS || box.y + box.h > bd.y + bd.h + XF_EPS))
-        return fail(err, errlen,
-                    "xf_resample: box x=%g y=%g w=%g h=%g outside its bounds x=%g y=%g w=%g h=%g",
-                    box.x, box.y, box.w, box.h, bd.x, bd.y, bd.w, bd.h);
+        return err_fail(err, errlen,
+                        "xf_resample: box x=%g y=%g w=%g h=%g outside its bounds x=%g y=%g w=%g "
+                        "h=%g",
+                        box.x, box.y, box.w, box.h, bd.x, bd.y, bd.w, bd.h);
     /* the readable pixels: the bounds rounded outward, cut to the image; an
      * edge within XF_EPS of a whole pixel is that pixel's (163.00000000000003,
      * the sum of a scaled box's x and w, ends at 163, not 164) */
@@ -411,8 +400,8 @@ static int resample(const uint8_t *rgb, int width, int height, xf_box box, const
     char *m = scratch_get(sc, need);
     if (!m) {
         free(own.buf);
-        return fail(err, errlen, "xf_resample: out of memory (%zu bytes for a %dx%d box to %d)",
-                    need, (int)box.w, (int)box.h, S);
+        return err_fail(err, errlen, "xf_resample: out of memory (%zu bytes for a %dx%d box to %d)",
+                        need, (int)box.w, (int)box.h, S);
     }
     axis_tab tx = {(int *)(m + o_xs), (int *)(m + o_xn), (float *)(m + o_xw), 0};
     axis_tab ty = {(int *)(m + o_ys), (int *)(m + o_yn), (float *)(m + o_yw), 0};
@@ -478,7 +467,8 @@ int xf_resample_u8(const uint8_t *rgb, int width, int height, xf_box box, const 
                    int flip, const xf_params *p, xf_scratch *s, float *tmp, uint8_t *out,
                    char *err, size_t errlen)
 {
-    if (!p || !tmp || !out) return fail(err, errlen, "xf_resample_u8: no parameters or no output");
+    if (!p || !tmp || !out)
+        return err_fail(err, errlen, "xf_resample_u8: no parameters or no output");
     xf_params rgbp = *p;
     rgbp.channels = 3;
     if (resample(rgb, width, height, box, bounds, flip, &rgbp, 1, s, tmp, err, errlen) != 0)

@@ -3,7 +3,7 @@
  *
  * Owns: one thread per process of a multi-rank run. Every rank but 0
  * keeps a connection of its own to rank 0's rendezvous store (handed off
- * by rdzv.c) and pings on it every period (timeout/5); rank 0's thread
+ * by rdzv_server.c) and pings on it every period (timeout/5); rank 0's thread
  * answers every ping, watches every rank's last one and tells every rank
  * which one it declared lost. The verdicts:
  *   HB_LOST, evidence closed:    the peer's connection closed or was reset

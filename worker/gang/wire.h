@@ -1,5 +1,6 @@
 /* worker/gang/wire.h - the byte order of the rendezvous store's wire format
- * (little-endian integers), shared by the store (rdzv.c) and the heartbeat
+ * (little-endian integers), shared by the store (rdzv_server.c, rdzv_client.c;
+ * its messages: rdzv_proto.h) and the heartbeat
  * that rides on its connections (heartbeat.c).
  * Must not: know any message layout; it only packs and unpacks integers. */
 #ifndef VITJOB_WIRE_H

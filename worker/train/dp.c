@@ -26,6 +26,38 @@ int dp_has_schedule(sharding_mode mode)
            strategies[mode]->probe;
 }
 
+dp_cost dp_step_cost(sharding_mode mode, const dp_step *s)
+{
+    dp_cost c = {0};
+    if ((size_t)mode >= sizeof strategies / sizeof strategies[0] || !strategies[mode])
+        return c;
+    if (s->world > 1) c = strategies[mode]->cost(s);
+    c.own_schedule = dp_has_schedule(mode);
+    return c;
+}
+
+const char *dp_mode_name(sharding_mode mode)
+{
+    return (size_t)mode < sizeof strategies / sizeof strategies[0] && strategies[mode]
+               ? strategies[mode]->name
+               : "?";
+}
+
+int dp_modes_sharding_more(sharding_mode mode, sharding_mode *out, int max)
+{
+    const size_t n = sizeof strategies / sizeof strategies[0];
+    if ((size_t)mode >= n || !strategies[mode]) return 0;
+    int got = 0;
+    for (int level = strategies[mode]->shards + 1; got < max; level++) {
+        int found = 0;
+        for (size_t m = 0; m < n && got < max; m++)
+            if (strategies[m] && strategies[m]->shards == level)
+                out[got++] = (sharding_mode)m, found = 1;
+        if (!found) break;
+    }
+    return got;
+}
+
 int dp_probe_schedule(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
                       size_t errlen)
 {
@@ -125,7 +157,7 @@ vj_err dp_optim_new(dp *d, const optim_span *spans, int n, char *err, size_t err
 static size_t stage_bytes(int world) { return sizeof(double) * SUM_MAX * (size_t)world; }
 
 vj_err dp_plan(const dp_options *o, int world, int rank, int honour_mode, int max_batch,
-               model_options *mo, model_memory *mm, dp_memory *dm, const char **name,
+               model_options *mo, model_memory *mm, dp_memory *dm, sharding_mode *mode,
                char *err, size_t errlen)
 {
     if ((size_t)o->mode >= sizeof strategies / sizeof strategies[0] || !strategies[o->mode]) {
@@ -137,9 +169,10 @@ vj_err dp_plan(const dp_options *o, int world, int rank, int honour_mode, int ma
         return VJ_ERR_CONFIG;
     }
     /* dp_new's handle, without a communicator: what plan and memory read */
-    dp d = {.impl = honour_mode || world > 1 ? strategies[o->mode] : &dp_none,
-            .rank = rank, .world = world, .ops = o->ops, .mc = o->mc, .oc = o->oc,
-            .total_steps = o->total_steps, .ec = ema_enabled(o->ema) ? o->ema : NULL};
+    const sharding_mode runs = honour_mode || world > 1 ? o->mode : SHARDING_NONE;
+    dp d = {.impl = strategies[runs], .rank = rank, .world = world, .ops = o->ops,
+            .mc = o->mc, .oc = o->oc, .total_steps = o->total_steps,
+            .freeze_planned = o->freeze_planned, .ec = ema_enabled(o->ema) ? o->ema : NULL};
     mo->pad_multiple = world;
     mo->shard = NULL;
     vj_err rc = d.impl->plan ? d.impl->plan(&d, mo, err, errlen) : VJ_OK;
@@ -150,10 +183,7 @@ vj_err dp_plan(const dp_options *o, int world, int rank, int honour_mode, int ma
     if (rc == VJ_OK) {
         *dm = dp_memory_of(&d, mm->n_params);
         dm->stage_bytes = stage_bytes(world);
-        /* grad-op's packing with frozen parameters: world chunks of at most a slice */
-        if (d.impl == &dp_grad_op && o->freeze_planned)
-            dm->pack_bytes = dm->param_bytes;
-        *name = d.impl->name;
+        *mode = runs;
     }
     if (d.impl->free) d.impl->free(&d);
     mo->shard = NULL; /* the plan's placeholder is not the caller's to keep */

@@ -8,7 +8,8 @@
  * the optimizer state of this rank's spans, the collectives after backward
  * (all-reduce, reduce-scatter) and after the update (all-gather), sums over
  * ranks, the range of the flat vector this rank saves in a checkpoint and
- * the state it loads back, and the moving average of the weights
+ * the state it loads back, what its collectives cost per step (for the
+ * planner, worker/plan/), and the moving average of the weights
  * (training.ema, ema.h), which each rank keeps for the parameters whose
  * AdamW state it holds. Three strategies, one file each:
  *   none     (dp_none.c, DDP): every rank holds everything; gradients are
@@ -85,11 +86,56 @@ typedef struct {
  * dp_probe_schedule (full: its communication thread overlaps the
  * compute); none and grad-op call on the training thread. */
 int dp_has_schedule(sharding_mode mode);
-/* The planner's probe (jobplan.c) of the strategy's own schedule on
- * o->comm (every rank calls it): the strategy's buffers for o->mc and its
- * collectives asked as the model asks them over steps of pr's schedule,
- * the compute spun; then its sync and the loss's and the norm's
- * all-gathers. *exposed_s: the median step's seconds beyond the spins
+
+/* One optimizer step as the planner sees it, for dp_step_cost. */
+typedef struct {
+    int world;       /* ranks */
+    int accum;       /* micro-batches per rank and step */
+    int units;       /* the model's units (model_unit_bounds) */
+    int spans;       /* the optimizer's trainable spans: 1, or 2 with training.freeze (a
+                      * bound) */
+    size_t n_params; /* the model's parameters */
+} dp_step;
+
+/* What one rank's collectives cost per optimizer step under a strategy,
+ * as the strategy makes them: the planner's time model
+ * (worker/plan/plan_time.c). Each strategy states its own (dp_impl's
+ * cost); no bytes and no calls at one rank. */
+typedef struct {
+    /* the bytes one rank moves, what a collective at bus bandwidth B takes
+     * bytes / B for: an all-reduce 2 (W-1)/W of its buffer, a
+     * reduce-scatter or an all-gather (W-1)/W */
+    double bus_bytes;
+    double calls; /* the collective calls, each paying a latency whatever its bytes */
+    /* their latency in calls of the kind the planner's call_s is: without
+     * a schedule of its own an all-reduce on the training thread (a ring
+     * all-reduce is 2 (W-1) steps around the ring, a reduce-scatter or an
+     * all-gather W-1, gloo's rings, comm_gloo.cc: half of one); with one,
+     * what one of its calls (bytes included) costs beyond the compute it
+     * overlaps, each call one */
+    double call_units;
+    /* dp_has_schedule: the calls run on the strategy's communication thread
+     * while the next unit computes (on a GPU the step is then the longer of
+     * the compute and the collectives; call_s, timed with the bytes, counts
+     * only beyond the bytes' time) */
+    int own_schedule;
+} dp_cost;
+
+/* The cost of step s's collectives under mode's strategy. */
+dp_cost dp_step_cost(sharding_mode mode, const dp_step *s);
+
+/* The name of mode's strategy as training.sharding spells it (static). */
+const char *dp_mode_name(sharding_mode mode);
+/* The modes whose strategies shard more of a rank's state than mode's,
+ * least first (the planner's suggestions): at most max into out; returns
+ * how many. */
+int dp_modes_sharding_more(sharding_mode mode, sharding_mode *out, int max);
+
+/* The planner's probe (worker/plan/plan_probe.c) of the strategy's own
+ * schedule on o->comm (every rank calls it): the strategy's buffers for
+ * o->mc and its collectives asked as the model asks them over steps of
+ * pr's schedule, the compute spun; then its sync and the loss's and the
+ * norm's all-gathers. *exposed_s: the median step's seconds beyond the spins
  * (after one untimed step). 1 when timed, 0 when the strategy has no
  * schedule of its own, -1 with a message. */
 int dp_probe_schedule(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
@@ -119,10 +165,11 @@ dp_memory dp_memory_of(const dp *d, size_t n_params);
  * max_batch (model_memory_plan) and the strategy's (dp_memory_of, with
  * stage_bytes and pack_bytes). The same code as dp_new, dp_prepare and
  * dp_memory_of: the planner's and the memory check's source
- * (worker/train/jobplan.h). *name: the strategy's name (static).
- * VJ_ERR_OUT_OF_MEMORY or VJ_ERR_CONFIG with a message. */
+ * (worker/plan/plan_memory.h). *mode: the mode whose strategy that is
+ * (dp_mode_name, dp_step_cost). VJ_ERR_OUT_OF_MEMORY or VJ_ERR_CONFIG with
+ * a message. */
 vj_err dp_plan(const dp_options *o, int world, int rank, int honour_mode, int max_batch,
-               model_options *mo, model_memory *mm, dp_memory *dm, const char **name,
+               model_options *mo, model_memory *mm, dp_memory *dm, sharding_mode *mode,
                char *err, size_t errlen);
 
 /* Allocates the strategy's buffers and sets the model options' hooks (full:

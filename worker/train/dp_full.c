@@ -38,6 +38,19 @@ static dp_memory memory(const dp *d, size_t n)
                        .unit_bytes = fsdp_slot_bytes(d->bounds, d->units, d->world)};
 }
 
+/* the planner's: per micro-batch each of the model's units gathered for
+ * the forward, each but the last again for the backward (the last is still
+ * held), each reduce-scattered (the bytes: three (W-1)/W of the
+ * parameters); then the loss's and the norm's all-gathers. Each call is
+ * one of the kind the planner times for it (on the communication thread,
+ * its bytes included: dp_cost) */
+static dp_cost cost(const dp_step *s)
+{
+    const double f = (double)(s->world - 1) / s->world, bytes = (double)s->n_params * sizeof(float);
+    const double calls = (double)s->accum * (3 * s->units - 1) + 2;
+    return (dp_cost){.bus_bytes = 3 * f * bytes * s->accum, .calls = calls, .call_units = calls};
+}
+
 static vj_err prepare(dp *d, model_options *mo, char *err, size_t errlen)
 {
     vj_err rc = fsdp_new(&d->fsdp, d->comm, d->ops, d->bounds, d->units, err, errlen);
@@ -187,6 +200,7 @@ static int probe(const dp_options *o, const dp_probe *pr, double *exposed_s, cha
 }
 
 const dp_impl dp_full = {.name = "full",
+                         .shards = 2,
                          .plan = plan,
                          .memory = memory,
                          .prepare = prepare,
@@ -199,4 +213,5 @@ const dp_impl dp_full = {.name = "full",
                          .refresh = refresh,
                          .export_part = export_part,
                          .free = free_full,
-                         .probe = probe};
+                         .probe = probe,
+                         .cost = cost};

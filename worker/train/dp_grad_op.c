@@ -110,10 +110,23 @@ static dp_memory memory(const dp *d, size_t n)
     const size_t w = (size_t)d->world, slice = (n + w - 1) / w;
     size_t mine = (size_t)d->rank * slice < n ? n - (size_t)d->rank * slice : 0;
     if (mine > slice) mine = slice;
+    /* dp_plan's, with frozen parameters: the packing's world chunks of at
+     * most a slice */
     return (dp_memory){.param_bytes = slice * w * sizeof(float),
                        .grad_bytes = slice * w * sizeof(float),
                        .optim_bytes = optim_memory_bytes(mine),
-                       .own_bytes = optim_memory_bytes(mine)};
+                       .own_bytes = optim_memory_bytes(mine),
+                       .pack_bytes = d->freeze_planned ? slice * w * sizeof(float) : 0};
+}
+
+/* the planner's: per step the gradients' reduce-scatter, the loss's and
+ * the clipping norm's all-gathers, the parameters' all-gather, each half an
+ * all-reduce's latency; the bytes an all-reduce's */
+static dp_cost cost(const dp_step *s)
+{
+    const double f = (double)(s->world - 1) / s->world, bytes = (double)s->n_params * sizeof(float);
+    const double half = 4;
+    return (dp_cost){.bus_bytes = 2 * f * bytes, .calls = half, .call_units = half / 2};
 }
 
 static vj_err attach(dp *d, char *err, size_t errlen)
@@ -162,9 +175,11 @@ static void save_range(const dp *d, size_t *lo, size_t *hi)
 }
 
 const dp_impl dp_grad_op = {.name = "grad-op",
+                            .shards = 1,
                             .memory = memory,
                             .attach = attach,
                             .update = update,
                             .save_range = save_range,
                             .refresh = refresh,
-                            .free = pack_free};
+                            .free = pack_free,
+                            .cost = cost};

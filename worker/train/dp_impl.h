@@ -12,6 +12,10 @@
 
 typedef struct dp_impl {
     const char *name; /* as training.sharding spells it */
+    /* how much of a rank's state it splits over the ranks, for the
+     * planner's order of suggestions: 0 nothing, 1 the gradients and the
+     * optimizer state, 2 the parameters too */
+    int shards;
     /* dp_new (may be NULL: the model padded to the world size is all): the
      * layout, the model options it needs; nothing allocated */
     vj_err (*plan)(dp *d, model_options *mo, char *err, size_t errlen);
@@ -37,6 +41,9 @@ typedef struct dp_impl {
      * training thread, with nothing of its own to time) */
     int (*probe)(const dp_options *o, const dp_probe *pr, double *exposed_s, char *err,
                  size_t errlen);
+    /* dp_step_cost at s->world > 1: the bytes and calls of its collectives
+     * (own_schedule is dp.c's, from probe) */
+    dp_cost (*cost)(const dp_step *s);
 } dp_impl;
 
 extern const dp_impl dp_none, dp_grad_op, dp_full;
@@ -57,6 +64,7 @@ struct dp {
      * spans are their trainable runs (training.freeze) */
     optim_span *own;
     int n_own;
+    int freeze_planned;   /* dp_plan's: training.freeze lists tensors (dp_options) */
     const ema_config *ec; /* NULL: no EMA */
     ema *ema;             /* the EMA of the optimizer's spans (dp_attach's), or NULL */
     int ema_in;           /* dp_use_ema: the EMA is in the parameters, the weights in ema */

@@ -15,6 +15,17 @@ static dp_memory memory(const dp *d, size_t n)
                        .own_bytes = optim_memory_bytes(n)};
 }
 
+/* the planner's: per step one all-reduce of the gradients (one per
+ * trainable span with a freeze), and dp_sum's all-gather of the loss (half
+ * an all-reduce's latency) */
+static dp_cost cost(const dp_step *s)
+{
+    const double f = (double)(s->world - 1) / s->world, bytes = (double)s->n_params * sizeof(float);
+    const double allreduce = s->spans > 0 ? s->spans : 1, half = 1;
+    return (dp_cost){.bus_bytes = 2 * f * bytes, .calls = allreduce + half,
+                     .call_units = allreduce + half / 2};
+}
+
 static vj_err attach(dp *d, char *err, size_t errlen)
 {
     d->slice = model_padded_params(d->model);
@@ -62,8 +73,10 @@ static void save_range(const dp *d, size_t *lo, size_t *hi)
 }
 
 const dp_impl dp_none = {.name = "none",
+                         .shards = 0,
                          .memory = memory,
                          .attach = attach,
                          .update = update,
                          .save_range = save_range,
-                         .refresh = refresh};
+                         .refresh = refresh,
+                         .cost = cost};

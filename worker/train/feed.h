@@ -38,7 +38,7 @@ typedef struct {
  * ranks together). *out is the caller's (feed_free). */
 vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen);
 /* data.workers' default beside `threads` training threads: the CPUs they
- * leave, at least 1 (also the planner's, worker/train/jobplan.h). */
+ * leave, at least 1 (also the planner's, worker/plan/plan_memory.h). */
 int feed_default_workers(int threads);
 void feed_free(feed *f); /* accepts NULL */
 

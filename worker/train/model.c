@@ -228,11 +228,14 @@ static size_t carve(vit_model *m, void *base)
     return off;
 }
 
-/* Dims, the tensor layout and the arena's size: everything but the big
- * buffers. Returns NULL when host memory for the small tables runs out. */
-/* The widths of the model mc describes. */
-static void set_dims(vit_model *m, const model_config *mc)
+/* A model with the widths mc describes and its tensor layout, nothing else
+ * (no backend, no buffers): what plan() starts from, and the throwaway model
+ * that model_tensor_names and model_unit_bounds read. NULL when host memory
+ * runs out; model_free frees it. */
+static vit_model *layout_of(const model_config *mc)
 {
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
     m->S = mc->image_size;
     m->P = mc->patch_size;
     m->C = mc->channels;
@@ -243,20 +246,27 @@ static void set_dims(vit_model *m, const model_config *mc)
     m->K = mc->num_classes;
     m->N = (m->S / m->P) * (m->S / m->P);
     m->T = m->N + 1;
+    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
+    if (!m->tensors) {
+        free(m);
+        return NULL;
+    }
+    build_layout(m);
+    return m;
 }
 
+/* Dims, the tensor layout and the arena's size: everything but the big
+ * buffers. Returns NULL when host memory for the small tables runs out. */
 static vit_model *plan(const model_config *mc, int max_batch, const model_options *opts,
                        const vit_ops *ops)
 {
-    vit_model *m = calloc(1, sizeof *m);
+    vit_model *m = layout_of(mc);
     if (!m) return NULL;
     m->ops = ops;
-    set_dims(m, mc);
     m->max_batch = max_batch;
     m->ckpt = opts && opts->activation_checkpointing;
     m->stop = opts ? opts->stop : NULL;
     m->shard = opts ? opts->shard : NULL;
-    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
     m->unit_lo = calloc((size_t)m->L + 3, sizeof *m->unit_lo);
     m->res = calloc((size_t)m->L + 1, sizeof *m->res);
     m->blk = calloc((size_t)m->L, sizeof *m->blk);
@@ -266,12 +276,11 @@ static vit_model *plan(const model_config *mc, int max_batch, const model_option
         m->dp_host = calloc((size_t)m->L * 2 * max_batch, sizeof(float));
         m->dp_on = calloc((size_t)m->L * 2, 1);
     }
-    if (!m->tensors || !m->unit_lo || !m->res || !m->blk || !m->logits_host ||
-        !m->losses_host || (opts && opts->drop_path && (!m->dp_host || !m->dp_on))) {
+    if (!m->unit_lo || !m->res || !m->blk || !m->logits_host || !m->losses_host ||
+        (opts && opts->drop_path && (!m->dp_host || !m->dp_on))) {
         model_free(m);
         return NULL;
     }
-    build_layout(m);
     fill_unit_bounds(m, m->unit_lo);
     for (int u = 0; u < m->L + 2; u++)
         if (m->unit_lo[u + 1] - m->unit_lo[u] > m->max_unit)
@@ -303,36 +312,22 @@ static size_t backend_bytes(const vit_model *m) { return memory_of(m).total_byte
 
 int model_tensor_names(const model_config *mc, model_tensor *out, int max)
 {
-    vit_model *m = calloc(1, sizeof *m);
+    vit_model *m = layout_of(mc);
     if (!m) return 0;
-    set_dims(m, mc);
-    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
-    int n = 0;
-    if (m->tensors) {
-        build_layout(m);
-        n = m->n_tensors;
-        if (out && max >= n) memcpy(out, m->tensors, sizeof *out * (size_t)n);
-    }
-    free(m->tensors);
-    free(m);
+    int n = m->n_tensors;
+    if (out && max >= n) memcpy(out, m->tensors, sizeof *out * (size_t)n);
+    model_free(m);
     return n;
 }
 
 int model_unit_bounds(const model_config *mc, size_t *bounds, int max)
 {
     if (max < mc->depth + 3) return 0;
-    vit_model *m = calloc(1, sizeof *m);
+    vit_model *m = layout_of(mc);
     if (!m) return 0;
-    set_dims(m, mc);
-    m->tensors = calloc((size_t)(6 + BT_COUNT * m->L + 4), sizeof *m->tensors);
-    int n = 0;
-    if (m->tensors) {
-        build_layout(m);
-        fill_unit_bounds(m, bounds);
-        n = m->L + 2;
-    }
-    free(m->tensors);
-    free(m);
+    fill_unit_bounds(m, bounds);
+    int n = m->L + 2;
+    model_free(m);
     return n;
 }
 

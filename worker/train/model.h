@@ -101,7 +101,7 @@ typedef struct {
 int model_new(vit_model **out, const model_config *mc, int max_batch,
               const model_options *opts, const vit_ops *ops, char *err, size_t errlen);
 /* The backend bytes model_new would allocate, by part, without allocating
- * them: the planner's (worker/train/jobplan.h) and the memory check's one
+ * them: the planner's (worker/plan/plan_memory.h) and the memory check's one
  * source. */
 typedef struct {
     size_t n_params;

@@ -2,7 +2,7 @@
 # kube-controller-manager (Kubernetes 1.26 behaviour) that a one-machine test
 # cluster needs, as one process (what each part does and leaves out: the
 # header of its module):
-#   python3 tests/cluster/controllers --kubeconfig PATH
+#   python3 -m tests.cluster.controllers --kubeconfig PATH
 #       [--node-monitor-grace-period S (40)] [--node-monitor-period S (1)]
 #       [--node-startup-grace-period S (60)] [--pod-gc-period S (20)]
 #       [--poll-interval S (0.3)] [-v]
@@ -19,23 +19,18 @@
 # Must not: hold any controller's logic.
 
 import argparse
-import os
 import signal
 import ssl
 import sys
 import threading
 
-# run as `python3 tests/cluster/controllers`: import this package and its
-# neighbours (kubeclient, kubeapi) from tests/cluster
-sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-import kubeclient  # noqa: E402
-from controllers import log  # noqa: E402
-from controllers.manager import Manager  # noqa: E402
+from tests.cluster import kubeclient
+from tests.cluster.controllers import log
+from tests.cluster.controllers.manager import Manager
 
 
 def main():
-    p = argparse.ArgumentParser(description="scheduler and controllers for the test cluster")
+    p = argparse.ArgumentParser(prog="controllers", description="scheduler and controllers for the test cluster")
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--node-monitor-grace-period", type=float, default=40.0,
                    help="seconds without a heartbeat before a node is marked Unknown")

@@ -8,7 +8,7 @@
 import http.client
 import time
 
-from kubeapi.errors import ApiError
+from tests.cluster.kubeapi.errors import ApiError
 
 from .log import log
 from .objects import CORE, stamp

@@ -14,7 +14,7 @@
 import json
 import struct
 
-from kubeapi.errors import ApiError
+from tests.cluster.kubeapi.errors import ApiError
 
 from .base import UNANSWERED, Controller, describe
 from .log import log

@@ -10,7 +10,7 @@
 
 import time
 
-from kubeapi.errors import ApiError
+from tests.cluster.kubeapi.errors import ApiError
 
 from .base import UNANSWERED, describe
 from .deployment import DeploymentController

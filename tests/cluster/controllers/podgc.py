@@ -8,7 +8,7 @@
 
 import urllib.parse
 
-from kubeapi.errors import ApiError
+from tests.cluster.kubeapi.errors import ApiError
 
 from .base import Controller
 from .log import log

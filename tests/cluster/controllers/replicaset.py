@@ -9,7 +9,7 @@
 
 import json
 
-from kubeapi.errors import ApiError
+from tests.cluster.kubeapi.errors import ApiError
 
 from .base import Controller, describe
 from .log import log

@@ -16,7 +16,7 @@
 
 import fractions
 
-from kubeapi.quantity import parse_quantity
+from tests.cluster.kubeapi.quantity import parse_quantity
 
 from .base import Controller
 from .log import log

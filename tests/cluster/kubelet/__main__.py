@@ -1,7 +1,7 @@
 # tests/cluster/kubelet: a local kubelet for the one-machine test cluster (a
 # test and demo tool, never shipped). One process is one node:
 #
-#   python3 tests/cluster/kubelet --apiserver-state DIR --node NAME --index N
+#   python3 -m tests.cluster.kubelet --apiserver-state DIR --node NAME --index N
 #           --root DIR --bin-dir build/bin [--port 10250] [--lease-seconds 10] [--period 0.3]
 #           [--cpu N] [--memory-mi N] [-v]
 #
@@ -57,16 +57,13 @@ import os
 import shutil
 import sys
 
-# run as `python3 tests/cluster/kubelet`: import this package and its
-# neighbours (kubeclient, kubeapi) from tests/cluster
-sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-from kubelet import log  # noqa: E402
-from kubelet.sync import Kubelet  # noqa: E402
+from tests.cluster.kubelet import log
+from tests.cluster.kubelet.sync import Kubelet
 
 
 def main():
-    p = argparse.ArgumentParser(description="a local kubelet: runs the pods of one node as processes")
+    p = argparse.ArgumentParser(prog="kubelet",
+                                description="a local kubelet: runs the pods of one node as processes")
     p.add_argument("--apiserver-state", required=True, help="the test API server's state directory")
     p.add_argument("--node", required=True)
     p.add_argument("--index", type=int, required=True, help="1-254: the node's pod subnet 10.89.N.0/24")

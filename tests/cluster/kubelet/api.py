@@ -10,7 +10,7 @@ import http.client
 import os
 import urllib.parse
 
-import kubeclient
+from tests.cluster import kubeclient
 
 from .log import log
 

@@ -16,7 +16,7 @@ import shutil
 import signal
 import time
 
-from kubeapi import tls
+from tests.cluster.kubeapi import tls
 
 from . import dns, status
 from .api import Api, q

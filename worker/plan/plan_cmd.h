@@ -1,5 +1,6 @@
-/* worker/train/plan_cmd.h - `vitjob-worker plan`: its arguments, the probes
- * it runs with --measure, and its output (jobplan.h's table or JSON).
+/* worker/plan/plan_cmd.h - `vitjob-worker plan`: its arguments, the probes
+ * it runs with --measure (plan_probe.h), and its output (plan_output.h's
+ * table or JSON).
  * Must not: train, or touch the backend beyond the CPU probes.
  */
 #ifndef VITJOB_PLAN_CMD_H

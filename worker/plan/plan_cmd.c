@@ -1,4 +1,6 @@
-/* worker/train/plan_cmd.c - see plan_cmd.h. */
+/* worker/plan/plan_cmd.c - see plan_cmd.h.
+ * Must not: plan, measure or print beyond calling jobplan.h, plan_probe.h
+ * and plan_output.h. */
 #include "plan_cmd.h"
 
 #include <stdio.h>
@@ -14,6 +16,9 @@
 #include "jobplan.h"
 #include "log.h"
 #include "ops.h"
+#include "plan_memory.h"
+#include "plan_output.h"
+#include "plan_probe.h"
 #include "sysres.h"
 
 static void usage(FILE *to)
@@ -179,10 +184,8 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
         jobplan_mem one;
         long long avail = sysres_memory_available("", NULL, 0);
         if (copies > 1 && avail > 0 &&
-            jobplan_memory(&cfg, cfg.training.precision == PRECISION_BF16_MIXED ? ops_cpu_bf16()
-                                 : cfg.training.precision == PRECISION_FP16_MIXED ? ops_cpu_fp16()
-                                                                                  : ops_cpu(),
-                           1, 0, 0, threads, &one, err, errlen) == VJ_OK &&
+            jobplan_memory(&cfg, jobplan_cpu_ops(cfg.training.precision), 1, 0, 0, threads, &one,
+                           err, errlen) == VJ_OK &&
             one.total_bytes > 0 && (double)one.total_bytes * copies > (double)avail)
             copies = (int)((double)avail / (double)one.total_bytes);
         if (copies < 1) copies = 1;
