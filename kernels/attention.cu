@@ -10,12 +10,22 @@
  * lse (B,NH,T) fp32; the backward recomputes S with the forward's GEMM and
  * P with the forward's formula, exp(s - lse), so the same bits
  * (FlashAttention-2's backward, unfused).
+ * Which path runs: attention_forward_cuda / attention_backward_cuda take
+ * the flash kernels (flash_attention.cu: one pass over K/V, nothing
+ * (T,T) in memory) where attention_scratch.h's att_flash_head_dim accepts
+ * the head dim and floatX width and the GPU is sm_80 or newer: bf16- and
+ * fp16-mixed with hd in 32..128, a multiple of 8. Everything else (fp32,
+ * small or odd head dims) takes the unfused path below, which stays
+ * callable on its own as the *_unfused_cuda functions (the tables
+ * ops_cuda(storage | OPS_UNFUSED_ATTENTION) gives: the tests compare the
+ * two, the benchmark times both). attention_scratch_bytes_cuda answers for
+ * the path the same shape takes.
  * Must not: project q, k, v or the output (matmuls in the model), allocate
  * (everything lives in the caller's scratch, attention_scratch_bytes_cuda),
  * keep anything in scratch between forward and backward (the backward
  * recomputes its own copies from qkv, out and lse), or use float atomics.
  *
- * Scratch layout (attention_scratch.h, one layout for forward and backward;
+ * Unfused scratch layout (attention_scratch.h, one layout for forward and backward;
  * every sub-buffer starts at a multiple of 256 bytes from the scratch base;
  * E = B*T*D elements = B*NH*T*hd, S = B*NH*T*T elements):
  *   q   X[E]      (B,NH,T,hd)   both
@@ -227,7 +237,7 @@ static void att_carve(att_scratch<X> *L, void *scratch, int B, int T, int D, int
     L->dv = (X *)(base + off[8]);
 }
 
-template <typename X> size_t attention_scratch_bytes_cuda(int B, int T, int D, int NH)
+template <typename X> size_t attention_scratch_bytes_unfused_cuda(int B, int T, int D, int NH)
 {
     if (B <= 0 || T <= 0 || D <= 0 || NH <= 0) return 0;
     size_t off[9];
@@ -256,7 +266,7 @@ static int att_check(const char *op, void *scratch, int B, int T, int D, int NH)
 
 // qkv (B,T,3D) -> out (B,T,D), lse (B,NH,T)
 template <typename X>
-void attention_forward_cuda(floatX *out_, float *lse, void *scratch, const floatX *qkv_, int B,
+void attention_forward_unfused_cuda(floatX *out_, float *lse, void *scratch, const floatX *qkv_, int B,
                             int T, int D, int NH)
 {
     CU_GUARD();
@@ -296,7 +306,7 @@ void attention_forward_cuda(floatX *out_, float *lse, void *scratch, const float
 
 // dout (B,T,D), qkv, out, lse -> dqkv (B,T,3D) overwritten
 template <typename X>
-void attention_backward_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
+void attention_backward_unfused_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
                              const floatX *qkv_, const floatX *out_, const float *lse, int B,
                              int T, int D, int NH)
 {
@@ -354,6 +364,52 @@ void attention_backward_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
     CU_LAUNCHED();
 }
 
+/* ------------------------------------------------------------------------ */
+/* The dispatch: flash where it runs, else unfused.                         */
+
+template <typename X> static bool att_flash(int D, int NH)
+{
+    return g_cuda.cc_major >= 8 && NH > 0 && D > 0 && D % NH == 0 &&
+           att_flash_head_dim(D / NH, sizeof(X));
+}
+
+template <typename X> size_t attention_scratch_bytes_cuda(int B, int T, int D, int NH)
+{
+    if (att_flash<X>(D, NH)) return att_flash_scratch_bytes(B, T, NH);
+    return attention_scratch_bytes_unfused_cuda<X>(B, T, D, NH);
+}
+
+/* The flash calls are compiled for 16-bit X only (flash_attention.cu has
+ * no float kernels; att_flash is false for float anyway). */
+template <typename X>
+void attention_forward_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv, int B,
+                            int T, int D, int NH)
+{
+    if constexpr (sizeof(X) == 2) {
+        if (att_flash<X>(D, NH)) {
+            flash_attention_forward_cuda<X>((X *)out, lse, (const X *)qkv, B, T, D, NH);
+            return;
+        }
+    }
+    attention_forward_unfused_cuda<X>(out, lse, scratch, qkv, B, T, D, NH);
+}
+
+template <typename X>
+void attention_backward_cuda(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
+                             const floatX *out, const float *lse, int B, int T, int D, int NH)
+{
+    if constexpr (sizeof(X) == 2) {
+        if (att_flash<X>(D, NH)) {
+            CU_GUARD();
+            if (!att_check("attention_backward", scratch, B, T, D, NH)) return;
+            flash_attention_backward_cuda<X>((X *)dqkv, (float *)scratch, (const X *)dout,
+                                             (const X *)qkv, (const X *)out, lse, B, T, D, NH);
+            return;
+        }
+    }
+    attention_backward_unfused_cuda<X>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
+}
+
 template size_t attention_scratch_bytes_cuda<float>(int, int, int, int);
 template size_t attention_scratch_bytes_cuda<bf16>(int, int, int, int);
 template size_t attention_scratch_bytes_cuda<f16>(int, int, int, int);
@@ -368,4 +424,19 @@ template void attention_backward_cuda<float>(floatX *, void *, const floatX *, c
 template void attention_backward_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
                                             const floatX *, const float *, int, int, int, int);
 template void attention_backward_cuda<f16>(floatX *, void *, const floatX *, const floatX *,
+                                           const floatX *, const float *, int, int, int, int);
+template size_t attention_scratch_bytes_unfused_cuda<float>(int, int, int, int);
+template size_t attention_scratch_bytes_unfused_cuda<bf16>(int, int, int, int);
+template size_t attention_scratch_bytes_unfused_cuda<f16>(int, int, int, int);
+template void attention_forward_unfused_cuda<float>(floatX *, float *, void *, const floatX *, int, int,
+                                            int, int);
+template void attention_forward_unfused_cuda<bf16>(floatX *, float *, void *, const floatX *, int, int,
+                                           int, int);
+template void attention_forward_unfused_cuda<f16>(floatX *, float *, void *, const floatX *, int, int,
+                                          int, int);
+template void attention_backward_unfused_cuda<float>(floatX *, void *, const floatX *, const floatX *,
+                                             const floatX *, const float *, int, int, int, int);
+template void attention_backward_unfused_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
+                                            const floatX *, const float *, int, int, int, int);
+template void attention_backward_unfused_cuda<f16>(floatX *, void *, const floatX *, const floatX *,
                                            const floatX *, const float *, int, int, int, int);

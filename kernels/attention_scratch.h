@@ -1,6 +1,7 @@
-/* kernels/attention_scratch.h - the layout of the CUDA attention's scratch
- * (attention.cu): byte offsets of its nine parts and its size, for a given
- * floatX width. Header-only C (and C++), so that the CUDA kernels carve the
+/* kernels/attention_scratch.h - the CUDA attention's scratch: which path
+ * runs (flash or unfused, attention.cu), the unfused path's layout (byte
+ * offsets of its nine parts) and either path's size, for a given floatX
+ * width. Header-only C (and C++), so that the CUDA kernels carve the
  * scratch with it and the planner (worker/plan/plan_memory.c) sizes a GPU
  * run's scratch without loading the CUDA backend: one formula for both.
  * Must not: allocate, or include anything beyond <stddef.h>.
@@ -36,6 +37,37 @@ static inline size_t att_scratch_layout(size_t off[9], int B, int T, int D, int 
     off[7] = at, at += ex;                                      /* dk */
     off[8] = at, at += ex;                                      /* dv */
     return at;
+}
+
+/* Whether the CUDA attention runs the flash kernels (flash_attention.cu)
+ * for head dim hd and floatX elements of xbytes bytes: 16-bit floatX
+ * (bf16- and fp16-mixed), hd a multiple of 8 in [32, 128]. The backend
+ * also needs a GPU of compute capability 8.0 or newer (mma.sync on bf16);
+ * below it the unfused path runs, and the planner, which assumes one, plans
+ * too little scratch (no such GPU runs bf16-mixed; fp16-mixed on a T4 would
+ * take the unfused path's size from the backend itself). */
+static inline int att_flash_head_dim(int hd, size_t xbytes)
+{
+    return xbytes == 2 && hd >= 32 && hd <= 128 && hd % 8 == 0;
+}
+
+/* The flash path's scratch: the backward's D_i = dout_i . out_i, one fp32
+ * per row (B,NH,T); the forward needs none. */
+static inline size_t att_flash_scratch_bytes(int B, int T, int NH)
+{
+    if (B <= 0 || T <= 0 || NH <= 0) return 0;
+    return att_scratch_align256((size_t)B * NH * T * sizeof(float));
+}
+
+/* The CUDA backend's attention_scratch_bytes on a GPU of compute capability
+ * 8.0+: the flash path's where it runs, the unfused layout's elsewhere. */
+static inline size_t att_scratch_bytes(int B, int T, int D, int NH, size_t xbytes)
+{
+    size_t off[9];
+    if (B <= 0 || T <= 0 || D <= 0 || NH <= 0) return 0;
+    if (D % NH == 0 && att_flash_head_dim(D / NH, xbytes))
+        return att_flash_scratch_bytes(B, T, NH);
+    return att_scratch_layout(off, B, T, D, NH, xbytes);
 }
 
 #endif

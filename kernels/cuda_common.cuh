@@ -141,7 +141,11 @@ template <typename X>
 void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *dout,
                              const float *inp, const float *w, const float *mean,
                              const float *rstd, int N, int C);
-/* attention.cu (cuBLAS strided-batched GEMMs + softmax kernels) */
+/* attention.cu: the flash kernels where they run (16-bit floatX, hd in
+ * 32..128 a multiple of 8, sm_80+), else the unfused path (cuBLAS
+ * strided-batched GEMMs + softmax kernels); the _unfused functions always
+ * take the unfused path (the tables ops_cuda gives for
+ * OPS_UNFUSED_ATTENTION: tests and benchmarks). */
 template <typename X> size_t attention_scratch_bytes_cuda(int B, int T, int D, int NH);
 template <typename X>
 void attention_forward_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv, int B,
@@ -149,6 +153,22 @@ void attention_forward_cuda(floatX *out, float *lse, void *scratch, const floatX
 template <typename X>
 void attention_backward_cuda(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
                              const floatX *out, const float *lse, int B, int T, int D, int NH);
+template <typename X> size_t attention_scratch_bytes_unfused_cuda(int B, int T, int D, int NH);
+template <typename X>
+void attention_forward_unfused_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv,
+                                    int B, int T, int D, int NH);
+template <typename X>
+void attention_backward_unfused_cuda(floatX *dqkv, void *scratch, const floatX *dout,
+                                     const floatX *qkv, const floatX *out, const float *lse, int B,
+                                     int T, int D, int NH);
+/* flash_attention.cu (X = bf16 or f16; attention.cu checks the shape):
+ * the forward writes out and lse; the backward overwrites dqkv, with dvec
+ * (B*NH*T floats) its own scratch for D_i. */
+template <typename X>
+void flash_attention_forward_cuda(X *out, float *lse, const X *qkv, int B, int T, int D, int NH);
+template <typename X>
+void flash_attention_backward_cuda(X *dqkv, float *dvec, const X *dout, const X *qkv,
+                                   const X *out, const float *lse, int B, int T, int D, int NH);
 /* gelu.cu */
 template <typename X> void gelu_forward_cuda(floatX *out, const floatX *inp, size_t n);
 template <typename X>

@@ -225,10 +225,16 @@ const vit_ops *ops_cpu_bf16(void);
 const vit_ops *ops_cpu_fp16(void);
 /* Storage of the floatX tensors: what ops_cuda is asked for. */
 enum { OPS_FP32 = 0, OPS_BF16 = 1, OPS_FP16 = 2 };
+/* OR-ed into ops_cuda's storage: the table whose attention is always the
+ * unfused cuBLAS path, never the flash kernels (kernels/attention.cu), with
+ * that path's scratch size; for tests and benchmarks that compare the two
+ * (its name ends in "-unfused"). */
+enum { OPS_UNFUSED_ATTENTION = 16 };
 /* The CUDA backend (kernels/ops_cuda.cu) on the process's current GPU,
- * fp32, bf16-mixed or fp16-mixed (storage: OPS_FP32, OPS_BF16, OPS_FP16);
- * initialised on first call. NULL, with one line saying why in err, when
- * this build has no CUDA backend or no usable GPU exists.
+ * fp32, bf16-mixed or fp16-mixed (storage: OPS_FP32, OPS_BF16, OPS_FP16,
+ * optionally | OPS_UNFUSED_ATTENTION); initialised on first call. NULL,
+ * with one line saying why in err, when this build has no CUDA backend or
+ * no usable GPU exists.
  * Borrowed, static lifetime. */
 const vit_ops *ops_cuda(int storage, char *err, size_t errlen);
 /* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */

@@ -149,11 +149,11 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 
 /* ---- the tables ---- */
 
-#define CUDA_TABLE(NAME, X, BF16, FP16)                                    \
+#define CUDA_TABLE(NAME, X, BF16, FP16, ATT)                               \
     {                                                                      \
         NAME, 1, BF16, FP16, sizeof(X),                                    \
         cuda_alloc, cuda_release, cuda_upload, cuda_download, cuda_status, \
-        cuda_synchronize, attention_scratch_bytes_cuda<X>,                 \
+        cuda_synchronize, attention_scratch_bytes##ATT##cuda<X>,           \
         patchify_cuda<X>,                                                  \
         matmul_forward_cuda<X>,                                            \
         matmul_forward_residual_cuda<X>,                                   \
@@ -162,8 +162,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         embed_backward_cuda<X>,                                            \
         layernorm_forward_cuda<X>,                                         \
         layernorm_backward_cuda<X>,                                        \
-        attention_forward_cuda<X>,                                         \
-        attention_backward_cuda<X>,                                        \
+        attention_forward##ATT##cuda<X>,                                   \
+        attention_backward##ATT##cuda<X>,                                  \
         gelu_forward_cuda<X>,                                              \
         gelu_backward_cuda<X>,                                             \
         zero_cuda,                                                         \
@@ -188,9 +188,15 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot
  * out of order fails to compile because every slot's type differs. */
-static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0);
-static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0);
-static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1); /* 16-bit floatX, half */
+static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0, _);
+static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0, _);
+static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1, _); /* 16-bit floatX, half */
+/* OPS_UNFUSED_ATTENTION: the same, with attention always on the unfused path */
+static const vit_ops cuda_fp32_unfused_ops = CUDA_TABLE("cuda-unfused", float, 0, 0, _unfused_);
+static const vit_ops cuda_bf16_unfused_ops =
+    CUDA_TABLE("cuda-bf16-unfused", bf16, 1, 0, _unfused_);
+static const vit_ops cuda_fp16_unfused_ops =
+    CUDA_TABLE("cuda-fp16-unfused", f16, 1, 1, _unfused_);
 
 /* Launched never: whether this build has code for the GPU (cuda_init). */
 static __global__ void probe_kernel(void) {}
@@ -264,6 +270,8 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
         snprintf(err, errlen, "%s", why);
         return NULL;
     }
+    const int unfused = (storage & OPS_UNFUSED_ATTENTION) != 0;
+    storage &= ~OPS_UNFUSED_ATTENTION;
     if (storage == OPS_BF16 && g_cuda.cc_major < 8) {
         snprintf(err, errlen,
                  "no usable CUDA GPU for bf16-mixed: device %d has compute capability %d.%d, "
@@ -271,6 +279,10 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
                  g_cuda.device, g_cuda.cc_major, g_cuda.cc_minor);
         return NULL;
     }
+    if (unfused)
+        return storage == OPS_FP16   ? &cuda_fp16_unfused_ops
+               : storage == OPS_BF16 ? &cuda_bf16_unfused_ops
+                                     : &cuda_fp32_unfused_ops;
     return storage == OPS_FP16 ? &cuda_fp16_ops
            : storage == OPS_BF16 ? &cuda_bf16_ops : &cuda_fp32_ops;
 }

@@ -1,6 +1,6 @@
 /* worker/plan/plan_memory.c - see plan_memory.h. Sizes come from the code
  * that allocates (dp_plan, model_memory_plan, ld_queue_bytes,
- * att_scratch_layout, the cuda_buffers.h sizes); what this file adds is
+ * att_scratch_bytes, the cuda_buffers.h sizes); what this file adds is
  * the sum and the allowances nothing counts.
  * Must not: compute a size a second way where the allocating code has one,
  * or time anything (plan_time.c, plan_probe.c). */
@@ -20,13 +20,11 @@
 
 static size_t att_bytes_x4(int B, int T, int D, int NH)
 {
-    size_t off[9];
-    return att_scratch_layout(off, B, T, D, NH, 4);
+    return att_scratch_bytes(B, T, D, NH, 4);
 }
 static size_t att_bytes_x2(int B, int T, int D, int NH)
 {
-    size_t off[9];
-    return att_scratch_layout(off, B, T, D, NH, 2);
+    return att_scratch_bytes(B, T, D, NH, 2);
 }
 
 /* nothing is allocated through these tables; a planned model is freed */

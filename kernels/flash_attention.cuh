@@ -1,0 +1,506 @@
+/* kernels/flash_attention.cuh - the flash-attention kernels (FlashAttention-2
+ * tiling on tensor cores), device code only; launched by
+ * kernels/flash_attention.cu.
+ *
+ * Owns: the forward (one pass over K/V per query tile, online softmax, out
+ * and the row log-sum-exp written straight into (B,T,D) and (B,NH,T)), and
+ * the backward's three kernels: D_i = dout_i . out_i per row; dK and dV per
+ * K/V tile looping over the query tiles; dQ per query tile looping over the
+ * K/V tiles (each output element is written once, by one thread: no atomics,
+ * the same bits on every run). All of them read q, k, v in place from the
+ * qkv activation (B,T,3D) by stride and write dq, dk, dv straight into
+ * dqkv (B,T,3D), head h at columns h*hd of each third (ops.h's layout).
+ * X is bf16 or f16 (the 16-bit floatX of bf16- and fp16-mixed); every
+ * product is an mma.sync m16n8k16 with fp32 accumulation; softmax math and
+ * the statistics are fp32.
+ * Must not: allocate, launch, or include anything beyond cuda_common.cuh
+ * (tools/flash_emu runs these kernels on the CPU with its own stand-in for
+ * cuda_common.cuh and for the two hardware primitives fa_mma and fa_pack,
+ * so everything else here must be plain CUDA C++ that also compiles as
+ * host C++).
+ *
+ * Shapes: hd = D/NH a multiple of 8 in [8, 128]; HDP = hd rounded up to 16
+ * (the k-step of the mma): Q, K, V and dO tiles sit in shared memory as
+ * 64 x HDP with columns hd..HDP zero, so a head dim of 80 or 72 runs as 80,
+ * and results are stored for columns < hd only. T is anything >= 1: rows
+ * of a tile at or past T are loaded as zeros and never stored; keys at or
+ * past T get probability 0.
+ *
+ * Work split (every kernel): 4 warps, 128 threads, a tile of 64 rows (query
+ * rows or keys) per block, 16 per warp. A warp's 16 x 64 block of scores
+ * lives in registers as 8 mma accumulators of 16 x 8: s[n][0..3] holds rows
+ * (g, g, g+8, g+8) and columns n*8 + 2*t4 + (0, 1, 0, 1), g = lane/4,
+ * t4 = lane%4 (the PTX fragment layout of m16n8k16's C). The same registers
+ * are the A operand of the next product (P V, dS K, ...), packed to X two
+ * columns at a time: A's k-step kk takes column blocks 2kk and 2kk+1.
+ */
+#ifndef VITJOB_FLASH_ATTENTION_CUH
+#define VITJOB_FLASH_ATTENTION_CUH
+
+#include "cuda_common.cuh"
+
+#define FA_ROWS 64                /* rows of a tile: queries or keys */
+#define FA_WARPS 4                /* 16 rows of the tile each */
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+/* Shared-memory row stride (elements) of a 64 x HDP tile: 8 elements (16
+ * bytes) more than HDP, so that the 8 rows a fragment load touches start in
+ * 8 different bank quads (conflict-free 32-bit fragment loads). */
+template <int HDP> struct fa_tile {
+    static const int LD = HDP + 8;
+    static const int ELEMS = FA_ROWS * LD;
+};
+
+/* ------------------------------------------------------------------------ */
+/* The two hardware primitives (tools/flash_emu supplies its own).          */
+
+#ifndef FA_EMU
+/* c (16x8 fp32) += a (16x16 X, row-major) . b (16x8 X, column-major): one
+ * warp-wide mma.sync m16n8k16. Fragments as PTX lays them out: with
+ * g = lane/4, t4 = lane%4, a[0] = A[g][2t4..2t4+1], a[1] = A[g+8][2t4..],
+ * a[2] = A[g][2t4+8..], a[3] = A[g+8][2t4+8..]; b[0] = B[2t4..2t4+1][g],
+ * b[1] = B[2t4+8..2t4+9][g]; c = C[g][2t4], C[g][2t4+1], C[g+8][2t4],
+ * C[g+8][2t4+1]. In each 32-bit register the lower 16 bits hold the
+ * element with the smaller k. */
+template <typename X>
+__device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], const uint32_t b[2]);
+template <>
+__device__ __forceinline__ void fa_mma<bf16>(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)c, (void)a, (void)b;
+    __trap(); /* attention.cu dispatches here only on sm_80 and newer */
+#endif
+}
+template <>
+__device__ __forceinline__ void fa_mma<f16>(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)c, (void)a, (void)b;
+    __trap();
+#endif
+}
+
+/* Two fp32 values rounded to X (nearest even), lo in the lower 16 bits. */
+template <typename X> __device__ __forceinline__ uint32_t fa_pack(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t fa_pack<bf16>(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x = lo: the lower address */
+    return *(uint32_t *)&v;
+}
+template <> __device__ __forceinline__ uint32_t fa_pack<f16>(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+#endif /* FA_EMU */
+
+/* ------------------------------------------------------------------------ */
+/* Shared-memory tiles and fragments.                                       */
+
+/* dst (64 x HDP, row stride LD) = rows r0..r0+63 of one head's (T x hd)
+ * matrix src (row t at src + t*ld); rows >= T and columns >= hd are zero.
+ * 16-byte copies: hd, ld and src's offset are multiples of 8 elements and
+ * the buffers 16-byte aligned (flash_attention.cu checks). All threads. */
+template <typename X, int HDP>
+__device__ __forceinline__ void fa_load_tile(X *dst, const X *src, size_t ld, int r0, int T,
+                                             int hd)
+{
+    const int LD = fa_tile<HDP>::LD, CH = HDP / 8; /* 8-element chunks per row */
+    for (int i = threadIdx.x; i < FA_ROWS * CH; i += FA_THREADS) {
+        const int r = i / CH, c = (i % CH) * 8;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (r0 + r < T && c < hd) v = *(const uint4 *)(src + (size_t)(r0 + r) * ld + c);
+        *(uint4 *)(dst + r * LD + c) = v;
+    }
+}
+
+/* A fragment (16 x 16) of the row-major matrix m (row stride ld): rows
+ * r0..r0+15, columns c0..c0+15. */
+template <typename X>
+__device__ __forceinline__ void fa_frag_a(uint32_t a[4], const X *m, int ld, int r0, int c0)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const X *p = m + (r0 + g) * ld + c0 + 2 * t4;
+    a[0] = *(const uint32_t *)p;
+    a[1] = *(const uint32_t *)(p + 8 * ld);
+    a[2] = *(const uint32_t *)(p + 8);
+    a[3] = *(const uint32_t *)(p + 8 * ld + 8);
+}
+
+/* B fragment (16 x 8) with B[k][n] = m[n0+n][k0+k]: B is the transpose of
+ * rows n0..n0+7 of m (row stride ld), k along m's rows (K in Q K^T). */
+template <typename X>
+__device__ __forceinline__ void fa_frag_b_t(uint32_t b[2], const X *m, int ld, int n0, int k0)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const X *p = m + (n0 + g) * ld + k0 + 2 * t4;
+    b[0] = *(const uint32_t *)p;
+    b[1] = *(const uint32_t *)(p + 8);
+}
+
+/* B fragment (16 x 8) with B[k][n] = m[k0+k][n0+n]: rows k0..k0+15 of m,
+ * columns n0..n0+7 (V in P V). Two 16-bit loads per register: the pair
+ * (k, k+1) sits in two rows of m. */
+template <typename X>
+__device__ __forceinline__ void fa_frag_b(uint32_t b[2], const X *m, int ld, int k0, int n0)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const unsigned short *p = (const unsigned short *)(m + (k0 + 2 * t4) * ld + n0 + g);
+    b[0] = (uint32_t)p[0] | ((uint32_t)p[ld] << 16);
+    b[1] = (uint32_t)p[8 * ld] | ((uint32_t)p[9 * ld] << 16);
+}
+
+/* The A fragment of k-step kk (columns 16kk..16kk+15) of a warp's 16 x 64
+ * accumulator block s (layout at the top), rounded to X. */
+template <typename X>
+__device__ __forceinline__ void fa_acc_to_a(uint32_t a[4], const float (*s)[4], int kk)
+{
+    a[0] = fa_pack<X>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = fa_pack<X>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = fa_pack<X>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = fa_pack<X>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+/* acc (16 x 64: 8 blocks of 16 x 8) = rows r0..r0+15 of a (row-major, HDP
+ * columns) times the transpose of b's 64 rows: acc[i][j] = a_i . b_j over
+ * the padded head dim. Both tiles in shared memory with row stride LD. */
+template <typename X, int HDP>
+__device__ __forceinline__ void fa_rows_dot_rows(float (*acc)[4], const X *a_tile, int r0,
+                                                 const X *b_tile)
+{
+    const int LD = fa_tile<HDP>::LD;
+#pragma unroll
+    for (int n = 0; n < FA_ROWS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HDP / 16; kk++) {
+        uint32_t a[4];
+        fa_frag_a(a, a_tile, LD, r0, kk * 16);
+#pragma unroll
+        for (int n = 0; n < FA_ROWS / 8; n++) {
+            uint32_t b[2];
+            fa_frag_b_t(b, b_tile, LD, n * 8, kk * 16);
+            fa_mma<X>(acc[n], a, b);
+        }
+    }
+}
+
+/* out (16 x HDP: HDP/8 blocks of 16 x 8) += p (a warp's 16 x 64 block in
+ * registers, rounded to X) times the tile m (64 x HDP, shared memory). */
+template <typename X, int HDP>
+__device__ __forceinline__ void fa_acc_times_tile(float (*out)[4], const float (*p)[4],
+                                                  const X *m)
+{
+    const int LD = fa_tile<HDP>::LD;
+#pragma unroll
+    for (int kk = 0; kk < FA_ROWS / 16; kk++) {
+        uint32_t a[4];
+        fa_acc_to_a<X>(a, p, kk);
+#pragma unroll
+        for (int d = 0; d < HDP / 8; d++) {
+            uint32_t b[2];
+            fa_frag_b(b, m, LD, kk * 16, d * 8);
+            fa_mma<X>(out[d], a, b);
+        }
+    }
+}
+
+/* Row r (0..15) of a warp's 16-row block: the global row index of this
+ * lane's row half (0: row g, 1: row g+8), and the row's local tile row. */
+static __device__ __forceinline__ int fa_row(int half)
+{
+    return (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2) + 8 * half;
+}
+/* Column of element c (0..3) of accumulator block n. */
+static __device__ __forceinline__ int fa_col(int n, int c)
+{
+    return n * 8 + 2 * (threadIdx.x & 3) + (c & 1);
+}
+
+/* Stores a warp's 16 x HDP accumulator acc, times mul, as X into the rows
+ * r0 + fa_row(.) < T of dst (row t at dst + t*ld), columns < hd. */
+template <typename X, int HDP>
+__device__ __forceinline__ void fa_store_rows(X *dst, size_t ld, const float (*acc)[4], int r0,
+                                              int T, int hd, const float mul[2])
+{
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = r0 + fa_row(half);
+        if (row >= T) continue;
+        X *o = dst + (size_t)row * ld;
+#pragma unroll
+        for (int d = 0; d < HDP / 8; d++)
+            if (d * 8 < hd)
+                *(uint32_t *)(o + fa_col(d, 0)) =
+                    fa_pack<X>(acc[d][2 * half] * mul[half], acc[d][2 * half + 1] * mul[half]);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forward.                                                                 */
+
+/* Block (bh, qt): head bh = b*NH + h, query rows qt*64... Q tile loaded
+ * once; for each K/V tile: S = Q K^T (fp32), scaled to log2 units, keys
+ * past T at -inf; the running row max m and sum l (each lane sums its own
+ * columns; the 4 lanes of a row agree on m, so their partial sums add up at
+ * the end); O = O * exp2(m_old - m_new) + P V with P rounded to X. At the
+ * end O / l into out, and lse = (m + log2 l) ln 2 (natural log, as ops.h).
+ * Every K/V tile has a key < T (tiles cover 0..T-1), so m is finite after
+ * the first tile and exp2(-inf - m) = 0 never meets -inf - -inf. */
+template <typename X, int HDP>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_forward_kernel(X *out, float *lse, const X *qkv, int T, int NH, int hd,
+                         float scale_log2)
+{
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int NS = FA_ROWS / 8, ND = HDP / 8;
+    X *sq = (X *)fa_smem, *sk = sq + fa_tile<HDP>::ELEMS, *sv = sk + fa_tile<HDP>::ELEMS;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, q0 = blockIdx.y * FA_ROWS;
+    const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
+    const size_t ld = 3 * (size_t)D;
+    const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
+
+    fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
+    float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+
+    for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
+        __syncthreads(); /* every warp is done with the previous K, V */
+        fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
+        fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
+        __syncthreads();
+
+        /* S (16 x 64) = Q_w K^T */
+        float s[NS][4];
+        fa_rows_dot_rows<X, HDP>(s, sq, r0, sk);
+
+        /* to log2 units, mask keys past T, the new row max (over the quad) */
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float v = k0 + fa_col(n, c) < T ? s[n][c] * scale_log2 : -INFINITY;
+                s[n][c] = v;
+                mx[c >> 1] = fmaxf(mx[c >> 1], v);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            corr[r] = exp2f(m[r] - mx[r]); /* 0 on the first tile */
+            m[r] = mx[r];
+            l[r] *= corr[r];
+        }
+
+        /* P = exp2(S - m), this lane's part of the row sums; rescale O */
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                s[n][c] = exp2f(s[n][c] - m[c >> 1]);
+                l[c >> 1] += s[n][c];
+            }
+#pragma unroll
+        for (int d = 0; d < ND; d++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) o[d][c] *= corr[c >> 1];
+
+        /* O += P V */
+        fa_acc_times_tile<X, HDP>(o, s, sv);
+    }
+
+    /* the row sums over the quad; out = O / l, lse */
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        inv[r] = 1.0f / l[r];
+        const int row = q0 + fa_row(r);
+        if (row < T && (threadIdx.x & 3) == 0)
+            lse[(size_t)bh * T + row] = (m[r] + log2f(l[r])) * FA_LN2;
+    }
+    fa_store_rows<X, HDP>(out + (size_t)b * T * D + (size_t)h * hd, D, o, q0, T, hd, inv);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backward.                                                                */
+
+/* dvec[(b*NH + h)*T + t] = sum_e dout[b,t,h*hd+e] out[b,t,h*hd+e], fp32:
+ * FlashAttention-2's D_i = rowsum(dO * O). One warp per row, a fixed
+ * shuffle tree. */
+template <typename X>
+__global__ void flash_backward_dot_kernel(float *dvec, const X *dout, const X *out, int B, int T,
+                                          int NH, int hd)
+{
+    const size_t rows = (size_t)B * NH * T;
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return; /* warp-uniform */
+    const size_t t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
+    const size_t at = (b * T + t) * (size_t)NH * hd + h * hd;
+    float d = 0.0f;
+    for (int e = lane; e < hd; e += 32) d += ldx(dout[at + e]) * ldx(out[at + e]);
+    d = warp_sum(d);
+    if (lane == 0) dvec[row] = d;
+}
+
+/* Block (bh, kt): keys kt*64.., each warp 16 of them. K, V tiles loaded
+ * once; for each query tile (Q, dO, and the rows' lse and D in shared
+ * memory; rows past T get lse = +inf, so P = 0 there):
+ *   S^T (16 keys x 64 queries) = K_w Q^T;  P^T = exp2(S^T scale log2e - lse log2e)
+ *   dV_w += P^T dO                         (P^T rounded to X)
+ *   dP^T = V_w dO^T;  dS^T = P^T (dP^T - D)  (fp32 P)
+ *   dK_w += dS^T Q                         (dS^T rounded to X)
+ * then dK * scale and dV into dqkv's k and v thirds, keys < T only. The
+ * scores of keys past T (zero rows of K) only reach those keys' own rows. */
+template <typename X, int HDP>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_backward_dkdv_kernel(X *dqkv, const X *qkv, const X *dout, const float *lse,
+                               const float *dvec, int T, int NH, int hd, float scale,
+                               float scale_log2)
+{
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS;
+    X *sk = (X *)fa_smem, *sv = sk + E, *sq = sv + E, *sdo = sq + E;
+    float *slse = (float *)(sdo + E), *sd = slse + FA_ROWS;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, k0 = blockIdx.y * FA_ROWS;
+    const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
+    const size_t ld = 3 * (size_t)D;
+    const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
+    const X *doh = dout + (size_t)b * T * D + (size_t)h * hd;
+    const float *lseh = lse + (size_t)bh * T, *dh = dvec + (size_t)bh * T;
+
+    fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
+    fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int d = 0; d < ND; d++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) dk[d][c] = dv[d][c] = 0.0f;
+
+    for (int q0 = 0; q0 < T; q0 += FA_ROWS) {
+        __syncthreads(); /* every warp is done with the previous Q, dO */
+        fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
+        fa_load_tile<X, HDP>(sdo, doh, D, q0, T, hd);
+        for (int r = threadIdx.x; r < FA_ROWS; r += FA_THREADS) {
+            const int row = q0 + r;
+            slse[r] = row < T ? lseh[row] * FA_LOG2E : INFINITY;
+            sd[r] = row < T ? dh[row] : 0.0f;
+        }
+        __syncthreads();
+
+        /* P^T (16 keys x 64 queries) */
+        float p[NS][4];
+        fa_rows_dot_rows<X, HDP>(p, sk, r0, sq);
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) p[n][c] = exp2f(p[n][c] * scale_log2 - slse[fa_col(n, c)]);
+
+        /* dV_w += P^T dO */
+        fa_acc_times_tile<X, HDP>(dv, p, sdo);
+
+        /* dS^T = P^T (V_w dO^T - D) */
+        float ds[NS][4];
+        fa_rows_dot_rows<X, HDP>(ds, sv, r0, sdo);
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - sd[fa_col(n, c)]);
+
+        /* dK_w += dS^T Q */
+        fa_acc_times_tile<X, HDP>(dk, ds, sq);
+    }
+
+    const float one[2] = {1.0f, 1.0f}, sc[2] = {scale, scale};
+    fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd + D, ld, dk, k0, T, hd, sc);
+    fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd + 2 * D, ld, dv, k0, T, hd,
+                          one);
+}
+
+/* Block (bh, qt): query rows qt*64.., each warp 16 of them. Q and dO tiles
+ * loaded once, this lane's two rows' lse and D in registers; for each K/V
+ * tile:
+ *   S = Q_w K^T;  P = exp2(S scale log2e - lse log2e), 0 for keys past T
+ *   dS = P (dO_w V^T - D)
+ *   dQ_w += dS K   (dS rounded to X)
+ * then dQ * scale into dqkv's q third, rows < T only. The recomputation of
+ * S and dP that the dK/dV kernel also does is the price of no atomics. */
+template <typename X, int HDP>
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_backward_dq_kernel(X *dqkv, const X *qkv, const X *dout, const float *lse,
+                             const float *dvec, int T, int NH, int hd, float scale,
+                             float scale_log2)
+{
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS;
+    X *sq = (X *)fa_smem, *sdo = sq + E, *sk = sdo + E, *sv = sk + E;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, q0 = blockIdx.y * FA_ROWS;
+    const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
+    const size_t ld = 3 * (size_t)D;
+    const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
+    const X *doh = dout + (size_t)b * T * D + (size_t)h * hd;
+
+    fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
+    fa_load_tile<X, HDP>(sdo, doh, D, q0, T, hd);
+    float lse2[2], drow[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = q0 + fa_row(r);
+        lse2[r] = row < T ? lse[(size_t)bh * T + row] * FA_LOG2E : INFINITY;
+        drow[r] = row < T ? dvec[(size_t)bh * T + row] : 0.0f;
+    }
+    float dq[ND][4];
+#pragma unroll
+    for (int d = 0; d < ND; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+
+    for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
+        __syncthreads(); /* every warp is done with the previous K, V */
+        fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
+        fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
+        __syncthreads();
+
+        /* P (16 x 64) */
+        float p[NS][4];
+        fa_rows_dot_rows<X, HDP>(p, sq, r0, sk);
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                p[n][c] = k0 + fa_col(n, c) < T
+                              ? exp2f(p[n][c] * scale_log2 - lse2[c >> 1])
+                              : 0.0f;
+
+        /* dS = P (dO_w V^T - D) */
+        float ds[NS][4];
+        fa_rows_dot_rows<X, HDP>(ds, sdo, r0, sv);
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - drow[c >> 1]);
+
+        /* dQ_w += dS K */
+        fa_acc_times_tile<X, HDP>(dq, ds, sk);
+    }
+
+    const float sc[2] = {scale, scale};
+    fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd, ld, dq, q0, T, hd, sc);
+}
+
+#endif
