@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_scratch.h"
 #include "ops.h"
 #include "rng.h"
 
@@ -619,6 +620,153 @@ static void check_attention_backward(const vit_ops *g)
     }
 }
 GPU_TESTS(attention_backward_from_out_and_lse_matches_cpu_dqkv, check_attention_backward)
+
+/* ------------------------------------------------------------------------ */
+/* Flash attention (kernels/flash_attention.cu), the path the 16-bit tables
+ * take for hd in 32..128, a multiple of 8 (attention_scratch.h): against
+ * the fp32 CPU twin at the head dims ViTs use (32, 64, 80: not a multiple
+ * of 16, 128) and the sequence lengths that leave partial tiles (1, 7 and
+ * 197, 257, 577 = 3, 4, 9 full 64-row tiles plus 5, 1, 1 rows), out, lse,
+ * dq, dk and dv each on its own, tol_x as the unfused path above (the
+ * flash forward also rounds P to 16 bits before P.V, and its backward
+ * rounds dS before dQ and dK, as ops.h's contract says); against the
+ * unfused CUDA path (the OPS_UNFUSED_ATTENTION table) on the same inputs,
+ * tol_x; and forward plus backward run twice: the same bits (no atomics).
+ * The scratch is the table's own attention_scratch_bytes, which must be
+ * the planner's (att_scratch_bytes) and a single row vector (B,NH,T). */
+
+static const vit_ops *unfused_of(const vit_ops *g)
+{
+    char why[512];
+    const vit_ops *u = ops_cuda((g->fp16 ? OPS_FP16 : g->bf16 ? OPS_BF16 : OPS_FP32) |
+                                    OPS_UNFUSED_ATTENTION,
+                                why, sizeof why);
+    cr_assert(u != NULL, "%s: no unfused-attention table: %s", g->name, why);
+    return u;
+}
+
+/* The q, k or v third (part 0, 1, 2) of a (B*T, 3D) matrix, as (B*T, D). */
+static float *third(const float *qkv, size_t rows, int D, int part)
+{
+    float *o = hbuf(rows * (size_t)D);
+    for (size_t r = 0; r < rows; r++)
+        memcpy(o + r * D, qkv + r * 3 * (size_t)D + (size_t)part * D, (size_t)D * sizeof(float));
+    return o;
+}
+
+static void expect_dqkv_close(const vit_ops *g, const char *what, const float *got,
+                              const float *want, size_t rows, int D, double tol)
+{
+    static const char *names[3] = {"dq", "dk", "dv"};
+    char sub[160];
+    for (int p = 0; p < 3; p++) {
+        snprintf(sub, sizeof sub, "%s: %s", what, names[p]);
+        expect_close(g, sub, third(got, rows, D, p), third(want, rows, D, p), rows * (size_t)D,
+                     tol);
+    }
+}
+
+static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
+{
+    const int D = hd * NH;
+    char what[128], sub[160];
+    snprintf(what, sizeof what, "flash attention B=%d T=%d hd=%d NH=%d", B, T, hd, NH);
+    const size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
+    const size_t rows = (size_t)B * T;
+    float *qkv = rnd_in(g, nq, 1, 0), *dout = rnd_in(g, no, 1, 0);
+    float *want = hbuf(no), *want_lse = hbuf(nl), *want_d = hbuf(nq);
+    void *cpu_scratch = hbuf_bytes(ops_cpu_attention_scratch_bytes(B, T, D, NH));
+    attention_forward_cpu(want, want_lse, cpu_scratch, qkv, B, T, D, NH);
+    float *out_x = copy_of(want, no);
+    round_lp(g, out_x, out_x, no); /* the backward's out, as the GPU stores it */
+    attention_backward_cpu(want_d, cpu_scratch, dout, qkv, out_x, want_lse, B, T, D, NH);
+
+    const size_t sb = g->attention_scratch_bytes(B, T, D, NH);
+    cr_assert_eq(sb, att_scratch_bytes(B, T, D, NH, g->floatx_bytes),
+                 "%s %s: scratch %zu bytes, the planner's formula says %zu", g->name, what, sb,
+                 att_scratch_bytes(B, T, D, NH, g->floatx_bytes));
+    cr_assert_eq(sb, att_flash_scratch_bytes(B, T, NH), "%s %s: not the flash path's scratch",
+                 g->name, what);
+    void *scratch = dev_alloc(g, sb / sizeof(float) + 1, F32);
+    floatX *d_qkv = dev_from_host(g, qkv, nq, FX), *d_dout = dev_from_host(g, dout, no, FX);
+    floatX *d_out = dev_out(g, no, FX), *d_dqkv = dev_out(g, nq, FX);
+    float *d_lse = dev_out(g, nl, F32);
+
+    /* forward: against the CPU */
+    g->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
+    status_ok(g, what);
+    float *out1 = host_from_dev(g, d_out, no, FX), *lse1 = host_from_dev(g, d_lse, nl, F32);
+    snprintf(sub, sizeof sub, "%s: out", what);
+    expect_close(g, sub, out1, want, no, tol_x(g));
+    snprintf(sub, sizeof sub, "%s: lse", what);
+    expect_close(g, sub, lse1, want_lse, nl, tol_x(g));
+
+    /* backward from the CPU's out and lse: against the CPU */
+    floatX *d_outc = dev_from_host(g, out_x, no, FX);
+    float *d_lsec = dev_from_host(g, want_lse, nl, F32);
+    g->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
+    status_ok(g, what);
+    float *dqkv1 = host_from_dev(g, d_dqkv, nq, FX);
+    expect_dqkv_close(g, what, dqkv1, want_d, rows, D, tol_x(g));
+
+    /* the unfused CUDA path on the same inputs */
+    const vit_ops *u = unfused_of(g);
+    void *uscratch = dev_alloc(u, u->attention_scratch_bytes(B, T, D, NH) / sizeof(float) + 1,
+                               F32);
+    floatX *u_out = dev_out(u, no, FX), *u_dqkv = dev_out(u, nq, FX);
+    float *u_lse = dev_out(u, nl, F32);
+    u->attention_forward(u_out, u_lse, uscratch, d_qkv, B, T, D, NH);
+    status_ok(u, what);
+    snprintf(sub, sizeof sub, "%s: out against %s", what, u->name);
+    expect_close(g, sub, out1, host_from_dev(u, u_out, no, FX), no, tol_x(g));
+    snprintf(sub, sizeof sub, "%s: lse against %s", what, u->name);
+    expect_close(g, sub, lse1, host_from_dev(u, u_lse, nl, F32), nl, tol_x(g));
+    u->attention_backward(u_dqkv, uscratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
+    status_ok(u, what);
+    snprintf(sub, sizeof sub, "%s against %s", what, u->name);
+    expect_dqkv_close(g, sub, dqkv1, host_from_dev(u, u_dqkv, nq, FX), rows, D, tol_x(g));
+
+    /* forward and backward again: the same bits */
+    poison(g, d_out, no, FX);
+    poison(g, d_lse, nl, F32);
+    poison(g, d_dqkv, nq, FX);
+    g->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
+    g->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
+    status_ok(g, what);
+    snprintf(sub, sizeof sub, "%s: out, again", what);
+    expect_same(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
+    snprintf(sub, sizeof sub, "%s: lse, again", what);
+    expect_same(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
+    snprintf(sub, sizeof sub, "%s: dqkv, again", what);
+    expect_same(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
+    release_all();
+}
+
+static const int FLASH_HD[] = {32, 64, 80, 128};
+static const int FLASH_T[] = {1, 7, 197, 257, 577};
+
+static void check_flash_attention(const vit_ops *g)
+{
+    for (size_t i = 0; i < sizeof FLASH_HD / sizeof FLASH_HD[0]; i++)
+        for (size_t j = 0; j < sizeof FLASH_T / sizeof FLASH_T[0]; j++)
+            flash_case(g, FLASH_T[j] < 100 ? 3 : 2, FLASH_T[j], FLASH_HD[i], 2);
+    /* the other padded head dims (hd % 16 == 8 and the rest), and one
+     * head: every HDP the kernels are built for */
+    static const int more[][2] = {{40, 3}, {48, 1}, {56, 2}, {72, 1}, {88, 2}, {96, 1},
+                                  {104, 1}, {112, 2}, {120, 1}};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) flash_case(g, 1, 67, more[i][0],
+                                                                       more[i][1]);
+}
+Test(cuda_bf16, flash_attention_matches_cpu_and_unfused_and_repeats_bit_for_bit,
+     .fini = release_all)
+{
+    check_flash_attention(gpu_or_skip(OPS_BF16));
+}
+Test(cuda_fp16, flash_attention_matches_cpu_and_unfused_and_repeats_bit_for_bit,
+     .fini = release_all)
+{
+    check_flash_attention(gpu_or_skip(OPS_FP16));
+}
 
 /* ------------------------------------------------------------------------ */
 /* GELU (exact erf form), floatX in and out: tol_x. Sizes that are not

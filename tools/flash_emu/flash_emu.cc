@@ -1,0 +1,381 @@
+/* tools/flash_emu/flash_emu.cc - runs the flash-attention kernels
+ * (kernels/flash_attention.cuh) on the CPU, one user-level context per CUDA
+ * thread, and compares them with the CPU twin (kernels/attention.c).
+ *
+ * Owns: stand-ins for what the kernels use of cuda_common.cuh and CUDA
+ * (threadIdx, blockIdx, __syncthreads, __shfl_xor_sync, dynamic shared
+ * memory, bf16/half storage) and for the two hardware primitives the
+ * kernels keep apart (fa_mma: the warp-wide m16n8k16 product, rebuilt from
+ * the 32 lanes' fragments as PTX lays them out; fa_pack: round to 16 bits,
+ * nearest even); a scheduler that runs a block's threads as ucontexts
+ * until each reaches a barrier; the grids flash_attention.cu launches; and
+ * the comparison (out, lse, dq, dk, dv: normwise relative error, unwritten
+ * or extra writes caught by NaN poison).
+ * Must not: be built into the product or `make test` (a development check
+ * of the tile loops without a GPU: tools/flash_emu/run.sh); what it cannot
+ * check is the hardware itself (the real fragment layout, timing, races
+ * between warps that the barrier-per-collective schedule hides).
+ *
+ * usage: tools/flash_emu/run.sh [quick]
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+extern "C" {
+#include "ops.h"
+}
+
+/* ---- stand-ins for cuda_common.cuh ---- */
+#define VITJOB_CUDA_COMMON_CUH /* the real one is skipped */
+#define FA_EMU                 /* flash_attention.cuh: fa_mma, fa_pack are ours */
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+struct bf16 { uint16_t bits; };
+struct f16 { uint16_t bits; };
+struct uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
+{
+    return uint4{x, y, z, w};
+}
+struct emu_dim3 { unsigned x, y, z; };
+static emu_dim3 emu_tidx, emu_bidx, emu_bdim;
+#define threadIdx emu_tidx
+#define blockIdx emu_bidx
+#define blockDim emu_bdim
+
+static float bits_to_float(bf16 v)
+{
+    uint32_t u = (uint32_t)v.bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float bits_to_float(f16 v)
+{
+    _Float16 h;
+    memcpy(&h, &v.bits, 2);
+    return (float)h;
+}
+static uint16_t to_bits(float f, bf16 *)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (std::isnan(f)) return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u); /* nearest even */
+    return (uint16_t)(u >> 16);
+}
+static uint16_t to_bits(float f, f16 *)
+{
+    _Float16 h = (_Float16)f; /* GCC: nearest even */
+    uint16_t b;
+    memcpy(&b, &h, 2);
+    return b;
+}
+static inline float ldx(bf16 v) { return bits_to_float(v); }
+static inline float ldx(f16 v) { return bits_to_float(v); }
+
+/* ---- the scheduler: a block's threads as ucontexts ---- */
+struct emu_bar {
+    int count, need;
+    unsigned gen;
+};
+struct emu_thread {
+    ucontext_t ctx;
+    int done;
+};
+static ucontext_t emu_sched;
+static std::vector<emu_thread> emu_threads;
+static std::vector<char> emu_stacks;
+static int emu_cur;
+static emu_bar emu_block_bar, emu_warp_bar[32];
+static std::function<void()> emu_body;
+static long emu_spins;
+
+static void emu_yield(void)
+{
+    if (++emu_spins > 100000000L) {
+        fprintf(stderr, "flash_emu: deadlock (a barrier some threads never reach)\n");
+        exit(3);
+    }
+    swapcontext(&emu_threads[emu_cur].ctx, &emu_sched);
+}
+static void emu_wait(emu_bar *b)
+{
+    unsigned g = b->gen;
+    if (++b->count == b->need) {
+        b->count = 0;
+        b->gen++;
+        emu_spins = 0;
+    } else {
+        while (b->gen == g) emu_yield();
+    }
+}
+static void __syncthreads(void) { emu_wait(&emu_block_bar); }
+static int emu_warp(void) { return (int)threadIdx.x / 32; }
+static int emu_lane(void) { return (int)threadIdx.x % 32; }
+
+static float emu_fx[32][32];
+static float __shfl_xor_sync(unsigned mask, float v, int o)
+{
+    (void)mask;
+    const int w = emu_warp(), l = emu_lane();
+    emu_fx[w][l] = v;
+    emu_wait(&emu_warp_bar[w]);
+    const float r = emu_fx[w][l ^ o];
+    emu_wait(&emu_warp_bar[w]);
+    return r;
+}
+static float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* fa_mma: every lane posts its fragments; each computes its own 4 outputs
+ * from the whole warp's, with A and B rebuilt from PTX's m16n8k16 layout. */
+static uint32_t emu_a[32][32][4], emu_b[32][32][2];
+static float lo16(uint32_t r, bf16 *) { return bits_to_float(bf16{(uint16_t)(r & 0xffff)}); }
+static float hi16(uint32_t r, bf16 *) { return bits_to_float(bf16{(uint16_t)(r >> 16)}); }
+static float lo16(uint32_t r, f16 *) { return bits_to_float(f16{(uint16_t)(r & 0xffff)}); }
+static float hi16(uint32_t r, f16 *) { return bits_to_float(f16{(uint16_t)(r >> 16)}); }
+
+template <typename X> static void fa_mma(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    const int w = emu_warp(), l = emu_lane();
+    memcpy(emu_a[w][l], a, sizeof emu_a[w][l]);
+    memcpy(emu_b[w][l], b, sizeof emu_b[w][l]);
+    emu_wait(&emu_warp_bar[w]);
+    float A[16][16], B[16][8];
+    X *t = NULL;
+    for (int L = 0; L < 32; L++) {
+        const int g = L / 4, q = L % 4;
+        const uint32_t *ra = emu_a[w][L], *rb = emu_b[w][L];
+        A[g][2 * q] = lo16(ra[0], t), A[g][2 * q + 1] = hi16(ra[0], t);
+        A[g + 8][2 * q] = lo16(ra[1], t), A[g + 8][2 * q + 1] = hi16(ra[1], t);
+        A[g][2 * q + 8] = lo16(ra[2], t), A[g][2 * q + 9] = hi16(ra[2], t);
+        A[g + 8][2 * q + 8] = lo16(ra[3], t), A[g + 8][2 * q + 9] = hi16(ra[3], t);
+        B[2 * q][g] = lo16(rb[0], t), B[2 * q + 1][g] = hi16(rb[0], t);
+        B[2 * q + 8][g] = lo16(rb[1], t), B[2 * q + 9][g] = hi16(rb[1], t);
+    }
+    const int g = l / 4, q = l % 4;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + 8 * (i >> 1), col = 2 * q + (i & 1);
+        float s = 0.0f;
+        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+        c[i] += s;
+    }
+    emu_wait(&emu_warp_bar[w]);
+}
+template <typename X> static uint32_t fa_pack(float lo, float hi)
+{
+    X *t = NULL;
+    return (uint32_t)to_bits(lo, t) | ((uint32_t)to_bits(hi, t) << 16);
+}
+
+alignas(16) unsigned char fa_smem[1 << 18];
+
+#include "flash_attention.cuh"
+
+static void emu_entry(void)
+{
+    emu_body();
+    emu_threads[emu_cur].done = 1;
+    swapcontext(&emu_threads[emu_cur].ctx, &emu_sched);
+}
+
+/* Runs kernel(args...) over grid x threads, one block after another. */
+template <typename F, typename... A>
+static void emu_launch(F kernel, unsigned gx, unsigned gy, unsigned threads, A... args)
+{
+    const size_t stack = 256 * 1024;
+    emu_body = [&]() { kernel(args...); };
+    emu_bdim = emu_dim3{threads, 1, 1};
+    emu_threads.assign(threads, emu_thread{});
+    emu_stacks.assign(threads * stack, 0);
+    memset(fa_smem, 0xff, sizeof fa_smem); /* NaN in bf16 and half: reads of unloaded tiles show */
+    for (unsigned by = 0; by < gy; by++)
+        for (unsigned bx = 0; bx < gx; bx++) {
+            emu_bidx = emu_dim3{bx, by, 0};
+            emu_block_bar = emu_bar{0, (int)threads, 0};
+            for (int w = 0; w < 32; w++) emu_warp_bar[w] = emu_bar{0, 32, 0};
+            /* shared memory keeps the last block's tiles, as on a GPU */
+            for (unsigned i = 0; i < threads; i++) {
+                emu_thread *t = &emu_threads[i];
+                t->done = 0;
+                getcontext(&t->ctx);
+                t->ctx.uc_stack.ss_sp = &emu_stacks[i * stack];
+                t->ctx.uc_stack.ss_size = stack;
+                t->ctx.uc_link = NULL;
+                makecontext(&t->ctx, emu_entry, 0);
+            }
+            for (unsigned left = threads; left > 0;) {
+                left = 0;
+                for (unsigned i = 0; i < threads; i++) {
+                    if (emu_threads[i].done) continue;
+                    emu_cur = (int)i;
+                    emu_tidx = emu_dim3{i, 0, 0};
+                    swapcontext(&emu_sched, &emu_threads[i].ctx);
+                    if (!emu_threads[i].done) left++;
+                }
+            }
+        }
+}
+
+/* ---- the launches of flash_attention.cu, on host buffers ---- */
+
+template <typename X, int HDP>
+static void run_forward(X *out, float *lse, const X *qkv, int B, int T, int D, int NH)
+{
+    const int hd = D / NH;
+    emu_launch(flash_forward_kernel<X, HDP>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
+               FA_THREADS, out, lse, qkv, T, NH, hd, FA_LOG2E / sqrtf((float)hd));
+}
+
+template <typename X, int HDP>
+static void run_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const X *out,
+                         const float *lse, int B, int T, int D, int NH)
+{
+    const int hd = D / NH;
+    const float scale = 1.0f / sqrtf((float)hd), scale_log2 = scale * FA_LOG2E;
+    const size_t rows = (size_t)B * NH * T;
+    emu_launch(flash_backward_dot_kernel<X>, (unsigned)((rows + 7) / 8), 1, 256, dvec, dout, out,
+               B, T, NH, hd);
+    emu_launch(flash_backward_dkdv_kernel<X, HDP>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
+               FA_THREADS, dqkv, qkv, dout, lse, (const float *)dvec, T, NH, hd,
+               scale, scale_log2);
+    emu_launch(flash_backward_dq_kernel<X, HDP>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
+               FA_THREADS, dqkv, qkv, dout, lse, (const float *)dvec, T, NH, hd, scale,
+               scale_log2);
+}
+
+/* ---- the comparison ---- */
+
+static unsigned long long rng_s = 0x9e3779b97f4a7c15ull;
+static float randn(void)
+{
+    /* Box-Muller on a 64-bit LCG: enough for test inputs */
+    rng_s = rng_s * 6364136223846793005ull + 1442695040888963407ull;
+    double u1 = ((rng_s >> 11) + 1.0) / 9007199254740993.0;
+    rng_s = rng_s * 6364136223846793005ull + 1442695040888963407ull;
+    double u2 = (rng_s >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+template <typename X> static std::vector<X> to_x(const std::vector<float> &v)
+{
+    std::vector<X> r(v.size());
+    X *t = NULL;
+    for (size_t i = 0; i < v.size(); i++) r[i].bits = to_bits(v[i], t);
+    return r;
+}
+template <typename X> static std::vector<float> from_x(const std::vector<X> &v)
+{
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = ldx(v[i]);
+    return r;
+}
+
+/* max |got - want| / max |want| over the elements at (row, col) with col in
+ * [c0, c0 + n) of rows of width w; infinity for a NaN */
+static double rel_err(const float *got, const float *want, size_t rows, int w, int c0, int n)
+{
+    double md = 0, mr = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (int c = c0; c < c0 + n; c++) {
+            const double g = got[r * w + c], x = want[r * w + c];
+            if (!std::isfinite(g) || !std::isfinite(x)) return INFINITY;
+            md = fmax(md, fabs(g - x));
+            mr = fmax(mr, fabs(x));
+        }
+    return md / (mr > 0 ? mr : 1);
+}
+
+static int failures;
+static void report(const char *type, const char *what, int B, int T, int hd, int NH, double e,
+                   double tol)
+{
+    const int bad = !(e <= tol);
+    failures += bad;
+    printf("%-4s %-4s B=%d T=%-3d hd=%-3d NH=%d err=%.3g%s\n", type, what, B, T, hd, NH, e,
+           bad ? "  FAIL" : "");
+}
+
+template <typename X, int HDP> static void check(const char *type, int B, int T, int hd, int NH)
+{
+    const int D = NH * hd;
+    const size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
+    std::vector<float> qkv(nq), dout(no), out(no), lse(nl), dqkv(nq);
+    for (auto &x : qkv) x = randn();
+    for (auto &x : dout) x = randn();
+    qkv = from_x(to_x<X>(qkv)); /* both sides read the 16-bit values */
+    dout = from_x(to_x<X>(dout));
+    std::vector<float> scratch(ops_cpu_attention_scratch_bytes(B, T, D, NH) / 4 + 1);
+    attention_forward_cpu(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, D, NH);
+    out = from_x(to_x<X>(out)); /* the backward's out, as the GPU stores it */
+    attention_backward_cpu(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                           lse.data(), B, T, D, NH);
+
+    std::vector<X> xqkv = to_x<X>(qkv), xdout = to_x<X>(dout), xout = to_x<X>(out);
+    std::vector<X> fout = to_x<X>(std::vector<float>(no, NAN));
+    std::vector<float> flse(nl, NAN), dvec(nl, NAN);
+    run_forward<X, HDP>(fout.data(), flse.data(), xqkv.data(), B, T, D, NH);
+    std::vector<float> got = from_x(fout);
+    report(type, "out", B, T, hd, NH, rel_err(got.data(), out.data(), (size_t)B * T, D, 0, D),
+           1e-2);
+    report(type, "lse", B, T, hd, NH, rel_err(flse.data(), lse.data(), 1, (int)nl, 0, (int)nl),
+           1e-2);
+
+    std::vector<X> fd = to_x<X>(std::vector<float>(nq, NAN));
+    run_backward<X, HDP>(fd.data(), dvec.data(), xdout.data(), xqkv.data(), xout.data(),
+                         lse.data(), B, T, D, NH);
+    std::vector<float> g = from_x(fd);
+    const char *names[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++)
+        report(type, names[p], B, T, hd, NH,
+               rel_err(g.data(), dqkv.data(), (size_t)B * T, 3 * D, p * D, D), 1e-2);
+}
+
+template <typename X> static void check_hd(const char *type, int B, int T, int hd, int NH)
+{
+    switch ((hd + 15) / 16 * 16) {
+    case 32: check<X, 32>(type, B, T, hd, NH); break;
+    case 48: check<X, 48>(type, B, T, hd, NH); break;
+    case 64: check<X, 64>(type, B, T, hd, NH); break;
+    case 80: check<X, 80>(type, B, T, hd, NH); break;
+    case 96: check<X, 96>(type, B, T, hd, NH); break;
+    case 112: check<X, 112>(type, B, T, hd, NH); break;
+    case 128: check<X, 128>(type, B, T, hd, NH); break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    ops_cpu_set_threads(1);
+    /* (B, T, hd, NH) */
+    static const int quick_cases[][4] = {{1, 7, 32, 2}, {2, 70, 80, 1}};
+    static const int cases[][4] = {{1, 1, 32, 2},   {1, 7, 64, 2},   {2, 197, 64, 2},
+                                   {1, 257, 80, 2}, {1, 197, 128, 1}, {1, 577, 64, 1},
+                                   {1, 65, 40, 2},  {1, 130, 72, 1},  {1, 64, 96, 1},
+                                   {1, 63, 112, 1}, {1, 129, 120, 1}, {1, 7, 80, 3}};
+    const int n = quick ? 2 : (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        const int *c = quick ? quick_cases[i] : cases[i];
+        check_hd<bf16>("bf16", c[0], c[1], c[2], c[3]);
+        check_hd<f16>("f16", c[0], c[1], c[2], c[3]);
+    }
+    printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
+    return failures ? 1 : 0;
+}
