@@ -195,7 +195,36 @@ static void emu_entry(void)
     swapcontext(&emu_threads[emu_cur].ctx, &emu_sched);
 }
 
-/* Runs kernel(args...) over grid x threads, one block after another. */
+/* Runs one block (emu_bidx) of emu_body's kernel to completion. */
+static __attribute__((noinline)) void emu_run_block(unsigned threads, size_t stack)
+{
+    emu_block_bar = emu_bar{0, (int)threads, 0};
+    for (int w = 0; w < 32; w++) emu_warp_bar[w] = emu_bar{0, 32, 0};
+    /* shared memory keeps the last block's tiles, as on a GPU */
+    for (unsigned i = 0; i < threads; i++) {
+        emu_thread *t = &emu_threads[i];
+        t->done = 0;
+        getcontext(&t->ctx);
+        t->ctx.uc_stack.ss_sp = &emu_stacks[i * stack];
+        t->ctx.uc_stack.ss_size = stack;
+        t->ctx.uc_link = NULL;
+        makecontext(&t->ctx, emu_entry, 0);
+    }
+    for (unsigned left = threads; left > 0;) {
+        left = 0;
+        for (unsigned i = 0; i < threads; i++) {
+            if (emu_threads[i].done) continue;
+            emu_cur = (int)i;
+            emu_tidx = emu_dim3{i, 0, 0};
+            swapcontext(&emu_sched, &emu_threads[i].ctx);
+            if (!emu_threads[i].done) left++;
+        }
+    }
+}
+
+/* Runs kernel(args...) over grid (gx, gy) x threads, one block after
+ * another: the last block first, so that a block writing into its
+ * neighbour's rows is not hidden by the neighbour overwriting them. */
 template <typename F, typename... A>
 static void emu_launch(F kernel, unsigned gx, unsigned gy, unsigned threads, A... args)
 {
@@ -205,31 +234,10 @@ static void emu_launch(F kernel, unsigned gx, unsigned gy, unsigned threads, A..
     emu_threads.assign(threads, emu_thread{});
     emu_stacks.assign(threads * stack, 0);
     memset(fa_smem, 0xff, sizeof fa_smem); /* NaN in bf16 and half: reads of unloaded tiles show */
-    for (unsigned by = 0; by < gy; by++)
-        for (unsigned bx = 0; bx < gx; bx++) {
+    for (unsigned by = gy; by-- > 0;)
+        for (unsigned bx = gx; bx-- > 0;) {
             emu_bidx = emu_dim3{bx, by, 0};
-            emu_block_bar = emu_bar{0, (int)threads, 0};
-            for (int w = 0; w < 32; w++) emu_warp_bar[w] = emu_bar{0, 32, 0};
-            /* shared memory keeps the last block's tiles, as on a GPU */
-            for (unsigned i = 0; i < threads; i++) {
-                emu_thread *t = &emu_threads[i];
-                t->done = 0;
-                getcontext(&t->ctx);
-                t->ctx.uc_stack.ss_sp = &emu_stacks[i * stack];
-                t->ctx.uc_stack.ss_size = stack;
-                t->ctx.uc_link = NULL;
-                makecontext(&t->ctx, emu_entry, 0);
-            }
-            for (unsigned left = threads; left > 0;) {
-                left = 0;
-                for (unsigned i = 0; i < threads; i++) {
-                    if (emu_threads[i].done) continue;
-                    emu_cur = (int)i;
-                    emu_tidx = emu_dim3{i, 0, 0};
-                    swapcontext(&emu_sched, &emu_threads[i].ctx);
-                    if (!emu_threads[i].done) left++;
-                }
-            }
+            emu_run_block(threads, stack);
         }
 }
 
@@ -302,6 +310,14 @@ static double rel_err(const float *got, const float *want, size_t rows, int w, i
     return md / (mr > 0 ? mr : 1);
 }
 
+/* whether x[0..n) are all still NaN */
+static int untouched(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!std::isnan(x[i])) return 0;
+    return 1;
+}
+
 static int failures;
 static void report(const char *type, const char *what, int B, int T, int hd, int NH, double e,
                    double tol)
@@ -328,19 +344,26 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
                            lse.data(), B, T, D, NH);
 
     std::vector<X> xqkv = to_x<X>(qkv), xdout = to_x<X>(dout), xout = to_x<X>(out);
-    std::vector<X> fout = to_x<X>(std::vector<float>(no, NAN));
-    std::vector<float> flse(nl, NAN), dvec(nl, NAN);
+    /* outputs poisoned with NaN, with a poisoned tail past their end that
+     * must stay so (GUARD elements) */
+    const size_t GUARD = 64 * 3 * (size_t)D;
+    std::vector<X> fout = to_x<X>(std::vector<float>(no + GUARD, NAN));
+    std::vector<float> flse(nl + GUARD, NAN), dvec(nl + GUARD, NAN);
     run_forward<X, HDP>(fout.data(), flse.data(), xqkv.data(), B, T, D, NH);
     std::vector<float> got = from_x(fout);
+    report(type, "tail", B, T, hd, NH, untouched(got.data() + no, GUARD) &&
+           untouched(flse.data() + nl, GUARD) ? 0 : INFINITY, 0);
     report(type, "out", B, T, hd, NH, rel_err(got.data(), out.data(), (size_t)B * T, D, 0, D),
            1e-2);
     report(type, "lse", B, T, hd, NH, rel_err(flse.data(), lse.data(), 1, (int)nl, 0, (int)nl),
            1e-2);
 
-    std::vector<X> fd = to_x<X>(std::vector<float>(nq, NAN));
+    std::vector<X> fd = to_x<X>(std::vector<float>(nq + GUARD, NAN));
     run_backward<X, HDP>(fd.data(), dvec.data(), xdout.data(), xqkv.data(), xout.data(),
                          lse.data(), B, T, D, NH);
     std::vector<float> g = from_x(fd);
+    report(type, "tail", B, T, hd, NH, untouched(g.data() + nq, GUARD) &&
+           untouched(dvec.data() + nl, GUARD) ? 0 : INFINITY, 0);
     const char *names[3] = {"dq", "dk", "dv"};
     for (int p = 0; p < 3; p++)
         report(type, names[p], B, T, hd, NH,
