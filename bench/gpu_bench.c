@@ -19,10 +19,21 @@
  * bf16). fp16-mixed is timed without the loss scaling the trainer adds (one
  * multiply of the seed and one of the gradients: the same kernels).
  *
+ * With --attention, instead: the attention op alone (forward then
+ * backward, on random 16-bit inputs) at --model's D and NH (vit_b16: 768,
+ * 12, hd 64) and --batch, at T = the model's tokens (197) and T = 577 (a
+ * 384-pixel image), through the flash kernels and through the unfused
+ * cuBLAS path (ops_cuda's OPS_UNFUSED_ATTENTION table), one key=value line
+ * each: ms per forward and per backward, and TFLOP/s over both with one
+ * FLOP count for the two paths, FlashAttention's: forward 4*B*T*T*D (QK^T,
+ * PV), backward 2.5 times that (dV, dP, dQ, dK and QK^T again; the flash
+ * backward's own recomputation for its deterministic dQ is not counted).
+ * cuDNN's SDPA is not among the peers yet.
+ *
  * usage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] [--warmup 5]
  *                  [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu]
  *                  [--threads N] [--grad-clip 1.0] [--peak-tflops 989.4]
- *                  [--profile] [--json]
+ *                  [--profile] [--json] [--attention]
  * Exit: 0; 1 a failure while running (out of memory, a GPU fault, a
  * non-finite loss), message on stderr; 2 bad arguments, or --device cuda
  * where this build or machine has no usable GPU (one line saying why).
@@ -46,7 +57,7 @@
 
 typedef struct {
     const char *model, *precision, *device;
-    int batch, steps, warmup, ckpt, threads, profile, json, peak_given;
+    int batch, steps, warmup, ckpt, threads, profile, json, peak_given, attention;
     double grad_clip, peak_tflops;
 } bench_args;
 
@@ -256,7 +267,8 @@ static void usage_exit(const char *why)
     fprintf(stderr,
             "gpu_bench: %s\nusage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] "
             "[--warmup 5] [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu] "
-            "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--json]\n",
+            "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--json] "
+            "[--attention]\n",
             why);
     exit(VITJOB_EXIT_CONFIG);
 }
@@ -308,6 +320,7 @@ static bench_args parse_args(int argc, char **argv)
         } else if (strcmp(f, "--ckpt") == 0) a.ckpt = 1;
         else if (strcmp(f, "--profile") == 0) a.profile = 1;
         else if (strcmp(f, "--json") == 0) a.json = 1;
+        else if (strcmp(f, "--attention") == 0) a.attention = 1;
         else {
             char why[160];
             snprintf(why, sizeof why, "unknown argument '%s'", f);
@@ -321,6 +334,102 @@ static bench_args parse_args(int argc, char **argv)
     if (strcmp(a.device, "cuda") != 0 && strcmp(a.device, "cpu") != 0)
         usage_exit("--device is cuda or cpu");
     return a;
+}
+
+/* ---- --attention: the op alone, flash against unfused ---- */
+
+/* A device floatX buffer of n random N(0,1) values (NULL: out of memory). */
+static floatX *att_random(const vit_ops *g, size_t n, rng_state *r)
+{
+    float *h = malloc(n * sizeof *h), *tmp = g->alloc(n * sizeof(float));
+    floatX *d = g->alloc(n * g->floatx_bytes);
+    if (h && tmp && d) {
+        for (size_t i = 0; i < n; i++) h[i] = rng_normal(r);
+        g->upload(tmp, h, n * sizeof(float));
+        g->to_floatx(d, tmp, n);
+    } else if (d) {
+        g->release(d);
+        d = NULL;
+    }
+    if (tmp) g->release(tmp);
+    free(h);
+    return d;
+}
+
+/* Times `steps` forward + backward passes of g's attention at (B,T,D,NH)
+ * after `warmup`, and prints the line; 0, or 1 with err set. */
+static int att_bench_one(const vit_ops *g, const char *path, int B, int T, int D, int NH,
+                         int steps, int warmup, char *err, size_t errlen)
+{
+    const size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
+    rng_state r;
+    rng_seed(&r, 42, 0xa77e, 0);
+    floatX *qkv = att_random(g, nq, &r), *dout = att_random(g, no, &r);
+    floatX *out = g->alloc(no * g->floatx_bytes), *dqkv = g->alloc(nq * g->floatx_bytes);
+    float *lse = g->alloc(nl * sizeof(float));
+    const size_t sb = g->attention_scratch_bytes(B, T, D, NH);
+    void *scratch = g->alloc(sb);
+    int rc = 1;
+    if (!qkv || !dout || !out || !dqkv || !lse || !scratch) {
+        snprintf(err, errlen, "attention %s B=%d T=%d: out of device memory", path, B, T);
+        goto out;
+    }
+    double tf = 0.0, tb = 0.0;
+    for (int i = 0; i < warmup + steps; i++) {
+        g->synchronize();
+        const double t0 = mono_seconds();
+        g->attention_forward(out, lse, scratch, qkv, B, T, D, NH);
+        g->synchronize();
+        const double t1 = mono_seconds();
+        g->attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
+        g->synchronize();
+        const double t2 = mono_seconds();
+        if (i >= warmup) tf += t1 - t0, tb += t2 - t1;
+    }
+    if (g->status(err, errlen)) goto out;
+    const double fwd = 4.0 * B * (double)T * T * D, bwd = 2.5 * fwd;
+    printf("attention path=%s backend=%s B=%d T=%d D=%d NH=%d hd=%d fwd_ms=%.3f bwd_ms=%.3f "
+           "fwd_tflops=%.1f bwd_tflops=%.1f tflops=%.1f scratch_mib=%.1f\n",
+           path, g->name, B, T, D, NH, D / NH, 1e3 * tf / steps, 1e3 * tb / steps,
+           fwd * steps / tf / 1e12, bwd * steps / tb / 1e12, (fwd + bwd) * steps / (tf + tb) / 1e12,
+           sb / 1048576.0);
+    fflush(stdout);
+    rc = 0;
+out:
+    g->release(qkv);
+    g->release(dout);
+    g->release(out);
+    g->release(dqkv);
+    g->release(lse);
+    g->release(scratch);
+    return rc;
+}
+
+static int attention_bench(const bench_args *a, const model_config *mc)
+{
+    char err[1024] = "";
+    const int storage = strcmp(a->precision, "fp16-mixed") == 0   ? OPS_FP16
+                        : strcmp(a->precision, "bf16-mixed") == 0 ? OPS_BF16
+                                                                  : OPS_FP32;
+    const vit_ops *flash = ops_cuda(storage, err, sizeof err);
+    const vit_ops *unfused = flash ? ops_cuda(storage | OPS_UNFUSED_ATTENTION, err, sizeof err)
+                                   : NULL;
+    if (!flash || !unfused) {
+        fprintf(stderr, "gpu_bench: %s\n", err);
+        return VITJOB_EXIT_CONFIG;
+    }
+    const int N = (mc->image_size / mc->patch_size) * (mc->image_size / mc->patch_size);
+    const int Ts[2] = {N + 1, 577};
+    for (int i = 0; i < 2; i++) {
+        if (att_bench_one(flash, "flash", a->batch, Ts[i], mc->dim, mc->heads, a->steps,
+                          a->warmup, err, sizeof err) ||
+            att_bench_one(unfused, "unfused", a->batch, Ts[i], mc->dim, mc->heads, a->steps,
+                          a->warmup, err, sizeof err)) {
+            fprintf(stderr, "gpu_bench: %s\n", err);
+            return VITJOB_EXIT_FAILURE;
+        }
+    }
+    return 0;
 }
 
 /* The module docstring's rule: 3 x (forward matmuls + attention products). */
@@ -356,6 +465,7 @@ int main(int argc, char **argv)
         return VITJOB_EXIT_CONFIG;
     }
     const model_config *mc = &cfg.model;
+    if (a.attention) return attention_bench(&a, mc);
     optimizer_config oc = cfg.training.optimizer; /* AdamW, betas, eps, wd 0.05: the trainer's */
     oc.lr = 1e-4;                                 /* constant: the rate only has to stay sane */
     oc.warmup_steps = 0;

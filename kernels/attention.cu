@@ -266,8 +266,8 @@ static int att_check(const char *op, void *scratch, int B, int T, int D, int NH)
 
 // qkv (B,T,3D) -> out (B,T,D), lse (B,NH,T)
 template <typename X>
-void attention_forward_unfused_cuda(floatX *out_, float *lse, void *scratch, const floatX *qkv_, int B,
-                            int T, int D, int NH)
+void attention_forward_unfused_cuda(floatX *out_, float *lse, void *scratch, const floatX *qkv_,
+                                    int B, int T, int D, int NH)
 {
     CU_GUARD();
     if (!att_check("attention_forward", scratch, B, T, D, NH)) return;
@@ -307,8 +307,8 @@ void attention_forward_unfused_cuda(floatX *out_, float *lse, void *scratch, con
 // dout (B,T,D), qkv, out, lse -> dqkv (B,T,3D) overwritten
 template <typename X>
 void attention_backward_unfused_cuda(floatX *dqkv_, void *scratch, const floatX *dout_,
-                             const floatX *qkv_, const floatX *out_, const float *lse, int B,
-                             int T, int D, int NH)
+                                     const floatX *qkv_, const floatX *out_, const float *lse,
+                                     int B, int T, int D, int NH)
 {
     CU_GUARD();
     if (!att_check("attention_backward", scratch, B, T, D, NH)) return;
@@ -428,15 +428,18 @@ template void attention_backward_cuda<f16>(floatX *, void *, const floatX *, con
 template size_t attention_scratch_bytes_unfused_cuda<float>(int, int, int, int);
 template size_t attention_scratch_bytes_unfused_cuda<bf16>(int, int, int, int);
 template size_t attention_scratch_bytes_unfused_cuda<f16>(int, int, int, int);
-template void attention_forward_unfused_cuda<float>(floatX *, float *, void *, const floatX *, int, int,
-                                            int, int);
-template void attention_forward_unfused_cuda<bf16>(floatX *, float *, void *, const floatX *, int, int,
-                                           int, int);
-template void attention_forward_unfused_cuda<f16>(floatX *, float *, void *, const floatX *, int, int,
-                                          int, int);
-template void attention_backward_unfused_cuda<float>(floatX *, void *, const floatX *, const floatX *,
-                                             const floatX *, const float *, int, int, int, int);
-template void attention_backward_unfused_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
-                                            const floatX *, const float *, int, int, int, int);
-template void attention_backward_unfused_cuda<f16>(floatX *, void *, const floatX *, const floatX *,
-                                           const floatX *, const float *, int, int, int, int);
+template void attention_forward_unfused_cuda<float>(floatX *, float *, void *, const floatX *,
+                                                    int, int, int, int);
+template void attention_forward_unfused_cuda<bf16>(floatX *, float *, void *, const floatX *, int,
+                                                   int, int, int);
+template void attention_forward_unfused_cuda<f16>(floatX *, float *, void *, const floatX *, int,
+                                                  int, int, int);
+template void attention_backward_unfused_cuda<float>(floatX *, void *, const floatX *,
+                                                     const floatX *, const floatX *,
+                                                     const float *, int, int, int, int);
+template void attention_backward_unfused_cuda<bf16>(floatX *, void *, const floatX *,
+                                                    const floatX *, const floatX *,
+                                                    const float *, int, int, int, int);
+template void attention_backward_unfused_cuda<f16>(floatX *, void *, const floatX *,
+                                                   const floatX *, const floatX *, const float *,
+                                                   int, int, int, int);

@@ -123,7 +123,12 @@ typedef struct vit_ops {
      * the forward's P.V, the backward's dV and dS read that rounded P), and
      * dS is rounded to floatX before dQ and dK (the GPU's GEMMs take 16-bit
      * operands); the score scale is the dQ and dK products' factor, applied
-     * after that rounding.
+     * after that rounding. The CUDA flash kernels (bf16- and fp16-mixed,
+     * hd 32..128 a multiple of 8: kernels/flash_attention.cuh) keep this
+     * within floatX rounding, not bit for bit: the forward's online softmax
+     * rounds exp(s - m) with the running row max m for P.V and divides by
+     * the row sum at the end, and the backward forms dS from the fp32 P
+     * (P rounded to floatX only for dV).
      * scratch: attention_scratch_bytes(B,T,D,NH) bytes, the backend's own;
      * nothing in it outlives a call. */
     void (*attention_forward)(floatX *out, float *lse, void *scratch, const floatX *qkv, int B,

@@ -4,7 +4,9 @@
  * cuBLASLt handles, cuBLASLt's workspace), the sticky error, device memory
  * (alloc/release/upload/download, with a peak count for benchmarks), the
  * backend's scratch, and which CUDA function fills each slot of vit_ops, for
- * fp32 ("cuda"), bf16-mixed ("cuda-bf16") and fp16-mixed ("cuda-fp16").
+ * fp32 ("cuda"), bf16-mixed ("cuda-bf16") and fp16-mixed ("cuda-fp16"),
+ * and the same three with the unfused attention ("...-unfused", asked for
+ * with OPS_UNFUSED_ATTENTION: tests and benchmarks).
  * Built with the other .cu files into the plugin lib/libvitjob_cuda.so,
  * loaded by kernels/ops_cuda_loader.c.
  * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
@@ -190,7 +192,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
  * out of order fails to compile because every slot's type differs. */
 static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0, _);
 static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0, _);
-static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1, _); /* 16-bit floatX, half */
+/* cuda-fp16: 16-bit floatX, half */
+static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1, _);
 /* OPS_UNFUSED_ATTENTION: the same, with attention always on the unfused path */
 static const vit_ops cuda_fp32_unfused_ops = CUDA_TABLE("cuda-unfused", float, 0, 0, _unfused_);
 static const vit_ops cuda_bf16_unfused_ops =

@@ -5,7 +5,12 @@
 # Owns: unpacking .dev/ into /tmp/vj; then, each step under its own time
 # limit and all of them within BUDGET_S:
 #   info   the GPU, driver, nvcc, torch and timm versions; unresolved libraries
-#   tests  `make gpu-test`'s three programs (test_gpu_ops, _train, _dp)
+#   tests  `make gpu-test`'s three programs (test_gpu_ops, _train, _dp);
+#          test_gpu_ops includes the flash attention's checks (against the
+#          CPU twin and the unfused path, and the same bits on a rerun)
+#   attn   gpu_bench --attention: the attention op alone, flash against
+#          unfused, forward + backward TFLOP/s at vit_b16's shapes (b128,
+#          T 197 and 577)
 #   train  fmnist_small, bf16-mixed and fp16-mixed, 3 epochs of the packed
 #          subset, on cuda
 #   plan   bench/plan_gpu_bench.py: `vitjob-worker plan --device cuda`
@@ -14,7 +19,9 @@
 #   noloader  gpu_bench (the trainer's step on a batch already in memory,
 #          without the data loader) for the configs where the plan's img/s
 #          misses the training run's: which of the two bounds the step
-#   san    compute-sanitizer: memcheck and initcheck over test_gpu_ops, a
+#   san    compute-sanitizer: first memcheck over the flash attention's
+#          tests alone and racecheck over their bf16 half (a filter on
+#          test_gpu_ops); then memcheck and initcheck over test_gpu_ops, a
 #          20-step train run and gpu_bench (vit_ti16); racecheck over
 #          test_gpu_ops without cuBLAS's own kernels (nvjet_*, whose
 #          TMA/mbarrier pipelines racecheck cannot follow); synccheck
@@ -27,7 +34,7 @@
 # [".dev"]):  bash tools/device/run.sh BUDGET_S [step ...]   (default: all)
 BUDGET=${1:-420}
 shift || true
-STEPS=" ${*:-info tests train plan san bench} "
+STEPS=" ${*:-info tests attn train plan san bench} "
 T0=$SECONDS
 D=$PWD/.dev
 W=/tmp/vj
@@ -82,6 +89,10 @@ if on tests; then
     step gpu_train 80 $VJ "$W/tests/test_gpu_train" --verbose -j4
     step gpu_dp 80 $VJ "$W/tests/test_gpu_dp" --verbose
 fi
+if on attn; then
+    step attn_bench 60 "$W/bin/gpu_bench" --attention --model vit_b16 --batch 128 --steps 10 \
+        --warmup 3
+fi
 if on train; then
     step train_bf16 90 $VJ $TR --set training.epochs=3 --set training.logInterval=100
     step train_fp16 90 $VJ $TR --set training.epochs=3 --set training.logInterval=100 \
@@ -105,6 +116,10 @@ if on san; then
     TS=${TR/"$D/fmnist"/"$D/fmnist-s"}
     T20="$TS --set training.steps=20 --set training.optimizer.warmupSteps=5 --set training.logInterval=10"
     T5="$TS --set training.steps=5 --set training.optimizer.warmupSteps=2 --set training.logInterval=5"
+    step memcheck_flash 60 $VJ $SAN --tool memcheck "$W/tests/test_gpu_ops" \
+        --filter '*/flash_attention*' -j8
+    step racecheck_flash 90 $VJ $SAN --tool racecheck --kernel-name-exclude kns=nvjet \
+        "$W/tests/test_gpu_ops" --filter 'cuda_bf16/flash_attention*'
     step memcheck_gpu_ops 80 $VJ $SAN --tool memcheck "$W/tests/test_gpu_ops" -j8
     step initcheck_gpu_ops 70 $VJ $SAN --tool initcheck "$W/tests/test_gpu_ops" -j8
     step racecheck_gpu_ops 100 $VJ $SAN --tool racecheck --kernel-name-exclude kns=nvjet "$W/tests/test_gpu_ops" -j8
