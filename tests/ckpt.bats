@@ -83,6 +83,13 @@ flip() {
       echo "world $w, sharding $mode: steps 5-8 and the weights identical"
       same_from "$TMP/a-$w-$mode/metrics.jsonl" "$TMP/b-$w-$mode/metrics.jsonl" 4
       cmp "$TMP/a-$w-$mode.st" "$TMP/b-$w-$mode.st"
+      # the summary's rate is this run's images over this run's time: the
+      # resumed run trained 4 of the 8 steps, so half the first run's images
+      python3 -c 'import json, sys
+a, b = (json.loads(open(f).read().splitlines()[-1]) for f in sys.argv[1:])
+ia, ib = (s["images_per_sec"] * s["train_seconds"] for s in (a, b))
+print(f"images: first run {ia:.1f}, resumed run {ib:.1f}")
+sys.exit(abs(ib / ia - 0.5) > 0.02)' "$TMP/a-$w-$mode/rank-0.out" "$TMP/b-$w-$mode/rank-0.out"
     done
   done
 }

@@ -123,8 +123,9 @@ typedef struct {
     char threads_source[64];
     long steps_per_epoch, total;
     /* progress */
-    double t_train, last_loss;
+    double t_train, last_loss; /* t_train: this process's training time */
     long images_done;
+    long images_start; /* images_done when this process started training (a resume's) */
     long skipped; /* bad samples skipped by all ranks */
     lscale *lscale; /* fp16-mixed: the loss scaler (loss_scale.h), else NULL */
     const char *inject; /* test only: VITJOB_TEST_INJECT_OVERFLOW (loss_scale.h) */
@@ -573,7 +574,9 @@ static vj_err finish(run *r, char *err, size_t errlen)
                  ema ? "ema" : "raw");
     }
     log_memory_peak(r);
-    double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
+    /* this process's images over this process's time: a resume's earlier
+     * steps are in images_done, not in t_train */
+    double ips = r->t_train > 0 ? (double)(r->images_done - r->images_start) / r->t_train : 0.0;
     char raw_words[64] = ""; /* with an EMA: test_accuracy is the EMA's, and the weights' */
     if (ema) snprintf(raw_words, sizeof raw_words, " ema=1 raw_test_accuracy=%.4f", raw.accuracy);
     LOG_INFO("train",
@@ -842,7 +845,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     r.steps_done = r.start_step;
     r.ckpt_reported = r.start_step > 0 ? r.start_step - 1 : -1; /* the resumed one: reported once */
     r.rate_t = r.t_train;
-    r.rate_images = r.images_done;
+    r.rate_images = r.images_start = r.images_done;
     if (r.rank == 0) {
         r.rep = report_from_env(&(report_options){.interval_s = tc->report_interval_seconds,
                                                   .may_write = may_write, .may_write_ctx = opt->hb});
