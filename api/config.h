@@ -165,6 +165,13 @@ typedef struct {
     training_config training;
     checkpoint_config checkpoint;
     int world_size;       /* VITJOB_REPLICAS x VITJOB_LOCAL_RANKS; 1 locally */
+    /* The operator's keys of a ViTJob manifest's spec, as written (0 and "":
+     * not written): the worker ignores them; `vitjob-worker plan` plans the
+     * job they describe (replicas x gpusPerReplica ranks, gpuMemory each) */
+    struct {
+        int replicas, gpus_per_replica;
+        char gpu_memory[32];
+    } spec_scale;
 } vit_job_config;
 
 /* Fills `cfg` with the defaults (preset fmnist_tiny, Fashion-MNIST). */

@@ -213,6 +213,23 @@ static int check_duplicate(const config_ctx *c, const cJSON *obj, const cJSON *c
     return 0;
 }
 
+/* spec.replicas, spec.gpusPerReplica and spec.gpuMemory as written, for
+ * the planner (vit_job_config.spec_scale); the CRD checks them, the worker
+ * ignores them: a value of another shape is left out here, not refused. */
+static void keep_scale(vit_job_config *cfg, const char *key, const cJSON *v)
+{
+    int whole = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1 << 20 &&
+                v->valuedouble == (double)(int)v->valuedouble;
+    if (strcmp(key, "replicas") == 0 && whole)
+        cfg->spec_scale.replicas = (int)v->valuedouble;
+    else if (strcmp(key, "gpusPerReplica") == 0 && whole)
+        cfg->spec_scale.gpus_per_replica = (int)v->valuedouble;
+    else if (strcmp(key, "gpuMemory") == 0 && cJSON_IsString(v) &&
+             strlen(v->valuestring) < sizeof cfg->spec_scale.gpu_memory)
+        snprintf(cfg->spec_scale.gpu_memory, sizeof cfg->spec_scale.gpu_memory, "%s",
+                 v->valuestring);
+}
+
 static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *obj,
                          const char *prefix)
 {
@@ -269,6 +286,7 @@ static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *
         }
         if (spec_level && in_list(config_operator_keys, path)) {
             LOG_DEBUG("config", "ignored=%s reason=operator-only", LOGV(path));
+            keep_scale(cfg, path, ch);
             continue;
         }
         return fail_unknown(c, path, spec_level);

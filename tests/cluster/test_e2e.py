@@ -227,6 +227,10 @@ class EndToEnd(ClusterJobTest):
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
         self.assertEqual(st.get("restarts"), 1, st)
         self.assertEqual(st.get("disruptionRestarts"), 0, "a killed worker spends backoffLimit")
+        # the final evaluation's accuracy, beside the steps, as get vj -o wide shows it
+        pr = st.get("progress") or {}
+        self.assertEqual(pr.get("testStep"), STEPS, pr)
+        self.assertTrue(0 <= pr.get("testAccuracy", -1) <= 1, pr)
         log = c.pod_log(self.rank0_of_gen(name, 1))
         self.assertTrue([ln for ln in log.splitlines() if "event=resumed" in ln], log[-2000:])
 

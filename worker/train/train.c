@@ -137,6 +137,8 @@ typedef struct {
     long ckpt_generation; /* the checkpoints' writer generation (ckpt_resume's) */
     double rate, rate_t;
     long rate_images;
+    double test_accuracy; /* the newest evaluation's (the EMA's with one); NAN: none yet */
+    long test_step;       /* the step it was made at */
 } run;
 
 static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
@@ -210,6 +212,10 @@ static vj_err evaluate_and_report(run *r, long step, int ema, int keep_ema, eval
     if (rc == VJ_OK && !keep_ema) rc = dp_use_ema(r->dp, 0, err, errlen);
     if (rc || *stopped || r->rank != 0) return rc;
     const char *which = ema < 0 ? "" : ema ? " ema=1" : " ema=0";
+    if (ema != 0) { /* the model the summary's test_accuracy is of */
+        r->test_accuracy = ev->accuracy;
+        r->test_step = step;
+    }
     LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f%s", step,
              ev->accuracy, ev->loss, r->t_train, which /* pairs: " ema=0|1" or "" */);
     if (r->metrics)
@@ -630,7 +636,8 @@ static void hand_progress(run *r)
                      .loss = r->steps_done > r->start_step ? r->last_loss : NAN,
                      .images_per_second = rate,
                      .eta_seconds = rate > 0 ? (double)(r->total - r->steps_done) * G / rate : -1,
-                     .last_checkpoint_step = -1, .skipped_samples = r->skipped};
+                     .last_checkpoint_step = -1, .skipped_samples = r->skipped,
+                     .test_accuracy = r->test_accuracy, .test_step = r->test_step};
     long stored = ckpt_stored_step(r->cwriter);
     if (stored < 0 && r->start_step > 0) stored = r->start_step; /* resumed from it */
     if (stored >= 0) {
@@ -820,7 +827,8 @@ static vj_err resume(run *r, char *err, size_t errlen)
 vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
-    run r = {.cfg = cfg, .opt = opt, .rank = opt->rank, .world = opt->world > 1 ? opt->world : 1};
+    run r = {.cfg = cfg, .opt = opt, .rank = opt->rank, .world = opt->world > 1 ? opt->world : 1,
+             .test_accuracy = NAN, .test_step = -1};
     if (r.world > 1 && !opt->comm) {
         snprintf(err, errlen, "world size %d without a communicator", r.world);
         return VJ_ERR_UNSUPPORTED;
