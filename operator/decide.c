@@ -4,9 +4,12 @@
  * Must not: do I/O, read the clock, or write status.progress.
  *
  * Choices (documented in decide.h's rules and the CRD):
- * - status.restarts is the pods' generation. status.disruptionRestarts counts
- *   the gang restarts that did not spend backoffLimit (disruptions and
- *   resumes); restarts - disruptionRestarts is what backoffLimit limits.
+ * - The pods' generation is status.restarts + status.resumes: restarts counts
+ *   the gang restarts after a failure or a disruption (kubectl get vj's
+ *   RESTARTS), resumes the fresh generations that leaving Suspended started
+ *   (counted apart, as Kubeflow does). status.disruptionRestarts counts the
+ *   restarts that did not spend backoffLimit (disruptions); restarts -
+ *   disruptionRestarts is what backoffLimit limits.
  * - When a generation shows both a disruption and retryable failures, it is a
  *   disruption: peers of a lost pod fail because they lost it.
  * - Unsuspending starts generation + 1 (if pods ever ran), so that pods of the
@@ -320,9 +323,16 @@ static void clear_conds(ctx *c, cJSON *conds, const char *reason, const char *ms
 
 /* ----------------------------------------------------------------- decide */
 
+/* The pods' generation the status records: restarts + resumes. */
+static int status_generation(const cJSON *st)
+{
+    const cJSON *r = json_get(st, "restarts"), *u = json_get(st, "resumes");
+    return (cJSON_IsNumber(r) ? r->valueint : 0) + (cJSON_IsNumber(u) ? u->valueint : 0);
+}
+
 typedef struct {
     const char *phase;
-    int gen, disruptions;
+    int gen, disruptions, resumes; /* gen: the pods' generation (restarts + resumes) */
     long long start, completion; /* -1 = unset */
     cJSON *conds;                /* owned */
     int active, succeeded, failed;
@@ -521,7 +531,7 @@ static int resume(ctx *c, desired_status *ds, const char *cur_phase)
     set_cond(c, ds->conds, "Suspended", "False", "ViTJobResumed", msg, 1);
     if (ds->start >= 0) {
         ds->gen++;
-        ds->disruptions++;
+        ds->resumes++;
         ds->start = -1;
         restarting = 0;
     }
@@ -727,7 +737,7 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
     else
         snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
                  "node lost)", bad->name);
-    int spent = ds->gen - ds->disruptions;
+    int spent = ds->gen - ds->resumes - ds->disruptions;
     if (!disruption && spent >= js->backoff_limit) {
         snprintf(m2, sizeof m2, "%s; backoffLimit %d reached after %d restart(s)", msg,
                  js->backoff_limit, spent);
@@ -866,8 +876,10 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
     if (ds->phase)
         diff_field(c, st, cur, "phase", cJSON_CreateString(ds->phase));
     diff_field(c, st, cur, "conditions", cJSON_Duplicate(ds->conds, 1));
-    diff_field(c, st, cur, "restarts", cJSON_CreateNumber(ds->gen));
+    diff_field(c, st, cur, "restarts", cJSON_CreateNumber(ds->gen - ds->resumes));
     diff_field(c, st, cur, "disruptionRestarts", cJSON_CreateNumber(ds->disruptions));
+    if (ds->resumes > 0 || json_get(cur, "resumes"))
+        diff_field(c, st, cur, "resumes", cJSON_CreateNumber(ds->resumes));
     if (ds->set_replicas) {
         cJSON *r = cJSON_CreateObject();
         if (r && (!cJSON_AddNumberToObject(r, "active", ds->active) ||
@@ -1047,8 +1059,9 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
 
     const cJSON *st = json_get(job, "status");
     const char *cur_phase = json_str(st, "phase");
-    const cJSON *v = json_get(st, "restarts");
-    ds.gen = cJSON_IsNumber(v) ? v->valueint : 0;
+    ds.gen = status_generation(st);
+    const cJSON *v = json_get(st, "resumes");
+    ds.resumes = cJSON_IsNumber(v) ? v->valueint : 0;
     v = json_get(st, "disruptionRestarts");
     ds.disruptions = cJSON_IsNumber(v) ? v->valueint : 0;
     ds.start = status_time(st, "startTime");
@@ -1193,8 +1206,7 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods)
 {
     const cJSON *meta = json_get(job, "metadata"), *st = json_get(job, "status");
     const char *name = json_str(meta, "name");
-    const cJSON *v = json_get(st, "restarts");
-    int gen = cJSON_IsNumber(v) ? v->valueint : 0;
+    int gen = status_generation(st);
     int peer_lost = 0; /* a pod of generation gen failed peer_lost */
     const cJSON *pj;
     pod_info pi;
@@ -1209,6 +1221,6 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods)
         if (pi.gen == gen && pi.peer_lost)
             peer_lost = 1;
     }
-    v = json_get(json_get(st, "lostPeer"), "generation");
+    const cJSON *v = json_get(json_get(st, "lostPeer"), "generation");
     return peer_lost || (cJSON_IsNumber(v) && v->valueint == gen);
 }

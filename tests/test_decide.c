@@ -710,7 +710,7 @@ Test(decide, last_transition_time_kept_while_status_unchanged)
     world_free(&w);
 }
 
-Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_without_spending_backoff)
+Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_counted_as_a_resume_not_a_restart)
 {
     world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
     cJSON *spec = cJSON_GetObjectItem(w.job, "spec");
@@ -725,14 +725,26 @@ Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_without_spen
     cJSON_ReplaceItemInObject(spec, "suspend", cJSON_CreateFalse());
     p = step(&w, NOW + 60);
     cr_assert_str_eq(phase_of(&w), "Pending");
-    cr_assert_eq(restarts(&w), 1);
-    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert_eq(restarts(&w), 0, "kubectl get vj's RESTARTS counts no suspend");
+    cr_assert_eq(st_get(&w, "resumes")->valueint, 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 0);
     cr_assert_eq(n_pods_of_gen(&w, 1, 0), 2);
     cr_assert_str_eq(cond_field(&w, "Suspended", "status"), "False");
     cr_assert_str_eq(st_get(&w, "startTime")->valuestring, "2023-11-14T22:14:20Z",
                      "the deadline counts from the resume");
     cr_assert(has_event(p, "Resumed"));
     vj_plan_free(p);
+    /* suspended and resumed again once generation 1 ran: generation 2, read
+     * back from restarts + resumes */
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 70));
+    cJSON_ReplaceItemInObject(spec, "suspend", cJSON_CreateTrue());
+    vj_plan_free(step(&w, NOW + 80));
+    cJSON_ReplaceItemInObject(spec, "suspend", cJSON_CreateFalse());
+    vj_plan_free(step(&w, NOW + 90));
+    cr_assert_eq(restarts(&w), 0);
+    cr_assert_eq(st_get(&w, "resumes")->valueint, 2);
+    cr_assert_eq(n_pods_of_gen(&w, 2, 0), 2, "the resumes' generations, not the restarts'");
     world_free(&w);
 }
 
