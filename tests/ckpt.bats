@@ -237,6 +237,24 @@ steps_in() {
   [ "$status" -ne 0 ]
   [[ "$output" == *"step-000000005/manifest.json"* ]]
   [ ! -e "$TMP/five.st" ]
+  s3 && return 0
+  # a plain path, absolute or relative, as model.init takes one
+  "$WORKER" export --from "$TMP/ck/step-000000004" --out "$TMP/four-path.st"
+  cmp "$TMP/four.st" "$TMP/four-path.st"
+  local w; w=$(realpath "$WORKER")
+  (cd "$TMP" && "$w" export --from ck --out last-path.st && "$w" checkpoints --uri ck) |
+    grep -q '^8  *complete'
+  cmp "$TMP/run.st" "$TMP/last-path.st"
+  run "$WORKER" export --from "$TMP/nothing-here" --out "$TMP/none.st"
+  [ "$status" -eq 3 ]
+  [[ "$output" == *"file://$TMP/nothing-here: no complete checkpoint"* ]]
+  run "$WORKER" export --from "http://x/ck" --out "$TMP/none.st"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"--from http://x/ck: expected a path, file:///path or s3://bucket/prefix"* ]]
+  [[ "$output" != *checkpoint.uri* ]]
+  run "$WORKER" export --help
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"train [--config FILE]"* ]]
 }
 
 @test "a full disk under file:// is a clear retryable error and the previous checkpoint stays intact" {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "ckpt.h"
@@ -277,14 +278,49 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
 }
 
 
-/* --uri/--from, --out, --endpoint of the checkpoint commands. */
-static vj_err ckpt_args(int argc, char **argv, const char *from_flag, const char **uri,
-                        const char **out, const char **endpoint, char *err, size_t errlen)
+/* The checkpoints a --uri/--from names: s3://bucket/prefix, file:///dir, or
+ * a plain path (as model.init takes them), made file:// of its absolute
+ * form; out holds the URI. */
+static vj_err ckpt_location(const char *flag, const char *in, char *out, size_t len, char *err,
+                            size_t errlen)
 {
+    const char *scheme = strstr(in, "://");
+    if (scheme && strncmp(in, "s3://", 5) != 0 && strncmp(in, "file://", 7) != 0) {
+        snprintf(err, errlen, "%s %s: expected a path, file:///path or s3://bucket/prefix", flag,
+                 in);
+        return VJ_ERR_USAGE;
+    }
+    char cwd[4096] = "";
+    if (!scheme && in[0] != '/' && !getcwd(cwd, sizeof cwd)) {
+        snprintf(err, errlen, "%s %s: cannot resolve a relative path: %s", flag, in,
+                 strerror(errno));
+        return VJ_ERR_USAGE;
+    }
+    int n = scheme ? snprintf(out, len, "%s", in)
+                   : snprintf(out, len, "file://%s%s%s", cwd, cwd[0] ? "/" : "", in);
+    if (n < 0 || (size_t)n >= len) {
+        snprintf(err, errlen, "%s: the location is too long (%zu bytes)", flag, strlen(in));
+        return VJ_ERR_USAGE;
+    }
+    return VJ_OK;
+}
+
+/* --uri/--from (into uri, a URI: ckpt_location), --out, --endpoint of the
+ * checkpoint commands; -h/--help sets *help (the usage is printed). */
+static vj_err ckpt_args(int argc, char **argv, const char *from_flag, char *uri, size_t urilen,
+                        const char **out, const char **endpoint, int *help, char *err,
+                        size_t errlen)
+{
+    const char *from = NULL;
+    *help = 0;
     for (int i = 0; i < argc; i++) {
         int has = i + 1 < argc;
-        if (strcmp(argv[i], from_flag) == 0 && has)
-            *uri = argv[++i];
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            *help = 1;
+            return VJ_OK;
+        } else if (strcmp(argv[i], from_flag) == 0 && has)
+            from = argv[++i];
         else if (out && strcmp(argv[i], "--out") == 0 && has)
             *out = argv[++i];
         else if (strcmp(argv[i], "--endpoint") == 0 && has)
@@ -296,11 +332,11 @@ static vj_err ckpt_args(int argc, char **argv, const char *from_flag, const char
             return VJ_ERR_USAGE;
         }
     }
-    if (!*uri || (out && !*out)) {
+    if (!from || (out && !*out)) {
         snprintf(err, errlen, "%s URI%s is required", from_flag, out ? " and --out FILE" : "");
         return VJ_ERR_USAGE;
     }
-    return VJ_OK;
+    return ckpt_location(from_flag, from, uri, urilen, err, errlen);
 }
 
 static vj_err store_class(ckpt_status st)
@@ -311,9 +347,12 @@ static vj_err store_class(ckpt_status st)
 /* `vitjob-worker checkpoints --uri URI`: every step and its state. */
 static vj_err cmd_checkpoints(int argc, char **argv, char *err, size_t errlen)
 {
-    const char *uri = NULL, *endpoint = "";
-    vj_err rc = ckpt_args(argc, argv, "--uri", &uri, NULL, &endpoint, err, errlen);
-    if (rc) return rc;
+    char uri[4096];
+    const char *endpoint = "";
+    int help;
+    vj_err rc = ckpt_args(argc, argv, "--uri", uri, sizeof uri, NULL, &endpoint, &help, err,
+                          errlen);
+    if (rc || help) return rc;
     ckpt_store *s = NULL;
     ckpt_status st = ckpt_store_open(&s, uri, endpoint, err, errlen);
     if (st == CKPT_OK) st = ckpt_describe(s, stdout, err, errlen);
@@ -327,8 +366,9 @@ static vj_err cmd_checkpoints(int argc, char **argv, char *err, size_t errlen)
  * run's own export writes), the weights themselves with --raw or without. */
 static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
 {
-    const char *from = NULL, *out = NULL, *endpoint = "";
-    int raw = 0, k = 0;
+    char from[4096];
+    const char *out = NULL, *endpoint = "";
+    int raw = 0, k = 0, help;
     char **args = malloc(sizeof *args * (size_t)(argc + 1));
     if (!args) {
         snprintf(err, errlen, "out of memory");
@@ -338,9 +378,10 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
         if (strcmp(argv[i], "--raw") == 0) raw = 1;
         else args[k++] = argv[i];
     }
-    vj_err rc = ckpt_args(k, args, "--from", &from, &out, &endpoint, err, errlen);
+    vj_err rc = ckpt_args(k, args, "--from", from, sizeof from, &out, &endpoint, &help, err,
+                          errlen);
     free(args);
-    if (rc) return rc;
+    if (rc || help) return rc;
     char root[4096];
     long step = -1;
     snprintf(root, sizeof root, "%s", from);
@@ -357,6 +398,11 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
         st = step >= 0 ? ckpt_read_step(s, step, &man, err, errlen) : ckpt_find(s, &man, err, errlen);
     if (st) {
         ckpt_store_free(s);
+        if (st == CKPT_NOT_FOUND) { /* where it looked */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "%s: %s", from, why);
+        }
         return store_class(st);
     }
     /* the model the checkpoint was written for */
@@ -581,10 +627,11 @@ typedef struct {
 
 static const subcommand subcommands[] = {
     {{"train"}, cmd_train, NULL,
-     "train --config FILE [--set key=value ...] [--metrics FILE]\n"
+     "train [--config FILE] [--set key=value ...] [--metrics FILE]\n"
      "                           [--log-level debug|info|warn|error]"},
-    {{"checkpoints"}, cmd_checkpoints, NULL, "checkpoints --uri URI [--endpoint URL]"},
-    {{"export"}, cmd_export, NULL, "export --from URI[/step-N] --out FILE [--endpoint URL] [--raw]"},
+    {{"checkpoints"}, cmd_checkpoints, NULL, "checkpoints --uri URI|PATH [--endpoint URL]"},
+    {{"export"}, cmd_export, NULL,
+     "export --from URI|PATH[/step-N] --out FILE [--endpoint URL] [--raw]"},
     {{"shards"}, cmd_shards, NULL, "shards --from SRC --out PATTERN [...]   (shards --help)"},
     {{"plan"}, NULL, plan_cmd_main,
      "plan [--config FILE] [--set key=value ...] [--replicas N] [...]\n"
