@@ -307,9 +307,14 @@ image-test:
 # `kubectl get vj` until Succeeded, the test accuracy. Where the machine cannot
 # run the local cluster (it needs root for network namespaces, and kubectl),
 # it says why and runs `make train` instead.
+# Quiet unless V=1: the build's lines go to $(BUILD)/demo/build.log (its
+# last lines are shown when it fails), as scripts/deps.sh keeps apt-get's.
 demo: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator $(CUDA_PLUGIN)
 	@mkdir -p $(BUILD)/demo
+	@$(if $(V),,echo "demo: building vitjob-worker and vitjob-operator (log: $(BUILD)/demo/build.log)";) \
+	  $(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator \
+	    $(CUDA_PLUGIN) $(if $(V),,> $(BUILD)/demo/build.log 2>&1 || \
+	    { tail -n 30 $(BUILD)/demo/build.log; echo "demo: the build failed: $(BUILD)/demo/build.log"; exit 1; })
 	@/usr/bin/python3 -m tests.cluster.demo --build $(BUILD); rc=$$?; \
 	  if [ $$rc -eq 3 ]; then $(MAKE) --no-print-directory train; else exit $$rc; fi
 

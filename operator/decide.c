@@ -793,6 +793,8 @@ static void keep_running(ctx *c, desired_status *ds, const generation *g, const 
             event(c, "Normal", "Running", msg);
         if (cond_true(ds->conds, "Restarting"))
             set_cond(c, ds->conds, "Restarting", "False", "ViTJobRunning", msg, 1);
+    } else if (g->running > 0 && g->running + g->succeeded == R && str_eq(cur_phase, "Running")) {
+        ds->phase = "Running"; /* ranks ending one by one: running until all have succeeded */
     } else {
         ds->phase = restarting ? "Restarting" : "Pending";
     }

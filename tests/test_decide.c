@@ -710,6 +710,21 @@ Test(decide, last_transition_time_kept_while_status_unchanged)
     world_free(&w);
 }
 
+/* Rank 1 done before rank 0 (which evaluates and exports last): the job
+ * is still Running, not back to Pending, until every pod has succeeded. */
+Test(decide, a_rank_that_succeeded_before_the_others_keeps_the_job_running_until_all_have)
+{
+    world w = running_job(NULL);
+    set_phase(&w, "j-worker-1-r0", "Succeeded");
+    vj_plan_free(step(&w, NOW + 20));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_eq(cJSON_GetObjectItem(st_get(&w, "replicas"), "succeeded")->valueint, 1);
+    set_phase(&w, "j-worker-0-r0", "Succeeded");
+    vj_plan_free(step(&w, NOW + 30));
+    cr_assert_str_eq(phase_of(&w), "Succeeded");
+    world_free(&w);
+}
+
 Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_counted_as_a_resume_not_a_restart)
 {
     world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
