@@ -107,6 +107,16 @@ static void set_exit(world *w, const char *name, int code)
     cJSON_AddItemToObject(st, "containerStatuses", cJSON_Parse(buf));
 }
 
+/* set_exit, with the worker's termination message as the kubelet reports it. */
+static void set_exit_msg(world *w, const char *name, int code, const char *message)
+{
+    set_exit(w, name, code);
+    cJSON *st = cJSON_GetObjectItem(find_pod(w, name), "status");
+    cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(st, "containerStatuses"), 0), "state"), "terminated");
+    cJSON_AddStringToObject(t, "message", message);
+}
+
 static vj_plan *decide_at(world *w, long long now)
 {
     vj_plan *p = NULL;
@@ -470,6 +480,86 @@ Test(decide, exit_code_3_fails_at_once_with_InvalidData)
     vj_plan_free(step(&w, NOW + 20));
     cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "InvalidData");
     cr_assert_eq(restarts(&w), 0);
+    world_free(&w);
+}
+
+#define BADPATH_LINE "ts=2024-05-01T10:00:00.000Z level=error comp=worker exit_code=3 class=data " \
+    "retried=no msg=\"/data/fashion-mnst/train-images-idx3-ubyte: cannot open dataset file\""
+
+Test(decide, a_permanent_failure_says_the_workers_own_error_in_the_condition_and_the_event)
+{
+    world w = running_job(NULL);
+    set_exit_msg(&w, "j-worker-1-r0", 3, BADPATH_LINE);
+    vj_plan *p = step(&w, NOW + 20);
+    const char *want = "pod j-worker-1-r0 exited with code 3 (bad or missing data), permanent, not "
+                       "retried: /data/fashion-mnst/train-images-idx3-ubyte: cannot open dataset file";
+    cr_assert_str_eq(cond_field(&w, "Failed", "message"), want);
+    cr_assert_eq(p->n_events, 1);
+    cr_assert_str_eq(p->events[0].type, "Warning");
+    cr_assert_str_eq(p->events[0].message, want);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_retryable_failure_says_the_workers_own_error_from_its_log_tail)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    set_exit_msg(&w, "j-worker-0-r0", 1,
+                 "ts=a level=info comp=train step=3/100\n"
+                 "ts=b level=error comp=worker exit_code=1 class=io retried=yes msg=\"s3: connection reset\"");
+    vj_plan_free(step(&w, NOW + 20));
+    const char *m = cond_field(&w, "Failed", "message");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "BackoffLimitExceeded");
+    cr_assert(strstr(m, "pod j-worker-0-r0 failed with exit code 1: s3: connection reset;") == m, "%s", m);
+    world_free(&w);
+}
+
+Test(decide, cleanpodpolicy_none_keeps_every_pod_of_a_failed_job_the_running_ones_too)
+{
+    /* rank 1 fails for good while rank 0 still runs: both stay */
+    world w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"None\"}");
+    set_exit_msg(&w, "j-worker-1-r0", 3, BADPATH_LINE);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_eq(p->n_deletes, 0, "deleted %s", p->n_deletes ? p->deletes[0].name : "");
+    vj_plan_free(p);
+    /* rank 0 ends later: still kept */
+    set_exit_msg(&w, "j-worker-0-r0", 3, BADPATH_LINE);
+    p = step(&w, NOW + 30);
+    cr_assert_eq(p->n_deletes, 0);
+    vj_plan_free(p);
+    world_free(&w);
+
+    /* backoffLimit spent while a rank runs: kept too */
+    w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"None\",\"backoffLimit\":0}");
+    set_exit(&w, "j-worker-1-r0", 1);
+    p = step(&w, NOW + 20);
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "BackoffLimitExceeded");
+    cr_assert_eq(p->n_deletes, 0, "deleted %s", p->n_deletes ? p->deletes[0].name : "");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, cleanpodpolicy_none_keeps_the_failed_pods_of_earlier_generations_across_a_gang_restart)
+{
+    world w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"None\"}");
+    set_exit(&w, "j-worker-1-r0", 1);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert(deletes(p, "j-worker-0-r0", 0), "the running rank must stop before generation 1");
+    cr_assert(!deletes(p, "j-worker-1-r0", 0), "the failed pod and its log stay");
+    vj_plan_free(p);
+    /* generation 1 runs, then succeeds: generation 0's failed pod is still kept */
+    set_phase(&w, "j-worker-0-r1", "Running");
+    set_phase(&w, "j-worker-1-r1", "Running");
+    vj_plan_free(step(&w, NOW + 30));
+    set_all_phase(&w, "Succeeded");
+    set_phase(&w, "j-worker-1-r0", "Failed");
+    p = step(&w, NOW + 40);
+    cr_assert_str_eq(phase_of(&w), "Succeeded");
+    cr_assert(!deletes(p, "j-worker-1-r0", 0));
+    cr_assert_not_null(find_pod(&w, "j-worker-1-r0"));
+    vj_plan_free(p);
     world_free(&w);
 }
 

@@ -34,6 +34,7 @@
 #include "plan_cmd.h"
 #include "shardwriter.h"
 #include "stdfds.h"
+#include "termmsg.h"
 #include "train.h"
 #include "version.h"
 
@@ -676,7 +677,7 @@ static int exit_with(vj_err e, const char *err)
 {
     if (e == VJ_OK && agent_code >= 0) { /* the local agent's verdict */
         if (agent_code != 0)
-            LOG_ERROR("agent", "exit_code=%d class=%s retried=%s msg=%s", agent_code,
+            log_final("agent", "exit_code=%d class=%s retried=%s msg=%s", agent_code,
                       LOGV(agent_code >= 128 ? "stopped"
                            : vj_exit_permanent(agent_code) ? "local_rank" : "peer_lost"),
                       vj_exit_permanent(agent_code) ? "no" : "yes", LOGV(err));
@@ -685,7 +686,7 @@ static int exit_with(vj_err e, const char *err)
     int code = vj_exit_code(e, stop_requested);
     if (e != VJ_OK) {
         const vj_err_row *row = vj_err_info(e);
-        LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
+        log_final("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
                   LOGV(row ? row->name : "unknown"), vj_exit_permanent(code) ? "no" : "yes",
                   LOGV(err));
     }
@@ -701,6 +702,7 @@ int main(int argc, char **argv)
         return vj_exit_code(VJ_ERR_USAGE, 0);
     }
     main_argv = argv;
+    termmsg_init(getenv(VJ_ENV_TERMINATION_LOG)); /* where the last line also goes */
     char err[1024] = "";
     const subcommand *c = find_subcommand(argv[1]);
     if (!c) {
