@@ -69,14 +69,6 @@ static void key_quote(char *out, size_t n, const char *key)
 /* ------------------------------------------------------------------------ */
 /* Table lookups and suggestions                                             */
 
-static const config_key *find_key(const char *path)
-{
-    for (size_t i = 0; i < config_n_keys; i++)
-        if (strcmp(config_keys[i].path, path) == 0)
-            return &config_keys[i];
-    return NULL;
-}
-
 /* "model", "training.optimizer", ...: a proper prefix of some key's path. */
 static int is_section(const char *path)
 {
@@ -241,7 +233,7 @@ static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *
     for (const cJSON *ch = obj->child; ch; ch = ch->next) {
         if (join_path(path, sizeof path, prefix, ch->string) != 0)
             continue;
-        const config_key *k = find_key(path);
+        const config_key *k = config_find_key(path);
         if (k && k->type == KT_PRESET) {
             int rc = config_apply_value(c, cfg, k, ch);
             if (rc)
@@ -262,7 +254,7 @@ static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *
         int rc = check_duplicate(c, obj, ch, path);
         if (rc)
             return rc;
-        const config_key *k = find_key(path);
+        const config_key *k = config_find_key(path);
         if (k) {
             if (k->type == KT_PRESET)
                 continue;
@@ -547,7 +539,7 @@ int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t er
         return config_fail(&c, "out of memory");
 
     int rc;
-    const config_key *k = find_key(key);
+    const config_key *k = config_find_key(key);
     if (k == NULL) {
         if (is_section(key))
             rc = config_fail(&c, "%s is a section; set one of its keys, e.g. %s.<key>=value", key, key);

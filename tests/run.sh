@@ -203,6 +203,7 @@ waiting_lane() {
   unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
   unittest_suite cluster/test_apply tests/cluster/test_apply.py
   unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity.py
+  unittest_suite cluster/test_defaults tests/cluster/test_defaults.py
   unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"
   unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"
   unittest_suite cluster/test_admission tests/cluster/test_admission.py BUILD="$BUILD"

@@ -228,7 +228,7 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     placement pl = {0};
     if ((rc = env_placement(&pl, err, errlen)) != 0) return rc;
     cfg.world_size = pl.world;
-    if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
+    if ((rc = config_finish(&cfg, err, errlen)) != 0) return rc;
 
     if ((rc = check_supported(&cfg, &pl, err, errlen)) != 0) return rc;
     if (pl.agent) { /* the config is good: start the pod's local ranks */

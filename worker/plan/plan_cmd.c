@@ -204,7 +204,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     if ((rc = manifest_scale(&cfg, &t, scale_set, &device_set, err, errlen)) != VJ_OK) return rc;
     if (!device_set) t.gpu = cfg.training.device == DEVICE_CUDA;
     cfg.world_size = t.replicas * t.local_ranks;
-    if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
+    if ((rc = config_finish(&cfg, err, errlen)) != 0) return rc;
     int copies = 1, probe_ranks = 0, sched_probed = 0;
     double gap_s = 0;
     if (measure && !t.gpu) {

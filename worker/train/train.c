@@ -122,6 +122,7 @@ typedef struct {
     int stop_agreed;             /* many ranks: a stop was asked; every rank ends after this step */
     char threads_source[64];
     long steps_per_epoch, total;
+    optimizer_config oc; /* training.optimizer, its warmup that of `total` steps */
     /* progress */
     double t_train, last_loss; /* t_train: this process's training time */
     long images_done;
@@ -243,9 +244,11 @@ static vj_err load_data(run *r, char *err, size_t errlen)
         return VJ_ERR_CONFIG;
     }
     r->total = tc->steps > 0 ? tc->steps : feed_total_steps(r->feed, tc->epochs);
-    if (tc->optimizer.warmup_steps > r->total) {
+    r->oc = tc->optimizer;
+    r->oc.warmup_steps = config_warmup_steps(cfg, r->total); /* unset: follows the run's */
+    if (r->oc.warmup_steps > r->total) {
         snprintf(err, errlen, "training.optimizer.warmupSteps=%d exceeds the %ld steps of "
-                 "training.epochs=%d", tc->optimizer.warmup_steps, r->total, tc->epochs);
+                 "training.epochs=%d", r->oc.warmup_steps, r->total, tc->epochs);
         return VJ_ERR_CONFIG;
     }
     return 0;
@@ -349,7 +352,7 @@ static vj_err build(run *r, char *err, size_t errlen)
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
                            .stop = r->world == 1 ? r->opt->stop_flag : NULL,
                            .drop_path = tc->drop_path > 0};
-    dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &tc->optimizer,
+    dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &r->oc,
                       .total_steps = r->total, .mode = tc->sharding, .ema = &tc->ema};
     if ((rc = dp_new(&r->dp, &dpo, &mopts, err, errlen)) != VJ_OK ||
         (rc = check_memory(r, err, errlen)) != VJ_OK ||
