@@ -3,7 +3,7 @@
 # two-node cluster (tests/cluster/localcluster.py: the test API server, the
 # controller-manager stand-in, two local kubelets, moto's S3 where moto is
 # installed), `kubectl apply -f manifests/` (the operator runs from its
-# Deployment, in-cluster), `kubectl apply -f manifests/examples/fashion-mnist.yaml`
+# Deployment, in-cluster), `kubectl apply -f manifests/examples/cpu/fashion-mnist.yaml`
 # (2 CPU replicas training on Fashion-MNIST as JPEG webdataset shards that
 # `vitjob-worker shards` writes first; shards and s3:// checkpoints on moto's
 # S3 where moto is installed, else local files), `kubectl get vj` rows as they change until the job ends, the test
@@ -103,7 +103,7 @@ def main():
                 raise RuntimeError("the operator's pod is not Ready; see %s" % work)
             time.sleep(0.5)
         print(c.kubectl("get", "pods", "-n", "vitjob-system", "-o", "wide").stdout, end="")
-        with open(os.path.join(ROOT, "manifests", "examples", "fashion-mnist.yaml")) as f:
+        with open(os.path.join(ROOT, "manifests", "examples", "cpu", "fashion-mnist.yaml")) as f:
             text = f.read()
         if s3:
             e = c.s3
@@ -124,7 +124,7 @@ def main():
             os.chmod(m.group(1), 0o1777)
             say("moto not installed: checkpoints to %s" % uri)
         text = write_shards(c, build, s3, text)
-        say("kubectl apply -f manifests/examples/fashion-mnist.yaml (data: the JPEG shards)")
+        say("kubectl apply -f manifests/examples/cpu/fashion-mnist.yaml (data: the JPEG shards)")
         print(c.kubectl("apply", "-f", "-", input=text).stdout, end="")
         say("kubectl get vj %s -w" % job)
         last, header = None, True
