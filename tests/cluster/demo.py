@@ -92,16 +92,7 @@ def main():
         c.start()
         print(c.kubectl("get", "nodes", "-o", "wide").stdout, end="")
         say("kubectl apply -f manifests/")
-        print(c.kubectl("apply", "-f", os.path.join(ROOT, "manifests")).stdout, end="")
-        deadline = time.monotonic() + 90
-        while True:
-            pods = c.get_json("pods", "-n", "vitjob-system").get("items", [])
-            if any(any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get(
-                    "conditions", [])) for p in pods):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the operator's pod is not Ready; see %s" % work)
-            time.sleep(0.5)
+        print(c.install_operator(), end="")
         print(c.kubectl("get", "pods", "-n", "vitjob-system", "-o", "wide").stdout, end="")
         with open(os.path.join(ROOT, "manifests", "examples", "cpu", "fashion-mnist.yaml")) as f:
             text = f.read()
