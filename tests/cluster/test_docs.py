@@ -216,4 +216,4 @@ class DocsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    testlimit.main(600)
+    testlimit.main(300)
