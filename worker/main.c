@@ -474,13 +474,22 @@ static void shards_usage(FILE *to)
             "  else an image folder, root/<class>/<file> (ImageFolder): class index = the\n"
             "    folder's place in bytewise order; .jpg .jpeg .png files copied as they\n"
             "    are, other files skipped; key <class>/<file without extension>.\n"
-            "PATTERN: a path, file:// path or s3://bucket/key with one %%d or %%0Nd, e.g.\n"
-            "  s3://b/fmnist/train-%%06d.tar (credentials from AWS_*; --endpoint for a\n"
-            "  non-AWS store). The samples are shuffled once (--shuffle-seed, default 0)\n"
-            "  and dealt into shards of --samples-per-shard (default 10000) samples or at\n"
-            "  most --shard-bytes (1000000, 64M, 1G, 512Ki, 64Mi) bytes each.\n"
-            "Prints one line per shard, the totals, the data.uri that names every shard\n"
-            "and model.numClasses (and, for an image folder, the class names).\n");
+            "  --format, --quality and --split are for IDX files only: an image folder\n"
+            "  refuses them (its files are copied as they are).\n"
+            "PATTERN: a path, file:// path or s3://bucket/key (credentials from AWS_*;\n"
+            "  --endpoint for a non-AWS store), naming the shards in one of two ways:\n"
+            "  with %%d or %%0Nd, e.g. s3://b/fmnist/train-%%06d.tar: shards 0, 1, ... of\n"
+            "    --samples-per-shard (default 10000) samples or at most --shard-bytes\n"
+            "    (1000000, 64M, 1G, 512Ki, 64Mi) bytes each, as many as that takes;\n"
+            "  with data.uri's brace pattern, e.g. 'train-{000000..000003}.tar' (quote\n"
+            "    it): exactly the shards it names, the samples dealt evenly over them\n"
+            "    (their counts differ by one at most), so pick a multiple of the world\n"
+            "    size; no --samples-per-shard or --shard-bytes beside it, and at most\n"
+            "    as many shards as samples.\n"
+            "The samples are shuffled once (--shuffle-seed, default 0) before they are\n"
+            "dealt. Prints one line per shard, the totals, then the spec's lines:\n"
+            "data.format: webdataset, data.uri (absolute: the brace pattern that names\n"
+            "every shard) and model.numClasses (and, for an image folder, the class names).\n");
 }
 
 /* a whole number in [lo, hi], in full */

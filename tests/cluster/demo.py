@@ -3,7 +3,7 @@
 # two-node cluster (tests/cluster/localcluster.py: the test API server, the
 # controller-manager stand-in, two local kubelets, moto's S3 where moto is
 # installed), `kubectl apply -f manifests/` (the operator runs from its
-# Deployment, in-cluster), `kubectl apply -f manifests/examples/fashion-mnist.yaml`
+# Deployment, in-cluster), `kubectl apply -f manifests/examples/cpu/fashion-mnist.yaml`
 # (2 CPU replicas training on Fashion-MNIST as JPEG webdataset shards that
 # `vitjob-worker shards` writes first; shards and s3:// checkpoints on moto's
 # S3 where moto is installed, else local files), `kubectl get vj` rows (a
@@ -103,18 +103,10 @@ def main():
         c.start()
         print(c.kubectl("get", "nodes", "-o", "wide").stdout, end="")
         say("kubectl apply -f manifests/")
-        print(c.kubectl("apply", "-f", os.path.join(ROOT, "manifests")).stdout, end="")
-        deadline = time.monotonic() + 90
-        while True:
-            pods = c.get_json("pods", "-n", "vitjob-system").get("items", [])
-            if any(any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get(
-                    "conditions", [])) for p in pods):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the operator's pod is not Ready; see %s" % work)
-            time.sleep(0.5)
-        say("the operator is Ready (%d pods, one leads)" % len(pods))
-        with open(os.path.join(ROOT, "manifests", "examples", "fashion-mnist.yaml")) as f:
+        print(c.install_operator(), end="")
+        n_op = len(c.get_json("pods", "-n", "vitjob-system").get("items", []))
+        say("the operator is Ready (%d pods, one leads)" % n_op)
+        with open(os.path.join(ROOT, "manifests", "examples", "cpu", "fashion-mnist.yaml")) as f:
             text = f.read()
         if s3:
             e = c.s3
@@ -135,7 +127,7 @@ def main():
             os.chmod(m.group(1), 0o1777)
             say("moto not installed: checkpoints to %s" % uri)
         text = write_shards(c, build, s3, text)
-        say("kubectl apply -f manifests/examples/fashion-mnist.yaml (data: the JPEG shards)")
+        say("kubectl apply -f manifests/examples/cpu/fashion-mnist.yaml (data: the JPEG shards)")
         print(c.kubectl("apply", "-f", "-", input=text).stdout, end="")
         say("kubectl get vj %s -w (a row per phase, and per tenth of the steps)" % job)
         last, header = None, True

@@ -284,7 +284,7 @@ class ProjectManifestsTest(unittest.TestCase):
         r = cls.run_kubectl(["apply", "-f", MANIFESTS])
         assert r.returncode == 0, r.stdout + r.stderr
         cls.applied = r.stdout
-        r = cls.run_kubectl(["apply", "-f", os.path.join(MANIFESTS, "examples")])
+        r = cls.run_kubectl(["apply", "-R", "-f", os.path.join(MANIFESTS, "examples")])
         assert r.returncode == 0, r.stdout + r.stderr
         cls.applied_examples = r.stdout
 
