@@ -4,6 +4,8 @@
 #   make            binaries in build/bin, tests in build/tests
 #   make test       the whole test suite (normal build, then ASan + UBSan)
 #   make demo       a local two-node cluster trains a ViTJob on Fashion-MNIST
+#   make cluster    the same local cluster with the operator, kept up: prints the
+#                   `export KUBECONFIG=...` line; `make cluster-down` stops it
 #   make train      the same small ViT in one process on the CPU
 #   make bench      the CPU engine against PyTorch, the operator against the
 #                   test API server, the data pipeline against torchvision's
@@ -143,7 +145,7 @@ $(BUILD)/bin/logfmt_decode: tests/logfmt_decode/main.go
 	$(Q)GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(abspath $(BUILD))/.gocache \
 		$(GO) build -o $@ ./tests/logfmt_decode
 
-.PHONY: all test demo train bench bench-gpu gpu-test asan clean deps image-test schema
+.PHONY: all test demo cluster cluster-down train bench bench-gpu gpu-test asan clean deps image-test schema
 .SECONDARY:
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 all: $(BINS) $(TEST_BINS) $(CUDA_PLUGIN) $(HELMRENDER) $(LOGFMT_DECODE)
@@ -307,11 +309,28 @@ image-test:
 # `kubectl get vj` until Succeeded, the test accuracy. Where the machine cannot
 # run the local cluster (it needs root for network namespaces, and kubectl),
 # it says why and runs `make train` instead.
+# Quiet unless V=1: the build's lines go to $(BUILD)/demo/build.log (its
+# last lines are shown when it fails), as scripts/deps.sh keeps apt-get's.
 demo: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator $(CUDA_PLUGIN)
 	@mkdir -p $(BUILD)/demo
+	@$(if $(V),,echo "demo: building vitjob-worker and vitjob-operator (log: $(BUILD)/demo/build.log)";) \
+	  $(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator \
+	    $(CUDA_PLUGIN) $(if $(V),,> $(BUILD)/demo/build.log 2>&1 || \
+	    { tail -n 30 $(BUILD)/demo/build.log; echo "demo: the build failed: $(BUILD)/demo/build.log"; exit 1; })
 	@/usr/bin/python3 -m tests.cluster.demo --build $(BUILD); rc=$$?; \
 	  if [ $$rc -eq 3 ]; then $(MAKE) --no-print-directory train; else exit $$rc; fi
+
+# The local two-node cluster of the demo with the operator, kept up for you
+# (tests/cluster/up.py): returns with the nodes Ready and prints the line to
+# export KUBECONFIG; `make cluster-down` stops it. One local cluster at a
+# time: `make demo` and the cluster suites of `make test` take its pod
+# network over.
+cluster: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vitjob-operator $(CUDA_PLUGIN)
+	@/usr/bin/python3 -m tests.cluster.up start --build $(BUILD)
+
+cluster-down:
+	@/usr/bin/python3 -m tests.cluster.up stop --build $(BUILD)
 
 # The embedded default config in one process: a small ViT on Fashion-MNIST.
 train: deps

@@ -242,6 +242,9 @@ int config_apply_value(const config_ctx *c, vit_job_config *cfg, const config_ke
     char *field = (char *)cfg + k->off;
     char got[256];
     config_value_words(got, sizeof got, v);
+    const size_t row = (size_t)(k - config_keys);
+    if (row < config_n_keys) /* a row of the table, not a copy: the key was given */
+        cfg->given[row / 8] |= (unsigned char)(1u << (row % 8));
 
     switch (k->type) {
     case KT_INT:
@@ -487,7 +490,7 @@ int config_preset(model_config *m, const char *name)
  * field keeps what it holds: the preset's value, or zero). */
 static void set_default(vit_job_config *cfg, const config_key *k)
 {
-    if (k->dflt.from != DEF_KEY)
+    if (k->dflt.from != DEF_KEY && k->dflt.from != DEF_FOLLOWS)
         return;
     char *field = (char *)cfg + k->off;
     const key_default *d = &k->dflt;
@@ -743,6 +746,10 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
 
     if (cfg->world_size < 1)
         return config_fail(&c, "world size %d is invalid; it must be >= 1", cfg->world_size);
+    if (t->global_batch_size % cfg->world_size != 0) /* no micro-batch size fits */
+        return config_fail(&c, "training.globalBatchSize=%d is not divisible by the world size %d "
+                               "(replicas x gpusPerReplica): every rank takes the same share",
+                           t->global_batch_size, cfg->world_size);
     long long per_step = (long long)t->micro_batch_size * cfg->world_size;
     if (t->global_batch_size % per_step != 0)
         return config_fail(&c, "training.globalBatchSize=%d is not divisible by training.microBatchSize=%d "
@@ -767,6 +774,95 @@ int config_validate(const vit_job_config *cfg, char *err, size_t errlen)
         return config_fail(&c, "checkpoint.uri=%s must start with s3:// or file://", q);
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Defaults that follow other keys                                           */
+
+const config_key *config_find_key(const char *path)
+{
+    for (size_t i = 0; path && i < config_n_keys; i++)
+        if (strcmp(config_keys[i].path, path) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+int config_given(const vit_job_config *cfg, const char *path)
+{
+    const config_key *k = config_find_key(path);
+    if (!cfg || !k)
+        return 0;
+    const size_t row = (size_t)(k - config_keys);
+    return (cfg->given[row / 8] >> (row % 8)) & 1;
+}
+
+/* The row's own default: what a DEF_FOLLOWS key starts from. */
+static double base_of(const char *path)
+{
+    const config_key *k = config_find_key(path);
+    return k ? k->dflt.num : 0;
+}
+
+int config_warmup_steps(const vit_job_config *cfg, long total_steps)
+{
+    const char *path = "training.optimizer.warmupSteps";
+    if (config_given(cfg, path))
+        return cfg->training.optimizer.warmup_steps;
+    const double base = base_of(path);
+    return total_steps >= 0 && (double)total_steps < base ? (int)total_steps : (int)base;
+}
+
+/* The largest divisor of n up to cap (an even one first when `even`); 0 for n < 1. */
+static int divisor_up_to(long long n, int cap, int even)
+{
+    for (int pass = even ? 0 : 1; pass < 2; pass++)
+        for (int d = cap; d >= 1; d--)
+            if (n % d == 0 && (pass == 1 || d % 2 == 0))
+                return d;
+    return 0;
+}
+
+/* The batch sizes: the one left unset follows the one given and the world size. */
+static void follow_batches(vit_job_config *cfg)
+{
+    training_config *t = &cfg->training;
+    const int world = cfg->world_size > 0 ? cfg->world_size : 1;
+    const int micro_given = config_given(cfg, "training.microBatchSize");
+    const int global_given = config_given(cfg, "training.globalBatchSize");
+    if (!micro_given) {
+        const int base = (int)base_of("training.microBatchSize");
+        const data_config *d = &cfg->data;
+        const int mixing = d->mixup > 0 || d->cutmix > 0 || d->cutmix_minmax_n > 0;
+        int m = global_given && t->global_batch_size % world == 0
+                    ? divisor_up_to(t->global_batch_size / world, base, mixing)
+                    : 0;
+        t->micro_batch_size = m > 0 ? m : base;
+    }
+    if (!global_given) {
+        const long long per = (long long)t->micro_batch_size * world;
+        const long long base = (long long)base_of("training.globalBatchSize");
+        long long g = per > 0 ? (base + per - 1) / per * per : base;
+        t->global_batch_size = g <= 16777216 ? (int)g : (int)base; /* beyond: refused as given */
+    }
+}
+
+int config_finish(vit_job_config *cfg, char *err, size_t errlen)
+{
+    if (cfg == NULL)
+        return config_validate(cfg, err, errlen);
+    optimizer_config *o = &cfg->training.optimizer;
+    if (cfg->training.steps > 0)
+        o->warmup_steps = config_warmup_steps(cfg, cfg->training.steps);
+    else if (!config_given(cfg, "training.optimizer.warmupSteps"))
+        o->warmup_steps = (int)base_of("training.optimizer.warmupSteps"); /* the run's: train.c */
+    if (!config_given(cfg, "training.optimizer.lr")) {
+        const double base = base_of("training.optimizer.lr");
+        o->lr = o->min_lr > base ? o->min_lr : base;
+    }
+    follow_batches(cfg);
+    if (!config_given(cfg, "data.augment"))
+        cfg->data.augment = cfg->data.format != DATA_FASHION_MNIST;
+    return config_validate(cfg, err, errlen);
 }
 
 char *config_to_json(const vit_job_config *cfg)
@@ -862,7 +958,7 @@ cJSON *config_describe(void)
                  cJSON_AddNumberToObject(row, "maxLength",
                                          (double)(k->size / (size_t)k->items - 1));
         static const char *const from[] = {[DEF_KEY] = "key", [DEF_PRESET] = "preset",
-                                           [DEF_UNSET] = "unset"};
+                                           [DEF_UNSET] = "unset", [DEF_FOLLOWS] = "follows"};
         ok = ok && cJSON_AddStringToObject(row, "defaultFrom", from[k->dflt.from]) &&
              cJSON_AddStringToObject(row, "description", k->help ? k->help : "") &&
              cJSON_AddStringToObject(row, "readme", k->readme ? k->readme : "");

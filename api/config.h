@@ -159,12 +159,26 @@ typedef struct {
     char credentials_secret[256];
 } checkpoint_config;
 
+/* vit_job_config.given: a bit per key of the table */
+#define CONFIG_GIVEN_BYTES 32
+
 typedef struct {
     model_config model;
     data_config data;
     training_config training;
     checkpoint_config checkpoint;
     int world_size;       /* VITJOB_REPLICAS x VITJOB_LOCAL_RANKS; 1 locally */
+    /* The operator's keys of a ViTJob manifest's spec, as written (0 and "":
+     * not written): the worker ignores them; `vitjob-worker plan` plans the
+     * job they describe (replicas x gpusPerReplica ranks, gpuMemory each) */
+    struct {
+        int replicas, gpus_per_replica;
+        char gpu_memory[32];
+    } spec_scale;
+    /* the keys a document or a --set wrote (a bit per row of the table, in
+     * table order): config_finish adapts the defaults of the others that
+     * follow another key (training.optimizer.warmupSteps, ...) */
+    unsigned char given[CONFIG_GIVEN_BYTES];
 } vit_job_config;
 
 /* Fills `cfg` with the defaults (preset fmnist_tiny, Fashion-MNIST). */
@@ -191,6 +205,31 @@ int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t er
  * max; data.mixupMode batch, data.cutmixMinMax leaving a box size and an
  * even micro-batch with mixing on, ...). Call after all loads and sets. Returns 0 or VJ_ERR_CONFIG. */
 int config_validate(const vit_job_config *cfg, char *err, size_t errlen);
+
+/* Adapts the defaults that follow other keys, where the spec left them
+ * unset (config_given), then validates (config_validate). Call once all
+ * loads and sets are done and world_size is set; the worker and the
+ * operator do, so that a default never refuses what the user wrote:
+ *   training.optimizer.warmupSteps  min(50, training.steps) (steps 0: the
+ *                                   run's steps, config_warmup_steps)
+ *   training.optimizer.lr           max(0.003, minLr)
+ *   training.microBatchSize         64, or the largest divisor of
+ *                                   globalBatchSize / world size up to 64
+ *                                   when that is given (even with mixing on)
+ *   training.globalBatchSize        128 rounded up to a multiple of
+ *                                   microBatchSize x world size
+ *   data.augment                    on for webdataset and imagefolder
+ *                                   (timm's training transform), off for
+ *                                   fashion-mnist
+ * A value the spec gave is kept as given and checked. Returns 0 or VJ_ERR_CONFIG. */
+int config_finish(vit_job_config *cfg, char *err, size_t errlen);
+
+/* 1 when a document or a --set gave the key `path` (a dotted path of the table). */
+int config_given(const vit_job_config *cfg, const char *path);
+
+/* The warmup steps of a run of total_steps steps: training.optimizer.warmupSteps
+ * as given, else min(its default, total_steps). */
+int config_warmup_steps(const vit_job_config *cfg, long total_steps);
 
 /* Writes the preset's model dims into m (keeping m->init and m->init_head). Returns 0, or -1
  * if the name is unknown. Presets: vit_ti16 vit_s16 vit_b16 vit_l16 vit_h14

@@ -35,6 +35,9 @@ void config_value_words(char *out, size_t n, const cJSON *v);
 /* A NUL-terminated copy of s[0..n); NULL out of memory; caller frees. */
 char *config_dup_range(const char *s, size_t n);
 
+/* The row of the dotted `path`; NULL for none. */
+const config_key *config_find_key(const char *path);
+
 /* Checks v against row k and, only if it passes, stores it into cfg (a
  * model.preset applies the preset). Returns 0 or VJ_ERR_CONFIG. */
 int config_apply_value(const config_ctx *c, vit_job_config *cfg, const config_key *k,

@@ -30,6 +30,7 @@
 #define DEF_PAIR(a, b) {DEF_KEY, (a), (b), NULL}
 #define FROM_PRESET {DEF_PRESET, 0, 0, NULL}
 #define UNSET {DEF_UNSET, 0, 0, NULL}
+#define FOLLOWS(x) {DEF_FOLLOWS, (x), 0, NULL} /* x unless config_finish adapts it */
 
 /* The _Generic makes the build fail when a row's type does not match its field.
  * Each row is {ROW_x(path, field, ..., default), .help = ..., .readme = ...}. */
@@ -159,14 +160,16 @@ const config_key config_keys[] = {
              "checkpoint.credentialsSecret's.",
      .readme = "S3 endpoint of `s3://` data; \"\" = `checkpoint.endpoint`'s, else AWS "
                "(credentials: `checkpoint.credentialsSecret`)"},
-    {ROW_BOOL("data.augment", data.augment, DEF_BOOL(0)),
+    {ROW_BOOL("data.augment", data.augment, FOLLOWS(0)), .dflt_words = "by `format`",
      .help = "Training augmentation, drawn per (seed, epoch, sample). fashion-mnist: random crop "
              "(2 px zero padding) and horizontal flip; webdataset and imagefolder: "
              "RandomResizedCrop(scale, ratio) to imageSize and horizontal flip (p 0.5). Off: "
-             "the evaluation transform.",
+             "the evaluation transform. Unset: on for webdataset and imagefolder (timm's "
+             "training transform), off for fashion-mnist.",
      .readme = "drawn per (seed, epoch, sample); fashion-mnist: random crop (2 px zero padding) + "
                "horizontal flip; else RandomResizedCrop(`scale`, `ratio`) + flip; off: the "
-               "evaluation transform"},
+               "evaluation transform; unset: on for `webdataset` and `imagefolder` (timm's "
+               "training transform), off for fashion-mnist"},
     {ROW_VEC("data.mean", data.mean, data.mean_n, 0, 1, 0), .dflt_words = "by `channels`",
      .help = "Per-channel mean subtracted after scaling pixels to [0, 1]: one number per "
              "model.channels. Unset = ImageNet's [0.485, 0.456, 0.406] for 3 channels, [0.5] "
@@ -277,13 +280,16 @@ const config_key config_keys[] = {
     {ROW_INT("training.epochs", training.epochs, 0, 1000000, DEF_NUM(2)),
      .help = "Passes over the training set; used when steps is 0.",
      .readme = "used when `steps` is 0"},
-    {ROW_INT("training.globalBatchSize", training.global_batch_size, 1, 16777216, DEF_NUM(128)),
+    {ROW_INT("training.globalBatchSize", training.global_batch_size, 1, 16777216, FOLLOWS(128)),
+     .dflt_words = "128, rounded up to a multiple of `microBatchSize` x world size",
      .help = "Images per optimizer step over all ranks; must be divisible by microBatchSize x "
-             "world size.",
+             "world size. Unset: 128, rounded up to a multiple of microBatchSize x world size.",
      .readme = "images per optimizer step; divisible by microBatchSize x world size"},
-    {ROW_INT("training.microBatchSize", training.micro_batch_size, 1, 65536, DEF_NUM(64)),
+    {ROW_INT("training.microBatchSize", training.micro_batch_size, 1, 65536, FOLLOWS(64)),
+     .dflt_words = "64; with `globalBatchSize` given, its largest divisor per rank up to 64",
      .help = "Images per rank per forward/backward pass; gradient accumulation fills the rest of "
-             "the global batch.",
+             "the global batch. Unset: 64, or with globalBatchSize given the largest divisor "
+             "of globalBatchSize / world size up to 64 (an even one with mixup or cutmix on).",
      .readme = "per rank per forward/backward; gradient accumulation fills the rest"},
     {ROW_ENUM("training.precision", training.precision, precisions, DEF_ENUM(PRECISION_FP32)),
      .help = "fp32, bf16-mixed (bf16 matmuls and activations, fp32 master weights, optimizer "
@@ -325,8 +331,9 @@ const config_key config_keys[] = {
              "cls_token).",
      .readme = "torch.optim.AdamW semantics; no decay on biases, norms, `pos_embed`, `cls_token` "
                "(timm's groups)"},
-    {ROW_DBL("training.optimizer.lr", training.optimizer.lr, 0, 10, OPEN_MIN, DEF_NUM(3e-3)),
-     .help = "Peak learning rate, in (0, 10].",
+    {ROW_DBL("training.optimizer.lr", training.optimizer.lr, 0, 10, OPEN_MIN, FOLLOWS(3e-3)),
+     .dflt_words = "0.003 (`minLr` when larger)",
+     .help = "Peak learning rate, in (0, 10]. Unset: 0.003, or minLr when that is larger.",
      .readme = "peak learning rate"},
     {ROW_DBL("training.optimizer.weightDecay", training.optimizer.weight_decay, 0, 10, 0,
              DEF_NUM(0.05)),
@@ -341,9 +348,13 @@ const config_key config_keys[] = {
      .help = "AdamW's epsilon, in (0, 1].",
      .readme = ""},
     {ROW_INT("training.optimizer.warmupSteps", training.optimizer.warmup_steps, 0, 1000000000,
-             DEF_NUM(50)),
-     .help = "Linear warmup, lr x (step+1)/warmupSteps; must not exceed steps.",
-     .readme = "linear warmup lr x (step+1)/warmup; must not exceed `steps`"},
+             FOLLOWS(50)),
+     .dflt_words = "min(50, the run's steps)",
+     .help = "Linear warmup, lr x (step+1)/warmupSteps; a given value must not exceed the run's "
+             "steps. Unset: min(50, the run's steps) (a run of 50 steps or fewer warms up "
+             "throughout).",
+     .readme = "linear warmup lr x (step+1)/warmup; a given value must not exceed the run's "
+               "steps"},
     {ROW_ENUM("training.optimizer.schedule", training.optimizer.schedule, schedules,
               DEF_ENUM(SCHEDULE_COSINE)),
      .help = "cosine (from lr down to minLr over the steps after warmup) or constant.",
@@ -474,6 +485,8 @@ const config_key config_keys[] = {
 const size_t config_n_keys = sizeof config_keys / sizeof config_keys[0];
 _Static_assert(sizeof config_keys / sizeof config_keys[0] <= CONFIG_KEYS_MAX,
                "more keys than CONFIG_KEYS_MAX (config_keys.h)");
+_Static_assert(CONFIG_KEYS_MAX <= 8 * CONFIG_GIVEN_BYTES,
+               "vit_job_config.given (config.h) has a bit for every key");
 
 /* Spec keys that belong to the operator: accepted and ignored by the worker. */
 const char *const config_operator_keys[] = {"replicas", "gpusPerReplica", "gpuMemory",

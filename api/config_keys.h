@@ -41,6 +41,10 @@ enum default_from {
     DEF_PRESET, /* the default preset's value (model dims): the CRD has no default, which
                  * would override whatever preset a spec names */
     DEF_UNSET,  /* the zero value ("" = none); the CRD has no default: unset means none */
+    DEF_FOLLOWS,/* the row's own value, adapted by config_finish (api/config.c) to the keys
+                 * it follows when the spec leaves it unset (warmupSteps to steps, ...); the
+                 * CRD has no default, which the API server would fill in before its rules
+                 * between keys run; `dflt_words` says how it follows */
 };
 
 typedef struct {

@@ -69,14 +69,6 @@ static void key_quote(char *out, size_t n, const char *key)
 /* ------------------------------------------------------------------------ */
 /* Table lookups and suggestions                                             */
 
-static const config_key *find_key(const char *path)
-{
-    for (size_t i = 0; i < config_n_keys; i++)
-        if (strcmp(config_keys[i].path, path) == 0)
-            return &config_keys[i];
-    return NULL;
-}
-
 /* "model", "training.optimizer", ...: a proper prefix of some key's path. */
 static int is_section(const char *path)
 {
@@ -213,6 +205,23 @@ static int check_duplicate(const config_ctx *c, const cJSON *obj, const cJSON *c
     return 0;
 }
 
+/* spec.replicas, spec.gpusPerReplica and spec.gpuMemory as written, for
+ * the planner (vit_job_config.spec_scale); the CRD checks them, the worker
+ * ignores them: a value of another shape is left out here, not refused. */
+static void keep_scale(vit_job_config *cfg, const char *key, const cJSON *v)
+{
+    int whole = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1 << 20 &&
+                v->valuedouble == (double)(int)v->valuedouble;
+    if (strcmp(key, "replicas") == 0 && whole)
+        cfg->spec_scale.replicas = (int)v->valuedouble;
+    else if (strcmp(key, "gpusPerReplica") == 0 && whole)
+        cfg->spec_scale.gpus_per_replica = (int)v->valuedouble;
+    else if (strcmp(key, "gpuMemory") == 0 && cJSON_IsString(v) &&
+             strlen(v->valuestring) < sizeof cfg->spec_scale.gpu_memory)
+        snprintf(cfg->spec_scale.gpu_memory, sizeof cfg->spec_scale.gpu_memory, "%s",
+                 v->valuestring);
+}
+
 static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *obj,
                          const char *prefix)
 {
@@ -224,7 +233,7 @@ static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *
     for (const cJSON *ch = obj->child; ch; ch = ch->next) {
         if (join_path(path, sizeof path, prefix, ch->string) != 0)
             continue;
-        const config_key *k = find_key(path);
+        const config_key *k = config_find_key(path);
         if (k && k->type == KT_PRESET) {
             int rc = config_apply_value(c, cfg, k, ch);
             if (rc)
@@ -245,7 +254,7 @@ static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *
         int rc = check_duplicate(c, obj, ch, path);
         if (rc)
             return rc;
-        const config_key *k = find_key(path);
+        const config_key *k = config_find_key(path);
         if (k) {
             if (k->type == KT_PRESET)
                 continue;
@@ -269,6 +278,7 @@ static int apply_section(const config_ctx *c, vit_job_config *cfg, const cJSON *
         }
         if (spec_level && in_list(config_operator_keys, path)) {
             LOG_DEBUG("config", "ignored=%s reason=operator-only", LOGV(path));
+            keep_scale(cfg, path, ch);
             continue;
         }
         return fail_unknown(c, path, spec_level);
@@ -529,7 +539,7 @@ int config_set(vit_job_config *cfg, const char *assignment, char *err, size_t er
         return config_fail(&c, "out of memory");
 
     int rc;
-    const config_key *k = find_key(key);
+    const config_key *k = config_find_key(key);
     if (k == NULL) {
         if (is_section(key))
             rc = config_fail(&c, "%s is a section; set one of its keys, e.g. %s.<key>=value", key, key);

@@ -60,6 +60,9 @@ enum {
 #define VJ_ENV_LOCAL_RANKS "VITJOB_LOCAL_RANKS"     /* processes per pod; world = replicas x this */
 #define VJ_ENV_RDZV_ENDPOINT "VITJOB_RDZV_ENDPOINT" /* <job>-worker-0.<job>.<ns>.svc:29400 */
 #define VJ_ENV_RESTART "VITJOB_RESTART"             /* the restart generation */
+/* the container's terminationMessagePath: the worker writes its last line
+ * there (lib/termmsg.h; without it, /dev/termination-log if writable) */
+#define VJ_ENV_TERMINATION_LOG "VITJOB_TERMINATION_LOG"
 /* Set by the worker's local agent for the processes it starts, not by the
  * operator: the process's index in its pod, 0..local ranks-1 (global rank
  * = VITJOB_RANK x VITJOB_LOCAL_RANKS + this). */

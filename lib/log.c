@@ -5,6 +5,7 @@
  * Never logs secrets itself (callers must not pass them). */
 #include "log.h"
 
+#include "termmsg.h"
 #include "timefmt.h"
 
 #include <stdarg.h>
@@ -184,13 +185,12 @@ static size_t last_pair_end(const char *msg, size_t len)
     return end;
 }
 
-void log_line(enum log_level level, const char *component, const char *fmt, ...)
+/* The whole line of an event (newline included) into line; its length. */
+static size_t format_line(char *line, size_t cap, enum log_level level, const char *component,
+                          const char *fmt, va_list ap)
 {
     char raw[4096], msg[4096];
-    va_list ap;
-    va_start(ap, fmt);
     int rn = vsnprintf(raw, sizeof raw, fmt, ap);
-    va_end(ap);
     /* Values come quoted by log_value and format strings hold no control
      * characters, so this changes nothing on a well-made line; it is the
      * last guard for a value a caller forgot to quote: a newline in it
@@ -205,13 +205,35 @@ void log_line(enum log_level level, const char *component, const char *fmt, ...)
 
     char when[TIMEFMT_LEN];
     timefmt_now(when, 3);
-    /* One write per line so that lines from several processes do not interleave. */
-    char line[sizeof msg + 128];
-    int n = snprintf(line, sizeof line, "ts=%s level=%s comp=%s %s%s\n", when, level_names[level],
+    int n = snprintf(line, cap, "ts=%s level=%s comp=%s %s%s\n", when, level_names[level],
                      component, msg, truncated ? " truncated=true" : "");
-    if (n > (int)sizeof line - 1) {
-        n = (int)sizeof line - 1;
+    if (n > (int)cap - 1) {
+        n = (int)cap - 1;
         line[n - 1] = '\n';
     }
-    fwrite(line, 1, (size_t)n, stderr);
+    return (size_t)n;
+}
+
+#define LINE_CAP (4096 + 128)
+
+void log_line(enum log_level level, const char *component, const char *fmt, ...)
+{
+    char line[LINE_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = format_line(line, sizeof line, level, component, fmt, ap);
+    va_end(ap);
+    /* One write per line so that lines from several processes do not interleave. */
+    fwrite(line, 1, n, stderr);
+}
+
+void log_final(const char *component, const char *fmt, ...)
+{
+    char line[LINE_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = format_line(line, sizeof line, LOG_LEVEL_ERROR, component, fmt, ap);
+    va_end(ap);
+    fwrite(line, 1, n, stderr);
+    termmsg_write(line, n - 1); /* without its newline */
 }

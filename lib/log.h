@@ -7,6 +7,7 @@
  * implementation, writes and reads them. Whatever a value holds (a path
  * with `" forged="1`, a newline, an escape sequence), it is one value of
  * one line that a logfmt parser reads back as it was.
+ * log_final also hands the line to lib/termmsg.h (the termination message).
  * Must not: allocate, or format anything when the level is filtered out.
  *
  * Callers write the keys and literal values in the format string and pass
@@ -49,6 +50,12 @@ size_t log_escape(char *out, size_t outlen, const char *in);
 
 void log_line(enum log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A program's last line, the error it exits with: logged at level error as
+ * log_line logs it (whatever the level), and the same line (without its
+ * newline) written as the termination message (lib/termmsg.h), where
+ * Kubernetes shows it. */
+void log_final(const char *component, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The largest value LOGV and LOGVF write, quotes and escapes included. */
 #define LOG_VALUE_MAX 1024

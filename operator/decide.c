@@ -4,9 +4,12 @@
  * Must not: do I/O, read the clock, or write status.progress.
  *
  * Choices (documented in decide.h's rules and the CRD):
- * - status.restarts is the pods' generation. status.disruptionRestarts counts
- *   the gang restarts that did not spend backoffLimit (disruptions and
- *   resumes); restarts - disruptionRestarts is what backoffLimit limits.
+ * - The pods' generation is status.restarts + status.resumes: restarts counts
+ *   the gang restarts after a failure or a disruption (kubectl get vj's
+ *   RESTARTS), resumes the fresh generations that leaving Suspended started
+ *   (counted apart, as Kubeflow does). status.disruptionRestarts counts the
+ *   restarts that did not spend backoffLimit (disruptions); restarts -
+ *   disruptionRestarts is what backoffLimit limits.
  * - When a generation shows both a disruption and retryable failures, it is a
  *   disruption: peers of a lost pod fail because they lost it.
  * - Unsuspending starts generation + 1 (if pods ever ran), so that pods of the
@@ -15,9 +18,16 @@
  *   activeDeadlineSeconds counts time since the resume.
  * - A pod of the current generation missing while the job is Running was lost
  *   (a disruption); while Pending it is (re)created.
- * - A Failed job deletes its pods still pending or running whatever
- *   cleanPodPolicy says (the gang cannot go on without them); finished pods
- *   follow cleanPodPolicy. A Succeeded job follows cleanPodPolicy.
+ * - A Failed job deletes its pods still pending or running unless
+ *   cleanPodPolicy is None (the gang cannot go on without them); finished
+ *   pods follow cleanPodPolicy. A Succeeded job follows cleanPodPolicy.
+ * - cleanPodPolicy None keeps every pod of a finished job, running ones
+ *   included (a worker whose peer is gone ends on its own), and the
+ *   finished pods of earlier generations, with their logs: the operator
+ *   deletes no pod but those still running when the gang restarts (they
+ *   must stop before the next generation starts) or when
+ *   activeDeadlineSeconds is reached, and those someone else is already
+ *   deleting (force-deleted past their grace, or on a lost node).
  * - A terminating pod is force-deleted (grace 0) once its deletionTimestamp
  *   has passed, or at once when its node is lost; until then decide requeues
  *   at its deletionTimestamp.
@@ -31,6 +41,7 @@
 #include "json.h"
 #include "timefmt.h"
 #include "render.h"
+#include "workerline.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +60,7 @@ typedef struct {
     int node_lost;        /* the node is gone: force-delete at once */
     int exit_code;        /* worker container's terminated exit code, -1 = none */
     int peer_lost;        /* failed saying it lost a peer (its last line: class=peer_lost) */
+    const char *term_msg; /* the worker container's termination message, or NULL */
     long long finished_ts;/* the worker container's finishedAt (now if unknown) */
     const char *node;     /* spec.nodeName, or NULL */
     char lost_why[256];   /* why it was judged lost (vj_decide's lost-pod rule), or "" */
@@ -158,6 +170,12 @@ static int finished(const pod_info *pi)
     return pi->phase == PP_SUCCEEDED || pi->phase == PP_FAILED;
 }
 
+/* cleanPodPolicy None keeps a finished pod, whatever its generation. */
+static int kept(const ctx *c, const pod_info *pi)
+{
+    return c->js->clean_pod_policy == VJ_CLEAN_NONE && finished(pi) && !pi->deleting;
+}
+
 static void create(ctx *c, cJSON *obj)
 {
     if (obj == NULL || !cJSON_AddItemToArray(c->plan->creates, obj)) {
@@ -247,7 +265,8 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
     }
     const cJSON *term = worker_terminated(pod);
     pi->exit_code = worker_exit_code(term);
-    if (pi->phase == PP_FAILED && says_peer_lost(json_str(term, "message")))
+    pi->term_msg = json_str(term, "message");
+    if (pi->phase == PP_FAILED && says_peer_lost(pi->term_msg))
         pi->peer_lost = 1;
     pi->node = json_str(json_get(pod, "spec"), "nodeName");
     const char *fin = json_str(term, "finishedAt");
@@ -320,9 +339,16 @@ static void clear_conds(ctx *c, cJSON *conds, const char *reason, const char *ms
 
 /* ----------------------------------------------------------------- decide */
 
+/* The pods' generation the status records: restarts + resumes. */
+static int status_generation(const cJSON *st)
+{
+    const cJSON *r = json_get(st, "restarts"), *u = json_get(st, "resumes");
+    return (cJSON_IsNumber(r) ? r->valueint : 0) + (cJSON_IsNumber(u) ? u->valueint : 0);
+}
+
 typedef struct {
     const char *phase;
-    int gen, disruptions;
+    int gen, disruptions, resumes; /* gen: the pods' generation (restarts + resumes) */
     long long start, completion; /* -1 = unset */
     cJSON *conds;                /* owned */
     int active, succeeded, failed;
@@ -358,11 +384,13 @@ static void finish_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, int
 /* cleanPodPolicy on a finished job (see the choices at the top). */
 static void clean_pods(ctx *c, const desired_status *ds, pod_info *pods, size_t n)
 {
+    vj_clean_policy policy = c->js->clean_pod_policy;
     int failed = str_eq(ds->phase, "Failed");
     for (size_t i = 0; i < n; i++) {
         pod_info *pi = &pods[i];
-        int del = c->js->clean_pod_policy == VJ_CLEAN_ALL ||
-                  (!finished(pi) && (failed || c->js->clean_pod_policy == VJ_CLEAN_RUNNING)) ||
+        int del = policy == VJ_CLEAN_ALL ||
+                  (!finished(pi) && ((failed && policy != VJ_CLEAN_NONE) ||
+                                     policy == VJ_CLEAN_RUNNING)) ||
                   (pi->deleting && pi->gen < ds->gen);
         if (del)
             remove_pod(c, pi);
@@ -521,7 +549,7 @@ static int resume(ctx *c, desired_status *ds, const char *cur_phase)
     set_cond(c, ds->conds, "Suspended", "False", "ViTJobResumed", msg, 1);
     if (ds->start >= 0) {
         ds->gen++;
-        ds->disruptions++;
+        ds->resumes++;
         ds->start = -1;
         restarting = 0;
     }
@@ -664,8 +692,10 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
     }
     for (size_t i = 0; i < n; i++) {
         pod_info *pi = &pods[i];
-        if (pi->gen != ds->gen || pi->rank >= R || g->slot[pi->rank] != NULL)
-            remove_pod(c, pi);
+        if (pi->gen != ds->gen || pi->rank >= R || g->slot[pi->rank] != NULL) {
+            if (!kept(c, pi))
+                remove_pod(c, pi);
+        }
         else
             g->slot[pi->rank] = pi;
     }
@@ -695,14 +725,28 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
     return 0;
 }
 
+/* ": <the worker's own error>" from pi's termination message (workerline.h),
+ * or "" when it left none, into out. */
+static const char *worker_says(char *out, size_t outlen, const pod_info *pi)
+{
+    char why[VJ_WORKER_ERROR_MAX];
+    if (outlen == 0)
+        return out;
+    out[0] = '\0';
+    if (vj_worker_error(pi->term_msg, why, sizeof why))
+        snprintf(out, outlen, ": %s", why);
+    return out;
+}
+
 /* A worker exited 2 or 3: the job fails for good. */
 static void fail_permanent(ctx *c, desired_status *ds, pod_info *pods, size_t n,
                            const pod_info *bad)
 {
-    char msg[512];
+    char msg[1024], says[VJ_WORKER_ERROR_MAX + 2];
     int code = bad->exit_code, config = code == VITJOB_EXIT_CONFIG;
-    snprintf(msg, sizeof msg, "pod %s exited with code %d (%s): permanent, not retried",
-             bad->name, code, config ? "bad config or spec" : "bad or missing data");
+    snprintf(msg, sizeof msg, "pod %s exited with code %d (%s), permanent, not retried%s",
+             bad->name, code, config ? "bad config or spec" : "bad or missing data",
+             worker_says(says, sizeof says, bad));
     finish_job(c, ds, pods, n, 0, config ? "PermanentError" : "InvalidData", msg);
     clean_pods(c, ds, pods, n);
 }
@@ -715,31 +759,32 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
 {
     const vj_jobspec *js = c->js;
     int R = js->replicas;
-    char msg[512], m2[600];
+    char msg[900], m2[1024], says[VJ_WORKER_ERROR_MAX + 2];
     int disruption = g->disrupted > 0 || g->failed == 0;
     const pod_info *bad = g->first_bad;
     if (bad == NULL)
         snprintf(msg, sizeof msg, "%d pod(s) of generation %d disappeared", g->missing, ds->gen);
     else if (bad->phase == PP_FAILED && !bad->disruption)
-        snprintf(msg, sizeof msg, "pod %s failed with exit code %d", bad->name, bad->exit_code);
+        snprintf(msg, sizeof msg, "pod %s failed with exit code %d%s", bad->name, bad->exit_code,
+                 worker_says(says, sizeof says, bad));
     else if (bad->lost_why[0])
         snprintf(msg, sizeof msg, "pod %s was lost: %s", bad->name, bad->lost_why);
     else
         snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
                  "node lost)", bad->name);
-    int spent = ds->gen - ds->disruptions;
+    int spent = ds->gen - ds->resumes - ds->disruptions;
     if (!disruption && spent >= js->backoff_limit) {
         snprintf(m2, sizeof m2, "%s; backoffLimit %d reached after %d restart(s)", msg,
                  js->backoff_limit, spent);
         for (int r = 0; r < R; r++)
-            if (g->slot[r] && !finished(g->slot[r]))
+            if (g->slot[r] && !finished(g->slot[r]) && js->clean_pod_policy != VJ_CLEAN_NONE)
                 remove_pod(c, g->slot[r]);
         finish_job(c, ds, pods, n, 0, "BackoffLimitExceeded", m2);
         clean_pods(c, ds, pods, n);
         return;
     }
     for (int r = 0; r < R; r++)
-        if (g->slot[r])
+        if (g->slot[r] && !kept(c, g->slot[r]))
             remove_pod(c, g->slot[r]);
     ds->gen++;
     if (disruption)
@@ -783,6 +828,8 @@ static void keep_running(ctx *c, desired_status *ds, const generation *g, const 
             event(c, "Normal", "Running", msg);
         if (cond_true(ds->conds, "Restarting"))
             set_cond(c, ds->conds, "Restarting", "False", "ViTJobRunning", msg, 1);
+    } else if (g->running > 0 && g->running + g->succeeded == R && str_eq(cur_phase, "Running")) {
+        ds->phase = "Running"; /* ranks ending one by one: running until all have succeeded */
     } else {
         ds->phase = restarting ? "Restarting" : "Pending";
     }
@@ -866,8 +913,10 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
     if (ds->phase)
         diff_field(c, st, cur, "phase", cJSON_CreateString(ds->phase));
     diff_field(c, st, cur, "conditions", cJSON_Duplicate(ds->conds, 1));
-    diff_field(c, st, cur, "restarts", cJSON_CreateNumber(ds->gen));
+    diff_field(c, st, cur, "restarts", cJSON_CreateNumber(ds->gen - ds->resumes));
     diff_field(c, st, cur, "disruptionRestarts", cJSON_CreateNumber(ds->disruptions));
+    if (ds->resumes > 0 || json_get(cur, "resumes"))
+        diff_field(c, st, cur, "resumes", cJSON_CreateNumber(ds->resumes));
     if (ds->set_replicas) {
         cJSON *r = cJSON_CreateObject();
         if (r && (!cJSON_AddNumberToObject(r, "active", ds->active) ||
@@ -1047,8 +1096,9 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
 
     const cJSON *st = json_get(job, "status");
     const char *cur_phase = json_str(st, "phase");
-    const cJSON *v = json_get(st, "restarts");
-    ds.gen = cJSON_IsNumber(v) ? v->valueint : 0;
+    ds.gen = status_generation(st);
+    const cJSON *v = json_get(st, "resumes");
+    ds.resumes = cJSON_IsNumber(v) ? v->valueint : 0;
     v = json_get(st, "disruptionRestarts");
     ds.disruptions = cJSON_IsNumber(v) ? v->valueint : 0;
     ds.start = status_time(st, "startTime");
@@ -1105,6 +1155,9 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
                      js.active_deadline);
             finish_job(&c, &ds, pods, n, 0, "DeadlineExceeded", msg);
             clean_pods(&c, &ds, pods, n);
+            for (size_t i = 0; i < n; i++) /* the deadline stops them, whatever the policy */
+                if (!finished(&pods[i]))
+                    remove_pod(&c, &pods[i]);
         } else if (js.gang != VJ_GANG_NONE && have->podgroup_crd_missing) {
             gang_unavailable(&c, &ds);
             if (n > 0) /* pods made before the CRD went: still watched */
@@ -1193,8 +1246,7 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods)
 {
     const cJSON *meta = json_get(job, "metadata"), *st = json_get(job, "status");
     const char *name = json_str(meta, "name");
-    const cJSON *v = json_get(st, "restarts");
-    int gen = cJSON_IsNumber(v) ? v->valueint : 0;
+    int gen = status_generation(st);
     int peer_lost = 0; /* a pod of generation gen failed peer_lost */
     const cJSON *pj;
     pod_info pi;
@@ -1209,6 +1261,6 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods)
         if (pi.gen == gen && pi.peer_lost)
             peer_lost = 1;
     }
-    v = json_get(json_get(st, "lostPeer"), "generation");
+    const cJSON *v = json_get(json_get(st, "lostPeer"), "generation");
     return peer_lost || (cJSON_IsNumber(v) && v->valueint == gen);
 }

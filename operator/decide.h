@@ -35,7 +35,7 @@ typedef struct {
 typedef struct {
     char type[16];     /* "Normal" or "Warning" */
     char reason[64];   /* CamelCase, e.g. BackoffLimitExceeded */
-    char message[512];
+    char message[1024]; /* the worker's own error may end it (workerline.h) */
 } vj_event;
 
 typedef struct {

@@ -213,7 +213,7 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
     if (config_load_string(cfg, text, strlen(text), "spec", err, errlen) != 0)
         goto out;
     cfg->world_size = js->world_size;
-    if (config_validate(cfg, err, errlen) != 0)
+    if (config_finish(cfg, err, errlen) != 0)
         goto out;
     rc = 0;
 out:

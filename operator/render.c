@@ -7,6 +7,7 @@
 
 #include "jobspec.h"
 #include "json.h"
+#include "termmsg.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -410,8 +411,11 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     cJSON *c = arr_push_obj(&b, add_arr(&b, spec, "containers"));
     add_str(&b, c, "name", VJ_CONTAINER);
     add_str(&b, c, "image", js.image ? js.image : "");
-    /* the worker's last log line (exit_code=N class=NAME ...) becomes the
-     * terminated state's message: the operator reads the class from it */
+    /* the worker's last log line (exit_code=N class=NAME ... msg=...) becomes
+     * the terminated state's message: the worker writes it to this file (its
+     * path also in VITJOB_TERMINATION_LOG), the log's tail stands in when the
+     * file is empty; the operator reads the class and the error from it */
+    add_str(&b, c, "terminationMessagePath", TERMMSG_DEFAULT_PATH);
     add_str(&b, c, "terminationMessagePolicy", "FallbackToLogsOnError");
     add_security(&b, c, "securityContext", js.tmpl, "containerSecurityContext",
                  container_security_default);
@@ -429,6 +433,7 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     add_env_int(&b, env, VJ_ENV_LOCAL_RANKS, js.local_ranks);
     add_env(&b, env, VJ_ENV_RDZV_ENDPOINT, rdzv);
     add_env_int(&b, env, VJ_ENV_RESTART, restart);
+    add_env(&b, env, VJ_ENV_TERMINATION_LOG, TERMMSG_DEFAULT_PATH);
     if (js.credentials_secret) {
         /* The CRD: keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally
          * AWS_REGION and AWS_SESSION_TOKEN. */

@@ -10,8 +10,24 @@
 #   scripts/deps.sh image    what `make image-test` needs besides: buildah,
 #                            debootstrap, Go and the Debian Go packages of
 #                            the chart renderer (tools/helmrender)
+#
+# Quiet unless V=1 (as `make V=1 ...` passes it): one line per stage, the
+# output of apt-get and npm in a log file (VITJOB_DEPS_LOG, default
+# $TMPDIR/vitjob-deps.log) named at the end, and its last lines on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+LOG=${VITJOB_DEPS_LOG:-${TMPDIR:-/tmp}/vitjob-deps.log}
+# quietly CMD...: CMD's output appended to LOG (on the terminal with V=1);
+# on failure, LOG's last lines and its name
+quietly() {
+  if [ -n "${V:-}" ]; then "$@"; return; fi
+  if ! "$@" >> "$LOG" 2>&1; then
+    echo "deps: failed: $*; the last lines of $LOG:" >&2
+    tail -n 25 "$LOG" >&2
+    exit 1
+  fi
+}
 
 BUILD_PACKAGES=(
   build-essential pkg-config
@@ -55,12 +71,14 @@ fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all ${#PACKAGES[@]} packages present"
 else
-  echo "deps: installing ${missing[*]}"
+  [ -n "${V:-}" ] || : > "$LOG"
+  echo "deps: installing ${#missing[@]} Debian packages with apt-get${V:+: ${missing[*]}}"
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  quietly $SUDO apt-get update -qq
+  quietly $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  [ -n "${V:-}" ] || echo "deps: installed (apt-get's output: $LOG)"
 fi
 
 [ "${1:-all}" = all ] || exit 0
@@ -68,6 +86,7 @@ fi
 # The CEL evaluator, exactly as locked; reinstalled when the lock changes.
 CEL=tests/cluster/cel
 if ! [ "$CEL/node_modules/.vitjob-lock" -nt "$CEL/package-lock.json" ]; then
-  echo "deps: npm ci in $CEL"
-  (cd "$CEL" && npm ci --no-audit --no-fund --loglevel=error) && touch "$CEL/node_modules/.vitjob-lock"
+  echo "deps: npm ci in $CEL (the test API server's CEL evaluator)"
+  quietly env -C "$CEL" npm ci --no-audit --no-fund --loglevel=error
+  touch "$CEL/node_modules/.vitjob-lock"
 fi

@@ -133,6 +133,76 @@ assert d["world"] == 2 and d["fits"] is True
   [[ "$output" == *"  fits"* ]]
 }
 
+# table_sums: every "total" line of a plan's table is the sum of the MiB
+# lines above it back to the previous total (the activations' two
+# what-if lines and the "= backend" subtotal's parts counted once)
+table_sums() {
+  python3 -c '
+import re, sys
+lines = sys.stdin.read().split("time per step:")[0].splitlines()
+run, n = 0.0, 0
+for ln in lines:
+    m = re.match(r"  (\S.*?)\s+(-?[0-9.]+) MiB$", ln)
+    if not m or ln.startswith("    "):
+        continue
+    name, v = m.group(1), float(m.group(2))
+    if name == "device memory":
+        continue
+    if name == "= backend":
+        assert abs(run - v) <= 0.1 * n + 0.05, (ln, run)
+        run, n = v, 1
+    elif name.startswith("total"):
+        assert abs(run - v) <= 0.1 * n + 0.05, (ln, run)
+        print("ok:", ln.strip(), "=", round(run, 1))
+        run, n = 0.0, 0
+    else:
+        run, n = run + v, n + 1
+'
+}
+
+@test "a plan's table totals are the sums of the lines above them, on the CPU and on a GPU (the host's lines summed apart there)" {
+  run "$WORKER" plan "${BASE[@]}"
+  [ "$status" -eq 0 ]
+  table_sums <<<"$output"
+  run "$WORKER" plan "${BASE[@]}" --set model.preset=vit_b16 --set data.format=webdataset \
+    --set 'data.uri=/data/train-{0000..0009}.tar' --set training.globalBatchSize=128 \
+    --set training.microBatchSize=64 --device cuda --gpu h100
+  echo "$output" | sed -n 1,24p
+  [ "$status" -eq 0 ]
+  run table_sums <<<"$output"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"total (GPU)"* ]] && [[ "$output" == *"total (host)"* ]]
+}
+
+@test "plan --config of a ViTJob manifest plans its replicas x gpusPerReplica ranks on GPUs of its gpuMemory; flags still win" {
+  cat > "$TMP/job.yaml" <<'YAML'
+apiVersion: vitjob.dev/v1alpha1
+kind: ViTJob
+metadata: {name: big}
+spec:
+  replicas: 4
+  gpusPerReplica: 8
+  gpuMemory: 40Gi
+  model: {preset: vit_b16}
+  data: {format: webdataset, uri: "/data/train-{0000..0009}.tar"}
+  training: {globalBatchSize: 1024, microBatchSize: 32}
+YAML
+  run "$WORKER" plan --config "$TMP/job.yaml" --json
+  [ "$status" -eq 0 ]
+  python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["world"] == 32, d["world"]' "$output"
+  run "$WORKER" plan --config "$TMP/job.yaml"
+  [[ "$output" == *"rank 0 of 32"* ]]
+  [[ "$output" == *"40960.0 MiB"* ]]
+  [[ "$output" == *"total (GPU)"* ]]
+  run "$WORKER" plan --config "$TMP/job.yaml" --replicas 2 --local-ranks 4
+  [[ "$output" == *"rank 0 of 8,"* ]]
+  sed -i 's/gpuMemory: 40Gi/gpuMemory: lots/' "$TMP/job.yaml"
+  run "$WORKER" plan --config "$TMP/job.yaml"
+  [ "$status" -eq 2 ]
+  [[ "$output" == *'spec.gpuMemory='*lots*'a size'* ]]
+}
+
 @test "plan refuses a bad flag, a bad size and a world size the batch does not divide, with exit code 2" {
   run "$WORKER" plan --bogus
   [ "$status" -eq 2 ]

@@ -55,7 +55,15 @@
 #                                                    whole product on a local cluster
 #                                                    (kubelets, node loss, resume);
 #                                                    recovery at upstream node-lifecycle
-#                                                    defaults (test_recovery.py)
+#                                                    defaults
+#                                                    (test_recovery.py); the example
+#                                                    ViTJobs: unique names, cpu/ and gpu/,
+#                                                    the CPU ones fit the local nodes
+#                                                    (test_examples.py)
+#   docs (unittest):       tests/cluster/test_docs.py every marked shell block of
+#                                                    README.md and docs/user-guide.md
+#                                                    run (here or on the local
+#                                                    cluster), synopses against --help
 #   chart (unittest):      tests/chart/test_chart.py the Helm chart rendered (tools/
 #                                                    helmrender), dry-run applied, the
 #                                                    schema's refusals, installed and run
@@ -203,6 +211,7 @@ waiting_lane() {
   unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
   unittest_suite cluster/test_apply tests/cluster/test_apply.py
   unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity.py
+  unittest_suite cluster/test_defaults tests/cluster/test_defaults.py
   unittest_suite cluster/test_kubectl tests/cluster/test_kubectl.py BUILD="$BUILD"
   unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"
   unittest_suite cluster/test_admission tests/cluster/test_admission.py BUILD="$BUILD"
@@ -210,6 +219,10 @@ waiting_lane() {
   unittest_suite cluster/test_kubelet tests/cluster/test_kubelet.py
   unittest_suite cluster/test_e2e tests/cluster/test_e2e.py BUILD="$BUILD"
   unittest_suite cluster/test_recovery tests/cluster/test_recovery.py BUILD="$BUILD"
+  unittest_suite cluster/test_examples tests/cluster/test_examples.py
+  # the docs run (about half a minute; the local cluster, in line with the
+  # suites above that start it): a limit of its own, well under the others'
+  SUITE_LIMIT=${DOCS_LIMIT:-600} unittest_suite cluster/test_docs tests/cluster/test_docs.py BUILD="$BUILD"
   unittest_suite chart/test_chart tests/chart/test_chart.py BUILD="$BUILD"
   if [ -d "$ASAN/tests" ]; then
     unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"

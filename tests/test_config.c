@@ -631,3 +631,187 @@ Test(config, freeze_is_a_list_of_non_empty_prefixes_from_a_file_or_set)
     snprintf(many + strlen(many), sizeof many - strlen(many), "]}\n");
     expect_load_error(many, "t.yaml", "training.freeze: expected at most 32 strings, got an array of 33", NULL);
 }
+
+/* ---------------------------------------------------------------- defaults never refuse */
+
+/* Valid values of a row of the table (config_describe), as --set writes
+ * them: its bounds (just inside an open one), its default and some between;
+ * each choice of an enum; both booleans; ordered pairs. Free strings and
+ * lists of strings: none (no rule ties them to another key). */
+static int valid_values(const cJSON *row, char out[][64], int cap)
+{
+    int n = 0;
+    const char *type = cJSON_GetObjectItem(row, "type")->valuestring;
+    const cJSON *e = cJSON_GetObjectItem(row, "enum");
+    if (e) {
+        const cJSON *c;
+        cJSON_ArrayForEach(c, e) if (n < cap) snprintf(out[n++], 64, "%s", c->valuestring);
+        return n;
+    }
+    if (strcmp(type, "boolean") == 0) {
+        snprintf(out[n++], 64, "true");
+        snprintf(out[n++], 64, "false");
+        return n;
+    }
+    const cJSON *mn = cJSON_GetObjectItem(row, "minimum"), *mx = cJSON_GetObjectItem(row, "maximum");
+    if (!mn || !mx)
+        return 0;
+    const int integer = strcmp(type, "integer") == 0;
+    double lo = mn->valuedouble, hi = mx->valuedouble;
+    if (cJSON_IsTrue(cJSON_GetObjectItem(row, "exclusiveMinimum")))
+        lo = integer ? lo + 1 : lo + (hi - lo) * 1e-6;
+    if (cJSON_IsTrue(cJSON_GetObjectItem(row, "exclusiveMaximum")))
+        hi = integer ? hi - 1 : hi - (hi - lo) * 1e-6;
+    if (strcmp(type, "array") == 0) {
+        const int items = (int)cJSON_GetObjectItem(row, "minItems")->valuedouble;
+        if (items == 2) { /* a [min, max] pair */
+            snprintf(out[n++], 64, "%.17g,%.17g", lo, hi);
+            snprintf(out[n++], 64, "%.17g,%.17g", lo + (hi - lo) / 4, lo + 3 * (hi - lo) / 4);
+        } else {
+            snprintf(out[n++], 64, "%.17g", lo);
+            snprintf(out[n++], 64, "%.17g", hi);
+        }
+        return n;
+    }
+    static const double between[] = {1e-4, 0.25, 0.5, 1, 2, 3, 5, 7, 10, 20, 50, 96, 97, 100,
+                                     1000, 4096};
+    double cand[2 + sizeof between / sizeof between[0] + 1];
+    int m = 0;
+    cand[m++] = lo;
+    cand[m++] = hi;
+    const cJSON *d = cJSON_GetObjectItem(row, "default");
+    if (cJSON_IsNumber(d))
+        cand[m++] = d->valuedouble;
+    for (size_t i = 0; i < sizeof between / sizeof between[0]; i++)
+        cand[m++] = between[i];
+    for (int i = 0; i < m && n < cap; i++)
+        if (cand[i] >= lo && cand[i] <= hi && (!integer || cand[i] == floor(cand[i])))
+            snprintf(out[n++], 64, "%.17g", cand[i]);
+    return n;
+}
+
+/* Does the refusal `err` of a spec that set only `path` blame another key's
+ * default? It names another key of the table, other than those that say
+ * what is trained rather than how: data.format (its default is the demo's
+ * Fashion-MNIST, whose 28x28x1 images the image-only keys and other model
+ * sizes do not fit) and the model dims of model.preset (a dim given alone
+ * must fit the preset's others, as timm asserts dim % heads) and
+ * training.steps for training.epochs=0 (unset steps are the epochs', so the
+ * run is the user's zero epochs). A refusal of the value alone (a mode not
+ * implemented) names no other key. */
+static int names_a_default(const cJSON *table, const char *path, const char *err)
+{
+    const cJSON *row;
+    cJSON_ArrayForEach(row, table) {
+        const char *other = cJSON_GetObjectItem(row, "path")->valuestring;
+        if (strcmp(other, path) == 0 || strcmp(other, "data.format") == 0 ||
+            strcmp(other, "model.preset") == 0 ||
+            strcmp(cJSON_GetObjectItem(row, "defaultFrom")->valuestring, "preset") == 0 ||
+            (strcmp(path, "training.epochs") == 0 && strcmp(other, "training.steps") == 0))
+            continue;
+        for (const char *at = strstr(err, other); at; at = strstr(at + 1, other)) {
+            const char after = at[strlen(other)];
+            if (!(after == '.' || after == '_' || (after >= 'a' && after <= 'z') ||
+                  (after >= 'A' && after <= 'Z') || (after >= '0' && after <= '9')))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Each key alone on the defaults (Fashion-MNIST), and again on an image
+ * folder's spec, whose image-only keys then apply. */
+Test(config, a_spec_that_sets_one_key_to_any_valid_value_is_accepted_at_1_2_and_3_ranks)
+{
+    static const char base_images[] = "data.format=imagefolder";
+    cJSON *table = config_describe();
+    cr_assert_not_null(table);
+    static char failures[1 << 18];
+    failures[0] = 0;
+    size_t used = 0;
+    int cases = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, table) {
+        const char *path = cJSON_GetObjectItem(row, "path")->valuestring;
+        char vals[32][64];
+        const int nv = valid_values(row, vals, 32);
+        for (int i = 0; i < nv * 2; i++)
+            for (int world = 1; world <= 3; world++) {
+                vit_job_config cfg;
+                config_defaults(&cfg);
+                char set[128], err[ERRLEN] = "";
+                if (i >= nv && strcmp(path, "data.format") != 0) /* the other base: images */
+                    cr_assert_eq(config_set(&cfg, base_images, err, sizeof err), 0, "%s", err);
+                else if (i >= nv)
+                    continue;
+                snprintf(set, sizeof set, "%s=%s", path, vals[i % nv]);
+                cr_assert_eq(config_set(&cfg, set, err, sizeof err), 0, "%s: %s", set, err);
+                cfg.world_size = world;
+                cases++;
+                if (config_finish(&cfg, err, sizeof err) != 0 && names_a_default(table, path, err) &&
+                    used < sizeof failures - 1)
+                    used += (size_t)snprintf(failures + used, sizeof failures - used,
+                                             "\n%s%s at %d ranks: %s", i >= nv ? "(images) " : "",
+                                             set, world, err);
+            }
+    }
+    cJSON_Delete(table);
+    cr_assert(cases > 300, "%d cases", cases);
+    cr_assert_str_empty(failures, "refused:%s", failures);
+}
+
+Test(config, unset_defaults_follow_the_keys_given_and_given_values_are_kept_and_checked)
+{
+    vit_job_config c;
+    char err[ERRLEN] = "";
+    config_defaults(&c);
+    cr_assert_eq(config_set(&c, "training.steps=10", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_finish(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.training.optimizer.warmup_steps, 10);
+    cr_assert_eq(config_warmup_steps(&c, 10), 10);
+    /* epochs-derived runs: the run's steps, given or not */
+    config_defaults(&c);
+    cr_assert_eq(config_warmup_steps(&c, 7), 7);
+    cr_assert_eq(config_warmup_steps(&c, 700), 50);
+    cr_assert_eq(config_set(&c, "training.optimizer.warmupSteps=60", err, sizeof err), 0);
+    cr_assert_eq(config_warmup_steps(&c, 7), 60, "a given warmup is kept (and refused by train.c)");
+    /* a given warmup above the steps is still refused */
+    cr_assert_eq(config_set(&c, "training.steps=20", err, sizeof err), 0);
+    cr_assert_eq(config_finish(&c, err, sizeof err), VJ_ERR_CONFIG);
+    cr_assert_str_eq(err, "training.optimizer.warmupSteps=60 exceeds training.steps=20");
+    /* lr follows minLr; a given pair is checked */
+    config_defaults(&c);
+    cr_assert_eq(config_set(&c, "training.optimizer.minLr=0.01", err, sizeof err), 0);
+    cr_assert_eq(config_finish(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_float_eq(c.training.optimizer.lr, 0.01, 0);
+    cr_assert_eq(config_set(&c, "training.optimizer.lr=0.005", err, sizeof err), 0);
+    cr_assert_eq(config_finish(&c, err, sizeof err), VJ_ERR_CONFIG);
+    /* the batch sizes follow each other and the world size */
+    config_defaults(&c);
+    c.world_size = 3;
+    cr_assert_eq(config_finish(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.training.micro_batch_size, 64);
+    cr_assert_eq(c.training.global_batch_size, 192);
+    config_defaults(&c);
+    cr_assert_eq(config_set(&c, "training.globalBatchSize=180", err, sizeof err), 0);
+    cr_assert_eq(config_set(&c, "data.mixup=0.8", err, sizeof err), 0);
+    c.world_size = 2;
+    cr_assert_eq(config_finish(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.training.micro_batch_size, 30, "90 a rank: its largest even divisor up to 64 (45 is odd)");
+    config_defaults(&c);
+    cr_assert_eq(config_set(&c, "training.microBatchSize=48", err, sizeof err), 0);
+    cr_assert_eq(config_finish(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.training.global_batch_size, 144);
+    /* an unset augment is timm's training transform for images, off for fashion-mnist */
+    config_defaults(&c);
+    cr_assert_eq(config_finish(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.data.augment, 0);
+    config_defaults(&c);
+    cr_assert_eq(config_set(&c, "data.format=imagefolder", err, sizeof err), 0);
+    cr_assert_eq(config_set(&c, "data.randAugment=rand-m9-mstd0.5-inc1", err, sizeof err), 0);
+    cr_assert_eq(config_finish(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.data.augment, 1);
+    cr_assert_eq(config_set(&c, "data.augment=false", err, sizeof err), 0);
+    cr_assert_eq(config_finish(&c, err, sizeof err), VJ_ERR_CONFIG, "an explicit false is honoured");
+    cr_assert(strstr(err, "needs data.augment=true"), "%s", err);
+}

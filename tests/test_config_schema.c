@@ -135,7 +135,7 @@ Test(config_schema, double_defaults_are_yaml_1_1_floats)
     cr_assert_eq(config_schema_crd_section(&out, "training.optimizer", 0, NULL, 0), 0);
     /* a YAML 1.1 float needs the point and the exponent's sign */
     cr_assert(strstr(out.data, "default: 1.0e-8\n") != NULL, "%s", out.data);
-    cr_assert(strstr(out.data, "default: 0.003\n") != NULL, "%s", out.data);
+    cr_assert(strstr(out.data, "default: 0.05\n") != NULL, "%s", out.data);
     cr_assert(strstr(out.data, "default: 1.0\n") != NULL, "%s", out.data);
     cr_assert(strstr(out.data, "default: [0.9, 0.999]\n") != NULL, "%s", out.data);
     cr_assert(strstr(out.data, "Default 1e-8.") != NULL, "%s", out.data);
@@ -214,9 +214,10 @@ Test(config_schema, rewriting_keeps_the_hand_written_lines_and_is_idempotent)
         }
         cr_assert_str_eq(once.data + once.len - strlen(tails[k]), tails[k]);
         cJSON *doc = parse(once.data);
-        const cJSON *lr = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
-            cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "spec"), "s3"), "properties"), "lr"), "default");
-        cr_assert(cJSON_IsNumber(lr) && lr->valuedouble == 3e-3);
+        const cJSON *wd = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "spec"), "s3"), "properties"),
+            "weightDecay"), "default");
+        cr_assert(cJSON_IsNumber(wd) && wd->valuedouble == 0.05);
         cJSON_Delete(doc);
         buf_free(&once);
         buf_free(&twice);
@@ -266,7 +267,7 @@ Test(config_schema, the_readme_table_has_one_row_per_key_in_table_order)
         cr_assert_not_null(found, "%s: no row, or out of order", str(row, "path"));
         at = found + 1;
     }
-    cr_assert(strstr(out.data, "| `training.optimizer.lr` | number (0, 10] | 0.003 | peak learning rate |\n"));
+    cr_assert(strstr(out.data, "| `training.optimizer.lr` | number (0, 10] | 0.003 (`minLr` when larger) | peak learning rate |\n"));
     cr_assert(strstr(out.data, "| `training.epochs` | int 0..1000000 | 2 | used when `steps` is 0 |\n"));
     cr_assert(strstr(out.data, "| `data.format` | `fashion-mnist` \\| `webdataset` \\| `imagefolder` | "
                                "`fashion-mnist` |"));

@@ -107,6 +107,16 @@ static void set_exit(world *w, const char *name, int code)
     cJSON_AddItemToObject(st, "containerStatuses", cJSON_Parse(buf));
 }
 
+/* set_exit, with the worker's termination message as the kubelet reports it. */
+static void set_exit_msg(world *w, const char *name, int code, const char *message)
+{
+    set_exit(w, name, code);
+    cJSON *st = cJSON_GetObjectItem(find_pod(w, name), "status");
+    cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(st, "containerStatuses"), 0), "state"), "terminated");
+    cJSON_AddStringToObject(t, "message", message);
+}
+
 static vj_plan *decide_at(world *w, long long now)
 {
     vj_plan *p = NULL;
@@ -473,6 +483,86 @@ Test(decide, exit_code_3_fails_at_once_with_InvalidData)
     world_free(&w);
 }
 
+#define BADPATH_LINE "ts=2024-05-01T10:00:00.000Z level=error comp=worker exit_code=3 class=data " \
+    "retried=no msg=\"/data/fashion-mnst/train-images-idx3-ubyte: cannot open dataset file\""
+
+Test(decide, a_permanent_failure_says_the_workers_own_error_in_the_condition_and_the_event)
+{
+    world w = running_job(NULL);
+    set_exit_msg(&w, "j-worker-1-r0", 3, BADPATH_LINE);
+    vj_plan *p = step(&w, NOW + 20);
+    const char *want = "pod j-worker-1-r0 exited with code 3 (bad or missing data), permanent, not "
+                       "retried: /data/fashion-mnst/train-images-idx3-ubyte: cannot open dataset file";
+    cr_assert_str_eq(cond_field(&w, "Failed", "message"), want);
+    cr_assert_eq(p->n_events, 1);
+    cr_assert_str_eq(p->events[0].type, "Warning");
+    cr_assert_str_eq(p->events[0].message, want);
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_retryable_failure_says_the_workers_own_error_from_its_log_tail)
+{
+    world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
+    set_exit_msg(&w, "j-worker-0-r0", 1,
+                 "ts=a level=info comp=train step=3/100\n"
+                 "ts=b level=error comp=worker exit_code=1 class=io retried=yes msg=\"s3: connection reset\"");
+    vj_plan_free(step(&w, NOW + 20));
+    const char *m = cond_field(&w, "Failed", "message");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "BackoffLimitExceeded");
+    cr_assert(strstr(m, "pod j-worker-0-r0 failed with exit code 1: s3: connection reset;") == m, "%s", m);
+    world_free(&w);
+}
+
+Test(decide, cleanpodpolicy_none_keeps_every_pod_of_a_failed_job_the_running_ones_too)
+{
+    /* rank 1 fails for good while rank 0 still runs: both stay */
+    world w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"None\"}");
+    set_exit_msg(&w, "j-worker-1-r0", 3, BADPATH_LINE);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_eq(p->n_deletes, 0, "deleted %s", p->n_deletes ? p->deletes[0].name : "");
+    vj_plan_free(p);
+    /* rank 0 ends later: still kept */
+    set_exit_msg(&w, "j-worker-0-r0", 3, BADPATH_LINE);
+    p = step(&w, NOW + 30);
+    cr_assert_eq(p->n_deletes, 0);
+    vj_plan_free(p);
+    world_free(&w);
+
+    /* backoffLimit spent while a rank runs: kept too */
+    w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"None\",\"backoffLimit\":0}");
+    set_exit(&w, "j-worker-1-r0", 1);
+    p = step(&w, NOW + 20);
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "BackoffLimitExceeded");
+    cr_assert_eq(p->n_deletes, 0, "deleted %s", p->n_deletes ? p->deletes[0].name : "");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, cleanpodpolicy_none_keeps_the_failed_pods_of_earlier_generations_across_a_gang_restart)
+{
+    world w = running_job("\"runPolicy\":{\"cleanPodPolicy\":\"None\"}");
+    set_exit(&w, "j-worker-1-r0", 1);
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert(deletes(p, "j-worker-0-r0", 0), "the running rank must stop before generation 1");
+    cr_assert(!deletes(p, "j-worker-1-r0", 0), "the failed pod and its log stay");
+    vj_plan_free(p);
+    /* generation 1 runs, then succeeds: generation 0's failed pod is still kept */
+    set_phase(&w, "j-worker-0-r1", "Running");
+    set_phase(&w, "j-worker-1-r1", "Running");
+    vj_plan_free(step(&w, NOW + 30));
+    set_all_phase(&w, "Succeeded");
+    set_phase(&w, "j-worker-1-r0", "Failed");
+    p = step(&w, NOW + 40);
+    cr_assert_str_eq(phase_of(&w), "Succeeded");
+    cr_assert(!deletes(p, "j-worker-1-r0", 0));
+    cr_assert_not_null(find_pod(&w, "j-worker-1-r0"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
 /* api/exitcode.h's table, row by row: what it says is permanent fails the
  * job at once, everything else restarts the gang. */
 Test(decide, every_row_of_the_exit_code_table_is_decided_as_the_table_says)
@@ -710,7 +800,22 @@ Test(decide, last_transition_time_kept_while_status_unchanged)
     world_free(&w);
 }
 
-Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_without_spending_backoff)
+/* Rank 1 done before rank 0 (which evaluates and exports last): the job
+ * is still Running, not back to Pending, until every pod has succeeded. */
+Test(decide, a_rank_that_succeeded_before_the_others_keeps_the_job_running_until_all_have)
+{
+    world w = running_job(NULL);
+    set_phase(&w, "j-worker-1-r0", "Succeeded");
+    vj_plan_free(step(&w, NOW + 20));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_eq(cJSON_GetObjectItem(st_get(&w, "replicas"), "succeeded")->valueint, 1);
+    set_phase(&w, "j-worker-0-r0", "Succeeded");
+    vj_plan_free(step(&w, NOW + 30));
+    cr_assert_str_eq(phase_of(&w), "Succeeded");
+    world_free(&w);
+}
+
+Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_counted_as_a_resume_not_a_restart)
 {
     world w = running_job("\"runPolicy\":{\"backoffLimit\":0}");
     cJSON *spec = cJSON_GetObjectItem(w.job, "spec");
@@ -725,14 +830,26 @@ Test(decide, suspend_deletes_pods_and_resume_starts_next_generation_without_spen
     cJSON_ReplaceItemInObject(spec, "suspend", cJSON_CreateFalse());
     p = step(&w, NOW + 60);
     cr_assert_str_eq(phase_of(&w), "Pending");
-    cr_assert_eq(restarts(&w), 1);
-    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert_eq(restarts(&w), 0, "kubectl get vj's RESTARTS counts no suspend");
+    cr_assert_eq(st_get(&w, "resumes")->valueint, 1);
+    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 0);
     cr_assert_eq(n_pods_of_gen(&w, 1, 0), 2);
     cr_assert_str_eq(cond_field(&w, "Suspended", "status"), "False");
     cr_assert_str_eq(st_get(&w, "startTime")->valuestring, "2023-11-14T22:14:20Z",
                      "the deadline counts from the resume");
     cr_assert(has_event(p, "Resumed"));
     vj_plan_free(p);
+    /* suspended and resumed again once generation 1 ran: generation 2, read
+     * back from restarts + resumes */
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 70));
+    cJSON_ReplaceItemInObject(spec, "suspend", cJSON_CreateTrue());
+    vj_plan_free(step(&w, NOW + 80));
+    cJSON_ReplaceItemInObject(spec, "suspend", cJSON_CreateFalse());
+    vj_plan_free(step(&w, NOW + 90));
+    cr_assert_eq(restarts(&w), 0);
+    cr_assert_eq(st_get(&w, "resumes")->valueint, 2);
+    cr_assert_eq(n_pods_of_gen(&w, 2, 0), 2, "the resumes' generations, not the restarts'");
     world_free(&w);
 }
 

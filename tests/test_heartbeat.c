@@ -5,13 +5,17 @@
  * peer it lost; a rank woken from a freeze is stale and hb_ok says so at its
  * first call; a clean stop, a rank busy for longer than the timeout and rank
  * 0's end are no verdict; another generation is refused. Deadlines are
- * generous; what is asserted is the verdict, never how fast it came. */
+ * generous; what is asserted is the verdict, never how fast it came. With a
+ * clock the test moves (hb_options.clock): a silent peer is lost after the
+ * timeout and within one period past it, and a rank woken from a freeze is
+ * stale at once although its last answer is recent. */
 #include "heartbeat.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,6 +27,7 @@
 
 #include "rank_fixture.h"
 #include "util.h"
+#include "wire.h"
 
 TestSuite(heartbeat, .timeout = 120);
 
@@ -398,4 +403,195 @@ Test(heartbeat, evidence_names_are_those_of_status_lostPeer)
     cr_assert_str_eq(hb_evidence_name(HB_EVIDENCE_HEARTBEAT), "heartbeat");
     cr_assert_str_eq(hb_evidence_name(HB_EVIDENCE_NONE), "");
     cr_assert_eq(hb_ok(NULL), 1, "one process: always");
+}
+
+/* ------------------------------------------------ a clock the test moves */
+
+/* hb_options.clock: the time is the test's; each read is counted (the
+ * test waits for the heartbeat thread's reads, not for time), and while
+ * `hold` is up every thread but the test's waits at its read. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    double t;
+    long reads;
+    int hold;
+    pthread_t owner;
+} test_clock;
+
+static double clock_read(void *ctx)
+{
+    test_clock *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->reads++;
+    pthread_cond_broadcast(&c->cv);
+    while (c->hold && !pthread_equal(pthread_self(), c->owner))
+        pthread_cond_wait(&c->cv, &c->mu);
+    double t = c->t;
+    pthread_mutex_unlock(&c->mu);
+    return t;
+}
+
+static void clock_init(test_clock *c, double t)
+{
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->t = t;
+    c->reads = 0;
+    c->hold = 0;
+    c->owner = pthread_self();
+}
+
+static void clock_set(test_clock *c, double t, int hold)
+{
+    pthread_mutex_lock(&c->mu);
+    c->t = t;
+    c->hold = hold;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until another thread read the clock n more times: the heartbeat's
+ * thread reads it once an iteration, before it judges, so after two reads
+ * one whole iteration judged at the time set. (A limit far above what it
+ * takes: the thread reads it every period / 2 at least.) */
+static void clock_wait_reads(test_clock *c, long n)
+{
+    pthread_mutex_lock(&c->mu);
+    const long want = c->reads + n;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    while (c->reads < want)
+        cr_assert_eq(pthread_cond_timedwait(&c->cv, &c->mu, &until), 0,
+                     "the heartbeat thread stopped reading its clock");
+    pthread_mutex_unlock(&c->mu);
+}
+
+typedef struct {
+    const char *ep;
+    hb_options ho;
+    rdzv *z;
+    hb *h;
+    int rc;
+} rank_start;
+
+/* rank 1 of 2, on a thread of this process (rdzv_new waits for rank 0) */
+static void *start_rank_1(void *arg)
+{
+    rank_start *r = arg;
+    rdzv_options o = {.endpoint = r->ep, .rank = 1, .world_size = 2, .timeout_s = 30};
+    char err[512];
+    r->rc = rdzv_new(&r->z, &o, NULL, err, sizeof err);
+    r->ho.store = r->z;
+    if (r->rc == 0 && r->ho.timeout_s > 0) r->rc = hb_start(&r->h, &r->ho, NULL, err, sizeof err);
+    return NULL;
+}
+
+/* Rank 0 here with ho0, rank 1 on a thread with ho1 (both started). */
+static void two_here(rank_start *r1, rdzv **z0, hb **h0, hb_options ho0, hb_options ho1,
+                     char *ep, size_t n)
+{
+    endpoint(ep, n);
+    *r1 = (rank_start){.ep = ep, .ho = ho1};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, start_rank_1, r1), 0);
+    rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 2, .timeout_s = 30};
+    char err[512];
+    cr_assert_eq(rdzv_new(z0, &o, NULL, err, sizeof err), 0, "%s", err);
+    ho0.store = *z0;
+    cr_assert_eq(hb_start(h0, &ho0, NULL, err, sizeof err), 0, "%s", err);
+    pthread_join(t, NULL);
+    cr_assert_eq(r1->rc, 0, "rank 1 did not start");
+}
+
+Test(heartbeat, a_silent_peer_is_lost_after_the_timeout_and_before_the_timeout_plus_one_period)
+{
+    /* The test is rank 1's heartbeat: it connects, pings once at 1000 and
+     * reads rank 0's answer (so rank 0 has heard it at 1000), then is
+     * silent; rank 0's clock moves by a period at a time (no step looks
+     * like a freeze of rank 0 itself). */
+    const double timeout = 1.0, period = 0.2, t0 = 1000;
+    test_clock c0;
+    clock_init(&c0, t0);
+    hb_options ho0 = {.timeout_s = timeout, .period_s = period, .connect_timeout_s = 30,
+                      .clock = clock_read, .clock_ctx = &c0};
+    rank_start r1;
+    rdzv *z0;
+    hb *h0;
+    char ep[64];
+    two_here(&r1, &z0, &h0, ho0, (hb_options){0}, ep, sizeof ep);
+    unsigned char hello[21], ping[13], pong[13];
+    memcpy(hello, "vjhb1", 5); /* heartbeat.c's handoff: magic, rank, world, generation */
+    wire_put_u32(hello + 5, 1);
+    wire_put_u32(hello + 9, 2);
+    wire_put_u64(hello + 13, 0);
+    int fd = -1;
+    char err[512];
+    cr_assert_eq(rdzv_handoff_connect(r1.z, hello, sizeof hello, 30, &fd, NULL, err, sizeof err),
+                 0, "%s", err);
+    wire_put_u32(ping, 9); /* PING, seq 1 */
+    ping[4] = 1;
+    wire_put_u64(ping + 5, 1);
+    cr_assert_eq(write(fd, ping, sizeof ping), (ssize_t)sizeof ping);
+    size_t got = 0;
+    while (got < sizeof pong) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        cr_assert_gt(poll(&pf, 1, 30000), 0, "no answer to the ping");
+        ssize_t n = read(fd, pong + got, sizeof pong - got);
+        cr_assert_gt(n, 0);
+        got += (size_t)n;
+    }
+    cr_assert_eq(pong[4], 1, "a PONG");
+    for (int i = 1; i <= 5; i++) { /* up to exactly the timeout: not yet */
+        clock_set(&c0, t0 + i * period, 0);
+        clock_wait_reads(&c0, 2);
+        cr_assert_eq(hb_verdict_get(h0, NULL), 0, "a verdict after %.1f s of silence (timeout %.1f s)",
+                     i * period, timeout);
+    }
+    clock_set(&c0, t0 + timeout + period * 0.95, 0); /* within one period past it */
+    clock_wait_reads(&c0, 2);
+    hb_verdict v;
+    cr_assert_eq(hb_verdict_get(h0, &v), 1, "no verdict %.2f s into the silence (timeout %.1f s, "
+                 "period %.1f s)", timeout + period * 0.95, timeout, period);
+    cr_assert_eq(v.kind, HB_LOST);
+    cr_assert_eq(v.rank, 1);
+    cr_assert_eq(v.evidence, HB_EVIDENCE_HEARTBEAT);
+    close(fd);
+    hb_stop(h0);
+    rdzv_free(r1.z);
+    rdzv_free(z0);
+}
+
+Test(heartbeat, a_rank_woken_from_a_freeze_with_a_recent_answer_is_stale_before_its_thread_runs)
+{
+    /* rank 1's clock: rank 0 answered at 1000 (its start, then its pong);
+     * the process "freezes" and wakes at 1000 + 0.9: past the freeze limit
+     * (timeout - period = 0.8) while that answer is still within the timeout
+     * (1.0). Its heartbeat thread is held at its clock, so it has not run
+     * since: hb_ok must say no from the freeze alone. */
+    const double timeout = 1.0, period = 0.2, t0 = 1000;
+    test_clock c1;
+    clock_init(&c1, t0);
+    hb_options ho0 = {.timeout_s = 60, .connect_timeout_s = 30};
+    hb_options ho1 = {.timeout_s = timeout, .period_s = period, .connect_timeout_s = 30,
+                      .clock = clock_read, .clock_ctx = &c1};
+    rank_start r1;
+    rdzv *z0;
+    hb *h0;
+    char ep[64];
+    two_here(&r1, &z0, &h0, ho0, ho1, ep, sizeof ep);
+    clock_wait_reads(&c1, 2);
+    cr_assert_eq(hb_ok(r1.h), 1, "running, answered at once: may write");
+    clock_set(&c1, t0 + 0.9, 1); /* wakes; its thread waits at its next read */
+    cr_assert_eq(hb_ok(r1.h), 0, "woken after 0.9 s with an answer 0.9 s old (timeout 1 s, "
+                 "freeze limit 0.8 s): may not write");
+    clock_set(&c1, t0 + 0.9, 0);
+    hb_verdict v;
+    cr_assert_eq(hb_await(r1.h, 30, &v), 1);
+    cr_assert_eq(v.kind, HB_STALE, "its thread, once it runs, calls it stale too");
+    hb_stop(r1.h);
+    hb_stop(h0);
+    rdzv_free(r1.z);
+    rdzv_free(z0);
 }

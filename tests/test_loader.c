@@ -206,6 +206,31 @@ Test(loader, bad_samples_are_skipped_and_counted)
     ld_index_free(ix);
 }
 
+/* The bad-sample reserve rounds the usable samples down: 10 a rank less 5%
+ * is 9.5, so 9 usable, one step of 5 (rounded up, 10 would make it two and
+ * the last step would wait for a sample the reserve gave away). */
+Test(loader, the_usable_sample_count_after_the_bad_sample_reserve_is_rounded_down_at_1_and_2_ranks)
+{
+    write_set(2, 10);
+    char err[1024];
+    int rc;
+    for (int world = 1; world <= 2; world++) {
+        ld_index *ix = index_of(world == 1 ? "shard-0.tar" : "shard-{0..1}.tar", world, 10,
+                                &rc, err, sizeof err);
+        cr_assert_eq(rc, 0, "%s", err);
+        for (int r = 0; r < world; r++) {
+            ld_options o = opts_of(ix, r, world, 5, 1, 1);
+            o.max_bad_fraction = 0.05;
+            ld_loader *l;
+            cr_assert_eq(ld_new(&l, &o, err, sizeof err), 0, "%s", err);
+            cr_assert_eq(ld_epoch_steps(l, 0), 1, "world %d rank %d: floor(10 x 0.95) = 9 "
+                         "samples, one step of 5", world, r);
+            ld_free(l);
+        }
+        ld_index_free(ix);
+    }
+}
+
 Test(loader, more_bad_samples_than_max_bad_fraction_fail_naming_the_worst_shard)
 {
     spec good[10], bad[10];

@@ -393,6 +393,9 @@ Test(render, pods_tolerate_a_lost_node_for_node_lost_toleration_seconds_unless_t
     cr_assert_str_eq(str_at(p, "spec.tolerations.1.key"), "node.kubernetes.io/not-ready");
     /* the worker's last line becomes the termination message */
     cr_assert_str_eq(str_at(p, "spec.containers.0.terminationMessagePolicy"), "FallbackToLogsOnError");
+    /* ... written by the worker to the file the pod names, told by its env */
+    cr_assert_str_eq(str_at(p, "spec.containers.0.terminationMessagePath"), "/dev/termination-log");
+    cr_assert_str_eq(env_of(p, "VITJOB_TERMINATION_LOG"), "/dev/termination-log");
     cJSON_Delete(p);
     cJSON_Delete(j);
 

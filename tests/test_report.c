@@ -64,7 +64,8 @@ static report_info info(long step)
 {
     return (report_info){.step = step, .total_steps = 1000, .epoch = step / 100.0,
                          .loss = 2.0 - step / 1000.0, .images_per_second = 512.5,
-                         .eta_seconds = (1000 - step) * 0.25, .last_checkpoint_step = -1};
+                         .eta_seconds = (1000 - step) * 0.25, .last_checkpoint_step = -1,
+                         .test_accuracy = NAN, .test_step = -1};
 }
 
 TestSuite(report, .timeout = 60);
@@ -111,13 +112,20 @@ Test(report, loss_and_throughput_are_written_rounded_and_the_eta_as_a_kubectl_du
     p.loss = 0.39043454825878143;
     p.images_per_second = 3317.91833261528;
     p.eta_seconds = 192.4;
+    p.epoch = 0.5610666666666667;
+    p.test_accuracy = 0.81234567;
+    p.test_step = 100;
     report_progress(r, &p);
     report_free(r);
     cJSON *job = get_job(pd.admin, "rep-round");
     const cJSON *pr = progress_of(job);
     cr_assert(pr, "status.progress written");
-    /* exactly the doubles that print short: 0.3904, not 0.39043454825878143 */
+    /* exactly the doubles that print short: 0.3904, not 0.39043454825878143;
+     * kubectl get vj -o wide's EPOCH 0.56, not 0.5610666666666667 */
     cr_assert_eq(num(pr, "loss"), 0.3904);
+    cr_assert_eq(num(pr, "epoch"), 0.56);
+    cr_assert_eq(num(pr, "testAccuracy"), 0.8123);
+    cr_assert_eq(num(pr, "testStep"), 100);
     cr_assert_eq(num(pr, "imagesPerSecond"), 3317.9);
     cr_assert_eq(num(pr, "etaSeconds"), 192);
     cr_assert_str_eq(eta_of(job), "3m12s");
@@ -154,6 +162,8 @@ Test(report, a_report_merges_every_progress_field_into_the_status_subresource_an
     cr_assert_eq(num(pr, "lastCheckpointStep"), 100);
     cr_assert_str_eq(cJSON_GetObjectItem(pr, "lastCheckpointURI")->valuestring,
                      "file:///ck/step-000000100");
+    cr_assert_null(cJSON_GetObjectItem(pr, "testAccuracy"), "no evaluation yet: left out");
+    cr_assert_null(cJSON_GetObjectItem(pr, "testStep"));
     long long t;
     const cJSON *ut = cJSON_GetObjectItem(pr, "updateTime");
     cr_assert(cJSON_IsString(ut));

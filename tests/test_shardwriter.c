@@ -614,6 +614,103 @@ Test(shardwriter, the_folder_refuses_two_files_of_one_key_and_classes_without_im
     cr_assert(strstr(err, "again") && strstr(err, "loop"), "%s", err);
 }
 
+/* ---- a brace pattern for --out ------------------------------------------ */
+
+Test(shardwriter, a_brace_pattern_out_writes_exactly_its_shards_evenly_and_prints_it_absolute,
+     .init = mk_tmp, .fini = rm_tmp)
+{
+    char err[1024] = "", *rep = NULL, want[1200];
+    size_t replen = 0;
+    write_idx("fm", 23, 10);
+    /* 23 samples into the 5 names of {03..07}: 4 or 5 each, named as
+     * data.uri's reader expands the pattern */
+    shardwriter_options o = opts("fm", "b/s-{03..07}.tar");
+    o.report = open_memstream(&rep, &replen);
+    shardwriter_result r;
+    cr_assert_eq(shardwriter_run(&o, &r, err, sizeof err), 0, "%s", err);
+    fclose(o.report);
+    cr_assert_eq(r.shards, 5);
+    cr_assert_eq(r.samples, 23);
+    got_all g;
+    read_shards("b/s-%02d.tar", &g);
+    cr_assert_eq(g.shards, 0, "nothing below the range's first name");
+    got_free(&g);
+    long total = 0;
+    for (int i = 3; i <= 7; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "b/s-%02d.tar", i);
+        cr_assert_gt(file_size(name), 0, "%s", name);
+    }
+    /* the shards in order, by the reader: sizes 4 or 5, every sample once */
+    char pat[600];
+    snprintf(pat, sizeof pat, "%s/b/s-{03..07}.tar", dir);
+    shards_list *l = shards_new(pat, 100, err, sizeof err);
+    cr_assert_not_null(l, "%s", err);
+    for (size_t i = 0; i < shards_count(l); i++) {
+        buf b = {0};
+        cr_assert_eq(file_read(&b, shards_at(l, i), err, sizeof err), 0, "%s", err);
+        tar_mem src = {(const unsigned char *)b.data, b.len, 0};
+        wds_reader *w = wds_reader_new(shards_at(l, i), tar_mem_read, &src, 1 << 26);
+        wds_sample smp;
+        long n = 0;
+        while (wds_next(w, &smp, err, sizeof err) == WDS_SAMPLE)
+            n++;
+        cr_assert(n == 4 || n == 5, "%s: %ld samples", shards_at(l, i), n);
+        total += n;
+        wds_reader_free(w);
+        buf_free(&b);
+    }
+    shards_free(l);
+    cr_assert_eq(total, 23);
+    snprintf(want, sizeof want, "data.format: webdataset\ndata.uri: %s\nmodel.numClasses: 10\n",
+             pat);
+    cr_assert(strstr(rep, want), "%s", rep);
+    free(rep);
+
+    /* a relative pattern is printed joined to the working directory */
+    char cwd[512];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(dir), 0);
+    rep = NULL;
+    o = (shardwriter_options){.from = "fm", .out = "./rel/t-{0..1}.tar"};
+    o.report = open_memstream(&rep, &replen);
+    int rc = shardwriter_run(&o, &r, err, sizeof err);
+    fclose(o.report);
+    cr_assert_eq(chdir(cwd), 0);
+    cr_assert_eq(rc, 0, "%s", err);
+    snprintf(want, sizeof want, "data.uri: %s/rel/t-{0..1}.tar\n", dir);
+    cr_assert(strstr(rep, want), "%s", rep);
+    cr_assert_eq(file_size("rel/t-1.tar") > 0, 1);
+    free(rep);
+}
+
+Test(shardwriter, a_brace_pattern_out_refuses_sizes_beside_it_more_shards_than_samples_and_printf,
+     .init = mk_tmp, .fini = rm_tmp)
+{
+    char err[1024] = "";
+    write_idx("fm", 3, 10);
+    struct {
+        const char *out;
+        long per;
+        const char *says;
+    } bad[] = {{"o/s-{0..1}.tar", 2, "--samples-per-shard"},
+               {"o/s-{0..3}.tar", 0, "names 4 shards but"},
+               {"o/s-{0..1}-%d.tar", 0, "no %d beside it"},
+               {"o/s-{a,a}.tar", 0, "twice"},
+               {"o/s-{0..1.tar", 0, "o/s-{0..1.tar"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        shardwriter_options o = opts("fm", bad[i].out);
+        o.samples_per_shard = bad[i].per;
+        cr_assert_eq(shardwriter_run(&o, NULL, err, sizeof err), VJ_ERR_USAGE, "%s", bad[i].out);
+        cr_assert(strstr(err, bad[i].says), "%s: %s", bad[i].out, err);
+        cr_assert_eq(file_size("o/s-0.tar"), -1, "%s wrote a shard", bad[i].out);
+    }
+    shardwriter_options o = opts("fm", "o/s-{0..1}.tar");
+    o.shard_bytes = 1 << 20;
+    cr_assert_eq(shardwriter_run(&o, NULL, err, sizeof err), VJ_ERR_USAGE);
+    cr_assert(strstr(err, "--shard-bytes"), "%s", err);
+}
+
 /* ---- refusals ----------------------------------------------------------- */
 
 Test(shardwriter, refusals_name_the_source_the_pattern_or_the_output, .init = mk_tmp,

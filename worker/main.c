@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "ckpt.h"
@@ -33,6 +34,7 @@
 #include "plan_cmd.h"
 #include "shardwriter.h"
 #include "stdfds.h"
+#include "termmsg.h"
 #include "train.h"
 #include "version.h"
 
@@ -226,7 +228,7 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
     placement pl = {0};
     if ((rc = env_placement(&pl, err, errlen)) != 0) return rc;
     cfg.world_size = pl.world;
-    if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
+    if ((rc = config_finish(&cfg, err, errlen)) != 0) return rc;
 
     if ((rc = check_supported(&cfg, &pl, err, errlen)) != 0) return rc;
     if (pl.agent) { /* the config is good: start the pod's local ranks */
@@ -277,14 +279,49 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
 }
 
 
-/* --uri/--from, --out, --endpoint of the checkpoint commands. */
-static vj_err ckpt_args(int argc, char **argv, const char *from_flag, const char **uri,
-                        const char **out, const char **endpoint, char *err, size_t errlen)
+/* The checkpoints a --uri/--from names: s3://bucket/prefix, file:///dir, or
+ * a plain path (as model.init takes them), made file:// of its absolute
+ * form; out holds the URI. */
+static vj_err ckpt_location(const char *flag, const char *in, char *out, size_t len, char *err,
+                            size_t errlen)
 {
+    const char *scheme = strstr(in, "://");
+    if (scheme && strncmp(in, "s3://", 5) != 0 && strncmp(in, "file://", 7) != 0) {
+        snprintf(err, errlen, "%s %s: expected a path, file:///path or s3://bucket/prefix", flag,
+                 in);
+        return VJ_ERR_USAGE;
+    }
+    char cwd[4096] = "";
+    if (!scheme && in[0] != '/' && !getcwd(cwd, sizeof cwd)) {
+        snprintf(err, errlen, "%s %s: cannot resolve a relative path: %s", flag, in,
+                 strerror(errno));
+        return VJ_ERR_USAGE;
+    }
+    int n = scheme ? snprintf(out, len, "%s", in)
+                   : snprintf(out, len, "file://%s%s%s", cwd, cwd[0] ? "/" : "", in);
+    if (n < 0 || (size_t)n >= len) {
+        snprintf(err, errlen, "%s: the location is too long (%zu bytes)", flag, strlen(in));
+        return VJ_ERR_USAGE;
+    }
+    return VJ_OK;
+}
+
+/* --uri/--from (into uri, a URI: ckpt_location), --out, --endpoint of the
+ * checkpoint commands; -h/--help sets *help (the usage is printed). */
+static vj_err ckpt_args(int argc, char **argv, const char *from_flag, char *uri, size_t urilen,
+                        const char **out, const char **endpoint, int *help, char *err,
+                        size_t errlen)
+{
+    const char *from = NULL;
+    *help = 0;
     for (int i = 0; i < argc; i++) {
         int has = i + 1 < argc;
-        if (strcmp(argv[i], from_flag) == 0 && has)
-            *uri = argv[++i];
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            *help = 1;
+            return VJ_OK;
+        } else if (strcmp(argv[i], from_flag) == 0 && has)
+            from = argv[++i];
         else if (out && strcmp(argv[i], "--out") == 0 && has)
             *out = argv[++i];
         else if (strcmp(argv[i], "--endpoint") == 0 && has)
@@ -296,11 +333,11 @@ static vj_err ckpt_args(int argc, char **argv, const char *from_flag, const char
             return VJ_ERR_USAGE;
         }
     }
-    if (!*uri || (out && !*out)) {
+    if (!from || (out && !*out)) {
         snprintf(err, errlen, "%s URI%s is required", from_flag, out ? " and --out FILE" : "");
         return VJ_ERR_USAGE;
     }
-    return VJ_OK;
+    return ckpt_location(from_flag, from, uri, urilen, err, errlen);
 }
 
 static vj_err store_class(ckpt_status st)
@@ -311,9 +348,12 @@ static vj_err store_class(ckpt_status st)
 /* `vitjob-worker checkpoints --uri URI`: every step and its state. */
 static vj_err cmd_checkpoints(int argc, char **argv, char *err, size_t errlen)
 {
-    const char *uri = NULL, *endpoint = "";
-    vj_err rc = ckpt_args(argc, argv, "--uri", &uri, NULL, &endpoint, err, errlen);
-    if (rc) return rc;
+    char uri[4096];
+    const char *endpoint = "";
+    int help;
+    vj_err rc = ckpt_args(argc, argv, "--uri", uri, sizeof uri, NULL, &endpoint, &help, err,
+                          errlen);
+    if (rc || help) return rc;
     ckpt_store *s = NULL;
     ckpt_status st = ckpt_store_open(&s, uri, endpoint, err, errlen);
     if (st == CKPT_OK) st = ckpt_describe(s, stdout, err, errlen);
@@ -327,8 +367,9 @@ static vj_err cmd_checkpoints(int argc, char **argv, char *err, size_t errlen)
  * run's own export writes), the weights themselves with --raw or without. */
 static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
 {
-    const char *from = NULL, *out = NULL, *endpoint = "";
-    int raw = 0, k = 0;
+    char from[4096];
+    const char *out = NULL, *endpoint = "";
+    int raw = 0, k = 0, help;
     char **args = malloc(sizeof *args * (size_t)(argc + 1));
     if (!args) {
         snprintf(err, errlen, "out of memory");
@@ -338,9 +379,10 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
         if (strcmp(argv[i], "--raw") == 0) raw = 1;
         else args[k++] = argv[i];
     }
-    vj_err rc = ckpt_args(k, args, "--from", &from, &out, &endpoint, err, errlen);
+    vj_err rc = ckpt_args(k, args, "--from", from, sizeof from, &out, &endpoint, &help, err,
+                          errlen);
     free(args);
-    if (rc) return rc;
+    if (rc || help) return rc;
     char root[4096];
     long step = -1;
     snprintf(root, sizeof root, "%s", from);
@@ -357,6 +399,11 @@ static vj_err cmd_export(int argc, char **argv, char *err, size_t errlen)
         st = step >= 0 ? ckpt_read_step(s, step, &man, err, errlen) : ckpt_find(s, &man, err, errlen);
     if (st) {
         ckpt_store_free(s);
+        if (st == CKPT_NOT_FOUND) { /* where it looked */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "%s: %s", from, why);
+        }
         return store_class(st);
     }
     /* the model the checkpoint was written for */
@@ -427,13 +474,22 @@ static void shards_usage(FILE *to)
             "  else an image folder, root/<class>/<file> (ImageFolder): class index = the\n"
             "    folder's place in bytewise order; .jpg .jpeg .png files copied as they\n"
             "    are, other files skipped; key <class>/<file without extension>.\n"
-            "PATTERN: a path, file:// path or s3://bucket/key with one %%d or %%0Nd, e.g.\n"
-            "  s3://b/fmnist/train-%%06d.tar (credentials from AWS_*; --endpoint for a\n"
-            "  non-AWS store). The samples are shuffled once (--shuffle-seed, default 0)\n"
-            "  and dealt into shards of --samples-per-shard (default 10000) samples or at\n"
-            "  most --shard-bytes (1000000, 64M, 1G, 512Ki, 64Mi) bytes each.\n"
-            "Prints one line per shard, the totals, the data.uri that names every shard\n"
-            "and model.numClasses (and, for an image folder, the class names).\n");
+            "  --format, --quality and --split are for IDX files only: an image folder\n"
+            "  refuses them (its files are copied as they are).\n"
+            "PATTERN: a path, file:// path or s3://bucket/key (credentials from AWS_*;\n"
+            "  --endpoint for a non-AWS store), naming the shards in one of two ways:\n"
+            "  with %%d or %%0Nd, e.g. s3://b/fmnist/train-%%06d.tar: shards 0, 1, ... of\n"
+            "    --samples-per-shard (default 10000) samples or at most --shard-bytes\n"
+            "    (1000000, 64M, 1G, 512Ki, 64Mi) bytes each, as many as that takes;\n"
+            "  with data.uri's brace pattern, e.g. 'train-{000000..000003}.tar' (quote\n"
+            "    it): exactly the shards it names, the samples dealt evenly over them\n"
+            "    (their counts differ by one at most), so pick a multiple of the world\n"
+            "    size; no --samples-per-shard or --shard-bytes beside it, and at most\n"
+            "    as many shards as samples.\n"
+            "The samples are shuffled once (--shuffle-seed, default 0) before they are\n"
+            "dealt. Prints one line per shard, the totals, then the spec's lines:\n"
+            "data.format: webdataset, data.uri (absolute: the brace pattern that names\n"
+            "every shard) and model.numClasses (and, for an image folder, the class names).\n");
 }
 
 /* a whole number in [lo, hi], in full */
@@ -581,10 +637,11 @@ typedef struct {
 
 static const subcommand subcommands[] = {
     {{"train"}, cmd_train, NULL,
-     "train --config FILE [--set key=value ...] [--metrics FILE]\n"
+     "train [--config FILE] [--set key=value ...] [--metrics FILE]\n"
      "                           [--log-level debug|info|warn|error]"},
-    {{"checkpoints"}, cmd_checkpoints, NULL, "checkpoints --uri URI [--endpoint URL]"},
-    {{"export"}, cmd_export, NULL, "export --from URI[/step-N] --out FILE [--endpoint URL] [--raw]"},
+    {{"checkpoints"}, cmd_checkpoints, NULL, "checkpoints --uri URI|PATH [--endpoint URL]"},
+    {{"export"}, cmd_export, NULL,
+     "export --from URI|PATH[/step-N] --out FILE [--endpoint URL] [--raw]"},
     {{"shards"}, cmd_shards, NULL, "shards --from SRC --out PATTERN [...]   (shards --help)"},
     {{"plan"}, NULL, plan_cmd_main,
      "plan [--config FILE] [--set key=value ...] [--replicas N] [...]\n"
@@ -629,7 +686,7 @@ static int exit_with(vj_err e, const char *err)
 {
     if (e == VJ_OK && agent_code >= 0) { /* the local agent's verdict */
         if (agent_code != 0)
-            LOG_ERROR("agent", "exit_code=%d class=%s retried=%s msg=%s", agent_code,
+            log_final("agent", "exit_code=%d class=%s retried=%s msg=%s", agent_code,
                       LOGV(agent_code >= 128 ? "stopped"
                            : vj_exit_permanent(agent_code) ? "local_rank" : "peer_lost"),
                       vj_exit_permanent(agent_code) ? "no" : "yes", LOGV(err));
@@ -638,7 +695,7 @@ static int exit_with(vj_err e, const char *err)
     int code = vj_exit_code(e, stop_requested);
     if (e != VJ_OK) {
         const vj_err_row *row = vj_err_info(e);
-        LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
+        log_final("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
                   LOGV(row ? row->name : "unknown"), vj_exit_permanent(code) ? "no" : "yes",
                   LOGV(err));
     }
@@ -654,6 +711,7 @@ int main(int argc, char **argv)
         return vj_exit_code(VJ_ERR_USAGE, 0);
     }
     main_argv = argv;
+    termmsg_init(getenv(VJ_ENV_TERMINATION_LOG)); /* where the last line also goes */
     char err[1024] = "";
     const subcommand *c = find_subcommand(argv[1]);
     if (!c) {

@@ -3,11 +3,12 @@
 # two-node cluster (tests/cluster/localcluster.py: the test API server, the
 # controller-manager stand-in, two local kubelets, moto's S3 where moto is
 # installed), `kubectl apply -f manifests/` (the operator runs from its
-# Deployment, in-cluster), `kubectl apply -f manifests/examples/fashion-mnist.yaml`
+# Deployment, in-cluster), `kubectl apply -f manifests/examples/cpu/fashion-mnist.yaml`
 # (2 CPU replicas training on Fashion-MNIST as JPEG webdataset shards that
 # `vitjob-worker shards` writes first; shards and s3:// checkpoints on moto's
-# S3 where moto is installed, else local files), `kubectl get vj` rows as they change until the job ends, the test
-# accuracy from rank 0's log and its last lines through `kubectl logs --tail=5`
+# S3 where moto is installed, else local files), `kubectl get vj` rows (a
+# phase, a tenth of the steps) until the job ends, the test accuracy from
+# status.progress and rank 0's last lines through `kubectl logs --tail=5`
 # (the API server's pods/log, served by the local kubelet), the final checkpoint exported to
 # BUILD/demo/model.safetensors, and everything stopped, also on Ctrl-C.
 # Where the machine cannot run the cluster (not root, no network namespaces,
@@ -57,6 +58,7 @@ def write_shards(c, build, s3, text):
         cmd = [worker, "shards", "--from", "/usr/share/datasets/fashion-mnist", "--split", split,
                "--out", "%s/%s-%%02d.tar" % (root, name), "--format", "jpeg", "--quality", "95"] + ep
         say(" ".join(["vitjob-worker"] + cmd[1:]))
+        cmd += ["--log-level", "warn"]  # its summary lines, not one per shard
         out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
         print("".join(l + "\n" for l in out.splitlines() if l.startswith(("total", "data.uri"))), end="")
     data = ("  data:\n    format: webdataset\n    uri: %s/train-{00..05}.tar\n"
@@ -65,6 +67,15 @@ def write_shards(c, build, s3, text):
     if s3:
         data += "    endpoint: %s\n" % c.s3["POD_ENDPOINT"]
     return re.sub(r"(?m)^  data:\n(    .*\n)+", lambda m: data, text, count=1)
+
+
+def tenth(row):
+    """A get vj row's phase and the tenth of the steps it is in (the row
+    printed when either changes)."""
+    cells = row.split()
+    if len(cells) < 4 or not cells[2].isdigit() or not cells[3].isdigit():
+        return tuple(cells[1:2])
+    return (cells[1], int(cells[2]) * 10 // max(int(cells[3]), 1))
 
 
 def main():
@@ -92,18 +103,10 @@ def main():
         c.start()
         print(c.kubectl("get", "nodes", "-o", "wide").stdout, end="")
         say("kubectl apply -f manifests/")
-        print(c.kubectl("apply", "-f", os.path.join(ROOT, "manifests")).stdout, end="")
-        deadline = time.monotonic() + 90
-        while True:
-            pods = c.get_json("pods", "-n", "vitjob-system").get("items", [])
-            if any(any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get(
-                    "conditions", [])) for p in pods):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the operator's pod is not Ready; see %s" % work)
-            time.sleep(0.5)
-        print(c.kubectl("get", "pods", "-n", "vitjob-system", "-o", "wide").stdout, end="")
-        with open(os.path.join(ROOT, "manifests", "examples", "fashion-mnist.yaml")) as f:
+        print(c.install_operator(), end="")
+        n_op = len(c.get_json("pods", "-n", "vitjob-system").get("items", []))
+        say("the operator is Ready (%d pods, one leads)" % n_op)
+        with open(os.path.join(ROOT, "manifests", "examples", "cpu", "fashion-mnist.yaml")) as f:
             text = f.read()
         if s3:
             e = c.s3
@@ -124,9 +127,9 @@ def main():
             os.chmod(m.group(1), 0o1777)
             say("moto not installed: checkpoints to %s" % uri)
         text = write_shards(c, build, s3, text)
-        say("kubectl apply -f manifests/examples/fashion-mnist.yaml (data: the JPEG shards)")
+        say("kubectl apply -f manifests/examples/cpu/fashion-mnist.yaml (data: the JPEG shards)")
         print(c.kubectl("apply", "-f", "-", input=text).stdout, end="")
-        say("kubectl get vj %s -w" % job)
+        say("kubectl get vj %s -w (a row per phase, and per tenth of the steps)" % job)
         last, header = None, True
         deadline = time.monotonic() + args.timeout
         phase = None
@@ -134,10 +137,11 @@ def main():
             r = c.kubectl("get", "vj", job, *([] if header else ["--no-headers"]), check=False)
             rows = r.stdout.strip().splitlines()
             row = rows[-1] if rows else ""
-            if row and row.rsplit(None, 1)[0] != last:      # a change other than AGE
+            key = tenth(row)
+            if row and key != last:      # a new phase, or another tenth of the steps
                 print("\n".join(rows) if header else row, flush=True)
                 header = False
-                last = row.rsplit(None, 1)[0]
+                last = key
             phase = (c.get_json("vj", job).get("status") or {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 break
@@ -149,10 +153,9 @@ def main():
         rank0 = [p for p in c.get_json("pods", "-l", "vitjob.dev/job-name=%s,vitjob.dev/rank=0" % job)
                  .get("items", [])]
         rank0.sort(key=lambda p: int(p["metadata"]["labels"].get("vitjob.dev/restart", "0")))
-        acc = re.findall(r"test_accuracy=(\S+)", c.pod_log(rank0[-1])) if rank0 else []
-        say("Succeeded: %d steps, final loss %s, test accuracy %s, %d restart(s)" % (
-            (st.get("progress") or {}).get("step", 0), (st.get("progress") or {}).get("loss"),
-            acc[-1] if acc else "?", st.get("restarts", 0)))
+        pr = st.get("progress") or {}
+        say("Succeeded: %d steps, final loss %s, test accuracy %s (status.progress), %d restart(s)" % (
+            pr.get("step", 0), pr.get("loss"), pr.get("testAccuracy", "?"), st.get("restarts", 0)))
         if rank0:
             name = rank0[-1]["metadata"]["name"]
             say("kubectl logs --tail=5 %s" % name)

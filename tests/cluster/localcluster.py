@@ -3,7 +3,9 @@
 # bridge too, its certificate valid for 10.89.0.1), the kube-controller-manager
 # and scheduler stand-in (tests/cluster/controllers), one local kubelet per node
 # (tests/cluster/kubelet), and optionally moto's S3 server (tests/s3/moto_server.py)
-# reachable from pods at 10.89.0.1. kubectl() runs the real kubectl against it.
+# reachable from pods at 10.89.0.1; install_operator() applies manifests/ and
+# waits for the operator (`make demo`, `make cluster`: tests/cluster/up.py).
+# kubectl() runs the real kubectl against it.
 # stop() ends every process it started and removes the pod network (the netns
 # vj-*, the bridge vjbr0), also after a kubelet was killed.
 # Must not: touch anything outside its work directory but the pod network.
@@ -139,6 +141,21 @@ class LocalCluster:
                                                                                         self.work, name))
             time.sleep(0.2)
         raise RuntimeError("nodes not Ready within %ss" % timeout)
+
+    def install_operator(self, timeout=90):
+        """`kubectl apply -f manifests/` (the CRD, RBAC and the operator's
+        Deployment) and waits until an operator pod is Ready; kubectl's
+        output."""
+        out = self.kubectl("apply", "-f", os.path.join(ROOT, "manifests")).stdout
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = self.get_json("pods", "-n", "vitjob-system").get("items", [])
+            if any(any(cd["type"] == "Ready" and cd["status"] == "True" for cd in p.get("status", {}).get(
+                    "conditions", [])) for p in pods):
+                return out
+            if time.monotonic() > deadline:
+                raise RuntimeError("the operator's pod is not Ready within %ss; see %s" % (timeout, self.work))
+            time.sleep(0.5)
 
     # ------------------------------------------------------------- control
 

@@ -11,7 +11,11 @@
 #   - a worker killed with SIGKILL: a retryable failure (one backoffLimit unit),
 #     resumed from the checkpoint, Succeeded;
 #   - a worker whose status patches are refused still trains to the end and
-#     logs the refusals once per report interval, not per step.
+#     logs the refusals once per report interval, not per step;
+#   - a job that fails (a typo in data.uri) says the worker's own error line
+#     in its Failed condition and Warning event (the termination message the
+#     worker writes), and with cleanPodPolicy None keeps every rank's pod and
+#     log.
 # Needs root (network namespaces), iproute2 and kubectl; skipped, saying why,
 # without them. Run from the repository root:
 #   /usr/bin/python3 -m tests.cluster.test_e2e -v
@@ -227,6 +231,10 @@ class EndToEnd(ClusterJobTest):
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
         self.assertEqual(st.get("restarts"), 1, st)
         self.assertEqual(st.get("disruptionRestarts"), 0, "a killed worker spends backoffLimit")
+        # the final evaluation's accuracy, beside the steps, as get vj -o wide shows it
+        pr = st.get("progress") or {}
+        self.assertEqual(pr.get("testStep"), STEPS, pr)
+        self.assertTrue(0 <= pr.get("testAccuracy", -1) <= 1, pr)
         log = c.pod_log(self.rank0_of_gen(name, 1))
         self.assertTrue([ln for ln in log.splitlines() if "event=resumed" in ln], log[-2000:])
 
@@ -249,6 +257,35 @@ class EndToEnd(ClusterJobTest):
         took = time.time() - t0
         self.assertLessEqual(len(refused), took + 3, "at most one line per report interval (1 s)")
         self.assertNotIn("token", " ".join(refused).lower().replace("serviceaccount", ""))
+
+    def test_a_failed_job_says_the_workers_own_error_and_keeps_every_pod_with_clean_pod_policy_none(self):
+        c, name = self.c, "e2e-badpath"
+        m = job_manifest(name, "e2e/badpath", steps=30)
+        m["spec"]["data"]["uri"] = "file:///usr/share/datasets/fashion-mnst"  # a typo
+        self.apply(m)
+        st = wait_for("Failed", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
+                      and status(c, name), 300, 1)
+        self.assertEqual(st["phase"], "Failed", json.dumps(st.get("conditions")))
+        failed = [x for x in st["conditions"] if x["type"] == "Failed"][0]
+        # the worker's own line, from the file it wrote at /dev/termination-log
+        self.assertEqual(failed["reason"], "InvalidData")
+        self.assertRegex(failed["message"], r"^pod e2e-badpath-worker-\d-r0 exited with code 3 "
+                         r"\(bad or missing data\), permanent, not retried: .*fashion-mnst.*"
+                         r"train-images-idx3-ubyte.*")
+        events = c.get_json("events", "--field-selector", "involvedObject.name=" + name)["items"]
+        self.assertIn(failed["message"], [e["message"] for e in events if e["type"] == "Warning"])
+        pod = [p for p in pods_of(c, name) if failed["message"].startswith("pod " + p["metadata"]["name"])][0]
+        term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        self.assertNotIn("\n", term["message"], "the file's one line, not the log's tail")
+        self.assertIn(" exit_code=3 class=data ", term["message"])
+        # cleanPodPolicy None: every rank's pod is still there, with its log
+        wait_for("both pods to end", lambda: all(p["status"].get("phase") in ("Succeeded", "Failed")
+                                                 for p in pods_of(c, name)), 120, 1)
+        pods = pods_of(c, name)
+        self.assertEqual(sorted(p["metadata"]["labels"]["vitjob.dev/rank"] for p in pods), ["0", "1"])
+        self.assertFalse([p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")])
+        for p in pods:
+            self.assertIn("exit_code=", c.kubectl("logs", p["metadata"]["name"]).stdout)
 
 
 if __name__ == "__main__":

@@ -284,7 +284,7 @@ class ProjectManifestsTest(unittest.TestCase):
         r = cls.run_kubectl(["apply", "-f", MANIFESTS])
         assert r.returncode == 0, r.stdout + r.stderr
         cls.applied = r.stdout
-        r = cls.run_kubectl(["apply", "-f", os.path.join(MANIFESTS, "examples")])
+        r = cls.run_kubectl(["apply", "-R", "-f", os.path.join(MANIFESTS, "examples")])
         assert r.returncode == 0, r.stdout + r.stderr
         cls.applied_examples = r.stdout
 
@@ -337,6 +337,21 @@ class ProjectManifestsTest(unittest.TestCase):
             self.assertEqual(stalled_cell(), status)
         # short name and the `all` category find it too
         self.assertIn("fmnist-tiny", self.ok(["get", "all"]))
+
+    def test_get_vj_wide_shows_the_epoch_to_2_decimals_and_the_newest_test_accuracy(self):
+        # status.progress as report.c writes it: epoch rounded, testAccuracy at testStep
+        self.ok(["patch", "vj", "fmnist-tiny", "--subresource=status", "--type=merge", "-p",
+                 '{"status": {"progress": {"step": 120, "totalSteps": 936, "epoch": 0.56, '
+                 '"testAccuracy": 0.8123, "testStep": 100}}}'])
+        head, line = self.ok(["get", "vj", "fmnist-tiny", "-o", "wide"]).splitlines()[:2]
+        names = head.split()
+
+        def cell(name):  # columns may be empty: cut at the header's positions
+            i = names.index(name)
+            end = head.index(names[i + 1]) if i + 1 < len(names) else len(line)
+            return line[head.index(name):end].strip()
+        self.assertEqual(cell("EPOCH"), "0.56", head + "\n" + line)
+        self.assertEqual(cell("TEST-ACC"), "0.8123", head + "\n" + line)
 
     def test_the_imagenet_example_passes_the_crds_schema_and_rules_and_keeps_its_data_keys(self):
         out = self.ok(["apply", "-f", os.path.join(EXAMPLES, "imagenet-vitb16.yaml")])

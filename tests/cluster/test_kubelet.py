@@ -3,9 +3,10 @@
 # the test cluster, on a one-node local cluster (localcluster.py): what a pod
 # sees (hostname, its address, the pod DNS names of a headless Service in
 # /etc/hosts, ConfigMap/Secret volumes, the service-account token, env from
-# field and secret refs, its user), the status it reports (exit codes, the log
-# tail as termination message), graceful deletion (SIGTERM, then SIGKILL
-# after the grace period, then the pod is gone), and a killed kubelet taking
+# field and secret refs, its user), the status it reports (exit codes, the
+# termination message: the file at its path, else the log tail), graceful
+# deletion (SIGTERM, then SIGKILL after the grace period, then the pod is
+# gone), and a killed kubelet taking
 # its pods with it; `kubectl logs` through the API server and the kubelet
 # API (plain, --tail, --timestamps, --limit-bytes, --follow while the
 # container runs, --previous after a restart, the wording for a container
@@ -116,6 +117,37 @@ class Kubelet(unittest.TestCase):
         t = done["status"]["containerStatuses"][0]["state"]["terminated"]
         self.assertEqual((t["exitCode"], t["reason"]), (3, "Error"))
         self.assertTrue(t["message"].endswith("exit_code=3 class=data retried=no"), t)
+
+    def test_the_termination_message_is_the_file_at_its_path_and_the_log_tail_only_when_it_is_empty(self):
+        runs = {
+            # a failed container that wrote the file: the file, not its log
+            "says": ("echo noise; printf 'the error line' > /dev/termination-log; exit 3", {}),
+            # more than 4096 bytes: the end is kept, as a real kubelet keeps it
+            "long": ("head -c 5000 /dev/zero | tr '\\0' a > /dev/termination-log; "
+                     "printf END >> /dev/termination-log", {}),
+            # a path of its own, written by a user that is not root
+            "mine": ("printf 'at my path' > /var/msg; exit 1",
+                     {"terminationMessagePath": "/var/msg", "securityContext": {"runAsUser": 65532}}),
+            # an empty file and a failure: the log's tail stands in
+            "tail": ("echo last words; exit 1", {}),
+            # an empty file and a success: no message
+            "quiet": ("echo fine", {}),
+        }
+        for name, (script, extra) in runs.items():
+            p = pod(name, script)
+            p["spec"]["containers"][0]["terminationMessagePolicy"] = "FallbackToLogsOnError"
+            p["spec"]["containers"][0].update(extra)
+            self.apply(p)
+        got = {}
+        for name in runs:
+            done = wait_for(name + " to finish", lambda: self.finished(name), 30, 0.2)
+            got[name] = done["status"]["containerStatuses"][0]["state"]["terminated"].get("message")
+        self.assertEqual(got["says"], "the error line")
+        self.assertEqual((len(got["long"]), got["long"][-4:]), (4096, "aEND"))
+        self.assertEqual(got["mine"], "at my path")
+        self.assertEqual(got["tail"], "last words")
+        self.assertIsNone(got["quiet"])
+        self.assertFalse(os.path.exists("/dev/termination-log"), "the file is mounted in the pod only")
 
     def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period_then_the_pod_is_gone(self):
         mark = os.path.join(self.work, "termed")

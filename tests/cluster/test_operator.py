@@ -300,6 +300,8 @@ class ReconcileTest(Base):
         names = wait_for("resumed pods", lambda: len(self.live_pod_names("susp")) == 2
                          and self.live_pod_names("susp"))
         self.assertTrue(all(n.endswith("-r1") for n in names), names)
+        st = self.status("susp")  # counted apart: kubectl get vj's RESTARTS says 0
+        self.assertEqual((st.get("restarts"), st.get("resumes"), st.get("disruptionRestarts")), (0, 1, 0), st)
 
     def test_active_deadline_fails_the_job(self):
         self.apply(job_doc("deadline", runPolicy={"activeDeadlineSeconds": 2}))

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "rng.h"
 #include "s3.h"
+#include "shards.h"
 #include "tar.h"
 #include "util.h"
 
@@ -497,6 +498,7 @@ static int source_kind(source *s, char *err, size_t errlen)
 
 typedef struct {
     shardwriter_pattern pat;
+    shards_list *names; /* a brace pattern's names, else NULL (pat's printf names) */
     int s3;
     s3_client *cli;
     const char *endpoint;
@@ -541,12 +543,25 @@ static int io_class(int e)
     return e == ENOSPC || e == EDQUOT || e == EIO ? VJ_ERR_IO : VJ_ERR_OUTPUT;
 }
 
+/* The name of shard i: the brace pattern's i-th, else pat's; -1 when it
+ * does not fit out or pat's width. */
+static int sink_name(const sink *k, long i, char *out, size_t len)
+{
+    if (!k->names) return shardwriter_pattern_name(&k->pat, i, out, len);
+    if (i < 0 || (size_t)i >= shards_count(k->names)) return -1;
+    return (size_t)snprintf(out, len, "%s", shards_at(k->names, (size_t)i)) < len ? 0 : -1;
+}
+
 /* Checks where shard i goes before it is written (a local directory that
  * takes files; S3 credentials once). */
 static int sink_check(sink *k, long i, char *err, size_t errlen)
 {
     char name[6000];
-    if (shardwriter_pattern_name(&k->pat, i, name, sizeof name) != 0) {
+    if (k->names && sink_name(k, i, name, sizeof name) != 0) {
+        err_printf(err, errlen, "--out: shard %ld's name is too long", i);
+        return VJ_ERR_OUTPUT;
+    }
+    if (!k->names && shardwriter_pattern_name(&k->pat, i, name, sizeof name) != 0) {
         err_printf(err, errlen, "--out %s%%0%dd%s: shard %ld has more digits than the "
                    "pattern's %d", k->pat.head, k->pat.width, k->pat.tail, i, k->pat.width);
         return VJ_ERR_OUTPUT;
@@ -590,7 +605,7 @@ static int sink_open(sink *k, long i, char *err, size_t errlen)
 {
     int rc = sink_check(k, i, err, errlen);
     if (rc) return rc;
-    shardwriter_pattern_name(&k->pat, i, k->name, sizeof k->name);
+    sink_name(k, i, k->name, sizeof k->name);
     buf_clear(&k->pending);
     k->size = 0;
     k->samples = 0;
@@ -667,6 +682,7 @@ static int sink_close(sink *k, char *err, size_t errlen)
 static void sink_free(sink *k)
 {
     file_atomic_abort(k->fa);
+    shards_free(k->names);
     s3_free(k->cli);
     buf_free(&k->pending);
 }
@@ -748,6 +764,62 @@ static int make_sample(source *s, size_t j, buf *out, buf *file, char *err, size
     return rc;
 }
 
+/* --out as a brace pattern (shards.h): its names, in order, are the shards;
+ * 0, or -1 with err naming it. */
+static int brace_out(sink *k, const char *out, char *err, size_t errlen)
+{
+    if (strchr(out, '%')) {
+        err_printf(err, errlen, "--out %s: a brace pattern names the shards itself: no %%d "
+                   "beside it (either train-%%06d.tar or train-{000000..000009}.tar)", out);
+        return -1;
+    }
+    char why[1024];
+    if (!(k->names = shards_new(out, SHARDS_MAX_DEFAULT, why, sizeof why))) {
+        err_printf(err, errlen, "--out: %s", why);
+        return -1;
+    }
+    const char *brace = strchr(out, '{');
+    if (k->s3 && (!brace || !memchr(out + 5, '/', (size_t)(brace - out - 5)))) {
+        err_printf(err, errlen, "--out %s: the shard number must be in the key, not the "
+                   "bucket", out);
+        return -1;
+    }
+    size_t n = shards_count(k->names);
+    const char **sorted = malloc(n * sizeof *sorted);
+    if (!sorted) {
+        err_printf(err, errlen, "--out %s: out of memory for its %zu names", out, n);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = shards_at(k->names, i);
+    qsort(sorted, n, sizeof *sorted, cmp_str);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+            err_printf(err, errlen, "--out %s: names %s twice", out, sorted[i]);
+            free(sorted);
+            return -1;
+        }
+    }
+    free(sorted);
+    return 0;
+}
+
+/* uri as an absolute one: s3:// and file:// as they are, a relative path
+ * joined to the working directory ("./" dropped) */
+static void absolute_uri(const char *uri, char *out, size_t len)
+{
+    char cwd[4096];
+    if (strncmp(uri, "s3://", 5) == 0 || strncmp(uri, "file://", 7) == 0 || uri[0] == '/' ||
+        !getcwd(cwd, sizeof cwd)) {
+        snprintf(out, len, "%s", uri);
+        return;
+    }
+    while (strncmp(uri, "./", 2) == 0)
+        uri += 2;
+    if ((size_t)snprintf(out, len, "%s%s", cwd, strcmp(cwd, "/") == 0 ? "" : "/") < len)
+        snprintf(out + strlen(out), len - strlen(out), "%s", uri);
+}
+
 static void report_shard(FILE *f, const sink *k)
 {
     LOG_INFO("shards", "event=shard_written shard=%s samples=%ld bytes=%llu", LOGV(k->name),
@@ -789,8 +861,22 @@ int shardwriter_run(const shardwriter_options *o, shardwriter_result *res, char 
         err_printf(err, errlen, "--split %s: must be train or t10k", split);
         return VJ_ERR_USAGE;
     }
-    if (shardwriter_pattern_parse(&k.pat, o->out, err, errlen) != 0) return VJ_ERR_USAGE;
     k.s3 = strncmp(o->out, "s3://", 5) == 0;
+    if (strchr(o->out, '{') || strchr(o->out, '}')) {
+        if (brace_out(&k, o->out, err, errlen) != 0) {
+            rc = VJ_ERR_USAGE;
+            goto out;
+        }
+        if (o->samples_per_shard > 0 || o->shard_bytes) {
+            err_printf(err, errlen, "--out %s names its %zu shards, so --samples-per-shard and "
+                       "--shard-bytes do not go with it (with %%06d in --out they set the "
+                       "number of shards)", o->out, shards_count(k.names));
+            rc = VJ_ERR_USAGE;
+            goto out;
+        }
+    } else if (shardwriter_pattern_parse(&k.pat, o->out, err, errlen) != 0) {
+        return VJ_ERR_USAGE;
+    }
     k.endpoint = o->endpoint;
 
     s.dir = local_path(o->from);
@@ -827,6 +913,13 @@ int shardwriter_run(const shardwriter_options *o, shardwriter_result *res, char 
                  LOGV(s.dir), n, s.nclasses, s.skipped);
     }
     r.skipped = s.skipped;
+    size_t nout = k.names ? shards_count(k.names) : 0;
+    if (nout > n) {
+        err_printf(err, errlen, "--out %s names %zu shards but --from %s has %zu samples: "
+                   "name at most %zu", o->out, nout, s.dir, n, n);
+        rc = VJ_ERR_USAGE;
+        goto out;
+    }
 
     if (!(perm = malloc(n * sizeof *perm))) {
         err_printf(err, errlen, "out of memory for %zu samples", n);
@@ -853,35 +946,56 @@ int shardwriter_run(const shardwriter_options *o, shardwriter_result *res, char 
             continue;
         }
         if ((rc = got) != VJ_OK) goto out;
-        if (k.open && (k.samples >= per_shard ||
+        /* a brace pattern's N shards: sample i of n goes to shard i * N / n,
+         * so that their sizes differ by one at most */
+        long dest = nout ? (long)((uint64_t)i * nout / n) : -1;
+        if (k.open && (nout ? dest != r.shards :
+                       k.samples >= per_shard ||
                        (o->shard_bytes && k.size + sample.len + 2 * TAR_BLOCK > o->shard_bytes))) {
             if ((rc = sink_close(&k, err, errlen)) != VJ_OK) goto out;
             report_shard(o->report, &k);
             r.bytes += k.size;
             r.shards++;
         }
+        if (!k.open && nout && dest != r.shards) break; /* shard r.shards would be empty */
         if (!k.open && (rc = sink_open(&k, r.shards, err, errlen)) != VJ_OK) goto out;
         if ((rc = sink_append(&k, sample.data, sample.len, err, errlen)) != VJ_OK) goto out;
         k.samples++;
         r.samples++;
     }
-    if (!k.open) {
+    if (r.samples == 0) {
         err_printf(err, errlen, "--from %s: an empty data set: none of its %zu image files is "
                    "a JPEG or PNG", s.dir, n);
         rc = VJ_ERR_DATA;
         goto out;
     }
-    if ((rc = sink_close(&k, err, errlen)) != VJ_OK) goto out;
-    report_shard(o->report, &k);
-    r.bytes += k.size;
-    r.shards++;
-    shardwriter_pattern_braces(&k.pat, r.shards, r.data_uri, sizeof r.data_uri);
+    if (k.open) {
+        if ((rc = sink_close(&k, err, errlen)) != VJ_OK) goto out;
+        report_shard(o->report, &k);
+        r.bytes += k.size;
+        r.shards++;
+    }
+    if (nout && (size_t)r.shards != nout) {
+        char name[6000];
+        sink_name(&k, r.shards, name, sizeof name);
+        err_printf(err, errlen, "--out %s: %s would hold no samples (the files dealt to it "
+                   "were all skipped, not JPEG or PNG bytes); name fewer shards", o->out, name);
+        rc = VJ_ERR_DATA;
+        goto out;
+    }
+    char uri[sizeof r.data_uri];
+    if (nout)
+        snprintf(uri, sizeof uri, "%s", o->out);
+    else
+        shardwriter_pattern_braces(&k.pat, r.shards, uri, sizeof uri);
+    absolute_uri(uri, r.data_uri, sizeof r.data_uri);
     LOG_INFO("shards", "event=done shards=%ld samples=%ld bytes=%llu skipped=%ld uri=%s",
              r.shards, r.samples, (unsigned long long)r.bytes, r.skipped, LOGV(r.data_uri));
     if (o->report) {
         fprintf(o->report, "total: %ld shards, %ld samples, %llu bytes; %ld files skipped\n",
                 r.shards, r.samples, (unsigned long long)r.bytes, r.skipped);
-        fprintf(o->report, "data.uri: %s\nmodel.numClasses: %d\n", r.data_uri, r.classes);
+        fprintf(o->report, "data.format: webdataset\ndata.uri: %s\nmodel.numClasses: %d\n",
+                r.data_uri, r.classes);
         if (!s.is_idx) {
             fprintf(o->report, "classes:\n");
             for (int c = 0; c < s.nclasses; c++)

@@ -42,9 +42,17 @@
  * whichever is reached first.
  *
  * Output pattern: a bare path, file:// path or s3://bucket/key with one
- * "%d" or "%0Nd" (N 1..18) in it ("%%" is a literal '%'; braces are
- * refused: the brace pattern printed at the end could not hold them). On
- * S3 the number must be in the key. Local shards are written to a
+ * "%d" or "%0Nd" (N 1..18) in it ("%%" is a literal '%'; braces beside it
+ * are refused: the brace pattern printed at the end could not hold them);
+ * or a brace pattern as data.uri reads it (shards.h), which names the
+ * shards itself: exactly its N names are written, in its order, sample i
+ * of the n (after the permutation) going to shard i * N / n, so that the
+ * counts differ by one at most. A brace pattern refuses samples_per_shard
+ * and shard_bytes, '%', more names than samples, and a name twice; a
+ * shard left empty because every file dealt to it was skipped fails the
+ * run (VJ_ERR_DATA). On S3 the number (or the braces) must be in the key.
+ * The data_uri reported is absolute: a relative path is joined to the
+ * working directory. Local shards are written to a
  * temporary file, fsynced and renamed (lib/file.h); missing directories
  * are created. S3 shards go up with one s3_put each (credentials from the
  * environment, AWS_CA_BUNDLE, AWS_MAX_ATTEMPTS).
@@ -92,7 +100,7 @@ typedef struct {
     uint64_t bytes;           /* all shards together */
     long skipped;             /* files not taken (not an image, or not JPEG/PNG bytes) */
     int classes;              /* IDX: the largest label + 1; folder: the class folders */
-    char data_uri[6000];       /* the brace pattern naming every shard written */
+    char data_uri[6000];       /* the brace pattern naming every shard written, absolute */
 } shardwriter_result;
 
 /* Writes the shards o asks for; *res (may be NULL) says what was written.

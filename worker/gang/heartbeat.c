@@ -54,6 +54,8 @@ struct hb {
     double timeout, period, connect_timeout, limit;
     hb_verdict_fn on_verdict;
     void *ctx;
+    double (*clock)(void *);
+    void *clock_ctx;
     pthread_t thread;
     int wake[2];
 
@@ -81,6 +83,9 @@ const char *hb_evidence_name(hb_evidence e)
 
 
 static long long us_of(double t) { return (long long)(t * 1e6); }
+
+/* The time every judgment reads: hb_options.clock's, else the monotonic clock. */
+static double now_of(const hb *h) { return h->clock ? h->clock(h->clock_ctx) : mono_seconds(); }
 
 /* One frame, never waiting: 0 sent, 1 skipped (the peer's buffer is full:
  * it does not read), -1 the connection is broken. */
@@ -200,7 +205,7 @@ static void server_frame(hb *h, int from, int type, const unsigned char *p, size
 {
     peer *pe = &h->peers[from];
     if (type == F_PING && n == 8) {
-        pe->last = mono_seconds();
+        pe->last = now_of(h);
         if (pe->state == P_CONNECTED) send_frame(pe->fd, F_PONG, p, 8);
     } else if (type == F_BYE) {
         pe->state = P_LEFT;
@@ -296,7 +301,7 @@ static void serve(hb *h)
                 pf[np++].events = POLLIN;
             }
         int pr = poll(pf, (nfds_t)np, (int)(h->period * 500) + 1);
-        double now = mono_seconds();
+        double now = now_of(h);
         double gap = tick(h, now);
         if (gap > 0) stale(h, gap, 0); /* this process was frozen: judge no one */
         pthread_mutex_lock(&h->mu);
@@ -344,7 +349,7 @@ static void serve(hb *h)
 static void client_frame(hb *h, int from, int type, const unsigned char *p, size_t n)
 {
     (void)from;
-    double now = mono_seconds();
+    double now = now_of(h);
     if (type == F_PONG && n == 8) {
         h->peers[0].last = now;
         atomic_store(&h->answer_us, us_of(now));
@@ -378,7 +383,7 @@ static int have_verdict(hb *h)
 static void ping(hb *h)
 {
     peer *pe = &h->peers[0];
-    double now = mono_seconds();
+    double now = now_of(h);
     for (;;) {
         if (now >= h->next_ping) {
             unsigned char b[8];
@@ -391,7 +396,7 @@ static void ping(hb *h)
         struct pollfd pf[2] = {{.fd = h->wake[0], .events = POLLIN},
                                {.fd = pe->fd, .events = POLLIN}};
         int pr = poll(pf, 2, (int)(wait * 1000) + 1);
-        now = mono_seconds();
+        now = now_of(h);
         double gap = tick(h, now);
         if (gap > 0) { /* frozen: whatever rank 0 says now, this process is stale */
             stale(h, now - pe->last, 0);
@@ -480,6 +485,8 @@ int hb_start(hb **out, const hb_options *o, rdzv_error *kind, char *err, size_t 
     h->connect_timeout = o->connect_timeout_s > 0 ? o->connect_timeout_s : 60;
     h->on_verdict = o->on_verdict;
     h->ctx = o->ctx;
+    h->clock = o->clock;
+    h->clock_ctx = o->clock_ctx;
     int n = h->rank == 0 ? h->world : 1;
     h->peers = calloc((size_t)n, sizeof *h->peers);
     if (!h->peers || pipe2(h->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -487,7 +494,7 @@ int hb_start(hb **out, const hb_options *o, rdzv_error *kind, char *err, size_t 
         hb_free(h);
         return -1;
     }
-    const double start = mono_seconds();
+    const double start = now_of(h);
     for (int q = 0; q < n; q++) {
         h->peers[q].fd = -1;
         /* a rank not connected yet has the connect timeout before it counts as silent */
@@ -517,9 +524,9 @@ int hb_start(hb **out, const hb_options *o, rdzv_error *kind, char *err, size_t 
             return -1;
         }
         h->peers[0].state = P_CONNECTED;
-        h->peers[0].last = mono_seconds();
+        h->peers[0].last = now_of(h);
     }
-    h->last_tick = mono_seconds();
+    h->last_tick = now_of(h);
     atomic_store(&h->tick_us, us_of(h->last_tick));
     atomic_store(&h->answer_us, us_of(h->last_tick));
     if (pthread_create(&h->thread, NULL, run, h) != 0) {
@@ -542,7 +549,7 @@ int hb_ok(const hb *h)
     long long tick = atomic_load(&m->tick_us), answer = atomic_load(&m->answer_us);
     if (atomic_load(&m->bad)) return 0;
     if (atomic_load(&m->ended)) return 1;
-    long long now = us_of(mono_seconds());
+    long long now = us_of(now_of(h));
     return now - tick <= us_of(h->limit) && now - answer <= us_of(h->timeout);
 }
 

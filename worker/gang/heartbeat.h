@@ -65,6 +65,11 @@ typedef struct {
                                  it); <= 0: 60 */
     hb_verdict_fn on_verdict; /* NULL: the verdict is only kept (hb_verdict_get) */
     void *ctx;
+    /* The clock every judgment reads (silence, freezes, hb_ok), in seconds;
+     * NULL: the monotonic clock (mono_seconds). The tests' own, to move time
+     * by hand; the waits between pings stay real (period_s). */
+    double (*clock)(void *clock_ctx);
+    void *clock_ctx;
 } hb_options;
 
 typedef struct hb hb;

@@ -37,7 +37,10 @@ static void usage(FILE *to)
             "optimizer step, timed in as many processes at once as there are local ranks\n"
             "(they share this machine's cores), and all-reduces on loopback between the\n"
             "ranks (all of them with one replica, else two): the bus bandwidth and the\n"
-            "latency of a call.\n");
+            "latency of a call.\n"
+            "A ViTJob manifest as --config plans the job it describes: spec.replicas,\n"
+            "spec.gpusPerReplica (ranks per pod, on the GPU) and spec.gpuMemory stand for\n"
+            "--replicas, --local-ranks, --device cuda and --gpu-memory unless those are given.\n");
 }
 
 /* "80G", "80GB", "64Gi", "1.5e9": bytes; -1 when not a size */
@@ -94,6 +97,32 @@ static int whole(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
+/* spec.replicas, spec.gpusPerReplica and spec.gpuMemory of a ViTJob
+ * manifest (config.h's spec_scale) onto the target where the flags left
+ * them: gpusPerReplica ranks per pod on the GPU, one on the CPU, as the
+ * operator runs them. */
+static vj_err manifest_scale(const vit_job_config *cfg, jobplan_target *t, int given,
+                             int *device_set, char *err, size_t errlen)
+{
+    const int reps = cfg->spec_scale.replicas, gpus = cfg->spec_scale.gpus_per_replica;
+    if (!(given & 1) && reps > 0) t->replicas = reps;
+    if (!(given & 2) && gpus > 0) t->local_ranks = gpus;
+    if (!*device_set && gpus > 0) t->gpu = 1, *device_set = 1;
+    if (!(given & 4) && cfg->spec_scale.gpu_memory[0]) {
+        double x = parse_size(cfg->spec_scale.gpu_memory);
+        if (x <= 0) {
+            snprintf(err, errlen, "spec.gpuMemory=\"%s\": a size, e.g. 80G or 80Gi",
+                     cfg->spec_scale.gpu_memory);
+            return VJ_ERR_CONFIG;
+        }
+        t->device_bytes = x;
+    }
+    if (reps > 0 || gpus > 0)
+        LOG_INFO("plan", "event=manifest_scale replicas=%d local_ranks=%d gpu=%d", t->replicas,
+                 t->local_ranks, t->gpu);
+    return VJ_OK;
+}
+
 static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
 {
     static vit_job_config cfg;
@@ -102,6 +131,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     jobplan_target t = {.replicas = 1, .local_ranks = 1};
     int json = 0, measure = 0, device_set = 0, rate_probed = 0, bus_probed = 0,
         optim_probed = 0, call_probed = 0;
+    int scale_set = 0; /* 1 --replicas, 2 --local-ranks, 4 --gpu-memory given */
     log_set_level_name("warn"); /* the probes' rendezvous lines stay out of the output */
     vj_err rc;
     for (int i = 0; i < argc; i++) {
@@ -128,6 +158,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
                 snprintf(err, errlen, "%s %s: a whole number from 1", a, v);
                 return VJ_ERR_USAGE;
             }
+            scale_set |= a[2] == 'r' ? 1 : a[2] == 'l' ? 2 : 0;
             i++;
         } else if (strcmp(a, "--device") == 0) {
             if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
@@ -146,7 +177,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
                 snprintf(err, errlen, "%s %s: a positive number, e.g. 80G or 2.5e11", a, v);
                 return VJ_ERR_USAGE;
             }
-            if (a[2] == 'g') t.device_bytes = x;
+            if (a[2] == 'g') t.device_bytes = x, scale_set |= 4;
             else if (a[2] == 'f') t.flops_per_s = x;
             else t.bus_bytes_per_s = x;
             i++;
@@ -168,9 +199,12 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
             i++;
         }
     }
+    /* a ViTJob manifest's own scale, where no flag says otherwise: the job
+     * the operator would admit (replicas x gpusPerReplica ranks) */
+    if ((rc = manifest_scale(&cfg, &t, scale_set, &device_set, err, errlen)) != VJ_OK) return rc;
     if (!device_set) t.gpu = cfg.training.device == DEVICE_CUDA;
     cfg.world_size = t.replicas * t.local_ranks;
-    if ((rc = config_validate(&cfg, err, errlen)) != 0) return rc;
+    if ((rc = config_finish(&cfg, err, errlen)) != 0) return rc;
     int copies = 1, probe_ranks = 0, sched_probed = 0;
     double gap_s = 0;
     if (measure && !t.gpu) {

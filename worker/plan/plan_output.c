@@ -30,13 +30,24 @@ void jobplan_print(FILE *to, const jobplan *p)
     line(to, "collective buffers", m->collective_bytes);
     if (m->gpu_buffer_bytes) line(to, "cuBLASLt workspace, scratch", m->gpu_buffer_bytes);
     line(to, "= backend", m->backend_bytes);
-    line(to, "batch and staging (host)", m->batch_bytes);
-    line(to, "data loader queue (host)", m->loader_bytes);
-    if (m->reserve_bytes) line(to, "CUDA context, NCCL (allowance)", m->reserve_bytes);
-    line(to, "total", m->total_bytes);
+    /* every line above the total is in it: on a GPU the host's lines come
+     * after it, summed apart (they are not the GPU's memory) */
+    if (m->reserve_bytes) {
+        line(to, "CUDA context, NCCL (allowance)", m->reserve_bytes);
+    } else {
+        line(to, "batch and staging (host)", m->batch_bytes);
+        line(to, "data loader queue (host)", m->loader_bytes);
+    }
+    line(to, m->reserve_bytes ? "total (GPU)" : "total", m->total_bytes);
     fprintf(to, "  %-34s %12.1f MiB (%s)\n", "device memory", p->device_bytes / 1048576.0,
             p->device);
     fprintf(to, "  %s\n", p->fits ? "fits" : "does not fit");
+    if (m->reserve_bytes) {
+        fprintf(to, "host memory per rank (beside the GPU's):\n");
+        line(to, "batch and staging", m->batch_bytes);
+        line(to, "data loader queue", m->loader_bytes);
+        line(to, "total (host)", m->batch_bytes + m->loader_bytes);
+    }
     fprintf(to, "time per step:\n");
     fprintf(to, "  %-34s %12.4g GFLOP\n", "model FLOPs (global batch)", p->flops_per_step / 1e9);
     if (p->flops_per_s > 0)

@@ -147,7 +147,7 @@ void lostpeer_on_verdict(void *ctx, const hb_verdict *v)
     /* the last line: stderr stays held by this thread until the process ends */
     const int code = vj_exit_code(VJ_ERR_PEER_LOST, 0);
     flockfile(stderr);
-    LOG_ERROR("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
+    log_final("worker", "exit_code=%d class=%s retried=%s msg=%s", code,
               LOGV(vj_err_info(VJ_ERR_PEER_LOST)->name), vj_exit_permanent(code) ? "no" : "yes",
               LOGV(msg));
     fflush(stderr);

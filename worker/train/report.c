@@ -100,8 +100,8 @@ static cJSON *progress_patch(const report_info *p)
 #define NUM(key, v) ok &= cJSON_AddNumberToObject(pr, key, (v)) != NULL
     NUM("step", (double)(p->step > 0 ? p->step : 0));
     NUM("totalSteps", (double)(p->total_steps > 0 ? p->total_steps : 0));
-    if (isfinite(p->epoch) && p->epoch >= 0) NUM("epoch", p->epoch);
-    /* as kubectl get vj prints them: 0.5123, 1830.2, 3m12s */
+    /* as kubectl get vj prints them: 1.37, 0.5123, 1830.2, 3m12s */
+    if (isfinite(p->epoch) && p->epoch >= 0) NUM("epoch", report_round_places(p->epoch, 2));
     if (isfinite(p->loss)) NUM("loss", report_round_sig(p->loss, 4));
     if (isfinite(p->images_per_second) && p->images_per_second >= 0)
         NUM("imagesPerSecond", report_round_places(p->images_per_second, 1));
@@ -117,6 +117,10 @@ static cJSON *progress_patch(const report_info *p)
         NUM("lastCheckpointStep", (double)p->last_checkpoint_step);
         if (p->last_checkpoint_uri[0])
             ok &= cJSON_AddStringToObject(pr, "lastCheckpointURI", p->last_checkpoint_uri) != NULL;
+    }
+    if (isfinite(p->test_accuracy) && p->test_accuracy >= 0 && p->test_step >= 0) {
+        NUM("testAccuracy", report_round_places(p->test_accuracy, 4));
+        NUM("testStep", (double)p->test_step);
     }
 #undef NUM
     char now[TIMEFMT_LEN];

@@ -2,8 +2,9 @@
  *
  * Owns: a thread of its own that merge-patches status.progress (step,
  * totalSteps, epoch, loss, imagesPerSecond, etaSeconds, eta,
- * lastCheckpointStep, lastCheckpointURI, updateTime; loss to 4 significant
- * digits, imagesPerSecond to 1 decimal and eta as a kubectl duration, as
+ * lastCheckpointStep, lastCheckpointURI, testAccuracy, testStep, updateTime;
+ * loss to 4 significant digits, epoch to 2 decimals, testAccuracy to 4,
+ * imagesPerSecond to 1 decimal and eta as a kubectl duration, as
  * `kubectl get vj` shows them) on the job's status subresource through
  * lib/kube with the in-cluster configuration (service-account token and CA,
  * KUBERNETES_SERVICE_HOST/PORT); the job is $VITJOB_NAME in $VITJOB_NAMESPACE
@@ -31,6 +32,8 @@ typedef struct {
     double eta_seconds;          /* < 0: unknown (left out) */
     long last_checkpoint_step;   /* < 0: none yet (left out, as is the URI) */
     long skipped_samples;        /* bad samples skipped by all ranks (0: left out) */
+    double test_accuracy;        /* the newest evaluation's (NAN: none yet, left out, */
+    long test_step;              /*   as is its step) */
     char last_checkpoint_uri[1024];
 } report_info;
 

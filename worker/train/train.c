@@ -122,9 +122,11 @@ typedef struct {
     int stop_agreed;             /* many ranks: a stop was asked; every rank ends after this step */
     char threads_source[64];
     long steps_per_epoch, total;
+    optimizer_config oc; /* training.optimizer, its warmup that of `total` steps */
     /* progress */
-    double t_train, last_loss;
+    double t_train, last_loss; /* t_train: this process's training time */
     long images_done;
+    long images_start; /* images_done when this process started training (a resume's) */
     long skipped; /* bad samples skipped by all ranks */
     lscale *lscale; /* fp16-mixed: the loss scaler (loss_scale.h), else NULL */
     const char *inject; /* test only: VITJOB_TEST_INJECT_OVERFLOW (loss_scale.h) */
@@ -136,6 +138,8 @@ typedef struct {
     long ckpt_generation; /* the checkpoints' writer generation (ckpt_resume's) */
     double rate, rate_t;
     long rate_images;
+    double test_accuracy; /* the newest evaluation's (the EMA's with one); NAN: none yet */
+    long test_step;       /* the step it was made at */
 } run;
 
 static int stop_set(const run *r) { return r->opt->stop_flag && *r->opt->stop_flag; }
@@ -209,6 +213,10 @@ static vj_err evaluate_and_report(run *r, long step, int ema, int keep_ema, eval
     if (rc == VJ_OK && !keep_ema) rc = dp_use_ema(r->dp, 0, err, errlen);
     if (rc || *stopped || r->rank != 0) return rc;
     const char *which = ema < 0 ? "" : ema ? " ema=1" : " ema=0";
+    if (ema != 0) { /* the model the summary's test_accuracy is of */
+        r->test_accuracy = ev->accuracy;
+        r->test_step = step;
+    }
     LOG_INFO("eval", "step=%ld test_accuracy=%.4f test_loss=%.4f train_seconds=%.2f%s", step,
              ev->accuracy, ev->loss, r->t_train, which /* pairs: " ema=0|1" or "" */);
     if (r->metrics)
@@ -236,9 +244,11 @@ static vj_err load_data(run *r, char *err, size_t errlen)
         return VJ_ERR_CONFIG;
     }
     r->total = tc->steps > 0 ? tc->steps : feed_total_steps(r->feed, tc->epochs);
-    if (tc->optimizer.warmup_steps > r->total) {
+    r->oc = tc->optimizer;
+    r->oc.warmup_steps = config_warmup_steps(cfg, r->total); /* unset: follows the run's */
+    if (r->oc.warmup_steps > r->total) {
         snprintf(err, errlen, "training.optimizer.warmupSteps=%d exceeds the %ld steps of "
-                 "training.epochs=%d", tc->optimizer.warmup_steps, r->total, tc->epochs);
+                 "training.epochs=%d", r->oc.warmup_steps, r->total, tc->epochs);
         return VJ_ERR_CONFIG;
     }
     return 0;
@@ -342,7 +352,7 @@ static vj_err build(run *r, char *err, size_t errlen)
     model_options mopts = {.activation_checkpointing = tc->activation_checkpointing,
                            .stop = r->world == 1 ? r->opt->stop_flag : NULL,
                            .drop_path = tc->drop_path > 0};
-    dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &tc->optimizer,
+    dp_options dpo = {.comm = r->opt->comm, .ops = r->ops, .mc = mc, .oc = &r->oc,
                       .total_steps = r->total, .mode = tc->sharding, .ema = &tc->ema};
     if ((rc = dp_new(&r->dp, &dpo, &mopts, err, errlen)) != VJ_OK ||
         (rc = check_memory(r, err, errlen)) != VJ_OK ||
@@ -573,7 +583,9 @@ static vj_err finish(run *r, char *err, size_t errlen)
                  ema ? "ema" : "raw");
     }
     log_memory_peak(r);
-    double ips = r->t_train > 0 ? r->images_done / r->t_train : 0.0;
+    /* this process's images over this process's time: a resume's earlier
+     * steps are in images_done, not in t_train */
+    double ips = r->t_train > 0 ? (double)(r->images_done - r->images_start) / r->t_train : 0.0;
     char raw_words[64] = ""; /* with an EMA: test_accuracy is the EMA's, and the weights' */
     if (ema) snprintf(raw_words, sizeof raw_words, " ema=1 raw_test_accuracy=%.4f", raw.accuracy);
     LOG_INFO("train",
@@ -627,7 +639,8 @@ static void hand_progress(run *r)
                      .loss = r->steps_done > r->start_step ? r->last_loss : NAN,
                      .images_per_second = rate,
                      .eta_seconds = rate > 0 ? (double)(r->total - r->steps_done) * G / rate : -1,
-                     .last_checkpoint_step = -1, .skipped_samples = r->skipped};
+                     .last_checkpoint_step = -1, .skipped_samples = r->skipped,
+                     .test_accuracy = r->test_accuracy, .test_step = r->test_step};
     long stored = ckpt_stored_step(r->cwriter);
     if (stored < 0 && r->start_step > 0) stored = r->start_step; /* resumed from it */
     if (stored >= 0) {
@@ -817,7 +830,8 @@ static vj_err resume(run *r, char *err, size_t errlen)
 vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
-    run r = {.cfg = cfg, .opt = opt, .rank = opt->rank, .world = opt->world > 1 ? opt->world : 1};
+    run r = {.cfg = cfg, .opt = opt, .rank = opt->rank, .world = opt->world > 1 ? opt->world : 1,
+             .test_accuracy = NAN, .test_step = -1};
     if (r.world > 1 && !opt->comm) {
         snprintf(err, errlen, "world size %d without a communicator", r.world);
         return VJ_ERR_UNSUPPORTED;
@@ -842,7 +856,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     r.steps_done = r.start_step;
     r.ckpt_reported = r.start_step > 0 ? r.start_step - 1 : -1; /* the resumed one: reported once */
     r.rate_t = r.t_train;
-    r.rate_images = r.images_done;
+    r.rate_images = r.images_start = r.images_done;
     if (r.rank == 0) {
         r.rep = report_from_env(&(report_options){.interval_s = tc->report_interval_seconds,
                                                   .may_write = may_write, .may_write_ctx = opt->hb});

@@ -32,8 +32,10 @@
 #     API server through the bridge; runAsUser/runAsGroup/fsGroup are honoured
 #     (setpriv).
 #   - status: phase, conditions, podIP/hostIP, containerStatuses with exit codes
-#     and, for terminationMessagePolicy FallbackToLogsOnError, the log's tail as
-#     the message; readiness probes (httpGet); restartPolicy Always/OnFailure
+#     and the termination message: the end (4096 bytes) of the file each
+#     container instance has at its terminationMessagePath, or, for
+#     terminationMessagePolicy FallbackToLogsOnError when that is empty and
+#     the container failed, the log's tail (80 lines, 2048 bytes); readiness probes (httpGet); restartPolicy Always/OnFailure
 #     restart in place with back-off.
 #   - the kubelet API (server.py): GET /containerLogs over HTTPS on the node's
 #     address, port --port (published in the Node's daemonEndpoints), for

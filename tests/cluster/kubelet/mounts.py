@@ -1,7 +1,7 @@
 # kubelet/mounts.py: a container's mount namespace, as the shell lines run
 # inside it before exec: its hostname, then bind mounts of its volumeMounts
 # (subPath, readOnly), of the image (image.py) read-only, of the pod's hosts
-# file and resolv.conf (dns.py); a mount point missing on the host is made
+# file and resolv.conf (dns.py), of the termination message file; a mount point missing on the host is made
 # on a pod-private overlay (tmpfs) of its parent, so that nothing is created
 # on the host.
 # Must not: mount anything outside the container's namespace (the lines run
@@ -12,8 +12,9 @@ import os
 from .image import IMAGE_DIR
 
 
-def mount_script(pod, c, vols, hosts_path, bin_dir):
-    """The shell lines run inside the pod's namespaces before exec."""
+def mount_script(pod, c, vols, hosts_path, bin_dir, term=None):
+    """The shell lines run inside the pod's namespaces before exec; term is
+    (terminationMessagePath, the host file behind it) or None."""
     lines = ["set -e", 'hostname "$1"', "shift"]
     targets = []
     for vm in c.get("volumeMounts") or []:
@@ -30,6 +31,8 @@ def mount_script(pod, c, vols, hosts_path, bin_dir):
     # cluster DNS is the hosts file: a resolver that fails at once (nothing
     # listens on the pod's own loopback) instead of waiting on the host's
     targets.append(("/etc/resolv.conf", os.path.join(pod.root, "resolv.conf"), False))
+    if term:
+        targets.append((term[0], term[1], False))
     ovl = os.path.join(pod.root, "overlay-" + c["name"])
     os.makedirs(ovl, exist_ok=True)
     overlaid = []

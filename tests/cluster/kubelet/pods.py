@@ -2,8 +2,9 @@
 # containers (processes, exits, restarts, readiness, the phase reported), and
 # what a container's exit does to them: restartPolicy Always/OnFailure
 # restarts in place with back-off (2^n/2 s, at most 300 s), Never and
-# OnFailure pods end Succeeded or Failed, FallbackToLogsOnError takes the
-# log's tail as the message.
+# OnFailure pods end Succeeded or Failed; the message is the termination
+# message file's end, or (FallbackToLogsOnError, a failed container, an
+# empty file) the log's tail.
 # Must not: start, signal or kill processes (runtime.py does), or talk to the
 # API server.
 
@@ -15,6 +16,7 @@ from .log import log
 
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
+TERM_FILE_BYTES = 4096      # the kubelet reads no more of the file (its end)
 
 
 class Container:
@@ -31,6 +33,7 @@ class Container:
         self.exit_code = None
         self.reason = None
         self.message = None
+        self.term_file = None       # the current instance's termination message file (runtime.py)
         self.restart_count = 0
         self.next_start = 0.0
         self.ready = False
@@ -72,8 +75,7 @@ def reap(pod):
         c.exit_code = rc if rc >= 0 else 128 - rc
         c.finished_at = now_rfc3339()
         c.reason = "Completed" if c.exit_code == 0 else "Error"
-        if c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError" and c.exit_code != 0:
-            c.message = log_tail(c)
+        c.message = termination_message(c)
         exited_now = True
         log("info", "container_exited", pod="%s/%s" % (pod.ns, pod.name), container=c.name,
             exit_code=c.exit_code)
@@ -89,6 +91,26 @@ def reap(pod):
             elif policy == "OnFailure" and all(c.exit_code == 0 for c in exited):
                 pod.done = True
                 pod.phase = "Succeeded"
+
+
+def termination_message(c):
+    """What a real kubelet reports as the message: the end (at most 4096
+    bytes) of the file at terminationMessagePath; when that is empty, under
+    FallbackToLogsOnError and for a container that failed, the log's tail."""
+    data = b""
+    if c.term_file:
+        try:
+            with open(c.term_file, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - TERM_FILE_BYTES))
+                data = f.read()
+        except OSError:
+            data = b""
+    if data:
+        return data.decode("utf-8", "replace")
+    if c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError" and c.exit_code != 0:
+        return log_tail(c)
+    return None
 
 
 def log_tail(c):

@@ -5,7 +5,9 @@
 # (setpriv); stdout and stderr go through pipes to the instance's log file
 # (logs.py: <root>/logs/<ns>_<pod>_<uid>/<c>/<n>.log, CRI format, kept after
 # the pod as /var/log/pods; the previous instance's file is kept for
-# `kubectl logs --previous`). Every container has
+# `kubectl logs --previous`). Each instance gets an empty file of its own,
+# bind-mounted at its terminationMessagePath (pods.py reads it when it ends).
+# Every container has
 # PR_SET_PDEATHSIG SIGKILL and its own process group: a kubelet that dies
 # takes its pods with it. Readiness probes (httpGet) run from here.
 # Must not: decide a pod's phase (pods.py) or report status (status.py).
@@ -36,6 +38,24 @@ def _child_setup():
     os.setsid()
 
 
+def termination_file(pod, c):
+    """A new empty file for this instance's termination message, world-
+    writable as a real kubelet makes it (<pod root>/termination/<c>/<n>);
+    c.term_file names it. None when the container has no
+    terminationMessagePath (the API server defaults it)."""
+    c.term_file = None
+    if not c.spec.get("terminationMessagePath"):
+        return None
+    d = os.path.join(pod.root, "termination", c.name)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, str(c.starts))
+    with open(path, "w"):
+        pass
+    os.chmod(path, 0o666)
+    c.term_file = path
+    return c.spec["terminationMessagePath"], path
+
+
 class Runtime:
     def __init__(self, api, node, node_ip, root, bin_dir, volumes):
         self.api, self.node, self.node_ip = api, node, node_ip
@@ -60,7 +80,8 @@ class Runtime:
             env = env_for(self.api, pod, spec, self.node, self.node_ip)
             vols = self.volumes.write(pod, uid, fs_group if fs_group is not None else gid)
             hostname = pod.obj["spec"].get("hostname") or pod.name
-            lines = mount_script(pod, spec, vols, os.path.join(pod.root, "hosts"), self.bin_dir)
+            term = termination_file(pod, c)
+            lines = mount_script(pod, spec, vols, os.path.join(pod.root, "hosts"), self.bin_dir, term)
         except (RuntimeError, KeyError, ValueError, OSError) as e:
             c.failed_to_start = ("CreateContainerConfigError", str(e))
             log("warn", "container_config_error", pod="%s/%s" % (pod.ns, pod.name), container=c.name, msg=e)
