@@ -272,6 +272,10 @@ script_suite reference/pytorch "$PY" -m tests.ref.check_against_torch \
 # 1e-5, is checked against the float32 reference above)
 script_suite reference/pytorch-float64 "$PY" -m tests.ref.check_against_torch \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --ema-tol 1e-4 --quiet
+# the flash-attention kernels' own source (kernels/flash_attention.cuh) run
+# on the CPU, thread by thread, against the CPU twin (tools/flash_emu): their
+# tiles, masks and fragments checked where no GPU is
+script_suite reference/flash_emu env FLASH_EMU_BUILD="$WORK/flash_emu" tools/flash_emu/run.sh quick
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
 if [ -d "$ASAN/tests" ]; then

@@ -11,9 +11,9 @@
  * until each reaches a barrier; the grids flash_attention.cu launches; and
  * the comparison (out, lse, dq, dk, dv: normwise relative error, unwritten
  * or extra writes caught by NaN poison).
- * Must not: be built into the product or `make test` (a development check
- * of the tile loops without a GPU: tools/flash_emu/run.sh); what it cannot
- * check is the hardware itself (the real fragment layout, timing, races
+ * Must not: be built into the product (a check of the tile loops without a
+ * GPU: tools/flash_emu/run.sh, `make test` runs its quick set as
+ * reference/flash_emu); what it cannot check is the hardware itself (the real fragment layout, timing, races
  * between warps that the barrier-per-collective schedule hides).
  *
  * usage: tools/flash_emu/run.sh [quick]
