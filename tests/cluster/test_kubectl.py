@@ -449,7 +449,9 @@ class ProjectManifestsTest(unittest.TestCase):
             ("warmup", {"training": {"steps": 10, "optimizer": {"warmupSteps": 50}}},
              'spec.training: Invalid value: "object": training.optimizer.warmupSteps must not exceed '
              "training.steps"),
-            ("batch", {"replicas": 3},
+            # written batches the world does not divide (unwritten ones follow
+            # replicas: api/config_keys.c's DEF_FOLLOWS)
+            ("batch", {"replicas": 3, "training": {"globalBatchSize": 128, "microBatchSize": 32}},
              'spec: Invalid value: "object": training.globalBatchSize must be divisible by'),
             ("zero-replicas", {"replicas": 0},
              "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"),
