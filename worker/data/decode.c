@@ -56,33 +56,45 @@ static int check_pixels(const char *name, const char *fmt, uint64_t w, uint64_t 
     return 0;
 }
 
-/* A decoder's refusal in the user's words: "image file is truncated: NAME"
- * when the data ends early, else "image file cannot be decoded (LIB: REASON):
- * NAME". No source location or library call: the reason is the library's own
- * string. */
-static int undecodable(char *err, size_t errlen, const char *name, int truncated, const char *lib,
-                       const char *reason)
+/* Whether the bytes end as a whole file of their format does: a PNG with
+ * its IEND chunk, a JPEG with its EOI marker. */
+static int ends_whole(const uint8_t *p, size_t len)
 {
-    if (truncated) return err_fail(err, errlen, "image file is truncated: %s", name);
+    if (decode_sniff(p, len) == DECODE_PNG) return len >= 20 && memcmp(p + len - 8, "IEND", 4) == 0;
+    return len >= 4 && p[len - 2] == 0xff && p[len - 1] == 0xd9;
+}
+
+/* A decoder's refusal in the user's words: "image file is truncated: NAME"
+ * when the library ran out of data (lib_eof) or the bytes lack their format's
+ * end, else "image file cannot be decoded (LIB: REASON): NAME". No source
+ * location or library call: the reason is the library's own string. */
+static int undecodable(char *err, size_t errlen, const char *name, const uint8_t *data,
+                       size_t len, int lib_eof, const char *lib, const char *reason)
+{
+    if (lib_eof || !ends_whole(data, len))
+        return err_fail(err, errlen, "image file is truncated: %s", name);
     return err_fail(err, errlen, "image file cannot be decoded (%s: %s): %s", lib,
                     reason ? reason : "no reason given", name);
 }
 
 /* libspng: SPNG_IO_EOF, the buffer ended before the PNG did */
-static int png_fail(char *err, size_t errlen, const char *name, int code)
+static int png_fail(char *err, size_t errlen, const char *name, const uint8_t *data, size_t len,
+                    int code)
 {
-    return undecodable(err, errlen, name, code == SPNG_IO_EOF, "libspng", spng_strerror(code));
+    return undecodable(err, errlen, name, data, len, code == SPNG_IO_EOF, "libspng",
+                       spng_strerror(code));
 }
 
 /* TurboJPEG: its string is libjpeg's message (JWRN_JPEG_EOF: "Premature end
  * of JPEG file" when the data ends early) */
-static int tj_fail(char *err, size_t errlen, const char *name, tjhandle h)
+static int tj_fail(char *err, size_t errlen, const char *name, const uint8_t *data, size_t len,
+                   tjhandle h)
 {
     const char *s = tjGetErrorStr2(h);
     char what[256];
     snprintf(what, sizeof what, "%s%s", tjGetErrorCode(h) == TJERR_WARNING ? "warning: " : "", s);
-    return undecodable(err, errlen, name, strstr(s, "Premature end of JPEG file") != NULL,
-                       "libjpeg", what);
+    return undecodable(err, errlen, name, data, len,
+                       strstr(s, "Premature end of JPEG file") != NULL, "libjpeg", what);
 }
 
 /* The smallest factor <= 1 (best starts at 1/1 and only shrinks: never an
@@ -145,7 +157,7 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const 
 
     int w = 0, ht = 0, subsamp = 0, cs = 0;
     if (tjDecompressHeader3(h, data, (unsigned long)len, &w, &ht, &subsamp, &cs)) {
-        tj_fail(err, errlen, name, h);
+        tj_fail(err, errlen, name, data, len, h);
         goto out;
     }
     if (check_pixels(name, "jpeg", (uint64_t)w, (uint64_t)ht, max_pixels, err, errlen)) goto out;
@@ -163,7 +175,7 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const 
     }
     if (tjDecompress2(h, data, (unsigned long)len, buf, sw, 0, sh, pf,
                       TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS)) {
-        tj_fail(err, errlen, name, h);
+        tj_fail(err, errlen, name, data, len, h);
         goto out;
     }
     if (cmyk) {
@@ -239,7 +251,7 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
         /* libjpeg's own message; the stage it failed in is not the user's */
         char what[JMSG_LENGTH_MAX + 16];
         snprintf(what, sizeof what, "%s%s", je.warning ? "warning: " : "", je.msg);
-        undecodable(err, errlen, name, je.code == JWRN_JPEG_EOF, "libjpeg", what);
+        undecodable(err, errlen, name, data, len, je.code == JWRN_JPEG_EOF, "libjpeg", what);
         if (created) jpeg_destroy_decompress(&ci);
         free(buf);
         return -1;
@@ -342,19 +354,19 @@ static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_
     int code;
     if ((code = spng_set_chunk_limits(ctx, len, len)) ||
         (code = spng_set_png_buffer(ctx, data, len))) {
-        png_fail(err, errlen, name, code);
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     struct spng_ihdr ihdr;
     if ((code = spng_get_ihdr(ctx, &ihdr))) {
-        png_fail(err, errlen, name, code);
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     if (check_pixels(name, "png", ihdr.width, ihdr.height, max_pixels, err, errlen)) goto out;
 
     size_t size = 0;
     if ((code = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size))) {
-        png_fail(err, errlen, name, code);
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     buf = malloc(size);
@@ -365,7 +377,7 @@ static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_
     }
     /* flags 0: tRNS and gAMA ignored, as PIL's convert("RGB") does */
     if ((code = spng_decode_image(ctx, buf, size, SPNG_FMT_RGB8, 0))) {
-        png_fail(err, errlen, name, code);
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     *out = (decode_image){.rgb = buf, .width = (int)ihdr.width, .height = (int)ihdr.height,
@@ -403,7 +415,7 @@ int decode_probe(const void *data, size_t len, const char *name, decode_format *
             return err_fail(err, errlen, "%s: tjInitDecompress: %s", name, tjGetErrorStr2(NULL));
         int subsamp = 0, cs = 0;
         int rc = tjDecompressHeader3(h, data, (unsigned long)len, width, height, &subsamp, &cs);
-        if (rc) tj_fail(err, errlen, name, h);
+        if (rc) tj_fail(err, errlen, name, data, len, h);
         tjDestroy(h);
         if (rc) return -1;
         /* a header cut before its SOF reads as "tables only": 0 x 0 */
@@ -417,7 +429,7 @@ int decode_probe(const void *data, size_t len, const char *name, decode_format *
         int code = spng_set_png_buffer(ctx, data, len);
         if (!code) code = spng_get_ihdr(ctx, &ihdr);
         spng_ctx_free(ctx);
-        if (code) return png_fail(err, errlen, name, code);
+        if (code) return png_fail(err, errlen, name, data, len, code);
         *width = (int)ihdr.width, *height = (int)ihdr.height;
         return 0;
     }

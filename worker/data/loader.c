@@ -723,6 +723,32 @@ static size_t worst_unit(const ld_loader *l)
     return w;
 }
 
+/* What data.maxBadFraction allows of this rank's samples and the smallest
+ * one-digit fraction that would allow `bad` (the user's advice), then the
+ * worst unit: "file" in an image folder (each holds one sample), "shard" in
+ * webdataset tars. Words only: the counting is ld_next's. */
+static void bad_advice(const ld_loader *l, uint64_t bad, char *out, size_t outlen)
+{
+    double n = (double)(l->cached_min > 0 ? l->cached_min : 1);
+    double allowed = floor(l->o.max_bad_fraction * n);
+    char allows[32];
+    if (allowed < 1) snprintf(allows, sizeof allows, "none");
+    else snprintf(allows, sizeof allows, "%.0f", allowed);
+    double need = (double)bad / n, scale = 1;
+    while (need * scale < 1 && scale < 1e9) scale *= 10;
+    double advice = ceil(need * scale - 1e-9) / scale;
+    if (advice > 1) advice = 1;
+    size_t wu = worst_unit(l);
+    int folder = l->o.ix->kind == LD_IMAGEFOLDER;
+    char worst[1200];
+    if (folder) snprintf(worst, sizeof worst, "a bad file is %s", l->o.ix->units[wu]);
+    else snprintf(worst, sizeof worst, "the worst shard is %s with %.0f bad", l->o.ix->units[wu],
+                  l->bad_per_unit[wu]);
+    snprintf(out, outlen, "data.maxBadFraction=%g allows %s of its %lld: set it to %g or more to "
+             "skip such %s; %s", l->o.max_bad_fraction, allows, (long long)l->cached_min, advice,
+             folder ? "images" : "samples", worst);
+}
+
 int ld_next(ld_loader *l, float *images, int *labels, int *n, char *err, size_t errlen)
 {
     int got = 0, rc = 0;
@@ -749,12 +775,11 @@ int ld_next(ld_loader *l, float *images, int *labels, int *n, char *err, size_t 
         int use = 0;
         if (l->o.train && s->epoch != l->epoch) {
             if (s->epoch > l->epoch) { /* this rank's stream ran out before the epoch's steps */
-                size_t wu = worst_unit(l);
-                snprintf(err, errlen, "epoch %ld: rank %d ran out of samples after %llu bad ones "
-                         "(more than data.maxBadFraction=%g of its %lld); the worst shard is %s "
-                         "with %.0f", l->epoch, l->o.rank, (unsigned long long)l->bad_epoch,
-                         l->o.max_bad_fraction, (long long)l->cached_min,
-                         l->o.ix->units[wu], l->bad_per_unit[wu]);
+                char advice[1600];
+                bad_advice(l, l->bad_epoch, advice, sizeof advice);
+                snprintf(err, errlen, "epoch %ld: rank %d ran out of samples after %llu of them "
+                         "could not be read or decoded; %s", l->epoch, l->o.rank,
+                         (unsigned long long)l->bad_epoch, advice);
                 rc = VJ_ERR_DATA;
                 break;
             }
@@ -772,13 +797,13 @@ int ld_next(ld_loader *l, float *images, int *labels, int *n, char *err, size_t 
                              LOGV("skipped; later bad samples of this shard are only counted"));
                 ld_epoch_steps(l, l->epoch); /* cached_min: this rank's samples */
                 if ((double)l->bad_epoch > l->o.max_bad_fraction * (double)l->cached_min) {
-                    size_t wu = worst_unit(l);
-                    snprintf(err, errlen, "%llu bad samples in epoch %ld of rank %d: more than "
-                             "data.maxBadFraction=%g of its %lld samples; the worst shard is %s "
-                             "with %.0f (first: %s)", (unsigned long long)l->bad_epoch, l->epoch,
-                             l->o.rank, l->o.max_bad_fraction, (long long)l->cached_min,
-                             l->o.ix->units[wu], l->bad_per_unit[wu],
-                             s->why ? s->why : "unreadable");
+                    char advice[1600];
+                    bad_advice(l, l->bad_epoch, advice, sizeof advice);
+                    snprintf(err, errlen, "%s; %llu of %lld %s could not be read or decoded "
+                             "(epoch %ld, rank %d); %s", s->why ? s->why : "unreadable sample",
+                             (unsigned long long)l->bad_epoch, (long long)l->cached_min,
+                             l->o.ix->kind == LD_IMAGEFOLDER ? "images" : "samples", l->epoch,
+                             l->o.rank, advice);
                     rc = VJ_ERR_DATA;
                     slot_clear(s);
                     s->state = SLOT_FREE;
