@@ -45,8 +45,8 @@ static int check_pixels(const char *name, const char *fmt, uint64_t w, uint64_t 
                         char *err, size_t errlen)
 {
     if (w == 0 || h == 0)
-        return err_fail(err, errlen, "%s: %s header says %llux%llu pixels", name, fmt,
-                        (unsigned long long)w, (unsigned long long)h);
+        return err_fail(err, errlen, "image file cannot be decoded (its %s header says %llux%llu "
+                        "pixels): %s", fmt, (unsigned long long)w, (unsigned long long)h, name);
     if (w * h > max)
         return err_fail(err, errlen,
                         "%s: %s header says %llux%llu = %llu pixels, more than the limit of %llu "
