@@ -695,3 +695,18 @@ PY
   [ "$status" -eq 0 ]
   [[ "$output" != *"event=no_test_set"* ]]
 }
+
+@test "start warning: 28x28 images upscaled to model.imageSize=56 (4x the area) on the CPU, once; none at imageSize 28" {
+  small_folder "$TMP/img"
+  F=(--set data.format=imagefolder --set "data.uri=file://$TMP/img" --set "data.testUri=file://$TMP/img"
+     --set model.numClasses=2 --set training.globalBatchSize=8 --set training.microBatchSize=8
+     --set data.mean=[0.5] --set data.std=[0.5] --set training.device=cpu)
+  worker train "${QUICK[@]}" "${F[@]}" --set model.imageSize=56 --set model.patchSize=14
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ "$(grep -c 'level=warn .*event=upscale stored=28x28 image_size=56 area_factor=4.0 device=cpu' <<< "$output")" -eq 1 ]
+  [[ "$output" == *'msg="the images are 28x28 and model.imageSize=56: each is upscaled 4x in area'* ]]
+  worker train "${QUICK[@]}" "${F[@]}" --set model.imageSize=28 --set model.patchSize=7
+  [ "$status" -eq 0 ]
+  [[ "$output" != *"event=upscale"* ]]
+}

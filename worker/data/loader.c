@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,7 @@ struct ld_loader {
     int64_t cached_min;
     int eval_ended;
     ld_position done_pos;  /* after the last ld_step_done */
+    atomic_int upscale_warned; /* o.warn_upscale: the warning was logged */
 };
 
 static double now_s(void)
@@ -616,6 +618,18 @@ static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch, aug_mem *aug)
     if (decode_image_rgb(s->bytes, s->len, s->name, &dopt, &img, why, sizeof why) != 0) {
         s->why = strdup(why);
         return;
+    }
+    const double area = (double)img.src_width * img.src_height;
+    if (l->o.warn_upscale && area * 4 <= (double)out * out &&
+        !atomic_exchange(&l->upscale_warned, 1)) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "the images are %dx%d and model.imageSize=%d: each is upscaled "
+                 "%.0fx in area and trained at that size's full cost on the CPU; a "
+                 "model.imageSize near the images' own size trains many times faster",
+                 img.src_width, img.src_height, out, (double)out * out / area);
+        LOG_WARN("data", "event=upscale stored=%dx%d image_size=%d area_factor=%.1f device=cpu "
+                 "msg=%s", img.src_width, img.src_height, out, (double)out * out / area,
+                 LOGV(msg));
     }
     double b4[4] = {box.x, box.y, box.w, box.h};
     decode_box_in_image(&img, b4);

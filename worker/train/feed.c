@@ -208,6 +208,7 @@ vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
     lo->shuffle_buffer = dc->shuffle_buffer;
     lo->max_pixels = dc->max_pixels;
     lo->max_bad_fraction = dc->max_bad_fraction;
+    lo->warn_upscale = o->rank == 0 && o->ops && !o->ops->gpu;
     vj_err rc = index_split(f, dc->uri, "data.uri", &f->ix, err, errlen);
     if (rc == VJ_OK && dc->test_uri[0])
         rc = index_split(f, dc->test_uri, "data.testUri", &f->tix, err, errlen);
@@ -410,6 +411,7 @@ vj_err feed_eval_begin(feed *f, long *batches, char *err, size_t errlen)
     ld_options eo = f->lo;
     eo.ix = f->tix;
     eo.train = 0;
+    eo.warn_upscale = 0; /* the training loader said it */
     eo.augment = 0;
     vj_err rc = (vj_err)ld_new(&f->ev, &eo, err, errlen);
     if (rc) return rc;
