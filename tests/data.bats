@@ -180,6 +180,8 @@ PY
   cp "${ROOT#file://}/train-00.tar" "$d/cut-01.tar"
   bad_data 3 "the worst shard is file://$d/cut-00.tar" --set "data.uri=file://$d/cut-{00..01}.tar" \
     --set "data.testUri=" --set data.maxBadFraction=0.05
+  [[ "$output" == *"image file "*"could not be read or decoded"*"data.maxBadFraction=0.05 allows "*": set it to "*" or more to skip such samples"* ]]
+  [[ "$output" != *"decode.c:"* ]]
   [[ "$output" == *"event=bad_sample shard=file://$d/cut-00.tar"* ]]
   [ "$(grep -c 'event=bad_sample' <<< "$output")" -eq 1 ]   # once per shard
   # under the limit the bad ones are skipped, counted in the summary

@@ -282,6 +282,40 @@ EOF
   [ "$output" != "Dog/d1.cls Dog/d2.cls cat/a.cls" ]
 }
 
+@test "an image that cannot be decoded stops the run with exit 3 naming it and its fault; --skip-bad skips and counts it" {
+  make_folder "$TMP/img"
+  # cat/b.png cut to half its bytes, Dog/d1.JPEG with its header's bytes flipped
+  "$PY" - "$TMP/img" <<'EOF'
+import sys
+root = sys.argv[1]
+b = open(f"{root}/cat/b.png", "rb").read()
+open(f"{root}/cat/b.png", "wb").write(b[: len(b) // 2])
+j = bytearray(open(f"{root}/Dog/d1.JPEG", "rb").read())
+j[4:40] = bytes(x ^ 0xFF for x in j[4:40])
+open(f"{root}/Dog/d1.JPEG", "wb").write(bytes(j))
+EOF
+  run "$WORKER" shards --from "$TMP/img" --out "$TMP/out/s-%06d.tar" --no-shuffle
+  echo "$output"
+  [ "$status" -eq 3 ]
+  # bytewise order: Dog/d1.JPEG is the first image
+  [[ "$output" == *"image file cannot be decoded ("*"): $TMP/img/Dog/d1.JPEG; --skip-bad leaves out"* ]]
+  [[ "$output" != *".c:"* ]]
+  rm "$TMP/img/Dog/d1.JPEG"
+  run "$WORKER" shards --from "$TMP/img" --out "$TMP/out/s-%06d.tar"
+  [ "$status" -eq 3 ]
+  [[ "$output" == *"image file is truncated: $TMP/img/cat/b.png"* ]]
+  run "$WORKER" shards --from "$TMP/img" --out "$TMP/out/s-%06d.tar" --skip-bad
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"total: 1 shards, 5 samples"*"; 3 files skipped (1 could not be decoded)"* ]]
+  [[ "$output" == *"event=skipped path=$TMP/img/cat/b.png reason=\"image file is truncated: "* ]]
+  run "$PY" -c 'import sys, tarfile; print(" ".join(m.name for m in tarfile.open(sys.argv[1]).getmembers()))' "$TMP/out/s-000000.tar"
+  [[ "$output" != *"cat/b."* ]]
+  # --help tells of it
+  run "$WORKER" shards --help
+  [[ "$output" == *"[--skip-bad]"* ]]
+}
+
 @test "refusals name what is wrong: a missing SRC (3), a pattern without %d (2), an empty folder (3), an unwritable output (2), IDX options for a folder (2)" {
   run "$WORKER" shards --from "$TMP/nowhere" --out "$TMP/s-%d.tar"
   [ "$status" -eq 3 ]

@@ -473,9 +473,7 @@ Test(decode, region_of_a_truncated_jpeg_fails_only_where_it_reaches_the_cut)
     char err[512] = "";
     cr_assert_eq(decode_image_rgb(part, cut, "s.tar:cut.jpg", &bottom, &img, err, sizeof err), -1);
     cr_expect_null(img.rgb);
-    cr_expect(strstr(err, "s.tar:cut.jpg: "), "%s", err);
-    cr_expect(strstr(err, ": jpeg_skip_scanlines: libjpeg error "), "%s", err);
-    cr_expect(strstr(err, ": warning: Premature end of JPEG file"), "%s", err);
+    cr_expect_str_eq(err, "image file is truncated: s.tar:cut.jpg");
     free(part);
     free(jpg);
 }
@@ -513,7 +511,7 @@ Test(decode, probe_gives_the_format_and_the_headers_size)
         cr_expect_eq(h, img.src_height, "%s", files[i]);
         decode_image_free(&img);
         cr_expect_eq(decode_probe(b, 20, "cut", &f, &w, &h, err, sizeof err), -1, "%s", files[i]);
-        cr_expect(strncmp(err, "cut: ", 5) == 0, "%s: %s", files[i], err);
+        cr_expect(strstr(err, "cut"), "%s: %s", files[i], err);
         free(b);
     }
     decode_format f;
@@ -601,7 +599,7 @@ Test(decode, max_pixels_option_refuses_a_real_image_just_over_it)
     free(jpg);
 }
 
-Test(decode, truncated_jpeg_is_an_error_naming_the_input_and_libjpegs_reason)
+Test(decode, truncated_jpeg_says_image_file_is_truncated_naming_the_input)
 {
     size_t len;
     uint8_t *jpg = slurp("jpeg_baseline_420.jpg", &len);
@@ -610,8 +608,7 @@ Test(decode, truncated_jpeg_is_an_error_naming_the_input_and_libjpegs_reason)
     cr_assert_eq(decode_image_rgb(jpg, len * 2 / 3, "s.tar:cut.jpg", NULL, &img, err, sizeof err),
                  -1);
     cr_expect_null(img.rgb);
-    cr_expect(strstr(err, "s.tar:cut.jpg: "), "%s", err);
-    cr_expect(strstr(err, "turbojpeg error -1: warning: Premature end of JPEG file"), "%s", err);
+    cr_expect_str_eq(err, "image file is truncated: s.tar:cut.jpg");
     free(jpg);
 }
 
@@ -631,13 +628,13 @@ Test(decode, jpeg_with_corrupt_data_warning_is_refused)
     decode_image img;
     char err[512] = "";
     cr_assert_eq(decode_image_rgb(bad, cut + 2, "x.jpg", NULL, &img, err, sizeof err), -1);
-    cr_expect(strstr(err, "x.jpg: "), "%s", err);
-    cr_expect(strstr(err, "warning: Corrupt JPEG data: premature end of data segment"), "%s", err);
+    cr_expect_str_eq(err, "image file cannot be decoded (libjpeg: warning: Corrupt JPEG data: "
+                          "premature end of data segment): x.jpg");
     free(bad);
     free(jpg);
 }
 
-Test(decode, truncated_png_is_an_error_with_libspngs_reason)
+Test(decode, truncated_png_says_image_file_is_truncated_without_a_source_location)
 {
     size_t len;
     uint8_t *png = slurp("png_rgb8.png", &len);
@@ -645,9 +642,25 @@ Test(decode, truncated_png_is_an_error_with_libspngs_reason)
     char err[512] = "";
     cr_assert_eq(decode_image_rgb(png, len / 2, "s.tar:cut.png", NULL, &img, err, sizeof err), -1);
     cr_expect_null(img.rgb);
-    cr_expect(strstr(err, "s.tar:cut.png: "), "%s", err);
-    cr_expect(strstr(err, "spng error"), "%s", err);
-    cr_expect(strstr(err, spng_strerror(SPNG_IO_EOF)), "%s", err);
+    cr_expect_str_eq(err, "image file is truncated: s.tar:cut.png");
+    free(png);
+}
+
+/* a byte changed in IHDR's CRC (bytes 29..32): not a truncation,
+ * libspng's own reason in parentheses, no source file or library call */
+Test(decode, corrupt_png_cannot_be_decoded_with_libspngs_reason_and_no_source_location)
+{
+    size_t len;
+    uint8_t *png = slurp("png_rgb8.png", &len);
+    png[29] ^= 0xff;
+    decode_image img;
+    char err[512] = "";
+    cr_assert_eq(decode_image_rgb(png, len, "d/bad.png", NULL, &img, err, sizeof err), -1);
+    char want[512];
+    snprintf(want, sizeof want, "image file cannot be decoded (libspng: %s): d/bad.png",
+             spng_strerror(SPNG_ECHUNK_CRC));
+    cr_expect_str_eq(err, want);
+    cr_expect_null(strstr(err, ".c:"), "%s", err);
     free(png);
 }
 
@@ -660,7 +673,7 @@ Test(decode, neither_jpeg_nor_png_is_refused_showing_its_first_bytes)
     cr_assert_eq(decode_image_rgb("", 0, "empty", NULL, &img, err, sizeof err), -1);
     cr_expect_str_eq(err, "empty: empty (0 bytes): not a JPEG or PNG");
     cr_assert_eq(decode_image_rgb("\xff\xd8\xff", 3, "tiny.jpg", NULL, &img, err, sizeof err), -1);
-    cr_expect(strstr(err, "tiny.jpg: "), "%s", err);
+    cr_expect(strstr(err, ": tiny.jpg"), "%s", err);
 }
 
 /* xorshift64*: the fuzz run's mutations, the same every run */
@@ -731,8 +744,7 @@ Test(decode, mutated_and_truncated_files_never_crash_or_leak, .timeout = 300)
                 ok++;
             } else {
                 cr_assert_null(img.rgb);
-                cr_assert(strncmp(err, name, strlen(name)) == 0, "message without the name: %s",
-                          err);
+                cr_assert(strstr(err, name), "message without the name: %s", err);
                 refused++;
             }
             free(exact);

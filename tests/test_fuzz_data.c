@@ -518,15 +518,18 @@ static void check_decode(const unsigned char *p, size_t n, const char *name, con
     } else {
         cr_assert_null(img.rgb, "%s: a failed decode left pixels", name);
         cr_assert(img.width == 0 && img.height == 0, "%s", name);
-        size_t nl = strlen(name);
-        cr_assert(!strncmp(err, name, nl) && !strncmp(err + nl, ": ", 2) && err[nl + 2],
-                  "%s: the message does not name it: '%s'", name, err);
+        /* "NAME: why" (a refusal before decoding) or "image file ...: NAME" */
+        size_t nl = strlen(name), el = strlen(err);
+        int leads = !strncmp(err, name, nl) && !strncmp(err + nl, ": ", 2) && err[nl + 2];
+        int ends = el > nl + 2 && !strcmp(err + el - nl, name) &&
+                   !strncmp(err + el - nl - 2, ": ", 2) && !strncmp(err, "image file ", 11);
+        cr_assert(leads || ends, "%s: the message does not name it: '%s'", name, err);
         if (strstr(err, "max_pixels"))
             c->dec_bomb++;
-        else if (strstr(err, "turbojpeg"))
-            c->dec_jpeg++;
-        else if (strstr(err, "spng"))
-            c->dec_png++;
+        else if (!strncmp(err, "image file ", 11) && decode_sniff(e, n) == DECODE_JPEG)
+            c->dec_jpeg++; /* libjpeg refused it */
+        else if (!strncmp(err, "image file ", 11) && decode_sniff(e, n) == DECODE_PNG)
+            c->dec_png++;  /* libspng refused it */
         else
             c->dec_other++;
     }

@@ -360,3 +360,53 @@ Test(loader, an_image_folder_gives_labels_in_sorted_class_order_nested_folders_i
     cr_assert_eq(ld_index_new(&ix, &io, err, sizeof err), VJ_ERR_DATA);
     cr_assert(strstr(err, "model.numClasses=2"), "%s", err);
 }
+
+/* An image folder of 20 JPEGs, one cut in half, maxBadFraction 0: the error
+ * says what is wrong with which file in plain words, calls it a file (not a
+ * shard), has no source location, and says what maxBadFraction would skip
+ * it (1 of 20: 0.05). */
+Test(loader, a_truncated_image_in_a_folder_is_named_as_a_file_with_maxbadfraction_advice)
+{
+    char d[512];
+    snprintf(d, sizeof d, "%s/cls", dir);
+    cr_assert_eq(mkdir(d, 0755), 0);
+    for (int i = 0; i < 20; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/img%02d.jpg", d, i);
+        unsigned long len;
+        unsigned char *j = jpeg_of(i, &len);
+        FILE *f = fopen(p, "wb");
+        fwrite(j, 1, i == 7 ? len / 2 : len, f);
+        fclose(f);
+        tjFree(j);
+    }
+    ld_index_options io = {.kind = LD_IMAGEFOLDER, .uri = dir, .key = "data.uri",
+                           .num_classes = 1};
+    ld_index *ix;
+    char err[2048];
+    cr_assert_eq(ld_index_new(&ix, &io, err, sizeof err), 0, "%s", err);
+    double counts[20] = {0};
+    cr_assert_eq(ld_index_scan(ix, 0, 1, 1, counts, err, sizeof err), 0);
+    cr_assert_eq(ld_index_set_counts(ix, counts, err, sizeof err), 0);
+    ld_options o = opts_of(ix, 0, 1, 4, 2, 1);
+    ld_loader *l;
+    cr_assert_eq(ld_new(&l, &o, err, sizeof err), 0);
+    cr_assert_eq(ld_start(l, NULL, 1, err, sizeof err), 0);
+    float img[4 * SZ * SZ];
+    int labels[4], n = 0, rc = 0;
+    for (int st = 0; st < 5 && rc == 0; st++) {
+        rc = ld_next(l, img, labels, &n, err, sizeof err);
+        if (rc == 0) ld_step_done(l);
+    }
+    cr_assert_eq(rc, VJ_ERR_DATA);
+    char want[1200];
+    snprintf(want, sizeof want, "image file is truncated: %s/img07.jpg; 1 of 20 images", d);
+    cr_expect(strncmp(err, want, strlen(want)) == 0, "%s", err);
+    cr_expect(strstr(err, "data.maxBadFraction=0 allows none of its 20: set it to 0.05 or more to "
+                          "skip such images"), "%s", err);
+    cr_expect(strstr(err, "a bad file is "), "%s", err);
+    cr_expect_null(strstr(err, "shard"), "%s", err);
+    cr_expect_null(strstr(err, ".c:"), "%s", err);
+    ld_free(l);
+    ld_index_free(ix);
+}

@@ -475,19 +475,23 @@ Test(shardwriter, the_permutation_is_seeded_and_no_shuffle_keeps_index_order, .i
 
 /* ---- image folders ------------------------------------------------------ */
 
-/* bytes that start as a JPEG or PNG does; the rest is this file's own */
+/* a small gray JPEG or PNG (encode.h) whose size and pixels depend on tag:
+ * every file its own bytes, and each one decodes (the writer checks) */
 static void fake_image(const char *rel, int png, int tag)
 {
     char path[600];
-    unsigned char b[700];
-    size_t n = 100 + (size_t)tag * 37 % 600;
-    for (size_t i = 0; i < n; i++)
-        b[i] = (unsigned char)(i * 31 + (size_t)tag);
-    static const unsigned char jp[] = {0xff, 0xd8, 0xff}, pn[] = {0x89, 'P', 'N', 'G', '\r', '\n',
-                                                                   0x1a, '\n'};
-    memcpy(b, png ? pn : jp, png ? sizeof pn : sizeof jp);
+    int w = 5 + tag % 7, h = 4 + tag % 5;
+    uint8_t px[16 * 16];
+    for (int i = 0; i < w * h; i++) px[i] = (uint8_t)(i * 31 + tag * 17);
+    unsigned char *enc = NULL;
+    size_t n = 0;
+    char err[256] = "";
+    cr_assert_eq(encode_image(png ? ENCODE_PNG : ENCODE_JPEG, px, w, h, 1, 90, rel, &enc, &n, err,
+                              sizeof err),
+                 0, "%s", err);
     snprintf(path, sizeof path, "%s/%s", dir, rel);
-    write_file(path, b, n);
+    write_file(path, enc, n);
+    free(enc);
 }
 
 static const got_sample *find_key(const got_all *g, const char *key)

@@ -664,3 +664,49 @@ assert err[0]["msg"] == sys.argv[2] + "/train-images-idx3-ubyte: cannot open dat
     "No such file or directory", err
 PY
 }
+
+# a small image folder made with PIL: 2 class folders of 8 28x28 gray PNGs
+small_folder() {
+  /usr/bin/python3 - "$1" <<'PY'
+import os, sys
+from PIL import Image
+for c in ("a", "b"):
+    os.makedirs(f"{sys.argv[1]}/{c}", exist_ok=True)
+    for i in range(8):
+        Image.new("L", (28, 28), 30 * i + (100 if c == "b" else 0)).save(f"{sys.argv[1]}/{c}/{i}.png")
+PY
+}
+
+@test "start warnings: no data.testUri for an image folder and fewer class folders than model.numClasses, each once, and neither when absent" {
+  small_folder "$TMP/img"
+  F=(--set data.format=imagefolder --set "data.uri=file://$TMP/img" --set training.globalBatchSize=8
+     --set training.microBatchSize=8 --set data.mean=[0.5] --set data.std=[0.5])
+  worker train "${QUICK[@]}" "${F[@]}" --set model.numClasses=10
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ "$(grep -c 'level=warn .*event=no_test_set key=data.testUri' <<< "$output")" -eq 1 ]
+  [[ "$output" == *'event=few_classes class_folders=2 num_classes=10 msg="data.uri has 2 class folders but model.numClasses=10: 8 of the model'* ]]
+  worker train "${QUICK[@]}" "${F[@]}" --set model.numClasses=2 --set "data.testUri=file://$TMP/img"
+  [ "$status" -eq 0 ]
+  [[ "$output" != *"event=no_test_set"* ]]
+  [[ "$output" != *"event=few_classes"* ]]
+  # Fashion-MNIST has its own test split: no warning without data.testUri
+  worker train "${FAST[@]}"
+  [ "$status" -eq 0 ]
+  [[ "$output" != *"event=no_test_set"* ]]
+}
+
+@test "start warning: 28x28 images upscaled to model.imageSize=56 (4x the area) on the CPU, once; none at imageSize 28" {
+  small_folder "$TMP/img"
+  F=(--set data.format=imagefolder --set "data.uri=file://$TMP/img" --set "data.testUri=file://$TMP/img"
+     --set model.numClasses=2 --set training.globalBatchSize=8 --set training.microBatchSize=8
+     --set data.mean=[0.5] --set data.std=[0.5] --set training.device=cpu)
+  worker train "${QUICK[@]}" "${F[@]}" --set model.imageSize=56 --set model.patchSize=14
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ "$(grep -c 'level=warn .*event=upscale stored=28x28 image_size=56 area_factor=4.0 device=cpu' <<< "$output")" -eq 1 ]
+  [[ "$output" == *'msg="the images are 28x28 and model.imageSize=56: each is upscaled 4x in area'* ]]
+  worker train "${QUICK[@]}" "${F[@]}" --set model.imageSize=28 --set model.patchSize=7
+  [ "$status" -eq 0 ]
+  [[ "$output" != *"event=upscale"* ]]
+}

@@ -463,7 +463,8 @@ static void shards_usage(FILE *to)
             "usage: vitjob-worker shards --from SRC --out PATTERN\n"
             "                            [--samples-per-shard N | --shard-bytes SIZE]\n"
             "                            [--format jpeg|png] [--quality Q] [--split train|t10k]\n"
-            "                            [--shuffle-seed S | --no-shuffle] [--endpoint URL]\n"
+            "                            [--shuffle-seed S | --no-shuffle] [--skip-bad]\n"
+            "                            [--endpoint URL]\n"
             "                            [--log-level debug|info|warn|error]\n"
             "\n"
             "Writes webdataset tar shards (KEY.cls with the label, KEY.jpg/.jpeg/.png the\n"
@@ -473,7 +474,9 @@ static void shards_usage(FILE *to)
             "    the index in the split (--split, default train);\n"
             "  else an image folder, root/<class>/<file> (ImageFolder): class index = the\n"
             "    folder's place in bytewise order; .jpg .jpeg .png files copied as they\n"
-            "    are, other files skipped; key <class>/<file without extension>.\n"
+            "    are, other files skipped; key <class>/<file without extension>. Each\n"
+            "    image is decoded first: one that cannot be (truncated, corrupt) stops\n"
+            "    the run with exit 3 naming it, or with --skip-bad is skipped and counted.\n"
             "  --format, --quality and --split are for IDX files only: an image folder\n"
             "  refuses them (its files are copied as they are).\n"
             "PATTERN: a path, file:// path or s3://bucket/key (credentials from AWS_*;\n"
@@ -515,6 +518,9 @@ static vj_err cmd_shards(int argc, char **argv, char *err, size_t errlen)
             return VJ_OK;
         } else if (strcmp(a, "--no-shuffle") == 0) {
             o.no_shuffle = 1;
+            continue;
+        } else if (strcmp(a, "--skip-bad") == 0) {
+            o.skip_bad = 1;
             continue;
         } else if (!v || strncmp(a, "--", 2) != 0) {
             shards_usage(stderr);

@@ -9,8 +9,8 @@
 /* jpeglib.h needs size_t and FILE first */
 #include <stdio.h>
 #include <jpeglib.h>
+#include <jerror.h>
 
-#include "check.h"
 #include "decode.h"
 #include "util.h"
 
@@ -45,8 +45,8 @@ static int check_pixels(const char *name, const char *fmt, uint64_t w, uint64_t 
                         char *err, size_t errlen)
 {
     if (w == 0 || h == 0)
-        return err_fail(err, errlen, "%s: %s header says %llux%llu pixels", name, fmt,
-                        (unsigned long long)w, (unsigned long long)h);
+        return err_fail(err, errlen, "image file cannot be decoded (its %s header says %llux%llu "
+                        "pixels): %s", fmt, (unsigned long long)w, (unsigned long long)h, name);
     if (w * h > max)
         return err_fail(err, errlen,
                         "%s: %s header says %llux%llu = %llu pixels, more than the limit of %llu "
@@ -54,6 +54,47 @@ static int check_pixels(const char *name, const char *fmt, uint64_t w, uint64_t 
                         name, fmt, (unsigned long long)w, (unsigned long long)h,
                         (unsigned long long)(w * h), (unsigned long long)max);
     return 0;
+}
+
+/* Whether the bytes end as a whole file of their format does: a PNG with
+ * its IEND chunk, a JPEG with its EOI marker. */
+static int ends_whole(const uint8_t *p, size_t len)
+{
+    if (decode_sniff(p, len) == DECODE_PNG) return len >= 20 && memcmp(p + len - 8, "IEND", 4) == 0;
+    return len >= 4 && p[len - 2] == 0xff && p[len - 1] == 0xd9;
+}
+
+/* A decoder's refusal in the user's words: "image file is truncated: NAME"
+ * when the library ran out of data (lib_eof) or the bytes lack their format's
+ * end, else "image file cannot be decoded (LIB: REASON): NAME". No source
+ * location or library call: the reason is the library's own string. */
+static int undecodable(char *err, size_t errlen, const char *name, const uint8_t *data,
+                       size_t len, int lib_eof, const char *lib, const char *reason)
+{
+    if (lib_eof || !ends_whole(data, len))
+        return err_fail(err, errlen, "image file is truncated: %s", name);
+    return err_fail(err, errlen, "image file cannot be decoded (%s: %s): %s", lib,
+                    reason ? reason : "no reason given", name);
+}
+
+/* libspng: SPNG_IO_EOF, the buffer ended before the PNG did */
+static int png_fail(char *err, size_t errlen, const char *name, const uint8_t *data, size_t len,
+                    int code)
+{
+    return undecodable(err, errlen, name, data, len, code == SPNG_IO_EOF, "libspng",
+                       spng_strerror(code));
+}
+
+/* TurboJPEG: its string is libjpeg's message (JWRN_JPEG_EOF: "Premature end
+ * of JPEG file" when the data ends early) */
+static int tj_fail(char *err, size_t errlen, const char *name, const uint8_t *data, size_t len,
+                   tjhandle h)
+{
+    const char *s = tjGetErrorStr2(h);
+    char what[256];
+    snprintf(what, sizeof what, "%s%s", tjGetErrorCode(h) == TJERR_WARNING ? "warning: " : "", s);
+    return undecodable(err, errlen, name, data, len,
+                       strstr(s, "Premature end of JPEG file") != NULL, "libjpeg", what);
 }
 
 /* The smallest factor <= 1 (best starts at 1/1 and only shrinks: never an
@@ -109,16 +150,14 @@ static void cmyk_inverted_to_rgb(uint8_t *px, size_t npix)
 static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const decode_opts *o,
                        uint64_t max_pixels, decode_image *out, char *err, size_t errlen)
 {
-    char why[512];
     int rc = -1;
     uint8_t *buf = NULL;
     tjhandle h = tjInitDecompress();
     if (!h) return err_fail(err, errlen, "%s: tjInitDecompress: %s", name, tjGetErrorStr2(NULL));
 
     int w = 0, ht = 0, subsamp = 0, cs = 0;
-    if (TJ_CHECK(tjDecompressHeader3(h, data, (unsigned long)len, &w, &ht, &subsamp, &cs), h, why,
-                 sizeof why)) {
-        err_printf(err, errlen, "%s: %s", name, why);
+    if (tjDecompressHeader3(h, data, (unsigned long)len, &w, &ht, &subsamp, &cs)) {
+        tj_fail(err, errlen, name, data, len, h);
         goto out;
     }
     if (check_pixels(name, "jpeg", (uint64_t)w, (uint64_t)ht, max_pixels, err, errlen)) goto out;
@@ -134,10 +173,9 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *name, const 
         err_printf(err, errlen, "%s: out of memory for %dx%d pixels", name, sw, sh);
         goto out;
     }
-    if (TJ_CHECK(tjDecompress2(h, data, (unsigned long)len, buf, sw, 0, sh, pf,
-                               TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS),
-                 h, why, sizeof why)) {
-        err_printf(err, errlen, "%s: %s", name, why);
+    if (tjDecompress2(h, data, (unsigned long)len, buf, sw, 0, sh, pf,
+                      TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS)) {
+        tj_fail(err, errlen, name, data, len, h);
         goto out;
     }
     if (cmyk) {
@@ -203,7 +241,6 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
     jerr_mgr je;
     /* what setjmp's return path reads: volatile, as C11 7.13.2.1 wants */
     uint8_t *volatile buf = NULL;
-    const char *volatile stage = "jpeg_read_header";
     int volatile created = 0;
 
     memset(&je, 0, sizeof je);
@@ -211,12 +248,10 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
     je.pub.error_exit = jerr_exit;
     je.pub.emit_message = jerr_emit;
     if (setjmp(je.jump)) {
-        /* lib/check.h's format, the call libjpeg failed in as EXPR */
-        char what[JMSG_LENGTH_MAX + 16], why[512];
+        /* libjpeg's own message; the stage it failed in is not the user's */
+        char what[JMSG_LENGTH_MAX + 16];
         snprintf(what, sizeof what, "%s%s", je.warning ? "warning: " : "", je.msg);
-        check_report(je.code ? je.code : -1, "libjpeg", what, stage, __FILE__, __LINE__, why,
-                     sizeof why);
-        err_printf(err, errlen, "%s: %s", name, why);
+        undecodable(err, errlen, name, data, len, je.code == JWRN_JPEG_EOF, "libjpeg", what);
         if (created) jpeg_destroy_decompress(&ci);
         free(buf);
         return -1;
@@ -247,7 +282,6 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
     ci.do_fancy_upsampling = TRUE;
     ci.scale_num = (unsigned)sf.num;
     ci.scale_denom = (unsigned)sf.denom;
-    stage = "jpeg_start_decompress";
     jpeg_start_decompress(&ci);
     int sw = (int)ci.output_width, sh = (int)ci.output_height;
 
@@ -260,7 +294,6 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
     if (y1 > sh) y1 = sh;
     JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
     if (xoff != 0 || cw != (JDIMENSION)sw) {
-        stage = "jpeg_crop_scanline";
         jpeg_crop_scanline(&ci, &xoff, &cw);
     }
     int rw = (int)cw, rh = (int)(y1 - y0), px = cmyk ? 4 : 3;
@@ -270,7 +303,6 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
         goto fail;
     }
     if (y0 > 0) {
-        stage = "jpeg_skip_scanlines";
         JDIMENSION skipped = jpeg_skip_scanlines(&ci, (JDIMENSION)y0);
         if (skipped != (JDIMENSION)y0) {
             err_printf(err, errlen, "%s: jpeg_skip_scanlines skipped %u of %ld rows", name, skipped,
@@ -278,7 +310,6 @@ static int decode_jpeg_region(const uint8_t *data, size_t len, const char *name,
             goto fail;
         }
     }
-    stage = "jpeg_read_scanlines";
     for (int r = 0; r < rh;) {
         JSAMPROW rows[16];
         int n = rh - r < 16 ? rh - r : 16;
@@ -313,7 +344,6 @@ fail:
 static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_t max_pixels,
                       decode_image *out, char *err, size_t errlen)
 {
-    char why[512];
     int rc = -1;
     uint8_t *buf = NULL;
     spng_ctx *ctx = spng_ctx_new(0);
@@ -321,21 +351,22 @@ static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_
 
     /* no chunk can be longer than the file; keeps a lying length from
      * making libspng reserve memory for it */
-    if (SPNG_CHECK(spng_set_chunk_limits(ctx, len, len), why, sizeof why) ||
-        SPNG_CHECK(spng_set_png_buffer(ctx, data, len), why, sizeof why)) {
-        err_printf(err, errlen, "%s: %s", name, why);
+    int code;
+    if ((code = spng_set_chunk_limits(ctx, len, len)) ||
+        (code = spng_set_png_buffer(ctx, data, len))) {
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     struct spng_ihdr ihdr;
-    if (SPNG_CHECK(spng_get_ihdr(ctx, &ihdr), why, sizeof why)) {
-        err_printf(err, errlen, "%s: %s", name, why);
+    if ((code = spng_get_ihdr(ctx, &ihdr))) {
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     if (check_pixels(name, "png", ihdr.width, ihdr.height, max_pixels, err, errlen)) goto out;
 
     size_t size = 0;
-    if (SPNG_CHECK(spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size), why, sizeof why)) {
-        err_printf(err, errlen, "%s: %s", name, why);
+    if ((code = spng_decoded_image_size(ctx, SPNG_FMT_RGB8, &size))) {
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     buf = malloc(size);
@@ -345,8 +376,8 @@ static int decode_png(const uint8_t *data, size_t len, const char *name, uint64_
         goto out;
     }
     /* flags 0: tRNS and gAMA ignored, as PIL's convert("RGB") does */
-    if (SPNG_CHECK(spng_decode_image(ctx, buf, size, SPNG_FMT_RGB8, 0), why, sizeof why)) {
-        err_printf(err, errlen, "%s: %s", name, why);
+    if ((code = spng_decode_image(ctx, buf, size, SPNG_FMT_RGB8, 0))) {
+        png_fail(err, errlen, name, data, len, code);
         goto out;
     }
     *out = (decode_image){.rgb = buf, .width = (int)ihdr.width, .height = (int)ihdr.height,
@@ -375,7 +406,6 @@ static int not_an_image(const void *data, size_t len, const char *name, char *er
 int decode_probe(const void *data, size_t len, const char *name, decode_format *fmt, int *width,
                  int *height, char *err, size_t errlen)
 {
-    char why[512];
     if (!name) name = "(image)";
     *fmt = decode_sniff(data, len);
     *width = *height = 0;
@@ -384,11 +414,10 @@ int decode_probe(const void *data, size_t len, const char *name, decode_format *
         if (!h)
             return err_fail(err, errlen, "%s: tjInitDecompress: %s", name, tjGetErrorStr2(NULL));
         int subsamp = 0, cs = 0;
-        int rc = TJ_CHECK(tjDecompressHeader3(h, data, (unsigned long)len, width, height, &subsamp,
-                                              &cs),
-                          h, why, sizeof why);
+        int rc = tjDecompressHeader3(h, data, (unsigned long)len, width, height, &subsamp, &cs);
+        if (rc) tj_fail(err, errlen, name, data, len, h);
         tjDestroy(h);
-        if (rc) return err_fail(err, errlen, "%s: %s", name, why);
+        if (rc) return -1;
         /* a header cut before its SOF reads as "tables only": 0 x 0 */
         return check_pixels(name, "jpeg", (uint64_t)*width, (uint64_t)*height, UINT64_MAX, err,
                             errlen);
@@ -397,10 +426,10 @@ int decode_probe(const void *data, size_t len, const char *name, decode_format *
         spng_ctx *ctx = spng_ctx_new(0);
         if (!ctx) return err_fail(err, errlen, "%s: spng_ctx_new: out of memory", name);
         struct spng_ihdr ihdr;
-        int rc = SPNG_CHECK(spng_set_png_buffer(ctx, data, len), why, sizeof why) ||
-                 SPNG_CHECK(spng_get_ihdr(ctx, &ihdr), why, sizeof why);
+        int code = spng_set_png_buffer(ctx, data, len);
+        if (!code) code = spng_get_ihdr(ctx, &ihdr);
         spng_ctx_free(ctx);
-        if (rc) return err_fail(err, errlen, "%s: %s", name, why);
+        if (code) return png_fail(err, errlen, name, data, len, code);
         *width = (int)ihdr.width, *height = (int)ihdr.height;
         return 0;
     }

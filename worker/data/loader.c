@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,7 @@ struct ld_loader {
     int64_t cached_min;
     int eval_ended;
     ld_position done_pos;  /* after the last ld_step_done */
+    atomic_int upscale_warned; /* o.warn_upscale: the warning was logged */
 };
 
 static double now_s(void)
@@ -617,6 +619,18 @@ static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch, aug_mem *aug)
         s->why = strdup(why);
         return;
     }
+    const double area = (double)img.src_width * img.src_height;
+    if (l->o.warn_upscale && area * 4 <= (double)out * out &&
+        !atomic_exchange(&l->upscale_warned, 1)) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "the images are %dx%d and model.imageSize=%d: each is upscaled "
+                 "%.0fx in area and trained at that size's full cost on the CPU; a "
+                 "model.imageSize near the images' own size trains many times faster",
+                 img.src_width, img.src_height, out, (double)out * out / area);
+        LOG_WARN("data", "event=upscale stored=%dx%d image_size=%d area_factor=%.1f device=cpu "
+                 "msg=%s", img.src_width, img.src_height, out, (double)out * out / area,
+                 LOGV(msg));
+    }
     double b4[4] = {box.x, box.y, box.w, box.h};
     decode_box_in_image(&img, b4);
     xf_box b = {b4[0], b4[1], b4[2], b4[3]};
@@ -723,6 +737,32 @@ static size_t worst_unit(const ld_loader *l)
     return w;
 }
 
+/* What data.maxBadFraction allows of this rank's samples and the smallest
+ * one-digit fraction that would allow `bad` (the user's advice), then the
+ * worst unit: "file" in an image folder (each holds one sample), "shard" in
+ * webdataset tars. Words only: the counting is ld_next's. */
+static void bad_advice(const ld_loader *l, uint64_t bad, char *out, size_t outlen)
+{
+    double n = (double)(l->cached_min > 0 ? l->cached_min : 1);
+    double allowed = floor(l->o.max_bad_fraction * n);
+    char allows[32];
+    if (allowed < 1) snprintf(allows, sizeof allows, "none");
+    else snprintf(allows, sizeof allows, "%.0f", allowed);
+    double need = (double)bad / n, scale = 1;
+    while (need * scale < 1 && scale < 1e9) scale *= 10;
+    double advice = ceil(need * scale - 1e-9) / scale;
+    if (advice > 1) advice = 1;
+    size_t wu = worst_unit(l);
+    int folder = l->o.ix->kind == LD_IMAGEFOLDER;
+    char worst[1200];
+    if (folder) snprintf(worst, sizeof worst, "a bad file is %s", l->o.ix->units[wu]);
+    else snprintf(worst, sizeof worst, "the worst shard is %s with %.0f bad", l->o.ix->units[wu],
+                  l->bad_per_unit[wu]);
+    snprintf(out, outlen, "data.maxBadFraction=%g allows %s of its %lld: set it to %g or more to "
+             "skip such %s; %s", l->o.max_bad_fraction, allows, (long long)l->cached_min, advice,
+             folder ? "images" : "samples", worst);
+}
+
 int ld_next(ld_loader *l, float *images, int *labels, int *n, char *err, size_t errlen)
 {
     int got = 0, rc = 0;
@@ -749,12 +789,11 @@ int ld_next(ld_loader *l, float *images, int *labels, int *n, char *err, size_t 
         int use = 0;
         if (l->o.train && s->epoch != l->epoch) {
             if (s->epoch > l->epoch) { /* this rank's stream ran out before the epoch's steps */
-                size_t wu = worst_unit(l);
-                snprintf(err, errlen, "epoch %ld: rank %d ran out of samples after %llu bad ones "
-                         "(more than data.maxBadFraction=%g of its %lld); the worst shard is %s "
-                         "with %.0f", l->epoch, l->o.rank, (unsigned long long)l->bad_epoch,
-                         l->o.max_bad_fraction, (long long)l->cached_min,
-                         l->o.ix->units[wu], l->bad_per_unit[wu]);
+                char advice[1600];
+                bad_advice(l, l->bad_epoch, advice, sizeof advice);
+                snprintf(err, errlen, "epoch %ld: rank %d ran out of samples after %llu of them "
+                         "could not be read or decoded; %s", l->epoch, l->o.rank,
+                         (unsigned long long)l->bad_epoch, advice);
                 rc = VJ_ERR_DATA;
                 break;
             }
@@ -772,13 +811,13 @@ int ld_next(ld_loader *l, float *images, int *labels, int *n, char *err, size_t 
                              LOGV("skipped; later bad samples of this shard are only counted"));
                 ld_epoch_steps(l, l->epoch); /* cached_min: this rank's samples */
                 if ((double)l->bad_epoch > l->o.max_bad_fraction * (double)l->cached_min) {
-                    size_t wu = worst_unit(l);
-                    snprintf(err, errlen, "%llu bad samples in epoch %ld of rank %d: more than "
-                             "data.maxBadFraction=%g of its %lld samples; the worst shard is %s "
-                             "with %.0f (first: %s)", (unsigned long long)l->bad_epoch, l->epoch,
-                             l->o.rank, l->o.max_bad_fraction, (long long)l->cached_min,
-                             l->o.ix->units[wu], l->bad_per_unit[wu],
-                             s->why ? s->why : "unreadable");
+                    char advice[1600];
+                    bad_advice(l, l->bad_epoch, advice, sizeof advice);
+                    snprintf(err, errlen, "%s; %llu of %lld %s could not be read or decoded "
+                             "(epoch %ld, rank %d); %s", s->why ? s->why : "unreadable sample",
+                             (unsigned long long)l->bad_epoch, (long long)l->cached_min,
+                             l->o.ix->kind == LD_IMAGEFOLDER ? "images" : "samples", l->epoch,
+                             l->o.rank, advice);
                     rc = VJ_ERR_DATA;
                     slot_clear(s);
                     s->state = SLOT_FREE;

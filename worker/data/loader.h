@@ -121,6 +121,8 @@ typedef struct {
     int shuffle_buffer;      /* samples per shuffled block (>= 1) */
     uint64_t max_pixels;
     double max_bad_fraction;
+    int warn_upscale;        /* training on the CPU: warn once (event=upscale) when a stored
+                              * image is upscaled 4x or more in area to out_size */
 } ld_options;
 
 /* Where a rank's training stream stands after a step: what a checkpoint

@@ -166,6 +166,8 @@ typedef struct {
     item *items;
     size_t nitems, capitems;
     long skipped;
+    int skip_bad;     /* shardwriter_options.skip_bad */
+    long undecodable; /* images skipped because they could not be decoded */
 } source;
 
 static void source_free(source *s)
@@ -690,7 +692,8 @@ static void sink_free(sink *k)
 /* ---- the run ------------------------------------------------------------ */
 
 /* Sample j of the source as tar members into *out (cleared first). 0, 1 when
- * it is skipped (a folder file that is not JPEG or PNG), or a vj_err. */
+ * it is skipped (a folder file that is not JPEG or PNG, or with skip_bad one
+ * that cannot be decoded), or a vj_err. */
 static int make_sample(source *s, size_t j, buf *out, buf *file, char *err, size_t errlen)
 {
     char key[32], name[64], label[16];
@@ -726,6 +729,26 @@ static int make_sample(source *s, size_t j, buf *out, buf *file, char *err, size
                      LOGV("neither JPEG nor PNG bytes"));
             free(path);
             return 1;
+        }
+        if (!bad) {
+            /* decoded at its smallest scale: the whole stream is read all
+             * the same, so a cut or corrupt one fails here, not in training */
+            decode_opts d = {.min_width = 1, .min_height = 1};
+            decode_image im;
+            char why[1024];
+            if (decode_image_rgb(file->data, file->len, path, &d, &im, why, sizeof why) != 0) {
+                if (s->skip_bad) {
+                    LOG_WARN("shards", "event=skipped path=%s reason=%s", LOGV(path), LOGV(why));
+                    free(path);
+                    s->undecodable++;
+                    return 1;
+                }
+                err_printf(err, errlen, "%s; --skip-bad leaves out the images that cannot be "
+                           "decoded", why);
+                free(path);
+                return VJ_ERR_DATA;
+            }
+            decode_image_free(&im);
         }
         free(path);
         if (bad) return file->over_max || !file->failed ? VJ_ERR_DATA : VJ_ERR_OUT_OF_MEMORY;
@@ -835,7 +858,7 @@ int shardwriter_run(const shardwriter_options *o, shardwriter_result *res, char 
                     size_t errlen)
 {
     shardwriter_result r = {0};
-    source s = {0};
+    source s = {.skip_bad = o->skip_bad};
     sink k = {0};
     size_t *perm = NULL;
     buf sample = {0}, file = {0};
@@ -943,6 +966,7 @@ int shardwriter_run(const shardwriter_options *o, shardwriter_result *res, char 
         int got = make_sample(&s, perm[i], &sample, &file, err, errlen);
         if (got == 1) {
             r.skipped++;
+            r.undecodable = s.undecodable;
             continue;
         }
         if ((rc = got) != VJ_OK) goto out;
@@ -992,8 +1016,11 @@ int shardwriter_run(const shardwriter_options *o, shardwriter_result *res, char 
     LOG_INFO("shards", "event=done shards=%ld samples=%ld bytes=%llu skipped=%ld uri=%s",
              r.shards, r.samples, (unsigned long long)r.bytes, r.skipped, LOGV(r.data_uri));
     if (o->report) {
-        fprintf(o->report, "total: %ld shards, %ld samples, %llu bytes; %ld files skipped\n",
+        fprintf(o->report, "total: %ld shards, %ld samples, %llu bytes; %ld files skipped",
                 r.shards, r.samples, (unsigned long long)r.bytes, r.skipped);
+        if (r.undecodable)
+            fprintf(o->report, " (%ld could not be decoded)", r.undecodable);
+        fputc('\n', o->report);
         fprintf(o->report, "data.format: webdataset\ndata.uri: %s\nmodel.numClasses: %d\n",
                 r.data_uri, r.classes);
         if (!s.is_idx) {

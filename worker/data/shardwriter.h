@@ -8,8 +8,9 @@
  * names of a printf pattern and the brace pattern that names them all
  * (shards.h's notation), and writing each shard whole: to a local file
  * atomically (lib/file.h) or to S3 (lib/s3.h).
- * Must not: include anything of the worker outside worker/data, decode
- * images, or keep more than one shard (and one sample) in memory.
+ * Must not: include anything of the worker outside worker/data, change an
+ * image's bytes (a folder's images are decoded only to check them), or keep
+ * more than one shard (and one sample) in memory.
  *
  * Sources (SRC, a directory: a path or file:// URI):
  *   IDX: SRC holds some "*-images-idx3-ubyte[.gz]" file. The split's images
@@ -27,7 +28,11 @@
  *     dot); members KEY.<extension in lower case> and KEY.cls. Two files
  *     with the same key (x.jpg beside x.png, a.b.jpg beside a_b.jpg) are
  *     refused, naming both. A file whose bytes are neither JPEG nor PNG is
- *     skipped with a warning and counted.
+ *     skipped with a warning and counted. Every other image is decoded
+ *     (decode.h) before it is packed: one that cannot be (truncated,
+ *     corrupt) is refused, VJ_ERR_DATA with decode.h's message and the
+ *     advice of skip_bad, or with skip_bad skipped with a warning and
+ *     counted (skipped and undecodable). Shards already written stay.
  *   Within a sample the members go in bytewise order of their extensions
  *   (".cls" first), as webdataset's ShardWriter writes them; .cls holds the
  *   label in decimal, nothing else.
@@ -93,12 +98,14 @@ typedef struct {
     uint64_t seed;            /* the permutation's seed */
     const char *endpoint;     /* S3 endpoint URL; NULL or "": AWS */
     FILE *report;             /* one line per shard and the summary; NULL: none */
+    int skip_bad;             /* folder images that cannot be decoded: skipped, not refused */
 } shardwriter_options;
 
 typedef struct {
     long shards, samples;
     uint64_t bytes;           /* all shards together */
-    long skipped;             /* files not taken (not an image, or not JPEG/PNG bytes) */
+    long skipped;             /* files not taken (not an image, not JPEG/PNG bytes, undecodable) */
+    long undecodable;         /* of skipped: images that could not be decoded (skip_bad) */
     int classes;              /* IDX: the largest label + 1; folder: the class folders */
     char data_uri[6000];       /* the brace pattern naming every shard written, absolute */
 } shardwriter_result;

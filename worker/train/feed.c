@@ -108,6 +108,32 @@ int feed_default_workers(int threads)
     return w < 1 ? 1 : w;
 }
 
+/* The start's warnings of what would otherwise surprise at the end (one
+ * line each, rank 0): no test set where the format has none built in, and
+ * fewer class folders than model.numClasses. */
+static void warn_surprises(const feed *f)
+{
+    const vit_job_config *cfg = f->o.cfg;
+    const data_config *dc = &cfg->data;
+    if (f->o.rank != 0) return;
+    if (dc->format != DATA_FASHION_MNIST && !dc->test_uri[0])
+        LOG_WARN("data", "event=no_test_set key=data.testUri format=%s msg=%s",
+                 dc->format == DATA_IMAGEFOLDER ? "imagefolder" : "webdataset",
+                 LOGV("data.testUri is not set and this data.format has no test split of its "
+                      "own: the run measures no test accuracy (test_accuracy is null at the "
+                      "end); set data.testUri to a held-out set"));
+    int nc = 0;
+    if (dc->format == DATA_IMAGEFOLDER && f->ix) ld_index_classes(f->ix, &nc);
+    if (dc->format == DATA_IMAGEFOLDER && f->ix && nc < cfg->model.num_classes) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "data.uri has %d class folders but model.numClasses=%d: "
+                 "%d of the model's classes have no images and are never learned", nc,
+                 cfg->model.num_classes, cfg->model.num_classes - nc);
+        LOG_WARN("data", "event=few_classes class_folders=%d num_classes=%d msg=%s", nc,
+                 cfg->model.num_classes, LOGV(msg));
+    }
+}
+
 vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
 {
     *out = NULL;
@@ -182,6 +208,7 @@ vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
     lo->shuffle_buffer = dc->shuffle_buffer;
     lo->max_pixels = dc->max_pixels;
     lo->max_bad_fraction = dc->max_bad_fraction;
+    lo->warn_upscale = o->rank == 0 && o->ops && !o->ops->gpu;
     vj_err rc = index_split(f, dc->uri, "data.uri", &f->ix, err, errlen);
     if (rc == VJ_OK && dc->test_uri[0])
         rc = index_split(f, dc->test_uri, "data.testUri", &f->tix, err, errlen);
@@ -189,7 +216,9 @@ vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
     ld_options tr = *lo;
     tr.ix = f->ix;
     tr.train = 1;
-    return ld_new(&f->ld, &tr, err, errlen);
+    rc = ld_new(&f->ld, &tr, err, errlen);
+    if (rc == VJ_OK) warn_surprises(f);
+    return rc;
 }
 
 void feed_free(feed *f)
@@ -382,6 +411,7 @@ vj_err feed_eval_begin(feed *f, long *batches, char *err, size_t errlen)
     ld_options eo = f->lo;
     eo.ix = f->tix;
     eo.train = 0;
+    eo.warn_upscale = 0; /* the training loader said it */
     eo.augment = 0;
     vj_err rc = (vj_err)ld_new(&f->ev, &eo, err, errlen);
     if (rc) return rc;
