@@ -132,10 +132,14 @@ same_from() {
       <(grep '"loss"' "$2")
 }
 
-# weights A B TOL: the two safetensors exports agree within TOL, absolute. (Not
-# relative: the attention's key bias has an exactly zero gradient in exact
-# arithmetic, so its gradient is rounding noise that AdamW normalises into
-# lr-sized steps; another summation order moves it by up to ~1e-4.)
+# weights A B TOL: the two safetensors exports agree within TOL, absolute,
+# except the attention's key bias (the middle third of each attn.qkv.bias),
+# held to 10 x TOL and reported apart. (Not relative, and the key bias apart:
+# softmax ignores a constant per query row, so the key bias has an exactly
+# zero gradient in exact arithmetic; its gradient is rounding noise that
+# AdamW normalises into lr-sized steps, and another summation order, or the
+# attention's backward recomputing its probabilities from the saved
+# log-sum-exp, moves it by 1e-4 to 2e-4 in a few steps.)
 weights() {
   python3 - "$1" "$2" "$3" <<'PY'
 import array, json, struct, sys
@@ -152,12 +156,18 @@ def load(p):
     return out
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a.keys() == b.keys()
-worst, where = 0.0, ""
+tol = float(sys.argv[3])
+worst, where, kworst, kwhere = 0.0, "", 0.0, ""
 for k in a:
-    d = max(abs(x - y) for x, y in zip(a[k], b[k]))
+    x, y = a[k], b[k]
+    key = range(len(x) // 3, 2 * len(x) // 3) if k.endswith("attn.qkv.bias") else range(0)
+    d = max((abs(x[i] - y[i]) for i in range(len(x)) if i not in key), default=0.0)
     if d >= worst: worst, where = d, k
-print("tensors %d, worst absolute difference %.3g in %s (bound %s)" % (len(a), worst, where, sys.argv[3]))
-sys.exit(0 if worst < float(sys.argv[3]) else 1)
+    if len(key) and max(abs(x[i] - y[i]) for i in key) >= kworst:
+        kworst, kwhere = max(abs(x[i] - y[i]) for i in key), k
+print("tensors %d, worst absolute difference %.3g in %s (bound %s); key bias %.3g in %s (bound %.3g)"
+      % (len(a), worst, where, tol, kworst, kwhere, 10 * tol))
+sys.exit(0 if worst < tol and kworst < 10 * tol else 1)
 PY
 }
 
