@@ -64,6 +64,8 @@ typedef struct {
     long long finished_ts;/* the worker container's finishedAt (now if unknown) */
     const char *node;     /* spec.nodeName, or NULL */
     char lost_why[256];   /* why it was judged lost (vj_decide's lost-pod rule), or "" */
+    int suspect;          /* lost by a `closed` report its kubelet has not confirmed */
+    int evidence;         /* the pending restart's lost pod: kept until it is classified */
     int removed;          /* this plan deletes it */
 } pod_info;
 
@@ -76,6 +78,8 @@ typedef struct {
     const vj_children *have;
     const char *avoid[MAX_AVOID]; /* nodes of lost pods: the next generation keeps off */
     int n_avoid;
+    const char *prefer_off; /* a suspect's node: the next generation prefers other nodes */
+    int pending;          /* a restart awaits its classification: verdicts wait for it */
     long long now;
     int ok;               /* 0 after an allocation failure */
     char render_err[256]; /* the first child that could not be rendered, and why */
@@ -151,7 +155,7 @@ static void delete_pod(ctx *c, pod_info *pi, int force)
  * already terminating past its deadline or its node is lost. */
 static void remove_pod(ctx *c, pod_info *pi)
 {
-    if (pi->removed)
+    if (pi->removed || pi->evidence)
         return;
     if (!pi->deleting) {
         delete_pod(c, pi, pi->node_lost);
@@ -351,6 +355,7 @@ typedef struct {
     int gen, disruptions, resumes; /* gen: the pods' generation (restarts + resumes) */
     long long start, completion; /* -1 = unset */
     cJSON *conds;                /* owned */
+    cJSON *last_restart;         /* status.lastRestart as it will be; owned, NULL = none */
     int active, succeeded, failed;
     int set_replicas;
 } desired_status;
@@ -391,7 +396,8 @@ static void clean_pods(ctx *c, const desired_status *ds, pod_info *pods, size_t 
         int del = policy == VJ_CLEAN_ALL ||
                   (!finished(pi) && ((failed && policy != VJ_CLEAN_NONE) ||
                                      policy == VJ_CLEAN_RUNNING)) ||
-                  (pi->deleting && pi->gen < ds->gen);
+                  (pi->deleting && pi->gen < ds->gen) ||
+                  (pi->gen > ds->gen && !kept(c, pi)); /* a generation stopped unborn */
         if (del)
             remove_pod(c, pi);
     }
@@ -414,7 +420,8 @@ static void create_generation_pod(ctx *c, int rank, int gen)
 {
     char err[256];
     cJSON *pod = vj_render_pod(c->job, rank, gen, err, sizeof err);
-    if (pod && c->n_avoid > 0 && vj_render_avoid_nodes(pod, c->avoid, (size_t)c->n_avoid) != 0) {
+    if (pod && ((c->n_avoid > 0 && vj_render_avoid_nodes(pod, c->avoid, (size_t)c->n_avoid) != 0) ||
+                (c->prefer_off && vj_render_prefer_off_node(pod, c->prefer_off) != 0))) {
         cJSON_Delete(pod);
         c->ok = 0;
         return;
@@ -562,6 +569,8 @@ typedef struct {
     pod_info **slot;                  /* [replicas]: the pod of each rank, or NULL */
     int succeeded, running, missing, failed, disrupted;
     int holding;                      /* failures that only lost a peer, waiting for its fate */
+    pod_info *suspect;                /* lost by an unconfirmed `closed` report, or NULL */
+    int gone;                         /* pods missing while the job ran: lost (disruptions) */
     pod_info *permanent, *first_bad;  /* the first permanent exit; the first failure to report */
 } generation;
 
@@ -665,18 +674,20 @@ static void judge_lost(ctx *c, const desired_status *ds, generation *g)
      * lost them as they lost it): its peer_lost exit is the same loss. */
     if (finished(pi) && !(rep.heartbeat && pi->phase == PP_FAILED && pi->peer_lost))
         return;
-    if (!rep.heartbeat && c->now < rep.at + VJ_LOST_CONFIRM_S) {
-        requeue(c, rep.at + VJ_LOST_CONFIRM_S - c->now); /* its kubelet may yet report it */
+    pi->disruption = 1;
+    snprintf(pi->lost_why, sizeof pi->lost_why, "%s (reported by pod index %d%s%s)",
+             rep.heartbeat ? "its heartbeat stopped" : "its connections closed", rep.by,
+             rep.message ? ": " : "", rep.message ? rep.message : "");
+    if (rep.heartbeat) {
+        avoid_node(c, pi->node);
         return;
     }
-    pi->disruption = 1;
-    /* closed connections that its kubelet never reported: the node is gone
-     * with the process, and nothing there will take the pod down */
-    pi->node_lost = !rep.heartbeat;
-    snprintf(pi->lost_why, sizeof pi->lost_why, "%s (reported by pod index %d%s%s)",
-             rep.heartbeat ? "its heartbeat stopped" : "its connections closed and its kubelet "
-             "did not report it", rep.by, rep.message ? ": " : "", rep.message ? rep.message : "");
-    avoid_node(c, pi->node);
+    /* Closed connections: its process ended, on a live node (a crash, which
+     * spends backoffLimit) or with its node (a disruption). The gang restarts
+     * now and the restart is classified when the evidence comes
+     * (settle_restart); meanwhile the new pods prefer other nodes. */
+    pi->suspect = 1;
+    c->prefer_off = pi->node;
 }
 
 /* Slots the current generation (every other pod goes) and tallies it.
@@ -711,6 +722,8 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
                 g->permanent = pi;
         } else if (pi->disruption || pi->deleting || pi->phase == PP_UNKNOWN) {
             g->disrupted++;
+            if (pi->suspect)
+                g->suspect = pi;
             if (g->first_bad == NULL || !g->first_bad->disruption)
                 g->first_bad = pi;
         } else if (pi->phase == PP_FAILED) {
@@ -751,6 +764,182 @@ static void fail_permanent(ctx *c, desired_status *ds, pod_info *pods, size_t n,
     clean_pods(c, ds, pods, n);
 }
 
+/* ------------------------------------------------- status.lastRestart */
+
+/* ds->last_restart = a new record of the restart that ended generation
+ * `gen` (decide.h): why, as what, the pod that caused it, and for a pending
+ * one the time by which it is classified. */
+static void last_restart_new(ctx *c, desired_status *ds, int gen, const char *cause,
+                             const char *cls, const pod_info *pod, long long classify_by,
+                             const char *msg)
+{
+    char ts[TIMEFMT_LEN];
+    cJSON *o = cJSON_CreateObject();
+    int ok = o && cJSON_AddNumberToObject(o, "generation", gen) &&
+             cJSON_AddStringToObject(o, "cause", cause) &&
+             cJSON_AddStringToObject(o, "classifiedAs", cls);
+    if (ok && pod)
+        ok = cJSON_AddStringToObject(o, "pod", pod->name) &&
+             (pod->node == NULL || cJSON_AddStringToObject(o, "node", pod->node));
+    timefmt_rfc3339(ts, c->now, 0, 0);
+    ok = ok && cJSON_AddStringToObject(o, "time", ts);
+    if (ok && classify_by >= 0) {
+        timefmt_rfc3339(ts, classify_by, 0, 0);
+        ok = cJSON_AddStringToObject(o, "classifyBy", ts) != NULL;
+    }
+    ok = ok && cJSON_AddStringToObject(o, "message", msg);
+    if (!ok) {
+        cJSON_Delete(o);
+        c->ok = 0;
+        return;
+    }
+    cJSON_Delete(ds->last_restart);
+    ds->last_restart = o;
+}
+
+/* The pending restart's classification, written into ds->last_restart:
+ * classifiedAs, its message, classifiedAt (classifyBy stays, as history). */
+static void last_restart_classified(ctx *c, desired_status *ds, const char *cls, const char *msg)
+{
+    char ts[TIMEFMT_LEN];
+    cJSON *o = ds->last_restart;
+    timefmt_rfc3339(ts, c->now, 0, 0);
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "classifiedAs");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "classifiedAt");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "message");
+    if (!cJSON_AddStringToObject(o, "classifiedAs", cls) ||
+        !cJSON_AddStringToObject(o, "classifiedAt", ts) ||
+        !cJSON_AddStringToObject(o, "message", msg))
+        c->ok = 0;
+}
+
+typedef enum { RESTART_PENDING, RESTART_DISRUPTION, RESTART_FAILURE, RESTART_PERMANENT } restart_class;
+
+/* What the evidence says of the pending restart's lost pod `pi` (NULL:
+ * gone from the API) and why; RESTART_PENDING while there is none yet.
+ * *force: the pod must be force-deleted (nothing on its node will). */
+static restart_class classify(ctx *c, const pod_info *pi, int out_of_time, int *force, char *why,
+                              size_t whylen)
+{
+    char says[VJ_WORKER_ERROR_MAX + 2];
+    const vj_node_health *nh = pi ? node_health(c->have, pi->node) : NULL;
+    *force = 0;
+    if (pi == NULL) {
+        snprintf(why, whylen, "the pod is gone and its kubelet never reported that it ended");
+        return RESTART_DISRUPTION;
+    }
+    if (pi->phase == PP_FAILED && vj_exit_permanent(pi->exit_code)) {
+        snprintf(why, whylen, "its kubelet reported exit code %d%s", pi->exit_code,
+                 worker_says(says, sizeof says, pi));
+        return RESTART_PERMANENT;
+    }
+    if (pi->disruption || pi->node_lost) {
+        *force = pi->node_lost;
+        snprintf(why, whylen, "it was disrupted (evicted, preempted, deleted or its node lost)");
+        return RESTART_DISRUPTION;
+    }
+    if (finished(pi)) {
+        snprintf(why, whylen, "its kubelet reported that it ended with exit code %d%s",
+                 pi->exit_code, worker_says(says, sizeof says, pi));
+        return RESTART_FAILURE;
+    }
+    if (nh && nh->lost) {
+        *force = 1;
+        snprintf(why, whylen, "node %s is lost: %s", pi->node, nh->why);
+        return RESTART_DISRUPTION;
+    }
+    if (pi->deleting) {
+        snprintf(why, whylen, "it is being deleted");
+        return RESTART_DISRUPTION;
+    }
+    if (!out_of_time)
+        return RESTART_PENDING;
+    *force = 1;
+    snprintf(why, whylen, "neither its kubelet nor its node said anything within %d s: its node "
+             "is taken for lost", VJ_RESTART_CLASSIFY_S);
+    return RESTART_DISRUPTION;
+}
+
+/* Classifies the pending restart (status.lastRestart.classifiedAs Pending)
+ * from the evidence at hand (decide.h). Returns 1 while it stays pending
+ * (its pod kept, c->pending set, requeued for its deadline), 2 when the
+ * classification ended the job (backoffLimit exceeded or a permanent exit:
+ * the generation the restart started is stopped and not counted), else 0.
+ * With `now_or_never` (the job ended otherwise meanwhile) it is classified
+ * with what is known, and never ends the job. */
+static int settle_restart(ctx *c, desired_status *ds, pod_info *pods, size_t n, int now_or_never)
+{
+    const cJSON *lr = ds->last_restart;
+    const cJSON *g = json_get(lr, "generation");
+    const char *pod = json_str(lr, "pod");
+    long long by;
+    if (!str_eq(json_str(lr, "classifiedAs"), "Pending") || !cJSON_IsNumber(g) || pod == NULL)
+        return 0;
+    if (timefmt_parse(json_str(lr, "classifyBy"), &by) != 0)
+        by = c->now;
+    pod_info *pi = NULL;
+    for (size_t i = 0; i < n && pi == NULL; i++)
+        if (str_eq(pods[i].name, pod) && pods[i].gen == g->valueint)
+            pi = &pods[i];
+    int force;
+    char why[VJ_WORKER_ERROR_MAX + 128], msg[1024], says[VJ_WORKER_ERROR_MAX + 2];
+    restart_class rc = classify(c, pi, now_or_never || c->now >= by, &force, why, sizeof why);
+    c->pending = 0;
+    if (pi)
+        pi->evidence = 0;
+    if (rc == RESTART_PENDING) {
+        pi->evidence = 1;
+        c->pending = 1;
+        requeue(c, by - c->now);
+        return 1;
+    }
+    const vj_jobspec *js = c->js;
+    int stop = 0;
+    if (rc == RESTART_DISRUPTION) {
+        ds->disruptions++;
+        snprintf(msg, sizeof msg, "the restart of generation %d after pod %s was lost is a "
+                 "disruption: %s; backoffLimit not spent", g->valueint, pod, why);
+        last_restart_classified(c, ds, "Disruption", msg);
+        event(c, "Normal", "RestartClassified", msg);
+    } else {
+        int spent = ds->gen - ds->resumes - ds->disruptions; /* this restart included */
+        stop = !now_or_never && (rc == RESTART_PERMANENT || spent > js->backoff_limit);
+        if (rc == RESTART_PERMANENT)
+            snprintf(msg, sizeof msg, "pod %s exited with code %d (%s), permanent, not retried%s",
+                     pod, pi->exit_code, pi->exit_code == VITJOB_EXIT_CONFIG ?
+                     "bad config or spec" : "bad or missing data", worker_says(says, sizeof says, pi));
+        else if (stop)
+            snprintf(msg, sizeof msg, "pod %s failed with exit code %d%s; backoffLimit %d reached "
+                     "after %d restart(s)", pod, pi->exit_code, worker_says(says, sizeof says, pi),
+                     js->backoff_limit, spent - 1);
+        else
+            snprintf(msg, sizeof msg, "the restart of generation %d after pod %s was lost is a "
+                     "retryable failure: %s; backoffLimit spent %d of %d", g->valueint, pod, why,
+                     spent, js->backoff_limit);
+        if (stop) {
+            size_t w = strlen(msg);
+            snprintf(msg + w, sizeof msg - w, "; generation %d, started before this was known, "
+                     "is stopped and not counted", ds->gen);
+        }
+        last_restart_classified(c, ds, rc == RESTART_PERMANENT ? "PermanentFailure"
+                                       : "RetryableFailure", msg);
+        if (!stop)
+            event(c, "Warning", "RestartClassified", msg);
+    }
+    if (pi && !kept(c, pi)) {
+        pi->node_lost = pi->node_lost || force;
+        remove_pod(c, pi);
+    }
+    if (!stop)
+        return 0;
+    ds->gen--; /* the restart is undone: the job ends as if it had waited */
+    const char *reason = rc != RESTART_PERMANENT ? "BackoffLimitExceeded"
+                         : pi->exit_code == VITJOB_EXIT_CONFIG ? "PermanentError" : "InvalidData";
+    finish_job(c, ds, pods, n, 0, reason, msg);
+    clean_pods(c, ds, pods, n);
+    return 2;
+}
+
 /* A pod failed, was disrupted or disappeared: the whole gang restarts as
  * the next generation, or the job fails once backoffLimit is spent
  * (disruptions do not spend it). */
@@ -759,9 +948,11 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
 {
     const vj_jobspec *js = c->js;
     int R = js->replicas;
-    char msg[900], m2[1024], says[VJ_WORKER_ERROR_MAX + 2];
-    int disruption = g->disrupted > 0 || g->failed == 0;
-    const pod_info *bad = g->first_bad;
+    char msg[900], m2[1280], says[VJ_WORKER_ERROR_MAX + 2];
+    /* an unconfirmed `closed` loss alone: restart now, classify later */
+    const pod_info *pending = g->suspect && g->disrupted == 1 ? g->suspect : NULL;
+    int disruption = !pending && (g->disrupted > 0 || g->gone > 0 || g->failed == 0);
+    const pod_info *bad = pending ? pending : g->first_bad;
     if (bad == NULL)
         snprintf(msg, sizeof msg, "%d pod(s) of generation %d disappeared", g->missing, ds->gen);
     else if (bad->phase == PP_FAILED && !bad->disruption)
@@ -773,7 +964,7 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
         snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
                  "node lost)", bad->name);
     int spent = ds->gen - ds->resumes - ds->disruptions;
-    if (!disruption && spent >= js->backoff_limit) {
+    if (!disruption && !pending && spent >= js->backoff_limit) {
         snprintf(m2, sizeof m2, "%s; backoffLimit %d reached after %d restart(s)", msg,
                  js->backoff_limit, spent);
         for (int r = 0; r < R; r++)
@@ -784,16 +975,27 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
         return;
     }
     for (int r = 0; r < R; r++)
-        if (g->slot[r] && !kept(c, g->slot[r]))
-            remove_pod(c, g->slot[r]);
+        if (g->slot[r] && !kept(c, g->slot[r]) && g->slot[r] != pending)
+            remove_pod(c, g->slot[r]); /* the pending one is the evidence: it stays */
     ds->gen++;
     if (disruption)
         ds->disruptions++;
-    snprintf(m2, sizeof m2, "%s; gang restart as generation %d (%s)", msg, ds->gen,
-             disruption ? "disruption, backoffLimit not spent" : "retryable failure");
+    if (pending)
+        snprintf(m2, sizeof m2, "%s; gang restart as generation %d at once (classified when "
+                 "known, within %d s: a disruption if its node is lost, a retryable failure "
+                 "that spends backoffLimit if its kubelet reports that it ended)", msg, ds->gen,
+                 VJ_RESTART_CLASSIFY_S);
+    else
+        snprintf(m2, sizeof m2, "%s; gang restart as generation %d (%s)", msg, ds->gen,
+                 disruption ? "disruption, backoffLimit not spent" : "retryable failure");
+    const char *reason = pending ? "PeerLost" : disruption ? "Disruption" : "RetryableFailure";
     static const char *const running_types[] = {"Running", NULL};
-    set_cond(c, ds->conds, "Restarting", "True", disruption ? "Disruption" : "RetryableFailure",
-             m2, 0);
+    set_cond(c, ds->conds, "Restarting", "True", reason, m2, 0);
+    if (pending)
+        requeue(c, VJ_RESTART_CLASSIFY_S); /* classified by then, evidence or not */
+    last_restart_new(c, ds, ds->gen - 1, pending ? "PeerLost" : disruption ? "Disruption" : "Failure",
+                     pending ? "Pending" : disruption ? "Disruption" : "RetryableFailure", bad,
+                     pending ? c->now + VJ_RESTART_CLASSIFY_S : -1, m2);
     clear_conds(c, ds->conds, "ViTJobRestarting", m2, running_types);
     event(c, "Warning", "Restarting", m2);
     for (int r = 0; r < R; r++)
@@ -845,7 +1047,7 @@ static void hold(desired_status *ds, const generation *g, const char *cur_phase)
     ds->phase = str_eq(cur_phase, "Restarting") ? "Restarting" : "Running";
     ds->active = g->running;
     ds->succeeded = g->succeeded;
-    ds->failed = g->holding;
+    ds->failed = g->holding + g->failed;
     ds->set_replicas = 1;
 }
 
@@ -858,14 +1060,18 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
     generation g;
     if (tally(c, ds, pods, n, &g) != 0)
         return;
-    if (g.permanent) {
+    g.gone = str_eq(cur_phase, "Running") ? g.missing : 0;
+    int verdict = g.permanent || g.succeeded == c->js->replicas || g.disrupted || g.failed || g.gone;
+    if (verdict && c->pending) {
+        hold(ds, &g, cur_phase); /* the last restart's class decides this one's: wait for it */
+    } else if (g.permanent) {
         fail_permanent(c, ds, pods, n, g.permanent);
     } else if (g.succeeded == c->js->replicas) {
         char msg[512];
         snprintf(msg, sizeof msg, "all %d pods of generation %d succeeded", c->js->replicas, ds->gen);
         finish_job(c, ds, pods, n, 1, "ViTJobSucceeded", msg);
         clean_pods(c, ds, pods, n);
-    } else if (g.disrupted || g.failed || (g.missing > 0 && str_eq(cur_phase, "Running"))) {
+    } else if (g.disrupted || g.failed || g.gone) {
         restart_or_fail(c, ds, pods, n, &g); /* a pod missing while Running was lost */
     } else if (g.holding) {
         hold(ds, &g, cur_phase); /* a worker lost its peer: wait for the peer's fate */
@@ -917,6 +1123,22 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
     diff_field(c, st, cur, "disruptionRestarts", cJSON_CreateNumber(ds->disruptions));
     if (ds->resumes > 0 || json_get(cur, "resumes"))
         diff_field(c, st, cur, "resumes", cJSON_CreateNumber(ds->resumes));
+    if (ds->last_restart && !cJSON_Compare(ds->last_restart, json_get(cur, "lastRestart"), 1)) {
+        /* a JSON merge patch: keys of the old record that the new lacks are nulled */
+        cJSON *lr = cJSON_Duplicate(ds->last_restart, 1);
+        const cJSON *old;
+        cJSON_ArrayForEach(old, json_get(cur, "lastRestart"))
+        {
+            if (lr && !cJSON_HasObjectItem(lr, old->string) && !cJSON_AddNullToObject(lr, old->string)) {
+                cJSON_Delete(lr);
+                lr = NULL;
+            }
+        }
+        if (lr == NULL || !cJSON_AddItemToObject(st, "lastRestart", lr)) {
+            cJSON_Delete(lr);
+            c->ok = 0;
+        }
+    }
     if (ds->set_replicas) {
         cJSON *r = cJSON_CreateObject();
         if (r && (!cJSON_AddNumberToObject(r, "active", ds->active) ||
@@ -1106,10 +1328,13 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
     ds.phase = cur_phase;
     const cJSON *conds = json_get(st, "conditions");
     ds.conds = cJSON_IsArray(conds) ? cJSON_Duplicate(conds, 1) : cJSON_CreateArray();
-    if (ds.conds == NULL) {
+    const cJSON *lr = json_get(st, "lastRestart");
+    ds.last_restart = cJSON_IsObject(lr) ? cJSON_Duplicate(lr, 1) : NULL;
+    if (ds.conds == NULL || (lr && cJSON_IsObject(lr) && ds.last_restart == NULL)) {
         c.ok = 0;
         goto done;
     }
+    int terminal = str_eq(cur_phase, "Succeeded") || str_eq(cur_phase, "Failed");
 
     int np = cJSON_IsArray(pods_json) ? cJSON_GetArraySize(pods_json) : 0;
     pods = calloc(np > 0 ? (size_t)np : 1, sizeof *pods);
@@ -1121,13 +1346,14 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
     cJSON_ArrayForEach(pj, pods_json)
     {
         if (parse_pod(pj, js.name, now, &pods[n]) == 0) {
-            if (pods[n].gen > ds.gen) /* the status write of a restart was lost */
+            /* the status write of a restart was lost (a finished job's status
+             * is whole: its pods of a later generation were stopped unborn) */
+            if (!terminal && pods[n].gen > ds.gen)
                 ds.gen = pods[n].gen;
             n++;
         }
     }
 
-    int terminal = str_eq(cur_phase, "Succeeded") || str_eq(cur_phase, "Failed");
     if (!terminal) {
         char msg[512], verr[480];
         snprintf(msg, sizeof msg, "ViTJob %s/%s is created", js.ns, js.name);
@@ -1136,7 +1362,9 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
         set_cond(&c, ds.conds, "Created", "True", "ViTJobCreated", msg, 0);
         if (ds.phase == NULL)
             ds.phase = "Pending";
-        if (fail_reason) {
+        if (settle_restart(&c, &ds, pods, n, 0) == 2) {
+            /* the restart it classified ended the job */
+        } else if (fail_reason) {
             finish_job(&c, &ds, pods, n, 0, fail_reason, fail_msg);
             clean_pods(&c, &ds, pods, n);
         } else if (vj_jobspec_validate(&js, verr, sizeof verr) != 0) {
@@ -1189,6 +1417,10 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
         clean_pods(&c, &ds, pods, n);
     }
     terminal = str_eq(ds.phase, "Succeeded") || str_eq(ds.phase, "Failed");
+    if (terminal && c.pending) { /* the job ended otherwise before the restart was classified */
+        settle_restart(&c, &ds, pods, n, 1);
+        clean_pods(&c, &ds, pods, n);
+    }
     if (terminal && js.ttl >= 0 && ds.completion >= 0) {
         if (now >= ds.completion + js.ttl)
             plan->delete_job = 1;
@@ -1201,6 +1433,7 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
 
 done:
     cJSON_Delete(ds.conds);
+    cJSON_Delete(ds.last_restart);
     free(pods);
     if (!c.ok) {
         vj_plan_free(plan);
@@ -1262,5 +1495,6 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods)
             peer_lost = 1;
     }
     const cJSON *v = json_get(json_get(st, "lostPeer"), "generation");
-    return peer_lost || (cJSON_IsNumber(v) && v->valueint == gen);
+    return peer_lost || (cJSON_IsNumber(v) && v->valueint == gen) ||
+           str_eq(json_str(json_get(st, "lastRestart"), "classifiedAs"), "Pending");
 }

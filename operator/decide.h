@@ -84,15 +84,45 @@ typedef struct {
  *    has since failed with class peer_lost itself (cut off, it lost its
  *    peers as they lost it) is lost all the same, or
  *  - status.lostPeer reported it with evidence "closed" (its connections
- *    closed) and its kubelet has still not reported it terminated
- *    VJ_LOST_CONFIRM_S after the report: a process that merely crashed on a
- *    live node is reported within that time and restarts as a retryable
- *    failure that spends backoffLimit.
+ *    closed: its process ended) and its kubelet has not reported it
+ *    terminated (yet). The gang restarts at once, before anyone knows
+ *    whether the process crashed on a live node or died with its node: see
+ *    "restart now, classify later" below.
  * A lost pod is a disruption: the gang restarts at once (backoffLimit not
  * spent), pods on a lost node are force-deleted, and the next generation's
- * pods get a required node affinity (matchFields metadata.name NotIn) that
- * keeps them off the lost pods' nodes. */
-#define VJ_LOST_CONFIRM_S 5
+ * pods get a required node affinity (matchFields metadata.name NotIn, one
+ * requirement per node) that keeps them off the lost pods' nodes.
+ *
+ * Restart now, classify later (issue 48). A restart caused by a `closed`
+ * report alone is recorded in status.lastRestart with classifiedAs Pending
+ * (cause PeerLost, the lost pod, its node, classifyBy = the restart +
+ * VJ_RESTART_CLASSIFY_S); backoffLimit is not checked and nothing is
+ * counted yet; the lost pod is kept (its kubelet's report is the evidence);
+ * the new generation's pods only prefer other nodes
+ * (vj_render_prefer_off_node), since the node may be alive. At each
+ * reconcile the evidence classifies it, first match wins:
+ *   the pod failed with a permanent exit code: PermanentFailure;
+ *   it was disrupted (DisruptionTarget, evicted, NodeLost, phase Unknown):
+ *     Disruption;
+ *   it finished (its kubelet reported the end): RetryableFailure;
+ *   its node is judged lost (vj_node_health): Disruption;
+ *   it is gone from the API, or being deleted: Disruption;
+ *   nothing by classifyBy: Disruption (its node is taken for lost; an event
+ *     says so).
+ * A Disruption adds one to disruptionRestarts. A RetryableFailure spends
+ * backoffLimit; if that makes restarts - disruptionRestarts exceed it, or
+ * on a PermanentFailure, the restart is undone (restarts goes back by one)
+ * and the job fails as it would have had it waited for the evidence
+ * (BackoffLimitExceeded, PermanentError or InvalidData, the same message,
+ * plus that the started generation is stopped); that generation's pods are
+ * deleted whatever cleanPodPolicy says (they never counted). While a
+ * restart is Pending, every verdict on the new generation (success, failure,
+ * another restart) waits for the classification, so every order of events
+ * ends with the counts of waiting for the evidence first. Each
+ * classification is one event (RestartClassified). Every other gang restart
+ * writes status.lastRestart too, classified at once (cause Failure or
+ * Disruption). All of it is in the status: a new leader carries on. */
+#define VJ_RESTART_CLASSIFY_S 60
 
 /* 1 if the controller should judge the nodes of the current generation's
  * pods for this reconcile (status.lostPeer names the current generation, or

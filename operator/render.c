@@ -479,6 +479,21 @@ static cJSON *obj_at(cJSON *parent, const char *key)
     return cJSON_AddObjectToObject(parent, key);
 }
 
+/* {"key":"metadata.name","operator":"NotIn","values":[node]}: a node field
+ * selector takes exactly one value (the API refuses more). NULL out of memory. */
+static cJSON *not_this_node(const char *node)
+{
+    cJSON *r = cJSON_CreateObject(), *vals;
+    if (r == NULL || !cJSON_AddStringToObject(r, "key", "metadata.name") ||
+        !cJSON_AddStringToObject(r, "operator", "NotIn") ||
+        (vals = cJSON_AddArrayToObject(r, "values")) == NULL ||
+        !cJSON_AddItemToArray(vals, cJSON_CreateString(node))) {
+        cJSON_Delete(r);
+        return NULL;
+    }
+    return r;
+}
+
 int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n)
 {
     cJSON *req = obj_at(obj_at(obj_at(obj_at(pod, "spec"), "affinity"), "nodeAffinity"),
@@ -500,18 +515,42 @@ int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n)
             cJSON_DeleteItemFromObjectCaseSensitive(term, "matchFields");
             fields = cJSON_AddArrayToObject(term, "matchFields");
         }
-        cJSON *req1 = cJSON_CreateObject(), *vals = cJSON_CreateStringArray(nodes, (int)n);
-        if (fields == NULL || req1 == NULL || vals == NULL || !cJSON_AddItemToArray(fields, req1)) {
-            cJSON_Delete(req1);
-            cJSON_Delete(vals);
+        if (fields == NULL)
             return -1;
+        for (size_t i = 0; i < n; i++) { /* requirements of a term are ANDed */
+            cJSON *req1 = not_this_node(nodes[i]);
+            if (req1 == NULL || !cJSON_AddItemToArray(fields, req1)) {
+                cJSON_Delete(req1);
+                return -1;
+            }
         }
-        if (!cJSON_AddStringToObject(req1, "key", "metadata.name") ||
-            !cJSON_AddStringToObject(req1, "operator", "NotIn") ||
-            !cJSON_AddItemToObject(req1, "values", vals)) {
-            cJSON_Delete(vals); /* not attached */
-            return -1;
-        }
+    }
+    return 0;
+}
+
+int vj_render_prefer_off_node(cJSON *pod, const char *node)
+{
+    cJSON *na = obj_at(obj_at(obj_at(pod, "spec"), "affinity"), "nodeAffinity");
+    if (na == NULL)
+        return -1;
+    cJSON *pref = cJSON_GetObjectItemCaseSensitive(na, "preferredDuringSchedulingIgnoredDuringExecution");
+    if (!cJSON_IsArray(pref)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(na, "preferredDuringSchedulingIgnoredDuringExecution");
+        pref = cJSON_AddArrayToObject(na, "preferredDuringSchedulingIgnoredDuringExecution");
+    }
+    cJSON *term = cJSON_CreateObject(), *preference, *fields, *req;
+    if (pref == NULL || term == NULL || !cJSON_AddItemToArray(pref, term)) {
+        cJSON_Delete(term);
+        return -1;
+    }
+    if (!cJSON_AddNumberToObject(term, "weight", VJ_PREFER_OFF_WEIGHT) ||
+        (preference = cJSON_AddObjectToObject(term, "preference")) == NULL ||
+        (fields = cJSON_AddArrayToObject(preference, "matchFields")) == NULL ||
+        (req = not_this_node(node)) == NULL)
+        return -1;
+    if (!cJSON_AddItemToArray(fields, req)) {
+        cJSON_Delete(req);
+        return -1;
     }
     return 0;
 }

@@ -57,10 +57,18 @@ cJSON *vj_render_role_binding(const cJSON *job, char *err, size_t errlen);
 cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen);
 
 /* Keeps `pod` (as vj_render_pod made it) off the n `nodes`: every term of
- * its required node affinity gets matchFields metadata.name NotIn nodes (a
- * term is added when it has none), so a template's own node affinity still
+ * its required node affinity gets one matchFields requirement metadata.name
+ * NotIn [node] per node (a node field selector takes one value; a term is
+ * added when it has none), so a template's own node affinity still
  * holds. Returns 0, or -1 out of memory (pod then incomplete: free it). */
 int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n);
+
+/* Makes `pod` prefer any node but `node`: a preferred node affinity term of
+ * weight VJ_PREFER_OFF_WEIGHT, matchFields metadata.name NotIn [node], added
+ * to the template's own. The scheduler still places it there when nothing
+ * else fits. Returns 0, or -1 out of memory (pod then incomplete: free it). */
+#define VJ_PREFER_OFF_WEIGHT 100
+int vj_render_prefer_off_node(cJSON *pod, const char *node);
 
 /* The gang's PodGroup <job> (spec.runPolicy.schedulingPolicy.gang volcano
  * or coscheduling; NULL with a message for none), owned by the job:

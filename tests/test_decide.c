@@ -127,8 +127,29 @@ static vj_plan *decide_at(world *w, long long now)
     return p;
 }
 
+/* RFC 7386 JSON merge patch of `patch` into the object `target`. */
+static void merge_patch(cJSON *target, const cJSON *patch)
+{
+    const cJSON *ch;
+    cJSON_ArrayForEach(ch, patch)
+    {
+        cJSON *cur = cJSON_GetObjectItemCaseSensitive(target, ch->string);
+        if (cJSON_IsNull(ch)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(target, ch->string);
+        } else if (cJSON_IsObject(ch) && cJSON_IsObject(cur)) {
+            merge_patch(cur, ch);
+        } else {
+            cJSON_DeleteItemFromObjectCaseSensitive(target, ch->string);
+            cJSON *v = cJSON_IsObject(ch) ? cJSON_CreateObject() : cJSON_Duplicate(ch, 1);
+            cJSON_AddItemToObject(target, ch->string, v);
+            if (cJSON_IsObject(ch))
+                merge_patch(v, ch); /* nulls inside a new object are dropped too */
+        }
+    }
+}
+
 /* Applies the plan the way the API server and kubelet would, at once:
- * status merged, graceful deletes mark deletionTimestamp = now + 30, forced
+ * status merge-patched, graceful deletes mark deletionTimestamp = now + 30, forced
  * ones remove the pod, created pods appear Pending. */
 static void apply(world *w, const vj_plan *p, long long now)
 {
@@ -136,12 +157,7 @@ static void apply(world *w, const vj_plan *p, long long now)
         cJSON *st = cJSON_GetObjectItem(w->job, "status");
         if (st == NULL)
             st = cJSON_AddObjectToObject(w->job, "status");
-        cJSON *ch;
-        cJSON_ArrayForEach(ch, cJSON_GetObjectItem(p->status_patch, "status"))
-        {
-            cJSON_DeleteItemFromObject(st, ch->string);
-            cJSON_AddItemToObject(st, ch->string, cJSON_Duplicate(ch, 1));
-        }
+        merge_patch(st, cJSON_GetObjectItem(p->status_patch, "status"));
     }
     for (size_t i = 0; i < p->n_deletes; i++) {
         cJSON *pod = find_pod(w, p->deletes[i].name);
@@ -1150,41 +1166,312 @@ Test(decide, a_cut_off_pod_that_gave_up_on_its_peers_too_is_lost_not_a_retryable
     world_free(&w);
 }
 
-Test(decide, a_reported_closed_connection_waits_for_the_kubelet_and_a_crash_it_reports_spends_backoff)
+/* status.lastRestart's field (a string), or "" */
+static const char *last_restart(world *w, const char *field)
 {
-    world w = running_on_nodes(NULL);
+    const cJSON *f = cJSON_GetObjectItem(st_get(w, "lastRestart"), field);
+    return cJSON_IsString(f) ? f->valuestring : "";
+}
+
+static int disruptions(world *w)
+{
+    const cJSON *d = st_get(w, "disruptionRestarts");
+    return d ? d->valueint : 0;
+}
+
+/* The node the pod's preferred node affinity steers it off, or "". */
+static const char *preferred_off(world *w, const char *pod)
+{
+    const cJSON *v = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+        cJSON_GetObjectItem(find_pod(w, pod), "spec"), "affinity"), "nodeAffinity"),
+        "preferredDuringSchedulingIgnoredDuringExecution"), 0), "preference"), "matchFields"), 0),
+        "values"), 0);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* Rank 1 of generation 0 lost rank 0 by closed connections at NOW + 11. */
+static world closed_report(const char *spec_extra)
+{
+    world w = running_on_nodes(spec_extra);
     set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
     report_lost(&w, 0, 0, 1, "closed", NOW + 11);
-    vj_plan *p = step(&w, NOW + 12);
-    cr_assert_eq(restarts(&w), 0, "the kubelet may yet report the process's end");
-    cr_assert(p->requeue_after > 0 && p->requeue_after <= VJ_LOST_CONFIRM_S - 1, "requeue %lld",
-              p->requeue_after);
+    return w;
+}
+
+Test(decide, a_reported_closed_connection_restarts_the_gang_at_once_pending_its_classification)
+{
+    world w = closed_report(NULL);
+    cr_assert(vj_decide_wants_nodes(w.job, w.pods));
+    vj_plan *p = step(&w, NOW + 11);
+    cr_assert_eq(restarts(&w), 1, "no waiting for its kubelet");
+    cr_assert_eq(disruptions(&w), 0, "nothing counted yet");
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "Pending");
+    cr_assert_str_eq(last_restart(&w, "cause"), "PeerLost");
+    cr_assert_str_eq(last_restart(&w, "pod"), "j-worker-0-r0");
+    cr_assert_str_eq(last_restart(&w, "node"), "node-a");
+    cr_assert_eq(cJSON_GetObjectItem(st_get(&w, "lastRestart"), "generation")->valueint, 0);
+    long long by;
+    cr_assert_eq(timefmt_parse(last_restart(&w, "classifyBy"), &by), 0);
+    cr_assert_eq(by, NOW + 11 + VJ_RESTART_CLASSIFY_S);
+    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "PeerLost");
+    cr_assert(!deletes(p, "j-worker-0-r0", 0) && !deletes(p, "j-worker-0-r0", 1),
+              "the lost pod is the evidence: kept until classified");
+    cr_assert(deletes(p, "j-worker-1-r0", 0));
+    cr_assert_eq(n_pods_of_gen(&w, 1, 0), 2, "generation 1 created in the same pass");
+    cr_assert_str_eq(preferred_off(&w, "j-worker-0-r1"), "node-a", "the new pods prefer other nodes");
+    cr_assert_str_eq(preferred_off(&w, "j-worker-1-r1"), "node-a");
+    char av[128];
+    avoided(&w, "j-worker-1-r1", av, sizeof av);
+    cr_assert_str_eq(av, "", "not required: its node may be alive");
+    cr_assert(p->requeue_after > 0 && p->requeue_after <= VJ_RESTART_CLASSIFY_S);
+    cr_assert(vj_decide_wants_nodes(w.job, w.pods), "its node is judged while it is pending");
     vj_plan_free(p);
-    set_exit(&w, "j-worker-0-r0", 137); /* it crashed; its kubelet says so */
-    vj_plan_free(step(&w, NOW + 13));
-    cr_assert_eq(restarts(&w), 1);
-    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 0, "a crash spends backoffLimit");
-    cr_assert_str_eq(cond_field(&w, "Restarting", "reason"), "RetryableFailure");
     world_free(&w);
 }
 
-Test(decide, a_reported_closed_connection_its_kubelet_never_reports_is_a_lost_node_force_deleted)
+Test(decide, a_crash_its_kubelet_reports_after_the_restart_spends_backoff_and_the_pod_then_goes)
 {
-    world w = running_on_nodes(NULL);
-    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
-    report_lost(&w, 0, 0, 1, "closed", NOW + 11);
-    vj_plan_free(step(&w, NOW + 11 + VJ_LOST_CONFIRM_S - 1));
-    cr_assert_eq(restarts(&w), 0);
-    vj_plan *p = step(&w, NOW + 11 + VJ_LOST_CONFIRM_S);
+    world w = closed_report(NULL);
+    vj_plan_free(step(&w, NOW + 11));
+    set_exit(&w, "j-worker-0-r0", 137); /* it crashed; its kubelet says so */
+    vj_plan *p = step(&w, NOW + 12);
     cr_assert_eq(restarts(&w), 1);
-    cr_assert_eq(st_get(&w, "disruptionRestarts")->valueint, 1);
+    cr_assert_eq(disruptions(&w), 0, "a crash spends backoffLimit");
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "RetryableFailure");
+    cr_assert(strstr(last_restart(&w, "message"), "exit code 137"), "%s", last_restart(&w, "message"));
+    cr_assert(has_event(p, "RestartClassified"));
+    cr_assert(deletes(p, "j-worker-0-r0", 0), "classified: the crashed pod goes");
+    cr_assert_str_eq(phase_of(&w), "Restarting", "generation 1 goes on");
+    cr_assert(!vj_decide_wants_nodes(w.job, w.pods));
+    vj_plan_free(p);
+    /* the next restart's record replaces this one whole (a merge patch nulls the rest) */
+    set_exit(&w, "j-worker-1-r1", 137);
+    vj_plan_free(step(&w, NOW + 13));
+    cr_assert_str_eq(last_restart(&w, "cause"), "Failure");
+    cr_assert_str_eq(last_restart(&w, "classifyBy"), "");
+    cr_assert_str_eq(last_restart(&w, "classifiedAt"), "");
+    cr_assert_str_eq(last_restart(&w, "node"), "", "generation 1's pod had no node");
+    world_free(&w);
+}
+
+Test(decide, a_pending_restart_with_no_evidence_by_its_deadline_is_a_disruption_and_the_pod_forced)
+{
+    world w = closed_report(NULL);
+    vj_plan_free(step(&w, NOW + 11));
+    vj_plan_free(step(&w, NOW + 11 + VJ_RESTART_CLASSIFY_S - 1));
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "Pending");
+    vj_plan *p = step(&w, NOW + 11 + VJ_RESTART_CLASSIFY_S);
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "Disruption");
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(disruptions(&w), 1);
     cr_assert(deletes(p, "j-worker-0-r0", 1), "nothing on its node will take it down: forced");
-    cr_assert(deletes(p, "j-worker-1-r0", 0));
-    char av[128];
-    avoided(&w, "j-worker-1-r1", av, sizeof av);
-    cr_assert_str_eq(av, "node-a");
+    cr_assert(has_event(p, "RestartClassified"));
+    for (size_t i = 0; i < p->n_events; i++)
+        if (strcmp(p->events[i].reason, "RestartClassified") == 0)
+            cr_assert(strstr(p->events[i].message, "within 60 s"), "%s", p->events[i].message);
     vj_plan_free(p);
     world_free(&w);
+}
+
+Test(decide, a_pending_restart_whose_node_is_judged_lost_is_a_disruption_saying_why)
+{
+    world w = closed_report("\"runPolicy\":{\"backoffLimit\":0}");
+    vj_plan_free(step(&w, NOW + 11));
+    vj_node_health nodes[1] = {{.name = "node-a", .lost = 1}};
+    snprintf(nodes[0].why, sizeof nodes[0].why, "its Lease was not renewed for 40 s");
+    w.have.nodes = nodes;
+    w.have.n_nodes = 1;
+    vj_plan *p = step(&w, NOW + 52);
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "Disruption");
+    cr_assert(strstr(last_restart(&w, "message"), "node node-a is lost: its Lease"), "%s",
+              last_restart(&w, "message"));
+    cr_assert_eq(disruptions(&w), 1);
+    cr_assert_str_neq(phase_of(&w), "Failed", "backoffLimit 0 is not spent");
+    cr_assert(deletes(p, "j-worker-0-r0", 1));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, a_crash_past_backoff_limit_classified_after_the_restart_undoes_it_and_stops_the_new_generation)
+{
+    /* cleanPodPolicy None keeps pods, but not those of a generation that never counted */
+    world w = closed_report("\"runPolicy\":{\"backoffLimit\":0,\"cleanPodPolicy\":\"None\"}");
+    vj_plan_free(step(&w, NOW + 11));
+    cr_assert_eq(restarts(&w), 1, "restarted at once, backoffLimit 0 or not");
+    set_all_phase(&w, "Running");
+    set_peer_lost(&w, "j-worker-1-r0", NOW + 11);
+    set_exit(&w, "j-worker-0-r0", 137);
+    vj_plan *p = step(&w, NOW + 13);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "BackoffLimitExceeded");
+    cr_assert_eq(restarts(&w), 0, "the undone restart is not counted: as if it had waited");
+    cr_assert_eq(disruptions(&w), 0);
+    const char *m = cond_field(&w, "Failed", "message");
+    cr_assert(strstr(m, "backoffLimit 0 reached after 0 restart(s)") && strstr(m, "generation 1") &&
+              strstr(m, "is stopped"), "%s", m);
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "RetryableFailure");
+    cr_assert(deletes(p, "j-worker-0-r1", 0) && deletes(p, "j-worker-1-r1", 0),
+              "generation 1 is stopped whatever cleanPodPolicy says");
+    cr_assert(!deletes(p, "j-worker-0-r0", 0), "cleanPodPolicy None keeps the crashed pod and its log");
+    vj_plan_free(p);
+    vj_plan_free(step(&w, NOW + 100));
+    cr_assert_eq(restarts(&w), 0, "a finished job's status stands, its stopped pods or not");
+    world_free(&w);
+}
+
+Test(decide, a_permanent_exit_classified_after_the_restart_fails_the_job_as_it_would_have)
+{
+    world w = closed_report(NULL);
+    vj_plan_free(step(&w, NOW + 11));
+    set_exit_msg(&w, "j-worker-0-r0", 3, "ts=x level=error comp=worker exit_code=3 class=data "
+                 "retried=no msg=\"cannot open dataset file\"");
+    vj_plan_free(step(&w, NOW + 12));
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "InvalidData");
+    cr_assert_eq(restarts(&w), 0);
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "PermanentFailure");
+    world_free(&w);
+}
+
+Test(decide, while_a_restart_is_pending_the_new_generations_verdicts_wait_for_it)
+{
+    world w = closed_report(NULL);
+    vj_plan_free(step(&w, NOW + 11));
+    set_phase(&w, "j-worker-0-r1", "Succeeded");
+    set_phase(&w, "j-worker-1-r1", "Succeeded");
+    vj_plan *p = step(&w, NOW + 20);
+    cr_assert_str_neq(phase_of(&w), "Succeeded", "success waits for the classification");
+    cr_assert(p->requeue_after > 0 && p->requeue_after <= 11 + VJ_RESTART_CLASSIFY_S - 20);
+    vj_plan_free(p);
+    set_exit(&w, "j-worker-0-r0", 137);
+    vj_plan_free(step(&w, NOW + 21));
+    cr_assert_str_eq(phase_of(&w), "Succeeded");
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(disruptions(&w), 0);
+    world_free(&w);
+}
+
+Test(decide, every_restart_records_its_class_at_once_in_last_restart)
+{
+    world w = running_job(NULL);
+    set_exit(&w, "j-worker-1-r0", 137);
+    vj_plan_free(step(&w, NOW + 20));
+    cr_assert_str_eq(last_restart(&w, "cause"), "Failure");
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "RetryableFailure");
+    cr_assert_str_eq(last_restart(&w, "pod"), "j-worker-1-r0");
+    cr_assert_str_eq(last_restart(&w, "classifyBy"), "", "nothing pending");
+    world_free(&w);
+}
+
+/* ------------------------------- every order of events, the same counts */
+
+typedef enum { EV_CRASH, EV_NODE_LOST, EV_GONE, EV_SILENCE } evidence;
+/* When the evidence comes: before the operator reads the report (today's
+ * order), right after the restart, after generation 1 runs, after
+ * generation 1 has failed too. */
+typedef enum { AT_BEFORE, AT_RESTARTED, AT_RUNNING, AT_NEW_FAILED } moment;
+
+typedef struct {
+    int failed, restarts, disruptions;
+} outcome;
+
+/* Wait-then-decide (the rule before issue 48): generation 0's loss is
+ * classified first; then generation 1's failure, if any, is decided. */
+static outcome waited(evidence e, int backoff, int new_fails)
+{
+    outcome o = {0, 0, 0};
+    int disruption = e != EV_CRASH;
+    if (!disruption && 0 >= backoff) {
+        o.failed = 1;
+        return o;
+    }
+    o.restarts = 1;
+    o.disruptions = disruption;
+    if (!new_fails)
+        return o;
+    if (o.restarts - o.disruptions >= backoff) {
+        o.failed = 1;
+        return o;
+    }
+    o.restarts = 2;
+    return o;
+}
+
+static void give(world *w, evidence e, vj_node_health *nodes)
+{
+    if (e == EV_CRASH) {
+        set_exit(w, "j-worker-0-r0", 137);
+    } else if (e == EV_NODE_LOST) {
+        w->have.nodes = nodes;
+        w->have.n_nodes = 1;
+    } else if (e == EV_GONE) {
+        cJSON *p = find_pod(w, "j-worker-0-r0");
+        cJSON_DetachItemViaPointer(w->pods, p);
+        cJSON_Delete(p);
+    }
+}
+
+/* Runs one order of events; the operator keeps nothing between steps (each
+ * decide reads the job and pods afresh, as a restarted operator would). */
+static outcome run_order(evidence e, moment at, int backoff)
+{
+    char extra[64];
+    snprintf(extra, sizeof extra, "\"runPolicy\":{\"backoffLimit\":%d}", backoff);
+    world w = closed_report(extra);
+    vj_node_health nodes[1] = {{.name = "node-a", .lost = 1, .why = "Ready is Unknown"}};
+    long long t = NOW + 11;
+    if (at == AT_BEFORE)
+        give(&w, e, nodes);
+    vj_plan_free(step(&w, t++));
+    if (at == AT_RUNNING || at == AT_NEW_FAILED) {
+        for (int r = 0; r < 2; r++) {
+            char name[32];
+            snprintf(name, sizeof name, "j-worker-%d-r1", r);
+            if (find_pod(&w, name))
+                set_phase(&w, name, "Running");
+        }
+        vj_plan_free(step(&w, t++));
+    }
+    if (at == AT_NEW_FAILED && find_pod(&w, "j-worker-1-r1")) {
+        set_exit(&w, "j-worker-1-r1", 137);
+        vj_plan_free(step(&w, t++));
+    }
+    if (at != AT_BEFORE) {
+        if (e == EV_SILENCE)
+            t = NOW + 11 + VJ_RESTART_CLASSIFY_S;
+        give(&w, e, nodes);
+        vj_plan_free(step(&w, t++));
+    }
+    /* nothing pending is left, and nothing changes later */
+    cr_assert_str_neq(last_restart(&w, "classifiedAs"), "Pending");
+    vj_plan_free(step(&w, t + VJ_RESTART_CLASSIFY_S));
+    outcome o = {strcmp(phase_of(&w), "Failed") == 0, restarts(&w), disruptions(&w)};
+    world_free(&w);
+    return o;
+}
+
+Test(decide, every_order_of_evidence_and_events_ends_with_the_counts_of_waiting_for_the_evidence)
+{
+    static const char *const ev[] = {"crash", "node lost", "pod gone", "silence"};
+    static const char *const mo[] = {"before", "restarted", "running", "new generation failed"};
+    int cases = 0;
+    for (int e = EV_CRASH; e <= EV_SILENCE; e++)
+        for (int at = AT_BEFORE; at <= AT_NEW_FAILED; at++)
+            for (int backoff = 0; backoff <= 2; backoff++) {
+                if (e == EV_SILENCE && at == AT_BEFORE)
+                    continue; /* silence is only known by waiting */
+                outcome got = run_order((evidence)e, (moment)at, backoff);
+                outcome want = waited((evidence)e, backoff, at == AT_NEW_FAILED);
+                cr_assert(got.failed == want.failed && got.restarts == want.restarts &&
+                          got.disruptions == want.disruptions,
+                          "%s, evidence %s, backoffLimit %d: failed=%d restarts=%d disruptions=%d, "
+                          "waiting would give failed=%d restarts=%d disruptions=%d",
+                          ev[e], mo[at], backoff, got.failed, got.restarts, got.disruptions,
+                          want.failed, want.restarts, want.disruptions);
+                cases++;
+            }
+    cr_assert_eq(cases, 45);
 }
 
 Test(decide, a_node_judged_lost_disrupts_its_pods_at_once_without_any_report)

@@ -537,7 +537,7 @@ Test(render, diff_of_a_podgroup_patches_only_our_spec_fields_and_keeps_the_sched
     cJSON_Delete(job);
 }
 
-Test(render, avoiding_lost_nodes_adds_a_not_in_to_every_required_term_and_keeps_its_own)
+Test(render, avoiding_lost_nodes_adds_one_single_valued_not_in_per_node_to_every_required_term_and_keeps_its_own)
 {
     cJSON *j = job_with(NULL);
     cJSON *p = pod(j, 1, 3);
@@ -556,8 +556,12 @@ Test(render, avoiding_lost_nodes_adds_a_not_in_to_every_required_term_and_keeps_
         cr_assert_str_eq(str_at(term, "matchExpressions.0.key"), "gpu", "term %d keeps its own", t);
         cr_assert_str_eq(str_at(term, "matchFields.0.key"), "metadata.name");
         cr_assert_str_eq(str_at(term, "matchFields.0.operator"), "NotIn");
+        /* a node field selector takes exactly one value (the API refuses more) */
         cr_assert_str_eq(str_at(term, "matchFields.0.values.0"), "node-a");
-        cr_assert_str_eq(str_at(term, "matchFields.0.values.1"), "node-b");
+        cr_assert_null(at(term, "matchFields.0.values.1"));
+        cr_assert_str_eq(str_at(term, "matchFields.1.operator"), "NotIn");
+        cr_assert_str_eq(str_at(term, "matchFields.1.values.0"), "node-b");
+        cr_assert_null(at(term, "matchFields.1.values.1"));
     }
     cJSON_Delete(p);
     cJSON_Delete(j);
@@ -570,6 +574,28 @@ Test(render, avoiding_lost_nodes_adds_a_not_in_to_every_required_term_and_keeps_
     cr_assert_eq(cJSON_GetArraySize(terms), 1);
     cr_assert_str_eq(str_at(terms, "0.matchFields.0.values.0"), "node-a");
     cr_assert_null(at(terms, "0.matchFields.0.values.1"));
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+Test(render, preferring_off_a_node_adds_a_weighted_preferred_term_and_keeps_the_templates_own)
+{
+    cJSON *j = job_with(NULL);
+    cJSON *p = pod(j, 1, 2);
+    cJSON_AddItemToObject(at(p, "spec"), "affinity", cJSON_Parse(
+        "{\"nodeAffinity\":{\"preferredDuringSchedulingIgnoredDuringExecution\":[{\"weight\":5,"
+        "\"preference\":{\"matchExpressions\":[{\"key\":\"zone\",\"operator\":\"In\",\"values\":[\"a\"]}]}}]}}"));
+    cr_assert_eq(vj_render_prefer_off_node(p, "node-a"), 0);
+    cJSON *pref = at(p, "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution");
+    cr_assert_eq(cJSON_GetArraySize(pref), 2);
+    cr_assert_str_eq(str_at(pref, "0.preference.matchExpressions.0.key"), "zone", "the template's own stays");
+    cr_assert_eq(at(pref, "1.weight")->valueint, VJ_PREFER_OFF_WEIGHT);
+    cr_assert_str_eq(str_at(pref, "1.preference.matchFields.0.key"), "metadata.name");
+    cr_assert_str_eq(str_at(pref, "1.preference.matchFields.0.operator"), "NotIn");
+    cr_assert_str_eq(str_at(pref, "1.preference.matchFields.0.values.0"), "node-a");
+    cr_assert_null(at(pref, "1.preference.matchFields.0.values.1"));
+    cr_assert_null(at(p, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"),
+                   "only a preference: the node may be alive");
     cJSON_Delete(p);
     cJSON_Delete(j);
 }
