@@ -6,10 +6,9 @@
 # unmarshalling fails), requests above limits, extended resources,
 # tolerations, node selectors, node affinity (operators, value counts, keys
 # and weights of its required and preferred terms), service account names,
-# and RBAC objects;
-# what a pod update may change in the spec (images, activeDeadlineSeconds
-# downwards, added tolerations: nodeName only through pods/binding), and the
-# pods/binding body.
+# and RBAC objects; what a pod update may change in the spec (images,
+# activeDeadlineSeconds downwards, added tolerations: nodeName only through
+# pods/binding), and the pods/binding body.
 # Must not: change the object (defaulting lives in api.py).
 
 import re
