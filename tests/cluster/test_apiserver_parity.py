@@ -5,7 +5,8 @@
 # rules, custom objects that break CEL rules (evaluated by a real CEL
 # implementation), RBAC for service-account tokens with escalation checks,
 # ServiceAccount, DefaultTolerationSeconds and Pod Security admission, name
-# and quantity validation of the built-in types, pod spec immutability and
+# and quantity validation of the built-in types, pod node affinity
+# validation, pod spec immutability and
 # pods/binding, and list items without kind. Each test names the
 # behaviour it proves; the messages are those a real server was seen to give
 # (see the issue "What a real cluster refuses").
@@ -385,6 +386,122 @@ class ParityTest(unittest.TestCase):
         self.refused(r, 422, 'Pod "q" is invalid: spec.containers[0].resources.requests: Invalid value: "2": must '
                      "be less than or equal to cpu limit of 1")
 
+
+    # --- node affinity -------------------------------------------------------------------
+
+    REQ = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    PREF = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+
+    def affinity(self, name, required=None, preferred=None):
+        """POST a pod with this node affinity: required a list of terms (or the
+        selector itself when a dict), preferred a list of weighted terms."""
+        na = {}
+        if required is not None:
+            na["requiredDuringSchedulingIgnoredDuringExecution"] = (
+                required if isinstance(required, dict) else {"nodeSelectorTerms": required})
+        if preferred is not None:
+            na["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+        return self.c.post(NS + "/default/pods", pod(name, affinity={"nodeAffinity": na}))
+
+    def test_node_affinity_with_every_valid_operator_is_accepted(self):
+        r = self.affinity("aff-ok", required=[
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]},
+                                  {"key": "example.com/gpu", "operator": "Exists"},
+                                  {"key": "spot", "operator": "DoesNotExist"},
+                                  {"key": "cores", "operator": "Gt", "values": ["4"]}],
+             "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]},
+                             {"key": "metadata.name", "operator": "NotIn", "values": ["node-b"]}]}],
+            preferred=[{"weight": 1, "preference": {}},
+                       {"weight": 100, "preference": {"matchFields": [
+                           {"key": "metadata.name", "operator": "In", "values": ["node-c"]}]}}])
+        self.assertEqual(r.status, 201, r)
+
+    def test_match_fields_in_or_not_in_takes_exactly_one_node_name(self):
+        r = self.affinity("aff-f1", required=[{"matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["node-a", "node-b"]}]}])
+        self.refused(r, 422, 'Pod "aff-f1" is invalid: %s[0].matchFields[0].values: Required value: must be only '
+                     "one value when `operator` is 'In' or 'NotIn' for node field selector" % self.REQ)
+        r = self.affinity("aff-f1", required=[{"matchFields": [{"key": "metadata.name", "operator": "In"}]}])
+        self.refused(r, 422, 'Pod "aff-f1" is invalid: %s[0].matchFields[0].values: Required value: must be only '
+                     "one value when `operator` is 'In' or 'NotIn' for node field selector" % self.REQ)
+
+    def test_match_fields_operator_must_be_in_or_not_in(self):
+        r = self.affinity("aff-f2", required=[{"matchFields": [
+            {"key": "metadata.name", "operator": "Exists", "values": ["node-a"]}]}])
+        self.refused(r, 422, 'Pod "aff-f2" is invalid: %s[0].matchFields[0].operator: Invalid value: "Exists": not '
+                     "a valid selector operator" % self.REQ)
+
+    def test_match_fields_key_must_be_metadata_name(self):
+        r = self.affinity("aff-f3", required=[{"matchFields": [
+            {"key": "metadata.namespace", "operator": "In", "values": ["default"]}]}])
+        self.refused(r, 422, 'Pod "aff-f3" is invalid: %s[0].matchFields[0].key: Invalid value: '
+                     '"metadata.namespace": not a valid field selector key' % self.REQ)
+
+    def test_match_fields_value_must_be_a_node_name_and_errors_come_in_a_list(self):
+        r = self.affinity("aff-f4", required=[{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["Node_A"]}]},
+            {"matchFields": [{"key": "spec.nodeName", "operator": "Gt"}]}])
+        self.refused(r, 422, 'Pod "aff-f4" is invalid: [%s[0].matchFields[0].values[0]: Invalid value: "Node_A": '
+                     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                     "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                     "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'), "
+                     '%s[1].matchFields[0].operator: Invalid value: "Gt": not a valid selector operator, '
+                     '%s[1].matchFields[0].key: Invalid value: "spec.nodeName": not a valid field selector key]'
+                     % (self.REQ, self.REQ, self.REQ))
+
+    def test_match_expressions_in_and_not_in_need_a_value(self):
+        r = self.affinity("aff-e1", required=[{"matchExpressions": [{"key": "zone", "operator": "NotIn",
+                                                                     "values": []}]}])
+        self.refused(r, 422, 'Pod "aff-e1" is invalid: %s[0].matchExpressions[0].values: Required value: must be '
+                     "specified when `operator` is 'In' or 'NotIn'" % self.REQ)
+
+    def test_match_expressions_exists_and_does_not_exist_forbid_values(self):
+        r = self.affinity("aff-e2", required=[{"matchExpressions": [{"key": "zone", "operator": "DoesNotExist",
+                                                                     "values": ["a"]}]}])
+        self.refused(r, 422, 'Pod "aff-e2" is invalid: %s[0].matchExpressions[0].values: Forbidden: may not be '
+                     "specified when `operator` is 'Exists' or 'DoesNotExist'" % self.REQ)
+
+    def test_match_expressions_gt_and_lt_take_exactly_one_value(self):
+        r = self.affinity("aff-e3", required=[{"matchExpressions": [{"key": "cores", "operator": "Lt",
+                                                                     "values": ["4", "8"]}]}])
+        self.refused(r, 422, 'Pod "aff-e3" is invalid: %s[0].matchExpressions[0].values: Required value: must be '
+                     "specified single value when `operator` is 'Lt' or 'Gt'" % self.REQ)
+
+    def test_match_expressions_operator_must_be_a_known_one(self):
+        # the real server answers Invalid (not Unsupported) with no list of operators
+        r = self.affinity("aff-e4", required=[{"matchExpressions": [{"key": "zone", "operator": "Equals",
+                                                                     "values": ["a"]}]}])
+        self.refused(r, 422, 'Pod "aff-e4" is invalid: %s[0].matchExpressions[0].operator: Invalid value: "Equals": '
+                     "not a valid selector operator" % self.REQ)
+
+    def test_match_expressions_key_must_be_a_label_name(self):
+        r = self.affinity("aff-e5", required=[{"matchExpressions": [{"key": "no spaces", "operator": "Exists"}]}])
+        self.refused(r, 422, 'Pod "aff-e5" is invalid: %s[0].matchExpressions[0].key: Invalid value: "no spaces": '
+                     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                     "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+                     "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')" % self.REQ)
+
+    def test_required_node_affinity_needs_a_node_selector_term(self):
+        for required in ([], {}):
+            r = self.affinity("aff-r1", required=required)
+            self.refused(r, 422, 'Pod "aff-r1" is invalid: %s: Required value: must have at least one node selector '
+                         "term" % self.REQ)
+
+    def test_preferred_node_affinity_weight_is_1_to_100(self):
+        for w in (0, 101):
+            r = self.affinity("aff-p1", preferred=[{"weight": w, "preference": {}}])
+            self.refused(r, 422, 'Pod "aff-p1" is invalid: %s[0].weight: Invalid value: %d: must be in the range '
+                         "1-100" % (self.PREF, w))
+
+    def test_preferred_node_affinity_preference_is_validated_as_a_term(self):
+        r = self.affinity("aff-p2", preferred=[{"weight": 5, "preference": {"matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["node-a", "node-b"]}]}}])
+        self.refused(r, 422, 'Pod "aff-p2" is invalid: %s[0].preference.matchFields[0].values: Required value: must '
+                     "be only one value when `operator` is 'In' or 'NotIn' for node field selector" % self.PREF)
+        r = self.affinity("aff-p2", preferred=[{"weight": 5, "preference": {"matchExpressions": [
+            {"key": "zone", "operator": "In"}]}}])
+        self.refused(r, 422, 'Pod "aff-p2" is invalid: %s[0].preference.matchExpressions[0].values: Required value: '
+                     "must be specified when `operator` is 'In' or 'NotIn'" % self.PREF)
 
     # --- pods/binding and pod spec immutability ------------------------------------------
 

@@ -170,7 +170,7 @@ class ControllersTest(unittest.TestCase):
             self.assertEqual(r.status, 409, r)
         self.fail("could not post Ready")
 
-    def pod_spec(self, cpu=None, tolerations=None, node_selector=None, node_name=None):
+    def pod_spec(self, cpu=None, tolerations=None, node_selector=None, node_name=None, preferred=None):
         c = {"name": "main", "image": "busybox"}
         if cpu:
             c["resources"] = {"requests": {"cpu": cpu}}
@@ -181,6 +181,8 @@ class ControllersTest(unittest.TestCase):
             spec["nodeSelector"] = node_selector
         if node_name:
             spec["nodeName"] = node_name
+        if preferred:
+            spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
         return spec
 
     def add_pod(self, name, **kw):
@@ -254,6 +256,41 @@ class ControllersTest(unittest.TestCase):
         self.assertEqual(c["reason"], "Unschedulable")
         self.assertTrue(c["message"].startswith("0/2 nodes are available: 2 Insufficient cpu. preemption: "
                                                 "0/2 nodes are available: 2 No preemption victims found"), c)
+
+    AVOID_A = [{"weight": 100, "preference": {"matchFields": [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["a"]}]}}]
+
+    def test_scheduler_puts_preferred_node_affinity_before_fewest_pods_and_name(self):
+        # a wins both tie-breaks (fewer pods, first name); the preference sends the pod to b
+        self.add_node("a")
+        self.add_node("b")
+        self.keep_renewing("a")
+        self.keep_renewing("b")
+        self.add_pod("on-b", node_name="b")
+        self.add_pod("shy", preferred=self.AVOID_A)
+        self.assertEqual(self.wait_for("shy bound", lambda: self.node_of("shy")), "b")
+
+    def test_scheduler_still_uses_a_node_the_pod_prefers_to_avoid_when_it_is_the_only_fit(self):
+        self.add_node("a")
+        self.add_node("b", cpu="250m")
+        self.keep_renewing("a")
+        self.keep_renewing("b")
+        self.add_pod("shy", cpu="500m", preferred=self.AVOID_A)
+        self.assertEqual(self.wait_for("shy bound", lambda: self.node_of("shy")), "a")
+
+    def test_scheduler_sums_the_weights_of_the_preferences_a_node_matches_on_its_labels(self):
+        # a scores 10, b 20, c 10 + 20: a best term alone would tie b and c, and b's name wins;
+        # the empty preference matches nothing (were it to match all, it would change no order)
+        self.add_node("a", labels={"zone": "z1"})
+        self.add_node("b", labels={"zone": "z2", "disk": "ssd"})
+        self.add_node("c", labels={"zone": "z1", "disk": "ssd"})
+        for n in ("a", "b", "c"):
+            self.keep_renewing(n)
+        self.add_pod("picky", preferred=[
+            {"weight": 10, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}},
+            {"weight": 20, "preference": {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}},
+            {"weight": 100, "preference": {}}])
+        self.assertEqual(self.wait_for("picky bound", lambda: self.node_of("picky")), "c")
 
     def test_scheduler_counts_the_pods_it_bound_in_the_same_pass(self):
         self.stop_controllers()

@@ -6,11 +6,14 @@
 # not-ready/unreachable taints), NodeAffinity (nodeSelector and required
 # node affinity), NodeResourcesFit (requests of cpu, memory and any other
 # named resource - max of the sum of containers and each init container,
-# plus overhead - and the pod count, against status.allocatable). Score: the
-# fewest pods, then the name. Binds through POST .../pods/NAME/binding. A
-# pod that fits nowhere gets PodScheduled False, reason Unschedulable, with
-# the real message form ("0/N nodes are available: ... preemption: ..."),
-# and is tried again on every pass (no backoff); there is no preemption.
+# plus overhead - and the pod count, against status.allocatable). Score:
+# NodeAffinity first (the sum of the weights of the pod's preferred node
+# affinity terms that the node matches, highest first; an empty preference
+# matches nothing), then the fewest pods, then the name. Binds through
+# POST .../pods/NAME/binding. A pod that fits nowhere gets PodScheduled
+# False, reason Unschedulable, with the real message form ("0/N nodes are
+# available: ... preemption: ..."), and is tried again on every pass (no
+# backoff); there is no preemption.
 # Must not: write anything of a pod but its binding and its PodScheduled
 # condition.
 
@@ -71,28 +74,38 @@ def _match_expr(expr, labels):
     return False
 
 
+def _term_matches(term, node):
+    """A node selector term: all its matchExpressions on the node's labels and
+    matchFields on its metadata.name; a term with neither matches nothing."""
+    exprs, fexprs = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fexprs:
+        return False
+    labels = node["metadata"].get("labels") or {}
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return all(_match_expr(e, labels) for e in exprs) and all(_match_expr(e, fields) for e in fexprs)
+
+
+def _node_affinity(pod):
+    return ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+
+
 def node_matches(pod, node):
     """nodeSelector and required node affinity."""
-    spec = pod.get("spec") or {}
     labels = node["metadata"].get("labels") or {}
-    for k, v in (spec.get("nodeSelector") or {}).items():
+    for k, v in ((pod.get("spec") or {}).get("nodeSelector") or {}).items():
         if labels.get(k) != v:
             return False
-    req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if req:
-        fields = {"metadata.name": node["metadata"]["name"]}
-        ok = False
-        for term in req.get("nodeSelectorTerms") or []:
-            exprs, fexprs = term.get("matchExpressions") or [], term.get("matchFields") or []
-            if not exprs and not fexprs:
-                continue
-            if all(_match_expr(e, labels) for e in exprs) and all(_match_expr(e, fields) for e in fexprs):
-                ok = True
-                break
-        if not ok:
-            return False
+    req = _node_affinity(pod).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req and not any(_term_matches(t, node) for t in req.get("nodeSelectorTerms") or []):
+        return False
     return True
+
+
+def affinity_score(pod, node):
+    """The NodeAffinity score: the weights of the preferred terms the node matches."""
+    return sum(p.get("weight") or 0
+               for p in _node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or []
+               if _term_matches(p.get("preference") or {}, node))
 
 
 class Scheduler(Controller):
@@ -124,7 +137,8 @@ class Scheduler(Controller):
             if not fits:
                 self.unschedulable(pod, nodes, reasons)
                 continue
-            fits.sort(key=lambda n: (len(by_node[n["metadata"]["name"]]), n["metadata"]["name"]))
+            fits.sort(key=lambda n: (-affinity_score(pod, n), len(by_node[n["metadata"]["name"]]),
+                                     n["metadata"]["name"]))
             node = fits[0]["metadata"]["name"]
             m = pod["metadata"]
             binding = {"apiVersion": "v1", "kind": "Binding",

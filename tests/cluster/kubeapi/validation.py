@@ -4,10 +4,11 @@
 # Services, DNS-1123 labels for pod hostnames and subdomains, container
 # names), resource quantities (a 400 at decoding, as Go's Quantity
 # unmarshalling fails), requests above limits, extended resources,
-# tolerations, node selectors, service account names, and RBAC objects;
-# what a pod update may change in the spec (images, activeDeadlineSeconds
-# downwards, added tolerations: nodeName only through pods/binding), and the
-# pods/binding body.
+# tolerations, node selectors, node affinity (operators, value counts, keys
+# and weights of its required and preferred terms), service account names,
+# and RBAC objects; what a pod update may change in the spec (images,
+# activeDeadlineSeconds downwards, added tolerations: nodeName only through
+# pods/binding), and the pods/binding body.
 # Must not: change the object (defaulting lives in api.py).
 
 import re
@@ -187,6 +188,81 @@ def toleration_errs(path, tols):
     return errs
 
 
+FIELD_SELECTOR_KEYS = ("metadata.name",)
+
+
+def node_requirement_errs(path, rq):
+    """One matchExpressions entry: its operator's value count, its key a label name."""
+    op, vals = rq.get("operator", ""), rq.get("values") or []
+    errs = []
+    if op in ("In", "NotIn"):
+        if not vals:
+            errs.append((path + ".values", "FieldValueRequired",
+                         "Required value: must be specified when `operator` is 'In' or 'NotIn'"))
+    elif op in ("Exists", "DoesNotExist"):
+        if vals:
+            errs.append((path + ".values", "FieldValueForbidden",
+                         "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+    elif op in ("Gt", "Lt"):
+        if len(vals) != 1:
+            errs.append((path + ".values", "FieldValueRequired",
+                         "Required value: must be specified single value when `operator` is 'Lt' or 'Gt'"))
+    else:
+        errs.append((path + ".operator", "FieldValueInvalid",
+                     "Invalid value: %s: not a valid selector operator" % q(op)))
+    return errs + qualified_name_errs(path + ".key", rq.get("key", ""))
+
+
+def node_field_requirement_errs(path, rq):
+    """One matchFields entry: In or NotIn with exactly one value, key metadata.name,
+    the value a node name."""
+    op, key, vals = rq.get("operator", ""), rq.get("key", ""), rq.get("values") or []
+    errs = []
+    if op in ("In", "NotIn"):
+        if len(vals) != 1:
+            errs.append((path + ".values", "FieldValueRequired", "Required value: must be only one value when "
+                         "`operator` is 'In' or 'NotIn' for node field selector"))
+    else:
+        errs.append((path + ".operator", "FieldValueInvalid",
+                     "Invalid value: %s: not a valid selector operator" % q(op)))
+    if key not in FIELD_SELECTOR_KEYS:
+        errs.append((path + ".key", "FieldValueInvalid", "Invalid value: %s: not a valid field selector key" % q(key)))
+    else:
+        for i, v in enumerate(vals):
+            errs += subdomain_errs("%s.values[%d]" % (path, i), v)
+    return errs
+
+
+def node_selector_term_errs(path, term):
+    errs = []
+    for j, rq in enumerate((term or {}).get("matchExpressions") or []):
+        errs += node_requirement_errs("%s.matchExpressions[%d]" % (path, j), rq)
+    for j, rq in enumerate((term or {}).get("matchFields") or []):
+        errs += node_field_requirement_errs("%s.matchFields[%d]" % (path, j), rq)
+    return errs
+
+
+def node_affinity_errs(path, na):
+    """spec.affinity.nodeAffinity: a required selector needs a term; preferred terms
+    weigh 1-100; every term's requirements as above."""
+    errs = []
+    req = (na or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if req is not None:
+        p = path + ".requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        terms = req.get("nodeSelectorTerms") or []
+        if not terms:
+            errs.append((p, "FieldValueRequired", "Required value: must have at least one node selector term"))
+        for i, term in enumerate(terms):
+            errs += node_selector_term_errs("%s[%d]" % (p, i), term)
+    for i, pref in enumerate((na or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        p = "%s.preferredDuringSchedulingIgnoredDuringExecution[%d]" % (path, i)
+        w = pref.get("weight") or 0
+        if not 1 <= w <= 100:
+            errs.append((p + ".weight", "FieldValueInvalid", "Invalid value: %d: must be in the range 1-100" % w))
+        errs += node_selector_term_errs(p + ".preference", pref.get("preference"))
+    return errs
+
+
 def pod_errs(obj):
     spec = obj.get("spec") or {}
     errs = []
@@ -200,6 +276,7 @@ def pod_errs(obj):
             errs += subdomain_errs("spec." + f, spec[f])
     for k, v in (spec.get("nodeSelector") or {}).items():
         errs += qualified_name_errs("spec.nodeSelector", k) + label_value_errs("spec.nodeSelector", v)
+    errs += node_affinity_errs("spec.affinity.nodeAffinity", (spec.get("affinity") or {}).get("nodeAffinity"))
     errs += toleration_errs("spec.tolerations", spec.get("tolerations"))
     for i, c in enumerate(spec.get("containers") or []):
         p = "spec.containers[%d]" % i
