@@ -17,7 +17,14 @@
 #   - a worker frozen with SIGSTOP for 60 s, then SIGCONT: the gang has moved
 #     on, the stale rank exits without writing, every checkpoint verifies;
 #   - a node's pod network cut (its kubelet still posting status): the same
-#     outcome as a lost node, no split brain.
+#     outcome as a lost node, no split brain;
+#   - a worker crashes on a live node whose kubelet is frozen (so it cannot
+#     report): the gang restarts at once, pending classification (issue 48);
+#     once the kubelet reports the crash it is a retryable failure, and with
+#     backoffLimit 0 the restart is undone, the new generation stopped and
+#     the job failed, the counts those of waiting for the kubelet.
+# A lost node's restart is pending too until the node is judged lost; the
+# job still ends with it counted as a disruption.
 # Each test prints its timeline (kill, detected, gang restarted, new pods
 # Running, checkpoint read, training again). Timings are printed, never
 # asserted; what is asserted is the order of events (the restart comes before
@@ -116,6 +123,7 @@ class Recovery(ClusterJobTest):
             return st
         st = wait_for("the gang restart", restarted, 240, 0.2)
         self.t.setdefault("restarted", time.time())
+        self.last_restart_at_restart = st.get("lastRestart") or {}
         lp = st.get("lostPeer") or {}
         if lp.get("time"):
             self.t["detected"] = time.mktime(time.strptime(lp["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
@@ -131,6 +139,7 @@ class Recovery(ClusterJobTest):
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
         self.assertEqual(st.get("restarts"), 1, st)
         self.assertEqual(st.get("disruptionRestarts"), 1, "a lost pod is a disruption: %s" % st)
+        self.assertEqual((st.get("lastRestart") or {}).get("classifiedAs"), "Disruption", st.get("lastRestart"))
         log = c.pod_log(self.rank0_of_gen(name, 1))
         resumed = [ln for ln in log.splitlines() if "event=resumed" in ln]
         self.assertTrue(resumed, log[-3000:])
@@ -164,7 +173,16 @@ class Recovery(ClusterJobTest):
         st = self.watch_recovery(name, victim)
         self.assertEqual(self.node_ready_at_restart, "True",
                          "the restart waited for the node lifecycle to declare %s lost" % victim)
-        self.assertEqual(st.get("disruptionRestarts"), 1, st)
+        lr = self.last_restart_at_restart
+        if (st.get("lostPeer") or {}).get("evidence") == "closed":
+            # its processes died with it: restarted before anything could say crash or disruption
+            self.assertEqual((lr.get("cause"), lr.get("classifiedAs")), ("PeerLost", "Pending"), lr)
+            self.assertEqual(st.get("disruptionRestarts", 0), 0, "nothing is counted while pending")
+        else:
+            self.assertEqual(st.get("disruptionRestarts"), 1, st)
+        wait_for("generation 1 placed", lambda: all(p["spec"].get("nodeName") for p in pods_of(c, name)
+                                                     if p["metadata"]["labels"]["vitjob.dev/restart"] == "1"),
+                 120, 0.2)
         for p in pods_of(c, name):
             if p["metadata"]["labels"]["vitjob.dev/restart"] == "1":
                 self.assertNotEqual(p["spec"].get("nodeName"), victim, "a new pod was placed on the lost node")
@@ -252,6 +270,49 @@ class Recovery(ClusterJobTest):
             if p["metadata"]["labels"]["vitjob.dev/restart"] == "1":
                 self.assertNotEqual(p["spec"].get("nodeName"), victim, "a new pod was placed on the cut node")
         self.finish(name, prefix, m, "a node's pod network cut")
+
+    def test_a_crash_on_a_live_node_restarts_at_once_and_past_backoff_limit_the_restart_is_undone(self):
+        c, name, prefix = self.c, "rec-crash", "recovery/crash"
+        m, pods = self.start_job(name, prefix)  # backoffLimit 0, cleanPodPolicy None
+        _, op_node = self.leader()
+        victim = next(p for p in pods if p["spec"]["nodeName"] != op_node)
+        node, vname = victim["spec"]["nodeName"], victim["metadata"]["name"]
+        pid = wait_for("the victim's process", lambda: worker_pid(name, int(victim["metadata"]["labels"][
+            "vitjob.dev/rank"])), 30, 0.5)
+        kubelet = c.kubelets[node]
+        kubelet.send_signal(signal.SIGSTOP)  # its kubelet can report nothing until SIGCONT
+        try:
+            self.t["kill"] = time.time()
+            os.kill(pid, signal.SIGKILL)
+            st = wait_for("the gang restart", lambda: status(c, name).get("restarts", 0) >= 1 and status(c, name),
+                          30, 0.1)
+            self.t["restarted"] = time.time()
+            lr = st.get("lastRestart") or {}
+            self.assertEqual((lr.get("cause"), lr.get("classifiedAs"), lr.get("pod")), ("PeerLost", "Pending", vname),
+                             "restarted before its kubelet could report: %s" % lr)
+            self.assertEqual(st.get("disruptionRestarts", 0), 0, st)
+            self.assertNotEqual(status(c, name).get("phase"), "Failed", "backoffLimit 0 does not stop the restart")
+        finally:
+            kubelet.send_signal(signal.SIGCONT)
+        st = wait_for("the job to end", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
+                      and status(c, name), 120, 0.2)
+        self.t["classified"] = time.time()
+        self.assertEqual(st["phase"], "Failed", st)
+        failed = next(cd for cd in st["conditions"] if cd["type"] == "Failed")
+        self.assertEqual(failed["reason"], "BackoffLimitExceeded", failed)
+        self.assertIn("backoffLimit 0 reached after 0 restart(s)", failed["message"])
+        self.assertIn("generation 1, started before this was known, is stopped", failed["message"])
+        self.assertEqual((st.get("restarts"), st.get("disruptionRestarts")), (0, 0),
+                         "the counts of waiting for the kubelet: %s" % st)
+        self.assertEqual((st.get("lastRestart") or {}).get("classifiedAs"), "RetryableFailure", st.get("lastRestart"))
+        wait_for("generation 1 stopped", lambda: not [p for p in pods_of(c, name)
+                                                       if p["metadata"]["labels"]["vitjob.dev/restart"] == "1"],
+                 120, 0.5)
+        self.assertTrue(any(p["metadata"]["name"] == vname for p in pods_of(c, name)),
+                        "cleanPodPolicy None keeps the crashed pod")
+        print("\na crash on a live node, its kubelet frozen: restarted %+.1f s, failed %+.1f s after the kill"
+              % (self.t["restarted"] - self.t["kill"], self.t["classified"] - self.t["kill"]), file=sys.stderr)
+        c.kubectl("delete", "vj", name, "--wait=false")
 
 
 if __name__ == "__main__":
