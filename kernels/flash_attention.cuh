@@ -111,9 +111,14 @@ template <> __device__ __forceinline__ uint32_t fa_pack<f16>(float lo, float hi)
 /* Shared-memory tiles and fragments.                                       */
 
 /* dst (64 x HDP, row stride LD) = rows r0..r0+63 of one head's (T x hd)
- * matrix src (row t at src + t*ld); rows >= T and columns >= hd are zero.
- * 16-byte copies: hd, ld and src's offset are multiples of 8 elements and
- * the buffers 16-byte aligned (flash_attention.cu checks). All threads. */
+ * matrix src (row t at src + t*ld) - a Q, K, V or dO tile from global to
+ * shared memory; rows >= T and columns >= hd are zero. Copied in 16-byte
+ * chunks of 8 elements (hd, ld and src's offset are multiples of 8
+ * elements and the buffers 16-byte aligned: flash_attention.cu checks).
+ * All FA_THREADS threads of the block take part, thread i copying chunks
+ * i, i + FA_THREADS, ... in row-major order (HDP/8 chunks a row), so that
+ * neighbouring threads read neighbouring 16 bytes of a row. No barrier:
+ * the caller syncs before the tile is read. */
 template <typename X, int HDP>
 __device__ __forceinline__ void fa_load_tile(X *dst, const X *src, size_t ld, int r0, int T,
                                              int hd)
@@ -174,6 +179,13 @@ __device__ __forceinline__ void fa_acc_to_a(uint32_t a[4], const float (*s)[4], 
     a[3] = fa_pack<X>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
+/* acc[0..N-1][0..3] = 0: a warp's N accumulator blocks of 16 x 8. */
+template <int N> __device__ __forceinline__ void fa_zero(float (*acc)[4])
+{
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
 /* acc (16 x 64: 8 blocks of 16 x 8) = rows r0..r0+15 of a (row-major, HDP
  * columns) times the transpose of b's 64 rows: acc[i][j] = a_i . b_j over
  * the padded head dim. Both tiles in shared memory with row stride LD. */
@@ -182,8 +194,7 @@ __device__ __forceinline__ void fa_rows_dot_rows(float (*acc)[4], const X *a_til
                                                  const X *b_tile)
 {
     const int LD = fa_tile<HDP>::LD;
-#pragma unroll
-    for (int n = 0; n < FA_ROWS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    fa_zero<FA_ROWS / 8>(acc);
 #pragma unroll
     for (int kk = 0; kk < HDP / 16; kk++) {
         uint32_t a[4];
@@ -274,8 +285,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 
     fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
     float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    fa_zero<ND>(o);
 
     for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
         __syncthreads(); /* every warp is done with the previous K, V */
@@ -389,10 +399,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
     fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
     float dk[ND][4], dv[ND][4];
-#pragma unroll
-    for (int d = 0; d < ND; d++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) dk[d][c] = dv[d][c] = 0.0f;
+    fa_zero<ND>(dk);
+    fa_zero<ND>(dv);
 
     for (int q0 = 0; q0 < T; q0 += FA_ROWS) {
         __syncthreads(); /* every warp is done with the previous Q, dO */
@@ -467,8 +475,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         drow[r] = row < T ? dvec[(size_t)bh * T + row] : 0.0f;
     }
     float dq[ND][4];
-#pragma unroll
-    for (int d = 0; d < ND; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    fa_zero<ND>(dq);
 
     for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
         __syncthreads(); /* every warp is done with the previous K, V */
