@@ -104,6 +104,14 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
         goto bad;
     }
     m->meta.generation = gen ? (long)gen->valuedouble : 0;
+    /* the run's planned steps; absent: a step written before the key, unknown (0) */
+    const cJSON *tot = cJSON_GetObjectItemCaseSensitive(j, "totalSteps");
+    if (tot && (!cJSON_IsNumber(tot) || tot->valuedouble < 1 ||
+                tot->valuedouble != (double)(long)tot->valuedouble)) {
+        snprintf(why, len, "\"totalSteps\" is not a whole number >= 1");
+        goto bad;
+    }
+    m->meta.total_steps = tot ? (long)tot->valuedouble : 0;
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "lossScaler"); /* optional */
     if (ls) {
         double lv[3];
