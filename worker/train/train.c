@@ -925,6 +925,9 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         interval_loss += loss;
         interval_steps++;
         r.steps_done = step + 1;
+        if (r.rank == 0) /* small images upscaled on the CPU: the planned time, once */
+            feed_warn_upscale(r.feed, r.t_train / (double)(step + 1 - r.start_step),
+                              r.total - r.start_step, r.total);
         int last = step + 1 == r.total;
         if (((step + 1) % tc->log_interval == 0 || last) && r.rank == 0) {
             double t = mono_seconds(),
