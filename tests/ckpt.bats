@@ -8,7 +8,7 @@
 # within 1e-5 across world sizes; torn and corrupt steps are passed over; a
 # kill -9 at any moment loses only the steps since the last checkpoint; a
 # stop saves the last completed step; another model's checkpoint is
-# refused; on S3 a failing server is retried through and one that stays
+# refused; a resume with another training.steps warns once; on S3 a failing server is retried through and one that stays
 # down is a retryable error.
 
 # Each test stops after BATS_TEST_TIMEOUT seconds (failing, named), so that a
@@ -223,6 +223,30 @@ steps_in() {
   run "$WORKER" train "${ARGS[@]}" "${CK[@]}" --set model.depth=2
   [ "$status" -eq 2 ]
   [[ "$output" == *"class=config"*"was written for the model"*'\"depth\":4'*"not this run's"*'\"depth\":2'* ]]
+}
+
+@test "a resume with another training.steps warns once with both totals and the new schedule; the same total, or a manifest without totalSteps, warns not" {
+  ck ck
+  run_world 1 "$TMP/a" "${ARGS[@]}" "${CK[@]}" --set training.steps=4
+  has ck step-000000004/manifest.json
+  run "$WORKER" train "${ARGS[@]}" "${CK[@]}" --set training.steps=8
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ "$(grep -c 'level=warn .*event=total_steps_changed' <<< "$output")" -eq 1 ]
+  [[ "$output" == *'event=total_steps_changed checkpoint_step=4 checkpoint_total_steps=4 total_steps=8 msg="checkpoint step 4 was written by a run of 4 steps and this run has 8 (training.steps=8): the learning-rate schedule is now computed for 8 steps, so step 5 trains at lr=0.00225 instead of 0 and the cosine decay reaches training.optimizer.minLr at step 8 instead of 4"'* ]]
+  # resumed at its own total: nothing to say
+  run "$WORKER" train "${ARGS[@]}" "${CK[@]}" --set training.steps=8
+  [ "$status" -eq 0 ]
+  [[ "$output" != *"event=total_steps_changed"* ]]
+  # a manifest written before "totalSteps": no warning (file:// only: edited in place)
+  if ! s3; then
+    sed -i '/"totalSteps"/d' "$TMP/ck/step-000000008/manifest.json"
+    run "$WORKER" train "${ARGS[@]}" "${CK[@]}" --set training.steps=10
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"step=10/10"* ]]
+    [[ "$output" != *"event=total_steps_changed"* ]]
+  fi
 }
 
 @test "export writes the newest complete step, or the one named, as the run's own export" {

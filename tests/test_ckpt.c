@@ -339,18 +339,27 @@ Test(ckpt, a_flipped_byte_in_the_ema_is_corrupt_and_a_manifest_claiming_an_ema_i
 /* fp16-mixed's loss scaler: its state round-trips through the manifest
  * ("lossScaler"), a step without one reads as none (loss_scale 0), and a
  * malformed one makes the step unreadable, naming the field. */
-static void save_scaler(double scale, long tracker, long skipped)
+/* One rank's save at step 1 of 8 zeros with meta's extra fields (its
+ * step, size, sharding and model set here), waited for. */
+static void save_step1(ckpt_meta meta)
 {
     ckpt_writer *w = writer(10);
     float p[8] = {0}, m[8] = {0}, v[8] = {0};
-    ckpt_meta meta = {.step = 1, .world_size = 1, .n_params = 8, .loss_scale = scale,
-                      .scale_growth_tracker = tracker, .skipped_steps = skipped};
+    meta.step = 1;
+    meta.world_size = 1;
+    meta.n_params = 8;
     snprintf(meta.sharding, sizeof meta.sharding, "none");
     snprintf(meta.model, sizeof meta.model, "{\"dim\":4}");
     ckpt_segment seg = {.lo = 0, .hi = 8, .params = p, .m = m, .v = v};
     cr_assert_eq(ckpt_save(w, &meta, &seg, 1, ops_cpu(), err, sizeof err), CKPT_OK, "%s", err);
     cr_assert_eq(ckpt_wait(w, NULL, err, sizeof err), CKPT_OK, "%s", err);
     ckpt_writer_free(w);
+}
+
+static void save_scaler(double scale, long tracker, long skipped)
+{
+    save_step1((ckpt_meta){.loss_scale = scale, .scale_growth_tracker = tracker,
+                           .skipped_steps = skipped});
 }
 
 Test(ckpt, the_loss_scalers_state_round_trips_through_the_manifest_and_a_bad_one_is_refused,
@@ -390,4 +399,51 @@ Test(ckpt, a_step_saved_without_a_loss_scaler_reads_as_none, .init = open_store,
     cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK, "%s", err);
     cr_assert(ckpt_manifest_meta(man)->loss_scale == 0.0);
     ckpt_manifest_free(man);
+}
+
+/* The run's total steps (the manifest's "totalSteps", for the resume's
+ * warning when training.steps changed): saved and read back; a step
+ * saved without it (an older manifest) reads as unknown, 0; a value that
+ * is no whole number >= 1 makes the step unreadable, naming the key. */
+static void save_total(long total) { save_step1((ckpt_meta){.total_steps = total}); }
+
+Test(ckpt, the_runs_total_steps_round_trip_an_older_manifest_reads_unknown_and_a_bad_one_is_refused,
+     .init = open_store, .fini = close_store)
+{
+    save_total(1200);
+    ckpt_manifest *man = NULL;
+    cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(man)->total_steps, 1200);
+    ckpt_manifest_free(man);
+    char *t = manifest_text();
+    char *at = strstr(t, "\"totalSteps\":\t1200,");
+    cr_assert_not_null(at, "%s", t);
+    const char *bad_values[] = {"0", "2.5", "\"1200\""};
+    for (int i = 0; i < 3; i++) {
+        char bad[8192];
+        snprintf(bad, sizeof bad, "%.*s\"totalSteps\":\t%s%s", (int)(at - t), t, bad_values[i],
+                 strchr(at, ','));
+        cr_assert_eq(ckpt_store_put(s, "step-000000001/manifest.json", bad, strlen(bad), err,
+                                    sizeof err), CKPT_OK);
+        cr_assert_neq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK, "%s", bad_values[i]);
+        cr_assert(strstr(err, "\"totalSteps\" is not a whole number >= 1") != NULL, "%s", err);
+    }
+    /* the key left out, as a manifest written before it */
+    char old[8192];
+    snprintf(old, sizeof old, "%.*s%s", (int)(at - t), t, strchr(at, ',') + 1);
+    free(t);
+    cr_assert_eq(ckpt_store_put(s, "step-000000001/manifest.json", old, strlen(old), err,
+                                sizeof err), CKPT_OK);
+    cr_assert_eq(ckpt_read_step(s, 1, &man, err, sizeof err), CKPT_OK, "%s", err);
+    cr_assert_eq(ckpt_manifest_meta(man)->total_steps, 0);
+    ckpt_manifest_free(man);
+}
+
+Test(ckpt, a_step_saved_without_the_runs_total_has_no_totalSteps_key, .init = open_store,
+     .fini = close_store)
+{
+    save_total(0);
+    char *t = manifest_text();
+    cr_assert(strstr(t, "totalSteps") == NULL, "%s", t);
+    free(t);
 }

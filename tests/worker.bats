@@ -696,7 +696,7 @@ PY
   [[ "$output" != *"event=no_test_set"* ]]
 }
 
-@test "start warning: 28x28 images upscaled to model.imageSize=56 (4x the area) on the CPU, once; none at imageSize 28" {
+@test "start warning: 28x28 images upscaled to model.imageSize=56 (4x the area) on the CPU, once, with the run's planned time; none at imageSize 28" {
   small_folder "$TMP/img"
   F=(--set data.format=imagefolder --set "data.uri=file://$TMP/img" --set "data.testUri=file://$TMP/img"
      --set model.numClasses=2 --set training.globalBatchSize=8 --set training.microBatchSize=8
@@ -705,7 +705,10 @@ PY
   echo "$output"
   [ "$status" -eq 0 ]
   [ "$(grep -c 'level=warn .*event=upscale stored=28x28 image_size=56 area_factor=4.0 device=cpu' <<< "$output")" -eq 1 ]
-  [[ "$output" == *'msg="the images are 28x28 and model.imageSize=56: each is upscaled 4x in area'* ]]
+  # the planned time: the seconds a step took so far x the run's 3 steps (their values not checked)
+  line=$(grep 'event=upscale' <<< "$output")
+  re="step_seconds=[0-9.e+-]+ planned_seconds=[0-9]+ msg=\"the images are 28x28 and model.imageSize=56: each is upscaled 4x in area and trained at that size's full cost on the CPU, [0-9.e+-]+ s a step so far: the run's 3 steps take about ([0-9]+[smhdy])+; a model.imageSize near the images' own size trains many times faster\"$"
+  [[ "$line" =~ $re ]]
   worker train "${QUICK[@]}" "${F[@]}" --set model.imageSize=28 --set model.patchSize=7
   [ "$status" -eq 0 ]
   [[ "$output" != *"event=upscale"* ]]

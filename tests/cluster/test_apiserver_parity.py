@@ -149,6 +149,11 @@ class ParityTest(unittest.TestCase):
              'spec: Invalid value: "object": training.globalBatchSize must be divisible by '
              "training.microBatchSize x world size (replicas x gpusPerReplica, or replicas when gpusPerReplica "
              "is 0)"),
+            ("world", {"replicas": 3, "training": {"steps": 10, "globalBatchSize": 128,
+                                                   "optimizer": {"warmupSteps": 1}}},
+             'spec: Invalid value: "object": training.globalBatchSize must be divisible by the world size '
+             "(replicas x gpusPerReplica, or replicas when gpusPerReplica is 0): every rank takes the same "
+             "share"),
             ("scale", {"data": {"scale": [0.9, 0.5]}},
              'spec.data: Invalid value: "object": data.scale\'s minimum must not exceed its maximum'),
             ("ratio", {"data": {"ratio": [2, 0.5]}},

@@ -9,6 +9,14 @@
 # rule, or a new schema default that breaks one, is covered without an edit.
 # The worker's side of the same property: tests/test_config.c.
 #
+# replicas is required, so a case always writes it: as its maximum (so that
+# minAvailable <= replicas never refuses) and, when that is refused, as 1
+# (a global batch the world size must divide): a case is refused only when
+# both are, as the worker's property takes the world size as the user's.
+# And where the rule is the world size's alone (globalBatchSize written,
+# microBatchSize not), the API server and the worker (`vitjob-worker plan
+# --config` on the same manifest) refuse exactly the same specs.
+#
 # Not asserted: training.epochs=0 alone, which the rule between steps and
 # epochs refuses as the worker does: an unset steps means "from epochs", so
 # the run asked for is the user's own zero epochs.
@@ -18,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -26,6 +35,7 @@ from tests.cluster.harness import ServerProcess, load_yaml_docs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT_CRD = os.path.join(HERE, "..", "..", "manifests", "00-crd.yaml")
+BUILD = os.path.abspath(os.environ.get("BUILD", os.path.join(HERE, "..", "..", "build")))
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 JOBS = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs?dryRun=All"
 BETWEEN = (1e-4, 0.25, 0.5, 1, 2, 3, 7, 10, 50, 97, 100, 1000)
@@ -104,11 +114,11 @@ def cases(spec):
                     yield rule, f, v
 
 
-def job(spec, field, value):
+def job(spec, field, value, replicas=None):
     """A ViTJob with only `field` set (and the required replicas and image:
-    replicas as large as its schema allows, so that a rule against it is
-    never the one refusing, unless replicas is the field)."""
-    s = {"replicas": at(spec, ("replicas",))["maximum"], "image": "img:1"}
+    replicas as given, else as large as its schema allows, unless replicas
+    is the field)."""
+    s = {"replicas": replicas or at(spec, ("replicas",))["maximum"], "image": "img:1"}
     d = s
     for name in field[:-1]:
         d = d.setdefault(name, {})
@@ -150,11 +160,43 @@ class DefaultsTest(unittest.TestCase):
         for rule, field, value in cases(spec):
             n += 1
             r = self.c.post(JOBS, job(spec, field, value))
+            if r.status != 201 and field != ("replicas",):
+                r = self.c.post(JOBS, job(spec, field, value, replicas=1))
             if r.status != 201:
                 refused.append("%s=%s: %s" % (".".join(field), json.dumps(value),
                                               (r.body or {}).get("message", r.status)))
         self.assertGreater(n, 50)
         self.assertEqual(refused, [], "\n".join(refused))
+
+    def test_a_global_batch_without_a_micro_batch_is_refused_by_both_where_the_world_size_does_not_divide_it(self):
+        worker = os.path.join(BUILD, "bin", "vitjob-worker")
+        if not os.access(worker, os.X_OK):
+            self.skipTest("no %s (make)" % worker)
+        disagree, refused = [], 0
+        for replicas in (1, 2, 3):
+            for gpus in (0, 1, 2, 4):
+                for g in (1, 6, 64, 96, 97, 120, 128):
+                    obj = {"apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob",
+                           "metadata": {"name": "world"},
+                           "spec": {"replicas": replicas, "gpusPerReplica": gpus, "image": "img:1",
+                                    "training": {"globalBatchSize": g}}}
+                    api = self.c.post(JOBS, obj)
+                    path = os.path.join(self.tmp, "world.json")
+                    with open(path, "w") as f:
+                        json.dump(obj, f)
+                    w = subprocess.run([worker, "plan", "--config", path], capture_output=True,
+                                       text=True, timeout=60)
+                    self.assertIn(w.returncode, (0, 2), w.stderr)
+                    refused += w.returncode == 2
+                    if (api.status == 201) != (w.returncode == 0):
+                        disagree.append("replicas=%d gpusPerReplica=%d globalBatchSize=%d: API %s, "
+                                        "worker exit %d %s" % (replicas, gpus, g, api.status,
+                                                               w.returncode, w.stderr[-300:]))
+                    elif api.status != 201:
+                        self.assertIn("training.globalBatchSize must be divisible by the world size",
+                                      api.body["message"])
+        self.assertEqual(disagree, [], "\n".join(disagree))
+        self.assertGreater(refused, 10)
 
 
 if __name__ == "__main__":

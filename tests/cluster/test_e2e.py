@@ -12,6 +12,9 @@
 #     resumed from the checkpoint, Succeeded;
 #   - a worker whose status patches are refused still trains to the end and
 #     logs the refusals once per report interval, not per step;
+#   - a ViTJob that says only training.steps: 10 (nothing of warmup; the
+#     rest the defaults: Fashion-MNIST, fmnist_tiny) is admitted and
+#     Succeeds, warming up over its 10 steps (issue 46);
 #   - a job that fails (a typo in data.uri) says the worker's own error line
 #     in its Failed condition and Warning event (the termination message the
 #     worker writes), and with cleanPodPolicy None keeps every rank's pod and
@@ -257,6 +260,20 @@ class EndToEnd(ClusterJobTest):
         took = time.time() - t0
         self.assertLessEqual(len(refused), took + 3, "at most one line per report interval (1 s)")
         self.assertNotIn("token", " ".join(refused).lower().replace("serviceaccount", ""))
+
+    def test_a_job_of_10_steps_that_says_nothing_of_warmup_is_admitted_and_succeeds(self):
+        c, name = self.c, "e2e-steps10"
+        c.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "vitjob.dev/v1alpha1", "kind": "ViTJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": 1, "image": "ghcr.io/vitjob/vitjob-worker:0.1.0",
+                     "training": {"steps": 10}}}))
+        st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
+                      and status(c, name), 600, 1)
+        self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
+        log = c.pod_log(self.rank0_of_gen(name, 0))
+        self.assertRegex(log, r'\\"warmupSteps\\":10,', "the warmup followed the 10 steps")
+        self.assertRegex(log, r" step=10/10 ")
 
     def test_a_failed_job_says_the_workers_own_error_and_keeps_every_pod_with_clean_pod_policy_none(self):
         c, name = self.c, "e2e-badpath"

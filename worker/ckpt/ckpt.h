@@ -8,12 +8,12 @@
  * step), the shard format (a rank's segments of the flat
  * parameter vector: their fp32 parameters, then AdamW m, then v, then, with
  * training.ema, the EMA of the weights; little-endian), the manifest (model
- * config, step, data-loader position, world size, sharding, whether the
- * shards hold an EMA, per shard its segments, bytes and a CRC-32 per MiB
- * block), retention (checkpoint.keep newest complete steps; older ones are
- * deleted only after a newer manifest exists) and verification (a step
- * without a manifest, or whose shard blocks do not match their CRCs, does
- * not exist for resume).
+ * config, step, the run's total steps, data-loader position, world size,
+ * sharding, whether the shards hold an EMA, per shard its segments, bytes
+ * and a CRC-32 per MiB block), retention (checkpoint.keep newest complete
+ * steps; older ones are deleted only after a newer manifest exists) and
+ * verification (a step without a manifest, or whose shard blocks do not
+ * match their CRCs, does not exist for resume).
  * Must not: know the model, the optimizer or the collectives beyond the
  * segments and buffers it is handed; block training on storage (the
  * upload runs on its own thread from a host copy).
@@ -35,6 +35,9 @@
 /* What a checkpoint says besides the tensors. */
 typedef struct {
     long step;            /* optimizer steps done */
+    long total_steps;     /* the steps the run that wrote it was planned for (its learning-
+                           * rate schedule's length; the manifest's "totalSteps"); 0:
+                           * unknown (not written, or a step from before the key) */
     long epoch, index;    /* the data loader's position after them */
     long images_done;
     int world_size;

@@ -57,6 +57,23 @@ static int num(const cJSON *o, const char *key, double *out)
     return 0;
 }
 
+/* An optional whole number >= min under key: *out is it, or 0 when absent;
+ * -1 with why naming the key when it is something else. */
+static int optional_whole(const cJSON *o, const char *key, long min, long *out, char *why,
+                          size_t len)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = 0;
+    if (!x) return 0;
+    if (!cJSON_IsNumber(x) || x->valuedouble < (double)min ||
+        x->valuedouble != (double)(long)x->valuedouble) {
+        snprintf(why, len, "\"%s\" is not a whole number >= %ld", key, min);
+        return -1;
+    }
+    *out = (long)x->valuedouble;
+    return 0;
+}
+
 /* Parses manifest text; why gets the reason it is not one. */
 static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
 {
@@ -96,14 +113,11 @@ static ckpt_manifest *parse_manifest(const char *text, char *why, size_t len)
     }
     m->meta.ema = cJSON_IsTrue(ema);
     /* the writer's generation (ckpt_fence.h); absent: a step of the layout
-     * before fencing, generation 0 */
-    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(j, "generation");
-    if (gen && (!cJSON_IsNumber(gen) || gen->valuedouble < 0 ||
-                gen->valuedouble != (double)(long)gen->valuedouble)) {
-        snprintf(why, len, "\"generation\" is not a whole number >= 0");
+     * before fencing, generation 0. The run's planned steps; absent: a step
+     * written before the key, unknown (0). */
+    if (optional_whole(j, "generation", 0, &m->meta.generation, why, len) ||
+        optional_whole(j, "totalSteps", 1, &m->meta.total_steps, why, len))
         goto bad;
-    }
-    m->meta.generation = gen ? (long)gen->valuedouble : 0;
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "lossScaler"); /* optional */
     if (ls) {
         double lv[3];

@@ -241,6 +241,8 @@ static ckpt_status store_all(ckpt_writer *w)
     cJSON_AddStringToObject(man, "format", CKPT_FORMAT);
     cJSON_AddNumberToObject(man, "step", (double)w->meta.step);
     cJSON_AddNumberToObject(man, "generation", (double)w->generation);
+    if (w->meta.total_steps > 0)
+        cJSON_AddNumberToObject(man, "totalSteps", (double)w->meta.total_steps);
     cJSON_AddNumberToObject(man, "epoch", (double)w->meta.epoch);
     cJSON_AddNumberToObject(man, "index", (double)w->meta.index);
     cJSON_AddNumberToObject(man, "imagesDone", (double)w->meta.images_done);

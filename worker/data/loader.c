@@ -89,7 +89,10 @@ struct ld_loader {
     int64_t cached_min;
     int eval_ended;
     ld_position done_pos;  /* after the last ld_step_done */
-    atomic_int upscale_warned; /* o.warn_upscale: the warning was logged */
+    /* o.note_upscale: the first upscaled image's stored size (up_w x up_h),
+     * claimed by one decode thread, readable once upscale_seen is set */
+    atomic_int upscale_claimed, upscale_seen;
+    int up_w, up_h;
 };
 
 static double now_s(void)
@@ -620,16 +623,11 @@ static void decode_one(ld_loader *l, slot *s, xf_scratch *scratch, aug_mem *aug)
         return;
     }
     const double area = (double)img.src_width * img.src_height;
-    if (l->o.warn_upscale && area * 4 <= (double)out * out &&
-        !atomic_exchange(&l->upscale_warned, 1)) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "the images are %dx%d and model.imageSize=%d: each is upscaled "
-                 "%.0fx in area and trained at that size's full cost on the CPU; a "
-                 "model.imageSize near the images' own size trains many times faster",
-                 img.src_width, img.src_height, out, (double)out * out / area);
-        LOG_WARN("data", "event=upscale stored=%dx%d image_size=%d area_factor=%.1f device=cpu "
-                 "msg=%s", img.src_width, img.src_height, out, (double)out * out / area,
-                 LOGV(msg));
+    if (l->o.note_upscale && area * 4 <= (double)out * out &&
+        !atomic_exchange(&l->upscale_claimed, 1)) {
+        l->up_w = img.src_width;
+        l->up_h = img.src_height;
+        atomic_store(&l->upscale_seen, 1);
     }
     double b4[4] = {box.x, box.y, box.w, box.h};
     decode_box_in_image(&img, b4);
@@ -911,4 +909,13 @@ ld_stats ld_stats_now(const ld_loader *cl)
     ld_stats s = {.samples = l->good_total, .skipped = l->bad_total, .wait_seconds = l->wait_s};
     pthread_mutex_unlock(&l->mu);
     return s;
+}
+
+int ld_upscaled(const ld_loader *cl, int *w, int *h)
+{
+    ld_loader *l = (ld_loader *)cl;
+    if (!atomic_load(&l->upscale_seen)) return 0;
+    *w = l->up_w;
+    *h = l->up_h;
+    return 1;
 }

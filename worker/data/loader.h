@@ -121,8 +121,8 @@ typedef struct {
     int shuffle_buffer;      /* samples per shuffled block (>= 1) */
     uint64_t max_pixels;
     double max_bad_fraction;
-    int warn_upscale;        /* training on the CPU: warn once (event=upscale) when a stored
-                              * image is upscaled 4x or more in area to out_size */
+    int note_upscale;        /* training on the CPU: note the first stored image upscaled
+                              * 4x or more in area to out_size (ld_upscaled) */
 } ld_options;
 
 /* Where a rank's training stream stands after a step: what a checkpoint
@@ -173,5 +173,9 @@ typedef struct {
     double wait_seconds;       /* time ld_next waited for decoded samples */
 } ld_stats;
 ld_stats ld_stats_now(const ld_loader *l);
+/* With o.note_upscale: 1 once a decoded image was upscaled 4x or more in
+ * area to out_size, with the first such image's stored size in *w x *h;
+ * else 0. Any thread. */
+int ld_upscaled(const ld_loader *l, int *w, int *h);
 
 #endif

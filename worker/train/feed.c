@@ -12,6 +12,7 @@
 #include "loader.h"
 #include "log.h"
 #include "sysres.h"
+#include "timefmt.h"
 
 struct feed {
     feed_options o;
@@ -27,6 +28,7 @@ struct feed {
     ld_options lo;
     long done_epoch, done_index;
     float mean[3], stdv[3];
+    int upscale_warned; /* feed_warn_upscale logged */
 };
 
 /* v (n doubles, host) summed over the ranks through the backend's memory,
@@ -208,7 +210,7 @@ vj_err feed_new(feed **out, const feed_options *o, char *err, size_t errlen)
     lo->shuffle_buffer = dc->shuffle_buffer;
     lo->max_pixels = dc->max_pixels;
     lo->max_bad_fraction = dc->max_bad_fraction;
-    lo->warn_upscale = o->rank == 0 && o->ops && !o->ops->gpu;
+    lo->note_upscale = o->rank == 0 && o->ops && !o->ops->gpu;
     vj_err rc = index_split(f, dc->uri, "data.uri", &f->ix, err, errlen);
     if (rc == VJ_OK && dc->test_uri[0])
         rc = index_split(f, dc->test_uri, "data.testUri", &f->tix, err, errlen);
@@ -389,6 +391,33 @@ double feed_wait_seconds(const feed *f)
     return f->ld ? ld_stats_now(f->ld).wait_seconds : 0.0;
 }
 
+void feed_upscale_message(char *msg, size_t len, int w, int h, int size, double step_s,
+                          long steps_left, long total)
+{
+    const double factor = (double)size * size / ((double)w * h);
+    char when[TIMEFMT_DUR_LEN], left[64] = "";
+    timefmt_duration(when, (long long)llround(step_s * (double)steps_left));
+    if (steps_left != total) snprintf(left, sizeof left, " (%ld left)", steps_left);
+    snprintf(msg, len, "the images are %dx%d and model.imageSize=%d: each is upscaled %.0fx in "
+             "area and trained at that size's full cost on the CPU, %.3g s a step so far: the "
+             "run's %ld steps%s take about %s; a model.imageSize near the images' own size "
+             "trains many times faster", w, h, size, factor, step_s, total, left, when);
+}
+
+void feed_warn_upscale(feed *f, double step_s, long steps_left, long total)
+{
+    int w, h;
+    if (f->upscale_warned || !f->ld || !ld_upscaled(f->ld, &w, &h)) return;
+    f->upscale_warned = 1;
+    const int size = f->lo.xf.out_size;
+    char msg[512];
+    feed_upscale_message(msg, sizeof msg, w, h, size, step_s, steps_left, total);
+    LOG_WARN("data", "event=upscale stored=%dx%d image_size=%d area_factor=%.1f device=cpu "
+             "step_seconds=%.3g planned_seconds=%.0f msg=%s", w, h, size,
+             (double)size * size / ((double)w * h), step_s, step_s * (double)steps_left,
+             LOGV(msg));
+}
+
 int feed_has_test(const feed *f) { return f->test != NULL || f->tix != NULL; }
 
 uint64_t feed_test_samples(const feed *f)
@@ -411,7 +440,7 @@ vj_err feed_eval_begin(feed *f, long *batches, char *err, size_t errlen)
     ld_options eo = f->lo;
     eo.ix = f->tix;
     eo.train = 0;
-    eo.warn_upscale = 0; /* the training loader said it */
+    eo.note_upscale = 0; /* the training loader's images speak for the run */
     eo.augment = 0;
     vj_err rc = (vj_err)ld_new(&f->ev, &eo, err, errlen);
     if (rc) return rc;

@@ -7,8 +7,11 @@
  * own units); sharing the loader's scan over the ranks (each rank counts
  * its shards, the counts are added over the communicator); the steps per
  * epoch and the total; the loader's options from the config (defaults of
- * data.mean/std, data.workers); and the loader's position in a checkpoint
- * (every rank's, gathered, as a JSON array in the manifest).
+ * data.mean/std, data.workers); the loader's position in a checkpoint
+ * (every rank's, gathered, as a JSON array in the manifest); and the
+ * data's warnings of what would surprise a user (no test set, fewer class
+ * folders than classes, small images upscaled on the CPU with the run's
+ * planned time).
  * Must not: run the model, or talk to storage other than through the data
  * modules.
  */
@@ -72,6 +75,16 @@ vj_err feed_checkpoint_state(feed *f, dp *d, char *buf, size_t buflen, char *err
 uint64_t feed_skipped(const feed *f);
 /* Seconds training waited for decoded samples (0 for Fashion-MNIST). */
 double feed_wait_seconds(const feed *f);
+
+/* Training on the CPU, rank 0: once the loader has upscaled an image 4x
+ * or more in area (ld_upscaled), logs one warning (event=upscale) with
+ * the run's planned time: step_s (the seconds a step has taken so far)
+ * x steps_left, of total steps. Logs at most once; else does nothing. */
+void feed_warn_upscale(feed *f, double step_s, long steps_left, long total);
+/* That warning's msg= text into msg: the stored size w x h against
+ * model.imageSize `size`, the area factor, and the planned time. */
+void feed_upscale_message(char *msg, size_t len, int w, int h, int size, double step_s,
+                          long steps_left, long total);
 
 /* Evaluation: whether there is a test split; then one pass of batches. The
  * number of forward passes (*batches) is the same on every rank. */

@@ -26,6 +26,7 @@
 #include "model.h"
 #include "model_io.h"
 #include "model_init.h"
+#include "optim.h"
 #include "plan_memory.h"
 #include "report.h"
 #include "smoothing.h"
@@ -737,7 +738,8 @@ static vj_err save_checkpoint(run *r, long steps, int wait, char *err, size_t er
                  "unanswered or a peer is lost", steps);
         return VJ_ERR_PEER_LOST;
     }
-    ckpt_meta meta = {.step = steps, .epoch = r->done_epoch, .index = r->done_index,
+    ckpt_meta meta = {.step = steps, .total_steps = r->total, .epoch = r->done_epoch,
+                      .index = r->done_index,
                       .images_done = r->images_done, .world_size = r->world,
                       .n_params = model_num_params(r->model), .ema = dp_has_ema(r->dp)};
     if (r->lscale) {
@@ -775,6 +777,38 @@ static ckpt_status load_step(void *ctx, ckpt_store *store, const ckpt_manifest *
     return dp_load(ctx, store, man, err, errlen);
 }
 
+/* A resume whose run was planned for another number of steps than this one
+ * (training.steps changed, or training.epochs): one warning line (rank 0)
+ * saying what becomes of the learning-rate schedule. A checkpoint that
+ * does not say (written before the manifest's "totalSteps") gives none. */
+static void warn_total_changed(const run *r, long ckpt_step, long ckpt_total)
+{
+    if (r->rank != 0 || ckpt_total <= 0 || ckpt_total == r->total) return;
+    const training_config *tc = &r->cfg->training;
+    char from[64], msg[640];
+    if (tc->steps > 0)
+        snprintf(from, sizeof from, "training.steps=%ld", tc->steps);
+    else
+        snprintf(from, sizeof from, "training.epochs=%d", tc->epochs);
+    int n = snprintf(msg, sizeof msg, "checkpoint step %ld was written by a run of %ld steps "
+                     "and this run has %ld (%s): the learning-rate schedule is now computed "
+                     "for %ld steps", ckpt_step, ckpt_total, r->total, from, r->total);
+    if (ckpt_step >= r->total) {
+        snprintf(msg + n, sizeof msg - (size_t)n, ", and none of them is left to train");
+    } else {
+        optimizer_config was = r->oc; /* the schedule the checkpoint's run followed */
+        was.warmup_steps = config_warmup_steps(r->cfg, ckpt_total);
+        n += snprintf(msg + n, sizeof msg - (size_t)n, ", so step %ld trains at lr=%.3g "
+                      "instead of %.3g", ckpt_step + 1, optim_lr_at(&r->oc, ckpt_step, r->total),
+                      optim_lr_at(&was, ckpt_step, ckpt_total));
+        if (r->oc.schedule == SCHEDULE_COSINE)
+            snprintf(msg + n, sizeof msg - (size_t)n, " and the cosine decay reaches "
+                     "training.optimizer.minLr at step %ld instead of %ld", r->total, ckpt_total);
+    }
+    LOG_WARN("train", "event=total_steps_changed checkpoint_step=%ld checkpoint_total_steps=%ld "
+             "total_steps=%ld msg=%s", ckpt_step, ckpt_total, r->total, LOGV(msg));
+}
+
 /* At start, with checkpoint.uri: the store, the newest complete checkpoint
  * loaded into this rank's state whatever world size and sharding wrote it
  * (ckpt_resume: the ranks agree on it), and the writer. */
@@ -803,6 +837,7 @@ static vj_err resume(run *r, char *err, size_t errlen)
         r->done_index = meta.index;
         r->resumed = 1;
         r->resumed_world = meta.world_size;
+        warn_total_changed(r, meta.step, meta.total_steps);
         /* fp16-mixed: the scaler where it was (a step saved without one: a new scaler) */
         if (r->lscale && meta.loss_scale > 0 &&
             lscale_restore(r->lscale, (float)meta.loss_scale, meta.scale_growth_tracker,
@@ -890,6 +925,9 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         interval_loss += loss;
         interval_steps++;
         r.steps_done = step + 1;
+        if (r.rank == 0) /* small images upscaled on the CPU: the planned time, once */
+            feed_warn_upscale(r.feed, r.t_train / (double)(step + 1 - r.start_step),
+                              r.total - r.start_step, r.total);
         int last = step + 1 == r.total;
         if (((step + 1) % tc->log_interval == 0 || last) && r.rank == 0) {
             double t = mono_seconds(),

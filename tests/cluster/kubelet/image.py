@@ -4,13 +4,23 @@
 # /opt/vitjob as its image; the entrypoint is the binary of that name, and a
 # container `command` is looked up on a PATH that starts with
 # /opt/vitjob/bin. Any other image is refused (LookupError: the container
-# fails with ErrImagePull).
+# fails with ErrImagePull). A worker container without workingDir starts in
+# the image's WORKDIR, a fresh directory of the pod owned by its user.
 # Must not: pull or unpack anything.
 
 import os
 
 # where a pod finds its "image": the build directory (bin/, lib/) mounted read-only
 IMAGE_DIR = "/opt/vitjob"
+# the worker image's WORKDIR (docker/worker.Dockerfile), its user's home:
+# where a container without workingDir starts, writable by that user
+WORKER_WORKDIR = "/home/vitjob"
+
+
+def workdir_of(c):
+    """The image's working directory of container c (its spec) when c sets
+    no workingDir, or None (the operator's image: the kubelet's own)."""
+    return WORKER_WORKDIR if "vitjob-worker" in (c.get("image") or "") else None
 
 
 def argv_for(c, bin_dir):

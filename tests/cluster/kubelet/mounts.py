@@ -12,11 +12,12 @@ import os
 from .image import IMAGE_DIR
 
 
-def mount_script(pod, c, vols, hosts_path, bin_dir, term=None):
+def mount_script(pod, c, vols, hosts_path, bin_dir, term=None, workdir=None):
     """The shell lines run inside the pod's namespaces before exec; term is
-    (terminationMessagePath, the host file behind it) or None."""
+    (terminationMessagePath, the host file behind it) or None; workdir is
+    (the image's working directory, the host directory behind it) or None."""
     lines = ["set -e", 'hostname "$1"', "shift"]
-    targets = []
+    targets = [(workdir[0], workdir[1], False)] if workdir else []
     for vm in c.get("volumeMounts") or []:
         src = vols.get(vm["name"])
         if src is None:

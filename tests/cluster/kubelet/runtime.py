@@ -22,7 +22,7 @@ import time
 from . import logs
 from .api import now_rfc3339
 from .env import env_for
-from .image import argv_for
+from .image import argv_for, workdir_of
 from .log import log
 from .mounts import mount_script
 from .pods import reap
@@ -81,13 +81,21 @@ class Runtime:
             vols = self.volumes.write(pod, uid, fs_group if fs_group is not None else gid)
             hostname = pod.obj["spec"].get("hostname") or pod.name
             term = termination_file(pod, c)
-            lines = mount_script(pod, spec, vols, os.path.join(pod.root, "hosts"), self.bin_dir, term)
+            wd = None if spec.get("workingDir") else workdir_of(spec)
+            if wd:  # the image's WORKDIR: a directory of the pod, the container's user's
+                host = os.path.join(pod.root, "workdir-" + c.name)
+                os.makedirs(host, exist_ok=True)
+                if uid is not None:
+                    os.chown(host, uid, gid if gid is not None else uid)
+                wd = (wd, host)
+            lines = mount_script(pod, spec, vols, os.path.join(pod.root, "hosts"), self.bin_dir, term,
+                                 wd)
         except (RuntimeError, KeyError, ValueError, OSError) as e:
             c.failed_to_start = ("CreateContainerConfigError", str(e))
             log("warn", "container_config_error", pod="%s/%s" % (pod.ns, pod.name), container=c.name, msg=e)
             return
-        if spec.get("workingDir"):
-            lines.append("cd '%s'" % spec["workingDir"])
+        if spec.get("workingDir") or wd:
+            lines.append("cd '%s'" % (spec.get("workingDir") or wd[0]))
         if uid is not None:
             groups = [str(g) for g in ([gid] if gid is not None else []) +
                       ([fs_group] if fs_group is not None else []) + list(psc.get("supplementalGroups") or [])]
