@@ -39,6 +39,7 @@
 #include "exitcode.h"
 #include "jobspec.h"
 #include "json.h"
+#include "kueue.h"
 #include "timefmt.h"
 #include "render.h"
 #include "workerline.h"
@@ -65,6 +66,10 @@ typedef struct {
     const char *node;     /* spec.nodeName, or NULL */
     char lost_why[256];   /* why it was judged lost (vj_decide's lost-pod rule), or "" */
     int suspect;          /* lost by a `closed` report its kubelet has not confirmed */
+    int gated;            /* waits at Kueue's admission gate (kueue.h) */
+    int kueue_evicted;    /* Kueue evicted its group (preempted): a disruption */
+    const char *kueue_why;/* Kueue's reason and message for it, or NULL */
+    const char *kueue_msg;
     int evidence;         /* the pending restart's lost pod: kept until it is classified */
     int removed;          /* this plan deletes it */
 } pod_info;
@@ -267,6 +272,9 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
                 pi->node_lost = 1;
         }
     }
+    pi->gated = vj_kueue_gated(pod);
+    if (vj_kueue_evicted(pod, &pi->kueue_why, &pi->kueue_msg))
+        pi->disruption = pi->kueue_evicted = 1;
     const cJSON *term = worker_terminated(pod);
     pi->exit_code = worker_exit_code(term);
     pi->term_msg = json_str(term, "message");
@@ -571,6 +579,8 @@ typedef struct {
     int holding;                      /* failures that only lost a peer, waiting for its fate */
     pod_info *suspect;                /* lost by an unconfirmed `closed` report, or NULL */
     int gone;                         /* pods missing while the job ran: lost (disruptions) */
+    int gated;                        /* pods waiting at Kueue's admission gate */
+    int kueue_evicted;                /* pods whose group Kueue evicted */
     pod_info *permanent, *first_bad;  /* the first permanent exit; the first failure to report */
 } generation;
 
@@ -722,6 +732,7 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
                 g->permanent = pi;
         } else if (pi->disruption || pi->deleting || pi->phase == PP_UNKNOWN) {
             g->disrupted++;
+            g->kueue_evicted += pi->kueue_evicted;
             if (pi->suspect)
                 g->suspect = pi;
             if (g->first_bad == NULL || !g->first_bad->disruption)
@@ -732,6 +743,8 @@ static int tally(ctx *c, const desired_status *ds, pod_info *pods, size_t n, gen
                 g->first_bad = pi;
         } else if (pi->phase == PP_RUNNING) {
             g->running++;
+        } else if (pi->gated) {
+            g->gated++;
         }
     }
     hold_for_lost_peer(c, g);
@@ -960,6 +973,10 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
                  worker_says(says, sizeof says, bad));
     else if (bad->lost_why[0])
         snprintf(msg, sizeof msg, "pod %s was lost: %s", bad->name, bad->lost_why);
+    else if (bad->kueue_evicted)
+        snprintf(msg, sizeof msg, "pod %s was evicted by Kueue (%s): %s", bad->name,
+                 bad->kueue_why ? bad->kueue_why : "no reason given",
+                 bad->kueue_msg ? bad->kueue_msg : "");
     else
         snprintf(msg, sizeof msg, "pod %s was disrupted (evicted, preempted, deleted or its "
                  "node lost)", bad->name);
@@ -980,6 +997,8 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
     ds->gen++;
     if (disruption)
         ds->disruptions++;
+    if (g->kueue_evicted)
+        ds->start = -1; /* as after a suspend: deadlines count from the next admission */
     if (pending)
         snprintf(m2, sizeof m2, "%s; gang restart as generation %d at once (classified when "
                  "known, within %d s: a disruption if its node is lost, a retryable failure "
@@ -1006,6 +1025,38 @@ static void restart_or_fail(ctx *c, desired_status *ds, pod_info *pods, size_t n
     ds->set_replicas = 1;
 }
 
+/* Under Kueue (kueue.h): while pods of the generation wait at Kueue's
+ * admission gate, the job is Queued (phase and condition, one event), and
+ * no clock of the job runs (startTime stays unset, so activeDeadlineSeconds
+ * counts from the admission). Once none waits, the condition turns False.
+ * Returns 1 while queued. */
+static int watch_queue(ctx *c, desired_status *ds, const generation *g, const char *cur_phase)
+{
+    const vj_jobspec *js = c->js;
+    char msg[512];
+    static const char *const running_types[] = {"Running", NULL};
+    if (js->kueue_queue == NULL)
+        return 0;
+    if (g->gated == 0) {
+        snprintf(msg, sizeof msg, "Kueue admitted generation %d (its pods passed the %s gate)",
+                 ds->gen, VJ_KUEUE_GATE);
+        if (cond_true(ds->conds, "Queued")) {
+            set_cond(c, ds->conds, "Queued", "False", "Admitted", msg, 1);
+            event(c, "Normal", "Admitted", msg);
+        }
+        return 0;
+    }
+    snprintf(msg, sizeof msg, "%d of %d pods of generation %d wait at Kueue's %s gate for "
+             "LocalQueue %s/%s to admit them; no deadline of the job runs meanwhile", g->gated,
+             js->replicas, ds->gen, VJ_KUEUE_GATE, js->ns, js->kueue_queue);
+    ds->phase = "Queued";
+    if (!str_eq(cur_phase, "Queued"))
+        event(c, "Normal", "Queued", msg);
+    set_cond(c, ds->conds, "Queued", "True", "WaitingForKueue", msg, 0);
+    clear_conds(c, ds->conds, "ViTJobQueued", msg, running_types);
+    return 1;
+}
+
 /* Steady state: every rank has its pod; Running once all run. */
 static void keep_running(ctx *c, desired_status *ds, const generation *g, const char *cur_phase,
                          int restarting)
@@ -1020,7 +1071,15 @@ static void keep_running(ctx *c, desired_status *ds, const generation *g, const 
             active++;
         }
     }
-    if (ds->start < 0)
+    if (watch_queue(c, ds, g, cur_phase)) {
+        ds->active = active;
+        ds->succeeded = g->succeeded;
+        ds->failed = 0;
+        ds->set_replicas = 1;
+        return;
+    }
+    /* under Kueue the clock starts at the admission: every pod there, none gated */
+    if (ds->start < 0 && (c->js->kueue_queue == NULL || (g->gated == 0 && g->missing == 0)))
         ds->start = c->now;
     if (g->running == R) {
         ds->phase = "Running";
@@ -1152,6 +1211,8 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
     if (ds->start >= 0) {
         timefmt_rfc3339(ts, ds->start, 0, 0);
         diff_field(c, st, cur, "startTime", cJSON_CreateString(ts));
+    } else if (json_get(cur, "startTime") && !cJSON_AddNullToObject(st, "startTime")) {
+        c->ok = 0; /* unset again (Kueue evicted the job): the merge patch's null removes it */
     }
     if (ds->completion >= 0) {
         timefmt_rfc3339(ts, ds->completion, 0, 0);

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "json.h"
+#include "kueue.h"
 #include "kvalid.h"
 #include "template.h"
 
@@ -75,6 +76,9 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
     s.queue = json_str(sp, "queue");
     s.priority_class = json_str(sp, "priorityClass");
     s.schedule_timeout = json_int(sp, "scheduleTimeoutSeconds", -1);
+    const cJSON *labels = json_get(meta, "labels");
+    s.kueue_queue = json_str(labels, VJ_KUEUE_QUEUE_LABEL);
+    s.kueue_priority = json_str(labels, VJ_KUEUE_PRIORITY_LABEL);
     s.suspend = cJSON_IsTrue(json_get(spec, "suspend"));
     const cJSON *t = json_get(spec, "template");
     s.tmpl = cJSON_IsObject(t) ? t : NULL;
@@ -117,7 +121,32 @@ static int validate_scheduling(const vj_jobspec *js, char *err, size_t errlen)
         snprintf(err, errlen, SP "priorityClass=\"%s\": %s", js->priority_class, why);
         return -1;
     }
+#define KL "metadata.labels[" VJ_KUEUE_QUEUE_LABEL "]"
+    if (js->kueue_priority && js->kueue_queue == NULL) {
+        snprintf(err, errlen, "metadata.labels[" VJ_KUEUE_PRIORITY_LABEL "]=\"%s\": only means "
+                 "something with " KL " (the Kueue LocalQueue the pods wait in)", js->kueue_priority);
+        return -1;
+    }
+    if (js->kueue_queue == NULL)
+        return 0;
+    if (!kv_is_dns1123_subdomain(js->kueue_queue, why, sizeof why)) {
+        snprintf(err, errlen, KL "=\"%s\": %s", js->kueue_queue, why);
+        return -1;
+    }
+    if (js->kueue_priority && !kv_is_dns1123_subdomain(js->kueue_priority, why, sizeof why)) {
+        snprintf(err, errlen, "metadata.labels[" VJ_KUEUE_PRIORITY_LABEL "]=\"%s\": %s",
+                 js->kueue_priority, why);
+        return -1;
+    }
+    if (js->gang != VJ_GANG_NONE) {
+        snprintf(err, errlen, KL "=\"%s\" with " SP "gang=\"%s\": Kueue admits the pods as one "
+                 "group itself (gang none); a second gang scheduler would wait for pods that Kueue "
+                 "holds at its gate until they are admitted, so neither ever starts them: remove one",
+                 js->kueue_queue, js->gang_name);
+        return -1;
+    }
     return 0;
+#undef KL
 #undef SP
 }
 

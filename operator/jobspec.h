@@ -78,6 +78,9 @@ typedef struct {
     const char *queue;              /* .queue; NULL if unset */
     const char *priority_class;     /* .priorityClass; NULL if unset */
     long long schedule_timeout;     /* .scheduleTimeoutSeconds; -1 = unset */
+    const char *kueue_queue;        /* metadata.labels[kueue.x-k8s.io/queue-name]; NULL = not
+                                       under Kueue (operator/kueue.h) */
+    const char *kueue_priority;     /* metadata.labels[kueue.x-k8s.io/priority-class]; NULL */
     int suspend;                    /* spec.suspend */
     const cJSON *spec;              /* the spec object (NULL if absent) */
     const cJSON *tmpl;              /* spec.template (NULL if absent) */

@@ -7,6 +7,7 @@
 
 #include "jobspec.h"
 #include "json.h"
+#include "kueue.h"
 #include "termmsg.h"
 
 #include <stdio.h>
@@ -394,6 +395,10 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     else if (js.gang == VJ_GANG_VOLCANO)
         add_str(&b, add_obj(&b, cJSON_GetObjectItemCaseSensitive(o, "metadata"), "annotations"),
                 VJ_PG_VOLCANO_ANNOTATION, js.name);
+    /* under Kueue: each generation is a pod group of its own (kueue.h) */
+    if (js.kueue_queue && o &&
+        vj_kueue_label_pod(o, js.name, js.kueue_queue, js.kueue_priority, restart, js.replicas) != 0)
+        b.ok = 0;
 
     cJSON *spec = add_obj(&b, o, "spec");
     add_str(&b, spec, "hostname", host);

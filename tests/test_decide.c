@@ -4,6 +4,7 @@
 #include "decide.h"
 #include "exitcode.h"
 #include "jobspec.h"
+#include "kueue.h"
 #include "timefmt.h"
 
 #include <criterion/criterion.h>
@@ -194,6 +195,11 @@ static void apply(world *w, const vj_plan *p, long long now)
             cr_assert_str_eq(kind, "Pod");
             cJSON *pod = cJSON_Duplicate(obj, 1);
             cJSON_AddItemToObject(pod, "status", cJSON_Parse("{\"phase\":\"Pending\"}"));
+            /* Kueue's webhook gates the pods of a queue at creation */
+            if (cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "labels"),
+                                    VJ_KUEUE_QUEUE_LABEL))
+                cJSON_AddItemToObject(cJSON_GetObjectItem(pod, "spec"), "schedulingGates",
+                                      cJSON_Parse("[{\"name\":\"" VJ_KUEUE_GATE "\"}]"));
             cr_assert_null(find_pod(w, cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "name")->valuestring),
                            "creating a pod that exists");
             cJSON_AddItemToArray(w->pods, pod);
@@ -1886,5 +1892,153 @@ Test(decide, with_no_change_that_fits_the_message_says_so)
     const char *msg = cond_field(&w, "WillNotFit", "message");
     cr_assert(strstr(msg, "no change the planner tries fits"), "%s", msg);
     cr_assert(strstr(msg, "needs 2Ti of GPU memory"), "%s", msg);
+    world_free(&w);
+}
+
+/* ------------------------------------------------------ Kueue (issue 45) */
+
+/* The job labelled for Kueue's LocalQueue "team-a" (and priority "high"). */
+static world kueue_job(const char *spec_extra)
+{
+    world w = mk(spec_extra, NULL);
+    cJSON *labels = cJSON_AddObjectToObject(cJSON_GetObjectItem(w.job, "metadata"), "labels");
+    cJSON_AddStringToObject(labels, VJ_KUEUE_QUEUE_LABEL, "team-a");
+    cJSON_AddStringToObject(labels, VJ_KUEUE_PRIORITY_LABEL, "high");
+    return w;
+}
+
+/* A reconcile that creates pods under Kueue: its webhook gates them as they
+ * are created (apply), which the next reconcile sees; no idempotency check. */
+static vj_plan *create_step(world *w, long long now)
+{
+    vj_plan *p = decide_at(w, now);
+    apply(w, p, now);
+    return p;
+}
+
+/* What Kueue does on admission: the gate goes. */
+static void ungate_all(world *w)
+{
+    cJSON *p;
+    cJSON_ArrayForEach(p, w->pods)
+        cJSON_DeleteItemFromObject(cJSON_GetObjectItem(p, "spec"), "schedulingGates");
+}
+
+static const char *pod_meta(world *w, const char *pod, const char *kind, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(find_pod(w, pod),
+                                         "metadata"), kind), key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+Test(decide, a_job_under_kueue_makes_each_generation_one_unretriable_pod_group_in_its_queue)
+{
+    world w = kueue_job(NULL);
+    vj_plan_free(create_step(&w, NOW));
+    for (int r = 0; r < 2; r++) {
+        char pod[32];
+        snprintf(pod, sizeof pod, "j-worker-%d-r0", r);
+        cr_assert_str_eq(pod_meta(&w, pod, "labels", VJ_KUEUE_QUEUE_LABEL), "team-a");
+        cr_assert_str_eq(pod_meta(&w, pod, "labels", VJ_KUEUE_PRIORITY_LABEL), "high");
+        cr_assert_str_eq(pod_meta(&w, pod, "labels", VJ_KUEUE_GROUP_LABEL), "j-r0");
+        cr_assert_str_eq(pod_meta(&w, pod, "annotations", VJ_KUEUE_COUNT_ANNOTATION), "2");
+        cr_assert_str_eq(pod_meta(&w, pod, "annotations", VJ_KUEUE_RETRIABLE_ANNOTATION), "false",
+                         "a restart makes a new group, never replacements in this one");
+    }
+    world_free(&w);
+    w = mk(NULL, NULL);
+    vj_plan_free(step(&w, NOW));
+    cr_assert_str_eq(pod_meta(&w, "j-worker-0-r0", "labels", VJ_KUEUE_GROUP_LABEL), "",
+                     "without the queue label nothing of Kueue's");
+    cr_assert_str_eq(pod_meta(&w, "j-worker-0-r0", "annotations", VJ_KUEUE_COUNT_ANNOTATION), "");
+    world_free(&w);
+}
+
+Test(decide, gated_pods_keep_the_job_queued_with_no_clock_running_until_kueue_admits_them)
+{
+    world w = kueue_job("\"runPolicy\":{\"activeDeadlineSeconds\":100}");
+    vj_plan_free(create_step(&w, NOW)); /* created, and gated by Kueue's webhook (apply) */
+    vj_plan *p = step(&w, NOW + 1);
+    cr_assert_str_eq(phase_of(&w), "Queued");
+    cr_assert_str_eq(cond_field(&w, "Queued", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "Queued", "reason"), "WaitingForKueue");
+    const char *m = cond_field(&w, "Queued", "message");
+    cr_assert(strstr(m, "2 of 2 pods") && strstr(m, VJ_KUEUE_GATE) && strstr(m, "ns/team-a"), "%s", m);
+    cr_assert(has_event(p, "Queued"));
+    cr_assert_null(st_get(&w, "startTime"), "no clock runs while queued");
+    vj_plan_free(p);
+    p = step(&w, NOW + 1000);
+    cr_assert_str_eq(phase_of(&w), "Queued", "activeDeadlineSeconds does not count the wait");
+    cr_assert_eq(p->n_deletes, 0, "gated pods are neither restarted nor recreated");
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
+    ungate_all(&w);
+    p = step(&w, NOW + 1001);
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    cr_assert_str_eq(cond_field(&w, "Queued", "status"), "False");
+    cr_assert_str_eq(cond_field(&w, "Queued", "reason"), "Admitted");
+    cr_assert(has_event(p, "Admitted"));
+    long long t;
+    cr_assert_eq(timefmt_parse(cJSON_GetStringValue(st_get(&w, "startTime")), &t), 0);
+    cr_assert_eq(t, NOW + 1001, "the deadline counts from the admission");
+    vj_plan_free(p);
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 1002));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    world_free(&w);
+}
+
+/* What Kueue does to an evicted group's pods: its condition, then a delete. */
+static void kueue_evict(world *w, const char *name, long long at)
+{
+    char ts[TIMEFMT_LEN];
+    timefmt_rfc3339(ts, at + 30, 0, 0);
+    cJSON *pod = find_pod(w, name);
+    cJSON_AddStringToObject(cJSON_GetObjectItem(pod, "metadata"), "deletionTimestamp", ts);
+    cJSON_AddItemToObject(cJSON_GetObjectItem(pod, "status"), "conditions", cJSON_Parse(
+        "[{\"type\":\"TerminationTarget\",\"status\":\"True\",\"reason\":\"WorkloadEvictedDueToPreempted\","
+        "\"message\":\"Preempted to accommodate a workload (UID: u-9) due to prioritization in the "
+        "ClusterQueue\"}]"));
+}
+
+Test(decide, kueue_preemption_is_a_disruption_and_the_next_generation_queues_again_as_a_new_group)
+{
+    world w = kueue_job("\"runPolicy\":{\"backoffLimit\":0}");
+    vj_plan_free(create_step(&w, NOW));
+    ungate_all(&w);
+    set_all_phase(&w, "Running");
+    vj_plan_free(step(&w, NOW + 10));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_not_null(st_get(&w, "startTime"));
+    kueue_evict(&w, "j-worker-0-r0", NOW + 20);
+    kueue_evict(&w, "j-worker-1-r0", NOW + 20);
+    vj_plan *p = create_step(&w, NOW + 21);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(disruptions(&w), 1, "preemption spends no backoffLimit");
+    cr_assert_str_neq(phase_of(&w), "Failed");
+    const char *m = cond_field(&w, "Restarting", "message");
+    cr_assert(strstr(m, "evicted by Kueue (WorkloadEvictedDueToPreempted): Preempted to accommodate"),
+              "%s", m);
+    cr_assert_null(st_get(&w, "startTime"), "the deadline counts again from the next admission");
+    cr_assert_str_eq(pod_meta(&w, "j-worker-0-r1", "labels", VJ_KUEUE_GROUP_LABEL), "j-r1");
+    cr_assert(!deletes(p, "j-worker-0-r0", 1), "no force: Kueue's finalizer and the grace period "
+              "(the ranks checkpoint on SIGTERM) stand");
+    vj_plan_free(p);
+    vj_plan_free(step(&w, NOW + 22));
+    cr_assert_str_eq(phase_of(&w), "Queued");
+    world_free(&w);
+}
+
+Test(decide, a_queue_label_with_a_gang_scheduler_is_refused_saying_why)
+{
+    world w = kueue_job("\"runPolicy\":{\"schedulingPolicy\":{\"gang\":\"volcano\"}}");
+    vj_plan *p = step(&w, NOW);
+    cr_assert_str_eq(phase_of(&w), "Failed");
+    cr_assert_str_eq(cond_field(&w, "Failed", "reason"), "InvalidSpec");
+    const char *m = cond_field(&w, "Failed", "message");
+    cr_assert(strstr(m, "kueue.x-k8s.io/queue-name") && strstr(m, "gang=\"volcano\"") &&
+              strstr(m, "Kueue admits the pods as one group itself"), "%s", m);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    vj_plan_free(p);
     world_free(&w);
 }
