@@ -127,6 +127,11 @@ class KueueTest(unittest.TestCase):
             p["status"]["phase"] = phase
             self.ok(self.api.put(PODS + "/%s/status" % n, p))
 
+    def kubelet_confirms_deletion(self, name):
+        """The kubelet's last word on a deleted pod: DELETE with grace 0."""
+        self.ok(self.api.delete(PODS + "/" + name, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                    "gracePeriodSeconds": 0}))
+
     def refused(self, body, message):
         r = self.api.post(PODS, body)
         self.assertEqual(r.status, 403, r)
@@ -233,7 +238,7 @@ class KueueTest(unittest.TestCase):
         self.assertFalse(any(self.gated(n) for n in b))
         self.assertEqual(cond(self.wl("b"), "Admitted")["status"], "True")
 
-    def test_pending_groups_are_admitted_in_priority_order_then_fifo(self):
+    def test_pending_groups_are_admitted_highest_priority_first(self):
         self.install(preemption="Never")    # else "newer" would preempt "first"
         self.group("first", 2)
         self.kpass()                # admitted: the queue was empty
@@ -298,6 +303,8 @@ class KueueTest(unittest.TestCase):
         self.assertEqual((c["status"], c["reason"], c["message"]), ("True", "Succeeded", "Pods succeeded: 0/2."))
         for n in low:
             self.assertNotIn(FIN, self.pod(n)["metadata"].get("finalizers") or [])
+            self.kubelet_confirms_deletion(n)
+            self.assertEqual(self.api.get(PODS + "/" + n).status, 404, n)
         self.assertFalse(any(self.gated(n) for n in high))
         c = cond(self.wl("high"), "Admitted")
         self.assertEqual((c["status"], c["reason"]), ("True", "Admitted"))
@@ -326,8 +333,14 @@ class KueueTest(unittest.TestCase):
         self.run_pods(low, "Failed")
         self.kpass()
         for n in low:
-            self.assertIn(FIN, self.pod(n)["metadata"]["finalizers"])
-        self.assertEqual(cond(self.wl("low"), "WaitingForReplacementPods")["status"], "True")
+            self.kubelet_confirms_deletion(n)
+            p = self.pod(n)
+            self.assertEqual((p["metadata"]["finalizers"], p["metadata"]["deletionGracePeriodSeconds"]), ([FIN], 0))
+        c = cond(self.wl("low"), "WaitingForReplacementPods")
+        self.assertEqual((c["status"], c["reason"]), ("True", "Preempted"))
+        # whoever takes the finalizer off (Kueue, once replacements come) ends the pod
+        self.ok(self.api.patch(PODS + "/low-0", {"metadata": {"finalizers": None}}))
+        self.assertEqual(self.api.get(PODS + "/low-0").status, 404)
 
     def test_without_lower_priority_preemption_the_higher_group_waits(self):
         self.install(preemption="Never")

@@ -564,8 +564,16 @@ class Api:
                     out = self.store.remove(rtype.key, meta.get("namespace", ""), name)
                     self.gc_wake.set()
                     return self.present(rtype, version, out)
-                if finalizers != (meta.get("finalizers") or []):
+                changed = finalizers != (meta.get("finalizers") or [])
+                if finalizers:
                     meta["finalizers"] = finalizers
+                # a shorter grace period shortens the running one (BeforeDelete), e.g. the
+                # kubelet's final grace-0 DELETE of a pod that a finalizer still holds
+                if rtype.resource == "pods" and grace < (meta.get("deletionGracePeriodSeconds") or 0):
+                    meta["deletionTimestamp"] = now(grace)
+                    meta["deletionGracePeriodSeconds"] = grace
+                    changed = True
+                if changed:
                     obj = self.store.put(rtype.key, obj, dry_run=dry)
                 return self.present(rtype, version, obj)
             if finalizers or grace > 0 or rtype.resource == "namespaces":
