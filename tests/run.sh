@@ -216,6 +216,7 @@ waiting_lane() {
   unittest_suite cluster/test_operator tests/cluster/test_operator.py BUILD="$BUILD"
   unittest_suite cluster/test_admission tests/cluster/test_admission.py BUILD="$BUILD"
   unittest_suite cluster/test_controllers tests/cluster/test_controllers.py
+  unittest_suite cluster/test_kueue tests/cluster/test_kueue.py
   unittest_suite cluster/test_kubelet tests/cluster/test_kubelet.py
   unittest_suite cluster/test_e2e tests/cluster/test_e2e.py BUILD="$BUILD"
   unittest_suite cluster/test_recovery tests/cluster/test_recovery.py BUILD="$BUILD"

@@ -4,7 +4,10 @@
 # order, to the node lifecycle controller (every node-monitor-period; the
 # nodes it changed go on to the others), the pod GC (every pod-gc-period),
 # the taint manager, the scheduler, the deployment and the replicaset
-# controllers. A pass that fails (the API server unreachable, a list
+# controllers; then, while Kueue's CRDs are served (looked for again every
+# kueue_probe_period while they are not), the Kueue stand-in with the
+# Workloads, ClusterQueues, LocalQueues, WorkloadPriorityClasses and
+# ResourceFlavors, listed once. A pass that fails (the API server unreachable, a list
 # refused) is logged once until one succeeds again.
 # Must not: write objects (each controller writes its own).
 
@@ -14,6 +17,7 @@ from tests.cluster.kubeapi.errors import ApiError
 
 from .base import UNANSWERED, describe
 from .deployment import DeploymentController
+from .kueue import KUEUE, Kueue
 from .log import log
 from .nodelifecycle import NodeLifecycle
 from .objects import APPS, CORE
@@ -39,6 +43,9 @@ class Manager:
         self.scheduler = Scheduler(client)
         self.deployments = DeploymentController(client)
         self.replicasets = ReplicaSetController(client)
+        self.kueue = Kueue(client)
+        self.kueue_probe_period = 2.0
+        self.last_kueue_probe = None
 
     def run_once(self):
         nodes = self.c.list(CORE + "/nodes")
@@ -62,6 +69,23 @@ class Manager:
         self.scheduler.sync(nodes, pods)
         self.deployments.sync(deploys, rss)
         self.replicasets.sync(rss, pods)
+        self.kueue_pass(pods)
+
+    def kueue_pass(self, pods):
+        """The Kueue stand-in's pass, when its CRDs are served."""
+        now_m = time.monotonic()
+        if self.last_kueue_probe is not None and now_m - self.last_kueue_probe < self.kueue_probe_period:
+            return
+        try:
+            cqs = self.c.list(KUEUE + "/clusterqueues")
+        except ApiError as e:
+            if e.code != 404:
+                raise
+            self.last_kueue_probe = now_m
+            return
+        self.last_kueue_probe = None
+        self.kueue.sync(pods, self.c.list(KUEUE + "/workloads"), cqs, self.c.list(KUEUE + "/localqueues"),
+                        self.c.list(KUEUE + "/workloadpriorityclasses"), self.c.list(KUEUE + "/resourceflavors"))
 
     def run(self, stop, poll_interval):
         """Passes every poll_interval seconds until the threading.Event stop is set."""

@@ -1,6 +1,8 @@
 # controllers/scheduler.py: the kube-scheduler stand-in. It takes pods with
 # no spec.nodeName, schedulerName default-scheduler (or unset), not being
-# deleted. Filters, in the real plugin order, each node reporting its first
+# deleted, without scheduling gates (the SchedulingGates PreEnqueue plugin of
+# 1.27+: a gated pod is not tried, and keeps the PodScheduled False
+# SchedulingGated condition the API server gave it). Filters, in the real plugin order, each node reporting its first
 # failure: NodeUnschedulable, TaintToleration (NoSchedule/NoExecute taints),
 # Ready condition True ("node(s) were not ready", a check 1.26 leaves to the
 # not-ready/unreachable taints), NodeAffinity (nodeSelector and required
@@ -115,7 +117,7 @@ class Scheduler(Controller):
 
     def sync(self, nodes, pods):
         pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName") and not deleting(p)
-                   and not terminal(p)
+                   and not terminal(p) and not (p.get("spec") or {}).get("schedulingGates")
                    and (p["spec"].get("schedulerName") or "default-scheduler") == "default-scheduler"]
         if not pending:
             return

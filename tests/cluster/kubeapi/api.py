@@ -6,7 +6,8 @@
 # pod spec immutability on update, pods/binding (the only way to set
 # spec.nodeName after create), the admission a real server runs
 # (ServiceAccount, DefaultTolerationSeconds, Pod Security: kubeapi/
-# admission.py) and RBAC's escalation checks on roles and bindings, the
+# admission.py; Kueue's pod webhooks while its CRDs are installed:
+# kubeapi/kueue_webhook.py) and RBAC's escalation checks on roles and bindings, the
 # controllers a pod needs (a namespace's default ServiceAccount and
 # kube-root-ca.crt), deletion (deletionTimestamp, finalizers, grace periods)
 # and the garbage collector (ownerReferences, foreground/background/orphan,
@@ -20,7 +21,7 @@ import random
 import threading
 import uuid
 
-from . import admission, apply, crdcheck, errors, managed, patch, rbac, schema, selectors, validation
+from . import admission, apply, crdcheck, errors, kueue_webhook, managed, patch, rbac, schema, selectors, validation
 from .resources import Registry
 SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
                "deletionGracePeriodSeconds", "generation", "selfLink", "managedFields")
@@ -183,6 +184,11 @@ class Api:
                              or ":" not in c.get("image", "") else "IfNotPresent")
             if creating:
                 obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+                if spec.get("schedulingGates"):     # PrepareForCreate (1.27+: PodSchedulingReadiness)
+                    obj["status"]["conditions"] = [{
+                        "type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                        "lastTransitionTime": now(), "reason": "SchedulingGated",
+                        "message": "Scheduling is blocked due to non-empty scheduling gates"}]
         elif rtype.resource == "services" and isinstance(spec, dict):
             spec.setdefault("type", "ClusterIP")
             if creating and not spec.get("clusterIP"):
@@ -278,6 +284,7 @@ class Api:
             self._check_namespace(rtype, ns, meta.get("name", ""), creating=True)
             admission.service_account(self.store, obj, ns)
             admission.default_toleration_seconds(obj)
+            kueue_webhook.mutate(self.store, obj, ns)
         self._validate_meta(rtype, obj)
         if rtype.status and rtype.crd:
             obj.pop("status", None)
@@ -287,6 +294,7 @@ class Api:
         self._builtin_defaults(rtype, obj, creating=True)
         if rtype.resource == "pods":
             warnings += admission.pod_security(self.store, obj, ns)
+            kueue_webhook.validate_create(self.store, obj, ns)
         if rtype.key == CRD_KEY:
             self._crd_status(obj)
         meta["uid"] = str(uuid.uuid4())
@@ -424,6 +432,7 @@ class Api:
                 errs = validation.pod_update_errs(old, new)
                 if errs:
                     raise errors.invalid(rtype.kind, rtype.group, name, errs)
+                kueue_webhook.validate_update(self.store, old, new, old["metadata"].get("namespace", ""))
             if rtype.key == CRD_KEY:
                 self._crd_status(new)
                 new["status"]["conditions"] = old.get("status", {}).get("conditions", new["status"]["conditions"])
@@ -555,8 +564,16 @@ class Api:
                     out = self.store.remove(rtype.key, meta.get("namespace", ""), name)
                     self.gc_wake.set()
                     return self.present(rtype, version, out)
-                if finalizers != (meta.get("finalizers") or []):
+                changed = finalizers != (meta.get("finalizers") or [])
+                if finalizers:
                     meta["finalizers"] = finalizers
+                # a shorter grace period shortens the running one (BeforeDelete), e.g. the
+                # kubelet's final grace-0 DELETE of a pod that a finalizer still holds
+                if rtype.resource == "pods" and grace < (meta.get("deletionGracePeriodSeconds") or 0):
+                    meta["deletionTimestamp"] = now(grace)
+                    meta["deletionGracePeriodSeconds"] = grace
+                    changed = True
+                if changed:
                     obj = self.store.put(rtype.key, obj, dry_run=dry)
                 return self.present(rtype, version, obj)
             if finalizers or grace > 0 or rtype.resource == "namespaces":

@@ -7,8 +7,9 @@
 # tolerations, node selectors, node affinity (operators, value counts, keys
 # and weights of its required and preferred terms), service account names,
 # and RBAC objects; what a pod update may change in the spec (images,
-# activeDeadlineSeconds downwards, added tolerations: nodeName only through
-# pods/binding), and the pods/binding body.
+# activeDeadlineSeconds downwards, added tolerations, scheduling gates only
+# removed and, while gated, nodeSelector entries only added, as 1.27 allows:
+# nodeName only through pods/binding), and the pods/binding body.
 # Must not: change the object (defaulting lives in api.py).
 
 import re
@@ -471,7 +472,18 @@ def pod_update_errs(old, new):
             errs.append(("spec.tolerations", "FieldValueForbidden",
                          "Forbidden: existing toleration can not be modified except its tolerationSeconds"))
             break
+    errs += _gate_errs(os_, ns_)
     munged = dict(ns_)
+    if os_.get("schedulingGates"):
+        # a gated pod's nodeSelector may grow (1.27+, KEP-3838), as Kueue's ungating uses
+        old_sel, new_sel = os_.get("nodeSelector") or {}, ns_.get("nodeSelector") or {}
+        if any(new_sel.get(k) != v for k, v in old_sel.items()):
+            errs.append(("spec.nodeSelector", "FieldValueInvalid", "Invalid value: map[string]string{%s}: only "
+                         "additions to spec.nodeSelector are allowed (no mutations or deletions)"
+                         % ", ".join("%s:%s" % (q(k), q(v)) for k, v in sorted(new_sel.items()))))
+        munged.pop("nodeSelector", None)
+        if "nodeSelector" in os_:
+            munged["nodeSelector"] = os_["nodeSelector"]
     for f in ("containers", "initContainers"):
         if f in munged:
             munged[f] = [dict(c, image=o.get("image")) for c, o in zip(ns_[f], os_.get(f) or [])]
@@ -488,6 +500,14 @@ def pod_update_errs(old, new):
         errs.append(("spec", "FieldValueForbidden", "Forbidden: pod updates may not change fields other than %s\n%s"
                      % (",".join(UPDATABLE_POD_SPEC_FIELDS), diff)))
     return errs
+
+
+def _gate_errs(old_spec, new_spec):
+    """validateOnlyDeletedSchedulingGates: a pod's scheduling gates can only be removed."""
+    had = {g.get("name") for g in old_spec.get("schedulingGates") or []}
+    return [("spec.schedulingGates[%d].name" % i, "FieldValueForbidden",
+             "Forbidden: only deletion is allowed, but found new scheduling gate '%s'" % g.get("name"))
+            for i, g in enumerate(new_spec.get("schedulingGates") or []) if g.get("name") not in had]
 
 
 def binding_target_errs(binding):
