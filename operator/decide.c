@@ -77,7 +77,8 @@ typedef struct {
 
 typedef struct {
     vj_plan *plan;
-    const vj_jobspec *js;
+    const vj_jobspec *js;   /* replicas: the current generation's size (spec.elastic) */
+    const vj_jobspec *spec; /* the spec as written (spec.replicas) */
     const cJSON *job;
     const vj_children *have;
     const char *avoid[MAX_AVOID]; /* nodes of lost pods: the next generation keeps off */
@@ -85,7 +86,6 @@ typedef struct {
     const char *prefer_off; /* a suspect's node: the next generation prefers other nodes */
     int pending;          /* a restart awaits its classification: verdicts wait for it */
     long long now;
-    int spec_replicas;    /* spec.replicas; c->js->replicas is the current generation's size */
     int world;            /* the pods of the generation being created (spec.elastic) */
     int ok;               /* 0 after an allocation failure */
     char render_err[256]; /* the first child that could not be rendered, and why */
@@ -440,7 +440,7 @@ static void create_generation_pod(ctx *c, int rank, int gen)
 {
     char err[256];
     cJSON *pod = vj_render_pod(c->job, rank, gen, err, sizeof err);
-    if (pod && ((c->world != c->spec_replicas && vj_render_set_replicas(pod, c->world) != 0) ||
+    if (pod && ((c->world != c->spec->replicas && vj_render_set_replicas(pod, c->world) != 0) ||
                 (c->n_avoid > 0 && vj_render_avoid_nodes(pod, c->avoid, (size_t)c->n_avoid) != 0) ||
                 (c->prefer_off && vj_render_prefer_off_node(pod, c->prefer_off) != 0))) {
         cJSON_Delete(pod);
@@ -1069,7 +1069,7 @@ static int elastic_resize(ctx *c, desired_status *ds, const generation *g)
             eg.cond_reason = json_str(it, "reason");
     }
     vj_elastic_verdict v;
-    if (vj_elastic_decide(c->js, &ds->el, &eg, c->now, &v, err, sizeof err) != 0) {
+    if (vj_elastic_decide(c->spec, &ds->el, &eg, c->now, &v, err, sizeof err) != 0) {
         if (strstr(err, "out of memory"))
             c->ok = 0;
         return 0;
@@ -1445,8 +1445,8 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
     vj_elastic_read(&js, json_get(job, "status"), &ds.el);
     run.replicas = ds.el.size;
     run.world_size = ds.el.size * js.local_ranks;
-    ctx c = {.plan = plan, .js = &run, .job = job, .have = have, .now = now, .ok = 1,
-             .spec_replicas = js.replicas, .world = ds.el.size};
+    ctx c = {.plan = plan, .js = &run, .spec = &js, .job = job, .have = have, .now = now, .ok = 1,
+             .world = ds.el.size};
     pod_info *pods = NULL;
     size_t n = 0;
 
