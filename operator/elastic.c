@@ -30,14 +30,12 @@ void vj_elastic_read(const vj_jobspec *js, const cJSON *status, vj_elastic_state
         st->resized = -1;
 }
 
-/* The largest allowed pod count in [lo, hi] (ok[] indexed from minReplicas),
- * or 0. */
+/* The largest allowed pod count in [lo, hi] (ok[w - 1]: w pods are
+ * allowed by the batch rule), never below minReplicas, or 0. */
 static int largest_allowed(const vj_jobspec *js, const unsigned char *ok, int lo, int hi)
 {
-    if (lo < js->min_replicas)
-        lo = js->min_replicas;
-    for (int w = hi < js->replicas ? hi : js->replicas; w >= lo; w--)
-        if (ok[w - js->min_replicas])
+    for (int w = hi < js->replicas ? hi : js->replicas; w >= lo && w >= 1; w--)
+        if (w >= js->min_replicas && ok[w - 1])
             return w;
     return 0;
 }
@@ -48,7 +46,7 @@ static void allowed_list(const vj_jobspec *js, const unsigned char *ok, char *bu
     size_t w = 0;
     buf[0] = '\0';
     for (int s = js->min_replicas; s <= js->replicas && w < len; s++) {
-        if (!ok[s - js->min_replicas])
+        if (!ok[s - 1])
             continue;
         int k = snprintf(buf + w, len - w, "%s%d", w ? ", " : "", s);
         if (k < 0)
@@ -93,7 +91,7 @@ static void unschedulable(const vj_jobspec *js, const unsigned char *ok, const c
                                                                  : VJ_ELASTIC_MAX_BACKOFF_DOUBLINGS);
         return;
     }
-    int to = largest_allowed(js, ok, js->min_replicas, g->placed < st->size - 1 ? g->placed
+    int to = largest_allowed(js, ok, 1, g->placed < st->size - 1 ? g->placed
                                                                                 : st->size - 1);
     if (to == 0) {
         say(v, "True", "BelowMinReplicas");
@@ -119,17 +117,16 @@ int vj_elastic_decide(const vj_jobspec *js, const vj_elastic_state *st, const vj
 {
     memset(v, 0, sizeof *v);
     v->next = *st;
-    int n = js->replicas - js->min_replicas + 1;
+    int n = js->replicas;
     unsigned char *ok = malloc(n > 0 ? (size_t)n : 1);
     char sizes[256];
     if (ok == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (n < 1 || vj_jobspec_world_sizes(js, js->min_replicas, js->replicas, ok, err, errlen) != 0) {
+    if (n < 1 || vj_jobspec_world_sizes(js, 1, js->replicas, ok, err, errlen) != 0) {
         if (n < 1)
-            snprintf(err, errlen, "spec.elastic.minReplicas=%d exceeds spec.replicas=%d",
-                     js->min_replicas, js->replicas);
+            snprintf(err, errlen, "spec.replicas=%d: must be >= 1", js->replicas);
         free(ok);
         return -1;
     }
