@@ -36,6 +36,7 @@
 #include "decide.h"
 
 #include "config.h"
+#include "elastic.h"
 #include "exitcode.h"
 #include "jobspec.h"
 #include "json.h"
@@ -64,6 +65,9 @@ typedef struct {
     const char *term_msg; /* the worker container's termination message, or NULL */
     long long finished_ts;/* the worker container's finishedAt (now if unknown) */
     const char *node;     /* spec.nodeName, or NULL */
+    int placed;           /* bound to a node: nodeName set, or PodScheduled True */
+    int unschedulable;    /* PodScheduled False, reason Unschedulable (and not placed) */
+    long long unsched_ts; /* that condition's lastTransitionTime (now if unknown) */
     char lost_why[256];   /* why it was judged lost (vj_decide's lost-pod rule), or "" */
     int suspect;          /* lost by a `closed` report its kubelet has not confirmed */
     int gated;            /* waits at Kueue's admission gate (kueue.h) */
@@ -78,7 +82,8 @@ typedef struct {
 
 typedef struct {
     vj_plan *plan;
-    const vj_jobspec *js;
+    const vj_jobspec *js;   /* replicas: the current generation's size (spec.elastic) */
+    const vj_jobspec *spec; /* the spec as written (spec.replicas) */
     const cJSON *job;
     const vj_children *have;
     const char *avoid[MAX_AVOID]; /* nodes of lost pods: the next generation keeps off */
@@ -86,6 +91,7 @@ typedef struct {
     const char *prefer_off; /* a suspect's node: the next generation prefers other nodes */
     int pending;          /* a restart awaits its classification: verdicts wait for it */
     long long now;
+    int world;            /* the pods of the generation being created (spec.elastic) */
     int ok;               /* 0 after an allocation failure */
     char render_err[256]; /* the first child that could not be rendered, and why */
     size_t cap_del, cap_ev;
@@ -275,12 +281,25 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
     pi->gated = vj_kueue_gated(pod);
     if (vj_kueue_evicted(pod, &pi->kueue_why, &pi->kueue_msg))
         pi->disruption = pi->kueue_evicted = 1;
+    pi->node = json_str(json_get(pod, "spec"), "nodeName");
+    pi->placed = pi->node != NULL;
+    cJSON_ArrayForEach(cond, json_get(st, "conditions"))
+    {
+        if (!str_eq(json_str(cond, "type"), "PodScheduled"))
+            continue;
+        if (str_eq(json_str(cond, "status"), "True"))
+            pi->placed = 1;
+        else if (str_eq(json_str(cond, "reason"), "Unschedulable") && !pi->placed) {
+            pi->unschedulable = 1;
+            if (timefmt_parse(json_str(cond, "lastTransitionTime"), &pi->unsched_ts) != 0)
+                pi->unsched_ts = now;
+        }
+    }
     const cJSON *term = worker_terminated(pod);
     pi->exit_code = worker_exit_code(term);
     pi->term_msg = json_str(term, "message");
     if (pi->phase == PP_FAILED && says_peer_lost(pi->term_msg))
         pi->peer_lost = 1;
-    pi->node = json_str(json_get(pod, "spec"), "nodeName");
     const char *fin = json_str(term, "finishedAt");
     if (fin == NULL || timefmt_parse(fin, &pi->finished_ts) != 0)
         pi->finished_ts = now;
@@ -366,6 +385,7 @@ typedef struct {
     cJSON *last_restart;         /* status.lastRestart as it will be; owned, NULL = none */
     int active, succeeded, failed;
     int set_replicas;
+    vj_elastic_state el;         /* spec.elastic: the size and its state, as they will be */
 } desired_status;
 
 static void finish_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, int success,
@@ -428,7 +448,8 @@ static void create_generation_pod(ctx *c, int rank, int gen)
 {
     char err[256];
     cJSON *pod = vj_render_pod(c->job, rank, gen, err, sizeof err);
-    if (pod && ((c->n_avoid > 0 && vj_render_avoid_nodes(pod, c->avoid, (size_t)c->n_avoid) != 0) ||
+    if (pod && ((c->world != c->spec->replicas && vj_render_set_replicas(pod, c->world) != 0) ||
+                (c->n_avoid > 0 && vj_render_avoid_nodes(pod, c->avoid, (size_t)c->n_avoid) != 0) ||
                 (c->prefer_off && vj_render_prefer_off_node(pod, c->prefer_off) != 0))) {
         cJSON_Delete(pod);
         c->ok = 0;
@@ -1057,14 +1078,100 @@ static int watch_queue(ctx *c, desired_status *ds, const generation *g, const ch
     return 1;
 }
 
+/* 1 while a pod of an older generation has not finished. */
+static int older_alive(const desired_status *ds, const pod_info *pods, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pods[i].gen < ds->gen && !finished(&pods[i]))
+            return 1;
+    return 0;
+}
+
+/* spec.elastic (elastic.h): reads what the scheduler says of the generation,
+ * writes condition Elastic, and restarts the gang at another size as a
+ * disruption (a growth creates its pods once the old ones are gone:
+ * keep_running). Returns 1 when it restarted the gang, else 0. */
+static int elastic_resize(ctx *c, desired_status *ds, const generation *g)
+{
+    int R = c->js->replicas;
+    char names[256] = "", err[256], m2[1024];
+    vj_elastic_gen eg = {.gen = ds->gen, .unsched_since = -1, .unsched_names = names};
+    size_t w = 0;
+    for (int r = 0; r < R; r++) {
+        const pod_info *pi = g->slot[r];
+        if (pi == NULL)
+            continue;
+        eg.placed += pi->placed;
+        eg.running += pi->phase == PP_RUNNING;
+        if (!pi->unschedulable)
+            continue;
+        eg.unschedulable++;
+        if (eg.unsched_since < 0 || pi->unsched_ts < eg.unsched_since)
+            eg.unsched_since = pi->unsched_ts;
+        if (w < sizeof names) {
+            int k = snprintf(names + w, sizeof names - w, "%s%s", w ? ", " : "", pi->name);
+            w += k > 0 ? (size_t)k : 0;
+        }
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, ds->conds)
+    {
+        if (str_eq(json_str(it, "type"), "Elastic"))
+            eg.cond_reason = json_str(it, "reason");
+    }
+    vj_elastic_verdict v;
+    if (vj_elastic_decide(c->spec, &ds->el, &eg, c->now, &v, err, sizeof err) != 0) {
+        if (strstr(err, "out of memory"))
+            c->ok = 0;
+        return 0;
+    }
+    if (v.requeue_after > 0)
+        requeue(c, v.requeue_after);
+    int resize = v.next.size != ds->el.size;
+    if (v.set_cond) {
+        int changed = !str_eq(eg.cond_reason, v.reason);
+        set_cond(c, ds->conds, "Elastic", v.cond_status, v.reason, v.message, 0);
+        if (changed || resize)
+            event(c, str_eq(v.reason, "Grown") || str_eq(v.reason, "Growing") ||
+                     str_eq(v.reason, "Placed") ? "Normal" : "Warning", v.reason, v.message);
+    }
+    ds->el = v.next;
+    if (!resize)
+        return 0;
+    for (int r = 0; r < R; r++)
+        if (g->slot[r] && !kept(c, g->slot[r]))
+            remove_pod(c, g->slot[r]);
+    ds->gen++;
+    ds->disruptions++;
+    snprintf(m2, sizeof m2, "%s; gang restart as generation %d at %d pods (disruption, "
+             "backoffLimit not spent)", v.message, ds->gen, v.next.size);
+    static const char *const running_types[] = {"Running", NULL};
+    set_cond(c, ds->conds, "Restarting", "True", "Elastic", m2, 0);
+    last_restart_new(c, ds, ds->gen - 1, "Elastic", "Disruption", NULL, -1, m2);
+    clear_conds(c, ds->conds, "ViTJobRestarting", m2, running_types);
+    c->world = v.next.size;
+    if (!v.grow) /* a growth waits for the old pods to stop: keep_running */
+        for (int r = 0; r < v.next.size; r++)
+            create_generation_pod(c, r, ds->gen);
+    ds->phase = "Restarting";
+    ds->active = v.grow ? 0 : v.next.size;
+    ds->succeeded = ds->failed = 0;
+    ds->set_replicas = 1;
+    return 1;
+}
+
 /* Steady state: every rank has its pod; Running once all run. */
-static void keep_running(ctx *c, desired_status *ds, const generation *g, const char *cur_phase,
-                         int restarting)
+static void keep_running(ctx *c, desired_status *ds, const pod_info *pods, size_t n,
+                         const generation *g, const char *cur_phase, int restarting)
 {
     int R = c->js->replicas, active = 0;
     char msg[512];
+    /* a growth starts once the old generation has stopped (and checkpointed) */
+    int wait_old = c->js->elastic && ds->el.grow_from > 0 && older_alive(ds, pods, n);
     for (int r = 0; r < R; r++) {
         if (g->slot[r] == NULL) {
+            if (wait_old)
+                continue;
             create_generation_pod(c, r, ds->gen);
             active++;
         } else if (!finished(g->slot[r])) {
@@ -1134,8 +1241,8 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
         restart_or_fail(c, ds, pods, n, &g); /* a pod missing while Running was lost */
     } else if (g.holding) {
         hold(ds, &g, cur_phase); /* a worker lost its peer: wait for the peer's fate */
-    } else {
-        keep_running(c, ds, &g, cur_phase, restarting);
+    } else if (!c->js->elastic || !elastic_resize(c, ds, &g)) {
+        keep_running(c, ds, pods, n, &g, cur_phase, restarting);
     }
     free(g.slot);
 }
@@ -1165,6 +1272,28 @@ static void diff_field(ctx *c, cJSON *patch, const cJSON *cur, const char *key, 
     }
     if (cJSON_Compare(v, json_get(cur, key), 1) || !cJSON_AddItemToObject(patch, key, v))
         cJSON_Delete(v);
+}
+
+/* key := v (a new number), or null when v is 0 and cur has the key. */
+static void diff_or_null(ctx *c, cJSON *patch, const cJSON *cur, const char *key, int v)
+{
+    if (v > 0)
+        diff_field(c, patch, cur, key, cJSON_CreateNumber(v));
+    else if (json_get(cur, key))
+        diff_field(c, patch, cur, key, cJSON_CreateNull());
+}
+
+/* spec.elastic's status fields (elastic.h). */
+static void elastic_status(ctx *c, const desired_status *ds, cJSON *patch, const cJSON *cur)
+{
+    char ts[TIMEFMT_LEN];
+    diff_field(c, patch, cur, "worldSize", cJSON_CreateNumber(ds->el.size));
+    if (ds->el.resized >= 0) {
+        timefmt_rfc3339(ts, ds->el.resized, 0, 0);
+        diff_field(c, patch, cur, "elasticResizeTime", cJSON_CreateString(ts));
+    }
+    diff_or_null(c, patch, cur, "elasticGrowFrom", ds->el.grow_from);
+    diff_or_null(c, patch, cur, "elasticGrowFailures", ds->el.failures);
 }
 
 static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
@@ -1218,6 +1347,8 @@ static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
         timefmt_rfc3339(ts, ds->completion, 0, 0);
         diff_field(c, st, cur, "completionTime", cJSON_CreateString(ts));
     }
+    if (c->js->elastic)
+        elastic_status(c, ds, st, cur);
     diff_field(c, st, cur, "observedGeneration", cJSON_CreateNumber((double)c->js->generation));
     const vj_admission *a = c->have->plan;
     if (a) {
@@ -1367,9 +1498,16 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    ctx c = {.plan = plan, .js = &js, .job = job, .have = have, .now = now, .ok = 1};
+    /* spec.elastic: the current generation's pods may be fewer than
+     * spec.replicas (elastic.h); validation reads the spec as written */
+    vj_jobspec run = js;
     desired_status ds;
     memset(&ds, 0, sizeof ds);
+    vj_elastic_read(&js, json_get(job, "status"), &ds.el);
+    run.replicas = ds.el.size;
+    run.world_size = ds.el.size * js.local_ranks;
+    ctx c = {.plan = plan, .js = &run, .spec = &js, .job = job, .have = have, .now = now, .ok = 1,
+             .world = ds.el.size};
     pod_info *pods = NULL;
     size_t n = 0;
 

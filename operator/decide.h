@@ -4,8 +4,9 @@
  * exit codes, retryable failures against backoffLimit, disruptions that do
  * not spend it, stale generations, success and cleanPodPolicy, suspend and
  * resume, activeDeadlineSeconds, ttlSecondsAfterFinished, gang scheduling's
- * PodGroup and its conditions, ProgressStalled) and the status the
- * operator writes.
+ * PodGroup and its conditions, ProgressStalled, and applying spec.elastic's
+ * verdicts (operator/elastic.h) as gang restarts at another size) and the
+ * status the operator writes.
  * Must not: do I/O, read the clock (`now` is an input), or touch
  * status.progress (rank 0 of the worker owns it).
  *

@@ -72,7 +72,12 @@ int vj_jobspec_parse(const cJSON *job, vj_jobspec *js, char *err, size_t errlen)
              : strcmp(gang, "volcano") == 0              ? VJ_GANG_VOLCANO
              : strcmp(gang, "coscheduling") == 0         ? VJ_GANG_COSCHEDULING
                                                          : VJ_GANG_INVALID;
-    s.min_available = (int)json_int(sp, "minAvailable", s.replicas);
+    const cJSON *el = json_get(spec, "elastic");
+    s.elastic = cJSON_IsObject(el);
+    s.min_replicas = (int)json_int(el, "minReplicas", s.replicas);
+    s.pending_timeout = json_int(el, "pendingTimeoutSeconds", VJ_ELASTIC_PENDING_TIMEOUT_S);
+    s.grow_check = json_int(el, "growCheckSeconds", VJ_ELASTIC_GROW_CHECK_S);
+    s.min_available = (int)json_int(sp, "minAvailable", s.elastic ? s.min_replicas : s.replicas);
     s.queue = json_str(sp, "queue");
     s.priority_class = json_str(sp, "priorityClass");
     s.schedule_timeout = json_int(sp, "scheduleTimeoutSeconds", -1);
@@ -170,6 +175,103 @@ cJSON *vj_jobspec_worker_config(const vj_jobspec *js)
     return out;
 }
 
+/* cfg = the defaults and the worker's part of the spec, as the worker loads
+ * it (config_finish not yet applied). */
+static int load_worker_config(const vj_jobspec *js, vit_job_config *cfg, char *err, size_t errlen)
+{
+    cJSON *wc = vj_jobspec_worker_config(js);
+    char *text = wc ? cJSON_PrintUnformatted(wc) : NULL;
+    cJSON_Delete(wc);
+    if (text == NULL) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    config_defaults(cfg);
+    int rc = config_load_string(cfg, text, strlen(text), "spec", err, errlen) != 0 ? -1 : 0;
+    free(text);
+    return rc;
+}
+
+int vj_jobspec_world_sizes(const vj_jobspec *js, int lo, int hi, unsigned char *ok, char *err,
+                           size_t errlen)
+{
+    vit_job_config *base = malloc(sizeof *base), *cfg = malloc(sizeof *cfg);
+    int rc = -1;
+    char why[256];
+    if (base == NULL || cfg == NULL) {
+        set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    if (load_worker_config(js, base, err, errlen) != 0)
+        goto out;
+    for (int w = lo; w <= hi; w++) {
+        *cfg = *base;
+        cfg->world_size = w * js->local_ranks;
+        ok[w - lo] = w >= 1 && config_finish(cfg, why, sizeof why) == 0;
+    }
+    rc = 0;
+out:
+    free(base);
+    free(cfg);
+    return rc;
+}
+
+/* spec.elastic (operator/elastic.h): the bounds, the times, a batch that
+ * stays the same at every size, a size to shrink to, and a gang scheduler
+ * that lets pods be placed one by one. */
+static int validate_elastic(const vj_jobspec *js, char *err, size_t errlen)
+{
+#define EL "spec.elastic."
+    if (js->pending_timeout < 1) {
+        snprintf(err, errlen, EL "pendingTimeoutSeconds=%lld: must be >= 1", js->pending_timeout);
+        return -1;
+    }
+    if (js->grow_check < 1) {
+        snprintf(err, errlen, EL "growCheckSeconds=%lld: must be >= 1", js->grow_check);
+        return -1;
+    }
+    if (json_get(json_get(js->spec, "training"), "globalBatchSize") == NULL) {
+        set_err(err, errlen, "spec.elastic needs spec.training.globalBatchSize: its default "
+                "follows the world size (128 rounded up to a multiple of microBatchSize x world "
+                "size), so the batch would change at every resize");
+        return -1;
+    }
+    if (js->gang != VJ_GANG_NONE && js->min_available > js->min_replicas) {
+        snprintf(err, errlen, "spec.runPolicy.schedulingPolicy.minAvailable=%d: with spec.elastic "
+                 "it must not exceed elastic.minReplicas=%d (the gang scheduler places no pod "
+                 "until minAvailable fit, so a job that fits only minReplicas would show no "
+                 "placed pod to shrink to); leave it unset", js->min_available, js->min_replicas);
+        return -1;
+    }
+    if (js->min_replicas == js->replicas)
+        return 0;
+    int n = js->replicas - js->min_replicas; /* sizes below replicas */
+    unsigned char *ok = malloc((size_t)n);
+    if (ok == NULL) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = vj_jobspec_world_sizes(js, js->min_replicas, js->replicas - 1, ok, err, errlen);
+    int any = 0;
+    for (int i = 0; rc == 0 && i < n; i++)
+        any |= ok[i];
+    free(ok);
+    if (rc != 0)
+        return -1;
+    if (!any) {
+        const cJSON *t = json_get(js->spec, "training");
+        snprintf(err, errlen, EL "minReplicas=%d: no world size in [%d, %d] pods (x %d ranks "
+                 "each) divides training.globalBatchSize=%lld into whole micro-batches (of "
+                 "microBatchSize %s) per rank, so the job could never shrink",
+                 js->min_replicas, js->min_replicas, js->replicas - 1, js->local_ranks,
+                 json_int(t, "globalBatchSize", 0),
+                 json_get(t, "microBatchSize") ? "as given" : "any size up to 64");
+        return -1;
+    }
+    return 0;
+#undef EL
+}
+
 int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
 {
     if (js->spec == NULL) {
@@ -219,34 +321,31 @@ int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen)
         set_err(err, errlen, "spec.image: missing or empty");
         return -1;
     }
+    /* before the scheduling policy: minAvailable defaults to it */
+    if (js->elastic && (js->min_replicas < 1 || js->min_replicas > js->replicas)) {
+        snprintf(err, errlen, "spec.elastic.minReplicas=%d: must be in [1, spec.replicas=%d]",
+                 js->min_replicas, js->replicas);
+        return -1;
+    }
     if (validate_scheduling(js, err, errlen) != 0)
         return -1;
     if (vj_template_validate(js->tmpl, js->gpus, err, errlen) != 0)
         return -1;
 
     /* The worker's own code, on exactly the document the worker will read. */
-    cJSON *wc = vj_jobspec_worker_config(js);
-    char *text = wc ? cJSON_PrintUnformatted(wc) : NULL;
-    cJSON_Delete(wc);
-    if (text == NULL) {
-        set_err(err, errlen, "out of memory");
-        return -1;
-    }
     vit_job_config *cfg = malloc(sizeof *cfg);
     int rc = -1;
     if (cfg == NULL) {
         set_err(err, errlen, "out of memory");
-        goto out;
+        return -1;
     }
-    config_defaults(cfg);
-    if (config_load_string(cfg, text, strlen(text), "spec", err, errlen) != 0)
+    if (load_worker_config(js, cfg, err, errlen) != 0)
         goto out;
     cfg->world_size = js->world_size;
     if (config_finish(cfg, err, errlen) != 0)
         goto out;
-    rc = 0;
+    rc = js->elastic ? validate_elastic(js, err, errlen) : 0;
 out:
     free(cfg);
-    free(text);
     return rc;
 }

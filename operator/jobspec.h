@@ -52,6 +52,10 @@ typedef enum {
  * looks again (no hot loop; installing the CRD is a human's act). */
 #define VJ_GANG_MISSING_RECHECK_S 300
 
+/* spec.elastic (issue 44; operator/elastic.h): the defaults of its times. */
+#define VJ_ELASTIC_PENDING_TIMEOUT_S 60
+#define VJ_ELASTIC_GROW_CHECK_S 300
+
 /* Strings are borrowed from the job object: valid while it lives, unchanged. */
 typedef struct {
     const char *name;               /* metadata.name */
@@ -74,7 +78,8 @@ typedef struct {
     vj_clean_policy clean_pod_policy;
     vj_gang gang;                   /* spec.runPolicy.schedulingPolicy.gang (default none) */
     const char *gang_name;          /* its value as written ("none" if absent) */
-    int min_available;              /* .minAvailable (default replicas) */
+    int min_available;              /* .minAvailable (default replicas; with spec.elastic,
+                                       elastic.minReplicas) */
     const char *queue;              /* .queue; NULL if unset */
     const char *priority_class;     /* .priorityClass; NULL if unset */
     long long schedule_timeout;     /* .scheduleTimeoutSeconds; -1 = unset */
@@ -82,6 +87,11 @@ typedef struct {
                                        under Kueue (operator/kueue.h) */
     const char *kueue_priority;     /* metadata.labels[kueue.x-k8s.io/priority-class]; NULL */
     int suspend;                    /* spec.suspend */
+    int elastic;                    /* spec.elastic is present (an object) */
+    int min_replicas;               /* spec.elastic.minReplicas (default replicas) */
+    long long pending_timeout;      /* .pendingTimeoutSeconds (default
+                                       VJ_ELASTIC_PENDING_TIMEOUT_S) */
+    long long grow_check;           /* .growCheckSeconds (default VJ_ELASTIC_GROW_CHECK_S) */
     const cJSON *spec;              /* the spec object (NULL if absent) */
     const cJSON *tmpl;              /* spec.template (NULL if absent) */
     const char *service_account;    /* spec.template.serviceAccountName; NULL = the operator
@@ -100,6 +110,15 @@ const char *vj_gang_api_version(vj_gang g);
  * worker's part through config_load_string + config_validate with the job's
  * world size. On failure err holds the message (the worker's own for its keys). */
 int vj_jobspec_validate(const vj_jobspec *js, char *err, size_t errlen);
+
+/* The world sizes the job may run at, by the worker's own rule (the one
+ * vj_jobspec_validate applies at spec.replicas): for each pod count w in
+ * [lo, hi], ok[w - lo] = 1 when config_finish accepts the worker's part of
+ * the spec at world size w x local_ranks (training.globalBatchSize divides
+ * into whole micro-batches on every rank), else 0. Returns 0, or -1 with
+ * the worker's message when its part does not load at all, or out of memory. */
+int vj_jobspec_world_sizes(const vj_jobspec *js, int lo, int hi, unsigned char *ok, char *err,
+                           size_t errlen);
 
 /* The worker's part of the spec ({model, data, training, checkpoint}, those
  * present) as a new object; caller frees with cJSON_Delete. NULL on OOM. */

@@ -533,6 +533,37 @@ int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n)
     return 0;
 }
 
+int vj_render_set_replicas(cJSON *pod, int replicas)
+{
+    char v[16];
+    cJSON *c, *e;
+    snprintf(v, sizeof v, "%d", replicas);
+    /* under Kueue the pod group counts the pods of this world */
+    cJSON *ann = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pod, "metadata"),
+                                                  "annotations");
+    if (cJSON_GetObjectItemCaseSensitive(ann, VJ_KUEUE_COUNT_ANNOTATION)) {
+        cJSON *s = cJSON_CreateString(v);
+        if (s == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(ann, VJ_KUEUE_COUNT_ANNOTATION, s))
+            return -1;
+    }
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pod, "spec"),
+                                                           "containers"))
+    {
+        const cJSON *cn = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (!cJSON_IsString(cn) || strcmp(cn->valuestring, VJ_CONTAINER) != 0)
+            continue;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(c, "env"))
+        {
+            const cJSON *en = cJSON_GetObjectItemCaseSensitive(e, "name");
+            if (cJSON_IsString(en) && strcmp(en->valuestring, VJ_ENV_REPLICAS) == 0) {
+                cJSON *s = cJSON_CreateString(v);
+                return s && cJSON_ReplaceItemInObjectCaseSensitive(e, "value", s) ? 0 : -1;
+            }
+        }
+    }
+    return -1;
+}
+
 int vj_render_prefer_off_node(cJSON *pod, const char *node)
 {
     cJSON *na = obj_at(obj_at(obj_at(pod, "spec"), "affinity"), "nodeAffinity");

@@ -63,6 +63,13 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
  * holds. Returns 0, or -1 out of memory (pod then incomplete: free it). */
 int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n);
 
+/* Makes `pod` (as vj_render_pod made it) one of a gang of `replicas` pods
+ * instead of spec.replicas (spec.elastic, operator/elastic.h): the worker
+ * container's VITJOB_REPLICAS, which the worker reads for its world size,
+ * and under Kueue its pod group's total count (operator/kueue.h).
+ * Returns 0, or -1 out of memory or when the pod has no such variable. */
+int vj_render_set_replicas(cJSON *pod, int replicas);
+
 /* Makes `pod` prefer any node but `node`: a preferred node affinity term of
  * weight VJ_PREFER_OFF_WEIGHT, matchFields metadata.name NotIn [node], added
  * to the template's own. The scheduler still places it there when nothing

@@ -2042,3 +2042,275 @@ Test(decide, a_queue_label_with_a_gang_scheduler_is_refused_saying_why)
     vj_plan_free(p);
     world_free(&w);
 }
+
+/* ------------------------------------------------------ elastic gangs */
+
+/* A job of `replicas` pods, globalBatchSize `global` in micro-batches of 2,
+ * with spec.elastic = {elastic} (NULL: none) and `extra` in the spec. */
+static world mk_elastic(int replicas, int global, const char *elastic, const char *extra)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\","
+             "\"metadata\":{\"name\":\"j\",\"namespace\":\"ns\",\"uid\":\"u-1\",\"generation\":1},"
+             "\"spec\":{\"replicas\":%d,\"image\":\"img:1\",\"model\":{\"preset\":\"fmnist_tiny\"},"
+             "\"training\":{\"steps\":100,\"globalBatchSize\":%d,\"microBatchSize\":2}"
+             "%s%s%s%s},\"status\":{}}",
+             replicas, global, elastic ? ",\"elastic\":{" : "", elastic ? elastic : "",
+             elastic ? "}" : "", extra ? extra : "");
+    world w = {0};
+    w.job = cJSON_Parse(buf);
+    cr_assert_not_null(w.job, "bad job JSON: %s", buf);
+    w.pods = cJSON_CreateArray();
+    return w;
+}
+
+/* The scheduler bound the pod to `node` (and the kubelet runs it). */
+static void place(world *w, const char *name, const char *node)
+{
+    cJSON *pod = find_pod(w, name);
+    cr_assert_not_null(pod, "no pod %s", name);
+    cJSON *spec = cJSON_GetObjectItem(pod, "spec");
+    if (spec == NULL)
+        spec = cJSON_AddObjectToObject(pod, "spec");
+    cJSON_DeleteItemFromObject(spec, "nodeName");
+    cJSON_AddStringToObject(spec, "nodeName", node);
+    cJSON *st = cJSON_GetObjectItem(pod, "status");
+    cJSON_DeleteItemFromObject(st, "conditions");
+    cJSON_AddItemToObject(st, "conditions",
+                          cJSON_Parse("[{\"type\":\"PodScheduled\",\"status\":\"True\"}]"));
+    cJSON_ReplaceItemInObject(st, "phase", cJSON_CreateString("Running"));
+}
+
+/* The scheduler could not place the pod, since `since`. */
+static void unschedulable(world *w, const char *name, long long since)
+{
+    char ts[TIMEFMT_LEN], buf[256];
+    timefmt_rfc3339(ts, since, 0, 0);
+    snprintf(buf, sizeof buf, "[{\"type\":\"PodScheduled\",\"status\":\"False\",\"reason\":"
+             "\"Unschedulable\",\"message\":\"0/2 nodes are available\",\"lastTransitionTime\":\"%s\"}]", ts);
+    cJSON *st = cJSON_GetObjectItem(find_pod(w, name), "status");
+    cr_assert_not_null(st, "no pod %s", name);
+    cJSON_DeleteItemFromObject(st, "conditions");
+    cJSON_AddItemToObject(st, "conditions", cJSON_Parse(buf));
+}
+
+/* The pods of generation `gen` are gone (their kubelets stopped them). */
+static void pods_gone(world *w, int gen)
+{
+    cJSON *p = w->pods->child;
+    while (p) {
+        cJSON *next = p->next;
+        cJSON *labels = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "metadata"), "labels");
+        if (atoi(cJSON_GetObjectItem(labels, "vitjob.dev/restart")->valuestring) == gen)
+            cJSON_Delete(cJSON_DetachItemViaPointer(w->pods, p));
+        p = next;
+    }
+}
+
+/* The worker container's env var `key` of pod `name`. */
+static const char *pod_env(world *w, const char *name, const char *key)
+{
+    const cJSON *c, *e;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(cJSON_GetObjectItem(find_pod(w, name), "spec"), "containers"))
+    {
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "env"))
+        {
+            if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, key) == 0)
+                return cJSON_GetObjectItem(e, "value")->valuestring;
+        }
+    }
+    return NULL;
+}
+
+static int st_int(world *w, const char *key)
+{
+    const cJSON *v = st_get(w, key);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+/* 3 pods, minReplicas 2: pods 0 and 1 placed, pod 2 unschedulable since
+ * NOW+1 (a node is gone for good). */
+static world three_with_one_unplaceable(const char *extra)
+{
+    world w = mk_elastic(3, 12, "\"minReplicas\":2", extra);
+    vj_plan_free(step(&w, NOW));
+    place(&w, "j-worker-0-r0", "n1");
+    place(&w, "j-worker-1-r0", "n2");
+    unschedulable(&w, "j-worker-2-r0", NOW + 1);
+    return w;
+}
+
+Test(decide, elastic_shrinks_to_the_placed_pods_after_pending_timeout_and_not_before)
+{
+    world w = three_with_one_unplaceable(",\"runPolicy\":{\"backoffLimit\":0}");
+    cr_assert_eq(st_int(&w, "worldSize"), 3);
+    vj_plan *p = step(&w, NOW + 60);
+    cr_assert_eq(restarts(&w), 0, "59 s unschedulable: not yet");
+    cr_assert_eq(p->requeue_after, 1, "looked at again when the timeout ends");
+    cr_assert_null(cond(&w, "Elastic"));
+    vj_plan_free(p);
+    p = step(&w, NOW + 61);
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_int(&w, "disruptionRestarts"), 1, "a disruption: backoffLimit 0 not spent");
+    cr_assert_str_eq(phase_of(&w), "Restarting");
+    cr_assert_eq(st_int(&w, "worldSize"), 2);
+    cr_assert_str_eq(cond_field(&w, "Elastic", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "ShrunkUnschedulable");
+    const char *msg = cond_field(&w, "Elastic", "message");
+    cr_assert(strstr(msg, "j-worker-2-r0") && strstr(msg, "from 3 to 2 pods"), "%s", msg);
+    cr_assert(has_event(p, "ShrunkUnschedulable"));
+    cr_assert_str_eq(cJSON_GetObjectItem(st_get(&w, "lastRestart"), "cause")->valuestring, "Elastic");
+    cr_assert_eq(n_pods_of_gen(&w, 1, 1), 2, "the next generation has 2 pods");
+    cr_assert_str_eq(pod_env(&w, "j-worker-0-r1", "VITJOB_REPLICAS"), "2");
+    cr_assert_str_eq(pod_env(&w, "j-worker-1-r1", "VITJOB_REPLICAS"), "2");
+    cr_assert_eq(n_pods_of_gen(&w, 0, 0), 0, "the old generation's pods are deleted");
+    vj_plan_free(p);
+    /* the smaller gang runs */
+    pods_gone(&w, 0);
+    place(&w, "j-worker-0-r1", "n1");
+    place(&w, "j-worker-1-r1", "n2");
+    vj_plan_free(step(&w, NOW + 70));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_eq(cJSON_GetObjectItem(st_get(&w, "replicas"), "active")->valueint, 2);
+    world_free(&w);
+}
+
+Test(decide, elastic_never_shrinks_below_min_replicas_and_says_it_waits)
+{
+    world w = mk_elastic(3, 12, "\"minReplicas\":2", NULL);
+    vj_plan_free(step(&w, NOW));
+    place(&w, "j-worker-0-r0", "n1");
+    unschedulable(&w, "j-worker-1-r0", NOW);
+    unschedulable(&w, "j-worker-2-r0", NOW);
+    vj_plan *p = step(&w, NOW + 600);
+    cr_assert_eq(restarts(&w), 0, "1 placed < minReplicas 2: no restart");
+    cr_assert_eq(st_int(&w, "worldSize"), 3);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "BelowMinReplicas");
+    const char *msg = cond_field(&w, "Elastic", "message");
+    cr_assert(strstr(msg, "only 1 of 3 pods are placed") && strstr(msg, "minReplicas=2"), "%s", msg);
+    cr_assert(has_event(p, "BelowMinReplicas"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, elastic_shrinks_only_to_an_allowed_world_size)
+{
+    /* 16 = 2 x 2 x 4 = 2 x 4 x 2: 4, 2 and 1 pods divide it into micro-batches of 2; 3 do not */
+    world w = mk_elastic(4, 16, "\"minReplicas\":1", NULL);
+    vj_plan_free(step(&w, NOW));
+    place(&w, "j-worker-0-r0", "n1");
+    place(&w, "j-worker-1-r0", "n2");
+    place(&w, "j-worker-2-r0", "n3");
+    unschedulable(&w, "j-worker-3-r0", NOW);
+    vj_plan_free(step(&w, NOW + 60));
+    cr_assert_eq(st_int(&w, "worldSize"), 2, "3 placed, 3 not allowed: 2");
+    cr_assert_eq(n_pods_of_gen(&w, 1, 1), 2);
+    cr_assert_str_eq(pod_env(&w, "j-worker-1-r1", "VITJOB_REPLICAS"), "2");
+    world_free(&w);
+}
+
+/* three_with_one_unplaceable, shrunk at NOW+61 and running at 2 from NOW+70. */
+static world shrunk_and_running(void)
+{
+    world w = three_with_one_unplaceable(NULL);
+    vj_plan_free(step(&w, NOW + 61));
+    pods_gone(&w, 0);
+    place(&w, "j-worker-0-r1", "n1");
+    place(&w, "j-worker-1-r1", "n2");
+    vj_plan_free(step(&w, NOW + 70));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    return w;
+}
+
+Test(decide, elastic_grows_after_the_check_interval_stopping_the_old_pods_first)
+{
+    world w = shrunk_and_running();
+    vj_plan *p = step(&w, NOW + 61 + 299);
+    cr_assert_eq(restarts(&w), 1, "not before growCheckSeconds");
+    cr_assert_eq(p->requeue_after, 1);
+    vj_plan_free(p);
+    p = step(&w, NOW + 61 + 300);
+    cr_assert_eq(restarts(&w), 2);
+    cr_assert_eq(st_int(&w, "disruptionRestarts"), 2, "a growth is a disruption");
+    cr_assert_eq(st_int(&w, "worldSize"), 3);
+    cr_assert_eq(st_int(&w, "elasticGrowFrom"), 2);
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "Growing");
+    cr_assert(deletes(p, "j-worker-0-r1", 0) && deletes(p, "j-worker-1-r1", 0),
+              "stopped gracefully: SIGTERM, each rank saves its step");
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0, "no new pod while the old ones stop");
+    vj_plan_free(p);
+    pods_gone(&w, 1);
+    vj_plan_free(step(&w, NOW + 400));
+    cr_assert_eq(n_pods_of_gen(&w, 2, 1), 3);
+    cr_assert_str_eq(pod_env(&w, "j-worker-2-r2", "VITJOB_REPLICAS"), "3");
+    for (int r = 0; r < 3; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "j-worker-%d-r2", r);
+        place(&w, name, "n1");
+    }
+    p = step(&w, NOW + 410);
+    cr_assert_str_eq(phase_of(&w), "Running");
+    cr_assert_str_eq(cond_field(&w, "Elastic", "status"), "False", "at spec.replicas again");
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "Grown");
+    cr_assert_null(st_get(&w, "elasticGrowFrom"));
+    cr_assert(has_event(p, "Grown"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, elastic_failed_growth_returns_to_the_old_size_and_backs_off)
+{
+    world w = shrunk_and_running();
+    vj_plan_free(step(&w, NOW + 361));
+    pods_gone(&w, 1);
+    vj_plan_free(step(&w, NOW + 362));
+    place(&w, "j-worker-0-r2", "n1");
+    place(&w, "j-worker-1-r2", "n2");
+    unschedulable(&w, "j-worker-2-r2", NOW + 363);
+    vj_plan *p = step(&w, NOW + 363 + 59);
+    cr_assert_eq(restarts(&w), 2, "not before pendingTimeoutSeconds");
+    vj_plan_free(p);
+    p = step(&w, NOW + 363 + 60);
+    cr_assert_eq(restarts(&w), 3);
+    cr_assert_eq(st_int(&w, "disruptionRestarts"), 3);
+    cr_assert_eq(st_int(&w, "worldSize"), 2, "back to the size that ran");
+    cr_assert_eq(st_int(&w, "elasticGrowFailures"), 1);
+    cr_assert_null(st_get(&w, "elasticGrowFrom"));
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "GrowFailed");
+    cr_assert(has_event(p, "GrowFailed"));
+    cr_assert_eq(n_pods_of_gen(&w, 3, 1), 2);
+    cr_assert_str_eq(pod_env(&w, "j-worker-0-r3", "VITJOB_REPLICAS"), "2");
+    vj_plan_free(p);
+    long long back = NOW + 423;
+    pods_gone(&w, 2);
+    place(&w, "j-worker-0-r3", "n1");
+    place(&w, "j-worker-1-r3", "n2");
+    vj_plan_free(step(&w, back + 10));
+    cr_assert_str_eq(phase_of(&w), "Running");
+    vj_plan_free(step(&w, back + 300));
+    cr_assert_eq(restarts(&w), 3, "no growth at 1 x growCheckSeconds");
+    vj_plan_free(step(&w, back + 600));
+    cr_assert_eq(restarts(&w), 4, "growing again at 2 x growCheckSeconds");
+    cr_assert_eq(st_int(&w, "elasticGrowFrom"), 2);
+    world_free(&w);
+}
+
+Test(decide, without_elastic_unschedulable_pods_wait_and_nothing_changes)
+{
+    world w = mk_elastic(3, 12, NULL, NULL);
+    vj_plan_free(step(&w, NOW));
+    place(&w, "j-worker-0-r0", "n1");
+    place(&w, "j-worker-1-r0", "n2");
+    unschedulable(&w, "j-worker-2-r0", NOW);
+    vj_plan *p = step(&w, NOW + 3600);
+    cr_assert_eq(restarts(&w), 0);
+    cr_assert_null(st_get(&w, "worldSize"));
+    cr_assert_null(cond(&w, "Elastic"));
+    cr_assert_eq(p->n_events, 0);
+    cr_assert_eq(cJSON_GetArraySize(p->creates), 0);
+    cr_assert_eq(p->n_deletes, 0);
+    vj_plan_free(p);
+    world_free(&w);
+}

@@ -599,3 +599,17 @@ Test(render, preferring_off_a_node_adds_a_weighted_preferred_term_and_keeps_the_
     cJSON_Delete(p);
     cJSON_Delete(j);
 }
+
+Test(render, a_smaller_world_rewrites_the_replicas_env_and_under_kueue_the_groups_total_count)
+{
+    cJSON *j = job_with(NULL);
+    cJSON *labels = cJSON_AddObjectToObject(at(j, "metadata"), "labels");
+    cJSON_AddStringToObject(labels, "kueue.x-k8s.io/queue-name", "team");
+    cJSON *p = pod(j, 1, 2);
+    const cJSON *ann = at(p, "metadata.annotations");
+    cr_assert_str_eq(cJSON_GetObjectItem(ann, "kueue.x-k8s.io/pod-group-total-count")->valuestring, "4");
+    cr_assert_eq(vj_render_set_replicas(p, 3), 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(ann, "kueue.x-k8s.io/pod-group-total-count")->valuestring, "3");
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
