@@ -72,10 +72,14 @@ void cache_trim_pod(cJSON *obj)
 {
     static const char *const status_keep[] = {"phase", "reason", "conditions", "containerStatuses",
                                               NULL};
-    static const char *const cond_keep[] = {"type", "status", "reason", NULL};
+    /* lastTransitionTime: how long a pod has been unschedulable (spec.elastic);
+     * message: Kueue's words on an eviction (TerminationTarget) */
+    static const char *const cond_keep[] = {"type", "status", "reason", "message",
+                                            "lastTransitionTime", NULL};
     static const char *const cs_keep[] = {"name", "state", "lastState", NULL};
     static const char *const state_keep[] = {"terminated", NULL};
-    static const char *const spec_keep[] = {"nodeName", NULL}; /* the lost-pod rule reads it */
+    /* nodeName: the lost-pod rule; schedulingGates: Kueue's admission gate */
+    static const char *const spec_keep[] = {"nodeName", "schedulingGates", NULL};
     cache_strip_meta(obj);
     keep_only(cJSON_GetObjectItemCaseSensitive(obj, "spec"), spec_keep);
     cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");

@@ -327,6 +327,83 @@ Test(cache, a_trimmed_pod_keeps_every_field_decide_reads_and_loses_the_rest_of_s
     cJSON_Delete(job_lost);
 }
 
+/* A pod of real_pod's, reshaped for one rule: unscheduled and waiting at
+ * Kueue's gate; evicted by Kueue; unschedulable since long ago. */
+static cJSON *shaped_pod(const char *name, int rank, int shape)
+{
+    cJSON *p = real_pod(name, rank, shape == 1 ? "Running" : "Pending", "{\"running\":{}}", "");
+    cJSON *spec = cJSON_GetObjectItem(p, "spec"), *st = cJSON_GetObjectItem(p, "status");
+    cJSON *labels = cJSON_GetObjectItem(cJSON_GetObjectItem(p, "metadata"), "labels");
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(st, "conditions"), 1), "status",
+                              cJSON_CreateString("False")); /* no DisruptionTarget here */
+    if (shape != 1)
+        cJSON_DeleteItemFromObject(spec, "nodeName");
+    if (shape == 0) {
+        cJSON_AddStringToObject(labels, "kueue.x-k8s.io/queue-name", "team");
+        cJSON_AddItemToObject(spec, "schedulingGates", cJSON_Parse("[{\"name\":\"kueue.x-k8s.io/admission\"}]"));
+    } else if (shape == 1) {
+        cJSON_AddItemToArray(cJSON_GetObjectItem(st, "conditions"), cJSON_Parse(
+            "{\"type\":\"TerminationTarget\",\"status\":\"True\",\"reason\":\"WorkloadEvictedDueToPreempted\","
+            "\"message\":\"Preempted to accommodate a workload\",\"lastTransitionTime\":\"2026-11-26T04:00:09Z\"}"));
+    } else {
+        cJSON_AddItemToArray(cJSON_GetObjectItem(st, "conditions"), cJSON_Parse(
+            "{\"type\":\"PodScheduled\",\"status\":\"False\",\"reason\":\"Unschedulable\",\"message\":"
+            "\"0/3 nodes are available\",\"lastTransitionTime\":\"2026-11-26T03:00:00Z\"}"));
+    }
+    return p;
+}
+
+Test(cache, a_trimmed_pod_keeps_what_the_kueue_and_elastic_rules_read)
+{
+    static const char *const jobs[] = {
+        /* under Kueue, pods gated: Queued */
+        "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\",\"metadata\":{\"name\":\"j\","
+        "\"namespace\":\"ns\",\"uid\":\"u-1\",\"generation\":1,\"labels\":{\"kueue.x-k8s.io/queue-name\":"
+        "\"team\"}},\"spec\":{\"replicas\":2,\"gpusPerReplica\":0,\"image\":\"img:1\",\"model\":"
+        "{\"preset\":\"fmnist_tiny\"},\"training\":{\"steps\":100,\"globalBatchSize\":128,"
+        "\"microBatchSize\":64}},\"status\":{\"phase\":\"Pending\",\"restarts\":0}}",
+        /* under Kueue, running, evicted: the restart message quotes Kueue */
+        "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\",\"metadata\":{\"name\":\"j\","
+        "\"namespace\":\"ns\",\"uid\":\"u-1\",\"generation\":1,\"labels\":{\"kueue.x-k8s.io/queue-name\":"
+        "\"team\"}},\"spec\":{\"replicas\":2,\"gpusPerReplica\":0,\"image\":\"img:1\",\"model\":"
+        "{\"preset\":\"fmnist_tiny\"},\"training\":{\"steps\":100,\"globalBatchSize\":128,"
+        "\"microBatchSize\":64}},\"status\":{\"phase\":\"Running\",\"restarts\":0,\"startTime\":"
+        "\"2026-11-26T04:00:00Z\"}}",
+        /* elastic, pods unschedulable since long ago: the shrink's clock */
+        "{\"apiVersion\":\"vitjob.dev/v1alpha1\",\"kind\":\"ViTJob\",\"metadata\":{\"name\":\"j\","
+        "\"namespace\":\"ns\",\"uid\":\"u-1\",\"generation\":1},\"spec\":{\"replicas\":2,"
+        "\"gpusPerReplica\":0,\"image\":\"img:1\",\"model\":{\"preset\":\"fmnist_tiny\"},"
+        "\"elastic\":{\"minReplicas\":1},\"training\":{\"steps\":100,\"globalBatchSize\":128,"
+        "\"microBatchSize\":32}},\"status\":{\"phase\":\"Pending\",\"restarts\":0}}",
+    };
+    for (int k = 0; k < 3; k++) {
+        cJSON *job = cJSON_Parse(jobs[k]);
+        cr_assert_not_null(job, "job %d", k);
+        obj_cache *c = cache_new();
+        cache_set_transform(c, cache_trim_pod);
+        cJSON *full = cJSON_CreateArray();
+        for (int r = 0; r < 2; r++) {
+            char name[16];
+            snprintf(name, sizeof name, "j-%d", r);
+            cJSON_AddItemToArray(full, shaped_pod(name, r, k));
+            cr_assert_eq(cache_put(c, shaped_pod(name, r, k)), 0);
+        }
+        cJSON *trimmed = cache_list(c, "ns", "vitjob.dev/job-name", "j");
+        char *want = plan_text(job, full), *got = plan_text(job, trimmed);
+        cr_assert_str_eq(got, want, "case %d: decide differs on trimmed pods", k);
+        cr_assert(k != 0 || strstr(want, "Queued"), "%s", want);
+        cr_assert(k != 1 || strstr(want, "Preempted to accommodate"), "%s", want);
+        cr_assert(k != 2 || strstr(want, "ShrunkUnschedulable") || strstr(want, "BelowMinReplicas"),
+                  "%s", want);
+        free(want);
+        free(got);
+        cJSON_Delete(full);
+        cJSON_Delete(trimmed);
+        cache_free(c);
+        cJSON_Delete(job);
+    }
+}
+
 Test(cache, a_label_lookup_matches_whole_members_only_never_a_prefix_or_text_inside_a_key_or_value)
 {
     obj_cache *c = cache_new();

@@ -18,6 +18,7 @@
 import json
 import os
 import re
+import sys
 import unittest
 
 from tests.cluster import testlimit
@@ -80,12 +81,20 @@ class UnderKueue(ClusterJobTest):
     def test_two_jobs_in_a_queue_that_fits_one_the_second_waits_queued_and_starts_when_the_first_ends(self):
         c = self.c
         self.jobs = ["kq-first", "kq-second"]
-        self.apply(queued(job_manifest("kq-first", "kueue/first", steps=30), "low"))
+        self.apply(queued(job_manifest("kq-first", "kueue/first", steps=150), "low"))
         wait_for("the first admitted", lambda: status(c, "kq-first").get("phase") in ("Running", "Succeeded"),
                  180, 0.5)
         self.apply(queued(job_manifest("kq-second", "kueue/second", steps=30), "low"))
-        st = wait_for("the second Queued", lambda: status(c, "kq-second").get("phase") == "Queued"
-                      and status(c, "kq-second"), 120, 0.5)
+        try:
+            st = wait_for("the second Queued", lambda: status(c, "kq-second").get("phase") == "Queued"
+                          and status(c, "kq-second"), 120, 0.5)
+        except AssertionError:
+            print(json.dumps(status(c, "kq-second"), indent=1), file=sys.stderr)
+            for p in pods_of(c, "kq-second"):
+                print(json.dumps({"meta": p["metadata"], "gates": p["spec"].get("schedulingGates"),
+                                  "status": p.get("status")}, indent=1), file=sys.stderr)
+            print(c.kubectl("get", "workloads", "-o", "yaml", check=False).stdout[-3000:], file=sys.stderr)
+            raise
         q = cond(st, "Queued")
         self.assertEqual((q.get("status"), q.get("reason")), ("True", "WaitingForKueue"), q)
         self.assertIn("kueue.x-k8s.io/admission", q.get("message", ""))
