@@ -1241,7 +1241,8 @@ static void run_job(ctx *c, desired_status *ds, pod_info *pods, size_t n, const 
         restart_or_fail(c, ds, pods, n, &g); /* a pod missing while Running was lost */
     } else if (g.holding) {
         hold(ds, &g, cur_phase); /* a worker lost its peer: wait for the peer's fate */
-    } else if (!c->js->elastic || !elastic_resize(c, ds, &g)) {
+    } else if (!c->js->elastic || c->pending || !elastic_resize(c, ds, &g)) {
+        /* a resize is a restart too: it waits for a pending one's class (issue 48) */
         keep_running(c, ds, pods, n, &g, cur_phase, restarting);
     }
     free(g.slot);

@@ -2314,3 +2314,23 @@ Test(decide, without_elastic_unschedulable_pods_wait_and_nothing_changes)
     vj_plan_free(p);
     world_free(&w);
 }
+
+Test(decide, an_elastic_resize_waits_for_a_pending_restarts_classification)
+{
+    world w = closed_report("\"elastic\":{\"minReplicas\":1,\"pendingTimeoutSeconds\":15}");
+    vj_plan_free(step(&w, NOW + 11));
+    cr_assert_str_eq(last_restart(&w, "classifiedAs"), "Pending");
+    place(&w, "j-worker-0-r1", "node-b");
+    unschedulable(&w, "j-worker-1-r1", NOW + 12);
+    vj_plan_free(step(&w, NOW + 40));
+    cr_assert_eq(restarts(&w), 1, "no shrink while the restart that started generation 1 is pending");
+    set_exit(&w, "j-worker-0-r0", 137); /* its kubelet: a crash */
+    vj_plan *p = step(&w, NOW + 41);
+    cr_assert(has_event(p, "RestartClassified"), "classified first");
+    cr_assert(has_event(p, "ShrunkUnschedulable"), "then shrunk");
+    vj_plan_free(p);
+    cr_assert_eq(restarts(&w), 2, "the shrink, a restart of its own");
+    cr_assert_str_eq(last_restart(&w, "cause"), "Elastic");
+    cr_assert_eq(disruptions(&w), 1, "the shrink is a disruption, the crash spent backoffLimit");
+    world_free(&w);
+}
