@@ -221,6 +221,7 @@ waiting_lane() {
   unittest_suite cluster/test_e2e tests/cluster/test_e2e.py BUILD="$BUILD"
   unittest_suite cluster/test_recovery tests/cluster/test_recovery.py BUILD="$BUILD"
   unittest_suite cluster/test_kueue_operator tests/cluster/test_kueue_operator.py BUILD="$BUILD"
+  unittest_suite cluster/test_elastic tests/cluster/test_elastic.py BUILD="$BUILD"
   unittest_suite cluster/test_examples tests/cluster/test_examples.py
   # the docs run (about half a minute; the local cluster, in line with the
   # suites above that start it): a limit of its own, well under the others'
