@@ -242,8 +242,19 @@ class Recovery(ClusterJobTest):
                 return True
         wait_for("the stale rank gone", gone, 120, 0.5)
         frozen = next(p for p in pods if p["metadata"]["labels"]["vitjob.dev/rank"] == "1")
+        # its log is whole once its kubelet has recorded the exit (the kubelet
+        # copies the output from pipes and finishes that first): a process
+        # gone from /proc may still have lines in the pipe
+        node, pod = frozen["spec"]["nodeName"], "default/" + frozen["metadata"]["name"]
+
+        def kubelet_says():
+            with open(os.path.join(c.work, "kubelet-%s.log" % node), errors="replace") as f:
+                return [l for l in f if "pod=%s " % pod in l and "comp=kubelet" in l]
+        wait_for("its kubelet to record the exit", lambda: any(
+            "event=container_exited" in l for l in kubelet_says()), 60, 0.5)
         log = c.pod_log(frozen)
-        self.assertIn("event=stale", log, "the woken rank knew it was stale: " + log[-1500:])
+        self.assertIn("event=stale", log, "the woken rank knew it was stale: " + log[-1500:] +
+                      "\n--- its kubelet:\n" + "".join(kubelet_says()))
         self.assertNotIn("event=shard_stored step=%d" % (INTERVAL * 2), log, "the stale rank wrote a checkpoint")
         after = self.checkpoints(prefix)
         for line in before.splitlines():  # nothing it listed went away or changed
