@@ -50,6 +50,7 @@ struct controller {
     metrics_counter *m_created, *m_succeeded, *m_failed, *m_restarted;
     /* per job, from status.progress as the informer sees it (set at each scrape) */
     metrics_gauge *m_step, *m_loss, *m_ips, *m_eta;
+    metrics_gauge *m_world, *m_replicas; /* pods trained on now, and asked for */
 };
 
 /* ---- applying a plan ------------------------------------------------------ */
@@ -550,16 +551,27 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
 
 /* The metrics collector: one series per job in the informer's cache and
  * field of its status.progress (written by the worker), so a deleted job's
- * series go with it. */
+ * series go with it; and its size: spec.replicas, and the pods its current
+ * generation trains on (status.worldSize, which only an elastic job has:
+ * below spec.replicas while shrunk; else spec.replicas). */
 static void collect_job(void *user, const cJSON *job)
 {
     controller *c = user;
     metrics_gauge *g[] = {c->m_step, c->m_loss, c->m_ips, c->m_eta};
     static const char *const field[] = {"step", "loss", "imagesPerSecond", "etaSeconds"};
     const char *ns = kube_meta_str(job, "namespace"), *name = kube_meta_str(job, "name");
-    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(job, "status"), "progress");
-    if (!ns || !name || !cJSON_IsObject(pr)) return;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(job, "status");
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(st, "progress");
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(job, "spec"), "replicas");
+    const cJSON *world = cJSON_GetObjectItemCaseSensitive(st, "worldSize");
+    if (!ns || !name) return;
+    if (cJSON_IsNumber(want)) {
+        metrics_gauge_set(c->m_replicas, want->valuedouble, ns, name);
+        metrics_gauge_set(c->m_world, cJSON_IsNumber(world) ? world->valuedouble
+                                                            : want->valuedouble, ns, name);
+    }
+    if (!cJSON_IsObject(pr)) return;
     for (int i = 0; i < 4; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(pr, field[i]);
         if (cJSON_IsNumber(v)) metrics_gauge_set(g[i], v->valuedouble, ns, name);
@@ -569,8 +581,8 @@ static void collect_job(void *user, const cJSON *job)
 static void collect_jobs(void *user)
 {
     controller *c = user;
-    metrics_gauge *g[] = {c->m_step, c->m_loss, c->m_ips, c->m_eta};
-    for (int i = 0; i < 4; i++) metrics_gauge_clear(g[i]);
+    metrics_gauge *g[] = {c->m_step, c->m_loss, c->m_ips, c->m_eta, c->m_world, c->m_replicas};
+    for (int i = 0; i < 6; i++) metrics_gauge_clear(g[i]);
     /* one job parsed at a time: a list of every job, parsed, was the peak
      * of the operator's memory at each scrape (issue 28) */
     cache_each(runner_cache(c->run, INF_JOBS), NULL, collect_job, c);
@@ -608,8 +620,15 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
     c->m_eta = metrics_gauge_new(m, "vitjob_job_eta_seconds", "Seconds of training a ViTJob has "
                                  "left (status.progress.etaSeconds).", merr, sizeof merr, 2,
                                  "namespace", "name");
+    c->m_world = metrics_gauge_new(m, "vitjob_job_world_size", "Pods a ViTJob's current "
+                                   "generation trains on (status.worldSize of an elastic job, "
+                                   "else spec.replicas).", merr, sizeof merr, 2, "namespace",
+                                   "name");
+    c->m_replicas = metrics_gauge_new(m, "vitjob_job_replicas", "Pods a ViTJob asks for "
+                                      "(spec.replicas).", merr, sizeof merr, 2, "namespace",
+                                      "name");
     if (!c->m_created || !c->m_succeeded || !c->m_failed || !c->m_restarted || !c->m_step ||
-        !c->m_loss || !c->m_ips || !c->m_eta) {
+        !c->m_loss || !c->m_ips || !c->m_eta || !c->m_world || !c->m_replicas) {
         snprintf(err, errlen, "controller: cannot set up metrics: %s", merr);
         free(c);
         return -1;

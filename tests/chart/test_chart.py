@@ -157,7 +157,7 @@ class ChartRenderingTest(unittest.TestCase):
         dash = json.loads(cm["data"]["vitjob.json"])
         exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
         for metric in ("vitjob_job_loss", "vitjob_job_step", "vitjob_job_images_per_second",
-                       "vitjob_job_eta_seconds"):
+                       "vitjob_job_eta_seconds", "vitjob_job_world_size", "vitjob_job_replicas"):
             self.assertIn(metric, exprs)
 
     def test_the_operator_tolerates_a_lost_node_10s_and_spreads_its_replicas_over_nodes(self):

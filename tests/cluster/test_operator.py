@@ -379,16 +379,24 @@ class ReconcileTest(Base):
         want = ['vitjob_job_step{namespace="default",name="prog"} 5\n',
                 'vitjob_job_loss{namespace="default",name="prog"} 1.25\n',
                 'vitjob_job_images_per_second{namespace="default",name="prog"} 300.5\n',
-                'vitjob_job_eta_seconds{namespace="default",name="prog"} 12\n']
+                'vitjob_job_eta_seconds{namespace="default",name="prog"} 12\n',
+                'vitjob_job_replicas{namespace="default",name="prog"} 2\n',
+                'vitjob_job_world_size{namespace="default",name="prog"} 2\n']
         text = wait_for("per-job metrics", lambda: all(w in scrape() for w in want) and scrape(), 10)
         for name in ("vitjob_job_step", "vitjob_job_loss", "vitjob_job_images_per_second",
-                     "vitjob_job_eta_seconds"):
+                     "vitjob_job_eta_seconds", "vitjob_job_replicas", "vitjob_job_world_size"):
             self.assertIn("# TYPE %s gauge\n" % name, text)
             self.assertIn("# HELP %s " % name, text)
         for rank in range(2):
             self.set_pod("prog-worker-%d-r0" % rank, "Succeeded", exit_code=0)
         self.wait_phase("prog", "Succeeded")
         self.assertEqual(self.status("prog")["progress"], progress)
+        # status.worldSize (an elastic job's, shrunk) is the world size served
+        r = self.c.patch(VJ + "/prog/status", {"status": {"worldSize": 1}})
+        self.assertEqual(r.status, 200, r)
+        wait_for("the world size from status.worldSize", lambda: 'vitjob_job_world_size{namespace="default",'
+                 'name="prog"} 1\n' in scrape(), 10)
+        self.assertIn('vitjob_job_replicas{namespace="default",name="prog"} 2\n', scrape())
         # a job that goes away takes its series with it
         self.assertEqual(self.c.delete(VJ + "/prog").status, 200)
         wait_for("per-job series gone", lambda: 'name="prog"' not in scrape(), 10)
