@@ -786,15 +786,24 @@ static const char *worker_says(char *out, size_t outlen, const pod_info *pi)
 }
 
 /* A worker exited 2 or 3: the job fails for good. */
+/* The Failed condition's message for bad's permanent exit (2 or 3), into
+ * msg; returns its reason. */
+static const char *permanent_exit(char *msg, size_t len, const pod_info *bad)
+{
+    char says[VJ_WORKER_ERROR_MAX + 2];
+    int config = bad->exit_code == VITJOB_EXIT_CONFIG;
+    snprintf(msg, len, "pod %s exited with code %d (%s), permanent, not retried%s", bad->name,
+             bad->exit_code, config ? "bad config or spec" : "bad or missing data",
+             worker_says(says, sizeof says, bad));
+    return config ? "PermanentError" : "InvalidData";
+}
+
 static void fail_permanent(ctx *c, desired_status *ds, pod_info *pods, size_t n,
                            const pod_info *bad)
 {
-    char msg[1024], says[VJ_WORKER_ERROR_MAX + 2];
-    int code = bad->exit_code, config = code == VITJOB_EXIT_CONFIG;
-    snprintf(msg, sizeof msg, "pod %s exited with code %d (%s), permanent, not retried%s",
-             bad->name, code, config ? "bad config or spec" : "bad or missing data",
-             worker_says(says, sizeof says, bad));
-    finish_job(c, ds, pods, n, 0, config ? "PermanentError" : "InvalidData", msg);
+    char msg[1024];
+    const char *reason = permanent_exit(msg, sizeof msg, bad);
+    finish_job(c, ds, pods, n, 0, reason, msg);
     clean_pods(c, ds, pods, n);
 }
 
@@ -928,6 +937,7 @@ static int settle_restart(ctx *c, desired_status *ds, pod_info *pods, size_t n, 
         return 1;
     }
     const vj_jobspec *js = c->js;
+    const char *reason = "BackoffLimitExceeded"; /* when a failure ends the job */
     int stop = 0;
     if (rc == RESTART_DISRUPTION) {
         ds->disruptions++;
@@ -939,9 +949,7 @@ static int settle_restart(ctx *c, desired_status *ds, pod_info *pods, size_t n, 
         int spent = ds->gen - ds->resumes - ds->disruptions; /* this restart included */
         stop = !now_or_never && (rc == RESTART_PERMANENT || spent > js->backoff_limit);
         if (rc == RESTART_PERMANENT)
-            snprintf(msg, sizeof msg, "pod %s exited with code %d (%s), permanent, not retried%s",
-                     pod, pi->exit_code, pi->exit_code == VITJOB_EXIT_CONFIG ?
-                     "bad config or spec" : "bad or missing data", worker_says(says, sizeof says, pi));
+            reason = permanent_exit(msg, sizeof msg, pi);
         else if (stop)
             snprintf(msg, sizeof msg, "pod %s failed with exit code %d%s; backoffLimit %d reached "
                      "after %d restart(s)", pod, pi->exit_code, worker_says(says, sizeof says, pi),
@@ -967,8 +975,6 @@ static int settle_restart(ctx *c, desired_status *ds, pod_info *pods, size_t n, 
     if (!stop)
         return 0;
     ds->gen--; /* the restart is undone: the job ends as if it had waited */
-    const char *reason = rc != RESTART_PERMANENT ? "BackoffLimitExceeded"
-                         : pi->exit_code == VITJOB_EXIT_CONFIG ? "PermanentError" : "InvalidData";
     finish_job(c, ds, pods, n, 0, reason, msg);
     clean_pods(c, ds, pods, n);
     return 2;

@@ -12,27 +12,17 @@ int vj_kueue_group_name(char *buf, size_t len, const char *job, int gen)
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-/* obj[key], an object, made when absent; NULL out of memory */
-static cJSON *object_at(cJSON *obj, const char *key)
-{
-    cJSON *o = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsObject(o) ? o : cJSON_AddObjectToObject(obj, key);
-}
-
-int vj_kueue_label_pod(cJSON *pod, const char *job, const char *queue, const char *priority_class,
-                       int gen, int count)
+int vj_kueue_label_pod(cJSON *labels, cJSON *annotations, const char *job, const char *queue,
+                       const char *priority_class, int gen, int count)
 {
     char group[320], n[16];
-    cJSON *meta = object_at(pod, "metadata");
-    cJSON *labels = meta ? object_at(meta, "labels") : NULL;
-    cJSON *ann = meta ? object_at(meta, "annotations") : NULL;
     snprintf(n, sizeof n, "%d", count);
-    if (labels == NULL || ann == NULL || vj_kueue_group_name(group, sizeof group, job, gen) != 0 ||
+    if (labels == NULL || annotations == NULL || vj_kueue_group_name(group, sizeof group, job, gen) != 0 ||
         !cJSON_AddStringToObject(labels, VJ_KUEUE_QUEUE_LABEL, queue) ||
         (priority_class && !cJSON_AddStringToObject(labels, VJ_KUEUE_PRIORITY_LABEL, priority_class)) ||
         !cJSON_AddStringToObject(labels, VJ_KUEUE_GROUP_LABEL, group) ||
-        !cJSON_AddStringToObject(ann, VJ_KUEUE_COUNT_ANNOTATION, n) ||
-        !cJSON_AddStringToObject(ann, VJ_KUEUE_RETRIABLE_ANNOTATION, "false"))
+        !cJSON_AddStringToObject(annotations, VJ_KUEUE_COUNT_ANNOTATION, n) ||
+        !cJSON_AddStringToObject(annotations, VJ_KUEUE_RETRIABLE_ANNOTATION, "false"))
         return -1;
     return 0;
 }

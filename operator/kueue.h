@@ -36,12 +36,12 @@
  * buf. Returns 0, or -1 when it does not fit. */
 int vj_kueue_group_name(char *buf, size_t len, const char *job, int gen);
 
-/* Adds the group's labels and annotations to `pod` (as vj_render_pod makes
- * it, with metadata.labels) for `queue` (non-NULL), `priority_class` (or
- * NULL), generation `gen` of `job` and `count` pods. 0, or -1 out of memory
- * or a name too long. */
-int vj_kueue_label_pod(cJSON *pod, const char *job, const char *queue, const char *priority_class,
-                       int gen, int count);
+/* Adds the group's labels to `labels` and annotations to `annotations` (a
+ * pod's, as vj_render_pod makes them) for `queue` (non-NULL),
+ * `priority_class` (or NULL), generation `gen` of `job` and `count` pods.
+ * 0, or -1 out of memory (NULL objects included) or a name too long. */
+int vj_kueue_label_pod(cJSON *labels, cJSON *annotations, const char *job, const char *queue,
+                       const char *priority_class, int gen, int count);
 
 /* 1 if the pod still carries Kueue's admission gate (it waits in its queue). */
 int vj_kueue_gated(const cJSON *pod);

@@ -360,6 +360,28 @@ static void add_tolerations(bld *b, cJSON *spec, const vj_jobspec *js)
     }
 }
 
+/* parent[key] as an object, made (replacing whatever else was there) when
+ * it is not one; NULL out of memory. */
+static cJSON *obj_at(cJSON *parent, const char *key)
+{
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (cJSON_IsObject(o))
+        return o;
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    return cJSON_AddObjectToObject(parent, key);
+}
+
+/* parent[key] as an array, made (replacing whatever else was there) when it
+ * is not one; NULL out of memory. */
+static cJSON *arr_at(cJSON *parent, const char *key)
+{
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (cJSON_IsArray(a))
+        return a;
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    return cJSON_AddArrayToObject(parent, key);
+}
+
 cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t errlen)
 {
     vj_jobspec js;
@@ -396,9 +418,12 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
         add_str(&b, add_obj(&b, cJSON_GetObjectItemCaseSensitive(o, "metadata"), "annotations"),
                 VJ_PG_VOLCANO_ANNOTATION, js.name);
     /* under Kueue: each generation is a pod group of its own (kueue.h) */
-    if (js.kueue_queue && o &&
-        vj_kueue_label_pod(o, js.name, js.kueue_queue, js.kueue_priority, restart, js.replicas) != 0)
-        b.ok = 0;
+    if (js.kueue_queue && o) {
+        cJSON *meta = obj_at(o, "metadata");
+        if (vj_kueue_label_pod(obj_at(meta, "labels"), obj_at(meta, "annotations"), js.name,
+                               js.kueue_queue, js.kueue_priority, restart, js.replicas) != 0)
+            b.ok = 0;
+    }
 
     cJSON *spec = add_obj(&b, o, "spec");
     add_str(&b, spec, "hostname", host);
@@ -475,14 +500,6 @@ cJSON *vj_render_pod(const cJSON *job, int rank, int restart, char *err, size_t 
     return finish(&b, o, err, errlen);
 }
 
-static cJSON *obj_at(cJSON *parent, const char *key)
-{
-    cJSON *o = cJSON_GetObjectItemCaseSensitive(parent, key);
-    if (cJSON_IsObject(o))
-        return o;
-    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
-    return cJSON_AddObjectToObject(parent, key);
-}
 
 /* {"key":"metadata.name","operator":"NotIn","values":[node]}: a node field
  * selector takes exactly one value (the API refuses more). NULL out of memory. */
@@ -505,21 +522,13 @@ int vj_render_avoid_nodes(cJSON *pod, const char *const *nodes, size_t n)
                         "requiredDuringSchedulingIgnoredDuringExecution");
     if (req == NULL)
         return -1;
-    cJSON *terms = cJSON_GetObjectItemCaseSensitive(req, "nodeSelectorTerms");
-    if (!cJSON_IsArray(terms)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(req, "nodeSelectorTerms");
-        terms = cJSON_AddArrayToObject(req, "nodeSelectorTerms");
-    }
+    cJSON *terms = arr_at(req, "nodeSelectorTerms");
     if (terms == NULL || (cJSON_GetArraySize(terms) == 0 && !cJSON_AddItemToArray(terms, cJSON_CreateObject())))
         return -1;
     cJSON *term;
     cJSON_ArrayForEach(term, terms)
     {
-        cJSON *fields = cJSON_GetObjectItemCaseSensitive(term, "matchFields");
-        if (!cJSON_IsArray(fields)) {
-            cJSON_DeleteItemFromObjectCaseSensitive(term, "matchFields");
-            fields = cJSON_AddArrayToObject(term, "matchFields");
-        }
+        cJSON *fields = arr_at(term, "matchFields");
         if (fields == NULL)
             return -1;
         for (size_t i = 0; i < n; i++) { /* requirements of a term are ANDed */
@@ -569,11 +578,7 @@ int vj_render_prefer_off_node(cJSON *pod, const char *node)
     cJSON *na = obj_at(obj_at(obj_at(pod, "spec"), "affinity"), "nodeAffinity");
     if (na == NULL)
         return -1;
-    cJSON *pref = cJSON_GetObjectItemCaseSensitive(na, "preferredDuringSchedulingIgnoredDuringExecution");
-    if (!cJSON_IsArray(pref)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(na, "preferredDuringSchedulingIgnoredDuringExecution");
-        pref = cJSON_AddArrayToObject(na, "preferredDuringSchedulingIgnoredDuringExecution");
-    }
+    cJSON *pref = arr_at(na, "preferredDuringSchedulingIgnoredDuringExecution");
     cJSON *term = cJSON_CreateObject(), *preference, *fields, *req;
     if (pref == NULL || term == NULL || !cJSON_AddItemToArray(pref, term)) {
         cJSON_Delete(term);

@@ -13,8 +13,11 @@ static const char *at(const cJSON *pod, const char *kind, const char *key)
 
 Test(kueue, a_pod_gets_its_queue_priority_and_group_per_generation_and_the_group_is_unretriable)
 {
-    cJSON *pod = cJSON_Parse("{\"metadata\":{\"name\":\"j-worker-1-r3\",\"labels\":{\"a\":\"b\"}}}");
-    cr_assert_eq(vj_kueue_label_pod(pod, "j", "team-a", "high", 3, 4), 0);
+    cJSON *pod = cJSON_Parse("{\"metadata\":{\"name\":\"j-worker-1-r3\",\"labels\":{\"a\":\"b\"},"
+                             "\"annotations\":{}}}");
+    cJSON *meta = cJSON_GetObjectItem(pod, "metadata");
+    cr_assert_eq(vj_kueue_label_pod(cJSON_GetObjectItem(meta, "labels"), cJSON_GetObjectItem(meta, "annotations"),
+                                    "j", "team-a", "high", 3, 4), 0);
     cr_assert_str_eq(at(pod, "labels", "a"), "b", "its own labels stay");
     cr_assert_str_eq(at(pod, "labels", VJ_KUEUE_QUEUE_LABEL), "team-a");
     cr_assert_str_eq(at(pod, "labels", VJ_KUEUE_PRIORITY_LABEL), "high");
@@ -22,8 +25,12 @@ Test(kueue, a_pod_gets_its_queue_priority_and_group_per_generation_and_the_group
     cr_assert_str_eq(at(pod, "annotations", VJ_KUEUE_COUNT_ANNOTATION), "4");
     cr_assert_str_eq(at(pod, "annotations", VJ_KUEUE_RETRIABLE_ANNOTATION), "false");
     cJSON_Delete(pod);
-    pod = cJSON_Parse("{\"metadata\":{\"name\":\"x\"}}");
-    cr_assert_eq(vj_kueue_label_pod(pod, "j", "q", NULL, 0, 1), 0);
+    pod = cJSON_Parse("{\"metadata\":{\"name\":\"x\",\"labels\":{},\"annotations\":{}}}");
+    meta = cJSON_GetObjectItem(pod, "metadata");
+    cr_assert_eq(vj_kueue_label_pod(cJSON_GetObjectItem(meta, "labels"), cJSON_GetObjectItem(meta, "annotations"),
+                                    "j", "q", NULL, 0, 1), 0);
+    cr_assert_eq(vj_kueue_label_pod(NULL, cJSON_GetObjectItem(meta, "annotations"), "j", "q", NULL, 0, 1), -1,
+                 "no labels object: refused, not dereferenced");
     cr_assert_null(at(pod, "labels", VJ_KUEUE_PRIORITY_LABEL), "no priority class: no label");
     cJSON_Delete(pod);
 }

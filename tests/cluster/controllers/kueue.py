@@ -79,18 +79,13 @@ from .base import Controller
 from .log import log
 from .objects import cond, key, parse_time, pod_path, set_condition, stamp, terminal, utcnow
 from .scheduler import pod_requests, quantity
+# the pod's names, one home with the webhook that writes them
+from tests.cluster.kubeapi.kueue_webhook import (FINALIZER, GATE, GROUP, MANAGED, PRIORITY, QUEUE,
+                                                 RETRIABLE, ROLE_HASH, TOTAL)
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
-QUEUE = "kueue.x-k8s.io/queue-name"
-PRIORITY = "kueue.x-k8s.io/priority-class"
-GROUP = "kueue.x-k8s.io/pod-group-name"
-TOTAL = "kueue.x-k8s.io/pod-group-total-count"
-RETRIABLE = "kueue.x-k8s.io/retriable-in-group"
-MANAGED = "kueue.x-k8s.io/managed"
-ROLE_HASH = "kueue.x-k8s.io/role-hash"
 PODSET = "kueue.x-k8s.io/podset"
-GATE = "kueue.x-k8s.io/admission"
-POD_FINALIZER = MANAGED
+POD_FINALIZER = FINALIZER
 WL_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 IS_GROUP = "kueue.x-k8s.io/is-group-workload"
 
