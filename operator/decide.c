@@ -68,6 +68,7 @@ typedef struct {
     int placed;           /* bound to a node: nodeName set, or PodScheduled True */
     int unschedulable;    /* PodScheduled False, reason Unschedulable (and not placed) */
     long long unsched_ts; /* that condition's lastTransitionTime (now if unknown) */
+    long long created;    /* metadata.creationTimestamp, or -1 */
     char lost_why[256];   /* why it was judged lost (vj_decide's lost-pod rule), or "" */
     int suspect;          /* lost by a `closed` report its kubelet has not confirmed */
     int gated;            /* waits at Kueue's admission gate (kueue.h) */
@@ -281,6 +282,8 @@ static int parse_pod(const cJSON *pod, const char *job, long long now, pod_info 
     pi->gated = vj_kueue_gated(pod);
     if (vj_kueue_evicted(pod, &pi->kueue_why, &pi->kueue_msg))
         pi->disruption = pi->kueue_evicted = 1;
+    if (timefmt_parse(json_str(meta, "creationTimestamp"), &pi->created) != 0)
+        pi->created = -1;
     pi->node = json_str(json_get(pod, "spec"), "nodeName");
     pi->placed = pi->node != NULL;
     cJSON_ArrayForEach(cond, json_get(st, "conditions"))
@@ -1093,6 +1096,22 @@ static int older_alive(const desired_status *ds, const pod_info *pods, size_t n)
     return 0;
 }
 
+/* Since when the gang scheduler's PodGroup says its gang cannot be placed
+ * (volcano's condition Unschedulable True: its lastTransitionTime), or -1. */
+static long long podgroup_unschedulable_since(const ctx *c)
+{
+    const cJSON *pg = c->have ? c->have->podgroup_obj : NULL, *cond;
+    long long t = -1;
+    cJSON_ArrayForEach(cond, json_get(json_get(pg, "status"), "conditions"))
+    {
+        if (str_eq(json_str(cond, "type"), "Unschedulable") &&
+            str_eq(json_str(cond, "status"), "True") &&
+            timefmt_parse(json_str(cond, "lastTransitionTime"), &t) != 0)
+            t = c->now;
+    }
+    return t;
+}
+
 /* spec.elastic (elastic.h): reads what the scheduler says of the generation,
  * writes condition Elastic, and restarts the gang at another size as a
  * disruption (a growth creates its pods once the old ones are gone:
@@ -1103,17 +1122,35 @@ static int elastic_resize(ctx *c, desired_status *ds, const generation *g)
     char names[256] = "", err[256], m2[1024];
     vj_elastic_gen eg = {.gen = ds->gen, .unsched_since = -1, .unsched_names = names};
     size_t w = 0;
+    /* No pod says it, but the PodGroup does: its unplaced pods are
+     * unschedulable since the later of its word and their creation (the
+     * PodGroup outlives generations: a word older than the pods is not
+     * about them). */
+    long long pg_since = podgroup_unschedulable_since(c), gen_start = ds->el.resized, t;
+    for (int r = 0; r < R; r++)
+        if (g->slot[r] && g->slot[r]->unschedulable)
+            pg_since = -1;
+    /* nor about a generation started after it (the pods' creation, where
+     * unknown: the last restart or resize) */
+    if (timefmt_parse(json_str(ds->last_restart, "time"), &t) == 0 && t > gen_start)
+        gen_start = t;
+    if (pg_since >= 0 && gen_start > pg_since)
+        pg_since = gen_start;
     for (int r = 0; r < R; r++) {
         const pod_info *pi = g->slot[r];
         if (pi == NULL)
             continue;
         eg.placed += pi->placed;
         eg.running += pi->phase == PP_RUNNING;
-        if (!pi->unschedulable)
+        long long since = pi->unsched_ts;
+        if (!pi->unschedulable && pg_since >= 0 && !pi->placed && pi->phase == PP_PENDING &&
+            !pi->deleting && !pi->gated)
+            since = pi->created > pg_since ? pi->created : pg_since;
+        else if (!pi->unschedulable)
             continue;
         eg.unschedulable++;
-        if (eg.unsched_since < 0 || pi->unsched_ts < eg.unsched_since)
-            eg.unsched_since = pi->unsched_ts;
+        if (eg.unsched_since < 0 || since < eg.unsched_since)
+            eg.unsched_since = since;
         if (w < sizeof names) {
             int k = snprintf(names + w, sizeof names - w, "%s%s", w ? ", " : "", pi->name);
             w += k > 0 ? (size_t)k : 0;

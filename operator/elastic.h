@@ -15,8 +15,11 @@
  * Allowed sizes are those of vj_jobspec_world_sizes in [minReplicas,
  * replicas].
  * - Shrink. When pods of the generation are unschedulable (PodScheduled
- *   False, reason Unschedulable) and the earliest of them has been so for
- *   pendingTimeoutSeconds, the job restarts at the largest allowed size not
+ *   False, reason Unschedulable; or, where no pod says so, its unplaced
+ *   Pending pods while the gang scheduler's PodGroup has condition
+ *   Unschedulable True, since the later of that condition's
+ *   lastTransitionTime and the pod's creation: decide.c) and the earliest
+ *   of them has been so for pendingTimeoutSeconds, the job restarts at the largest allowed size not
  *   above the pods that were placed (nodeName set or PodScheduled True), and
  *   below size: reason ShrunkUnschedulable. With none (fewer than
  *   minReplicas placed, or no allowed size among them) the job waits as

@@ -2315,6 +2315,52 @@ Test(decide, without_elastic_unschedulable_pods_wait_and_nothing_changes)
     world_free(&w);
 }
 
+/* Volcano may leave a pod that it cannot place without a PodScheduled
+ * condition: the PodGroup's Unschedulable says it for the gang. */
+Test(decide, elastic_reads_a_podgroups_unschedulable_when_no_pod_says_it_counting_from_the_later_of_both)
+{
+    world w = mk_elastic(3, 12, "\"minReplicas\":2",
+                         ",\"runPolicy\":{\"schedulingPolicy\":{\"gang\":\"volcano\"}}");
+    vj_plan_free(step(&w, NOW));
+    place(&w, "j-worker-0-r0", "n1");
+    place(&w, "j-worker-1-r0", "n2");
+    /* pod 2: Pending, no conditions, created at NOW + 30 */
+    cJSON *meta = cJSON_GetObjectItem(find_pod(&w, "j-worker-2-r0"), "metadata");
+    cJSON_DeleteItemFromObject(meta, "creationTimestamp");
+    cJSON_AddStringToObject(meta, "creationTimestamp", "2023-11-14T22:13:50Z");
+    /* the PodGroup has said Unschedulable since NOW + 10 (older than the pod) */
+    set_podgroup(&w, "{\"phase\":\"Running\",\"running\":2,\"conditions\":[{\"type\":"
+                     "\"Unschedulable\",\"status\":\"True\",\"reason\":\"NotEnoughResources\","
+                     "\"message\":\"1/3 tasks in gang unschedulable\","
+                     "\"lastTransitionTime\":\"2023-11-14T22:13:30Z\"}]}");
+    vj_plan *p = step(&w, NOW + 71);
+    cr_assert_eq(restarts(&w), 0, "61 s after the PodGroup's word but 41 s after the pod's creation");
+    cr_assert_eq(p->requeue_after, 19, "looked at again 60 s after the pod's creation: %lld",
+                 p->requeue_after);
+    vj_plan_free(p);
+    vj_plan_free(step(&w, NOW + 90));
+    cr_assert_eq(restarts(&w), 1);
+    cr_assert_eq(st_int(&w, "worldSize"), 2);
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "ShrunkUnschedulable");
+    cr_assert(strstr(cond_field(&w, "Elastic", "message"), "j-worker-2-r0"), "%s",
+              cond_field(&w, "Elastic", "message"));
+    world_free(&w);
+}
+
+Test(decide, elastic_ignores_the_podgroup_while_a_pod_says_why_itself)
+{
+    world w = three_with_one_unplaceable(",\"runPolicy\":{\"schedulingPolicy\":{\"gang\":\"volcano\"}}");
+    /* the PodGroup's word is older than the pod's own (NOW + 1) */
+    set_podgroup(&w, "{\"phase\":\"Running\",\"running\":2,\"conditions\":[{\"type\":"
+                     "\"Unschedulable\",\"status\":\"True\",\"lastTransitionTime\":"
+                     "\"2023-11-14T22:13:20Z\"}]}");
+    vj_plan_free(step(&w, NOW + 60));
+    cr_assert_eq(restarts(&w), 0, "the pod's own condition (NOW + 1) counts, not the PodGroup's");
+    vj_plan_free(step(&w, NOW + 61));
+    cr_assert_eq(restarts(&w), 1);
+    world_free(&w);
+}
+
 Test(decide, an_elastic_resize_waits_for_a_pending_restarts_classification)
 {
     world w = closed_report("\"elastic\":{\"minReplicas\":1,\"pendingTimeoutSeconds\":15}");
