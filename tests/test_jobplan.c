@@ -433,7 +433,7 @@ Test(jobplan, the_json_has_the_stable_keys)
     char err[256];
     static jobplan p;
     cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
-    char *s = jobplan_json(&p);
+    char *s = jobplan_json(&p, NULL);
     cr_assert_not_null(s);
     cJSON *j = cJSON_Parse(s);
     cr_assert_not_null(j);
@@ -564,7 +564,7 @@ Test(jobplan, the_json_states_each_term_of_the_step)
     char err[256];
     static jobplan p;
     cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
-    char *s = jobplan_json(&p);
+    char *s = jobplan_json(&p, NULL);
     cr_assert_not_null(s);
     cJSON *j = cJSON_Parse(s), *tj = cJSON_GetObjectItem(j, "time");
     cr_assert_not_null(tj);
