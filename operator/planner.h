@@ -64,7 +64,7 @@ typedef struct {
     int min_replicas;         /* spec.elastic.minReplicas (--min-replicas); 0 = not elastic */
 } vj_planner_args;
 
-/* Runs `program plan --config - --replicas R [--min-replicas M] --local-ranks L
+/* Runs `program plan --config - --replicas R --local-ranks L [--min-replicas M]
  * --device cuda [--gpu K] [--gpu-memory B] --json` with worker_config (the
  * worker's part of the spec, vj_jobspec_worker_config) written to its
  * stdin, and reads the plan into *out (generation left 0). */
