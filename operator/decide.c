@@ -1515,17 +1515,12 @@ static void elastic_will_not_fit(ctx *c, desired_status *ds)
                      a->elastic.replicas, a->elastic.world, a->elastic.min_replicas, need,
                      a->sharding, a->elastic.micro_batch, a->elastic.accumulation, have,
                      a->device_source, a->replicas, at);
-    if (w > 0 && (size_t)w < sizeof msg) {
-        if (a->elastic.smallest_fitting > 0 && a->elastic.smallest_fitting < a->replicas)
-            snprintf(msg + w, sizeof msg - (size_t)w, "A shrink below %d replicas would fail "
-                     "the ranks' memory check: set spec.elastic.minReplicas to %d, or a change "
-                     "that needs less memory", a->elastic.smallest_fitting,
-                     a->elastic.smallest_fitting);
-        else
-            snprintf(msg + w, sizeof msg - (size_t)w, "No shrink below %d replicas would pass "
-                     "the ranks' memory check: set spec.elastic.minReplicas to %d, or a change "
-                     "that needs less memory", a->replicas, a->replicas);
-    }
+    int fit_from = a->elastic.smallest_fitting > 0 && a->elastic.smallest_fitting < a->replicas
+                    ? a->elastic.smallest_fitting : a->replicas;
+    if (w > 0 && (size_t)w < sizeof msg)
+        snprintf(msg + w, sizeof msg - (size_t)w, "A shrink below %d replicas would fail the job "
+                 "(its ranks' memory check exits 2, not retried): set spec.elastic.minReplicas "
+                 "to %d, or a change that needs less memory", fit_from, fit_from);
     if (!cond_true(ds->conds, "ElasticWillNotFit"))
         event(c, "Warning", "ElasticWillNotFit", msg);
     set_cond(c, ds->conds, "ElasticWillNotFit", "True", "MinReplicasExceedsGPUMemory", msg, 0);
