@@ -170,9 +170,11 @@ typedef struct {
     int world_size;       /* VITJOB_REPLICAS x VITJOB_LOCAL_RANKS; 1 locally */
     /* The operator's keys of a ViTJob manifest's spec, as written (0 and "":
      * not written): the worker ignores them; `vitjob-worker plan` plans the
-     * job they describe (replicas x gpusPerReplica ranks, gpuMemory each) */
+     * job they describe (replicas x gpusPerReplica ranks, gpuMemory each;
+     * with spec.elastic, also at the sizes down to elastic.minReplicas) */
     struct {
         int replicas, gpus_per_replica;
+        int min_replicas;   /* spec.elastic.minReplicas */
         char gpu_memory[32];
     } spec_scale;
     /* the keys a document or a --set wrote (a bit per row of the table, in

@@ -491,7 +491,7 @@ _Static_assert(CONFIG_KEYS_MAX <= 8 * CONFIG_GIVEN_BYTES,
 /* Spec keys that belong to the operator: accepted and ignored by the worker. */
 const char *const config_operator_keys[] = {"replicas", "gpusPerReplica", "gpuMemory",
                                             "image",    "runPolicy",      "suspend",
-                                            "template", NULL};
+                                            "template", "elastic",        NULL};
 /* Manifest keys around the spec: ignored. */
 const char *const config_manifest_keys[] = {"apiVersion", "kind", "metadata", "status", NULL};
 

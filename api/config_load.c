@@ -205,14 +205,23 @@ static int check_duplicate(const config_ctx *c, const cJSON *obj, const cJSON *c
     return 0;
 }
 
-/* spec.replicas, spec.gpusPerReplica and spec.gpuMemory as written, for
- * the planner (vit_job_config.spec_scale); the CRD checks them, the worker
- * ignores them: a value of another shape is left out here, not refused. */
+static int whole_count(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1 << 20 &&
+           v->valuedouble == (double)(int)v->valuedouble;
+}
+
+/* spec.replicas, spec.gpusPerReplica, spec.gpuMemory and
+ * spec.elastic.minReplicas as written, for the planner
+ * (vit_job_config.spec_scale); the CRD checks them, the worker ignores
+ * them: a value of another shape is left out here, not refused. */
 static void keep_scale(vit_job_config *cfg, const char *key, const cJSON *v)
 {
-    int whole = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 1 << 20 &&
-                v->valuedouble == (double)(int)v->valuedouble;
-    if (strcmp(key, "replicas") == 0 && whole)
+    int whole = whole_count(v);
+    const cJSON *min = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "minReplicas") : NULL;
+    if (strcmp(key, "elastic") == 0 && whole_count(min))
+        cfg->spec_scale.min_replicas = (int)min->valuedouble;
+    else if (strcmp(key, "replicas") == 0 && whole)
         cfg->spec_scale.replicas = (int)v->valuedouble;
     else if (strcmp(key, "gpusPerReplica") == 0 && whole)
         cfg->spec_scale.gpus_per_replica = (int)v->valuedouble;

@@ -105,7 +105,9 @@ int vj_admit(kube_client *k, const char *planner, const cJSON *job, vj_admission
     vj_planner_args a = {.program = planner, .replicas = js.replicas,
                          .local_ranks = js.local_ranks,
                          .gpu_kind = vj_admission_gpu_kind(product), .gpu_bytes = bytes,
-                         .gpu_source = src};
+                         .gpu_source = src,
+                         .min_replicas = js.elastic && js.min_replicas < js.replicas
+                                             ? js.min_replicas : 0};
     int rc = vj_planner_run(&a, wc, out, err, errlen);
     cJSON_Delete(wc);
     if (rc == 0) out->generation = js.generation;

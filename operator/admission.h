@@ -7,7 +7,8 @@
  * MiB as NVIDIA's GPU feature discovery publishes it, among the nodes its
  * spec.template.nodeSelector allows) and the GPU kind (the
  * nvidia.com/gpu.product its nodeSelector or those nodes name), and running
- * the planner (planner.h) with them.
+ * the planner (planner.h) with them, and for a job with spec.elastic, its
+ * minReplicas (the plan then also covers the sizes it may shrink to).
  * Must not: decide (decide.c turns a plan that does not fit into
  * WillNotFit), write to the API server, or include the worker's code.
  */

@@ -1528,6 +1528,41 @@ static void will_not_fit(ctx *c, desired_status *ds, pod_info *pods, size_t n)
     finish_job(c, ds, pods, n, 0, "WillNotFit", msg);
 }
 
+/* An elastic job whose plan fits at replicas but not at the fewest replicas
+ * it may be shrunk to: admitted (the spec is valid and runs as written;
+ * the shrink may never come), with condition ElasticWillNotFit True and a
+ * Warning event naming both sizes' numbers, so that the user knows before
+ * a shrink. A later plan where it fits turns an existing condition False. */
+static void elastic_will_not_fit(ctx *c, desired_status *ds)
+{
+    const vj_admission *a = c->have->plan;
+    if (!a->elastic.min_replicas || !a->elastic.replicas) return;
+    if (a->elastic.fits) {
+        set_cond(c, ds->conds, "ElasticWillNotFit", "False", "MinReplicasFit",
+                 "every size the job may be shrunk to fits the GPU memory", 1);
+        return;
+    }
+    char need[32], have[32], at[32], msg[1024];
+    vj_planner_quantity(need, sizeof need, a->elastic.memory_bytes);
+    vj_planner_quantity(have, sizeof have, a->device_bytes);
+    vj_planner_quantity(at, sizeof at, a->memory_bytes);
+    int w = snprintf(msg, sizeof msg, "at %d replicas (%d ranks, elastic.minReplicas=%d) the plan "
+                     "needs %s of GPU memory per rank (sharding %s, micro-batch %d x accumulation "
+                     "%d) but a GPU has %s (%s); at %d replicas it needs %s. ",
+                     a->elastic.replicas, a->elastic.world, a->elastic.min_replicas, need,
+                     a->sharding, a->elastic.micro_batch, a->elastic.accumulation, have,
+                     a->device_source, a->replicas, at);
+    int fit_from = a->elastic.smallest_fitting > 0 && a->elastic.smallest_fitting < a->replicas
+                    ? a->elastic.smallest_fitting : a->replicas;
+    if (w > 0 && (size_t)w < sizeof msg)
+        snprintf(msg + w, sizeof msg - (size_t)w, "A shrink below %d replicas would fail the job "
+                 "(its ranks' memory check exits 2, not retried): set spec.elastic.minReplicas "
+                 "to %d, or a change that needs less memory", fit_from, fit_from);
+    if (!cond_true(ds->conds, "ElasticWillNotFit"))
+        event(c, "Warning", "ElasticWillNotFit", msg);
+    set_cond(c, ds->conds, "ElasticWillNotFit", "True", "MinReplicasExceedsGPUMemory", msg, 0);
+}
+
 /* vj_decide, or with fail_reason: vj_decide_failed. */
 static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *have,
                   const char *fail_reason, const char *fail_msg, long long now, vj_plan **out,
@@ -1646,6 +1681,9 @@ static int decide(const cJSON *job, const cJSON *pods_json, const vj_children *h
                 str_eq(ds.phase, "Succeeded") == 0)
                 requeue(&c, ds.start + js.active_deadline - now);
         }
+        /* admitted on its plan at replicas: what its shrinks would need */
+        if (have->plan && have->plan->fits && js.elastic && !str_eq(ds.phase, "Failed"))
+            elastic_will_not_fit(&c, &ds);
     } else {
         clean_pods(&c, &ds, pods, n);
     }

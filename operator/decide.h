@@ -149,7 +149,13 @@ int vj_decide_wants_nodes(const cJSON *job, const cJSON *pods);
  * fails the job before anything
  * of it is created: condition WillNotFit True (reason ExceedsGPUMemory,
  * the plan's total, largest parts, the GPU memory and where it came from,
- * and the cheapest change that fits), and Failed with reason WillNotFit. */
+ * and the cheapest change that fits), and Failed with reason WillNotFit.
+ * An elastic job whose plan fits but not at the fewest replicas it may be
+ * shrunk to (vj_admission.elastic) is admitted, with condition
+ * ElasticWillNotFit True (reason MinReplicasExceedsGPUMemory: both sizes'
+ * memory per rank, the accumulation, the GPU memory and the minReplicas
+ * from which every size fits) and one Warning event; a later plan where it
+ * fits turns the condition False (reason MinReplicasFit). */
 
 /* ProgressStalled: while the job is Running, rank 0 writes
  * status.progress.updateTime (worker/train/report.c) at most every

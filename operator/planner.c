@@ -66,6 +66,24 @@ static void largest_parts(const cJSON *mem, char *out, size_t len)
     }
 }
 
+/* "elastic": its smallest size (the first of "sizes"), or none. */
+static void read_elastic(const cJSON *el, double device_bytes, vj_admission *out)
+{
+    int min = (int)num(el, "minReplicas");
+    if (min < 1) return;
+    out->elastic.min_replicas = min;
+    out->elastic.smallest_fitting = (int)num(el, "smallestFittingReplicas");
+    const cJSON *low = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(el, "sizes"), 0);
+    if (!low || num(low, "totalBytes") <= 0) return;
+    out->elastic.replicas = (int)num(low, "replicas");
+    out->elastic.world = (int)num(low, "world");
+    out->elastic.micro_batch = (int)num(low, "microBatchSize");
+    out->elastic.accumulation = (int)num(low, "accumulation");
+    out->elastic.memory_bytes = num(low, "totalBytes");
+    out->elastic.fits =
+        device_bytes <= 0 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(low, "fits"));
+}
+
 int vj_planner_parse(const char *json, double device_bytes, vj_admission *out, char *err,
                      size_t errlen)
 {
@@ -86,6 +104,7 @@ int vj_planner_parse(const char *json, double device_bytes, vj_admission *out, c
     out->images_per_s = ips;
     out->fits = device_bytes <= 0 || cJSON_IsTrue(fits);
     out->micro_batch = (int)num(o, "microBatchSize");
+    read_elastic(cJSON_GetObjectItemCaseSensitive(o, "elastic"), device_bytes, out);
     snprintf(out->device, sizeof out->device, "%s", json_str(o, "device") ? json_str(o, "device") : "");
     snprintf(out->sharding, sizeof out->sharding, "%s",
              json_str(o, "sharding") ? json_str(o, "sharding") : "");
@@ -147,14 +166,16 @@ static void last_line(const char *log, char *out, size_t len)
 int vj_planner_run(const vj_planner_args *a, const cJSON *worker_config, vj_admission *out,
                    char *err, size_t errlen)
 {
-    char replicas[16], local[16], mem[32];
+    char replicas[16], local[16], mem[32], min[16];
+    snprintf(min, sizeof min, "%d", a->min_replicas);
     snprintf(replicas, sizeof replicas, "%d", a->replicas);
     snprintf(local, sizeof local, "%d", a->local_ranks);
     snprintf(mem, sizeof mem, "%.0f", a->gpu_bytes);
-    const char *argv[20];
+    const char *argv[24];
     int n = 0;
     argv[n++] = a->program, argv[n++] = "plan", argv[n++] = "--config", argv[n++] = "-";
     argv[n++] = "--replicas", argv[n++] = replicas, argv[n++] = "--local-ranks", argv[n++] = local;
+    if (a->min_replicas > 0) argv[n++] = "--min-replicas", argv[n++] = min;
     argv[n++] = "--device", argv[n++] = "cuda";
     if (a->gpu_kind) argv[n++] = "--gpu", argv[n++] = a->gpu_kind;
     if (a->gpu_bytes > 0) argv[n++] = "--gpu-memory", argv[n++] = mem;
@@ -229,6 +250,7 @@ int vj_planner_run(const vj_planner_args *a, const cJSON *worker_config, vj_admi
                  WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
                  why[0] ? why : "(no message)");
     } else if (vj_planner_parse(obuf ? obuf : "", a->gpu_bytes, out, err, errlen) == 0) {
+        out->replicas = a->replicas;
         if (a->gpu_bytes > 0)
             snprintf(out->device_source, sizeof out->device_source, "%s",
                      a->gpu_source ? a->gpu_source : "given");

@@ -39,6 +39,19 @@ typedef struct {
     int micro_batch;          /* training.microBatchSize planned */
     char suggestion[384];     /* when it does not fit: the cheapest changes that make it fit,
                                  in the spec's words, with the new total; "" when none does */
+    int replicas;             /* the replicas planned */
+    /* spec.elastic (issue 44): the plan at the fewest replicas the job may
+     * be shrunk to (the smallest allowed size from minReplicas), the JSON's
+     * "elastic"; min_replicas 0: no elastic plan (none asked, or the
+     * planner gave none) */
+    struct {
+        int min_replicas;     /* spec.elastic.minReplicas planned */
+        int replicas, world;  /* the fewest replicas allowed from it; 0: none is allowed */
+        int micro_batch, accumulation;
+        double memory_bytes;  /* one rank's peak there */
+        int fits;             /* as fits above, at that size */
+        int smallest_fitting; /* the fewest replicas from which every allowed size fits */
+    } elastic;
 } vj_admission;
 
 typedef struct {
@@ -48,9 +61,10 @@ typedef struct {
     double gpu_bytes;         /* memory per GPU; 0 = unknown (nothing is refused) */
     const char *gpu_source;   /* where gpu_bytes came from (copied into device_source) */
     int timeout_s;            /* 0 = VJ_PLANNER_TIMEOUT_S */
+    int min_replicas;         /* spec.elastic.minReplicas (--min-replicas); 0 = not elastic */
 } vj_planner_args;
 
-/* Runs `program plan --config - --replicas R --local-ranks L
+/* Runs `program plan --config - --replicas R --local-ranks L [--min-replicas M]
  * --device cuda [--gpu K] [--gpu-memory B] --json` with worker_config (the
  * worker's part of the spec, vj_jobspec_worker_config) written to its
  * stdin, and reads the plan into *out (generation left 0). */

@@ -203,6 +203,35 @@ YAML
   [[ "$output" == *'spec.gpuMemory='*lots*'a size'* ]]
 }
 
+@test "plan --config of an elastic manifest plans each allowed size down to minReplicas and warns when the fewest does not fit" {
+  cat > "$TMP/el.yaml" <<'YAML'
+apiVersion: vitjob.dev/v1alpha1
+kind: ViTJob
+metadata: {name: el}
+spec:
+  replicas: 8
+  gpusPerReplica: 1
+  gpuMemory: 6Gi
+  elastic: {minReplicas: 2, pendingTimeoutSeconds: 60}
+  model: {preset: vit_h14}
+  data: {format: webdataset, uri: "/data/train-{0000..0009}.tar"}
+  training: {globalBatchSize: 1024, microBatchSize: 16, sharding: full, activationCheckpointing: true}
+YAML
+  run "$WORKER" plan --config "$TMP/el.yaml"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"elastic: minReplicas 2 to replicas 8, global batch 1024 kept"* ]]
+  [[ "$output" == *"replicas 2 "*"accumulation 32"*"does not fit"* ]]
+  [[ "$output" == *"replicas 4 "*"accumulation 16"*"fits"* ]]
+  [[ "$output" != *"replicas 3 "* ]]
+  [[ "$output" == *"warning: at 2 replicas"*"a shrink below 4 replicas would not fit"* ]]
+  run "$WORKER" plan --config "$TMP/el.yaml" --json
+  [ "$status" -eq 0 ]
+  python3 -c 'import json, sys; e = json.loads(sys.argv[1])["elastic"]; assert [s["replicas"] for s in e["sizes"]] == [2, 4], e; assert e["smallestFittingReplicas"] == 4, e' "$output"
+  # the flag wins over the manifest; equal to replicas: no elastic part
+  run "$WORKER" plan --config "$TMP/el.yaml" --min-replicas 8 --json
+  python3 -c 'import json, sys; assert "elastic" not in json.loads(sys.argv[1])' "$output"
+}
+
 @test "plan refuses a bad flag, a bad size and a world size the batch does not divide, with exit code 2" {
   run "$WORKER" plan --bogus
   [ "$status" -eq 2 ]

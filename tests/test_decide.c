@@ -2380,3 +2380,65 @@ Test(decide, an_elastic_resize_waits_for_a_pending_restarts_classification)
     cr_assert_eq(disruptions(&w), 1, "the shrink is a disruption, the crash spent backoffLimit");
     world_free(&w);
 }
+
+/* An elastic job's admission plan (planner.h's vj_admission.elastic): it
+ * fits at 4 replicas, and at its fewest (2) it needs min_gib. */
+static vj_admission elastic_plan_of(double min_gib, int smallest_fitting)
+{
+    vj_admission a = plan_of(60, 80, NULL);
+    snprintf(a.sharding, sizeof a.sharding, "full");
+    a.replicas = 4;
+    a.elastic.min_replicas = 2;
+    a.elastic.replicas = 2, a.elastic.world = 2;
+    a.elastic.micro_batch = 2, a.elastic.accumulation = 4;
+    a.elastic.memory_bytes = min_gib * 1073741824.0;
+    a.elastic.fits = min_gib <= 80;
+    a.elastic.smallest_fitting = smallest_fitting;
+    return a;
+}
+
+Test(decide, an_elastic_job_that_fits_at_replicas_but_not_at_min_replicas_is_admitted_with_ElasticWillNotFit)
+{
+    world w = mk_elastic(4, 16, "\"minReplicas\":2", NULL);
+    vj_admission a = elastic_plan_of(92, 4);
+    w.have.plan = &a;
+    vj_plan *p = step(&w, NOW);
+    cr_assert_gt(cJSON_GetArraySize(p->creates), 0, "admitted: its children are created");
+    cr_assert_str_eq(phase_of(&w), "Pending");
+    cr_assert_null(cond(&w, "WillNotFit"));
+    cr_assert_str_eq(cond_field(&w, "ElasticWillNotFit", "status"), "True");
+    cr_assert_str_eq(cond_field(&w, "ElasticWillNotFit", "reason"), "MinReplicasExceedsGPUMemory");
+    const char *msg = cond_field(&w, "ElasticWillNotFit", "message");
+    cr_assert(strstr(msg, "at 2 replicas (2 ranks, elastic.minReplicas=2) the plan needs 92Gi") &&
+              strstr(msg, "sharding full, micro-batch 2 x accumulation 4") &&
+              strstr(msg, "a GPU has 80Gi (spec.gpuMemory=80Gi)") &&
+              strstr(msg, "at 4 replicas it needs 60Gi") &&
+              strstr(msg, "set spec.elastic.minReplicas to 4"), "%s", msg);
+    cr_assert(has_event(p, "ElasticWillNotFit"), "a Warning event, before any shrink");
+    vj_plan_free(p);
+    /* later reconciles carry no plan: the condition stays, no second event */
+    w.have.plan = NULL;
+    p = step(&w, NOW + 1);
+    cr_assert(!has_event(p, "ElasticWillNotFit"));
+    cr_assert_str_eq(cond_field(&w, "ElasticWillNotFit", "status"), "True");
+    vj_plan_free(p);
+    world_free(&w);
+}
+
+Test(decide, an_elastic_job_that_fits_at_min_replicas_or_a_job_without_elastic_gets_no_ElasticWillNotFit)
+{
+    world w = mk_elastic(4, 16, "\"minReplicas\":2", NULL);
+    vj_admission a = elastic_plan_of(70, 2);
+    w.have.plan = &a;
+    vj_plan *p = step(&w, NOW);
+    cr_assert_null(cond(&w, "ElasticWillNotFit"));
+    cr_assert(!has_event(p, "ElasticWillNotFit"));
+    vj_plan_free(p);
+    world_free(&w);
+    w = mk_elastic(4, 16, NULL, NULL);
+    a = elastic_plan_of(92, 4); /* a planner's elastic part, for a job that has none */
+    w.have.plan = &a;
+    vj_plan_free(step(&w, NOW));
+    cr_assert_null(cond(&w, "ElasticWillNotFit"));
+    world_free(&w);
+}

@@ -433,7 +433,7 @@ Test(jobplan, the_json_has_the_stable_keys)
     char err[256];
     static jobplan p;
     cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
-    char *s = jobplan_json(&p);
+    char *s = jobplan_json(&p, NULL);
     cr_assert_not_null(s);
     cJSON *j = cJSON_Parse(s);
     cr_assert_not_null(j);
@@ -564,7 +564,7 @@ Test(jobplan, the_json_states_each_term_of_the_step)
     char err[256];
     static jobplan p;
     cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
-    char *s = jobplan_json(&p);
+    char *s = jobplan_json(&p, NULL);
     cr_assert_not_null(s);
     cJSON *j = cJSON_Parse(s), *tj = cJSON_GetObjectItem(j, "time");
     cr_assert_not_null(tj);
@@ -594,4 +594,86 @@ Test(jobplan, the_json_states_each_term_of_the_step)
     cr_assert_float_eq(cJSON_GetObjectItem(tj, "stepSeconds")->valuedouble, sum, 1e-12);
     cJSON_Delete(j);
     free(s);
+}
+
+/* spec.elastic (issue 44): vit_s16 (28x28) sharded full, global batch 64 of
+ * micro-batches of 4, 8 replicas, minReplicas 2: the allowed sizes below 8
+ * are 2 and 4 (64 = 4 x world x accumulation); each rank's shard grows as
+ * the ranks fall, so a GPU between the 4- and 2-replica totals fits every
+ * size but 2. */
+static void elastic_plan(double device_bytes, vit_job_config *unfinished, jobplan *at,
+                         jobplan_elastic *el)
+{
+    static vit_job_config cfg;
+    model_of(unfinished, "vit_s16");
+    set(unfinished, "training.sharding=full");
+    set(unfinished, "training.globalBatchSize=64");
+    cfg = *unfinished;
+    cfg.world_size = 8;
+    char err[256];
+    cr_assert_eq(config_finish(&cfg, err, sizeof err), 0, "%s", err);
+    const jobplan_target t = {.replicas = 8, .local_ranks = 1, .flops_per_s = 1e10,
+                              .bus_bytes_per_s = 1e9, .device_bytes = device_bytes};
+    cr_assert_eq(jobplan_make(&cfg, &t, at, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(jobplan_elastic_make(unfinished, &t, at, 2, el, err, sizeof err), 0, "%s", err);
+}
+
+Test(jobplan, an_elastic_sharded_job_is_planned_at_each_allowed_size_and_one_that_fits_only_above_minreplicas_is_said)
+{
+    static vit_job_config cfg;
+    static jobplan at;
+    static jobplan_elastic el;
+    elastic_plan(1e15, &cfg, &at, &el);
+    cr_assert_eq(el.n_sizes, 2, "the allowed sizes below 8: 2 and 4");
+    cr_assert_eq(el.sizes[0].replicas, 2);
+    cr_assert_eq(el.sizes[1].replicas, 4);
+    cr_assert_eq(el.sizes[0].accum, 8, "the global batch kept: 64 = 4 x 2 x 8");
+    cr_assert_eq(el.sizes[1].accum, 4);
+    cr_assert_eq(at.accum, 2);
+    cr_assert_gt(el.sizes[0].total_bytes, el.sizes[1].total_bytes, "fewer ranks, larger shards");
+    cr_assert_gt(el.sizes[1].total_bytes, at.mem.total_bytes);
+    cr_assert_eq(el.smallest_fitting, 2, "all fit");
+    /* a device between the 4- and the 2-replica totals */
+    const double dev = (double)(el.sizes[0].total_bytes + el.sizes[1].total_bytes) / 2;
+    elastic_plan(dev, &cfg, &at, &el);
+    cr_assert(at.fits, "fits at replicas");
+    cr_assert(!el.sizes[0].fits, "does not fit at minReplicas");
+    cr_assert(el.sizes[1].fits);
+    cr_assert_eq(el.smallest_fitting, 4);
+    char *s = jobplan_json(&at, &el);
+    cJSON *j = cJSON_Parse(s), *e = cJSON_GetObjectItem(j, "elastic");
+    cr_assert_not_null(e, "%s", s);
+    cr_assert_eq(cJSON_GetObjectItem(e, "minReplicas")->valueint, 2);
+    cr_assert_eq(cJSON_GetObjectItem(e, "smallestFittingReplicas")->valueint, 4);
+    cJSON *low = cJSON_GetArrayItem(cJSON_GetObjectItem(e, "sizes"), 0);
+    cr_assert_eq(cJSON_GetObjectItem(low, "replicas")->valueint, 2);
+    cr_assert_eq(cJSON_GetObjectItem(low, "accumulation")->valueint, 8);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(low, "fits")));
+    cr_assert_eq(cJSON_GetObjectItem(low, "totalBytes")->valuedouble,
+                 (double)el.sizes[0].total_bytes);
+    cJSON_Delete(j);
+    free(s);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    jobplan_print(f, &at, &el);
+    fclose(f);
+    cr_assert(strstr(out, "  replicas 2 "), "%s", out);
+    cr_assert(strstr(out, "  replicas 4 "), "%s", out);
+    cr_assert(strstr(out, "warning: at 2 replicas (2 ranks, accumulation 8)"), "%s", out);
+    cr_assert(strstr(out, "a shrink below 4 replicas would not fit"), "%s", out);
+    free(out);
+}
+
+Test(jobplan, minreplicas_outside_one_to_replicas_is_refused)
+{
+    static vit_job_config cfg;
+    static jobplan at;
+    static jobplan_elastic el;
+    elastic_plan(1e15, &cfg, &at, &el);
+    const jobplan_target t = {.replicas = 8, .local_ranks = 1};
+    char err[256];
+    cr_assert_eq(jobplan_elastic_make(&cfg, &t, &at, 9, &el, err, sizeof err), VJ_ERR_CONFIG);
+    cr_assert(strstr(err, "minReplicas=9"), "%s", err);
+    cr_assert_eq(jobplan_elastic_make(&cfg, &t, &at, 0, &el, err, sizeof err), VJ_ERR_CONFIG);
 }

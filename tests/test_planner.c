@@ -170,3 +170,59 @@ Test(planner, a_planner_that_is_missing_is_an_error_not_a_crash)
     cr_assert(strstr(err, "/nonexistent/vitjob-worker"), "%s", err);
     cJSON_Delete(cfg);
 }
+
+Test(planner, an_elastic_plans_fewest_size_is_read_with_its_fit_and_the_smallest_size_that_fits)
+{
+    const char *j =
+        "{\"fits\": true, \"sharding\": \"full\", \"memoryPerRank\": {\"total\": 6e10},"
+        " \"time\": {\"imagesPerSecond\": 1}, \"changes\": [], \"suggestion\": -1,"
+        " \"elastic\": {\"minReplicas\": 3, \"replicas\": 8, \"sizesNotPlanned\": 0,"
+        "  \"smallestFittingReplicas\": 8, \"sizes\": ["
+        "   {\"replicas\": 4, \"world\": 32, \"microBatchSize\": 8, \"accumulation\": 4,"
+        "    \"totalBytes\": 9e10, \"fits\": false, \"imagesPerSecond\": 1}]}}";
+    vj_admission a;
+    char err[256] = "";
+    cr_assert_eq(vj_planner_parse(j, 8e10, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a.fits, 1);
+    cr_assert_eq(a.elastic.min_replicas, 3);
+    cr_assert_eq(a.elastic.replicas, 4, "the fewest allowed size, not minReplicas");
+    cr_assert_eq(a.elastic.world, 32);
+    cr_assert_eq(a.elastic.micro_batch, 8);
+    cr_assert_eq(a.elastic.accumulation, 4);
+    cr_assert_float_eq(a.elastic.memory_bytes, 9e10, 1);
+    cr_assert_eq(a.elastic.fits, 0);
+    cr_assert_eq(a.elastic.smallest_fitting, 8);
+    /* the GPU memory unknown: nothing is said not to fit */
+    cr_assert_eq(vj_planner_parse(j, 0, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a.elastic.fits, 1);
+    /* a plan without "elastic": none */
+    cr_assert_eq(vj_planner_parse(PLAN_JSON, 8e10, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a.elastic.min_replicas, 0);
+}
+
+Test(planner, an_elastic_job_is_planned_with_its_min_replicas_as_a_flag)
+{
+    char out[256];
+    snprintf(out, sizeof out, "/tmp/vj-planner-minargs-%d", (int)getpid());
+    char body[1024];
+    snprintf(body, sizeof body,
+             "echo \"$@\" > %s; cat > /dev/null\n"
+             "echo '{\"fits\": true, \"memoryPerRank\": {\"total\": 1e9}, \"time\": "
+             "{\"imagesPerSecond\": 5}}'", out);
+    char *prog = fake(body);
+    cJSON *cfg = config();
+    vj_planner_args a = {.program = prog, .replicas = 4, .local_ranks = 8, .min_replicas = 2};
+    vj_admission adm;
+    char err[256] = "";
+    cr_assert_eq(vj_planner_run(&a, cfg, &adm, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(adm.replicas, 4);
+    FILE *f = fopen(out, "r");
+    char got[512] = "";
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    got[n] = 0;
+    fclose(f);
+    cr_assert(strstr(got, "plan --config - --replicas 4 --local-ranks 8 --min-replicas 2 "), "%s", got);
+    unlink(out);
+    unlink(prog);
+    cJSON_Delete(cfg);
+}

@@ -6,6 +6,7 @@
 #include "jobplan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dp.h"
@@ -153,4 +154,50 @@ vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan 
     jobplan_time(cfg, t, g, p);
     if (!p->fits && (rc = suggest(cfg, t, p, err, errlen))) return rc;
     return VJ_OK;
+}
+
+vj_err jobplan_elastic_make(const vit_job_config *unfinished, const jobplan_target *t,
+                            const jobplan *at, int min_replicas, jobplan_elastic *out, char *err,
+                            size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    out->min_replicas = min_replicas;
+    out->replicas = t->replicas;
+    if (min_replicas < 1 || min_replicas > t->replicas) {
+        snprintf(err, errlen, "spec.elastic.minReplicas=%d: must be in [1, replicas=%d]",
+                 min_replicas, t->replicas);
+        return VJ_ERR_CONFIG;
+    }
+    vit_job_config *cfg = malloc(sizeof *cfg);
+    jobplan *p = malloc(sizeof *p);
+    vj_err rc = VJ_OK;
+    if (!cfg || !p) {
+        snprintf(err, errlen, "plan: out of memory planning the elastic sizes");
+        rc = VJ_ERR_OUT_OF_MEMORY;
+        goto out;
+    }
+    char why[256];
+    for (int r = min_replicas; r < t->replicas; r++) {
+        *cfg = *unfinished;
+        cfg->world_size = r * t->local_ranks;
+        if (config_finish(cfg, why, sizeof why) != VJ_OK) continue; /* not an allowed size */
+        if (out->n_sizes == JOBPLAN_MAX_SIZES) {
+            out->not_evaluated++;
+            continue;
+        }
+        jobplan_target tr = *t;
+        tr.replicas = r;
+        if ((rc = jobplan_make(cfg, &tr, p, err, errlen)) != VJ_OK) goto out;
+        out->sizes[out->n_sizes++] = (jobplan_size){
+            .replicas = r, .world = p->world, .micro = p->micro, .accum = p->accum,
+            .total_bytes = p->mem.total_bytes, .fits = p->fits, .images_per_s = p->images_per_s};
+    }
+    /* down from replicas while each size fits */
+    out->smallest_fitting = at->fits ? t->replicas : 0;
+    for (int i = out->n_sizes - 1; i >= 0 && out->smallest_fitting > 0 && out->sizes[i].fits; i--)
+        out->smallest_fitting = out->sizes[i].replicas;
+out:
+    free(cfg);
+    free(p);
+    return rc;
 }

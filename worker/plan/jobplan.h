@@ -5,7 +5,8 @@
  * Owns: the target (the device and its rates), the plan's record, and
  * jobplan_make: the target's checks, the device's memory and the fit, and
  * the suggestions (each change applied as --set would apply it, then
- * planned again). The memory comes from plan_memory.h, the time from
+ * planned again); an elastic job's plan at each size it may shrink to
+ * (jobplan_elastic_make). The memory comes from plan_memory.h, the time from
  * plan_time.h; the rates a target may carry from the probes
  * (plan_probe.h); the table and the JSON are plan_output.h's.
  * Must not: allocate the backend's memory for the run, train, or read
@@ -87,9 +88,44 @@ typedef struct {
     int n_changes, suggestion;
 } jobplan;
 
+/* One world size an elastic job (spec.elastic, issue 44) may be shrunk to:
+ * the plan at that many replicas, globalBatchSize kept. */
+typedef struct {
+    int replicas, world, micro, accum;
+    size_t total_bytes;        /* the plan's peak per rank (jobplan_mem.total_bytes) */
+    int fits;                  /* as jobplan.fits */
+    double images_per_s;
+} jobplan_size;
+
+#define JOBPLAN_MAX_SIZES 64
+
+typedef struct {
+    int min_replicas, replicas;
+    /* the allowed sizes in [min_replicas, replicas - 1] (the batch divides
+     * into whole micro-batches per rank, as config_finish checks at that
+     * world size), smallest first, at most JOBPLAN_MAX_SIZES of them */
+    jobplan_size sizes[JOBPLAN_MAX_SIZES];
+    int n_sizes;
+    int not_evaluated;         /* allowed sizes beyond the first JOBPLAN_MAX_SIZES */
+    /* the fewest replicas from which every evaluated size up to replicas
+     * fits (replicas itself when the smallest size below does not, 0 when
+     * not even the replicas plan fits) */
+    int smallest_fitting;
+} jobplan_elastic;
+
 /* The plan of cfg on t. VJ_ERR_CONFIG (a world size the batch does not
  * divide, an unknown GPU kind) or VJ_ERR_OUT_OF_MEMORY with a message. */
 vj_err jobplan_make(const vit_job_config *cfg, const jobplan_target *t, jobplan *out,
                     char *err, size_t errlen);
+
+/* An elastic job's sizes below at's: unfinished is the job's config before
+ * config_finish (a default that follows the world size, microBatchSize's,
+ * follows it at each size, as in the run), t the target of the plan at
+ * replicas, at that plan. Each allowed size is planned as jobplan_make
+ * plans it, with t's rates. VJ_ERR_CONFIG when min_replicas is not in
+ * [1, t->replicas]. */
+vj_err jobplan_elastic_make(const vit_job_config *unfinished, const jobplan_target *t,
+                            const jobplan *at, int min_replicas, jobplan_elastic *out, char *err,
+                            size_t errlen);
 
 #endif

@@ -25,7 +25,7 @@ static void usage(FILE *to)
 {
     fprintf(to,
             "usage: vitjob-worker plan [--config FILE|-] [--set key=value ...] [--replicas N]\n"
-            "                          [--local-ranks N] [--device cpu|cuda] [--gpu h100|h200|a100|v100]\n"
+            "                          [--min-replicas N] [--local-ranks N] [--device cpu|cuda] [--gpu h100|h200|a100|v100]\n"
             "                          [--gpu-memory SIZE] [--flops RATE] [--bus-bw RATE]\n"
             "                          [--threads N] [--measure] [--json]\n"
             "\n"
@@ -40,7 +40,13 @@ static void usage(FILE *to)
             "latency of a call.\n"
             "A ViTJob manifest as --config plans the job it describes: spec.replicas,\n"
             "spec.gpusPerReplica (ranks per pod, on the GPU) and spec.gpuMemory stand for\n"
-            "--replicas, --local-ranks, --device cuda and --gpu-memory unless those are given.\n");
+            "--replicas, --local-ranks, --device cuda and --gpu-memory unless those are given,\n"
+            "and spec.elastic.minReplicas for --min-replicas.\n"
+            "--min-replicas N (an elastic job, N below --replicas): the job is also planned at\n"
+            "each replica count in [N, replicas) that divides the global batch into whole\n"
+            "micro-batches per rank (the sizes it may be shrunk to; the global batch kept,\n"
+            "more accumulation), a line each, and a warning when the fewest does not fit\n"
+            "although replicas does (sharded modes need more per rank on fewer ranks).\n");
 }
 
 /* "80G", "80GB", "64Gi", "1.5e9": bytes; -1 when not a size */
@@ -97,15 +103,16 @@ static int whole(const char *s, int lo, int hi, int *out)
     return 0;
 }
 
-/* spec.replicas, spec.gpusPerReplica and spec.gpuMemory of a ViTJob
- * manifest (config.h's spec_scale) onto the target where the flags left
- * them: gpusPerReplica ranks per pod on the GPU, one on the CPU, as the
+/* spec.replicas, spec.gpusPerReplica, spec.gpuMemory and
+ * spec.elastic.minReplicas of a ViTJob manifest (config.h's spec_scale)
+ * onto the target where the flags left them: gpusPerReplica ranks per pod on the GPU, one on the CPU, as the
  * operator runs them. */
 static vj_err manifest_scale(const vit_job_config *cfg, jobplan_target *t, int given,
-                             int *device_set, char *err, size_t errlen)
+                             int *device_set, int *min_replicas, char *err, size_t errlen)
 {
     const int reps = cfg->spec_scale.replicas, gpus = cfg->spec_scale.gpus_per_replica;
     if (!(given & 1) && reps > 0) t->replicas = reps;
+    if (!(given & 8) && cfg->spec_scale.min_replicas > 0) *min_replicas = cfg->spec_scale.min_replicas;
     if (!(given & 2) && gpus > 0) t->local_ranks = gpus;
     if (!*device_set && gpus > 0) t->gpu = 1, *device_set = 1;
     if (!(given & 4) && cfg->spec_scale.gpu_memory[0]) {
@@ -131,7 +138,8 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     jobplan_target t = {.replicas = 1, .local_ranks = 1};
     int json = 0, measure = 0, device_set = 0, rate_probed = 0, bus_probed = 0,
         optim_probed = 0, call_probed = 0;
-    int scale_set = 0; /* 1 --replicas, 2 --local-ranks, 4 --gpu-memory given */
+    int scale_set = 0; /* 1 --replicas, 2 --local-ranks, 4 --gpu-memory, 8 --min-replicas given */
+    int min_replicas = 0; /* an elastic job's spec.elastic.minReplicas; 0: not elastic */
     log_set_level_name("warn"); /* the probes' rendezvous lines stay out of the output */
     vj_err rc;
     for (int i = 0; i < argc; i++) {
@@ -151,6 +159,13 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
             config_path = v, i++;
         } else if (strcmp(a, "--set") == 0) {
             i++; /* applied after the file */
+        } else if (strcmp(a, "--min-replicas") == 0) {
+            if (whole(v, 1, 1 << 20, &min_replicas) != 0) {
+                snprintf(err, errlen, "%s %s: a whole number from 1", a, v);
+                return VJ_ERR_USAGE;
+            }
+            scale_set |= 8;
+            i++;
         } else if (strcmp(a, "--replicas") == 0 || strcmp(a, "--local-ranks") == 0 ||
                    strcmp(a, "--threads") == 0) {
             int *dst = a[2] == 'r' ? &t.replicas : a[2] == 'l' ? &t.local_ranks : &t.threads;
@@ -201,8 +216,14 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
     }
     /* a ViTJob manifest's own scale, where no flag says otherwise: the job
      * the operator would admit (replicas x gpusPerReplica ranks) */
-    if ((rc = manifest_scale(&cfg, &t, scale_set, &device_set, err, errlen)) != VJ_OK) return rc;
+    if ((rc = manifest_scale(&cfg, &t, scale_set, &device_set, &min_replicas, err, errlen)) !=
+        VJ_OK)
+        return rc;
     if (!device_set) t.gpu = cfg.training.device == DEVICE_CUDA;
+    /* the config before the world's defaults: an elastic job's other sizes
+     * are finished from it (jobplan_elastic_make) */
+    static vit_job_config unfinished;
+    unfinished = cfg;
     cfg.world_size = t.replicas * t.local_ranks;
     if ((rc = config_finish(&cfg, err, errlen)) != 0) return rc;
     int copies = 1, probe_ranks = 0, sched_probed = 0;
@@ -283,8 +304,13 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
         snprintf(p.call_source, sizeof p.call_source,
                  "measured: loopback all-reduce of 64 floats, %d ranks, %.2g ms busy between calls",
                  probe_ranks, gap_s * 1e3);
+    static jobplan_elastic el;
+    const int elastic = min_replicas > 0 && min_replicas != t.replicas;
+    if (elastic &&
+        (rc = jobplan_elastic_make(&unfinished, &t, &p, min_replicas, &el, err, errlen)) != VJ_OK)
+        return rc;
     if (json) {
-        char *s = jobplan_json(&p);
+        char *s = jobplan_json(&p, elastic ? &el : NULL);
         if (!s) {
             snprintf(err, errlen, "plan: out of memory writing the JSON");
             return VJ_ERR_OUT_OF_MEMORY;
@@ -292,7 +318,7 @@ static vj_err run_plan(int argc, char **argv, char *err, size_t errlen)
         printf("%s\n", s);
         free(s);
     } else {
-        jobplan_print(stdout, &p);
+        jobplan_print(stdout, &p, elastic ? &el : NULL);
     }
     return VJ_OK;
 }

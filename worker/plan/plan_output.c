@@ -10,7 +10,57 @@ static void line(FILE *to, const char *what, size_t bytes)
     fprintf(to, "  %-34s %12.1f MiB\n", what, bytes / 1048576.0);
 }
 
-void jobplan_print(FILE *to, const jobplan *p)
+static void print_size(FILE *to, int replicas, int world, int micro, int accum, size_t bytes,
+                       int fits, double ips, const char *note)
+{
+    fprintf(to, "  replicas %-5d %5d ranks  micro-batch %d x accumulation %-5d %12.1f MiB  "
+            "%-12s", replicas, world, micro, accum, bytes / 1048576.0,
+            fits ? "fits" : "does not fit");
+    if (ips > 0) fprintf(to, " %10.1f images/s", ips);
+    fprintf(to, "%s\n", note);
+}
+
+/* A line per size, smallest first, the plan's own last; a warning when a
+ * size would not fit. */
+static void print_elastic(FILE *to, const jobplan *p, const jobplan_elastic *e)
+{
+    fprintf(to, "elastic: minReplicas %d to replicas %d, global batch %d kept at every size:\n",
+            e->min_replicas, e->replicas, p->global_batch);
+    for (int i = 0; i < e->n_sizes; i++) {
+        const jobplan_size *z = &e->sizes[i];
+        print_size(to, z->replicas, z->world, z->micro, z->accum, z->total_bytes, z->fits,
+                   z->images_per_s, "");
+    }
+    if (e->not_evaluated)
+        fprintf(to, "  (%d larger allowed sizes not planned)\n", e->not_evaluated);
+    print_size(to, e->replicas, p->world, p->micro, p->accum, p->mem.total_bytes, p->fits,
+               p->images_per_s, " (the plan above)");
+    if (e->n_sizes == 0) {
+        fprintf(to, "warning: no size in [%d, %d] replicas divides the global batch %d into "
+                "whole micro-batches per rank: the job could never shrink\n", e->min_replicas,
+                e->replicas - 1, p->global_batch);
+        return;
+    }
+    const jobplan_size *low = &e->sizes[0];
+    if (low->replicas != e->min_replicas)
+        fprintf(to, "  minReplicas %d is not an allowed size: the fewest replicas the job may "
+                "shrink to is %d\n", e->min_replicas, low->replicas);
+    if (!p->fits || low->fits) return;
+    fprintf(to, "warning: at %d replicas (%d ranks, accumulation %d) a rank needs %.1f MiB, "
+            "more than the device's %.1f MiB (sharding %s%s): ", low->replicas, low->world,
+            low->accum, low->total_bytes / 1048576.0, p->device_bytes / 1048576.0,
+            p->mem.sharding,
+            p->optim_params < p->mem.n_params ? ": each rank's shard grows as the ranks fall" : "");
+    if (e->smallest_fitting < e->replicas)
+        fprintf(to, "a shrink below %d replicas would not fit; set elastic.minReplicas to %d, "
+                "or make a change that needs less memory\n", e->smallest_fitting,
+                e->smallest_fitting);
+    else
+        fprintf(to, "no shrink below %d replicas would fit; set elastic.minReplicas to %d, or "
+                "make a change that needs less memory\n", e->replicas, e->replicas);
+}
+
+void jobplan_print(FILE *to, const jobplan *p, const jobplan_elastic *e)
 {
     const jobplan_mem *m = &p->mem;
     fprintf(to, "plan: %zu parameters, sharding %s, rank %d of %d, micro-batch %d x %d "
@@ -98,11 +148,41 @@ void jobplan_print(FILE *to, const jobplan *p)
             fprintf(to, "suggestion: none of these fits\n");
         }
     }
+    if (e) print_elastic(to, p, e);
 }
 
 #define NUM(obj, key, v) cJSON_AddNumberToObject(obj, key, (double)(v))
 
-char *jobplan_json(const jobplan *p)
+/* "elastic": the bounds, a plan per allowed size below replicas, and the
+ * fewest replicas from which every size fits. */
+static int add_elastic(cJSON *o, const jobplan_elastic *e)
+{
+    cJSON *el = cJSON_AddObjectToObject(o, "elastic");
+    cJSON *sizes = el ? cJSON_AddArrayToObject(el, "sizes") : NULL;
+    if (!sizes) return -1;
+    NUM(el, "minReplicas", e->min_replicas);
+    NUM(el, "replicas", e->replicas);
+    for (int i = 0; i < e->n_sizes; i++) {
+        const jobplan_size *z = &e->sizes[i];
+        cJSON *c = cJSON_CreateObject();
+        if (!c || !cJSON_AddItemToArray(sizes, c)) {
+            cJSON_Delete(c);
+            return -1;
+        }
+        NUM(c, "replicas", z->replicas);
+        NUM(c, "world", z->world);
+        NUM(c, "microBatchSize", z->micro);
+        NUM(c, "accumulation", z->accum);
+        NUM(c, "totalBytes", z->total_bytes);
+        cJSON_AddBoolToObject(c, "fits", z->fits);
+        NUM(c, "imagesPerSecond", z->images_per_s);
+    }
+    NUM(el, "sizesNotPlanned", e->not_evaluated);
+    NUM(el, "smallestFittingReplicas", e->smallest_fitting);
+    return 0;
+}
+
+char *jobplan_json(const jobplan *p, const jobplan_elastic *e)
 {
     const jobplan_mem *m = &p->mem;
     cJSON *o = cJSON_CreateObject(), *mem = cJSON_CreateObject(), *tm = cJSON_CreateObject(),
@@ -180,6 +260,10 @@ char *jobplan_json(const jobplan *p)
     }
     cJSON_AddItemToObject(o, "changes", ch);
     NUM(o, "suggestion", p->suggestion);
+    if (e && add_elastic(o, e) != 0) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;
