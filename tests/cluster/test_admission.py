@@ -10,7 +10,9 @@
 # applied, is accepted (its pods are created) and its plan is in status and
 # in `kubectl get vj -o wide`; without spec.gpuMemory the GPU memory comes
 # from the smallest nvidia.com/gpu.memory node label the job's nodeSelector
-# allows; CPU jobs are not planned; a bad spec.gpuMemory is refused by the
+# allows; an elastic job that fits at replicas but not at minReplicas is
+# admitted with condition ElasticWillNotFit naming the fewest replicas that
+# fit; CPU jobs are not planned; a bad spec.gpuMemory is refused by the
 # CRD's schema.
 # Run: BUILD=build /usr/bin/python3 -m unittest tests/cluster/test_admission.py
 
@@ -145,6 +147,24 @@ class AdmissionTest(Base):
                  if "event=planned" in l and "key=default/%s " % name in l]
         self.assertTrue(lines, "no plan logged for " + name)
         return lines[-1]
+
+    def test_an_elastic_job_that_fits_at_replicas_but_not_at_min_replicas_is_admitted_with_a_warning(self):
+        # vit_h14 sharded full: each rank's shard grows as the ranks fall
+        # (the planner: 8 ranks 8.4 GiB, 4 ranks 9.5 GiB, 2 ranks 11.9 GiB)
+        doc = h14_doc("h14-el", gpu_memory="10Gi", sharding="full", precision="bf16-mixed",
+                      microBatchSize=16)
+        doc["spec"]["elastic"] = {"minReplicas": 2}
+        self.apply(doc)
+        self.wait_pods("h14-el", ["h14-el-worker-%d-r0" % r for r in range(8)], timeout=30)
+        self.assertIsNone(self.condition("h14-el", "WillNotFit"), "admitted on its plan at replicas")
+        wnf = wait_for("condition ElasticWillNotFit", lambda: self.condition("h14-el", "ElasticWillNotFit"), 10)
+        self.assertEqual((wnf["status"], wnf["reason"]), ("True", "MinReplicasExceedsGPUMemory"), wnf)
+        msg = wnf["message"]
+        self.assertIn("at 2 replicas (2 ranks, elastic.minReplicas=2)", msg)
+        self.assertIn("a GPU has 10Gi (spec.gpuMemory=10Gi)", msg)
+        self.assertIn("set spec.elastic.minReplicas to 4", msg)
+        ev = self.kubectl(["get", "events", "--field-selector", "involvedObject.name=h14-el"]).stdout
+        self.assertIn("ElasticWillNotFit", ev)
 
     def test_cpu_jobs_are_not_planned(self):
         self.apply(job_doc("cpu-job"))
