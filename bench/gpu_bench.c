@@ -153,6 +153,11 @@ PROF_WRAP(adamw_update,
           (float *p, floatX *p_lp, float *m, float *v, const float *g, size_t n, float lr,
            float b1, float b2, float eps, float wd, long t),
           (p, p_lp, m, v, g, n, lr, b1, b2, eps, wd, t))
+PROF_WRAP(adamw_multi,
+          (float *p, float *m, float *v, const float *g, const adamw_piece *pieces, int np,
+           size_t total, double lr, float unscale, float clip, float b1, float b2, float eps,
+           long t),
+          (p, m, v, g, pieces, np, total, lr, unscale, clip, b1, b2, eps, t))
 
 static void shape3(char *s, size_t len, long a, long b, long c)
 {
@@ -251,6 +256,7 @@ static const vit_ops *prof_wrap(const vit_ops *real)
     t.sum_squares = prof_sum_squares;
     t.scale = prof_scale;
     t.adamw_update = prof_adamw_update;
+    t.adamw_multi = prof_adamw_multi;
     return &t;
 }
 

@@ -205,6 +205,10 @@ void add_cuda(float *y, const float *x, size_t n);
 template <typename X>
 void adamw_update_cuda(float *p, floatX *p_lp, float *m, float *v, const float *g, size_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, long t);
+template <typename X>
+void adamw_multi_cuda(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
+                      int np, size_t total, double lr, float unscale, float clip, float beta1,
+                      float beta2, float eps, long t);
 /* ema.cu */
 void ema_update_cuda(float *ema, const float *p, size_t n, float w);
 void swap_cuda(float *a, float *b, size_t n);

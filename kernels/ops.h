@@ -41,6 +41,20 @@
  * master parameters, gradients, optimizer state, losses). */
 typedef float floatX;
 
+/* One piece of adamw_multi's table: a run of parameters with one lr scale
+ * and one weight decay (a tensor, or the part of it inside an optimizer
+ * span). Indices are elements of the flat fp32 arrays the call is given. */
+typedef struct {
+    size_t start;       /* the sum of the lengths of the pieces before it */
+    size_t n;           /* its length (0: nothing to do) */
+    size_t at;          /* p[at], g[at]: its first parameter and gradient */
+    size_t state;       /* m[state], v[state]: its first AdamW moments */
+    floatX *p_lp;       /* its first parameter's floatX copy, or NULL: none */
+    double lr_scale;    /* its lr is (float)(lr * lr_scale), in double, as
+                         * timm's group lr x lr_scale handed to torch */
+    float weight_decay; /* decoupled: 0 for the no-decay group */
+} adamw_piece;
+
 typedef struct vit_ops {
     const char *name;     /* "cpu", "cpu-bf16", "cpu-fp16", "cuda", "cuda-bf16",
                            * "cuda-fp16" */
@@ -217,6 +231,20 @@ typedef struct vit_ops {
     /* a (n) <-> b (n), fp32 buffers of this backend that do not overlap (the
      * EMA weights into the parameters for an evaluation, and back). */
     void (*swap)(float *a, float *b, size_t n);
+
+    /* adamw_update over a table of pieces, in one pass (one launch on a
+     * GPU): for each piece, AdamW on p[at..at+n), m and v[state..state+n)
+     * with lr (float)(lr * lr_scale), its weight decay and its p_lp, every
+     * per-element operation as adamw_update's. The gradient used is
+     * (g * unscale) * clip, each product rounded to fp32 (the old in-place
+     * passes: the loss scale's unscale_, then the clipping coefficient; 1
+     * leaves g as it is); g itself is only read. pieces (np) is a table in
+     * this backend's memory (alloc, upload: made once, it holds no step's
+     * values), sorted by start, start the prefix sum of n, total the sum of
+     * every n. Pieces do not overlap in p, m, v or p_lp. t as adamw_update. */
+    void (*adamw_multi)(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
+                        int np, size_t total, double lr, float unscale, float clip, float beta1,
+                        float beta2, float eps, long t);
 } vit_ops;
 
 /* The CPU reference backend (fp32); borrowed, static lifetime. */
@@ -324,6 +352,11 @@ void scale_cpu(float *g, float s, size_t n);
 void add_cpu(float *y, const float *x, size_t n);
 void adamw_update_cpu(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay, long t);
+/* adamw_multi of the fp32 table; rnd non-NULL: each p_lp written is then
+ * rounded by it (cpu-bf16, cpu-fp16: as their adamw_update). */
+void adamw_multi_cpu(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
+                     int np, size_t total, double lr, float unscale, float clip, float beta1,
+                     float beta2, float eps, long t, ops_round_fn rnd);
 void ema_update_cpu(float *ema, const float *p, size_t n, float w);
 void swap_cpu(float *a, float *b, size_t n);
 

@@ -154,7 +154,23 @@ static void cpu_synchronize(void) {}
     {                                                                                           \
         adamw_update_cpu(p, p_lp, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t);          \
         if (p_lp) RND(p_lp, p_lp, n);                                                         \
+    }                                                                                           \
+    static void pfx##_adamw_multi(float *p, float *m, float *v, const float *g,                \
+                                  const adamw_piece *pieces, int np, size_t total, double lr,   \
+                                  float unscale, float clip, float beta1, float beta2,          \
+                                  float eps, long t)                                            \
+    {                                                                                           \
+        adamw_multi_cpu(p, m, v, g, pieces, np, total, lr, unscale, clip, beta1, beta2, eps, t, \
+                        RND);                                                                   \
     }
+
+/* The fp32 table's adamw_multi: p_lp holds the fp32 value. */
+static void cpu_adamw_multi(float *p, float *m, float *v, const float *g,
+                            const adamw_piece *pieces, int np, size_t total, double lr,
+                            float unscale, float clip, float beta1, float beta2, float eps, long t)
+{
+    adamw_multi_cpu(p, m, v, g, pieces, np, total, lr, unscale, clip, beta1, beta2, eps, t, NULL);
+}
 
 LOWP(bf, round_bf16_cpu)
 LOWP(hf, round_fp16_cpu)
@@ -172,7 +188,7 @@ LOWP(hf, round_fp16_cpu)
     .crossentropy_backward = pfx##_crossentropy_backward,               \
     .crossentropy_soft_backward = pfx##_crossentropy_soft_backward,     \
     .droppath_backward = pfx##_droppath_backward,                       \
-    .adamw_update = pfx##_adamw_update
+    .adamw_update = pfx##_adamw_update, .adamw_multi = pfx##_adamw_multi
 
 #define CPU_COMMON                                        \
     .alloc = cpu_alloc, .release = cpu_release,           \
@@ -216,6 +232,7 @@ static const vit_ops cpu_ops = {
     .crossentropy_soft_backward = crossentropy_soft_backward_cpu,
     .droppath_backward = droppath_backward_cpu,
     .adamw_update = adamw_update_cpu,
+    .adamw_multi = cpu_adamw_multi,
 };
 
 static const vit_ops cpu_bf16_ops = {

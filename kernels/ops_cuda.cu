@@ -186,6 +186,7 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         droppath_backward_cuda<X>,                                         \
         ema_update_cuda,                                                   \
         swap_cuda,                                                         \
+        adamw_multi_cuda<X>,                                               \
     }
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot

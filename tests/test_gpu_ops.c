@@ -1171,6 +1171,111 @@ static void check_adamw(const vit_ops *g)
 GPU_TESTS(adamw_update_matches_cpu_and_p_lp_is_to_floatx_of_p, check_adamw)
 
 /* ------------------------------------------------------------------------ */
+/* adamw_multi: one launch over a device table of pieces, against (a) the
+ * same GPU's per-piece sequence it replaces (scale by the unscale, scale by
+ * the clip coefficient, adamw_update): every bit of p, m, v and p_lp the
+ * same, and (b) the CPU reference adamw_multi_cpu: p, m, v within TOL_FP32,
+ * the update within 1e-3 (as adamw_case), p_lp exactly p rounded to floatX.
+ * The table: 80 pieces, lengths 0 (several, the first one included) to
+ * 100003, odd ones crossing the kernel's chunks of 2048, runs of tiny pieces
+ * that share a chunk; spaced apart in p and g, every other one with a
+ * low-precision copy; the gradients read and left as they were. */
+static void adamw_multi_gpu_case(const vit_ops *g, long t, float b1, float unscale, float clip,
+                                 float gmag)
+{
+    enum { NP = 80 };
+    const size_t first[12] = {0, 1, 7, 2048, 2049, 3, 0, 100003, 511, 4097, 0, 2047};
+    adamw_piece *pc = hbuf_bytes(NP * sizeof *pc);
+    size_t total = 0, span = 0;
+    for (int k = 0; k < NP; k++) {
+        const size_t n = k < 12 ? first[k] : (size_t)(k * 7) % 13;
+        pc[k] = (adamw_piece){.start = total, .n = n, .at = span + 5, .state = total,
+                              .lr_scale = 1.0 / (1.0 + 0.1 * k),
+                              .weight_decay = k % 3 ? 0.05f : 0.0f};
+        total += n;
+        span += n + 5;
+    }
+    char what[96], sub[160];
+    snprintf(what, sizeof what, "adamw_multi t=%ld beta1=%g unscale=%g clip=%g", t, b1, unscale,
+             clip);
+    const double lr = 2e-3;
+    const float b2 = 0.999f, eps = 1e-8f;
+    float *p0 = rnd_in(g, span, 1, 0), *lp0 = rnd_in(g, span, 1, 0), *gr = hbuf(span);
+    for (size_t i = 0; i < span; i++) gr[i] = gmag * rng_normal(&R); /* fp32 on every table */
+    float *m0 = rnd_in(g, total, 0.1f, 0), *v0 = hbuf(total);
+    for (size_t i = 0; i < total; i++) v0[i] = 0.01f * (0.5f + rng_uniform(&R));
+    /* two device copies of everything: the multi-tensor launch and the per-piece sequence */
+    float *d_p[2], *d_m[2], *d_v[2], *d_g[2];
+    floatX *d_lp[2];
+    for (int c = 0; c < 2; c++) {
+        d_p[c] = dev_from_host(g, p0, span, F32), d_g[c] = dev_from_host(g, gr, span, F32);
+        d_m[c] = dev_from_host(g, m0, total, F32), d_v[c] = dev_from_host(g, v0, total, F32);
+        d_lp[c] = dev_from_host(g, lp0, span, FX);
+    }
+    adamw_piece *dpc = hbuf_bytes(NP * sizeof *dpc);
+    for (int k = 0; k < NP; k++) {
+        dpc[k] = pc[k];
+        if (k % 2 == 0) dpc[k].p_lp = (floatX *)((char *)d_lp[0] + pc[k].at * g->floatx_bytes);
+    }
+    adamw_piece *d_tab = dev_alloc(g, (NP * sizeof *dpc + 3) / 4, F32);
+    g->upload(d_tab, dpc, NP * sizeof *dpc);
+    g->adamw_multi(d_p[0], d_m[0], d_v[0], d_g[0], d_tab, NP, total, lr, unscale, clip, b1, b2,
+                   eps, t);
+    status_ok(g, what);
+    for (int k = 0; k < NP; k++) {
+        if (pc[k].n == 0) continue;
+        float *gk = d_g[1] + pc[k].at;
+        g->scale(gk, unscale, pc[k].n);
+        g->scale(gk, clip, pc[k].n);
+        floatX *lp = k % 2 ? NULL : (floatX *)((char *)d_lp[1] + pc[k].at * g->floatx_bytes);
+        g->adamw_update(d_p[1] + pc[k].at, lp, d_m[1] + pc[k].state, d_v[1] + pc[k].state, gk,
+                        pc[k].n, (float)(lr * pc[k].lr_scale), b1, b2, eps, pc[k].weight_decay,
+                        t);
+    }
+    status_ok(g, "the per-piece sequence");
+    float *gp = host_from_dev(g, d_p[0], span, F32), *gm = host_from_dev(g, d_m[0], total, F32);
+    float *gv = host_from_dev(g, d_v[0], total, F32), *glp = host_from_dev(g, d_lp[0], span, FX);
+    snprintf(sub, sizeof sub, "%s: the gradients after it", what);
+    expect_same(g, sub, host_from_dev(g, d_g[0], span, F32), gr, span);
+    snprintf(sub, sizeof sub, "%s: p vs the per-piece sequence", what);
+    expect_same(g, sub, gp, host_from_dev(g, d_p[1], span, F32), span);
+    snprintf(sub, sizeof sub, "%s: m vs the per-piece sequence", what);
+    expect_same(g, sub, gm, host_from_dev(g, d_m[1], total, F32), total);
+    snprintf(sub, sizeof sub, "%s: v vs the per-piece sequence", what);
+    expect_same(g, sub, gv, host_from_dev(g, d_v[1], total, F32), total);
+    snprintf(sub, sizeof sub, "%s: p_lp vs the per-piece sequence", what);
+    expect_same(g, sub, glp, host_from_dev(g, d_lp[1], span, FX), span);
+    /* the CPU reference, fp32 (p_lp checked against the GPU's own p below) */
+    float *p = copy_of(p0, span), *m = copy_of(m0, total), *v = copy_of(v0, total);
+    adamw_multi_cpu(p, m, v, gr, pc, NP, total, lr, unscale, clip, b1, b2, eps, t, NULL);
+    snprintf(sub, sizeof sub, "%s: p vs cpu", what);
+    expect_close(g, sub, gp, p, span, TOL_FP32);
+    snprintf(sub, sizeof sub, "%s: m vs cpu", what);
+    expect_close(g, sub, gm, m, total, TOL_FP32);
+    snprintf(sub, sizeof sub, "%s: v vs cpu", what);
+    expect_close(g, sub, gv, v, total, TOL_FP32);
+    float *du_gpu = hbuf(span), *du_cpu = hbuf(span), *want_lp = copy_of(lp0, span);
+    for (size_t i = 0; i < span; i++) du_gpu[i] = gp[i] - p0[i], du_cpu[i] = p[i] - p0[i];
+    snprintf(sub, sizeof sub, "%s: the update p - p0 vs cpu", what);
+    expect_close(g, sub, du_gpu, du_cpu, span, 1e-3);
+    for (int k = 0; k < NP; k += 2) round_lp(g, want_lp + pc[k].at, gp + pc[k].at, pc[k].n);
+    snprintf(sub, sizeof sub, "%s: p_lp vs the GPU's p rounded (elsewhere untouched)", what);
+    expect_same(g, sub, glp, want_lp, span);
+    release_all();
+}
+
+static void check_adamw_multi(const vit_ops *g)
+{
+    adamw_multi_gpu_case(g, 1, 0.9f, 1.0f / 65536, 0.37f, 0.1f * 65536); /* fp16-mixed, clipped */
+    adamw_multi_gpu_case(g, 7, 0.9f, 1.0f, 1.0f, 0.1f);                  /* neither */
+    adamw_multi_gpu_case(g, 3, 0.9f, 1.0f, 0.61f, 0.1f);                 /* clipped */
+    /* unscaled into fp32's subnormals, where (g x 2^-16) x clip and
+     * g x (2^-16 x clip) differ; beta1 = 0: m is the gradient used */
+    adamw_multi_gpu_case(g, 2, 0.0f, 1.0f / 65536, 0.9f, 1e-34f);
+}
+GPU_TESTS(adamw_multi_is_the_per_piece_sequence_bit_for_bit_and_matches_cpu, check_adamw_multi)
+
+/* ------------------------------------------------------------------------ */
 /* ema_update (training.ema): fp32 on both tables, every operation rounded on
  * its own on both sides, so the GPU's EMA must be the CPU's bit for bit, in
  * both branches of the lerp (w < 0.5 and w >= 0.5), and w = 1 must copy p.

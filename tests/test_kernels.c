@@ -1,6 +1,7 @@
 /* tests/test_kernels.c - the CPU ops of kernels/: every CPU op's backward against
  * central finite differences (tests/fd.h), forward properties, the
- * accumulation semantics of ops.h, AdamW against torch's formula, bf16
+ * accumulation semantics of ops.h, AdamW against torch's formula (and the
+ * multi-tensor adamw_multi against adamw_update per piece, bit for bit), bf16
  * rounding, and the ops of issue 27: the cross-entropy against soft targets
  * and drop path's per-sample residual add. The whole model is
  * tests/test_model.c. */
@@ -519,6 +520,83 @@ Test(kernels, adamw_matches_torch_formula_on_known_values)
     cr_assert_eq(p_lp, p, "the low-precision copy is written in the same pass");
     cr_assert_float_eq(m, 0.02f, 1e-7);
     cr_assert_float_eq(v, 0.00004f, 1e-9);
+}
+
+/* adamw_multi against adamw_update per piece, after the in-place passes it
+ * replaces (g *= unscale, then g *= clip), on the table ops given: pieces
+ * of odd lengths (two of length 0, one long enough that every thread gets
+ * a part), spaced apart in p and g, contiguous in m and v, every other one
+ * with a low-precision copy, each with its own lr scale and weight decay.
+ * Every bit of p, m, v and the copies must be the same, and g untouched. */
+static void adamw_multi_case(const vit_ops *ops, float beta1, float unscale, float clip,
+                             float gmag, long t)
+{
+    enum { NP = 9 };
+    const size_t lens[NP] = {7, 0, 1, 100003, 33, 0, 2049, 5, 4099};
+    adamw_piece pc[NP];
+    size_t total = 0, span = 0;
+    for (int k = 0; k < NP; k++) {
+        pc[k] = (adamw_piece){.start = total, .n = lens[k], .at = span + 3, .state = total,
+                              .lr_scale = 1.0 / (1.0 + k), .weight_decay = k % 3 ? 0.05f : 0.0f};
+        total += lens[k];
+        span += lens[k] + 3;
+    }
+    float *p = rnd(span, 1), *g = rnd(span, gmag), *m = rnd(total, 0.1f), *v = rnd(total, 0.01f);
+    float *lp = rnd(span, 1);
+    for (size_t i = 0; i < total; i++) v[i] = v[i] * v[i];
+    for (int k = 0; k < NP; k += 2) pc[k].p_lp = lp + pc[k].at; /* cpu floatX: 4 bytes */
+    float *p2 = malloc(span * 4), *g2 = malloc(span * 4), *m2 = malloc(total * 4),
+          *v2 = malloc(total * 4), *lp2 = malloc(span * 4), *g0 = malloc(span * 4);
+    memcpy(p2, p, span * 4), memcpy(g2, g, span * 4), memcpy(g0, g, span * 4);
+    memcpy(m2, m, total * 4), memcpy(v2, v, total * 4), memcpy(lp2, lp, span * 4);
+    const double lr = 3e-3;
+    const float b2 = 0.999f, eps = 1e-8f;
+    ops->adamw_multi(p, m, v, g, pc, NP, total, lr, unscale, clip, beta1, b2, eps, t);
+    for (int k = 0; k < NP; k++) {
+        float *gk = g2 + pc[k].at;
+        scale_cpu(gk, unscale, pc[k].n);
+        scale_cpu(gk, clip, pc[k].n);
+        ops->adamw_update(p2 + pc[k].at, pc[k].p_lp ? lp2 + pc[k].at : NULL, m2 + pc[k].state,
+                          v2 + pc[k].state, gk, pc[k].n, (float)(lr * pc[k].lr_scale), beta1, b2,
+                          eps, pc[k].weight_decay, t);
+    }
+    cr_assert(memcmp(g, g0, span * 4) == 0, "%s: adamw_multi wrote the gradients", ops->name);
+    for (size_t i = 0; i < span; i++) {
+        cr_assert(memcmp(&p[i], &p2[i], 4) == 0, "%s t=%ld: p[%zu] %.9g, per piece %.9g",
+                  ops->name, t, i, p[i], p2[i]);
+        cr_assert(memcmp(&lp[i], &lp2[i], 4) == 0, "%s t=%ld: p_lp[%zu] %.9g, per piece %.9g",
+                  ops->name, t, i, lp[i], lp2[i]);
+    }
+    for (size_t i = 0; i < total; i++) {
+        cr_assert(memcmp(&m[i], &m2[i], 4) == 0, "%s t=%ld: m[%zu] %.9g, per piece %.9g",
+                  ops->name, t, i, m[i], m2[i]);
+        cr_assert(memcmp(&v[i], &v2[i], 4) == 0, "%s t=%ld: v[%zu] %.9g, per piece %.9g",
+                  ops->name, t, i, v[i], v2[i]);
+    }
+    free(p), free(g), free(m), free(v), free(lp), free(p2), free(g2), free(m2), free(v2);
+    free(lp2), free(g0);
+}
+
+Test(kernels, adamw_multi_equals_adamw_update_per_piece_bit_for_bit_on_every_cpu_table,
+     .init = setup)
+{
+    const vit_ops *tables[3] = {ops_cpu(), ops_cpu_bf16(), ops_cpu_fp16()};
+    ops_cpu_set_threads(2);
+    for (int tb = 0; tb < 3; tb++) {
+        adamw_multi_case(tables[tb], 0.9f, 1.0f / 65536, 0.37f, 0.1f * 65536, 1);
+        adamw_multi_case(tables[tb], 0.9f, 1.0f, 1.0f, 0.1f, 7); /* no scaling, no clipping */
+        adamw_multi_case(tables[tb], 0.9f, 1.0f, 0.61f, 0.1f, 3);
+    }
+}
+
+Test(kernels, adamw_multi_unscales_then_clips_with_two_roundings_even_in_the_subnormals,
+     .init = setup)
+{
+    /* gradients whose unscaled values are fp32 subnormals: there (g x 2^-16)
+     * x clip and g x (2^-16 x clip) round differently; beta1 = 0 makes m the
+     * gradient used, bit for bit */
+    ops_cpu_set_threads(2);
+    adamw_multi_case(ops_cpu(), 0.0f, 1.0f / 65536, 0.9f, 1e-34f, 1);
 }
 
 Test(kernels, round_bf16_rounds_to_nearest_even_and_keeps_nan_and_inf)

@@ -235,3 +235,119 @@ Test(optim, loss_scaled_gradients_are_unscaled_before_clipping_and_an_overflow_s
     model_free(a);
     model_free(b);
 }
+
+/* The step as optim.c took it before adamw_multi, spelled out: the
+ * gradients unscaled in place (ops->scale), clipped in place, then one
+ * adamw_update per tensor part of each span, lr (float)(lr x scale). p, g,
+ * m, v are the reference's own buffers (the spans' `at` and the state's
+ * concatenation); lp its model's bf16 copy. */
+static void per_tensor_step(vit_model *ref, const optim *o, const vit_ops *ops,
+                            const optimizer_config *oc, const optim_span *sp, int nsp, long step,
+                            float inv_scale, double norm, float *p, float *g, float *m, float *v)
+{
+    const double lr = optim_lr_at(oc, step, 6), coef = oc->grad_clip / (norm + 1e-6);
+    size_t state = 0;
+    for (int i = 0; i < nsp; i++) {
+        const optim_span *s = &sp[i];
+        ops->scale(g + s->at, inv_scale, s->hi - s->lo);
+        if (coef < 1.0) ops->scale(g + s->at, (float)coef, s->hi - s->lo);
+        for (int k = 0; k < model_num_tensors(ref); k++) {
+            const model_tensor *t = model_tensor_at(ref, k);
+            size_t a = t->offset > s->lo ? t->offset : s->lo;
+            size_t b = t->offset + t->numel < s->hi ? t->offset + t->numel : s->hi;
+            if (a >= b) continue;
+            floatX *lp = model_params_lp(ref, k);
+            double scale, wd;
+            optim_tensor_hparams(o, ref, k, &scale, &wd);
+            ops->adamw_update(p + s->at + (a - s->lo), lp ? lp + (a - t->offset) : NULL,
+                              m + state + (a - s->lo), v + state + (a - s->lo),
+                              g + s->at + (a - s->lo), b - a, (float)(lr * scale),
+                              (float)oc->beta1, (float)oc->beta2, (float)oc->eps, (float)wd,
+                              step + 1);
+        }
+        state += s->hi - s->lo;
+    }
+}
+
+/* optim_step_in's one adamw_multi call over two spans that cut tensors
+ * mid-way, stored in a shard-like buffer (`at` not `lo`), takes bit for bit
+ * the steps of the per-tensor sequence above, on cpu (fp32), cpu-bf16 and
+ * cpu-fp16 (their bf16/half copy of the matmul weights included): layer
+ * decay's lr scales, both weight-decay groups, a warmup lr that changes
+ * every step, loss scaling on (2^16), clipped and unclipped steps. The
+ * gradient buffer is left as the backward wrote it. */
+Test(optim, one_multi_tensor_call_takes_the_per_tensor_steps_bit_for_bit_and_leaves_g_alone)
+{
+    const vit_ops *tables[3] = {ops_cpu(), ops_cpu_bf16(), ops_cpu_fp16()};
+    model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.image_size = 8, mc.patch_size = 4, mc.channels = 1, mc.dim = 8, mc.depth = 2;
+    mc.heads = 2, mc.mlp_ratio = 2.0, mc.num_classes = 3;
+    vit_job_config cfg;
+    config_defaults(&cfg);
+    optimizer_config oc = cfg.training.optimizer;
+    oc.lr = 0.01, oc.weight_decay = 0.1, oc.warmup_steps = 3, oc.layer_decay = 0.5;
+    oc.schedule = SCHEDULE_COSINE, oc.grad_clip = 1.0;
+    for (int tb = 0; tb < 3; tb++) {
+        const vit_ops *ops = tables[tb];
+        vit_model *a = NULL, *b = NULL;
+        optim *o = NULL;
+        char err[512] = "";
+        model_options mo = {0};
+        cr_assert_eq(model_new(&a, &mc, 1, &mo, ops, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(model_new(&b, &mc, 1, &mo, ops, err, sizeof err), 0, "%s", err);
+        const size_t n = model_num_params(a);
+        /* [3, 70) at 0 and [101, n - 9) at 67: both start and end inside tensors */
+        const optim_span sp[2] = {{3, 70, 0}, {101, n - 9, 67}};
+        const size_t len = 67 + (n - 9 - 101);
+        cr_assert_eq(optim_new_spans(&o, a, &oc, 6, sp, 2, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(optim_num_params(o), len);
+        float *pa = calloc(len, 4), *ga = calloc(len, 4), *pb = calloc(len, 4),
+              *gb = calloc(len, 4), *mb = calloc(len, 4), *vb = calloc(len, 4),
+              *g0 = calloc(len, 4);
+        cr_assert(pa && ga && pb && gb && mb && vb && g0);
+        for (size_t i = 0; i < len; i++) pa[i] = pb[i] = (float)(1.0 + 0.001 * (double)(i % 7));
+        const float S = 65536.0f;
+        const double scales[4] = {20.0, 0.05, 5.0, 0.3};
+        int clipped = 0;
+        for (int s = 0; s < 4; s++) {
+            for (size_t i = 0; i < len; i++)
+                g0[i] = (float)(scales[s] * sin(0.37 * (double)i + s) / sqrt((double)len)) * S;
+            memcpy(ga, g0, len * 4);
+            memcpy(gb, g0, len * 4);
+            optim_set_loss_scale(o, 1.0f / S, 0);
+            const double norm = sqrt(optim_grad_sq_in(o, ga));
+            optim_result r = optim_step_in(o, a, ops, s, norm, pa, ga);
+            cr_assert_eq(r.skipped, 0);
+            per_tensor_step(b, o, ops, &oc, sp, 2, s, 1.0f / S, r.grad_norm, pb, gb, mb, vb);
+            clipped += oc.grad_clip / (r.grad_norm + 1e-6) < 1.0;
+            cr_assert(memcmp(ga, g0, len * 4) == 0, "%s step %d: the gradients were rewritten",
+                      ops->name, s);
+            for (size_t i = 0; i < len; i++) {
+                cr_assert(memcmp(&pa[i], &pb[i], 4) == 0, "%s step %d: p[%zu] %.9g, per tensor %.9g",
+                          ops->name, s, i, pa[i], pb[i]);
+                cr_assert(memcmp(&optim_m(o)[i], &mb[i], 4) == 0,
+                          "%s step %d: m[%zu] %.9g, per tensor %.9g", ops->name, s, i,
+                          optim_m(o)[i], mb[i]);
+                cr_assert(memcmp(&optim_v(o)[i], &vb[i], 4) == 0, "%s step %d: v[%zu]",
+                          ops->name, s, i);
+            }
+            int copies = 0;
+            for (int k = 0; k < model_num_tensors(a); k++) {
+                const floatX *la = model_params_lp(a, k), *lb = model_params_lp(b, k);
+                cr_assert_eq(la == NULL, lb == NULL);
+                if (!la) continue;
+                copies++;
+                cr_assert(memcmp(la, lb, model_tensor_at(a, k)->numel * sizeof(float)) == 0,
+                          "%s step %d: the low-precision copy of %s differs", ops->name, s,
+                          model_tensor_at(a, k)->name);
+            }
+            cr_assert(ops->bf16 ? copies > 0 : copies == 0);
+        }
+        cr_assert_eq(clipped, 2, "steps 0 and 2 are clipped, 1 and 3 are not");
+        free(pa), free(ga), free(pb), free(gb), free(mb), free(vb), free(g0);
+        optim_free(o);
+        model_free(a);
+        model_free(b);
+    }
+}

@@ -20,6 +20,9 @@ struct optim {
     size_t n;           /* their count: the spans' lengths summed */
     float *m, *v;       /* n each, span after span */
     double *lr_scale;   /* per tensor: layer_decay.h's scale (1 without layerDecay) */
+    adamw_piece *pieces; /* adamw_multi's table, in the backend's memory: each */
+    int n_pieces;        /* span's part of each tensor, in span order, */
+    size_t pieces_len;   /* their lengths summed */
     int scaled;         /* optim_set_loss_scale called: fp16-mixed's loss scaling */
     float inv_scale;    /* ... its 1/scale for the next step */
     long skipped;       /* ... and the steps skipped before it */
@@ -64,6 +67,61 @@ static double *lr_scales(const vit_model *m, double layer_decay)
     return s;
 }
 
+/* The part of tensor t inside span s: [*a, *b), empty when *a >= *b. */
+static void part_of(const model_tensor *t, const optim_span *s, size_t *a, size_t *b)
+{
+    *a = t->offset > s->lo ? t->offset : s->lo;
+    *b = t->offset + t->numel < s->hi ? t->offset + t->numel : s->hi;
+}
+
+/* adamw_multi's table for o's spans (o->pieces, o->n_pieces), made once in
+ * the backend's memory. Returns 0, or -1 out of memory. */
+static int make_pieces(optim *o, const vit_model *m)
+{
+    const vit_ops *ops = o->ops;
+    const int nt = model_num_tensors(m);
+    int np = 0;
+    for (int i = 0; i < o->n_spans; i++)
+        for (int k = 0; k < nt; k++) {
+            size_t a, b;
+            part_of(model_tensor_at(m, k), &o->spans[i], &a, &b);
+            np += a < b;
+        }
+    adamw_piece *host = calloc(np > 0 ? (size_t)np : 1, sizeof *host);
+    if (!host) return -1;
+    size_t state = 0, start = 0; /* span i's state starts at state */
+    np = 0;
+    for (int i = 0; i < o->n_spans; i++) {
+        const optim_span *s = &o->spans[i];
+        for (int k = 0; k < nt; k++) {
+            const model_tensor *t = model_tensor_at(m, k);
+            size_t a, b;
+            part_of(t, s, &a, &b);
+            if (a >= b) continue;
+            /* the bf16 copy of the matmul weights is written in the same pass;
+             * a floatX offset goes through floatx_bytes (ops.h) */
+            floatX *lp = model_params_lp((vit_model *)m, k); /* reads m only */
+            double scale, wd;
+            optim_tensor_hparams(o, m, k, &scale, &wd);
+            host[np++] = (adamw_piece){
+                .start = start, .n = b - a, .at = s->at + (a - s->lo),
+                .state = state + (a - s->lo),
+                .p_lp = lp ? (floatX *)((char *)lp + (a - t->offset) * ops->floatx_bytes) : NULL,
+                .lr_scale = scale, .weight_decay = (float)wd};
+            start += b - a;
+        }
+        state += s->hi - s->lo;
+    }
+    o->n_pieces = np;
+    o->pieces_len = start;
+    if (np > 0) {
+        o->pieces = ops->alloc((size_t)np * sizeof *host);
+        if (o->pieces) ops->upload(o->pieces, host, (size_t)np * sizeof *host);
+    }
+    free(host);
+    return np > 0 && !o->pieces ? -1 : 0;
+}
+
 int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
                     long total_steps, const optim_span *spans, int n, char *err, size_t errlen)
 {
@@ -90,7 +148,7 @@ int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
     }
     free(rlo);
     free(rhi);
-    if (!o || !o->spans || !o->m || !o->v || !o->lr_scale) {
+    if (!o || !o->spans || !o->m || !o->v || !o->lr_scale || make_pieces(o, m) != 0) {
         size_t want = o ? o->n : 0;
         snprintf(err, errlen, "optimizer: AdamW state of %zu parameters needs %zu bytes of %s "
                  "memory and the backend could not allocate them", want,
@@ -108,6 +166,7 @@ void optim_free(optim *o)
     if (o->ops) {
         o->ops->release(o->m);
         o->ops->release(o->v);
+        o->ops->release(o->pieces);
     }
     free(o->spans);
     free(o->lr_scale);
@@ -171,30 +230,13 @@ optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step
     }
     const long taken = step + 1 - (o->scaled ? o->skipped : 0); /* AdamW's count of steps taken */
     double coef = o->oc.grad_clip > 0 ? o->oc.grad_clip / (r.grad_norm + 1e-6) : 1.0;
-    size_t state = 0; /* the state of span i starts here */
-    for (int i = 0; i < o->n_spans; i++) {
-        const optim_span *s = &o->spans[i];
-        if (s->hi <= s->lo) continue;
-        if (o->scaled) ops->scale(g + s->at, o->inv_scale, s->hi - s->lo); /* unscale_ */
-        if (coef < 1.0) ops->scale(g + s->at, (float)coef, s->hi - s->lo);
-        for (int k = 0; k < model_num_tensors(m); k++) {
-            const model_tensor *t = model_tensor_at(m, k);
-            /* the part of tensor t inside [lo, hi) */
-            size_t a = t->offset > s->lo ? t->offset : s->lo;
-            size_t b = t->offset + t->numel < s->hi ? t->offset + t->numel : s->hi;
-            if (a >= b) continue;
-            floatX *lp = model_params_lp(m, k);
-            size_t at = s->at + (a - s->lo), st = state + (a - s->lo);
-            /* the bf16 copy of the matmul weights is written in the same pass */
-            /* the tensor's group: its lr (timm: the scheduled lr x lr_scale, a double
-             * handed to torch.optim.AdamW) and its weight decay */
-            double scale, wd;
-            optim_tensor_hparams(o, m, k, &scale, &wd);
-            ops->adamw_update(p + at, lp ? lp + (a - t->offset) : NULL, o->m + st, o->v + st,
-                              g + at, b - a, (float)(r.lr * scale), (float)o->oc.beta1,
-                              (float)o->oc.beta2, (float)o->oc.eps, (float)wd, taken);
-        }
-        state += s->hi - s->lo;
-    }
+    /* one call over every span and tensor (the table made with the state,
+     * from m); the gradients are read unscaled (unscale_) and clipped on
+     * the fly, left as they are in g */
+    (void)m;
+    if (o->n_pieces > 0)
+        ops->adamw_multi(p, o->m, o->v, g, o->pieces, o->n_pieces, o->pieces_len, r.lr,
+                         o->scaled ? o->inv_scale : 1.0f, coef < 1.0 ? (float)coef : 1.0f,
+                         (float)o->oc.beta1, (float)o->oc.beta2, (float)o->oc.eps, taken);
     return r;
 }

@@ -3,8 +3,11 @@
  *
  * Owns: the fp32 AdamW state (m, v) laid out like the parameters, timm's
  * weight-decay groups (per tensor flag from model.h), the schedule formula,
- * each tensor's lr scale (layerDecay: layer_decay.h; one adamw_update call
- * per tensor part of a span, with lr x scale, so the kernels need none).
+ * each tensor's lr scale (layerDecay: layer_decay.h), and the table of
+ * pieces (each span's part of each tensor: its lr scale, weight decay and
+ * bf16 copy) that one adamw_multi call per step updates, made once with the
+ * state, with the loss scale's unscale and the clipping coefficient folded
+ * in (the gradients are read, not rewritten).
  * Must not: run forward or backward, or know about data.
  */
 #ifndef VITJOB_OPTIM_H
@@ -70,7 +73,9 @@ void optim_set_loss_scale(optim *o, float inv_scale, long skipped);
 
 /* Step `step` (0-based): clip the model's gradients to gradClip (as
  * torch.nn.utils.clip_grad_norm_: coef = clip/(norm+1e-6), at most 1), then
- * AdamW with the scheduled lr. */
+ * AdamW with the scheduled lr. The clipping (and fp16-mixed's unscale)
+ * applies to the gradients the update reads: the buffer keeps the values
+ * the backward left. m is the model the state was made for. */
 optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step);
 /* The sum of squares of the gradients of this state's spans in g (the
  * buffer the spans' `at` index), and the step with the global gradient
