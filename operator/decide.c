@@ -1101,7 +1101,9 @@ static int elastic_resize(ctx *c, desired_status *ds, const generation *g)
 {
     int R = c->js->replicas;
     char names[256] = "", err[256], m2[1024];
-    vj_elastic_gen eg = {.gen = ds->gen, .unsched_since = -1, .unsched_names = names};
+    vj_elastic_gen eg = {.gen = ds->gen, .unsched_since = -1, .unsched_names = names,
+                         .node_ready_at = c->have ? c->have->node_ready_at : 0,
+                         .node_ready_name = c->have ? c->have->node_ready_name : NULL};
     size_t w = 0;
     for (int r = 0; r < R; r++) {
         const pod_info *pi = g->slot[r];
