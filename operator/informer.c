@@ -69,12 +69,12 @@ static void notify_added(void *user, const cJSON *obj)
 /* An optional informer's list or watch the server refused (401, 403: its
  * RBAC): logged once while it lasts, then a slow retry. Returns 1 when so
  * (after the wait), else 0. */
-static int optional_refused(informer *inf, const char *verb, const kube_status *st, int *refused)
+static int optional_refused(informer *inf, const char *event, const kube_status *st, int *refused)
 {
     if (!inf->o.optional || (st->http_code != 401 && st->http_code != 403)) return 0;
     if (!*refused)
-        LOG_WARN("informer", "resource=%s event=%s_refused code=%d msg=%s without=%s retry_s=%d",
-                 LOGV(inf->name), verb, st->http_code,
+        LOG_WARN("informer", "resource=%s event=%s code=%d msg=%s without=%s retry_s=%d",
+                 LOGV(inf->name), LOGV(event), st->http_code,
                  LOGV(st->server_message[0] ? st->server_message : st->message),
                  LOGV(inf->o.optional), INFORMER_REFUSED_RETRY_S);
     *refused = 1;
@@ -112,7 +112,7 @@ static void *run(void *arg)
             kube_list_each(c, inf->path, &lo, take_item, &ls, rv, sizeof rv, &st) != KUBE_OK) {
             if (!ls.batch) snprintf(st.message, sizeof st.message, "out of memory");
             cache_batch_free(ls.batch);
-            if (ls.batch && optional_refused(inf, "list", &st, &list_refused)) continue;
+            if (ls.batch && optional_refused(inf, "list_refused", &st, &list_refused)) continue;
             LOG_WARN("informer", "resource=%s event=list_failed code=%d msg=%s retry_s=%.1f",
                      LOGV(inf->name), ls.batch ? st.http_code : 0, LOGV(st.message), backoff);
             sleep_s(inf, backoff);
@@ -143,7 +143,7 @@ static void *run(void *arg)
         if (rc == KUBE_WATCH_GONE)
             LOG_INFO("informer", "resource=%s event=relist reason=\"resourceVersion too old\"",
                      LOGV(inf->name));
-        else if (rc != KUBE_WATCH_STOPPED && optional_refused(inf, "watch", &st, &watch_refused))
+        else if (rc != KUBE_WATCH_STOPPED && optional_refused(inf, "watch_refused", &st, &watch_refused))
             continue;
         else if (rc != KUBE_WATCH_STOPPED) {
             /* e.g. 403 on watch while list works: relist, but not in a hot loop */
