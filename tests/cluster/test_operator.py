@@ -30,7 +30,10 @@
 # name it, a PodGroup unschedulable past its timeout shown as a condition with
 # the scheduler's message, and a missing PodGroup CRD as one condition
 # without pods or a retry loop; ProgressStalled when rank 0's report goes
-# stale (on time, with no event to wake the operator) and clearing on the next.
+# stale (on time, with no event to wake the operator) and clearing on the next;
+# a shrunk elastic job growing as soon as a schedulable Node becomes Ready
+# (a cordoned one does not count), and without nodes in the operator's RBAC
+# one log line saying so, a ready operator that reconciles, and no growth.
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_operator.py
 
 import calendar
