@@ -93,6 +93,29 @@ void cache_trim_pod(cJSON *obj)
     }
 }
 
+void cache_trim_node(cJSON *obj)
+{
+    static const char *const top_keep[] = {"metadata", "spec", "status", NULL};
+    static const char *const meta_keep[] = {"name", "creationTimestamp", NULL};
+    static const char *const spec_keep[] = {"unschedulable", NULL};
+    static const char *const status_keep[] = {"conditions", NULL};
+    static const char *const cond_keep[] = {"type", "status", "lastTransitionTime", NULL};
+    keep_only(obj, top_keep);
+    keep_only(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), meta_keep);
+    keep_only(cJSON_GetObjectItemCaseSensitive(obj, "spec"), spec_keep);
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    keep_only(st, status_keep);
+    cJSON *conds = cJSON_GetObjectItemCaseSensitive(st, "conditions");
+    for (cJSON *it = conds ? conds->child : NULL, *next; it; it = next) {
+        next = it->next;
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "Ready") != 0)
+            cJSON_Delete(cJSON_DetachItemViaPointer(conds, it));
+        else
+            keep_only(it, cond_keep);
+    }
+}
+
 static void free_entry(entry *e)
 {
     free(e->text);

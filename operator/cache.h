@@ -40,6 +40,13 @@ void cache_strip_meta(cJSON *obj);
  * {name, state.terminated, lastState.terminated}. */
 void cache_trim_pod(cJSON *obj);
 
+/* What the elastic rule reads of a Node (operator/nodehealth.h,
+ * vj_node_ready_since): metadata.{name, creationTimestamp},
+ * spec.unschedulable and the Ready condition's {type, status,
+ * lastTransitionTime}; nothing else (a real Node carries images, labels,
+ * addresses and capacity: kilobytes each, thousands of nodes). */
+void cache_trim_node(cJSON *obj);
+
 /* Inserts or replaces the object under its metadata.namespace/name. Takes
  * ownership of obj (freed on error). Returns 0, or -1 if obj has no name. */
 int cache_put(obj_cache *c, cJSON *obj);

@@ -1,6 +1,7 @@
 /* operator/controller.c - see controller.h. */
 #include "controller.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@
 
 /* The kinds the operator writes, where they live, and for the children other
  * than pods and events how to render them; the order of the informers. */
+#define SRC(prefix_, resource_, transform_) \
+    {.prefix = (prefix_), .resource = (resource_), .transform = (transform_)}
+
 typedef struct {
     const char *kind;
     runner_source src; /* where it lives */
@@ -30,23 +34,31 @@ typedef struct {
 
 enum { INF_JOBS, INF_PODS, INF_CONFIGMAPS, INF_SERVICES, INF_SERVICEACCOUNTS, INF_ROLES,
        INF_ROLEBINDINGS, INF_COUNT };
+/* The runner's last source, after KINDS': Nodes, cluster-scoped, optional
+ * (RBAC may forbid them, as the chart's watchNamespace does), for elastic
+ * jobs (elastic.h, "Capacity returned"). */
+#define INF_NODES INF_COUNT
 
 static const kind_info KINDS[] = {
-    [INF_JOBS] = {VJ_KIND, {VJ_PREFIX, VJ_RESOURCE, NULL}, NULL},
-    [INF_PODS] = {"Pod", {"/api/v1", "pods", cache_trim_pod}, NULL},
-    [INF_CONFIGMAPS] = {"ConfigMap", {"/api/v1", "configmaps", NULL}, vj_render_configmap},
-    [INF_SERVICES] = {"Service", {"/api/v1", "services", NULL}, vj_render_service},
-    [INF_SERVICEACCOUNTS] = {"ServiceAccount", {"/api/v1", "serviceaccounts", NULL},
+    [INF_JOBS] = {VJ_KIND, SRC(VJ_PREFIX, VJ_RESOURCE, NULL), NULL},
+    [INF_PODS] = {"Pod", SRC("/api/v1", "pods", cache_trim_pod), NULL},
+    [INF_CONFIGMAPS] = {"ConfigMap", SRC("/api/v1", "configmaps", NULL), vj_render_configmap},
+    [INF_SERVICES] = {"Service", SRC("/api/v1", "services", NULL), vj_render_service},
+    [INF_SERVICEACCOUNTS] = {"ServiceAccount", SRC("/api/v1", "serviceaccounts", NULL),
                              vj_render_service_account},
-    [INF_ROLES] = {"Role", {RBAC_PREFIX, "roles", NULL}, vj_render_role},
-    [INF_ROLEBINDINGS] = {"RoleBinding", {RBAC_PREFIX, "rolebindings", NULL}, vj_render_role_binding},
-    [INF_COUNT] = {"Event", {"/api/v1", "events", NULL}, NULL},
+    [INF_ROLES] = {"Role", SRC(RBAC_PREFIX, "roles", NULL), vj_render_role},
+    [INF_ROLEBINDINGS] = {"RoleBinding", SRC(RBAC_PREFIX, "rolebindings", NULL), vj_render_role_binding},
+    [INF_COUNT] = {"Event", SRC("/api/v1", "events", NULL), NULL},
 };
 
 struct controller {
     controller_opts o;
-    runner_source sources[INF_COUNT]; /* KINDS' sources, in the runner's form */
+    runner_source sources[INF_COUNT + 1]; /* KINDS' sources, then Nodes' */
     runner *run;
+    /* the latest time a schedulable node became Ready that on_node has seen
+     * (it only grows): a node event enqueues the shrunk elastic jobs when it
+     * moves it, not at each heartbeat */
+    _Atomic long long nodes_ready_seen;
     metrics_counter *m_created, *m_succeeded, *m_failed, *m_restarted;
     /* per job, from status.progress as the informer sees it (set at each scrape) */
     metrics_gauge *m_step, *m_loss, *m_ips, *m_eta;
@@ -58,8 +70,8 @@ struct controller {
 /* A gang scheduler's PodGroup: not watched (its CRD is optional; the job's
  * reconcile reads it), found by its apiVersion. */
 static const kind_info PODGROUP_KINDS[] = {
-    {VJ_PG_KIND, {"/apis/" VJ_PG_VOLCANO_API, VJ_PG_RESOURCE, NULL}, vj_render_podgroup},
-    {VJ_PG_KIND, {"/apis/" VJ_PG_COSCHED_API, VJ_PG_RESOURCE, NULL}, vj_render_podgroup},
+    {VJ_PG_KIND, SRC("/apis/" VJ_PG_VOLCANO_API, VJ_PG_RESOURCE, NULL), vj_render_podgroup},
+    {VJ_PG_KIND, SRC("/apis/" VJ_PG_COSCHED_API, VJ_PG_RESOURCE, NULL), vj_render_podgroup},
 };
 
 static const kind_info *kind_of(const cJSON *obj)
@@ -435,6 +447,70 @@ static size_t judge_nodes(kube_client *k, const cJSON *job, const cJSON *pods, l
     return n;
 }
 
+/* ---- nodes: capacity for elastic jobs ---------------------------------- */
+
+/* A job with spec.elastic running below spec.replicas (status.worldSize). */
+static int elastic_shrunk(const cJSON *job)
+{
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(job, "spec");
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(spec, "replicas");
+    const cJSON *world = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(job, "status"), "worldSize");
+    return cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(spec, "elastic")) &&
+           cJSON_IsNumber(want) && cJSON_IsNumber(world) && world->valuedouble < want->valuedouble;
+}
+
+typedef struct {
+    controller *c;
+    int n;
+} shrunk_walk;
+
+static void enqueue_shrunk(void *user, const cJSON *job)
+{
+    shrunk_walk *w = user;
+    if (!elastic_shrunk(job)) return;
+    runner_enqueue(w->c->run, kube_meta_str(job, "namespace"), kube_meta_str(job, "name"));
+    w->n++;
+}
+
+/* A Node changed (the Node informer's callback): one that became Ready for
+ * pods later than any seen before may let a shrunk elastic job grow now
+ * (elastic.h), so each such job is queued; a heartbeat, or a node whose
+ * Ready time is old news, queues nothing. Only enqueues (informer.h). */
+static void on_node(void *user, const char *type, const cJSON *node)
+{
+    controller *c = user;
+    if (strcmp(type, "DELETED") == 0) return;
+    long long since = vj_node_ready_since(node);
+    long long seen = atomic_load(&c->nodes_ready_seen);
+    do {
+        if (since <= seen) return;
+    } while (!atomic_compare_exchange_weak(&c->nodes_ready_seen, &seen, since));
+    shrunk_walk w = {c, 0};
+    cache_each(runner_cache(c->run, INF_JOBS), NULL, enqueue_shrunk, &w);
+    char when[TIMEFMT_LEN];
+    timefmt_rfc3339(when, since, 0, 0);
+    LOG_INFO("elastic", "event=node_ready node=%s ready_since=%s shrunk_jobs_queued=%d",
+             LOGV(kube_meta_str(node, "name") ? kube_meta_str(node, "name") : ""), LOGV(when), w.n);
+}
+
+/* The latest time a schedulable node became Ready, over the Node cache. */
+typedef struct {
+    long long at;
+    char name[256];
+} ready_node;
+
+static void latest_ready(void *user, const cJSON *node)
+{
+    ready_node *r = user;
+    long long since = vj_node_ready_since(node);
+    const char *name = kube_meta_str(node, "name");
+    if (since > r->at && name) {
+        r->at = since;
+        snprintf(r->name, sizeof r->name, "%s", name);
+    }
+}
+
 /* Whether the leadership (if elected) still covers a write now. */
 static int may_act(const controller *c)
 {
@@ -517,6 +593,12 @@ static run_result reconcile(void *user, kube_client *k, const char *ns, const ch
     if (pods && !ref.set) {
         have.nodes = nodes;
         have.n_nodes = judge_nodes(k, job, pods, now, nodes);
+    }
+    ready_node ready = {0, ""}; /* none: the Node cache is empty (refused, or not listed yet) */
+    if (elastic_shrunk(job)) {
+        cache_each(runner_cache(c->run, INF_NODES), NULL, latest_ready, &ready);
+        have.node_ready_at = ready.at;
+        have.node_ready_name = ready.name;
     }
     if (!pods || (!ref.set && vj_decide(job, pods, &have, now, &plan, err, sizeof err) != 0)) {
         LOG_ERROR("reconcile", "key=%s msg=%s", LOGV(key), LOGV(pods ? err : "out of memory"));
@@ -635,7 +717,12 @@ int controller_start(const controller_opts *o, controller **out, char *err, size
     }
     for (int i = 0; i < INF_COUNT; i++)
         c->sources[i] = KINDS[i].src;
-    runner_opts ro = {.sources = c->sources, .n_sources = INF_COUNT, .owner_label = VJ_LABEL_JOB,
+    c->sources[INF_NODES] = (runner_source){
+        .prefix = "/api/v1", .resource = "nodes", .transform = cache_trim_node,
+        .on_change = on_node, .on_change_user = c,
+        .optional = "elastic jobs grow every growCheckSeconds only, not when a node becomes "
+                    "Ready (RBAC: list and watch nodes)"};
+    runner_opts ro = {.sources = c->sources, .n_sources = INF_COUNT + 1, .owner_label = VJ_LABEL_JOB,
                       .reconcile = reconcile, .user = c, .factory = o->factory,
                       .factory_user = o->factory_user, .namespaces = o->namespaces,
                       .workers = o->workers, .metrics = o->metrics, .stop = o->stop};

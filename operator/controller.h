@@ -2,7 +2,13 @@
  * reconcile, run by the generic runner (operator/runner.h).
  *
  * Owns: the sources (vitjobs, and the pods, configmaps, services,
- * serviceaccounts, roles and rolebindings labelled vitjob.dev/job-name) and
+ * serviceaccounts, roles and rolebindings labelled vitjob.dev/job-name;
+ * and Nodes, cluster-wide, cached trimmed (cache_trim_node) and optional:
+ * a node that became Ready later than any seen before queues every elastic
+ * job running below spec.replicas, whose reconcile hands decide the latest
+ * such time (elastic.h, "Capacity returned"); where RBAC refuses Nodes, as
+ * with the chart's watchNamespace, one log line says so and those jobs grow
+ * on their timer alone) and
  * reconcile(namespace, name): read the ViTJob fresh from the API server (the
  * cache may lag our own status writes), bring its ConfigMap, Service and
  * identity to their desired state (patching only the fields the operator

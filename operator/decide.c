@@ -1120,7 +1120,9 @@ static int elastic_resize(ctx *c, desired_status *ds, const generation *g)
 {
     int R = c->js->replicas;
     char names[256] = "", err[256], m2[1024];
-    vj_elastic_gen eg = {.gen = ds->gen, .unsched_since = -1, .unsched_names = names};
+    vj_elastic_gen eg = {.gen = ds->gen, .unsched_since = -1, .unsched_names = names,
+                         .node_ready_at = c->have ? c->have->node_ready_at : 0,
+                         .node_ready_name = c->have ? c->have->node_ready_name : NULL};
     size_t w = 0;
     /* No pod says it, but the PodGroup does: its unplaced pods are
      * unschedulable since the later of its word and their creation (the

@@ -71,6 +71,12 @@ typedef struct {
     const cJSON *podgroup_obj; /* that PodGroup as read (its status), or NULL; borrowed */
     const vj_node_health *nodes; /* n_nodes nodes judged by the controller; borrowed */
     size_t n_nodes;
+    /* spec.elastic, a job below spec.replicas: the latest time a schedulable
+     * node became Ready (vj_node_ready_since over the operator's Node cache;
+     * elastic.h, "Capacity returned"), seconds since the epoch, 0 = unknown;
+     * and that node's name (borrowed, or NULL). */
+    long long node_ready_at;
+    const char *node_ready_name;
     /* The plan made at admission this reconcile (operator/admission.h:
      * vj_admission_wanted), or NULL; borrowed. */
     const vj_admission *plan;

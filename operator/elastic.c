@@ -61,6 +61,33 @@ static long long grow_interval(const vj_jobspec *js, int failures)
     return js->grow_check << d;
 }
 
+/* A schedulable node became Ready after the last resize: grow now. */
+static int capacity_returned(const vj_elastic_state *st, const vj_elastic_gen *g)
+{
+    return g->node_ready_at > 0 && st->resized >= 0 && g->node_ready_at > st->resized;
+}
+
+/* Why a growth starts now, into buf: the node that became Ready, or the
+ * time spent at the smaller size. */
+static void grow_reason(const vj_elastic_state *st, const vj_elastic_gen *g, long long now,
+                        char *buf, size_t len)
+{
+    if (capacity_returned(st, g)) {
+        char ready[TIMEFMT_LEN], resized[TIMEFMT_LEN];
+        timefmt_rfc3339(ready, g->node_ready_at, 0, 0);
+        timefmt_rfc3339(resized, st->resized, 0, 0);
+        if (g->node_ready_name && g->node_ready_name[0])
+            snprintf(buf, len, "node %s became Ready at %s, after the last resize at %s",
+                     g->node_ready_name, ready, resized);
+        else
+            snprintf(buf, len, "capacity returned: a node became Ready at %s, after the last "
+                     "resize at %s", ready, resized);
+        return;
+    }
+    snprintf(buf, len, "after %lld s at %d", now - (st->resized >= 0 ? st->resized : now),
+             st->size);
+}
+
 static void say(vj_elastic_verdict *v, const char *status, const char *reason)
 {
     v->set_cond = 1;
@@ -153,7 +180,7 @@ int vj_elastic_decide(const vj_jobspec *js, const vj_elastic_state *st, const vj
         int to = st->size < js->replicas ? largest_allowed(js, ok, st->size + 1, js->replicas) : 0;
         long long due = (st->resized >= 0 ? st->resized : now) + grow_interval(js, st->failures);
         if (to > 0 && v->next.grow_from == 0 && st->grow_from == 0) {
-            if (now < due) {
+            if (now < due && !capacity_returned(st, g)) {
                 v->requeue_after = due - now;
             } else {
                 v->next.size = to;
@@ -161,11 +188,12 @@ int vj_elastic_decide(const vj_jobspec *js, const vj_elastic_state *st, const vj
                 v->next.resized = now;
                 v->grow = 1;
                 say(v, "True", "Growing");
+                char why[384];
+                grow_reason(st, g, now, why, sizeof why);
                 snprintf(v->message, sizeof v->message,
-                         "growing from %d to %d pods (spec.replicas=%d, allowed: %s) after %lld s "
-                         "at %d: checkpoint on stop, then a restart at %d", st->size, to,
-                         js->replicas, sizes, now - (st->resized >= 0 ? st->resized : now),
-                         st->size, to);
+                         "growing from %d to %d pods (spec.replicas=%d, allowed: %s): %s; "
+                         "checkpoint on stop, then a restart at %d", st->size, to, js->replicas,
+                         sizes, why, to);
             }
         }
     }

@@ -31,6 +31,17 @@
  *   deleted gracefully first (SIGTERM: each rank saves the step it is in, as
  *   for a suspend) and the new pods are created once they are gone
  *   (decide.c).
+ * - Capacity returned. When a schedulable node became Ready later than
+ *   elasticResizeTime (vj_elastic_gen.node_ready_at: the latest, over the
+ *   nodes that are Ready and not spec.unschedulable, of max(Ready's
+ *   lastTransitionTime, creationTimestamp); the controller reads it from
+ *   its Node informer), the job grows at once as above, whatever is left
+ *   of the wait and of a GrowFailed backoff: new capacity is new
+ *   information. A node that was Ready before the last resize (a shrink,
+ *   a growth or its failure) does not count again, so a growth that fails
+ *   waits for the doubled interval or the next node. Without node
+ *   information (0: none, e.g. the operator may not watch Nodes) only the
+ *   timer grows.
  * - Grown. The grown generation runs whole: elasticGrowFrom cleared,
  *   elasticGrowFailures back to 0, reason Grown.
  * - GrowFailed. The grown generation's pods stay unschedulable for
@@ -72,6 +83,9 @@ typedef struct {
     long long unsched_since;  /* the earliest of their PodScheduled lastTransitionTime */
     const char *unsched_names;/* their names, ", " between them */
     const char *cond_reason;  /* the Elastic condition's reason now, or NULL */
+    long long node_ready_at;  /* the latest time a schedulable node became Ready, seconds
+                               * since the epoch; 0 = unknown (timer only) */
+    const char *node_ready_name; /* that node's name, or NULL */
 } vj_elastic_gen;
 
 typedef struct {

@@ -13,7 +13,7 @@
 
 struct informer {
     informer_opts o;
-    char *name, *path, *selector, *ns;
+    char *name, *path, *selector, *ns, *optional;
     pthread_t thread;
     atomic_int synced, lists;
 };
@@ -66,12 +66,29 @@ static void notify_added(void *user, const cJSON *obj)
     inf->o.on_change(inf->o.user, "ADDED", obj);
 }
 
+/* An optional informer's list or watch the server refused (401, 403: its
+ * RBAC): logged once while it lasts, then a slow retry. Returns 1 when so
+ * (after the wait), else 0. */
+static int optional_refused(informer *inf, const char *event, const kube_status *st, int *refused)
+{
+    if (!inf->o.optional || (st->http_code != 401 && st->http_code != 403)) return 0;
+    if (!*refused)
+        LOG_WARN("informer", "resource=%s event=%s code=%d msg=%s without=%s retry_s=%d",
+                 LOGV(inf->name), LOGV(event), st->http_code,
+                 LOGV(st->server_message[0] ? st->server_message : st->message),
+                 LOGV(inf->o.optional), INFORMER_REFUSED_RETRY_S);
+    *refused = 1;
+    sleep_s(inf, INFORMER_REFUSED_RETRY_S);
+    return 1;
+}
+
 static void *run(void *arg)
 {
     informer *inf = arg;
     kube_client *c = NULL;
     kube_status st;
     double backoff = 0.2;
+    int list_refused = 0, watch_refused = 0; /* an optional informer's: logged once */
     while (!*inf->o.stop) {
         if (!c && inf->o.factory(inf->o.factory_user, &c, &st) != KUBE_OK) {
             LOG_ERROR("informer", "resource=%s msg=%s", LOGV(inf->name),
@@ -95,6 +112,7 @@ static void *run(void *arg)
             kube_list_each(c, inf->path, &lo, take_item, &ls, rv, sizeof rv, &st) != KUBE_OK) {
             if (!ls.batch) snprintf(st.message, sizeof st.message, "out of memory");
             cache_batch_free(ls.batch);
+            if (ls.batch && optional_refused(inf, "list_refused", &st, &list_refused)) continue;
             LOG_WARN("informer", "resource=%s event=list_failed code=%d msg=%s retry_s=%.1f",
                      LOGV(inf->name), ls.batch ? st.http_code : 0, LOGV(st.message), backoff);
             sleep_s(inf, backoff);
@@ -102,6 +120,7 @@ static void *run(void *arg)
             continue;
         }
         int n_items = ls.n;
+        list_refused = 0;
         cJSON *removed = NULL;
         cache_replace_batch(inf->o.cache, inf->ns, ls.batch, &removed);
         atomic_fetch_add(&inf->lists, 1);
@@ -117,10 +136,15 @@ static void *run(void *arg)
         /* watch until 410 Gone (relist) or stop */
         kube_watch_opts wo = {.label_selector = inf->selector, .timeout_seconds = 300};
         int rc = kube_watch_run(c, inf->path, &wo, rv, sizeof rv, on_event, inf, inf->o.stop, &st);
-        if (rc == KUBE_WATCH_GONE || rc == KUBE_OK) backoff = 0.2;
+        if (rc == KUBE_WATCH_GONE || rc == KUBE_OK) {
+            backoff = 0.2;
+            watch_refused = 0;
+        }
         if (rc == KUBE_WATCH_GONE)
             LOG_INFO("informer", "resource=%s event=relist reason=\"resourceVersion too old\"",
                      LOGV(inf->name));
+        else if (rc != KUBE_WATCH_STOPPED && optional_refused(inf, "watch_refused", &st, &watch_refused))
+            continue;
         else if (rc != KUBE_WATCH_STOPPED) {
             /* e.g. 403 on watch while list works: relist, but not in a hot loop */
             LOG_WARN("informer", "resource=%s event=watch_ended code=%d msg=%s retry_s=%.1f",
@@ -142,8 +166,12 @@ int informer_start(const informer_opts *opts, informer **out)
     inf->path = strdup(opts->path);
     inf->selector = opts->label_selector ? strdup(opts->label_selector) : NULL;
     inf->ns = opts->namespace ? strdup(opts->namespace) : NULL;
+    inf->optional = opts->optional ? strdup(opts->optional) : NULL;
+    inf->o.optional = inf->optional;
     if (!inf->name || !inf->path || (opts->label_selector && !inf->selector) ||
-        (opts->namespace && !inf->ns) || pthread_create(&inf->thread, NULL, run, inf) != 0) {
+        (opts->namespace && !inf->ns) || (opts->optional && !inf->optional) ||
+        pthread_create(&inf->thread, NULL, run, inf) != 0) {
+        free(inf->optional);
         free(inf->ns);
         free(inf->name);
         free(inf->path);
@@ -166,5 +194,6 @@ void informer_join(informer *inf)
     free(inf->path);
     free(inf->selector);
     free(inf->ns);
+    free(inf->optional);
     free(inf);
 }

@@ -40,14 +40,23 @@ typedef struct {
     kube_client_factory factory;
     void *factory_user;
     const volatile sig_atomic_t *stop; /* set to end the thread */
+    const char *optional;         /* NULL: the resource is needed. Else what the operator
+                                   * does without it, for the log: a list the server
+                                   * refuses (401, 403: RBAC) is logged once, with these
+                                   * words, and retried every INFORMER_REFUSED_RETRY_S in
+                                   * silence (the next success logs event=listed) */
 } informer_opts;
+
+/* How often an optional informer whose list was refused tries again. */
+#define INFORMER_REFUSED_RETRY_S 300
 
 typedef struct informer informer;
 
 /* Starts the thread. Strings in opts are copied. *out: caller ends it with
  * informer_join (after setting *stop). Returns 0 or -1. */
 int informer_start(const informer_opts *opts, informer **out);
-/* 1 once the first list has been cached. */
+/* 1 once the first list has been cached (never, for an optional informer
+ * while its list is refused). */
 int informer_synced(const informer *inf);
 /* Number of lists done (1 + relists). */
 int informer_lists(const informer *inf);

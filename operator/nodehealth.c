@@ -42,3 +42,27 @@ void vj_node_judge(const char *name, const cJSON *node, const cJSON *lease, long
                  renew, now - t, dur->valueint);
     }
 }
+
+long long vj_node_ready_since(const cJSON *node)
+{
+    if (cJSON_IsTrue(json_get(json_get(node, "spec"), "unschedulable")))
+        return 0;
+    long long ready = 0, created = 0;
+    const cJSON *cond;
+    cJSON_ArrayForEach(cond, json_get(json_get(node, "status"), "conditions"))
+    {
+        const char *type = json_str(cond, "type"), *status = json_str(cond, "status");
+        if (type == NULL || strcmp(type, "Ready") != 0)
+            continue;
+        if (status == NULL || strcmp(status, "True") != 0)
+            return 0;
+        if (timefmt_parse(json_str(cond, "lastTransitionTime"), &ready) != 0)
+            ready = 0;
+        break;
+    }
+    if (ready == 0)
+        return 0; /* no Ready=True condition */
+    if (timefmt_parse(json_str(json_get(node, "metadata"), "creationTimestamp"), &created) != 0)
+        created = 0;
+    return created > ready ? created : ready;
+}

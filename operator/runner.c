@@ -22,7 +22,9 @@ struct runner {
     runner_opts o;
     ns_list ns;                   /* a copy of o.namespaces (n = 0: all) */
     obj_cache *cache[MAX_SOURCES];
-    informer **inf;               /* n_inf: source i, namespace j at i * n_ns + j */
+    informer **inf;               /* n_inf: per source, one per namespace (one for an
+                                   * extra source), in the order of the sources */
+    int *inf_src;                 /* the source of each informer */
     int n_inf;
     wq *queue;
     pthread_t *workers;
@@ -32,7 +34,7 @@ struct runner {
     metrics_gauge *m_depth;
 };
 
-static void enqueue(runner *r, const char *ns, const char *name)
+void runner_enqueue(runner *r, const char *ns, const char *name)
 {
     if (!ns || !name || !ns_list_contains(&r->ns, ns)) return; /* not ours to reconcile */
     char key[512];
@@ -43,7 +45,7 @@ static void enqueue(runner *r, const char *ns, const char *name)
 static void on_primary(void *user, const char *type, const cJSON *obj)
 {
     (void)type;
-    enqueue(user, kube_meta_str(obj, "namespace"), kube_meta_str(obj, "name"));
+    runner_enqueue(user, kube_meta_str(obj, "namespace"), kube_meta_str(obj, "name"));
 }
 
 /* An owned object changed: its primary is the key (the label says which). */
@@ -52,7 +54,13 @@ static void on_owned(void *user, const char *type, const cJSON *obj)
     (void)type;
     runner *r = user;
     const char *owner = json_str(json_at(obj, "metadata", "labels"), r->o.owner_label);
-    if (owner) enqueue(r, kube_meta_str(obj, "namespace"), owner);
+    if (owner) runner_enqueue(r, kube_meta_str(obj, "namespace"), owner);
+}
+
+/* Source i is an extra one: watched whole, its changes to its own callback. */
+static int extra(const runner_opts *o, int i)
+{
+    return i > 0 && o->sources[i].on_change != NULL;
 }
 
 static void *worker(void *arg)
@@ -134,9 +142,12 @@ int runner_start(const runner_opts *o, runner **out, char *err, size_t errlen)
             goto fail;
         }
     }
-    int per_source = n_ns > 0 ? n_ns : 1;
-    r->inf = calloc((size_t)(o->n_sources * per_source), sizeof *r->inf);
-    r->n_inf = r->inf ? o->n_sources * per_source : 0;
+    int per_source = n_ns > 0 ? n_ns : 1, max_inf = 0;
+    for (int i = 0; i < o->n_sources; i++) max_inf += extra(o, i) ? 1 : per_source;
+    r->inf = calloc((size_t)max_inf, sizeof *r->inf);
+    r->inf_src = calloc((size_t)max_inf, sizeof *r->inf_src);
+    r->n_inf = r->inf && r->inf_src ? max_inf : 0;
+    int k = 0; /* the next informer */
     char merr[256] = "";
     r->m_reconcile = metrics_counter_new(o->metrics, "vitjob_reconcile_total",
                                          "Reconciles by result.", merr, sizeof merr, 1, "result");
@@ -145,7 +156,7 @@ int runner_start(const runner_opts *o, runner **out, char *err, size_t errlen)
                                           sizeof merr, 0);
     r->m_depth = metrics_gauge_new(o->metrics, "vitjob_workqueue_depth",
                                    "Keys waiting in the work queue.", merr, sizeof merr, 0);
-    if (!r->queue || !r->inf || !r->m_reconcile || !r->m_duration || !r->m_depth) {
+    if (!r->queue || !r->inf || !r->inf_src || !r->m_reconcile || !r->m_duration || !r->m_depth) {
         snprintf(err, errlen, "runner: cannot set up queue or metrics: %s", merr);
         goto fail;
     }
@@ -155,23 +166,27 @@ int runner_start(const runner_opts *o, runner **out, char *err, size_t errlen)
             snprintf(err, errlen, "runner: out of memory");
             goto fail;
         }
-        if (o->sources[i].transform) cache_set_transform(r->cache[i], o->sources[i].transform);
-        for (int j = 0; j < per_source; j++) {
-            const char *ns = n_ns > 0 ? r->ns.names[j] : NULL;
+        const runner_source *src = &o->sources[i];
+        if (src->transform) cache_set_transform(r->cache[i], src->transform);
+        int whole = extra(o, i);
+        for (int j = 0; j < (whole ? 1 : per_source); j++) {
+            const char *ns = n_ns > 0 && !whole ? r->ns.names[j] : NULL;
             char path[512];
-            if (kube_path(path, sizeof path, o->sources[i].prefix, ns, o->sources[i].resource,
-                          NULL, NULL)) {
-                snprintf(err, errlen, "runner: path too long for the %s informer", o->sources[i].resource);
+            if (kube_path(path, sizeof path, src->prefix, ns, src->resource, NULL, NULL)) {
+                snprintf(err, errlen, "runner: path too long for the %s informer", src->resource);
                 goto fail;
             }
-            int owned = i > 0;
-            informer_opts io = {.name = o->sources[i].resource, .path = path, .namespace = ns,
+            int owned = i > 0 && !whole;
+            informer_opts io = {.name = src->resource, .path = path, .namespace = ns,
                                 .label_selector = owned ? o->owner_label : NULL,
-                                .cache = r->cache[i], .on_change = owned ? on_owned : on_primary,
-                                .user = r, .factory = o->factory, .factory_user = o->factory_user,
-                                .stop = o->stop};
-            if (informer_start(&io, &r->inf[i * per_source + j]) != 0) {
-                snprintf(err, errlen, "runner: cannot start the %s informer", o->sources[i].resource);
+                                .cache = r->cache[i],
+                                .on_change = whole ? src->on_change : owned ? on_owned : on_primary,
+                                .user = whole ? src->on_change_user : r, .factory = o->factory,
+                                .factory_user = o->factory_user, .stop = o->stop,
+                                .optional = src->optional};
+            r->inf_src[k] = i;
+            if (informer_start(&io, &r->inf[k++]) != 0) {
+                snprintf(err, errlen, "runner: cannot start the %s informer", src->resource);
                 goto fail;
             }
         }
@@ -208,7 +223,8 @@ int runner_synced(const runner *r)
 {
     if (r->n_inf == 0) return 0;
     for (int i = 0; i < r->n_inf; i++)
-        if (!r->inf[i] || !informer_synced(r->inf[i])) return 0;
+        if (!r->o.sources[r->inf_src[i]].optional && (!r->inf[i] || !informer_synced(r->inf[i])))
+            return 0;
     return 1;
 }
 
@@ -220,6 +236,7 @@ void runner_join(runner *r)
     free(r->workers);
     for (int i = 0; i < r->n_inf; i++) informer_join(r->inf[i]);
     free(r->inf);
+    free(r->inf_src);
     for (int i = 0; i < r->o.n_sources; i++) cache_free(r->cache[i]);
     ns_list_free(&r->ns);
     wq_free(r->queue);

@@ -6,7 +6,9 @@
  * Owns: one cache per source, filled by one informer per watched namespace
  * (one for all namespaces when none is named) (sources[0] is the primary kind:
  * its changes enqueue its own key; the other sources are owned objects whose
- * `owner_label` names their primary, whose key they enqueue), the queue, the
+ * `owner_label` names their primary, whose key they enqueue; an extra source
+ * with its own on_change, e.g. cluster-scoped Nodes, has one informer and
+ * may be optional: see runner_source), the queue, the
  * workers, waiting for synced caches before any reconcile, and what each
  * result means: done (forgotten), requeue after N seconds, error (requeued
  * with backoff), terminal (logged, forgotten, not requeued: retrying cannot
@@ -31,6 +33,16 @@ typedef struct {
     const char *prefix;   /* "/api/v1" or "/apis/GROUP/VERSION" */
     const char *resource; /* plural: "pods" */
     cache_transform_fn transform; /* what its cache keeps; NULL = cache_strip_meta */
+    /* An extra source (never sources[0]), e.g. Nodes: with on_change set,
+     * its changes go to on_change(on_change_user, ...) (which may call
+     * runner_enqueue) instead of enqueuing an owner; it is watched whole,
+     * by one informer, without the owner label (cluster-scoped kinds) */
+    informer_change_fn on_change;
+    void *on_change_user;
+    /* Non-NULL: the runner works without this source (informer_opts.optional:
+     * what it does without it). It does not gate runner_synced, so a
+     * reconcile may find its cache empty, or not yet full. */
+    const char *optional;
 } runner_source;
 
 /* Reconciles ns/name with client k (the worker thread's own). *requeue_s is
@@ -63,8 +75,11 @@ typedef struct runner runner;
 int runner_start(const runner_opts *opts, runner **out, char *err, size_t errlen);
 /* The cache of source i (borrowed, valid until runner_join). */
 obj_cache *runner_cache(runner *r, int i);
-/* 1 when every informer has listed once. */
+/* 1 when every informer of a source that is not optional has listed once. */
 int runner_synced(const runner *r);
+/* Queues ns/name for a reconcile (de-duplicated; dropped when ns is not
+ * watched), as the informers do: for an extra source's on_change. */
+void runner_enqueue(runner *r, const char *ns, const char *name);
 /* Stops the queue, waits for workers and informers, frees. Accepts NULL. */
 void runner_join(runner *r);
 

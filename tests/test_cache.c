@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "nodehealth.h"
 
 static cJSON *pod(const char *ns, const char *name, const char *job, const char *rv)
 {
@@ -557,5 +558,51 @@ Test(cache, a_batch_transforms_each_object_as_it_arrives_and_a_restarted_list_fo
     cJSON *o = cache_get(c, "b", "other");
     cr_assert_not_null(o, "the other namespace stays");
     cJSON_Delete(o);
+    cache_free(c);
+}
+
+Test(cache, a_trimmed_node_keeps_only_what_the_elastic_rule_reads)
+{
+    /* a Node as a kubelet writes it (shortened: a real one lists images,
+     * addresses, capacity, daemon endpoints, node info, often kilobytes) */
+    const char *text =
+        "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"gpu-7\","
+        "\"uid\":\"u-7\",\"resourceVersion\":\"42\",\"creationTimestamp\":\"2023-11-14T22:00:00Z\","
+        "\"labels\":{\"kubernetes.io/hostname\":\"gpu-7\",\"nvidia.com/gpu.memory\":\"81559\"},"
+        "\"annotations\":{\"node.alpha.kubernetes.io/ttl\":\"0\"},"
+        "\"managedFields\":[{\"manager\":\"kubelet\"}]},"
+        "\"spec\":{\"podCIDR\":\"10.0.7.0/24\",\"unschedulable\":true,"
+        "\"taints\":[{\"key\":\"node.kubernetes.io/unschedulable\",\"effect\":\"NoSchedule\"}]},"
+        "\"status\":{\"capacity\":{\"cpu\":\"96\"},\"allocatable\":{\"cpu\":\"95\"},"
+        "\"conditions\":[{\"type\":\"MemoryPressure\",\"status\":\"False\",\"reason\":\"KubeletHasSufficientMemory\","
+        "\"lastHeartbeatTime\":\"2023-11-14T22:13:00Z\",\"lastTransitionTime\":\"2023-11-14T22:00:00Z\"},"
+        "{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"kubelet is posting "
+        "ready status\",\"lastHeartbeatTime\":\"2023-11-14T22:13:00Z\","
+        "\"lastTransitionTime\":\"2023-11-14T22:13:20Z\"}],"
+        "\"images\":[{\"names\":[\"ghcr.io/vitjob/vitjob-worker:1\"],\"sizeBytes\":123456789}],"
+        "\"nodeInfo\":{\"kubeletVersion\":\"v1.26.3\"}}}";
+    cJSON *node = cJSON_Parse(text);
+    cr_assert_not_null(node);
+    obj_cache *c = cache_new();
+    cache_set_transform(c, cache_trim_node);
+    cr_assert_eq(cache_put(c, cJSON_Duplicate(node, 1)), 0);
+    cJSON *got = cache_get(c, NULL, "gpu-7");
+    cr_assert_not_null(got, "a cluster-scoped object is kept under its name alone");
+    char *s = cJSON_PrintUnformatted(got);
+    cr_assert_str_eq(s, "{\"metadata\":{\"name\":\"gpu-7\",\"creationTimestamp\":\"2023-11-14T22:00:00Z\"},"
+                        "\"spec\":{\"unschedulable\":true},\"status\":{\"conditions\":[{\"type\":\"Ready\","
+                        "\"status\":\"True\",\"lastTransitionTime\":\"2023-11-14T22:13:20Z\"}]}}");
+    cJSON_free(s);
+    /* the rule reads the same of the trimmed node as of the whole one,
+     * cordoned or not */
+    cr_assert_eq(vj_node_ready_since(got), vj_node_ready_since(node));
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(node, "spec"), "unschedulable", cJSON_CreateFalse());
+    cr_assert_eq(cache_put(c, cJSON_Duplicate(node, 1)), 0);
+    cJSON_Delete(got);
+    got = cache_get(c, NULL, "gpu-7");
+    cr_assert_eq(vj_node_ready_since(got), 1700000000LL);
+    cr_assert_eq(vj_node_ready_since(got), vj_node_ready_since(node));
+    cJSON_Delete(got);
+    cJSON_Delete(node);
     cache_free(c);
 }

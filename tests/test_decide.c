@@ -2260,6 +2260,28 @@ Test(decide, elastic_grows_after_the_check_interval_stopping_the_old_pods_first)
     world_free(&w);
 }
 
+Test(decide, elastic_grows_at_once_when_the_controller_saw_a_node_become_ready_after_the_shrink)
+{
+    world w = shrunk_and_running(); /* shrunk at NOW+61, growCheckSeconds 300 */
+    w.have.node_ready_at = NOW + 50; /* before the shrink: old news */
+    w.have.node_ready_name = "n3";
+    vj_plan *p = step(&w, NOW + 100);
+    cr_assert_eq(restarts(&w), 1, "a node Ready before the shrink does not grow it");
+    cr_assert(p->requeue_after > 0 && p->requeue_after <= 61 + 300 - 100, "%lld", p->requeue_after);
+    vj_plan_free(p);
+    w.have.node_ready_at = NOW + 90;
+    p = step(&w, NOW + 100);
+    cr_assert_eq(restarts(&w), 2, "n3 Ready after the shrink: grows now, 261 s early");
+    cr_assert_eq(st_int(&w, "worldSize"), 3);
+    cr_assert_eq(st_int(&w, "elasticGrowFrom"), 2);
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "Growing");
+    const char *msg = cond_field(&w, "Elastic", "message");
+    cr_assert(strstr(msg, "node n3 became Ready"), "%s", msg);
+    cr_assert(has_event(p, "Growing"));
+    vj_plan_free(p);
+    world_free(&w);
+}
+
 Test(decide, elastic_failed_growth_returns_to_the_old_size_and_backs_off)
 {
     world w = shrunk_and_running();

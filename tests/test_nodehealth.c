@@ -78,3 +78,47 @@ Test(nodehealth, a_deleted_node_is_lost)
     cr_assert_eq(h.lost, 1);
     cr_assert(strstr(h.why, "no longer exists"));
 }
+
+/* A node's JSON: Ready `status` since `ready_at`, created at `created`,
+ * spec.unschedulable `cordoned`. */
+static cJSON *node_at(const char *status, const char *ready_at, const char *created, int cordoned)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "{\"metadata\":{\"name\":\"n1\",\"creationTimestamp\":\"%s\"},"
+             "\"spec\":{\"unschedulable\":%s},\"status\":{\"conditions\":["
+             "{\"type\":\"MemoryPressure\",\"status\":\"False\",\"lastTransitionTime\":"
+             "\"2030-01-01T00:00:00Z\"},{\"type\":\"Ready\",\"status\":\"%s\","
+             "\"lastTransitionTime\":\"%s\"}]}}", created, cordoned ? "true" : "false", status,
+             ready_at);
+    cJSON *n = cJSON_Parse(buf);
+    cr_assert_not_null(n);
+    return n;
+}
+
+Test(nodehealth, a_node_is_ready_for_pods_since_the_later_of_ready_and_creation_if_schedulable)
+{
+    static const struct {
+        const char *what, *status, *ready_at, *created;
+        int cordoned;
+        long long want;
+    } cases[] = {
+        {"Ready after its creation: its Ready time", "True", "2023-11-14T22:13:20Z",
+         "2023-11-14T22:00:00Z", 0, NOW},
+        {"created after its Ready time: its creation", "True", "2023-11-14T22:00:00Z",
+         "2023-11-14T22:13:20Z", 0, NOW},
+        {"not Ready: never", "False", "2023-11-14T22:13:20Z", "2023-11-14T22:00:00Z", 0, 0},
+        {"Ready Unknown: never", "Unknown", "2023-11-14T22:13:20Z", "2023-11-14T22:00:00Z", 0, 0},
+        {"cordoned: never", "True", "2023-11-14T22:13:20Z", "2023-11-14T22:00:00Z", 1, 0},
+        {"no readable Ready time: never", "True", "soon", "2023-11-14T22:00:00Z", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *n = node_at(cases[i].status, cases[i].ready_at, cases[i].created, cases[i].cordoned);
+        cr_assert_eq(vj_node_ready_since(n), cases[i].want, "%s: %lld", cases[i].what,
+                     vj_node_ready_since(n));
+        cJSON_Delete(n);
+    }
+    cr_assert_eq(vj_node_ready_since(NULL), 0, "no node");
+    cJSON *bare = cJSON_Parse("{\"metadata\":{\"name\":\"n1\"}}");
+    cr_assert_eq(vj_node_ready_since(bare), 0, "no conditions yet");
+    cJSON_Delete(bare);
+}

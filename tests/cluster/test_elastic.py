@@ -7,8 +7,10 @@
 # the next generation's third pod cannot be placed, and after
 # pendingTimeoutSeconds the job shrinks to 2 (a disruption, status.worldSize
 # 2, condition Elastic ShrunkUnschedulable) and trains on from its
-# checkpoint at the same global batch. The node comes back: at the next
-# growth check the job grows to 3 (condition Elastic Grown) and Succeeds.
+# checkpoint at the same global batch. The node comes back: as soon as it
+# is Ready the job grows to 3 (growCheckSeconds is 600, so only the
+# operator's Node watch can start that growth in time; the Growing event
+# names the node), then condition Elastic Grown, and it Succeeds.
 # Then the same config is trained uninterrupted by 3 ranks on loopback: the
 # steps before the shrink's resume print the same, the first 20 after it
 # (at 2 ranks: the same samples summed in another order) too, the loss of
@@ -115,7 +117,8 @@ class Elastic(ClusterJobTest):
         m = job_manifest(name, "elastic/job", steps=2000)
         m["spec"]["replicas"] = 3
         m["spec"]["training"].update(globalBatchSize=96, microBatchSize=16)  # whole micro-batches at 3 and 2
-        m["spec"]["elastic"] = {"minReplicas": 2, "pendingTimeoutSeconds": 15, "growCheckSeconds": 20}
+        # growCheckSeconds 600: the growth below can only come from the node's return
+        m["spec"]["elastic"] = {"minReplicas": 2, "pendingTimeoutSeconds": 15, "growCheckSeconds": 600}
         m["spec"]["template"]["resources"]["requests"]["cpu"] = "1500m"  # one rank per node
         self.apply(m)
         t0 = time.time()
@@ -149,7 +152,7 @@ class Elastic(ClusterJobTest):
             if gen == st["restarts"] + st.get("resumes", 0):
                 env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0].get("env", [])}
                 self.assertEqual(env.get("VITJOB_REPLICAS"), "2", p["metadata"]["name"])
-        # the node comes back: the job grows at its next check
+        # the node comes back: the job grows as soon as it is Ready
         c.start_node(int(victim.split("-")[1]))
         wait_for("%s Ready again" % victim, lambda: ready(c.get_json("node", victim)) == "True", 120, 0.5)
         t["node_back"] = time.time()
@@ -157,6 +160,10 @@ class Elastic(ClusterJobTest):
                       and status(c, name).get("phase") == "Running" and status(c, name), 300, 0.5)
         t["grown"] = time.time()
         self.assertEqual(cond(st, "Elastic").get("reason"), "Grown", cond(st, "Elastic"))
+        growing = [e for e in c.get_json("events", "--field-selector", "involvedObject.name=" + name)["items"]
+                   if e.get("reason") == "Growing"]
+        self.assertTrue(growing, "an event says the job grows")
+        self.assertIn("node %s became Ready" % victim, growing[0].get("message", ""), growing[0])
         st = wait_for("the end", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
                       and status(c, name), 900, 1)
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))
