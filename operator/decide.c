@@ -1340,6 +1340,7 @@ static void elastic_status(ctx *c, const desired_status *ds, cJSON *patch, const
     }
     diff_or_null(c, patch, cur, "elasticGrowFrom", ds->el.grow_from);
     diff_or_null(c, patch, cur, "elasticGrowFailures", ds->el.failures);
+    diff_or_null(c, patch, cur, "elasticMinFittingReplicas", ds->el.floor);
 }
 
 static cJSON *status_patch(ctx *c, const desired_status *ds, const cJSON *cur)
@@ -1540,6 +1541,7 @@ static void elastic_will_not_fit(ctx *c, desired_status *ds)
     const vj_admission *a = c->have->plan;
     if (!a->elastic.min_replicas || !a->elastic.replicas) return;
     if (a->elastic.fits) {
+        ds->el.floor = 0;
         set_cond(c, ds->conds, "ElasticWillNotFit", "False", "MinReplicasFit",
                  "every size the job may be shrunk to fits the GPU memory", 1);
         return;
@@ -1556,10 +1558,13 @@ static void elastic_will_not_fit(ctx *c, desired_status *ds)
                      a->device_source, a->replicas, at);
     int fit_from = a->elastic.smallest_fitting > 0 && a->elastic.smallest_fitting < a->replicas
                     ? a->elastic.smallest_fitting : a->replicas;
+    /* a shrink below it would fail the job (the ranks' memory check exits
+     * 2, not retried): the job is not shrunk below it (elastic.h) */
+    ds->el.floor = fit_from > a->elastic.min_replicas ? fit_from : 0;
     if (w > 0 && (size_t)w < sizeof msg)
-        snprintf(msg + w, sizeof msg - (size_t)w, "A shrink below %d replicas would fail the job "
-                 "(its ranks' memory check exits 2, not retried): set spec.elastic.minReplicas "
-                 "to %d, or a change that needs less memory", fit_from, fit_from);
+        snprintf(msg + w, sizeof msg - (size_t)w, "The job is not shrunk below %d replicas "
+                 "(status.elasticMinFittingReplicas): set spec.elastic.minReplicas to %d, or make "
+                 "a change that needs less memory", fit_from, fit_from);
     if (!cond_true(ds->conds, "ElasticWillNotFit"))
         event(c, "Warning", "ElasticWillNotFit", msg);
     set_cond(c, ds->conds, "ElasticWillNotFit", "True", "MinReplicasExceedsGPUMemory", msg, 0);

@@ -26,16 +26,25 @@ void vj_elastic_read(const vj_jobspec *js, const cJSON *status, vj_elastic_state
     st->grow_from = from >= 1 && from <= js->replicas ? from : 0;
     long long f = json_int(status, "elasticGrowFailures", 0);
     st->failures = f > 0 && f < 1000000 ? (int)f : 0;
+    long long fl = json_int(status, "elasticMinFittingReplicas", 0);
+    st->floor = fl > js->min_replicas && fl <= js->replicas ? (int)fl : 0;
     if (timefmt_parse(json_str(status, "elasticResizeTime"), &st->resized) != 0)
         st->resized = -1;
 }
 
+/* The fewest pods a shrink may leave: minReplicas, or the plan's floor. */
+static int lowest(const vj_jobspec *js, const vj_elastic_state *st)
+{
+    return st->floor > js->min_replicas ? st->floor : js->min_replicas;
+}
+
 /* The largest allowed pod count in [lo, hi] (ok[w - 1]: w pods are
- * allowed by the batch rule), never below minReplicas, or 0. */
-static int largest_allowed(const vj_jobspec *js, const unsigned char *ok, int lo, int hi)
+ * allowed by the batch rule), never below `least`, or 0. */
+static int largest_allowed(const vj_jobspec *js, const unsigned char *ok, int least, int lo,
+                           int hi)
 {
     for (int w = hi < js->replicas ? hi : js->replicas; w >= lo && w >= 1; w--)
-        if (w >= js->min_replicas && ok[w - 1])
+        if (w >= least && ok[w - 1])
             return w;
     return 0;
 }
@@ -118,15 +127,21 @@ static void unschedulable(const vj_jobspec *js, const unsigned char *ok, const c
                                                                  : VJ_ELASTIC_MAX_BACKOFF_DOUBLINGS);
         return;
     }
-    int to = largest_allowed(js, ok, 1, g->placed < st->size - 1 ? g->placed
-                                                                                : st->size - 1);
+    int least = lowest(js, st);
+    int to = largest_allowed(js, ok, least, 1, g->placed < st->size - 1 ? g->placed
+                                                                         : st->size - 1);
     if (to == 0) {
+        char floor[160] = "";
+        if (least > js->min_replicas)
+            snprintf(floor, sizeof floor, " (raised to %d: fewer would not fit the GPU's memory, "
+                     "status.elasticMinFittingReplicas)", least);
         say(v, "True", "BelowMinReplicas");
         snprintf(v->message, sizeof v->message,
                  "pod(s) %s could not be placed for pendingTimeoutSeconds=%lld and only %d of %d "
-                 "pods are placed: no allowed world size between minReplicas=%d and %d (allowed: "
-                 "%s); waiting for the scheduler", g->unsched_names, js->pending_timeout,
-                 g->placed, st->size, js->min_replicas, g->placed, sizes);
+                 "pods are placed: no allowed world size between minReplicas=%d%s and %d "
+                 "(allowed: %s); waiting for the scheduler", g->unsched_names,
+                 js->pending_timeout, g->placed, st->size, js->min_replicas, floor, g->placed,
+                 sizes);
         return;
     }
     nx->size = to;
@@ -177,7 +192,8 @@ int vj_elastic_decide(const vj_jobspec *js, const vj_elastic_state *st, const vj
             snprintf(v->message, sizeof v->message, "all %d pods are placed and running",
                      st->size);
         }
-        int to = st->size < js->replicas ? largest_allowed(js, ok, st->size + 1, js->replicas) : 0;
+        int to = st->size < js->replicas ? largest_allowed(js, ok, 1, st->size + 1, js->replicas)
+                                         : 0;
         long long due = (st->resized >= 0 ? st->resized : now) + grow_interval(js, st->failures);
         if (to > 0 && v->next.grow_from == 0 && st->grow_from == 0) {
             if (now < due && !capacity_returned(st, g)) {

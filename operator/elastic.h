@@ -23,7 +23,11 @@
  *   above the pods that were placed (nodeName set or PodScheduled True), and
  *   below size: reason ShrunkUnschedulable. With none (fewer than
  *   minReplicas placed, or no allowed size among them) the job waits as
- *   without elastic: reason BelowMinReplicas, no restart.
+ *   without elastic: reason BelowMinReplicas, no restart. Where the
+ *   admission plan found that the fewest sizes do not fit the GPU
+ *   (status.elasticMinFittingReplicas, decide.c: ElasticWillNotFit), that
+ *   size stands for minReplicas: a rank that does not fit would exit 2 and
+ *   fail the job, so waiting is better.
  * - Grow. When every pod of the generation runs and size < replicas, at
  *   elasticResizeTime + growCheckSeconds x 2^min(elasticGrowFailures, 6)
  *   the job restarts at the largest allowed size up to replicas (reason
@@ -66,6 +70,8 @@ typedef struct {
     int grow_from;      /* a growth being placed: the size it grew from; 0 = none */
     int failures;       /* growths given up in a row */
     long long resized;  /* the last resize, seconds since the epoch; -1 = never */
+    int floor;          /* status.elasticMinFittingReplicas: the fewest pods whose plan
+                         * fits the GPU, above minReplicas; 0 = none (minReplicas) */
 } vj_elastic_state;
 
 /* The state in `status` (the ViTJob's status object, NULL = none) for a job

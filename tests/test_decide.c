@@ -2438,12 +2438,26 @@ Test(decide, an_elastic_job_that_fits_at_replicas_but_not_at_min_replicas_is_adm
               strstr(msg, "set spec.elastic.minReplicas to 4"), "%s", msg);
     cr_assert(has_event(p, "ElasticWillNotFit"), "a Warning event, before any shrink");
     vj_plan_free(p);
+    cr_assert_eq(st_int(&w, "elasticMinFittingReplicas"), 4, "the floor of its shrinks");
     /* later reconciles carry no plan: the condition stays, no second event */
     w.have.plan = NULL;
     p = step(&w, NOW + 1);
     cr_assert(!has_event(p, "ElasticWillNotFit"));
     cr_assert_str_eq(cond_field(&w, "ElasticWillNotFit", "status"), "True");
     vj_plan_free(p);
+    /* a pod that cannot be placed: 2 pods would fit the batch rule, not the
+     * GPU, so the job waits at 4 instead of shrinking into a failure */
+    place(&w, "j-worker-0-r0", "n1");
+    place(&w, "j-worker-1-r0", "n2");
+    place(&w, "j-worker-2-r0", "n3");
+    unschedulable(&w, "j-worker-3-r0", NOW + 1);
+    vj_plan_free(step(&w, NOW + 100));
+    cr_assert_eq(restarts(&w), 0, "not shrunk below elasticMinFittingReplicas");
+    cr_assert_eq(st_int(&w, "worldSize"), 4);
+    cr_assert_str_eq(cond_field(&w, "Elastic", "reason"), "BelowMinReplicas");
+    cr_assert(strstr(cond_field(&w, "Elastic", "message"), "minReplicas=2 (raised to 4"), "%s",
+              cond_field(&w, "Elastic", "message"));
+    cr_assert_eq(st_int(&w, "elasticMinFittingReplicas"), 4, "kept without a plan");
     world_free(&w);
 }
 
