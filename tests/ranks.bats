@@ -164,6 +164,27 @@ kill_one() {
   grep -q "class=rendezvous retried=yes" "$TMP/u/rank-1.log"
 }
 
+@test "SIGTERM while waiting at the rendezvous (for a peer, or for rank 0's store) stops the rank at once with 143" {
+  # a pod deleted while its gang cannot meet (the next generation's peer
+  # unschedulable) must go within its grace period, not at the rendezvous
+  # timeout; RANK_TIMEOUT makes a rank that ignores SIGTERM fail in a minute
+  mkdir -p "$TMP/j" "$TMP/c"
+  port=$(free_port)
+  long=(--set training.rendezvousTimeoutSeconds=3600)
+  RANK_TIMEOUT=60 start_rank 2 0 "$port" 0 "$TMP/j" "${ARGS[@]}" "${long[@]}"     # waits for rank 1
+  RANK_TIMEOUT=60 start_rank 2 1 "$(free_port)" 0 "$TMP/c" "${ARGS[@]}" "${long[@]}"  # no store there
+  for d in j c; do
+    for _ in $(seq 1 600); do grep -q "event=config" "$TMP/$d/rank-"*.log 2>/dev/null && break; sleep 0.1; done
+  done
+  for p in $(test_pids); do kill -TERM "$p"; done
+  wait_ranks
+  tail -n 1 "$TMP/j/rank-0.log" "$TMP/c/rank-1.log"
+  [ "$(cat "$TMP/j/rank-0.rc")" -eq 143 ]
+  [ "$(cat "$TMP/c/rank-1.rc")" -eq 143 ]
+  grep -q "class=stopped.*stopped by signal while" "$TMP/j/rank-0.log"
+  grep -q "class=stopped.*stopped by signal while" "$TMP/c/rank-1.log"
+}
+
 @test "a rank outside the world, a missing endpoint or an unsupported combination is exit 2" {
   run env VITJOB_REPLICAS=2 VITJOB_RANK=2 VITJOB_RDZV_ENDPOINT=127.0.0.1:1 "$WORKER" train "${ARGS[@]}"
   [ "$status" -eq 2 ]

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -475,4 +476,43 @@ Test(rdzv, bad_endpoints_and_ranks_are_invalid_and_an_unresolvable_name_times_ou
     cr_assert_eq(k, RDZV_TIMEOUT, "%s", err);
     cr_assert(strstr(err, "could not reach the rendezvous store at no-such-host.invalid:29400"),
               "%s", err);
+}
+
+/* The SIGTERM handler's flag, set from another thread while the rank waits
+ * (rdzv_options.stop): the wait ends with RDZV_STOPPED, long before its
+ * one-hour deadline (the suite's 60 s limit fails a rank that ignores it). */
+static volatile sig_atomic_t stop_flag;
+
+static void *set_stop_later(void *arg)
+{
+    (void)arg;
+    msleep(300);
+    stop_flag = SIGTERM;
+    return NULL;
+}
+
+static void stopped_while(const char *endpoint, int rank, const char *what)
+{
+    stop_flag = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, set_stop_later, NULL), 0);
+    rdzv_options o = {.endpoint = endpoint, .rank = rank, .world_size = 2, .timeout_s = 3600,
+                      .stop = &stop_flag};
+    rdzv *z = NULL;
+    rdzv_error k = RDZV_OK;
+    char err[512] = "";
+    int rc = rdzv_new(&z, &o, &k, err, sizeof err);
+    pthread_join(t, NULL);
+    cr_assert_eq(rc, -1, "%s: joined", what);
+    cr_assert_eq(k, RDZV_STOPPED, "%s: kind %d: %s", what, (int)k, err);
+    cr_assert(strstr(err, "stopped by signal"), "%s: %s", what, err);
+}
+
+Test(rdzv, a_stop_flag_ends_the_wait_for_a_peer_and_for_a_store_that_never_answers)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    stopped_while(ep, 0, "rank 0 waiting for rank 1");
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    stopped_while(ep, 1, "rank 1 retrying a store that is not there");
 }

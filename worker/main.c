@@ -266,7 +266,8 @@ static vj_err cmd_train(int argc, char **argv, char *err, size_t errlen)
                        .rendezvous_timeout_s = cfg.training.rendezvous_timeout_seconds,
                        .heartbeat_timeout_s = cfg.training.heartbeat_timeout_seconds,
                        .collective_timeout_s = cfg.training.collective_timeout_seconds,
-                       .gpu = opt.ops->gpu, .on_verdict = lostpeer_on_verdict, .ctx = &lctx};
+                       .gpu = opt.ops->gpu, .on_verdict = lostpeer_on_verdict, .ctx = &lctx,
+                       .stop = &stop_requested};
     gang *g = NULL;
     if ((rc = gang_start(&g, &go, err, errlen)) != VJ_OK) return rc;
     opt.comm = gang_comm(g);

@@ -20,8 +20,10 @@ struct gang {
 
 static vj_err rdzv_class(rdzv_error k)
 {
-    return k == RDZV_INVALID ? VJ_ERR_ENVIRONMENT : k == RDZV_LOST ? VJ_ERR_PEER_LOST
-                                                                   : VJ_ERR_RENDEZVOUS;
+    return k == RDZV_INVALID   ? VJ_ERR_ENVIRONMENT
+           : k == RDZV_LOST    ? VJ_ERR_PEER_LOST
+           : k == RDZV_STOPPED ? VJ_ERR_STOPPED
+                               : VJ_ERR_RENDEZVOUS;
 }
 
 vj_err gang_start(gang **out, const gang_options *o, char *err, size_t errlen)
@@ -36,7 +38,8 @@ vj_err gang_start(gang **out, const gang_options *o, char *err, size_t errlen)
     /* meet at rank 0's store */
     rdzv_error kind = RDZV_OK;
     rdzv_options ro = {.endpoint = o->endpoint, .rank = o->rank, .world_size = o->world_size,
-                       .generation = o->generation, .timeout_s = o->rendezvous_timeout_s};
+                       .generation = o->generation, .timeout_s = o->rendezvous_timeout_s,
+                       .stop = o->stop};
     if (rdzv_new(&g->rv, &ro, &kind, err, errlen) != 0) {
         free(g);
         return rdzv_class(kind);

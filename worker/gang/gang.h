@@ -19,6 +19,7 @@
 #ifndef VITJOB_GANG_H
 #define VITJOB_GANG_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "comm.h"
@@ -36,6 +37,8 @@ typedef struct {
     int gpu;                     /* NCCL collectives (GPU buffers); 0: gloo (host memory) */
     hb_verdict_fn on_verdict;    /* the heartbeat's verdict (may end the process) */
     void *ctx;                   /* on_verdict's; outlives the gang */
+    const volatile sig_atomic_t *stop; /* the SIGTERM handler's flag: the rendezvous gives
+                                        * up at once (VJ_ERR_STOPPED); NULL: never */
 } gang_options;
 
 typedef struct gang gang;
@@ -43,7 +46,8 @@ typedef struct gang gang;
 /* Meets the other ranks, starts the heartbeat, connects the collectives.
  * Returns VJ_OK with *out the caller's (gang_free), or the class of the
  * step that failed, with nothing left running: VJ_ERR_ENVIRONMENT (a bad
- * endpoint, rank or world size), VJ_ERR_RENDEZVOUS (the join or the
+ * endpoint, rank or world size), VJ_ERR_STOPPED (stop set during the
+ * rendezvous: a pod deleted while it waits for its peers), VJ_ERR_RENDEZVOUS (the join or the
  * heartbeat's connection timed out, or this process is of an older
  * generation), VJ_ERR_PEER_LOST (a connection broke; the collectives could
  * not connect: the heartbeat's verdict is awaited first, and its handler

@@ -22,20 +22,26 @@
  * old store's answer, then a refused or failed connection, then a connect
  * that timed out, with the last one after it where it differs), RDZV_STALE (this process's
  * generation is older than the store's), RDZV_LOST (the connection broke),
- * RDZV_INVALID (bad endpoint, rank, world size, key or value).
+ * RDZV_INVALID (bad endpoint, rank, world size, key or value), RDZV_STOPPED
+ * (rdzv_options.stop was set while connecting or joining).
  */
 #ifndef VITJOB_RDZV_H
 #define VITJOB_RDZV_H
 
+#include <signal.h>
 #include <stddef.h>
 
-typedef enum { RDZV_OK = 0, RDZV_TIMEOUT, RDZV_STALE, RDZV_LOST, RDZV_INVALID } rdzv_error;
+typedef enum { RDZV_OK = 0, RDZV_TIMEOUT, RDZV_STALE, RDZV_LOST, RDZV_INVALID,
+               RDZV_STOPPED } rdzv_error;
 
 typedef struct {
     const char *endpoint; /* "host:port" (host may be a DNS name, IPv4 or [IPv6]) */
     int rank, world_size; /* 0 <= rank < world_size */
     long generation;      /* VITJOB_RESTART */
     double timeout_s;     /* for connecting and for the join of all ranks */
+    const volatile sig_atomic_t *stop; /* set (by a SIGTERM handler): the connect and the
+                                        * join give up within 0.2 s with RDZV_STOPPED, as
+                                        * a pod being deleted must; NULL: never */
 } rdzv_options;
 
 typedef struct rdzv rdzv;

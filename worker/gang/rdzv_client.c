@@ -58,6 +58,7 @@ struct rdzv {
     long generation;
     char endpoint[300];
     rdzv_server *srv; /* rank 0 */
+    const volatile sig_atomic_t *stop; /* rdzv_options.stop */
 };
 
 /* host and port of "host:port" or "[v6]:port". */
@@ -91,9 +92,9 @@ static int call(rdzv *r, const unsigned char *req, size_t len, double deadline, 
 {
     unsigned char hdr[5];
     wire_put_u32(hdr, (uint32_t)len);
-    int rc = rdzv_io_all(r->fd, hdr, 4, deadline, 1);
-    if (rc == 0) rc = rdzv_io_all(r->fd, (void *)req, len, deadline, 1);
-    if (rc == 0) rc = rdzv_io_all(r->fd, hdr, 5, deadline, 0);
+    int rc = rdzv_io_all(r->fd, hdr, 4, deadline, 1, r->stop);
+    if (rc == 0) rc = rdzv_io_all(r->fd, (void *)req, len, deadline, 1, r->stop);
+    if (rc == 0) rc = rdzv_io_all(r->fd, hdr, 5, deadline, 0, r->stop);
     if (rc != 0)
         goto broken;
     size_t n = wire_get_u32(hdr);
@@ -104,7 +105,7 @@ static int call(rdzv *r, const unsigned char *req, size_t len, double deadline, 
     *status = hdr[4];
     unsigned char *p = malloc(n);
     if (!p) return FAIL(kind, RDZV_INVALID, err, errlen, "rendezvous: out of memory");
-    if ((rc = rdzv_io_all(r->fd, p, n - 1, deadline, 0)) != 0) {
+    if ((rc = rdzv_io_all(r->fd, p, n - 1, deadline, 0, r->stop)) != 0) {
         free(p);
         goto broken;
     }
@@ -113,6 +114,9 @@ static int call(rdzv *r, const unsigned char *req, size_t len, double deadline, 
     *plen = n - 1;
     return 0;
 broken:
+    if (rc == -3)
+        return FAIL(kind, RDZV_STOPPED, err, errlen, "stopped by signal while waiting for the "
+                    "rendezvous store %s", r->endpoint);
     if (rc == -2)
         return FAIL(kind, RDZV_TIMEOUT, err, errlen, "rendezvous store %s did not answer in time",
                     r->endpoint);
@@ -212,6 +216,7 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
     r->rank = o->rank;
     r->world = o->world_size;
     r->generation = o->generation;
+    r->stop = o->stop;
     snprintf(r->endpoint, sizeof r->endpoint, "%s", o->endpoint);
     if (o->rank == 0 &&
         rdzv_server_start(&r->srv, port, o->world_size, o->generation, err, errlen) != 0) {
@@ -225,7 +230,16 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
     int best_cause = CAUSE_NONE, cause = CAUSE_NONE, told_old = 0;
     unsigned seed = (unsigned)(getpid() ^ (o->rank * 2654435761u));
     for (;;) {
-        if (connect_once(host, port, deadline, &r->fd, why, sizeof why, &cause) == 0) {
+        if (r->stop && *r->stop) {
+            FAIL(kind, RDZV_STOPPED, err, errlen, "rank %d: stopped by signal while reaching the "
+                 "rendezvous store at %s", o->rank, o->endpoint);
+            rdzv_free(r);
+            return -1;
+        }
+        /* with a stop flag, an attempt lasts at most 2 s, so that it is seen */
+        double attempt = r->stop && deadline - mono_seconds() > 2.0 ? mono_seconds() + 2.0
+                                                                      : deadline;
+        if (connect_once(host, port, attempt, &r->fd, why, sizeof why, &cause) == 0) {
             unsigned char req[17], *p = NULL;
             size_t n = 0;
             int status = ST_OK;
@@ -235,6 +249,11 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
             wire_put_u64(req + 9, (uint64_t)o->generation);
             rdzv_error k = RDZV_OK;
             if (call(r, req, sizeof req, deadline, &status, &p, &n, &k, why, sizeof why) != 0) {
+                if (k == RDZV_STOPPED) {
+                    FAIL(kind, RDZV_STOPPED, err, errlen, "rank %d: %s", o->rank, why);
+                    rdzv_free(r);
+                    return -1;
+                }
                 cause = k == RDZV_TIMEOUT ? CAUSE_TIMEOUT : CAUSE_SOCKET;
             } else if (status == ST_OK) {
                 free(p);
@@ -276,8 +295,12 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
             rdzv_free(r);
             return -1;
         }
-        struct timespec ts = {(time_t)jitter, (long)((jitter - (time_t)jitter) * 1e9)};
-        nanosleep(&ts, NULL);
+        for (double until = mono_seconds() + jitter, left; !(r->stop && *r->stop) &&
+                                                         (left = until - mono_seconds()) > 0;) {
+            if (r->stop && left > 0.2) left = 0.2; /* naps, so that a stop is seen */
+            struct timespec ts = {(time_t)left, (long)((left - (time_t)left) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
         backoff = backoff * 2 > 2.0 ? 2.0 : backoff * 2;
     }
     /* all ranks of this generation */
@@ -304,7 +327,7 @@ void rdzv_free(rdzv *r)
         unsigned char bye[5];
         wire_put_u32(bye, 1);
         bye[4] = 0xff;
-        rdzv_io_all(r->fd, bye, 5, mono_seconds() + 1, 1);
+        rdzv_io_all(r->fd, bye, 5, mono_seconds() + 1, 1, NULL);
         close(r->fd);
     }
     if (r->srv) rdzv_server_stop(r->srv); /* once the other ranks left, or a grace */
@@ -517,12 +540,12 @@ int rdzv_handoff_connect(const rdzv *r, const void *payload, size_t len, double 
     for (;;) {
         int c = -1;
         if (connect_once(host, port, deadline, &c, why, sizeof why, &cause) == 0) {
-            int rc = rdzv_io_all(c, req, len + 5, deadline, 1);
-            if (rc == 0) rc = rdzv_io_all(c, hdr, 5, deadline, 0);
+            int rc = rdzv_io_all(c, req, len + 5, deadline, 1, NULL);
+            if (rc == 0) rc = rdzv_io_all(c, hdr, 5, deadline, 0, NULL);
             size_t n = rc == 0 ? wire_get_u32(hdr) : 0;
             char text[512] = "";
             if (rc == 0 && (n < 1 || n > sizeof text)) rc = -1;
-            if (rc == 0 && n > 1) rc = rdzv_io_all(c, text, n - 1, deadline, 0);
+            if (rc == 0 && n > 1) rc = rdzv_io_all(c, text, n - 1, deadline, 0, NULL);
             if (rc == 0) text[n - 1] = '\0';
             if (rc == 0 && hdr[4] == ST_OK) {
                 *fd = c;

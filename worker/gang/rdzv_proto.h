@@ -33,6 +33,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -45,14 +46,19 @@ enum { OP_HELLO = 1, OP_SET, OP_GET, OP_ADD, OP_CAS, OP_JOIN, OP_BARRIER, OP_HAN
 #define MAX_VALUE (64u << 20)
 #define MAX_MSG (MAX_VALUE + 2 * MAX_KEY + 64)
 
-/* Sends or receives exactly len bytes before deadline (mono seconds).
- * Returns 0, -1 on a closed or broken connection, -2 on the deadline. */
-static inline int rdzv_io_all(int fd, void *buf, size_t len, double deadline, int sending)
+/* Sends or receives exactly len bytes before deadline (mono seconds), or
+ * until *stop is set (stop may be NULL: never; it is looked at least every
+ * 0.2 s, as the signal that sets it may reach another thread). Returns 0, -1
+ * on a closed or broken connection, -2 on the deadline, -3 when stopped. */
+static inline int rdzv_io_all(int fd, void *buf, size_t len, double deadline, int sending,
+                              const volatile sig_atomic_t *stop)
 {
     unsigned char *p = buf;
     while (len > 0) {
+        if (stop && *stop) return -3;
         double left = deadline - mono_seconds();
         if (left <= 0) return -2;
+        if (stop && left > 0.2) left = 0.2;
         struct pollfd pfd = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
         int pr = poll(&pfd, 1, (int)(left * 1000) + 1);
         if (pr < 0 && errno == EINTR) continue;

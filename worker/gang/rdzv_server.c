@@ -129,8 +129,8 @@ static void reply(client *c, int status, const void *payload, size_t len)
     wire_put_u32(hdr, (uint32_t)(len + 1));
     hdr[4] = (unsigned char)status;
     double deadline = mono_seconds() + 10;
-    if (rdzv_io_all(c->fd, hdr, 5, deadline, 1) != 0 ||
-        (len && rdzv_io_all(c->fd, (void *)payload, len, deadline, 1) != 0)) {
+    if (rdzv_io_all(c->fd, hdr, 5, deadline, 1, NULL) != 0 ||
+        (len && rdzv_io_all(c->fd, (void *)payload, len, deadline, 1, NULL) != 0)) {
         /* the client will see its connection drop */
     }
 }
