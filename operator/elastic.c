@@ -73,7 +73,11 @@ static long long grow_interval(const vj_jobspec *js, int failures)
 /* A schedulable node became Ready after the last resize: grow now. */
 static int capacity_returned(const vj_elastic_state *st, const vj_elastic_gen *g)
 {
-    return g->node_ready_at > 0 && st->resized >= 0 && g->node_ready_at > st->resized;
+    /* after a failed growth the backoff holds: on a busy cluster nodes
+     * become Ready all the time, and each try costs a checkpoint and a
+     * restart (it must not flap) */
+    return st->failures == 0 && g->node_ready_at > 0 && st->resized >= 0 &&
+           g->node_ready_at > st->resized;
 }
 
 /* Why a growth starts now, into buf: the node that became Ready, or the

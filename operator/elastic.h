@@ -40,10 +40,11 @@
  *   nodes that are Ready and not spec.unschedulable, of max(Ready's
  *   lastTransitionTime, creationTimestamp); the controller reads it from
  *   its Node informer), the job grows at once as above, whatever is left
- *   of the wait and of a GrowFailed backoff: new capacity is new
- *   information. A node that was Ready before the last resize (a shrink,
- *   a growth or its failure) does not count again, so a growth that fails
- *   waits for the doubled interval or the next node. Without node
+ *   of the wait: new capacity is new information. Not after a GrowFailed
+ *   (elasticGrowFailures > 0): its backoff holds, since on a busy cluster
+ *   nodes become Ready all the time and each try costs a checkpoint and a
+ *   restart. A node that was Ready before the last resize (a shrink or a
+ *   growth) does not count again. Without node
  *   information (0: none, e.g. the operator may not watch Nodes) only the
  *   timer grows.
  * - Grown. The grown generation runs whole: elasticGrowFrom cleared,
