@@ -516,3 +516,25 @@ Test(rdzv, a_stop_flag_ends_the_wait_for_a_peer_and_for_a_store_that_never_answe
     snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
     stopped_while(ep, 1, "rank 1 retrying a store that is not there");
 }
+
+Test(rdzv, once_met_the_store_serves_a_stopping_run_whatever_the_stop_flag_says)
+{
+    char ep[64], err[512] = "";
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    stop_flag = 0;
+    rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 1, .timeout_s = 30,
+                      .stop = &stop_flag};
+    rdzv *z = NULL;
+    rdzv_error k = RDZV_OK;
+    cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), 0, "%s", err);
+    stop_flag = SIGTERM; /* the run agrees on its last step and checkpoints through the store */
+    cr_assert_eq(rdzv_set(z, "last", "7", 1, &k, err, sizeof err), 0, "%s", err);
+    void *v = NULL;
+    size_t n = 0;
+    cr_assert_eq(rdzv_get(z, "last", 5, &v, &n, &k, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(memcmp(v, "7", 1), 0);
+    free(v);
+    cr_assert_eq(rdzv_barrier(z, "saved", 5, &k, err, sizeof err), 0, "%s", err);
+    rdzv_free(z);
+}

@@ -41,7 +41,10 @@ typedef struct {
     double timeout_s;     /* for connecting and for the join of all ranks */
     const volatile sig_atomic_t *stop; /* set (by a SIGTERM handler): the connect and the
                                         * join give up within 0.2 s with RDZV_STOPPED, as
-                                        * a pod being deleted must; NULL: never */
+                                        * a pod being deleted must; NULL: never. Only
+                                        * rdzv_new reads it: the store operations after
+                                        * the join ignore it (a stopping run agrees on its
+                                        * last step and checkpoints through them) */
 } rdzv_options;
 
 typedef struct rdzv rdzv;

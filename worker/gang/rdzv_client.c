@@ -58,7 +58,7 @@ struct rdzv {
     long generation;
     char endpoint[300];
     rdzv_server *srv; /* rank 0 */
-    const volatile sig_atomic_t *stop; /* rdzv_options.stop */
+    const volatile sig_atomic_t *stop; /* rdzv_options.stop until the join; then NULL */
 };
 
 /* host and port of "host:port" or "[v6]:port". */
@@ -316,6 +316,9 @@ int rdzv_new(rdzv **out, const rdzv_options *o, rdzv_error *kind, char *err, siz
     }
     LOG_INFO("rdzv", "event=rendezvous rank=%d world=%d generation=%ld endpoint=%s seconds=%.2f",
              o->rank, o->world_size, o->generation, LOGV(o->endpoint), mono_seconds() - start);
+    /* met: from here a stop is the run's to honour (a stopping run still
+     * agrees on its last step and checkpoints through the store) */
+    r->stop = NULL;
     *out = r;
     return 0;
 }
