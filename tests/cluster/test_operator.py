@@ -624,8 +624,12 @@ class ElasticNodesTest(ElasticBase):
         self.assertEqual(el["reason"], "Growing", el)
         self.assertIn("node new-node became Ready at %s" % stamp(resized + 1), el["message"])
         self.assertRegex(self.ops[0].text(), r"event=node_ready node=new-node .*shrunk_jobs_queued=1")
-        # the old pods are stopped first (a checkpoint on SIGTERM)
-        wait_for("the old generation stopping", lambda: self.live_pod_names("grow") == [], 15)
+        # the old pods are stopped (a checkpoint on SIGTERM), then the grown
+        # generation is created (without a kubelet here a deleted pod goes at
+        # once, so the moment with no pod is too short to watch for; the order
+        # is test_decide's elastic_grows_after_the_check_interval_...)
+        wait_for("the old generation gone and the grown one created", lambda: self.live_pod_names("grow") ==
+                 ["grow-worker-%d-r2" % r for r in range(3)], 15)
 
 
 class NodesForbiddenTest(ElasticBase):
