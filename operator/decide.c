@@ -509,18 +509,25 @@ static void gang_unavailable(ctx *c, desired_status *ds)
  * words: volcano's condition Unschedulable (its message), or a phase before
  * the gang is placed (volcano Pending; coscheduling Pending, PreScheduling,
  * Scheduling). */
-static int podgroup_waiting(const ctx *c, const cJSON *pg, long long *since, char *why,
-                            size_t whylen)
+/* The PodGroup's (last) condition Unschedulable True (volcano's), or NULL. */
+static const cJSON *podgroup_unschedulable(const cJSON *pg)
 {
-    const cJSON *st = json_get(pg, "status");
-    const char *phase = json_str(st, "phase");
     const cJSON *cond, *unsched = NULL;
-    cJSON_ArrayForEach(cond, json_get(st, "conditions"))
+    cJSON_ArrayForEach(cond, json_get(json_get(pg, "status"), "conditions"))
     {
         if (str_eq(json_str(cond, "type"), "Unschedulable") &&
             str_eq(json_str(cond, "status"), "True"))
             unsched = cond;
     }
+    return unsched;
+}
+
+static int podgroup_waiting(const ctx *c, const cJSON *pg, long long *since, char *why,
+                            size_t whylen)
+{
+    const cJSON *st = json_get(pg, "status");
+    const char *phase = json_str(st, "phase");
+    const cJSON *unsched = podgroup_unschedulable(pg);
     int waiting = unsched != NULL || str_eq(phase, "Pending") ||
                   str_eq(phase, "PreScheduling") || str_eq(phase, "Scheduling");
     if (!waiting)
@@ -1100,16 +1107,11 @@ static int older_alive(const desired_status *ds, const pod_info *pods, size_t n)
  * (volcano's condition Unschedulable True: its lastTransitionTime), or -1. */
 static long long podgroup_unschedulable_since(const ctx *c)
 {
-    const cJSON *pg = c->have ? c->have->podgroup_obj : NULL, *cond;
-    long long t = -1;
-    cJSON_ArrayForEach(cond, json_get(json_get(pg, "status"), "conditions"))
-    {
-        if (str_eq(json_str(cond, "type"), "Unschedulable") &&
-            str_eq(json_str(cond, "status"), "True") &&
-            timefmt_parse(json_str(cond, "lastTransitionTime"), &t) != 0)
-            t = c->now;
-    }
-    return t;
+    const cJSON *cond = podgroup_unschedulable(c->have ? c->have->podgroup_obj : NULL);
+    long long t;
+    if (cond == NULL)
+        return -1;
+    return timefmt_parse(json_str(cond, "lastTransitionTime"), &t) == 0 ? t : c->now;
 }
 
 /* spec.elastic (elastic.h): reads what the scheduler says of the generation,
