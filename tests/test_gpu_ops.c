@@ -654,15 +654,62 @@ static float *third(const float *qkv, size_t rows, int D, int part)
     return o;
 }
 
+/* max|gpu - cpu| / max(max|cpu|, floor), checked with cr_expect: the flash
+ * attention's cases go on after a failure, so that one GPU run reports every
+ * case that fails. */
+static void expect_close_soft(const vit_ops *g, const char *what, const float *gpu,
+                              const float *cpu, size_t n, double tol, double floor)
+{
+    double maxref = 0, maxdiff = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(gpu[i]) || !isfinite(cpu[i])) {
+            cr_expect(0, "%s %s: element [%zu] of %zu is %.9g, want %.9g", g->name, what, i, n,
+                      gpu[i], cpu[i]);
+            return;
+        }
+        double d = fabs((double)gpu[i] - (double)cpu[i]);
+        if (fabs((double)cpu[i]) > maxref) maxref = fabs((double)cpu[i]);
+        if (d > maxdiff) maxdiff = d, at = i;
+    }
+    double den = maxref > floor ? maxref : floor;
+    double e = maxdiff / (den > 0 ? den : 1.0);
+    cr_expect(e <= tol,
+              "%s %s: error %.3g of max(max|cpu| %.3g, floor %.3g) > %.3g (worst at [%zu] of "
+              "%zu: gpu %.9g, cpu %.9g)",
+              g->name, what, e, maxref, floor, tol, at, n, gpu[at], cpu[at]);
+}
+
+/* The first element that differs in bits, as one cr_expect. */
+static void expect_same_soft(const vit_ops *g, const char *what, const float *gpu,
+                             const float *cpu, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(gpu[i] == cpu[i] && signbit(gpu[i]) == signbit(cpu[i]))) {
+            cr_expect(0, "%s %s: element [%zu] of %zu is %.9g, want exactly %.9g", g->name, what,
+                      i, n, gpu[i], cpu[i]);
+            return;
+        }
+}
+
+/* dq, dk and dv each against the reference, each judged against the largest
+ * of the three at least (FLASH_FLOOR of it): at T = 1 the softmax is the
+ * constant 1, dq and dk are exactly zero in exact arithmetic, and both
+ * sides hold only rounding noise of about 1e-7, which a relative error
+ * against that noise would call a 100% error. */
+#define FLASH_FLOOR 0.05
 static void expect_dqkv_close(const vit_ops *g, const char *what, const float *got,
                               const float *want, size_t rows, int D, double tol)
 {
     static const char *names[3] = {"dq", "dk", "dv"};
     char sub[160];
+    double all = 0;
+    for (size_t i = 0; i < rows * 3 * (size_t)D; i++)
+        if (fabs((double)want[i]) > all) all = fabs((double)want[i]);
     for (int p = 0; p < 3; p++) {
         snprintf(sub, sizeof sub, "%s: %s", what, names[p]);
-        expect_close(g, sub, third(got, rows, D, p), third(want, rows, D, p), rows * (size_t)D,
-                     tol);
+        expect_close_soft(g, sub, third(got, rows, D, p), third(want, rows, D, p),
+                          rows * (size_t)D, tol, FLASH_FLOOR * all);
     }
 }
 
@@ -697,9 +744,9 @@ static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
     status_ok(g, what);
     float *out1 = host_from_dev(g, d_out, no, FX), *lse1 = host_from_dev(g, d_lse, nl, F32);
     snprintf(sub, sizeof sub, "%s: out", what);
-    expect_close(g, sub, out1, want, no, tol_x(g));
+    expect_close_soft(g, sub, out1, want, no, tol_x(g), 0);
     snprintf(sub, sizeof sub, "%s: lse", what);
-    expect_close(g, sub, lse1, want_lse, nl, tol_x(g));
+    expect_close_soft(g, sub, lse1, want_lse, nl, tol_x(g), 0);
 
     /* backward from the CPU's out and lse: against the CPU */
     floatX *d_outc = dev_from_host(g, out_x, no, FX);
@@ -718,9 +765,9 @@ static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
     u->attention_forward(u_out, u_lse, uscratch, d_qkv, B, T, D, NH);
     status_ok(u, what);
     snprintf(sub, sizeof sub, "%s: out against %s", what, u->name);
-    expect_close(g, sub, out1, host_from_dev(u, u_out, no, FX), no, tol_x(g));
+    expect_close_soft(g, sub, out1, host_from_dev(u, u_out, no, FX), no, tol_x(g), 0);
     snprintf(sub, sizeof sub, "%s: lse against %s", what, u->name);
-    expect_close(g, sub, lse1, host_from_dev(u, u_lse, nl, F32), nl, tol_x(g));
+    expect_close_soft(g, sub, lse1, host_from_dev(u, u_lse, nl, F32), nl, tol_x(g), 0);
     u->attention_backward(u_dqkv, uscratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
     status_ok(u, what);
     snprintf(sub, sizeof sub, "%s against %s", what, u->name);
@@ -734,11 +781,11 @@ static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
     g->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
     status_ok(g, what);
     snprintf(sub, sizeof sub, "%s: out, again", what);
-    expect_same(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
+    expect_same_soft(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
     snprintf(sub, sizeof sub, "%s: lse, again", what);
-    expect_same(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
+    expect_same_soft(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
     snprintf(sub, sizeof sub, "%s: dqkv, again", what);
-    expect_same(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
+    expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
     release_all();
 }
 

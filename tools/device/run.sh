@@ -19,9 +19,10 @@
 #   noloader  gpu_bench (the trainer's step on a batch already in memory,
 #          without the data loader) for the configs where the plan's img/s
 #          misses the training run's: which of the two bounds the step
-#   san    compute-sanitizer: first memcheck over the flash attention's
+#   sanflash  compute-sanitizer: memcheck over the flash attention's
 #          tests alone and racecheck over their bf16 half (a filter on
-#          test_gpu_ops); then memcheck and initcheck over test_gpu_ops, a
+#          test_gpu_ops); `san` runs these too
+#   san    then memcheck and initcheck over test_gpu_ops, a
 #          20-step train run and gpu_bench (vit_ti16); racecheck over
 #          test_gpu_ops without cuBLAS's own kernels (nvjet_*, whose
 #          TMA/mbarrier pipelines racecheck cannot follow); synccheck
@@ -110,16 +111,19 @@ if on noloader; then
             --steps 20 --warmup 5
     done
 fi
+if on sanflash || on san; then
+    SAN="$CS --error-exitcode 99 --print-limit 20"
+    step memcheck_flash 50 $VJ $SAN --tool memcheck "$W/tests/test_gpu_ops" \
+        --filter '*/flash_attention*' -j8
+    step racecheck_flash 70 $VJ $SAN --tool racecheck --kernel-name-exclude kns=nvjet \
+        "$W/tests/test_gpu_ops" --filter 'cuda_bf16/flash_attention*'
+fi
 if on san; then
     SAN="$CS --error-exitcode 99 --print-limit 20"
     SB="$W/bin/gpu_bench --model vit_ti16 --batch 8 --steps 2 --warmup 1 --precision bf16-mixed"
     TS=${TR/"$D/fmnist"/"$D/fmnist-s"}
     T20="$TS --set training.steps=20 --set training.optimizer.warmupSteps=5 --set training.logInterval=10"
     T5="$TS --set training.steps=5 --set training.optimizer.warmupSteps=2 --set training.logInterval=5"
-    step memcheck_flash 60 $VJ $SAN --tool memcheck "$W/tests/test_gpu_ops" \
-        --filter '*/flash_attention*' -j8
-    step racecheck_flash 90 $VJ $SAN --tool racecheck --kernel-name-exclude kns=nvjet \
-        "$W/tests/test_gpu_ops" --filter 'cuda_bf16/flash_attention*'
     step memcheck_gpu_ops 80 $VJ $SAN --tool memcheck "$W/tests/test_gpu_ops" -j8
     step initcheck_gpu_ops 70 $VJ $SAN --tool initcheck "$W/tests/test_gpu_ops" -j8
     step racecheck_gpu_ops 100 $VJ $SAN --tool racecheck --kernel-name-exclude kns=nvjet "$W/tests/test_gpu_ops" -j8
