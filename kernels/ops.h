@@ -70,8 +70,12 @@ typedef struct vit_ops {
     /* Memory the ops read and write: host memory on the CPU, device memory on
      * CUDA. alloc returns zeroed memory or NULL (out of memory); the caller
      * owns it and gives it back with release (which accepts NULL). upload and
-     * download copy to and from host memory; download returns when the data
-     * is there (it waits for the ops queued before it). */
+     * download copy to and from host memory. upload returns when the caller
+     * may reuse host_src; the copy into dst is ordered like an op (after the
+     * ops queued before it, before those queued after it), and on CUDA a big
+     * one may still be under way (pinned staging, kernels/ops_cuda.cu).
+     * download returns when the data is there (it waits for the ops queued
+     * before it). */
     void *(*alloc)(size_t bytes);
     void (*release)(void *p);
     void (*upload)(void *dst, const void *host_src, size_t bytes);

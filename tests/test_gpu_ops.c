@@ -919,6 +919,70 @@ static void check_floatx_round_trip(const vit_ops *g)
 GPU_TESTS(to_floatx_then_to_float_equals_round_bf16_cpu_bit_for_bit, check_floatx_round_trip)
 
 /* ------------------------------------------------------------------------ */
+/* upload: the bytes arrive exactly, in order, whatever the size (big ones go
+ * through two pinned staging buffers in 32 MiB pieces, and the host does not
+ * wait for the DMA), and the host buffer may be reused the moment upload
+ * returns. Sizes around the piece and the per-thread cuts, odd byte counts,
+ * two uploads into one buffer (the second wins), and kernels between. */
+
+static void fill_bytes(unsigned char *p, size_t n, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (unsigned char)(x >> 24);
+    }
+}
+
+static void check_upload(const vit_ops *g)
+{
+    const size_t M = (size_t)1 << 20;
+    const size_t sizes[] = {1, 4097, M - 1, M, 4 * M + 3, 32 * M, 32 * M + 1, 96 * M + 12345};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const size_t n = sizes[s];
+        unsigned char *h = hbuf_bytes(n), *want1 = hbuf_bytes(n), *want2 = hbuf_bytes(n),
+                      *got = hbuf_bytes(n);
+        void *d1 = dev_alloc(g, n / 4 + 1, F32), *d2 = dev_alloc(g, n / 4 + 1, F32);
+        /* d1 gets pattern 1, then the host buffer is overwritten at once and
+         * d2 gets pattern 2, then d1 again pattern 2 over pattern 1 */
+        fill_bytes(h, n, (unsigned)s);
+        memcpy(want1, h, n);
+        g->upload(d1, h, n);
+        fill_bytes(h, n, (unsigned)s + 100);
+        memcpy(want2, h, n);
+        g->upload(d2, h, n);
+        memset(h, 0xA5, n);
+        g->download(got, d2, n);
+        status_ok(g, "upload");
+        cr_assert(memcmp(got, want2, n) == 0, "%s upload of %zu bytes: the second buffer differs",
+                  g->name, n);
+        g->download(got, d1, n);
+        cr_assert(memcmp(got, want1, n) == 0, "%s upload of %zu bytes: the first buffer differs",
+                  g->name, n);
+        g->upload(d1, want2, n);
+        g->upload(d1, want1, n); /* the later upload wins */
+        g->download(got, d1, n);
+        status_ok(g, "upload twice");
+        cr_assert(memcmp(got, want1, n) == 0,
+                  "%s two uploads of %zu bytes into one buffer: not the second's bytes", g->name,
+                  n);
+        release_all();
+    }
+    /* an op queued after a big upload sees its bytes: scale reads them */
+    const size_t n = 9 * M + 7; /* floats: 36 MB, two pieces */
+    float *x = hbuf(n), *want = hbuf(n);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1000) - 500.0f;
+    for (size_t i = 0; i < n; i++) want[i] = x[i] * 0.5f;
+    float *d = dev_alloc(g, n, F32);
+    g->upload(d, x, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = NAN; /* reused at once */
+    g->scale(d, 0.5f, n);
+    expect_same(g, "upload then scale", host_from_dev(g, d, n, F32), want, n);
+    release_all();
+}
+GPU_TESTS(upload_delivers_exact_bytes_in_order_and_frees_the_host_buffer_at_once, check_upload)
+
+/* ------------------------------------------------------------------------ */
 /* zero, gather_cls, scatter_cls_backward, scale: fp32 data movement or one
  * rounding per element, the same kernels on both tables: exact. */
 
