@@ -495,6 +495,7 @@ int main(int argc, char **argv)
     vit_model *m = NULL;
     optim *o = NULL;
     float *images = NULL;
+    int images_pinned = 0;
     int *labels = NULL;
     double *step_s = NULL;
     int rc = VITJOB_EXIT_FAILURE;
@@ -516,6 +517,8 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "out of host memory for the batch (%zu floats)", n_img);
         goto out;
     }
+    /* pinned, as the trainer's batch buffer is (train.c) */
+    images_pinned = real->pin(images, n_img * sizeof *images) == 0;
     rng_state r;
     rng_seed(&r, cfg.training.seed, 0xbe1c, 0);
     for (size_t i = 0; i < n_img; i++) images[i] = rng_normal(&r);
@@ -647,6 +650,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     if (rc != 0) fprintf(stderr, "gpu_bench: %s\n", err[0] ? err : "failed");
+    if (images_pinned) real->unpin(images);
     free(images);
     free(labels);
     free(step_s);

@@ -80,6 +80,13 @@ typedef struct vit_ops {
     void (*release)(void *p);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes);
+    /* Page-locks host memory that is uploaded from again and again (the
+     * trainer's batch buffer), so that an upload from it is one DMA with no
+     * staging copy; unpin it before freeing it. pin returns 0, or non-zero
+     * when it could not (uploads from it then go the usual way: not an
+     * error). No-ops on the CPU. */
+    int (*pin)(void *host, size_t bytes);
+    void (*unpin)(void *host);
     /* Sticky error: 0 while every op has succeeded; else non-zero with the
      * first failure (file, line, the library's own message) in err. After a
      * failure the ops do nothing; the caller stops and exits. */

@@ -62,6 +62,14 @@ static void cpu_copy_bytes(void *dst, const void *src, size_t bytes)
 {
     if (bytes && dst != src) memcpy(dst, src, bytes);
 }
+/* host memory is the ops' memory: nothing to pin */
+static int cpu_pin(void *host, size_t bytes)
+{
+    (void)host;
+    (void)bytes;
+    return 0;
+}
+static void cpu_unpin(void *host) { (void)host; }
 static int cpu_status(char *err, size_t errlen)
 {
     (void)err;
@@ -193,6 +201,7 @@ LOWP(hf, round_fp16_cpu)
 #define CPU_COMMON                                        \
     .alloc = cpu_alloc, .release = cpu_release,           \
     .upload = cpu_copy_bytes, .download = cpu_copy_bytes, \
+    .pin = cpu_pin, .unpin = cpu_unpin,                   \
     .status = cpu_status, .synchronize = cpu_synchronize, \
     .attention_scratch_bytes = ops_cpu_attention_scratch_bytes, \
     .matmul_forward_residual = matmul_forward_residual_cpu, \

@@ -100,7 +100,9 @@ static void cuda_release(void *p)
  * has finished (an event). The host returns when its bytes are in pinned
  * memory, so the caller may reuse its buffer at once, as before, and the
  * DMA is ordered on the stream like every op. Smaller uploads, and every
- * upload if pinned memory cannot be had, stay synchronous pageable copies. */
+ * upload if pinned memory cannot be had, stay synchronous pageable copies.
+ * An upload from memory the caller pinned (pin: the trainer's batch buffer)
+ * needs no staging: one DMA, waited for. */
 
 #define STAGE_BYTES ((size_t)32 << 20)
 #define STAGE_MIN ((size_t)1 << 20)
@@ -172,12 +174,59 @@ static int stage_ready(void)
     return 1;
 }
 
+/* Host ranges page-locked by pin (cudaHostRegister): an upload from one is
+ * a direct DMA, no staging copy. */
+#define MAX_PINNED 16
+static struct {
+    const char *p;
+    size_t bytes;
+} g_pinned[MAX_PINNED];
+
+static int cuda_pin(void *host, size_t bytes)
+{
+    if (g_cuda.failed || !host || bytes == 0) return 1;
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (g_pinned[i].p) continue;
+        if (cudaHostRegister(host, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+            (void)cudaGetLastError(); /* not pinned: uploads stage it, not an error */
+            return 1;
+        }
+        g_pinned[i].p = (const char *)host;
+        g_pinned[i].bytes = bytes;
+        return 0;
+    }
+    return 1;
+}
+
+static void cuda_unpin(void *host)
+{
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (!host || g_pinned[i].p != host) continue;
+        (void)cudaStreamSynchronize(g_cuda.stream); /* no DMA still reads it */
+        (void)cudaHostUnregister(host);
+        (void)cudaGetLastError();
+        g_pinned[i].p = NULL;
+        return;
+    }
+}
+
+static int is_pinned(const void *src, size_t bytes)
+{
+    const char *s = (const char *)src;
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (g_pinned[i].p && s >= g_pinned[i].p && bytes <= g_pinned[i].bytes &&
+            (size_t)(s - g_pinned[i].p) <= g_pinned[i].bytes - bytes)
+            return 1;
+    return 0;
+}
+
 static void cuda_upload(void *dst, const void *src, size_t bytes)
 {
     CU_GUARD();
     if (bytes == 0) return;
-    if (bytes < STAGE_MIN || !stage_ready()) {
-        /* synchronous: the caller may reuse its host buffer at once */
+    if (bytes < STAGE_MIN || is_pinned(src, bytes) || !stage_ready()) {
+        /* synchronous: the caller may reuse its host buffer at once (from
+         * pinned memory: one DMA at the link's speed) */
         if (CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream)))
             return;
         CU_TRY(cudaStreamSynchronize(g_cuda.stream));
@@ -254,7 +303,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 #define CUDA_TABLE(NAME, X, BF16, FP16, ATT)                               \
     {                                                                      \
         NAME, 1, BF16, FP16, sizeof(X),                                    \
-        cuda_alloc, cuda_release, cuda_upload, cuda_download, cuda_status, \
+        cuda_alloc, cuda_release, cuda_upload, cuda_download,              \
+        cuda_pin, cuda_unpin, cuda_status,                                 \
         cuda_synchronize, attention_scratch_bytes##ATT##cuda<X>,           \
         patchify_cuda<X>,                                                  \
         matmul_forward_cuda<X>,                                            \

@@ -968,6 +968,28 @@ static void check_upload(const vit_ops *g)
                   n);
         release_all();
     }
+    /* from pinned host memory (the trainer's batch buffer): the same bytes,
+     * whole and from an offset inside it, and after unpin the usual way */
+    {
+        const size_t n = 40 * M + 5;
+        unsigned char *h = hbuf_bytes(n), *want = hbuf_bytes(n), *got = hbuf_bytes(n);
+        void *d = dev_alloc(g, n / 4 + 1, F32);
+        cr_assert(g->pin(h, n) == 0, "%s: pin of %zu bytes failed", g->name, n);
+        for (int round = 0; round < 3; round++) {
+            fill_bytes(h, n, 200u + (unsigned)round);
+            memcpy(want, h, n);
+            const size_t off = round == 1 ? 4097 : 0;
+            if (round == 2) g->unpin(h);
+            g->upload(d, h + off, n - off);
+            memset(h, 0x5A, n);
+            g->download(got, d, n - off);
+            status_ok(g, "upload from pinned memory");
+            cr_assert(memcmp(got, want + off, n - off) == 0,
+                      "%s upload of %zu bytes from %s host memory (offset %zu): bytes differ",
+                      g->name, n - off, round == 2 ? "unpinned" : "pinned", off);
+        }
+        release_all();
+    }
     /* an op queued after a big upload sees its bytes: scale reads them */
     const size_t n = 9 * M + 7; /* floats: 36 MB, two pieces */
     float *x = hbuf(n), *want = hbuf(n);
@@ -980,7 +1002,8 @@ static void check_upload(const vit_ops *g)
     expect_same(g, "upload then scale", host_from_dev(g, d, n, F32), want, n);
     release_all();
 }
-GPU_TESTS(upload_delivers_exact_bytes_in_order_and_frees_the_host_buffer_at_once, check_upload)
+GPU_TESTS(upload_delivers_exact_bytes_in_order_and_frees_the_host_buffer_at_once_pinned_or_not,
+          check_upload)
 
 /* ------------------------------------------------------------------------ */
 /* zero, gather_cls, scatter_cls_backward, scale: fp32 data movement or one

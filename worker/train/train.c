@@ -387,6 +387,10 @@ static vj_err build(run *r, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for batch buffers");
         return VJ_ERR_OUT_OF_MEMORY;
     }
+    /* on a GPU, each micro-batch's upload is then one DMA (kernels/ops.h);
+     * where it cannot be pinned, uploads stage it */
+    (void)r->ops->pin(r->images,
+                      sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
     if ((rc = mix_setup(r, err, errlen)) != VJ_OK)
         return rc;
     if (r->ops->fp16) { /* fp16-mixed: GradScaler's dynamic loss scaling */
@@ -678,6 +682,7 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     }
     feed_free(r->feed);
     free(r->resumed_loader);
+    if (r->images) r->ops->unpin(r->images);
     free(r->images);
     free(r->labels);
     free(r->targets);
