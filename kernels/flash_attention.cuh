@@ -15,7 +15,8 @@
  * the statistics are fp32.
  * Must not: allocate, launch, or include anything beyond cuda_common.cuh
  * (tools/flash_emu runs these kernels on the CPU with its own stand-in for
- * cuda_common.cuh and for the two hardware primitives fa_mma and fa_pack,
+ * cuda_common.cuh and for the hardware primitives fa_mma, fa_pack, fa_ldsm
+ * and fa_ldsm_t,
  * so everything else here must be plain CUDA C++ that also compiles as
  * host C++).
  *
@@ -54,7 +55,7 @@ template <int HDP> struct fa_tile {
 };
 
 /* ------------------------------------------------------------------------ */
-/* The two hardware primitives (tools/flash_emu supplies its own).          */
+/* The hardware primitives (tools/flash_emu supplies its own).              */
 
 #ifndef FA_EMU
 /* c (16x8 fp32) += a (16x16 X, row-major) . b (16x8 X, column-major): one
@@ -105,6 +106,39 @@ template <> __device__ __forceinline__ uint32_t fa_pack<f16>(float lo, float hi)
     __half2 v = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&v;
 }
+
+/* Four 8 x 8 matrices of 16-bit elements from shared memory in one
+ * warp-wide ldmatrix: lane L gives the address of row L%8 of matrix L/8
+ * (16-byte aligned). fa_ldsm: r[i] of lane L holds matrix i's elements
+ * (L/4, 2(L%4)) in the lower and (L/4, 2(L%4)+1) in the upper 16 bits, the
+ * layout of an mma fragment register; fa_ldsm_t (.trans) holds the
+ * transpose's: (2(L%4), L/4) lower, (2(L%4)+1, L/4) upper. */
+__device__ __forceinline__ void fa_ldsm(uint32_t r[4], const void *row)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+#else
+    (void)r, (void)row;
+    __trap();
+#endif
+}
+__device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], const void *row)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+#else
+    (void)r, (void)row;
+    __trap();
+#endif
+}
 #endif /* FA_EMU */
 
 /* ------------------------------------------------------------------------ */
@@ -133,39 +167,41 @@ __device__ __forceinline__ void fa_load_tile(X *dst, const X *src, size_t ld, in
 }
 
 /* A fragment (16 x 16) of the row-major matrix m (row stride ld): rows
- * r0..r0+15, columns c0..c0+15. */
+ * r0..r0+15, columns c0..c0+15; one ldmatrix: matrix i (lanes 8i..8i+7)
+ * is rows r0 + 8(i%2).., columns c0 + 8(i/2).., a[i] in the mma's order. */
 template <typename X>
 __device__ __forceinline__ void fa_frag_a(uint32_t a[4], const X *m, int ld, int r0, int c0)
 {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const X *p = m + (r0 + g) * ld + c0 + 2 * t4;
-    a[0] = *(const uint32_t *)p;
-    a[1] = *(const uint32_t *)(p + 8 * ld);
-    a[2] = *(const uint32_t *)(p + 8);
-    a[3] = *(const uint32_t *)(p + 8 * ld + 8);
+    const int lane = threadIdx.x & 31, i = lane >> 3, j = lane & 7;
+    fa_ldsm(a, m + (r0 + j + 8 * (i & 1)) * ld + c0 + 8 * (i >> 1));
 }
 
-/* B fragment (16 x 8) with B[k][n] = m[n0+n][k0+k]: B is the transpose of
- * rows n0..n0+7 of m (row stride ld), k along m's rows (K in Q K^T). */
+/* Two B fragments (16 x 8 each) with B[k][n] = m[n0+n][k0+k]: B is the
+ * transpose of rows n0..n0+7 (b0) and n0+8..n0+15 (b1) of m (row stride
+ * ld), k along m's rows (K in Q K^T). One ldmatrix: matrix i is rows
+ * n0 + 8(i/2).., columns k0 + 8(i%2).., already in B's register layout. */
 template <typename X>
-__device__ __forceinline__ void fa_frag_b_t(uint32_t b[2], const X *m, int ld, int n0, int k0)
+__device__ __forceinline__ void fa_frag_b_t2(uint32_t b0[2], uint32_t b1[2], const X *m, int ld,
+                                             int n0, int k0)
 {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const X *p = m + (n0 + g) * ld + k0 + 2 * t4;
-    b[0] = *(const uint32_t *)p;
-    b[1] = *(const uint32_t *)(p + 8);
+    const int lane = threadIdx.x & 31, i = lane >> 3, j = lane & 7;
+    uint32_t r[4];
+    fa_ldsm(r, m + (n0 + j + 8 * (i >> 1)) * ld + k0 + 8 * (i & 1));
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
-/* B fragment (16 x 8) with B[k][n] = m[k0+k][n0+n]: rows k0..k0+15 of m,
- * columns n0..n0+7 (V in P V). Two 16-bit loads per register: the pair
- * (k, k+1) sits in two rows of m. */
+/* Two B fragments (16 x 8 each) with B[k][n] = m[k0+k][n0+n]: rows
+ * k0..k0+15 of m, columns n0..n0+7 (b0) and n0+8..n0+15 (b1) (V in P V).
+ * One ldmatrix.trans: matrix i is rows k0 + 8(i%2).., columns n0 + 8(i/2)..;
+ * the transpose puts the pair (k, k+1) of one column in one register. */
 template <typename X>
-__device__ __forceinline__ void fa_frag_b(uint32_t b[2], const X *m, int ld, int k0, int n0)
+__device__ __forceinline__ void fa_frag_b2(uint32_t b0[2], uint32_t b1[2], const X *m, int ld,
+                                           int k0, int n0)
 {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const unsigned short *p = (const unsigned short *)(m + (k0 + 2 * t4) * ld + n0 + g);
-    b[0] = (uint32_t)p[0] | ((uint32_t)p[ld] << 16);
-    b[1] = (uint32_t)p[8 * ld] | ((uint32_t)p[9 * ld] << 16);
+    const int lane = threadIdx.x & 31, i = lane >> 3, j = lane & 7;
+    uint32_t r[4];
+    fa_ldsm_t(r, m + (k0 + j + 8 * (i & 1)) * ld + n0 + 8 * (i >> 1));
+    b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
 /* The A fragment of k-step kk (columns 16kk..16kk+15) of a warp's 16 x 64
@@ -200,10 +236,11 @@ __device__ __forceinline__ void fa_rows_dot_rows(float (*acc)[4], const X *a_til
         uint32_t a[4];
         fa_frag_a(a, a_tile, LD, r0, kk * 16);
 #pragma unroll
-        for (int n = 0; n < FA_ROWS / 8; n++) {
-            uint32_t b[2];
-            fa_frag_b_t(b, b_tile, LD, n * 8, kk * 16);
-            fa_mma<X>(acc[n], a, b);
+        for (int n = 0; n < FA_ROWS / 8; n += 2) {
+            uint32_t b0[2], b1[2];
+            fa_frag_b_t2(b0, b1, b_tile, LD, n * 8, kk * 16);
+            fa_mma<X>(acc[n], a, b0);
+            fa_mma<X>(acc[n + 1], a, b1);
         }
     }
 }
@@ -220,10 +257,11 @@ __device__ __forceinline__ void fa_acc_times_tile(float (*out)[4], const float (
         uint32_t a[4];
         fa_acc_to_a<X>(a, p, kk);
 #pragma unroll
-        for (int d = 0; d < HDP / 8; d++) {
-            uint32_t b[2];
-            fa_frag_b(b, m, LD, kk * 16, d * 8);
-            fa_mma<X>(out[d], a, b);
+        for (int d = 0; d < HDP / 8; d += 2) { /* HDP / 8 is even */
+            uint32_t b0[2], b1[2];
+            fa_frag_b2(b0, b1, m, LD, kk * 16, d * 8);
+            fa_mma<X>(out[d], a, b0);
+            fa_mma<X>(out[d + 1], a, b1);
         }
     }
 }

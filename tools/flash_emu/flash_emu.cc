@@ -7,7 +7,8 @@
  * memory, bf16/half storage) and for the two hardware primitives the
  * kernels keep apart (fa_mma: the warp-wide m16n8k16 product, rebuilt from
  * the 32 lanes' fragments as PTX lays them out; fa_pack: round to 16 bits,
- * nearest even); a scheduler that runs a block's threads as ucontexts
+ * nearest even; fa_ldsm and fa_ldsm_t: ldmatrix .x4, plain and .trans,
+ * from the 32 lanes' row addresses); a scheduler that runs a block's threads as ucontexts
  * until each reaches a barrier; the grids flash_attention.cu launches; and
  * the comparison (out, lse, dq, dk, dv: normwise relative error, unwritten
  * or extra writes caught by NaN poison).
@@ -183,6 +184,33 @@ template <typename X> static uint32_t fa_pack(float lo, float hi)
     X *t = NULL;
     return (uint32_t)to_bits(lo, t) | ((uint32_t)to_bits(hi, t) << 16);
 }
+
+/* fa_ldsm, fa_ldsm_t: every lane posts its row address; each builds its
+ * four registers from the warp's 32 rows as ldmatrix (.trans) lays them
+ * out: matrix i's rows are lanes 8i..8i+7's addresses. The addresses must
+ * be 16-byte aligned, as the hardware demands. */
+static const uint16_t *emu_rows[32][32];
+static void emu_ldsm(uint32_t r[4], const void *row, int trans)
+{
+    const int w = emu_warp(), l = emu_lane();
+    if (((uintptr_t)row & 15) != 0) {
+        fprintf(stderr, "flash_emu: ldmatrix row address %p not 16-byte aligned (lane %d)\n",
+                row, l);
+        exit(3);
+    }
+    emu_rows[w][l] = (const uint16_t *)row;
+    emu_wait(&emu_warp_bar[w]);
+    const int g = l / 4, q = l % 4;
+    for (int i = 0; i < 4; i++) {
+        const uint16_t *const *m = &emu_rows[w][8 * i];
+        const uint16_t lo = trans ? m[2 * q][g] : m[g][2 * q];
+        const uint16_t hi = trans ? m[2 * q + 1][g] : m[g][2 * q + 1];
+        r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+    emu_wait(&emu_warp_bar[w]);
+}
+static void fa_ldsm(uint32_t r[4], const void *row) { emu_ldsm(r, row, 0); }
+static void fa_ldsm_t(uint32_t r[4], const void *row) { emu_ldsm(r, row, 1); }
 
 alignas(16) unsigned char fa_smem[1 << 18];
 
