@@ -224,10 +224,13 @@ template <int N> __device__ __forceinline__ void fa_zero(float (*acc)[4])
 
 /* acc (16 x 64: 8 blocks of 16 x 8) = rows r0..r0+15 of a (row-major, HDP
  * columns) times the transpose of b's 64 rows: acc[i][j] = a_i . b_j over
- * the padded head dim. Both tiles in shared memory with row stride LD. */
+ * the padded head dim. Both tiles in shared memory with row stride LD.
+ * Only b's first lim rows are real (the rest are past T): column blocks
+ * from lim on are left at 0 (pairs of blocks: a pair that starts below lim
+ * is computed whole). */
 template <typename X, int HDP>
 __device__ __forceinline__ void fa_rows_dot_rows(float (*acc)[4], const X *a_tile, int r0,
-                                                 const X *b_tile)
+                                                 const X *b_tile, int lim)
 {
     const int LD = fa_tile<HDP>::LD;
     fa_zero<FA_ROWS / 8>(acc);
@@ -237,6 +240,7 @@ __device__ __forceinline__ void fa_rows_dot_rows(float (*acc)[4], const X *a_til
         fa_frag_a(a, a_tile, LD, r0, kk * 16);
 #pragma unroll
         for (int n = 0; n < FA_ROWS / 8; n += 2) {
+            if (n * 8 >= lim) break; /* warp-uniform */
             uint32_t b0[2], b1[2];
             fa_frag_b_t2(b0, b1, b_tile, LD, n * 8, kk * 16);
             fa_mma<X>(acc[n], a, b0);
@@ -246,14 +250,17 @@ __device__ __forceinline__ void fa_rows_dot_rows(float (*acc)[4], const X *a_til
 }
 
 /* out (16 x HDP: HDP/8 blocks of 16 x 8) += p (a warp's 16 x 64 block in
- * registers, rounded to X) times the tile m (64 x HDP, shared memory). */
+ * registers, rounded to X) times the tile m (64 x HDP, shared memory).
+ * Only m's first lim rows are real: the k-steps from lim on are skipped
+ * (p is 0 there). */
 template <typename X, int HDP>
 __device__ __forceinline__ void fa_acc_times_tile(float (*out)[4], const float (*p)[4],
-                                                  const X *m)
+                                                  const X *m, int lim)
 {
     const int LD = fa_tile<HDP>::LD;
 #pragma unroll
     for (int kk = 0; kk < FA_ROWS / 16; kk++) {
+        if (kk * 16 >= lim) break; /* warp-uniform */
         uint32_t a[4];
         fa_acc_to_a<X>(a, p, kk);
 #pragma unroll
@@ -325,15 +332,20 @@ __global__ void __launch_bounds__(FA_THREADS)
     float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     fa_zero<ND>(o);
 
+    /* a warp whose 16 rows are all past T (the last tile at T = 197: three
+     * of four) loads and syncs with the others but computes nothing */
+    const bool busy = q0 + r0 < T;
     for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
         __syncthreads(); /* every warp is done with the previous K, V */
         fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
         fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
         __syncthreads();
+        if (!busy) continue;
+        const int kv = T - k0; /* real keys in this tile (all 64 but in the last) */
 
         /* S (16 x 64) = Q_w K^T */
         float s[NS][4];
-        fa_rows_dot_rows<X, HDP>(s, sq, r0, sk);
+        fa_rows_dot_rows<X, HDP>(s, sq, r0, sk, kv);
 
         /* to log2 units, mask keys past T, the new row max (over the quad) */
         float mx[2] = {m[0], m[1]};
@@ -369,7 +381,7 @@ __global__ void __launch_bounds__(FA_THREADS)
             for (int c = 0; c < 4; c++) o[d][c] *= corr[c >> 1];
 
         /* O += P V */
-        fa_acc_times_tile<X, HDP>(o, s, sv);
+        fa_acc_times_tile<X, HDP>(o, s, sv, kv);
     }
 
     /* the row sums over the quad; out = O / l, lse */
@@ -440,6 +452,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_zero<ND>(dk);
     fa_zero<ND>(dv);
 
+    const bool busy = k0 + r0 < T; /* some of this warp's 16 keys are real */
     for (int q0 = 0; q0 < T; q0 += FA_ROWS) {
         __syncthreads(); /* every warp is done with the previous Q, dO */
         fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
@@ -450,28 +463,30 @@ __global__ void __launch_bounds__(FA_THREADS)
             sd[r] = row < T ? dh[row] : 0.0f;
         }
         __syncthreads();
+        if (!busy) continue;
+        const int qv = T - q0; /* real queries in this tile */
 
-        /* P^T (16 keys x 64 queries) */
+        /* P^T (16 keys x 64 queries); queries past T: lse +inf, P 0 */
         float p[NS][4];
-        fa_rows_dot_rows<X, HDP>(p, sk, r0, sq);
+        fa_rows_dot_rows<X, HDP>(p, sk, r0, sq, qv);
 #pragma unroll
         for (int n = 0; n < NS; n++)
 #pragma unroll
             for (int c = 0; c < 4; c++) p[n][c] = exp2f(p[n][c] * scale_log2 - slse[fa_col(n, c)]);
 
         /* dV_w += P^T dO */
-        fa_acc_times_tile<X, HDP>(dv, p, sdo);
+        fa_acc_times_tile<X, HDP>(dv, p, sdo, qv);
 
         /* dS^T = P^T (V_w dO^T - D) */
         float ds[NS][4];
-        fa_rows_dot_rows<X, HDP>(ds, sv, r0, sdo);
+        fa_rows_dot_rows<X, HDP>(ds, sv, r0, sdo, qv);
 #pragma unroll
         for (int n = 0; n < NS; n++)
 #pragma unroll
             for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - sd[fa_col(n, c)]);
 
         /* dK_w += dS^T Q */
-        fa_acc_times_tile<X, HDP>(dk, ds, sq);
+        fa_acc_times_tile<X, HDP>(dk, ds, sq, qv);
     }
 
     const float one[2] = {1.0f, 1.0f}, sc[2] = {scale, scale};
@@ -515,15 +530,18 @@ __global__ void __launch_bounds__(FA_THREADS)
     float dq[ND][4];
     fa_zero<ND>(dq);
 
+    const bool busy = q0 + r0 < T; /* some of this warp's 16 rows are real */
     for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
         __syncthreads(); /* every warp is done with the previous K, V */
         fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
         fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
         __syncthreads();
+        if (!busy) continue;
+        const int kv = T - k0; /* real keys in this tile */
 
         /* P (16 x 64) */
         float p[NS][4];
-        fa_rows_dot_rows<X, HDP>(p, sq, r0, sk);
+        fa_rows_dot_rows<X, HDP>(p, sq, r0, sk, kv);
 #pragma unroll
         for (int n = 0; n < NS; n++)
 #pragma unroll
@@ -534,14 +552,14 @@ __global__ void __launch_bounds__(FA_THREADS)
 
         /* dS = P (dO_w V^T - D) */
         float ds[NS][4];
-        fa_rows_dot_rows<X, HDP>(ds, sdo, r0, sv);
+        fa_rows_dot_rows<X, HDP>(ds, sdo, r0, sv, kv);
 #pragma unroll
         for (int n = 0; n < NS; n++)
 #pragma unroll
             for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - drow[c >> 1]);
 
         /* dQ_w += dS K */
-        fa_acc_times_tile<X, HDP>(dq, ds, sk);
+        fa_acc_times_tile<X, HDP>(dq, ds, sk, kv);
     }
 
     const float sc[2] = {scale, scale};
