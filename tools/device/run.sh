@@ -27,7 +27,8 @@
 #          test_gpu_ops without cuBLAS's own kernels (nvjet_*, whose
 #          TMA/mbarrier pipelines racecheck cannot follow); synccheck
 #   bench  bench/gpu_vs_torch.py (vit_b16 and vit_l16 against timm) with the
-#          time left; the report lands in $OUT/bench.md
+#          time left (BENCH_ARGS: more of its flags, e.g. --models vit_b16);
+#          the report lands in $OUT/bench.md
 # Everything prints to stdout and $OUT/steps.log.
 # Must not: install anything, or change the GPU's settings.
 #
@@ -138,7 +139,7 @@ if on bench; then
     if [ "$bb" -gt 40 ]; then
         echo "=== bench (budget ${bb}s) $(date +%T)"
         PYTHONUNBUFFERED=1 timeout -k 5 $((bb + 15)) python3 bench/gpu_vs_torch.py --build "$W" \
-            --budget-s "$bb" --out "$OUT/bench.md"
+            --budget-s "$bb" --out "$OUT/bench.md" ${BENCH_ARGS:-}
         echo "=== bench rc=$?"
     else
         echo "=== bench SKIPPED (no time left)"
