@@ -6,10 +6,9 @@
  * N alone, each chunk summed in a fixed order per column into cuda_scratch,
  * then the chunk partials added in chunk order). The forward keeps a row in
  * registers and moves 16 bytes at a time where C % 4 == 0 (up to 1280) and
- * the pointers are aligned. For C up to 1280 the
- * backward reads dout and inp in one pass (dinp and the chunk partials
- * together); wider rows, and a frozen LayerNorm, take the dinp kernel and
- * a separate partials kernel.
+ * the pointers are aligned. (A one-pass backward, dinp and the partials in
+ * one kernel over 256 row chunks, ran 1.9x slower than these three kernels
+ * on the H200: bench/NOTES.md.)
  * Must not: fuse the residual add; use float atomics.
  */
 #include "cuda_buffers.h"
@@ -171,96 +170,6 @@ static __global__ void layernorm_backward_reduce_kernel(float *dw, float *db, co
     db[c] = acc_b;
 }
 
-// The backward in one pass over dout and inp, for C <= 32 * CPL: block
-// `chunk` takes the chunk's rows (the same chunks as the partials kernel),
-// warp w rows r0 + w, r0 + w + LN_ROWS, ... in order. Each row's dinp as
-// layernorm_backward_dinp_kernel computes it; meanwhile each lane adds
-// dout * xhat and dout of its columns (lane + 32k) into registers. At the
-// end the block's warps are added in warp order through shared memory and
-// written as the chunk's partials pw, pb; the reduce kernel adds the chunks
-// in order. Deterministic: every sum has a fixed order.
-template <typename X, int CPL>
-static __global__ void __launch_bounds__(LN_THREADS)
-    layernorm_backward_onepass_kernel(float *dinp, float *pw, float *pb, const X *dout,
-                                      const float *inp, const float *w, const float *mean,
-                                      const float *rstd, int N, int C, int rows_per_chunk)
-{
-    extern __shared__ float ln_sm[]; /* 2C: the block's dw, then db */
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, chunk = blockIdx.x;
-    const int r0 = chunk * rows_per_chunk;
-    const int r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-    float aw[CPL], ab[CPL];
-#pragma unroll
-    for (int k = 0; k < CPL; k++) aw[k] = ab[k] = 0.0f;
-    for (int row = r0 + warp; row < r1; row += LN_ROWS) {
-        const float *x = inp + (size_t)row * C;
-        const X *dy = dout + (size_t)row * C;
-        const float m = mean[row], s = rstd[row];
-        float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
-#pragma unroll
-        for (int k = 0; k < CPL; k++) {
-            const int i = lane + 32 * k;
-            if (i < C) {
-                const float xhat = (x[i] - m) * s, g = ldx(dy[i]), dxhat = g * w[i];
-                sum_dxhat += dxhat;
-                sum_dxhat_xhat += dxhat * xhat;
-                aw[k] += g * xhat;
-                ab[k] += g;
-            }
-        }
-        sum_dxhat = warp_sum(sum_dxhat) / (float)C;
-        sum_dxhat_xhat = warp_sum(sum_dxhat_xhat) / (float)C;
-        float *dx = dinp + (size_t)row * C;
-#pragma unroll
-        for (int k = 0; k < CPL; k++) {
-            const int i = lane + 32 * k;
-            if (i < C) {
-                const float xhat = (x[i] - m) * s, dxhat = ldx(dy[i]) * w[i];
-                dx[i] += s * (dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
-            }
-        }
-    }
-    for (int wv = 0; wv < LN_ROWS; wv++) {
-        if (warp == wv) {
-#pragma unroll
-            for (int k = 0; k < CPL; k++) {
-                const int i = lane + 32 * k;
-                if (i < C) {
-                    ln_sm[i] = wv ? ln_sm[i] + aw[k] : aw[k];
-                    ln_sm[C + i] = wv ? ln_sm[C + i] + ab[k] : ab[k];
-                }
-            }
-        }
-        __syncthreads();
-    }
-    for (int i = threadIdx.x; i < C; i += LN_THREADS) {
-        pw[(size_t)chunk * C + i] = ln_sm[i];
-        pb[(size_t)chunk * C + i] = ln_sm[C + i];
-    }
-}
-
-/* The one-pass kernel for C up to 32 * CPL (a multiple of 8 columns a lane,
- * up to ViT-H's 1280); 0 when C is wider (the three-kernel path). */
-template <typename X>
-static int layernorm_backward_onepass(float *dinp, float *pw, float *pb, const X *dy,
-                                      const float *inp, const float *w, const float *mean,
-                                      const float *rstd, int N, int C, int rows_per_chunk,
-                                      int nchunks)
-{
-    const size_t smem = 2 * (size_t)C * sizeof(float); /* 10 KiB at C 1280 */
-#define LN_ONEPASS(CPL)                                                                         layernorm_backward_onepass_kernel<X, CPL><<<(unsigned)nchunks, LN_THREADS, smem,                                                        g_cuda.stream>>>(dinp, pw, pb, dy, inp, w,                                                                  mean, rstd, N, C,                                                                           rows_per_chunk)
-    switch ((C + 255) / 256) {
-    case 1: LN_ONEPASS(8); break;
-    case 2: LN_ONEPASS(16); break;
-    case 3: LN_ONEPASS(24); break;
-    case 4: LN_ONEPASS(32); break;
-    case 5: LN_ONEPASS(40); break;
-    default: return 0;
-    }
-#undef LN_ONEPASS
-    return 1;
-}
-
 template <typename X>
 void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *inp,
                             const float *w, const float *b, int N, int C)
@@ -304,21 +213,12 @@ void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *do
     if (!pw) return;
     float *pb = pw + (size_t)nchunks * C;
 
-    const unsigned col_blocks = (unsigned)((C - 1) / LN_COL_THREADS + 1);
-    if ((dw || db) && layernorm_backward_onepass<X>(dinp, pw, pb, dy, inp, w, mean, rstd, N, C,
-                                                    rows_per_chunk, nchunks)) {
-        if (CU_LAUNCHED()) return;
-        layernorm_backward_reduce_kernel<<<col_blocks, LN_COL_THREADS, 0, g_cuda.stream>>>(
-            dw, db, pw, pb, nchunks, C);
-        CU_LAUNCHED();
-        return;
-    }
-
     const unsigned row_blocks = (unsigned)((N - 1) / LN_ROWS + 1);
     layernorm_backward_dinp_kernel<X><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>(
         dinp, dy, inp, w, mean, rstd, N, C);
     if (CU_LAUNCHED() || (!dw && !db)) return; /* a frozen LayerNorm (training.freeze) */
 
+    const unsigned col_blocks = (unsigned)((C - 1) / LN_COL_THREADS + 1);
     const dim3 grid(col_blocks, (unsigned)nchunks);
     layernorm_backward_partials_kernel<X><<<grid, LN_COL_THREADS, 0, g_cuda.stream>>>(
         pw, pb, dy, inp, mean, rstd, N, C, rows_per_chunk);
