@@ -403,14 +403,21 @@ Test(jobplan, the_gpu_memory_plan_is_within_half_a_percent_of_the_backends_peak_
     }
 }
 
-Test(jobplan, the_gpu_time_plan_is_within_25_percent_of_the_img_per_s_measured_on_an_h100)
+/* The time plan against the H100's runs: the fp32 ones only. The 16-bit
+ * runs timed the engine before issue 42 (unfused attention, pageable
+ * uploads, scalar GELU), whose rates plan_time.c no longer uses; fp32
+ * takes the unfused attention still, and its step is its matmuls'. */
+Test(jobplan, the_gpu_time_plan_is_within_25_percent_of_the_img_per_s_of_fp32_runs_on_an_h100)
 {
     static vit_job_config cfg;
     char err[256];
     static jobplan p;
     const jobplan_target t = {.replicas = 1, .local_ranks = 1, .gpu = 1, .gpu_kind = "h100"};
+    int n = 0;
     for (size_t i = 0; i < sizeof h100_runs / sizeof h100_runs[0]; i++) {
         if (h100_runs[i].img_s <= 0) continue; /* outside the time plan (above) */
+        if (strcmp(h100_runs[i].precision, "fp32") != 0) continue;
+        n++;
         h100_config(&cfg, (int)i);
         cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
         const double ratio = p.images_per_s / h100_runs[i].img_s;
@@ -421,6 +428,54 @@ Test(jobplan, the_gpu_time_plan_is_within_25_percent_of_the_img_per_s_measured_o
         cr_assert(ratio >= 0.75 && ratio <= 1.25, "%s %d/%d %s ckpt %d: planned %.1f img/s, "
                   "measured %.1f", h100_runs[i].preset, h100_runs[i].global, h100_runs[i].micro,
                   h100_runs[i].precision, h100_runs[i].ckpt, p.images_per_s, h100_runs[i].img_s);
+    }
+    cr_assert_eq(n, 2, "the two fp32 runs");
+}
+
+/* Issue 42's engine (flash attention, the pinned batch buffer, 16-byte
+ * GELU, one multi-tensor AdamW) on an H200 (bench/NOTES.md, "The GPU
+ * engine with flash attention"): gpu_bench's step, the batch in pinned
+ * host memory, 20 steps after 5. vit_b16: the third call (its LayerNorm
+ * backward the one-pass kernel, 3.9 ms a step slower than the three
+ * kernels the plan's rates and the landed tree have); vit_l16: the second
+ * call (before the register LayerNorm forward, ldmatrix and the work past
+ * T). Not yet measured: the landed tree as a whole. */
+static const struct {
+    const char *preset;
+    int batch;
+    double img_s;
+} h200_steps[] = {
+    {"vit_b16", 128, 2745.0},
+    {"vit_l16", 64, 910.0},
+};
+
+Test(jobplan, the_gpu_time_plan_is_within_10_percent_of_the_flash_engines_steps_on_an_h200)
+{
+    static vit_job_config cfg;
+    char err[256];
+    static jobplan p;
+    const jobplan_target t = {.replicas = 1, .local_ranks = 1, .gpu = 1, .gpu_kind = "h200"};
+    for (size_t i = 0; i < sizeof h200_steps / sizeof h200_steps[0]; i++) {
+        config_defaults(&cfg);
+        char kv[96];
+        snprintf(kv, sizeof kv, "model.preset=%s", h200_steps[i].preset);
+        set(&cfg, kv);
+        set(&cfg, "data.format=webdataset");
+        set(&cfg, "data.uri=file:///shards/train-{000000..000009}.tar");
+        snprintf(kv, sizeof kv, "training.globalBatchSize=%d", h200_steps[i].batch);
+        set(&cfg, kv);
+        snprintf(kv, sizeof kv, "training.microBatchSize=%d", h200_steps[i].batch);
+        set(&cfg, kv);
+        set(&cfg, "training.precision=bf16-mixed");
+        cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
+        const double ratio = p.images_per_s / h200_steps[i].img_s;
+        cr_log_info("%s b%d bf16-mixed on an h200: planned %.1f img/s, measured %.1f (%.2f)",
+                    h200_steps[i].preset, h200_steps[i].batch, p.images_per_s,
+                    h200_steps[i].img_s, ratio);
+        cr_assert(ratio >= 0.9 && ratio <= 1.1,
+                  "%s b%d: planned %.1f img/s, measured %.1f on an h200", h200_steps[i].preset,
+                  h200_steps[i].batch, p.images_per_s, h200_steps[i].img_s);
+        cr_assert_gt(p.gpu_attention_s, 0);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention_scratch.h"
 #include "dp.h"
 #include "model.h"
 #include "optim.h"
@@ -54,33 +55,47 @@ static const jobplan_gpu gpus[] = {
 };
 /* vitjob's own step on an H100 80GB HBM3 (bench/NOTES.md: `make bench-gpu`'s
  * per-op profile of vit_b16 and vit_l16, and "The plan on a GPU": training
- * runs of fmnist_tiny to vit_l16 against this model). Per micro-batch of B
- * images, T tokens, width D, depth L:
+ * runs of fmnist_tiny to vit_l16 against this model), updated from the
+ * H200's per-op profiles of issue 42's engine ("The GPU engine with flash
+ * attention..."). Per micro-batch of B images, T tokens, width D, depth L:
  * - matmuls (cuBLASLt), 16-bit: 747 TFLOP/s x D / (D + 291), the curve
  *   through the profile's 542 (D 768) and 582 (D 1024); fp32: 50 TFLOP/s;
- * - attention (unfused, the (T, T) probabilities in memory): 21 TFLOP/s
+ * - attention, 16-bit with a head dim the flash kernels take: 141.5
+ *   TFLOP/s x T / (T + 257), the curve through the H200's 61.4 (T 197)
+ *   and 97.9 (T 577), forward and backward (the H100 has the same peak;
+ *   the unfused path there and on the H200 ran at the same 21-22);
+ *   otherwise unfused, the (T, T) probabilities in memory: 21 TFLOP/s
  *   16-bit, 15 fp32;
- * - the memory-bound kernels (LayerNorm, GELU, casts): 64 ps per element
- *   of B x T x D x L (16-bit; fp32 100), a third more with checkpointing;
+ * - the memory-bound kernels (LayerNorm, GELU, casts): 50 ps per element
+ *   of B x T x D x L 16-bit (the H100's 64 for the kernels of then, times
+ *   0.777, what the 16-byte GELU and the register LayerNorm forward took
+ *   of the old kernels' time on the H200), fp32 100; a third more with
+ *   checkpointing;
  * - launches: 4.5 us each, 45 per block and micro-batch (60 with
- *   checkpointing) and 25 more, one per parameter tensor in the optimizer;
- * - the batch's upload from pageable memory: 7.5 GB/s;
- * - the optimizer step (zeroing, clipping's norm, AdamW): 32 ps per
- *   parameter; and 0.3 ms a step of host work (the loss's and the norm's
+ *   checkpointing), 25 more, and 3 for the optimizer (zeroing, the norm,
+ *   one multi-tensor AdamW);
+ * - the batch's upload from the trainer's pinned buffer, one DMA: 53.6
+ *   GB/s (the H200's PCIe Gen5, as the H100 SXM's);
+ * - the optimizer step (zeroing, clipping's norm, AdamW): 17 ps per
+ *   parameter (the H200's 12, a memory-bound pass, at the H100's memory
+ *   bandwidth); and 0.3 ms a step of host work (the loss's and the norm's
  *   reads). */
 #define H100_MM_MAX 747e12
 #define H100_MM_HALF_DIM 291.0
 #define H100_MM_FP32 50e12
+#define H100_FLASH_MAX 141.5e12
+#define H100_FLASH_HALF_T 257.0
 #define H100_ATT 21e12
 #define H100_ATT_FP32 15e12
-#define H100_ELEM_S 64e-12
+#define H100_ELEM_S 50e-12
 #define H100_ELEM_S_FP32 100e-12
 #define GPU_LAUNCH_S 4.5e-6
 #define GPU_LAUNCHES_BLOCK 45
 #define GPU_LAUNCHES_BLOCK_CKPT 60
 #define GPU_LAUNCHES_MICRO 25
-#define GPU_UPLOAD_BPS 7.5e9
-#define H100_OPTIM_S_PER_PARAM 32e-12
+#define GPU_LAUNCHES_OPTIM 3
+#define GPU_UPLOAD_BPS 53.6e9
+#define H100_OPTIM_S_PER_PARAM 17e-12
 #define GPU_STEP_HOST_S 0.3e-3
 /* bench/NOTES.md: the CPU collectives' bus bandwidth, 2 ranks on loopback
  * on the development machine (reduce-scatter, 16-64 MiB) */
@@ -99,8 +114,12 @@ static void gpu_step(const model_config *mc, const jobplan_gpu *g, precision_mod
     const int fp32 = prec == PRECISION_FP32;
     const double mm_rate = fp32 ? H100_MM_FP32 * g->peak32 / h100->peak32
                                 : H100_MM_MAX * D / (D + H100_MM_HALF_DIM) * g->peak / h100->peak;
-    const double att_rate = (fp32 ? H100_ATT_FP32 * g->peak32 / h100->peak32
-                                  : H100_ATT * g->peak / h100->peak);
+    const int flash = !fp32 && mc->heads > 0 && mc->dim % mc->heads == 0 &&
+                      att_flash_head_dim(mc->dim / mc->heads, 2);
+    const double att_rate = fp32    ? H100_ATT_FP32 * g->peak32 / h100->peak32
+                            : flash ? H100_FLASH_MAX * T / (T + H100_FLASH_HALF_T) * g->peak /
+                                          h100->peak
+                                    : H100_ATT * g->peak / h100->peak;
     const double bw = h100->mem_bw / g->mem_bw; /* > 1: slower than the H100's memory */
     /* one micro-batch's FLOPs, split (jobplan_flops_per_image's count) */
     double mm, att;
@@ -110,7 +129,6 @@ static void gpu_step(const model_config *mc, const jobplan_gpu *g, precision_mod
                         (ckpt ? 4.0 / 3 : 1) * bw;
     const double launches = L * (ckpt ? GPU_LAUNCHES_BLOCK_CKPT : GPU_LAUNCHES_BLOCK) +
                             GPU_LAUNCHES_MICRO;
-    const double tensors = model_tensor_names(mc, NULL, 0); /* one AdamW launch each */
     p->gpu_matmul_s = p->accum * mm / mm_rate;
     p->gpu_attention_s = p->accum * att / att_rate;
     p->gpu_memory_s = p->accum * elem;
@@ -120,7 +138,7 @@ static void gpu_step(const model_config *mc, const jobplan_gpu *g, precision_mod
     p->compute_s = p->gpu_matmul_s + p->gpu_attention_s + p->gpu_memory_s + p->gpu_launch_s +
                    p->gpu_upload_s + p->gpu_host_s;
     p->optim_s_per_param = H100_OPTIM_S_PER_PARAM * bw;
-    p->optim_s = (double)p->optim_params * p->optim_s_per_param + tensors * GPU_LAUNCH_S;
+    p->optim_s = (double)p->optim_params * p->optim_s_per_param + GPU_LAUNCHES_OPTIM * GPU_LAUNCH_S;
 }
 
 const jobplan_gpu *jobplan_gpu_of(const char *kind)
@@ -184,7 +202,7 @@ void jobplan_time(const vit_job_config *cfg, const jobplan_target *t, const jobp
             snprintf(p->rate_source, sizeof p->rate_source,
                      "the H100's measured rates per op, scaled by the %s's published peaks", g->kind);
         snprintf(p->optim_source, sizeof p->optim_source,
-                 "bench/NOTES.md: the H100's measured rate");
+                 "bench/NOTES.md: the H200's measured rate, scaled by memory bandwidth");
     } else {
         if (t->flops_per_s > 0) {
             p->flops_per_s = t->flops_per_s;
