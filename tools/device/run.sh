@@ -16,6 +16,9 @@
 #   plan   bench/plan_gpu_bench.py: `vitjob-worker plan --device cuda`
 #          against training runs of the same configs on this GPU (memory
 #          and img/s; vit_b16/vit_l16 from PNG shards it writes)
+#   loader bench/loader_gpu_bench.py: vit_b16 b128 bf16-mixed from
+#          ImageNet-sized JPEG shards it makes, with 4, 8 and 15 decode
+#          threads: the seconds training waited for data against the step
 #   noloader  gpu_bench (the trainer's step on a batch already in memory,
 #          without the data loader) for the configs where the plan's img/s
 #          misses the training run's: which of the two bounds the step
@@ -36,7 +39,7 @@
 # [".dev"]):  bash tools/device/run.sh BUDGET_S [step ...]   (default: all)
 BUDGET=${1:-420}
 shift || true
-STEPS=" ${*:-info tests attn train plan san bench} "
+STEPS=" ${*:-info tests attn train plan loader san bench} "
 T0=$SECONDS
 D=$PWD/.dev
 W=/tmp/vj
@@ -103,6 +106,11 @@ fi
 if on plan; then
     step plan 240 env PYTHONUNBUFFERED=1 python3 bench/plan_gpu_bench.py --build "$W" \
         --data "$D/fmnist" --gpu $GPUKIND --timeout 40
+fi
+if on loader; then
+    PYPIL=$(for p in python3 /usr/bin/python3; do $p -c 'import PIL' 2>/dev/null && echo $p && break; done)
+    step loader 150 env PYTHONUNBUFFERED=1 ${PYPIL:-python3} bench/loader_gpu_bench.py --build "$W" \
+        --images 4096 --steps 40 --workers 4,8,15 --timeout 40
 fi
 if on noloader; then
     for c in "vit_ti16 256 bf16-mixed" "fmnist_tiny 1024 bf16-mixed" "fmnist_small 512 fp32 --ckpt" \
