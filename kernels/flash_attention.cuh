@@ -113,32 +113,27 @@ template <> __device__ __forceinline__ uint32_t fa_pack<f16>(float lo, float hi)
  * (L/4, 2(L%4)) in the lower and (L/4, 2(L%4)+1) in the upper 16 bits, the
  * layout of an mma fragment register; fa_ldsm_t (.trans) holds the
  * transpose's: (2(L%4), L/4) lower, (2(L%4)+1, L/4) upper. */
-__device__ __forceinline__ void fa_ldsm(uint32_t r[4], const void *row)
+template <bool TRANS> __device__ __forceinline__ void fa_ldsm_x4(uint32_t r[4], const void *row)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
+#define FA_LDSM(OP)                                                    \
+    asm volatile(OP " {%0,%1,%2,%3}, [%4];\n"                          \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) \
+                 : "r"(a)                                              \
+                 : "memory")
+    if constexpr (TRANS)
+        FA_LDSM("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
+    else
+        FA_LDSM("ldmatrix.sync.aligned.m8n8.x4.shared.b16");
+#undef FA_LDSM
 #else
     (void)r, (void)row;
     __trap();
 #endif
 }
-__device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], const void *row)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-#else
-    (void)r, (void)row;
-    __trap();
-#endif
-}
+__device__ __forceinline__ void fa_ldsm(uint32_t r[4], const void *row) { fa_ldsm_x4<false>(r, row); }
+__device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], const void *row) { fa_ldsm_x4<true>(r, row); }
 #endif /* FA_EMU */
 
 /* ------------------------------------------------------------------------ */
