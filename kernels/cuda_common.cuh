@@ -70,6 +70,13 @@ int cuda_note(int rc);
  * within its own kernels only. */
 void *cuda_scratch(size_t bytes);
 
+/* Whether p is aligned to `bytes` (a power of two): the vector paths'
+ * check on their pointers. */
+static inline int cuda_aligned(const void *p, size_t bytes)
+{
+    return ((uintptr_t)p & (uintptr_t)(bytes - 1)) == 0;
+}
+
 /* Blocks for a grid-stride kernel over n elements. */
 static inline unsigned cuda_blocks(size_t n, unsigned threads)
 {

@@ -15,7 +15,6 @@
 #include "attention_scratch.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 
 /* Records a shape or pointer the kernels cannot take; returns 1 if it did. */
@@ -27,8 +26,6 @@ static int fa_refuse(const char *op, const char *why, int B, int T, int D, int N
     cuda_note((int)cudaErrorInvalidValue);
     return 1;
 }
-
-static int fa_misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
 
 /* Dynamic shared memory of each kernel (bytes). */
 template <typename X, int HDP> static size_t fa_forward_smem(void)
@@ -121,7 +118,7 @@ static int fa_check(const char *op, const void *const *ptrs, int nptrs, int B, i
         return !fa_refuse(op, "the flash kernels take a 16-bit floatX and hd in 32..128, a "
                               "multiple of 8", B, T, D, NH);
     for (int i = 0; i < nptrs; i++)
-        if (fa_misaligned(ptrs[i]))
+        if (!cuda_aligned(ptrs[i], 16))
             return !fa_refuse(op, "the flash kernels need 16-byte aligned buffers", B, T, D, NH);
     return 1;
 }

@@ -12,8 +12,6 @@
  */
 #include "cuda_common.cuh"
 
-#include <stdint.h>
-
 #define GELU_INV_SQRT2 0.70710678118654752440f
 #define GELU_INV_SQRT_2PI 0.39894228040143267794f
 
@@ -82,8 +80,6 @@ static __global__ void gelu_backward_vec_kernel(int4 *dinp, const int4 *inp, con
     }
 }
 
-static inline int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 template <typename X> void gelu_forward_cuda(floatX *out, const floatX *inp, size_t n)
 {
     CU_GUARD();
@@ -91,7 +87,7 @@ template <typename X> void gelu_forward_cuda(floatX *out, const floatX *inp, siz
     const unsigned threads = 256;
     constexpr size_t V = 16 / sizeof(X);
     size_t done = 0;
-    if (aligned16(out) && aligned16(inp) && n >= V) {
+    if (cuda_aligned(out, 16) && cuda_aligned(inp, 16) && n >= V) {
         const size_t nv = n / V;
         gelu_forward_vec_kernel<X><<<cuda_blocks(nv, threads), threads, 0, g_cuda.stream>>>(
             (int4 *)out, (const int4 *)inp, nv);
@@ -113,7 +109,7 @@ void gelu_backward_cuda(floatX *dinp, const floatX *inp, const floatX *dout, siz
     const unsigned threads = 256;
     constexpr size_t V = 16 / sizeof(X);
     size_t done = 0;
-    if (aligned16(dinp) && aligned16(inp) && aligned16(dout) && n >= V) {
+    if (cuda_aligned(dinp, 16) && cuda_aligned(inp, 16) && cuda_aligned(dout, 16) && n >= V) {
         const size_t nv = n / V;
         gelu_backward_vec_kernel<X><<<cuda_blocks(nv, threads), threads, 0, g_cuda.stream>>>(
             (int4 *)dinp, (const int4 *)inp, (const int4 *)dout, nv);

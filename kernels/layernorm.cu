@@ -14,8 +14,6 @@
 #include "cuda_buffers.h"
 #include "cuda_common.cuh"
 
-#include <stdint.h>
-
 #define LN_THREADS 256          /* 8 warps, one row each */
 #define LN_ROWS (LN_THREADS / 32)
 #define LN_COL_THREADS 128
@@ -102,8 +100,6 @@ static __global__ void __launch_bounds__(LN_THREADS)
     }
 }
 
-static inline int ln_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
-
 // dout (N,C) X -> dinp (N,C) +=; one warp per row
 template <typename X>
 static __global__ void layernorm_backward_dinp_kernel(float *dinp, const X *dout,
@@ -177,8 +173,8 @@ void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *
     CU_GUARD();
     if (N <= 0 || C <= 0) return;
     const unsigned blocks = (unsigned)((N - 1) / LN_ROWS + 1);
-    if (C % 4 == 0 && C <= 1280 && ln_aligned(inp, 16) && ln_aligned(w, 16) &&
-        ln_aligned(b, 16) && ln_aligned(out, 4 * sizeof(X))) {
+    if (C % 4 == 0 && C <= 1280 && cuda_aligned(inp, 16) && cuda_aligned(w, 16) &&
+        cuda_aligned(b, 16) && cuda_aligned(out, 4 * sizeof(X))) {
 #define LN_FWD_VEC(V4)                                                               \
     layernorm_forward_vec_kernel<X, V4><<<blocks, LN_THREADS, 0, g_cuda.stream>>>( \
         (X *)out, mean, rstd, inp, w, b, N, C)
