@@ -84,7 +84,8 @@ typedef struct vit_ops {
      * trainer's batch buffer), so that an upload from it is one DMA with no
      * staging copy; unpin it before freeing it. pin returns 0, or non-zero
      * when it could not (uploads from it then go the usual way: not an
-     * error). No-ops on the CPU. */
+     * error); unpin of memory that pin did not take does nothing, so a
+     * caller unpins what it asked to pin either way. No-ops on the CPU. */
     int (*pin)(void *host, size_t bytes);
     void (*unpin)(void *host);
     /* Sticky error: 0 while every op has succeeded; else non-zero with the

@@ -163,12 +163,22 @@ static int stage_ready(void)
 {
     if (g_stage.tried) return g_stage.ok;
     g_stage.tried = 1;
-    for (int k = 0; k < 2; k++) {
-        if (cudaHostAlloc(&g_stage.buf[k], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
-            cudaEventCreateWithFlags(&g_stage.done[k], cudaEventDisableTiming) != cudaSuccess) {
-            (void)cudaGetLastError(); /* no pinned memory: pageable copies, not an error */
-            return 0;
+    int made = 0; /* buffers with their event */
+    for (; made < 2; made++) {
+        if (cudaHostAlloc(&g_stage.buf[made], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess)
+            break;
+        if (cudaEventCreateWithFlags(&g_stage.done[made], cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaFreeHost(g_stage.buf[made]);
+            break;
         }
+    }
+    if (made < 2) { /* no pinned memory: pageable copies, not an error; nothing kept */
+        (void)cudaGetLastError();
+        for (int k = 0; k < made; k++) {
+            (void)cudaEventDestroy(g_stage.done[k]);
+            (void)cudaFreeHost(g_stage.buf[k]);
+        }
+        return 0;
     }
     g_stage.ok = 1;
     return 1;
@@ -198,6 +208,7 @@ static int cuda_pin(void *host, size_t bytes)
     return 1;
 }
 
+/* memory pin did not take (or never saw): nothing to do */
 static void cuda_unpin(void *host)
 {
     for (int i = 0; i < MAX_PINNED; i++) {

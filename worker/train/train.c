@@ -377,7 +377,8 @@ static vj_err build(run *r, char *err, size_t errlen)
         LOG_INFO("train", "event=layer_decay decay=%g layers=%d head_scale=1 stem_scale=%.6g",
                  tc->optimizer.layer_decay, mc->depth + 2,
                  pow(tc->optimizer.layer_decay, mc->depth + 1));
-    r->images = malloc(sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
+    const size_t image_bytes = sizeof(float) * (size_t)r->micro * model_image_floats(r->model);
+    r->images = malloc(image_bytes);
     r->labels = malloc(sizeof(int) * (size_t)r->micro);
     if (tc->label_smoothing > 0)
         r->targets = malloc(sizeof(float) * (size_t)r->micro * mc->num_classes);
@@ -389,8 +390,7 @@ static vj_err build(run *r, char *err, size_t errlen)
     }
     /* on a GPU, each micro-batch's upload is then one DMA (kernels/ops.h);
      * where it cannot be pinned, uploads stage it */
-    (void)r->ops->pin(r->images,
-                      sizeof(float) * (size_t)r->micro * model_image_floats(r->model));
+    (void)r->ops->pin(r->images, image_bytes);
     if ((rc = mix_setup(r, err, errlen)) != VJ_OK)
         return rc;
     if (r->ops->fp16) { /* fp16-mixed: GradScaler's dynamic loss scaling */
