@@ -206,9 +206,11 @@ static float *copy_of(const float *x, size_t n)
     return y;
 }
 
-/* max|gpu - cpu| / max|cpu| (absolute when cpu is all zero); infinity if
- * either side has a NaN or infinity. *worst: the index that decided it. */
-static double rel_err(const float *gpu, const float *cpu, size_t n, size_t *worst)
+/* max|gpu - cpu| / max(max|cpu|, floor) (absolute when both are zero);
+ * infinity if either side has a NaN or infinity. *worst: the index that
+ * decided it; *maxref (may be NULL): max|cpu|. */
+static double rel_err_floor(const float *gpu, const float *cpu, size_t n, double floor,
+                            size_t *worst, double *maxref_out)
 {
     double maxref = 0, maxdiff = 0;
     *worst = 0;
@@ -221,7 +223,15 @@ static double rel_err(const float *gpu, const float *cpu, size_t n, size_t *wors
         if (fabs((double)cpu[i]) > maxref) maxref = fabs((double)cpu[i]);
         if (d > maxdiff) maxdiff = d, *worst = i;
     }
-    return maxdiff / (maxref > 0 ? maxref : 1.0);
+    if (maxref_out) *maxref_out = maxref;
+    const double den = maxref > floor ? maxref : floor;
+    return maxdiff / (den > 0 ? den : 1.0);
+}
+
+/* max|gpu - cpu| / max|cpu| (absolute when cpu is all zero) */
+static double rel_err(const float *gpu, const float *cpu, size_t n, size_t *worst)
+{
+    return rel_err_floor(gpu, cpu, n, 0.0, worst, NULL);
 }
 
 static void expect_close(const vit_ops *g, const char *what, const float *gpu, const float *cpu,
@@ -235,14 +245,21 @@ static void expect_close(const vit_ops *g, const char *what, const float *gpu, c
               g->name, what, e, tol, at, n, gpu[at], cpu[at]);
 }
 
-/* Bit-exact equality (NaN never equals anything). */
+/* The first element whose bits differ (NaN never equals anything), or n. */
+static size_t first_diff(const float *gpu, const float *cpu, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(gpu[i] == cpu[i] && signbit(gpu[i]) == signbit(cpu[i]))) return i;
+    return n;
+}
+
+/* Bit-exact equality. */
 static void expect_same(const vit_ops *g, const char *what, const float *gpu, const float *cpu,
                         size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        cr_assert(gpu[i] == cpu[i] && signbit(gpu[i]) == signbit(cpu[i]),
-                  "%s %s: element [%zu] of %zu is %.9g, want exactly %.9g", g->name, what, i, n,
-                  gpu[i], cpu[i]);
+    const size_t i = first_diff(gpu, cpu, n);
+    cr_assert(i == n, "%s %s: element [%zu] of %zu is %.9g, want exactly %.9g", g->name, what, i,
+              n, i < n ? gpu[i] : 0.0f, i < n ? cpu[i] : 0.0f);
 }
 
 /* The CPU table that rounds floatX outputs as the GPU table stores them
@@ -691,36 +708,22 @@ static float *third(const float *qkv, size_t rows, int D, int part)
 static void expect_close_soft(const vit_ops *g, const char *what, const float *gpu,
                               const float *cpu, size_t n, double tol, double floor)
 {
-    double maxref = 0, maxdiff = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(gpu[i]) || !isfinite(cpu[i])) {
-            cr_expect(0, "%s %s: element [%zu] of %zu is %.9g, want %.9g", g->name, what, i, n,
-                      gpu[i], cpu[i]);
-            return;
-        }
-        double d = fabs((double)gpu[i] - (double)cpu[i]);
-        if (fabs((double)cpu[i]) > maxref) maxref = fabs((double)cpu[i]);
-        if (d > maxdiff) maxdiff = d, at = i;
-    }
-    double den = maxref > floor ? maxref : floor;
-    double e = maxdiff / (den > 0 ? den : 1.0);
+    size_t at;
+    double maxref = 0;
+    const double e = rel_err_floor(gpu, cpu, n, floor, &at, &maxref);
     cr_expect(e <= tol,
               "%s %s: error %.3g of max(max|cpu| %.3g, floor %.3g) > %.3g (worst at [%zu] of "
               "%zu: gpu %.9g, cpu %.9g)",
               g->name, what, e, maxref, floor, tol, at, n, gpu[at], cpu[at]);
 }
 
-/* The first element that differs in bits, as one cr_expect. */
+/* Bit-exact equality, as a cr_expect. */
 static void expect_same_soft(const vit_ops *g, const char *what, const float *gpu,
                              const float *cpu, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!(gpu[i] == cpu[i] && signbit(gpu[i]) == signbit(cpu[i]))) {
-            cr_expect(0, "%s %s: element [%zu] of %zu is %.9g, want exactly %.9g", g->name, what,
-                      i, n, gpu[i], cpu[i]);
-            return;
-        }
+    const size_t i = first_diff(gpu, cpu, n);
+    cr_expect(i == n, "%s %s: element [%zu] of %zu is %.9g, want exactly %.9g", g->name, what, i,
+              n, i < n ? gpu[i] : 0.0f, i < n ? cpu[i] : 0.0f);
 }
 
 /* dq, dk and dv each against the reference, each judged against the largest
@@ -956,12 +959,12 @@ GPU_TESTS(to_floatx_then_to_float_equals_round_bf16_cpu_bit_for_bit, check_float
  * returns. Sizes around the piece and the per-thread cuts, odd byte counts,
  * two uploads into one buffer (the second wins), and kernels between. */
 
-static void fill_bytes(unsigned char *p, size_t n, unsigned seed)
+/* n random bytes from the tests' generator R: each call a new pattern */
+static void fill_bytes(unsigned char *p, size_t n)
 {
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (unsigned char)(x >> 24);
+    for (size_t i = 0; i < n; i += 8) {
+        const uint64_t u = rng_u64(&R);
+        memcpy(p + i, &u, n - i < 8 ? n - i : 8);
     }
 }
 
@@ -976,10 +979,10 @@ static void check_upload(const vit_ops *g)
         void *d1 = dev_alloc(g, n / 4 + 1, F32), *d2 = dev_alloc(g, n / 4 + 1, F32);
         /* d1 gets pattern 1, then the host buffer is overwritten at once and
          * d2 gets pattern 2, then d1 again pattern 2 over pattern 1 */
-        fill_bytes(h, n, (unsigned)s);
+        fill_bytes(h, n);
         memcpy(want1, h, n);
         g->upload(d1, h, n);
-        fill_bytes(h, n, (unsigned)s + 100);
+        fill_bytes(h, n);
         memcpy(want2, h, n);
         g->upload(d2, h, n);
         memset(h, 0xA5, n);
@@ -1007,7 +1010,7 @@ static void check_upload(const vit_ops *g)
         void *d = dev_alloc(g, n / 4 + 1, F32);
         cr_assert(g->pin(h, n) == 0, "%s: pin of %zu bytes failed", g->name, n);
         for (int round = 0; round < 3; round++) {
-            fill_bytes(h, n, 200u + (unsigned)round);
+            fill_bytes(h, n);
             memcpy(want, h, n);
             const size_t off = round == 1 ? 4097 : 0;
             if (round == 2) g->unpin(h);
