@@ -360,25 +360,35 @@ static const struct {
     {"fmnist_small", 512, 512, "fp32", 1, 594.9, 0},
 };
 
-static void h100_config(vit_job_config *cfg, int i)
+/* A GPU run's config: preset (vit_* read webdataset shards), global and
+ * micro-batch, precision, activation checkpointing. */
+static void gpu_run_config(vit_job_config *cfg, const char *preset, int global, int micro,
+                           const char *precision, int ckpt)
 {
     config_defaults(cfg);
     char kv[96];
-    snprintf(kv, sizeof kv, "model.preset=%s", h100_runs[i].preset);
+    snprintf(kv, sizeof kv, "model.preset=%s", preset);
     set(cfg, kv);
-    if (strncmp(h100_runs[i].preset, "vit_", 4) == 0) { /* 10 classes, PNG shards */
-        set(cfg, "model.numClasses=10");
+    if (strncmp(preset, "vit_", 4) == 0) {
         set(cfg, "data.format=webdataset");
         set(cfg, "data.uri=file:///shards/train-{000000..000009}.tar");
     }
-    snprintf(kv, sizeof kv, "training.globalBatchSize=%d", h100_runs[i].global);
+    snprintf(kv, sizeof kv, "training.globalBatchSize=%d", global);
     set(cfg, kv);
-    snprintf(kv, sizeof kv, "training.microBatchSize=%d", h100_runs[i].micro);
+    snprintf(kv, sizeof kv, "training.microBatchSize=%d", micro);
     set(cfg, kv);
-    snprintf(kv, sizeof kv, "training.precision=%s", h100_runs[i].precision);
+    snprintf(kv, sizeof kv, "training.precision=%s", precision);
     set(cfg, kv);
-    set(cfg, h100_runs[i].ckpt ? "training.activationCheckpointing=true"
-                               : "training.activationCheckpointing=false");
+    set(cfg, ckpt ? "training.activationCheckpointing=true"
+                  : "training.activationCheckpointing=false");
+}
+
+static void h100_config(vit_job_config *cfg, int i)
+{
+    gpu_run_config(cfg, h100_runs[i].preset, h100_runs[i].global, h100_runs[i].micro,
+                   h100_runs[i].precision, h100_runs[i].ckpt);
+    if (strncmp(h100_runs[i].preset, "vit_", 4) == 0) /* 10 classes, PNG shards */
+        set(cfg, "model.numClasses=10");
 }
 
 Test(jobplan, the_gpu_memory_plan_is_within_half_a_percent_of_the_backends_peak_measured_on_an_h100)
@@ -456,17 +466,8 @@ Test(jobplan, the_gpu_time_plan_is_within_10_percent_of_the_flash_engines_steps_
     static jobplan p;
     const jobplan_target t = {.replicas = 1, .local_ranks = 1, .gpu = 1, .gpu_kind = "h200"};
     for (size_t i = 0; i < sizeof h200_steps / sizeof h200_steps[0]; i++) {
-        config_defaults(&cfg);
-        char kv[96];
-        snprintf(kv, sizeof kv, "model.preset=%s", h200_steps[i].preset);
-        set(&cfg, kv);
-        set(&cfg, "data.format=webdataset");
-        set(&cfg, "data.uri=file:///shards/train-{000000..000009}.tar");
-        snprintf(kv, sizeof kv, "training.globalBatchSize=%d", h200_steps[i].batch);
-        set(&cfg, kv);
-        snprintf(kv, sizeof kv, "training.microBatchSize=%d", h200_steps[i].batch);
-        set(&cfg, kv);
-        set(&cfg, "training.precision=bf16-mixed");
+        gpu_run_config(&cfg, h200_steps[i].preset, h200_steps[i].batch, h200_steps[i].batch,
+                       "bf16-mixed", 0);
         cr_assert_eq(jobplan_make(&cfg, &t, &p, err, sizeof err), 0, "%s", err);
         const double ratio = p.images_per_s / h200_steps[i].img_s;
         cr_log_info("%s b%d bf16-mixed on an h200: planned %.1f img/s, measured %.1f (%.2f)",
