@@ -9,6 +9,14 @@
  * FLOP count and MFU; the backend's peak memory; and, with --profile, a
  * per-op time table from a copy of the op table whose slots time the real op
  * between two synchronizes.
+ * The steps are queued as the trainer queues them (train.c): the forward's
+ * losses and the gradient norm come back to pinned memory without a wait
+ * and are read one step later, so the host runs at most a step ahead and
+ * never waits for the device inside a step; img/s is the timed steps over
+ * the wall time between two synchronizes, and each step's time the time
+ * between the readbacks of two steps. --sync-steps: a synchronize after
+ * every step instead (the engine before the queued step), to measure what
+ * the host waits cost.
  * Must not: assert a time (not a test), or touch files, data sets or the
  * network.
  *
@@ -33,7 +41,7 @@
  * usage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] [--warmup 5]
  *                  [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu]
  *                  [--threads N] [--grad-clip 1.0] [--peak-tflops 989.4]
- *                  [--profile] [--json] [--attention]
+ *                  [--profile] [--sync-steps] [--json] [--attention]
  * Exit: 0; 1 a failure while running (out of memory, a GPU fault, a
  * non-finite loss), message on stderr; 2 bad arguments, or --device cuda
  * where this build or machine has no usable GPU (one line saying why).
@@ -57,7 +65,7 @@
 
 typedef struct {
     const char *model, *precision, *device;
-    int batch, steps, warmup, ckpt, threads, profile, json, peak_given, attention;
+    int batch, steps, warmup, ckpt, threads, profile, json, peak_given, attention, sync_steps;
     double grad_clip, peak_tflops;
 } bench_args;
 
@@ -155,9 +163,10 @@ PROF_WRAP(adamw_update,
           (p, p_lp, m, v, g, n, lr, b1, b2, eps, wd, t))
 PROF_WRAP(adamw_multi,
           (float *p, float *m, float *v, const float *g, const adamw_piece *pieces, int np,
-           size_t total, double lr, float unscale, float clip, float b1, float b2, float eps,
-           long t),
-          (p, m, v, g, pieces, np, total, lr, unscale, clip, b1, b2, eps, t))
+           size_t total, double lr, float unscale, const double *norm_sq, double grad_clip,
+           float b1, float b2, float eps, long t),
+          (p, m, v, g, pieces, np, total, lr, unscale, norm_sq, grad_clip, b1, b2, eps, t))
+PROF_WRAP(sum_squares_into, (double *acc, const float *g, size_t n, int add), (acc, g, n, add))
 
 static void shape3(char *s, size_t len, long a, long b, long c)
 {
@@ -254,6 +263,7 @@ static const vit_ops *prof_wrap(const vit_ops *real)
     t.crossentropy_forward = prof_crossentropy_forward;
     t.crossentropy_backward = prof_crossentropy_backward;
     t.sum_squares = prof_sum_squares;
+    t.sum_squares_into = prof_sum_squares_into;
     t.scale = prof_scale;
     t.adamw_update = prof_adamw_update;
     t.adamw_multi = prof_adamw_multi;
@@ -273,8 +283,8 @@ static void usage_exit(const char *why)
     fprintf(stderr,
             "gpu_bench: %s\nusage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] "
             "[--warmup 5] [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu] "
-            "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--json] "
-            "[--attention]\n",
+            "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--sync-steps] "
+            "[--json] [--attention]\n",
             why);
     exit(VITJOB_EXIT_CONFIG);
 }
@@ -325,6 +335,7 @@ static bench_args parse_args(int argc, char **argv)
             a.peak_given = 1;
         } else if (strcmp(f, "--ckpt") == 0) a.ckpt = 1;
         else if (strcmp(f, "--profile") == 0) a.profile = 1;
+        else if (strcmp(f, "--sync-steps") == 0) a.sync_steps = 1;
         else if (strcmp(f, "--json") == 0) a.json = 1;
         else if (strcmp(f, "--attention") == 0) a.attention = 1;
         else {
@@ -497,6 +508,7 @@ int main(int argc, char **argv)
     float *images = NULL;
     int *labels = NULL;
     double *step_s = NULL;
+    float *losses = NULL; /* the steps' losses, read back by parity (train.c's loss_host) */
     int rc = VITJOB_EXIT_FAILURE;
     const model_options mopts = {.activation_checkpointing = a.ckpt};
     const long total = (long)a.warmup + a.steps;
@@ -526,33 +538,51 @@ int main(int argc, char **argv)
     const double setup_s = mono_seconds() - t_start; /* backend, model, init, batch */
     const float dloss = 1.0f / (float)a.batch;
     double loss_first = 0.0, loss_last = 0.0, grad_norm = 0.0, timed = 0.0;
-    for (long step = 0; step < total; step++) {
-        const int is_timed = step >= a.warmup;
+    losses = real->host_alloc(2 * (size_t)a.batch * sizeof(float));
+    if (!losses) {
+        snprintf(err, sizeof err, "out of pinned host memory for the losses");
+        goto out;
+    }
+    optim_result res[2];
+    double t_timed = 0.0;
+    for (long step = 0; step <= total; step++) {
         if (step == a.warmup) {
             ops->synchronize();
             if (model_status(m, err, sizeof err)) goto out;
             prof_on = 1; /* the profile counts the timed steps only */
+            t_timed = mono_seconds();
         }
-        const double t0 = mono_seconds();
-        model_zero_grads(m);
-        const float loss = model_forward(m, images, labels, a.batch);
-        model_backward(m, dloss);
-        const optim_result res = optim_step(o, m, ops, step);
-        ops->synchronize();
-        const double dt = mono_seconds() - t0;
-        if (model_status(m, err, sizeof err)) goto out;
-        if (!isfinite(loss)) {
-            snprintf(err, sizeof err, "loss is %f at step %ld: the engine is broken", loss, step);
-            goto out;
+        /* a step's time: queueing it and reading the one before back (on a
+         * GPU the host waits there for the device; on the CPU it computes) */
+        const double t_iter = mono_seconds();
+        if (step < total) { /* queue this step */
+            model_zero_grads(m);
+            model_forward_queue(m, images, labels, NULL, a.batch,
+                                losses + (size_t)(step & 1) * (size_t)a.batch);
+            model_backward(m, dloss);
+            res[step & 1] = optim_step_queue(o, m, ops, step);
+            if (a.sync_steps) ops->synchronize();
         }
-        if (step == 0) loss_first = loss;
-        loss_last = loss;
-        grad_norm = res.grad_norm;
-        if (is_timed) {
-            step_s[step - a.warmup] = dt;
-            timed += dt;
+        if (step > 0) { /* the step before: read its loss and norm */
+            const long done = step - 1;
+            const float *l = losses + (size_t)(done & 1) * (size_t)a.batch;
+            real->wait_host(l);
+            optim_step_collect(o, &res[done & 1]);
+            const float loss = model_mean_loss(l, a.batch);
+            if (model_status(m, err, sizeof err)) goto out;
+            if (!isfinite(loss)) {
+                snprintf(err, sizeof err, "loss is %f at step %ld: the engine is broken", loss,
+                         done);
+                goto out;
+            }
+            if (done == 0) loss_first = loss;
+            loss_last = loss;
+            grad_norm = res[done & 1].grad_norm;
         }
+        if (step >= a.warmup && step < total) step_s[step - a.warmup] = mono_seconds() - t_iter;
     }
+    ops->synchronize();
+    timed = mono_seconds() - t_timed;
     prof_on = 0;
     if (prof_rows[PROF_MAX_ROWS].calls) prof_n = PROF_MAX_ROWS + 1;
 
@@ -650,6 +680,7 @@ int main(int argc, char **argv)
 out:
     if (rc != 0) fprintf(stderr, "gpu_bench: %s\n", err[0] ? err : "failed");
     if (images) real->unpin(images);
+    real->host_free(losses);
     free(images);
     free(labels);
     free(step_s);

@@ -36,6 +36,15 @@ static inline float adamw_one(float *p, float *m, float *v, float gi, float beta
     return *p = *p * c.decay - c.step_size * mi / denom;
 }
 
+float adamw_clip_factor(double norm_sq, float unscale, double grad_clip)
+{
+    if (!(grad_clip > 0)) return 1.0f;
+    const double norm = sqrt(norm_sq) * (double)unscale;
+    const double sum = norm + 1e-6; /* separate statements: no contraction */
+    const double coef = grad_clip / sum;
+    return coef < 1.0 ? (float)coef : 1.0f;
+}
+
 // p, m, v, g (n): one step, t 1-based; p_lp (n, may be NULL) = the new p
 void adamw_update_cpu(float *p, float *p_lp, float *m, float *v, const float *g, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay, long t)

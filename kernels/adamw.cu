@@ -11,7 +11,8 @@
  * chunk begins in by binary search and walks the pieces the chunk covers.
  * Each piece's lr, step_size and decay are computed on the device with the
  * host's formulas (double multiply and divide, float rounding: IEEE on both
- * sides, the same bits).
+ * sides, the same bits), and the clipping coefficient from the norm in
+ * device memory (one thread per block, clip_factor_dev: the host's formula).
  * Must not: decide which tensors decay or the learning rate (the trainer).
  */
 #include "cuda_common.cuh"
@@ -78,12 +79,28 @@ void adamw_update_cuda(float *p, floatX *p_lp, float *m, float *v, const float *
 #define MULTI_THREADS 256
 #define MULTI_CHUNK (MULTI_THREADS * 8)
 
+/* adamw_clip_factor (kernels/adamw.c) on the device: the same operations,
+ * each rounded on its own (no fused multiply-add), so the same bits. */
+static __device__ float clip_factor_dev(double norm_sq, float unscale, double grad_clip)
+{
+    if (!(grad_clip > 0)) return 1.0f;
+    const double norm = __dmul_rn(__dsqrt_rn(norm_sq), (double)unscale);
+    const double coef = __ddiv_rn(grad_clip, __dadd_rn(norm, 1e-6));
+    return coef < 1.0 ? __double2float_rn(coef) : 1.0f;
+}
+
 template <typename X>
 static __global__ void __launch_bounds__(MULTI_THREADS)
     adamw_multi_kernel(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
-                       int np, size_t total, double lr, float unscale, float clip, float beta1,
-                       float beta2, float eps, double bc1, float bc2_sqrt)
+                       int np, size_t total, double lr, float unscale, const double *norm_sq,
+                       double grad_clip, float beta1, float beta2, float eps, double bc1,
+                       float bc2_sqrt)
 {
+    __shared__ float s_clip;
+    if (threadIdx.x == 0)
+        s_clip = norm_sq ? clip_factor_dev(*norm_sq, unscale, grad_clip) : 1.0f;
+    __syncthreads();
+    const float clip = s_clip;
     const size_t lo = (size_t)blockIdx.x * MULTI_CHUNK;
     const size_t hi = lo + MULTI_CHUNK < total ? lo + MULTI_CHUNK : total;
     /* the last piece starting at or before lo: the one holding element lo
@@ -116,8 +133,8 @@ static __global__ void __launch_bounds__(MULTI_THREADS)
 
 template <typename X>
 void adamw_multi_cuda(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
-                      int np, size_t total, double lr, float unscale, float clip, float beta1,
-                      float beta2, float eps, long t)
+                      int np, size_t total, double lr, float unscale, const double *norm_sq,
+                      double grad_clip, float beta1, float beta2, float eps, long t)
 {
     CU_GUARD();
     if (np <= 0 || total == 0) return;
@@ -126,7 +143,8 @@ void adamw_multi_cuda(float *p, float *m, float *v, const float *g, const adamw_
     bias_corrections(beta1, beta2, t, &bc1, &bc2_sqrt);
     const size_t blocks = (total + MULTI_CHUNK - 1) / MULTI_CHUNK;
     adamw_multi_kernel<X><<<(unsigned)blocks, MULTI_THREADS, 0, g_cuda.stream>>>(
-        p, m, v, g, pieces, np, total, lr, unscale, clip, beta1, beta2, eps, bc1, bc2_sqrt);
+        p, m, v, g, pieces, np, total, lr, unscale, norm_sq, grad_clip, beta1, beta2, eps, bc1,
+        bc2_sqrt);
     CU_LAUNCHED();
 }
 
@@ -138,8 +156,8 @@ template void adamw_update_cuda<f16>(float *, floatX *, float *, float *, const 
                                      float, float, float, float, float, long);
 #define ADAMW_MULTI_INST(X)                                                                     \
     template void adamw_multi_cuda<X>(float *, float *, float *, const float *,               \
-                                      const adamw_piece *, int, size_t, double, float, float, \
-                                      float, float, float, long);
+                                      const adamw_piece *, int, size_t, double, float,        \
+                                      const double *, double, float, float, float, long);
 ADAMW_MULTI_INST(float)
 ADAMW_MULTI_INST(bf16)
 ADAMW_MULTI_INST(f16)

@@ -42,11 +42,15 @@ struct cuda_ctx {
     size_t lt_workspace_bytes;
     void *scratch;             /* reduction partials etc., see cuda_scratch */
     size_t scratch_bytes;
+    unsigned long waits;       /* host waits for the stream (ops.h: host_waits) */
     int failed;                /* sticky: the first error is in err */
     char err[512];
 };
 extern cuda_ctx g_cuda;
 
+/* The host waits for every op queued on the stream, counted (ops.h:
+ * host_waits); the check's result. */
+int cuda_wait_stream(void);
 /* Records a non-zero check result (the first one wins); returns rc. */
 int cuda_note(int rc);
 /* Wrap a cudaError_t / cublasStatus_t expression: records a failure in
@@ -206,6 +210,7 @@ void droppath_backward_cuda(floatX *dbranch, const float *dout, const float *sca
                             size_t n);
 /* global_norm.cu */
 double sum_squares_cuda(const float *g, size_t n);
+void sum_squares_into_cuda(double *acc, const float *g, size_t n, int add);
 void scale_cuda(float *g, float s, size_t n);
 void add_cuda(float *y, const float *x, size_t n);
 /* adamw.cu */
@@ -214,8 +219,8 @@ void adamw_update_cuda(float *p, floatX *p_lp, float *m, float *v, const float *
                        float lr, float beta1, float beta2, float eps, float weight_decay, long t);
 template <typename X>
 void adamw_multi_cuda(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
-                      int np, size_t total, double lr, float unscale, float clip, float beta1,
-                      float beta2, float eps, long t);
+                      int np, size_t total, double lr, float unscale, const double *norm_sq,
+                      double grad_clip, float beta1, float beta2, float eps, long t);
 /* ema.cu */
 void ema_update_cuda(float *ema, const float *p, size_t n, float w);
 void swap_cuda(float *a, float *b, size_t n);

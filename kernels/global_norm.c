@@ -2,7 +2,9 @@
  * and the other elementwise ops on gradient vectors (g *= s, y += x).
  * Owns: a deterministic sum of squares: fixed chunks of 4096 elements, each
  * summed in double, chunks added in order; the result does not depend on the
- * thread count. Must not: decide the clip factor (the trainer does). */
+ * thread count; sum_squares_into stores or adds it where the update reads
+ * it (kernels/adamw.c derives the clipping coefficient from it). Must not:
+ * decide the clip threshold (the trainer does). */
 #include "ops.h"
 
 #include <stdlib.h>
@@ -35,6 +37,13 @@ double sum_squares_cpu(const float *g, size_t n)
     for (size_t c = 0; c < nchunks; c++) total += partial[c];
     if (partial != small) free(partial);
     return total;
+}
+
+// *acc = (add ? *acc : 0) + sum of g^2 (the trainer's norm over spans)
+void sum_squares_into_cpu(double *acc, const float *g, size_t n, int add)
+{
+    const double s = sum_squares_cpu(g, n);
+    *acc = add ? *acc + s : s;
 }
 
 // g (n) *= s

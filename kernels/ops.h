@@ -71,11 +71,11 @@ typedef struct vit_ops {
      * CUDA. alloc returns zeroed memory or NULL (out of memory); the caller
      * owns it and gives it back with release (which accepts NULL). upload and
      * download copy to and from host memory. upload returns when the caller
-     * may reuse host_src; the copy into dst is ordered like an op (after the
-     * ops queued before it, before those queued after it), and on CUDA a big
-     * one may still be under way (pinned staging, kernels/ops_cuda.cu).
-     * download returns when the data is there (it waits for the ops queued
-     * before it). */
+     * may reuse host_src, except from pinned memory (below); the copy into
+     * dst is ordered like an op (after the ops queued before it, before
+     * those queued after it), and on CUDA it may still be under way (pinned
+     * staging, kernels/ops_cuda.cu). download returns when the data is
+     * there (it waits for the ops queued before it). */
     void *(*alloc)(size_t bytes);
     void (*release)(void *p);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
@@ -85,9 +85,39 @@ typedef struct vit_ops {
      * staging copy; unpin it before freeing it. pin returns 0, or non-zero
      * when it could not (uploads from it then go the usual way: not an
      * error); unpin of memory that pin did not take does nothing, so a
-     * caller unpins what it asked to pin either way. No-ops on the CPU. */
+     * caller unpins what it asked to pin either way. On the CPU, pin only
+     * notes the range (the CPU twin of the rules below). */
     int (*pin)(void *host, size_t bytes);
     void (*unpin)(void *host);
+    /* Pinned host memory of its own (page-locked on a GPU), zeroed, or NULL
+     * (out of memory); the caller owns it and gives it back with host_free
+     * (which accepts NULL). Small readbacks (a step's losses, its gradient
+     * norm) land there without a wait. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *host);
+    /* Copies that do not wait for the device (a step queues its work and
+     * reads its results one step later):
+     *   - an upload from pinned memory (pin, host_alloc) is queued and
+     *     returns at once; the copy reads that memory later, so before
+     *     writing it again the caller calls wait_host on it;
+     *   - an upload from other memory is staged (copied into the backend's
+     *     own pinned buffers) and never waits for queued ops either;
+     *   - download_async(host_dst, src, bytes) is download queued like an
+     *     op: with host_dst in pinned memory it returns at once, and the
+     *     bytes are there once wait_host(host_dst) returns; with other
+     *     memory it is download (it waits);
+     *   - wait_host(host) returns when no copy queued so far reads or
+     *     writes the pinned range holding host (at once for other memory,
+     *     and always on the CPU, whose copies are done when they return).
+     * download, synchronize, sum_squares and a download_async to memory
+     * that is not pinned make the host wait for every op queued before
+     * them (on CUDA a cudaStreamSynchronize), as do alloc and unpin;
+     * host_waits counts those waits since the process started, on every
+     * backend alike (the CPU's ops count where CUDA's would wait), so a
+     * test can hold a training step to none. */
+    void (*download_async)(void *host_dst, const void *src, size_t bytes);
+    void (*wait_host)(const void *host);
+    unsigned long (*host_waits)(void);
     /* Sticky error: 0 while every op has succeeded; else non-zero with the
      * first failure (file, line, the library's own message) in err. After a
      * failure the ops do nothing; the caller stops and exits. */
@@ -196,6 +226,11 @@ typedef struct vit_ops {
     /* Sum of squares of g (n), deterministic (fixed partition, double
      * partials, no atomics); waits for the result. */
     double (*sum_squares)(const float *g, size_t n);
+    /* The same sum, queued, into *acc (one double of this backend's
+     * memory): add 0 stores it, add 1 adds it to *acc (a gradient norm over
+     * several spans, in span order: 0.0 + s0 + s1 ..., the host loop's
+     * bits). Never waits. */
+    void (*sum_squares_into)(double *acc, const float *g, size_t n, int add);
     /* g *= s, elementwise. */
     void (*scale)(float *g, float s, size_t n);
     /* dst (n) = src, fp32, buffers of this backend that do not overlap
@@ -249,14 +284,18 @@ typedef struct vit_ops {
      * with lr (float)(lr * lr_scale), its weight decay and its p_lp, every
      * per-element operation as adamw_update's. The gradient used is
      * (g * unscale) * clip, each product rounded to fp32 (the old in-place
-     * passes: the loss scale's unscale_, then the clipping coefficient; 1
-     * leaves g as it is); g itself is only read. pieces (np) is a table in
-     * this backend's memory (alloc, upload: made once, it holds no step's
-     * values), sorted by start, start the prefix sum of n, total the sum of
-     * every n. Pieces do not overlap in p, m, v or p_lp. t as adamw_update. */
+     * passes: the loss scale's unscale_, then the clipping coefficient); g
+     * itself is only read. The clipping coefficient is derived on the
+     * device from the global sum of squares *norm_sq (this backend's
+     * memory, e.g. sum_squares_into's; NULL or grad_clip <= 0: clip = 1)
+     * as adamw_clip_factor below computes it, so the host never reads the
+     * norm before the update. pieces (np) is a table in this backend's
+     * memory (alloc, upload: made once, it holds no step's values), sorted
+     * by start, start the prefix sum of n, total the sum of every n. Pieces
+     * do not overlap in p, m, v or p_lp. t as adamw_update. */
     void (*adamw_multi)(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
-                        int np, size_t total, double lr, float unscale, float clip, float beta1,
-                        float beta2, float eps, long t);
+                        int np, size_t total, double lr, float unscale, const double *norm_sq,
+                        double grad_clip, float beta1, float beta2, float eps, long t);
 } vit_ops;
 
 /* The CPU reference backend (fp32); borrowed, static lifetime. */
@@ -369,6 +408,14 @@ void adamw_update_cpu(float *p, float *p_lp, float *m, float *v, const float *g,
 void adamw_multi_cpu(float *p, float *m, float *v, const float *g, const adamw_piece *pieces,
                      int np, size_t total, double lr, float unscale, float clip, float beta1,
                      float beta2, float eps, long t, ops_round_fn rnd);
+/* torch.nn.utils.clip_grad_norm_'s coefficient, as the step applies it:
+ * the norm sqrt(norm_sq) * unscale (fp16-mixed's unscaled norm; unscale 1
+ * otherwise), coef = grad_clip / (norm + 1e-6) in double, then (float)coef
+ * where it is below 1, else 1 (a norm of NaN: 1); grad_clip <= 0: 1. Each
+ * operation rounded on its own; the CUDA adamw_multi computes the same bits
+ * on the device (kernels/adamw.cu). */
+float adamw_clip_factor(double norm_sq, float unscale, double grad_clip);
+void sum_squares_into_cpu(double *acc, const float *g, size_t n, int add);
 void ema_update_cpu(float *ema, const float *p, size_t n, float w);
 void swap_cpu(float *a, float *b, size_t n);
 

@@ -58,25 +58,108 @@ static void cpu_release(void *p)
 }
 size_t ops_cpu_peak_bytes(void) { return __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED); }
 size_t ops_cpu_live_bytes(void) { return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED); }
-static void cpu_copy_bytes(void *dst, const void *src, size_t bytes)
+/* The host waits a GPU would make (ops.h: host_waits), counted where the
+ * CUDA backend's would be, so that a CPU test holds a step to none. */
+static unsigned long waits;
+static void waited(void) { __atomic_add_fetch(&waits, 1, __ATOMIC_RELAXED); }
+static unsigned long cpu_host_waits(void) { return __atomic_load_n(&waits, __ATOMIC_RELAXED); }
+
+static void *cpu_alloc_counted(size_t bytes)
+{
+    waited(); /* CUDA's alloc zeroes the memory and waits */
+    return cpu_alloc(bytes);
+}
+static void cpu_release_counted(void *p)
+{
+    if (p) waited(); /* CUDA's waits for the ops that may still read it */
+    cpu_release(p);
+}
+
+static void cpu_upload(void *dst, const void *src, size_t bytes)
 {
     if (bytes && dst != src) memcpy(dst, src, bytes);
 }
-/* host memory is the ops' memory: nothing to pin */
-static int cpu_pin(void *host, size_t bytes)
+static void cpu_download(void *dst, const void *src, size_t bytes)
 {
-    (void)host;
-    (void)bytes;
+    waited();
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+/* host memory is the ops' memory: nothing to page-lock; pin notes the range
+ * (and host_alloc its own) so that download_async waits where CUDA's would */
+#define MAX_PINNED 32
+static struct {
+    const char *p;
+    size_t bytes;
+} pinned[MAX_PINNED];
+
+static int note_pinned(const void *host, size_t bytes)
+{
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (pinned[i].p) continue;
+        pinned[i].p = (const char *)host;
+        pinned[i].bytes = bytes;
+        return 0;
+    }
+    return 1;
+}
+static void forget_pinned(const void *host)
+{
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (host && pinned[i].p == host) pinned[i].p = NULL;
+}
+static int is_pinned(const void *host, size_t bytes)
+{
+    const char *h = (const char *)host;
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (pinned[i].p && h >= pinned[i].p && bytes <= pinned[i].bytes &&
+            (size_t)(h - pinned[i].p) <= pinned[i].bytes - bytes)
+            return 1;
     return 0;
 }
-static void cpu_unpin(void *host) { (void)host; }
+static int cpu_pin(void *host, size_t bytes)
+{
+    if (!host || bytes == 0) return 1;
+    return note_pinned(host, bytes);
+}
+static void cpu_unpin(void *host)
+{
+    if (!is_pinned(host, 1)) return;
+    waited(); /* CUDA's waits for the DMAs that may still read it */
+    forget_pinned(host);
+}
+static void *cpu_host_alloc(size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p && note_pinned(p, bytes ? bytes : 1) != 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+static void cpu_host_free(void *host)
+{
+    forget_pinned(host);
+    free(host);
+}
+static void cpu_download_async(void *dst, const void *src, size_t bytes)
+{
+    if (!is_pinned(dst, bytes ? bytes : 1)) waited();
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+static void cpu_wait_host(const void *host) { (void)host; }
 static int cpu_status(char *err, size_t errlen)
 {
     (void)err;
     (void)errlen;
     return 0; /* the CPU ops cannot fail */
 }
-static void cpu_synchronize(void) {}
+static void cpu_synchronize(void) { waited(); }
+static double cpu_sum_squares(const float *g, size_t n)
+{
+    waited(); /* CUDA's returns the sum to the host */
+    return sum_squares_cpu(g, n);
+}
 
 /* ---- bf16-mixed and fp16-mixed emulation: every floatX output rounded
  * where the GPU stores bf16 or half (inputs already are: they were outputs,
@@ -165,9 +248,10 @@ static void cpu_synchronize(void) {}
     }                                                                                           \
     static void pfx##_adamw_multi(float *p, float *m, float *v, const float *g,                \
                                   const adamw_piece *pieces, int np, size_t total, double lr,   \
-                                  float unscale, float clip, float beta1, float beta2,          \
-                                  float eps, long t)                                            \
+                                  float unscale, const double *norm_sq, double grad_clip,       \
+                                  float beta1, float beta2, float eps, long t)                  \
     {                                                                                           \
+        const float clip = norm_sq ? adamw_clip_factor(*norm_sq, unscale, grad_clip) : 1.0f;    \
         adamw_multi_cpu(p, m, v, g, pieces, np, total, lr, unscale, clip, beta1, beta2, eps, t, \
                         RND);                                                                   \
     }
@@ -175,8 +259,10 @@ static void cpu_synchronize(void) {}
 /* The fp32 table's adamw_multi: p_lp holds the fp32 value. */
 static void cpu_adamw_multi(float *p, float *m, float *v, const float *g,
                             const adamw_piece *pieces, int np, size_t total, double lr,
-                            float unscale, float clip, float beta1, float beta2, float eps, long t)
+                            float unscale, const double *norm_sq, double grad_clip, float beta1,
+                            float beta2, float eps, long t)
 {
+    const float clip = norm_sq ? adamw_clip_factor(*norm_sq, unscale, grad_clip) : 1.0f;
     adamw_multi_cpu(p, m, v, g, pieces, np, total, lr, unscale, clip, beta1, beta2, eps, t, NULL);
 }
 
@@ -199,9 +285,12 @@ LOWP(hf, round_fp16_cpu)
     .adamw_update = pfx##_adamw_update, .adamw_multi = pfx##_adamw_multi
 
 #define CPU_COMMON                                        \
-    .alloc = cpu_alloc, .release = cpu_release,           \
-    .upload = cpu_copy_bytes, .download = cpu_copy_bytes, \
+    .alloc = cpu_alloc_counted, .release = cpu_release_counted,\
+    .upload = cpu_upload, .download = cpu_download,       \
     .pin = cpu_pin, .unpin = cpu_unpin,                   \
+    .host_alloc = cpu_host_alloc, .host_free = cpu_host_free, \
+    .download_async = cpu_download_async,                 \
+    .wait_host = cpu_wait_host, .host_waits = cpu_host_waits, \
     .status = cpu_status, .synchronize = cpu_synchronize, \
     .attention_scratch_bytes = ops_cpu_attention_scratch_bytes, \
     .matmul_forward_residual = matmul_forward_residual_cpu, \
@@ -214,7 +303,8 @@ LOWP(hf, round_fp16_cpu)
     .crossentropy_forward = crossentropy_forward_cpu,     \
     .crossentropy_soft_forward = crossentropy_soft_forward_cpu, \
     .droppath_forward = droppath_forward_cpu,             \
-    .sum_squares = sum_squares_cpu,                       \
+    .sum_squares = cpu_sum_squares,                       \
+    .sum_squares_into = sum_squares_into_cpu,             \
     .scale = scale_cpu,                                   \
     .copy = copy_cpu,                                     \
     .add = add_cpu,                                       \

@@ -28,6 +28,12 @@ int cuda_note(int rc)
     return rc;
 }
 
+int cuda_wait_stream(void)
+{
+    g_cuda.waits++;
+    return CU_TRY(cudaStreamSynchronize(g_cuda.stream));
+}
+
 /* ---- memory: sizes kept per pointer for the peak count ---- */
 
 enum { MAX_ALLOCS = 4096 };
@@ -71,8 +77,7 @@ static void *cuda_alloc(size_t bytes)
         (void)cudaGetLastError(); /* out of memory is the caller's to report, not sticky */
         return NULL;
     }
-    if (CU_TRY(cudaMemsetAsync(p, 0, bytes, g_cuda.stream)) ||
-        CU_TRY(cudaStreamSynchronize(g_cuda.stream))) {
+    if (CU_TRY(cudaMemsetAsync(p, 0, bytes, g_cuda.stream)) || cuda_wait_stream()) {
         cudaFree(p);
         return NULL;
     }
@@ -84,6 +89,7 @@ static void cuda_release(void *p)
 {
     if (!p) return;
     /* ops queued on the stream may still read it */
+    g_cuda.waits++;
     (void)cudaStreamSynchronize(g_cuda.stream);
     untrack(p);
     (void)cudaFree(p);
@@ -99,20 +105,31 @@ static void cuda_release(void *p)
  * other buffer overlaps that DMA. A buffer is reused only once its last DMA
  * has finished (an event). The host returns when its bytes are in pinned
  * memory, so the caller may reuse its buffer at once, as before, and the
- * DMA is ordered on the stream like every op. Smaller uploads, and every
- * upload if pinned memory cannot be had, stay synchronous pageable copies.
- * An upload from memory the caller pinned (pin: the trainer's batch buffer)
- * needs no staging: one DMA, waited for. */
+ * DMA is ordered on the stream like every op. Smaller uploads go through a
+ * pinned ring (RING_SLOTS slots of STAGE_MIN bytes, filled in turn, each
+ * with the event of its last DMA), so that a step's small uploads (labels,
+ * drop-path scales, soft targets) never wait for the stream either; only
+ * if pinned memory cannot be had are they synchronous pageable copies.
+ * An upload from pinned memory (pin: the trainer's batch buffer; host_alloc)
+ * needs no staging: one DMA, queued, and the range's event recorded after
+ * it; wait_host waits on that event before the caller writes it again.
+ * download_async into pinned memory is the same the other way. */
 
 #define STAGE_BYTES ((size_t)32 << 20)
 #define STAGE_MIN ((size_t)1 << 20)
 #define STAGE_PER_THREAD ((size_t)4 << 20)
 #define STAGE_THREADS 8
+#define RING_SLOTS 8
 
 static struct {
     int tried, ok, next;
     void *buf[2];
     cudaEvent_t done[2];
+    /* the small uploads' ring: slot `slot` is filled up to `fill` */
+    char *ring[RING_SLOTS];
+    cudaEvent_t ring_done[RING_SLOTS];
+    int slot;
+    size_t fill;
 } g_stage;
 
 struct copy_part {
@@ -172,11 +189,27 @@ static int stage_ready(void)
             break;
         }
     }
-    if (made < 2) { /* no pinned memory: pageable copies, not an error; nothing kept */
+    int rings = 0;
+    for (; made == 2 && rings < RING_SLOTS; rings++) {
+        if (cudaHostAlloc((void **)&g_stage.ring[rings], STAGE_MIN, cudaHostAllocDefault) !=
+            cudaSuccess)
+            break;
+        if (cudaEventCreateWithFlags(&g_stage.ring_done[rings], cudaEventDisableTiming) !=
+            cudaSuccess) {
+            (void)cudaFreeHost(g_stage.ring[rings]);
+            break;
+        }
+    }
+    if (made < 2 || rings < RING_SLOTS) { /* no pinned memory: pageable copies, not an
+                                           * error; nothing kept */
         (void)cudaGetLastError();
         for (int k = 0; k < made; k++) {
             (void)cudaEventDestroy(g_stage.done[k]);
             (void)cudaFreeHost(g_stage.buf[k]);
+        }
+        for (int k = 0; k < rings; k++) {
+            (void)cudaEventDestroy(g_stage.ring_done[k]);
+            (void)cudaFreeHost(g_stage.ring[k]);
         }
         return 0;
     }
@@ -184,63 +217,153 @@ static int stage_ready(void)
     return 1;
 }
 
-/* Host ranges page-locked by pin (cudaHostRegister): an upload from one is
- * a direct DMA, no staging copy. */
-#define MAX_PINNED 16
+/* Host ranges page-locked by pin (cudaHostRegister) or allocated by
+ * host_alloc (cudaHostAlloc): an upload from one is a direct DMA, no
+ * staging copy; `done` is recorded after each copy queued from or to it
+ * (`used`: one was), for wait_host. */
+#define MAX_PINNED 32
 static struct {
     const char *p;
     size_t bytes;
+    int own, used; /* own: host_alloc's (cudaFreeHost), else pin's */
+    cudaEvent_t done;
 } g_pinned[MAX_PINNED];
+
+/* A free entry for [host, host+bytes) with its event, or -1. */
+static int note_pinned(void *host, size_t bytes, int own)
+{
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (g_pinned[i].p) continue;
+        if (cudaEventCreateWithFlags(&g_pinned[i].done, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return -1;
+        }
+        g_pinned[i].p = (const char *)host;
+        g_pinned[i].bytes = bytes;
+        g_pinned[i].own = own;
+        g_pinned[i].used = 0;
+        return i;
+    }
+    return -1;
+}
 
 static int cuda_pin(void *host, size_t bytes)
 {
     if (g_cuda.failed || !host || bytes == 0) return 1;
-    for (int i = 0; i < MAX_PINNED; i++) {
-        if (g_pinned[i].p) continue;
-        if (cudaHostRegister(host, bytes, cudaHostRegisterDefault) != cudaSuccess) {
-            (void)cudaGetLastError(); /* not pinned: uploads stage it, not an error */
-            return 1;
-        }
-        g_pinned[i].p = (const char *)host;
-        g_pinned[i].bytes = bytes;
-        return 0;
+    const int i = note_pinned(host, bytes, 0);
+    if (i < 0) return 1;
+    if (cudaHostRegister(host, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not pinned: uploads stage it, not an error */
+        (void)cudaEventDestroy(g_pinned[i].done);
+        g_pinned[i].p = NULL;
+        return 1;
     }
-    return 1;
+    return 0;
+}
+
+/* The entry holding [src, src+bytes), or -1. */
+static int pinned_at(const void *src, size_t bytes)
+{
+    const char *s = (const char *)src;
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (g_pinned[i].p && s >= g_pinned[i].p && bytes <= g_pinned[i].bytes &&
+            (size_t)(s - g_pinned[i].p) <= g_pinned[i].bytes - bytes)
+            return i;
+    return -1;
 }
 
 /* memory pin did not take (or never saw): nothing to do */
 static void cuda_unpin(void *host)
 {
     for (int i = 0; i < MAX_PINNED; i++) {
-        if (!host || g_pinned[i].p != host) continue;
+        if (!host || g_pinned[i].p != host || g_pinned[i].own) continue;
+        g_cuda.waits++;
         (void)cudaStreamSynchronize(g_cuda.stream); /* no DMA still reads it */
         (void)cudaHostUnregister(host);
+        (void)cudaEventDestroy(g_pinned[i].done);
         (void)cudaGetLastError();
         g_pinned[i].p = NULL;
         return;
     }
 }
 
-static int is_pinned(const void *src, size_t bytes)
+static void *cuda_host_alloc(size_t bytes)
 {
-    const char *s = (const char *)src;
-    for (int i = 0; i < MAX_PINNED; i++)
-        if (g_pinned[i].p && s >= g_pinned[i].p && bytes <= g_pinned[i].bytes &&
-            (size_t)(s - g_pinned[i].p) <= g_pinned[i].bytes - bytes)
-            return 1;
-    return 0;
+    if (g_cuda.failed) return NULL;
+    void *p = NULL;
+    if (bytes == 0) bytes = 1;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory: the caller's to report */
+        return NULL;
+    }
+    if (note_pinned(p, bytes, 1) < 0) {
+        (void)cudaFreeHost(p);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cuda_host_free(void *host)
+{
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (!host || g_pinned[i].p != host || !g_pinned[i].own) continue;
+        if (g_pinned[i].used) (void)cudaEventSynchronize(g_pinned[i].done);
+        (void)cudaEventDestroy(g_pinned[i].done);
+        (void)cudaFreeHost(host);
+        (void)cudaGetLastError();
+        g_pinned[i].p = NULL;
+        return;
+    }
+}
+
+/* After a copy queued from or to pinned entry i. */
+static void pinned_used(int i)
+{
+    if (!CU_TRY(cudaEventRecord(g_pinned[i].done, g_cuda.stream))) g_pinned[i].used = 1;
+}
+
+static void cuda_wait_host(const void *host)
+{
+    const int i = pinned_at(host, 1);
+    if (i < 0 || !g_pinned[i].used) return;
+    CU_TRY(cudaEventSynchronize(g_pinned[i].done));
+}
+
+/* A small upload through the ring: the bytes copied into the current slot
+ * (or the next one, once its last DMA has finished), the DMA queued. */
+static void ring_upload(void *dst, const void *src, size_t bytes)
+{
+    if (g_stage.fill + bytes > STAGE_MIN) {
+        g_stage.slot = (g_stage.slot + 1) % RING_SLOTS;
+        g_stage.fill = 0;
+        if (CU_TRY(cudaEventSynchronize(g_stage.ring_done[g_stage.slot]))) return;
+    }
+    char *at = g_stage.ring[g_stage.slot] + g_stage.fill;
+    memcpy(at, src, bytes);
+    g_stage.fill += (bytes + 255) & ~(size_t)255;
+    if (CU_TRY(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, g_cuda.stream))) return;
+    CU_TRY(cudaEventRecord(g_stage.ring_done[g_stage.slot], g_cuda.stream));
 }
 
 static void cuda_upload(void *dst, const void *src, size_t bytes)
 {
     CU_GUARD();
     if (bytes == 0) return;
-    if (bytes < STAGE_MIN || is_pinned(src, bytes) || !stage_ready()) {
-        /* synchronous: the caller may reuse its host buffer at once (from
-         * pinned memory: one DMA at the link's speed) */
+    const int pin = pinned_at(src, bytes);
+    if (pin >= 0) { /* one DMA, queued; wait_host before the caller writes it again */
+        if (!CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream)))
+            pinned_used(pin);
+        return;
+    }
+    if (!stage_ready()) { /* no pinned memory at all: synchronous pageable copies */
         if (CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream)))
             return;
-        CU_TRY(cudaStreamSynchronize(g_cuda.stream));
+        cuda_wait_stream();
+        return;
+    }
+    if (bytes < STAGE_MIN) {
+        ring_upload(dst, src, bytes);
         return;
     }
     for (size_t at = 0; at < bytes; at += STAGE_BYTES) {
@@ -265,13 +388,27 @@ static void cuda_download(void *dst, const void *src, size_t bytes)
     }
     if (bytes > 0)
         CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream));
-    CU_TRY(cudaStreamSynchronize(g_cuda.stream));
+    cuda_wait_stream();
 }
+
+static void cuda_download_async(void *dst, const void *src, size_t bytes)
+{
+    const int pin = pinned_at(dst, bytes ? bytes : 1);
+    if (pin < 0 || g_cuda.failed) {
+        cuda_download(dst, src, bytes);
+        return;
+    }
+    if (bytes > 0 &&
+        !CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream)))
+        pinned_used(pin);
+}
+
+static unsigned long cuda_host_waits(void) { return g_cuda.waits; }
 
 static void cuda_synchronize(void)
 {
     CU_GUARD();
-    CU_TRY(cudaStreamSynchronize(g_cuda.stream));
+    cuda_wait_stream();
 }
 
 static int cuda_status(char *err, size_t errlen)
@@ -291,7 +428,7 @@ void *cuda_scratch(size_t bytes)
     if (g_cuda.failed) return NULL;
     if (bytes <= g_cuda.scratch_bytes) return g_cuda.scratch;
     if (g_cuda.scratch) {
-        if (CU_TRY(cudaStreamSynchronize(g_cuda.stream))) return NULL;
+        if (cuda_wait_stream()) return NULL;
         untrack(g_cuda.scratch);
         cudaFree(g_cuda.scratch);
         g_cuda.scratch = NULL;
@@ -315,7 +452,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
     {                                                                      \
         NAME, 1, BF16, FP16, sizeof(X),                                    \
         cuda_alloc, cuda_release, cuda_upload, cuda_download,              \
-        cuda_pin, cuda_unpin, cuda_status,                                 \
+        cuda_pin, cuda_unpin, cuda_host_alloc, cuda_host_free,             \
+        cuda_download_async, cuda_wait_host, cuda_host_waits, cuda_status, \
         cuda_synchronize, attention_scratch_bytes##ATT##cuda<X>,           \
         patchify_cuda<X>,                                                  \
         matmul_forward_cuda<X>,                                            \
@@ -337,6 +475,7 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         crossentropy_forward_cuda<X>,                                      \
         crossentropy_backward_cuda<X>,                                     \
         sum_squares_cuda,                                                  \
+        sum_squares_into_cuda,                                             \
         scale_cuda,                                                        \
         copy_cuda,                                                         \
         add_cuda,                                                          \

@@ -1002,6 +1002,31 @@ static void check_upload(const vit_ops *g)
                   n);
         release_all();
     }
+    /* small uploads (the ring of pinned slots): many more than the ring
+     * holds, each host buffer rewritten at once, none waiting for the
+     * stream; every one lands */
+    {
+        const size_t n = 700001, k = 29;
+        unsigned char *h = hbuf_bytes(n), *want = hbuf_bytes(n * k), *got = hbuf_bytes(n * k);
+        unsigned char *d = (unsigned char *)dev_alloc(g, n * k / 4 + 1, F32);
+        g->synchronize();
+        const unsigned long w = g->host_waits();
+        for (size_t i = 0; i < k; i++) {
+            fill_bytes(h, n);
+            memcpy(want + i * n, h, n);
+            g->upload(d + i * n, h, n);
+            memset(h, 0x3C, n);
+        }
+        const unsigned long waited = g->host_waits() - w;
+        g->download(got, d, n * k);
+        status_ok(g, "small uploads");
+        cr_expect(waited == 0, "%s: %zu small uploads waited for the stream %lu times", g->name,
+                  k, waited);
+        for (size_t i = 0; i < k; i++)
+            cr_assert(memcmp(got + i * n, want + i * n, n) == 0,
+                      "%s: small upload %zu of %zu (%zu bytes each) differs", g->name, i, k, n);
+        release_all();
+    }
     /* from pinned host memory (the trainer's batch buffer): the same bytes,
      * whole and from an offset inside it, and after unpin the usual way */
     {
@@ -1014,7 +1039,11 @@ static void check_upload(const vit_ops *g)
             memcpy(want, h, n);
             const size_t off = round == 1 ? 4097 : 0;
             if (round == 2) g->unpin(h);
-            g->upload(d, h + off, n - off);
+            const unsigned long w = g->host_waits();
+            g->upload(d, h + off, n - off); /* pinned: queued, read by the DMA later */
+            cr_expect(round == 2 || g->host_waits() == w,
+                      "%s: an upload from pinned memory waited for the stream", g->name);
+            g->wait_host(h + off); /* before writing it again (ops.h) */
             memset(h, 0x5A, n);
             g->download(got, d, n - off);
             status_ok(g, "upload from pinned memory");
@@ -1278,6 +1307,36 @@ static void check_sum_squares(const vit_ops *g)
 }
 GPU_TESTS(sum_squares_matches_cpu_to_1e_9_and_repeats_bit_for_bit, check_sum_squares)
 
+/* sum_squares_into: queued, no host wait; stored then added over two cuts
+ * it is 0.0 + sum_squares(first) + sum_squares(rest), bit for bit (the same
+ * kernels); the result read back to host_alloc's memory by download_async,
+ * there after wait_host; and none of it counted by host_waits. */
+static void check_sum_squares_into(const vit_ops *g)
+{
+    const size_t n = 1000003, cut = 333331;
+    float *x = rnd_in(g, n, 1, 0);
+    float *d = dev_from_host(g, x, n, F32);
+    double *acc = (double *)dev_alloc(g, 2, F32);
+    double *host = (double *)g->host_alloc(sizeof(double));
+    cr_assert(host, "%s: host_alloc", g->name);
+    const double want = 0.0 + g->sum_squares(d, cut) + g->sum_squares(d + cut, n - cut);
+    g->synchronize();
+    const unsigned long w = g->host_waits();
+    g->sum_squares_into(acc, d, cut, 0);
+    g->sum_squares_into(acc, d + cut, n - cut, 1);
+    g->download_async(host, acc, sizeof(double));
+    const unsigned long queued = g->host_waits() - w;
+    g->wait_host(host);
+    status_ok(g, "sum_squares_into");
+    cr_expect(queued == 0, "%s: sum_squares_into and download_async waited %lu times", g->name,
+              queued);
+    cr_assert(memcmp(host, &want, sizeof want) == 0, "%s: %.17g, the two sums added %.17g",
+              g->name, *host, want);
+    g->host_free(host);
+    release_all();
+}
+GPU_TESTS(sum_squares_into_queues_without_a_wait_and_adds_in_order, check_sum_squares_into)
+
 /* ------------------------------------------------------------------------ */
 /* AdamW: p, m, v fp32 on both tables (the same kernel): TOL_FP32, and the
  * update p - p0 itself within 1e-3 normwise (the two sides' fp32 rounding of
@@ -1348,9 +1407,21 @@ GPU_TESTS(adamw_update_matches_cpu_and_p_lp_is_to_floatx_of_p, check_adamw)
  * 100003, odd ones crossing the kernel's chunks of 2048, runs of tiny pieces
  * that share a chunk; spaced apart in p and g, every other one with a
  * low-precision copy; the gradients read and left as they were. */
-static void adamw_multi_gpu_case(const vit_ops *g, long t, float b1, float unscale, float clip,
-                                 float gmag)
+static void adamw_multi_gpu_case(const vit_ops *g, long t, float b1, float unscale,
+                                 float want_clip, float gmag)
 {
+    /* want_clip < 1: a sum of squares in device memory whose coefficient
+     * (gradClip 1) is about that, derived by the op on the device; the
+     * per-piece sequence and the CPU use adamw_clip_factor's */
+    double norm_sq = 0.0, *d_sq = NULL;
+    float clip = 1.0f;
+    if (want_clip < 1.0f) {
+        const double norm = (1.0 / want_clip - 1e-6) / (double)unscale;
+        norm_sq = norm * norm;
+        clip = adamw_clip_factor(norm_sq, unscale, 1.0);
+        d_sq = (double *)dev_alloc(g, 2, F32);
+        g->upload(d_sq, &norm_sq, sizeof norm_sq);
+    }
     enum { NP = 80 };
     const size_t first[12] = {0, 1, 7, 2048, 2049, 3, 0, 100003, 511, 4097, 0, 2047};
     adamw_piece *pc = hbuf_bytes(NP * sizeof *pc);
@@ -1387,8 +1458,8 @@ static void adamw_multi_gpu_case(const vit_ops *g, long t, float b1, float unsca
     }
     adamw_piece *d_tab = dev_alloc(g, (NP * sizeof *dpc + 3) / 4, F32);
     g->upload(d_tab, dpc, NP * sizeof *dpc);
-    g->adamw_multi(d_p[0], d_m[0], d_v[0], d_g[0], d_tab, NP, total, lr, unscale, clip, b1, b2,
-                   eps, t);
+    g->adamw_multi(d_p[0], d_m[0], d_v[0], d_g[0], d_tab, NP, total, lr, unscale, d_sq, 1.0, b1,
+                   b2, eps, t);
     status_ok(g, what);
     for (int k = 0; k < NP; k++) {
         if (pc[k].n == 0) continue;

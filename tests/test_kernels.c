@@ -509,6 +509,71 @@ Test(kernels, sum_squares_is_exact_and_independent_of_thread_count, .init = setu
     free(g);
 }
 
+Test(kernels, sum_squares_into_stores_then_adds_in_span_order_as_the_host_loop_did,
+     .init = setup)
+{
+    const size_t n = 70001, cut = 12345;
+    float *g = rnd(n, 1);
+    const vit_ops *tables[3] = {ops_cpu(), ops_cpu_bf16(), ops_cpu_fp16()};
+    for (int tb = 0; tb < 3; tb++) {
+        double acc = 123.0; /* a stale value: add 0 replaces it */
+        tables[tb]->sum_squares_into(&acc, g, cut, 0);
+        tables[tb]->sum_squares_into(&acc, g + cut, n - cut, 1);
+        const double host = 0.0 + sum_squares_cpu(g, cut) + sum_squares_cpu(g + cut, n - cut);
+        cr_assert(memcmp(&acc, &host, sizeof acc) == 0, "%s: %.17g, the host loop %.17g",
+                  tables[tb]->name, acc, host);
+        tables[tb]->sum_squares_into(&acc, g, 0, 0);
+        cr_assert(acc == 0.0, "%s: the sum of nothing stored is %g", tables[tb]->name, acc);
+    }
+    free(g);
+}
+
+Test(kernels, adamw_clip_factor_is_clip_grad_norm_s_coefficient_from_the_sum_of_squares)
+{
+    /* norm 2: 1 / (2 + 1e-6) in double, then rounded to float */
+    cr_assert_eq(adamw_clip_factor(4.0, 1.0f, 1.0), (float)(1.0 / (2.0 + 1e-6)));
+    /* fp16-mixed: the norm of the unscaled gradients, sqrt(sq) x 2^-16 */
+    cr_assert_eq(adamw_clip_factor(4.0 * 65536.0 * 65536.0, 1.0f / 65536, 0.5),
+                 (float)(0.5 / (2.0 + 1e-6)));
+    cr_assert_eq(adamw_clip_factor(0.25, 1.0f, 1.0), 1.0f, "a norm below the clip: 1");
+    cr_assert_eq(adamw_clip_factor(1e6, 1.0f, 0.0), 1.0f, "gradClip 0 turns clipping off");
+    cr_assert_eq(adamw_clip_factor(NAN, 1.0f, 1.0), 1.0f, "a NaN norm: 1, as before");
+    cr_assert_eq(adamw_clip_factor(INFINITY, 1.0f, 1.0), 0.0f, "an infinite norm: 0");
+}
+
+Test(kernels, cpu_tables_count_the_host_waits_a_gpu_would_make)
+{
+    const vit_ops *o = ops_cpu_bf16();
+    float *dev = o->alloc(64 * sizeof(float)), host[64] = {0};
+    float *pinned = o->host_alloc(64 * sizeof(float));
+    double *acc = o->alloc(sizeof(double));
+    cr_assert(dev && pinned && acc);
+    unsigned long w = o->host_waits();
+    o->upload(dev, host, sizeof host);
+    o->upload(dev, pinned, 64 * sizeof(float));
+    o->download_async(pinned, dev, 64 * sizeof(float));
+    o->wait_host(pinned);
+    o->sum_squares_into(acc, dev, 64, 0);
+    cr_assert_eq(o->host_waits(), w, "uploads, a readback to pinned memory, a queued norm");
+    o->download_async(host, dev, sizeof host); /* not pinned: a download */
+    cr_assert_eq(o->host_waits(), w + 1);
+    o->download(host, dev, sizeof host);
+    (void)o->sum_squares(dev, 64);
+    o->synchronize();
+    cr_assert_eq(o->host_waits(), w + 4, "download, sum_squares and synchronize wait");
+    cr_assert_eq(o->pin(host, sizeof host), 0);
+    o->download_async(host + 8, dev, 16 * sizeof(float)); /* inside the pinned range */
+    cr_assert_eq(o->host_waits(), w + 4);
+    o->unpin(host);
+    cr_assert_eq(o->host_waits(), w + 5, "unpin waits for the copies that may read it");
+    o->unpin(host); /* not pinned any more: nothing */
+    o->download_async(host, dev, sizeof host);
+    cr_assert_eq(o->host_waits(), w + 6, "a readback to memory no longer pinned waits");
+    o->release(dev);
+    o->release(acc);
+    o->host_free(pinned);
+}
+
 Test(kernels, adamw_matches_torch_formula_on_known_values)
 {
     /* One step of torch.optim.AdamW(lr=0.1, betas=(0.9,0.999), eps=1e-8,
@@ -528,9 +593,24 @@ Test(kernels, adamw_matches_torch_formula_on_known_values)
  * a part), spaced apart in p and g, contiguous in m and v, every other one
  * with a low-precision copy, each with its own lr scale and weight decay.
  * Every bit of p, m, v and the copies must be the same, and g untouched. */
-static void adamw_multi_case(const vit_ops *ops, float beta1, float unscale, float clip,
+/* A sum of squares whose clipping coefficient (gradClip 1) is about
+ * `want` (< 1), and the coefficient adamw_clip_factor makes of it. */
+static float norm_sq_for(float want, float unscale, double *norm_sq)
+{
+    const double norm = (1.0 / want - 1e-6) / (double)unscale;
+    *norm_sq = norm * norm;
+    const float clip = adamw_clip_factor(*norm_sq, unscale, 1.0);
+    cr_assert(fabsf(clip - want) < 1e-5f * want, "coefficient %.9g, wanted about %.9g", clip, want);
+    return clip;
+}
+
+/* want_clip 1: no norm given (NULL), no clipping; else a norm in backend
+ * memory whose coefficient is about want_clip, derived by the op */
+static void adamw_multi_case(const vit_ops *ops, float beta1, float unscale, float want_clip,
                              float gmag, long t)
 {
+    double norm_sq = 0.0;
+    const float clip = want_clip < 1.0f ? norm_sq_for(want_clip, unscale, &norm_sq) : 1.0f;
     enum { NP = 9 };
     const size_t lens[NP] = {7, 0, 1, 100003, 33, 0, 2049, 5, 4099};
     adamw_piece pc[NP];
@@ -551,7 +631,8 @@ static void adamw_multi_case(const vit_ops *ops, float beta1, float unscale, flo
     memcpy(m2, m, total * 4), memcpy(v2, v, total * 4), memcpy(lp2, lp, span * 4);
     const double lr = 3e-3;
     const float b2 = 0.999f, eps = 1e-8f;
-    ops->adamw_multi(p, m, v, g, pc, NP, total, lr, unscale, clip, beta1, b2, eps, t);
+    ops->adamw_multi(p, m, v, g, pc, NP, total, lr, unscale, want_clip < 1.0f ? &norm_sq : NULL,
+                     1.0, beta1, b2, eps, t);
     for (int k = 0; k < NP; k++) {
         float *gk = g2 + pc[k].at;
         scale_cpu(gk, unscale, pc[k].n);

@@ -171,6 +171,24 @@ fake_driver() {
   [[ "$output" == *"event=start backend=cpu-bf16 precision=bf16-mixed "* ]]
 }
 
+# The summary's step_host_waits: the host waits for the device (kernels/ops.h
+# host_waits; the CPU tables count them where the CUDA backend's would be)
+# inside the steps after the first. One rank queues its steps and reads each
+# step's loss and gradient norm one step later, so it makes none, around
+# checkpoints and evaluations too; fp16-mixed reads its overflow verdict at
+# once, a wait per step, as GradScaler's found_inf does.
+@test "one rank's training steps make no host wait for the device in bf16 and fp32, and fp16-mixed one a step" {
+  local dev=cpu; if have_gpu; then dev=cuda; fi
+  for p in bf16-mixed fp32 fp16-mixed; do
+    worker train --set training.device=$dev --set training.precision=$p "${FAST[@]}" \
+      --set training.steps=7 --set training.evalInterval=3 \
+      --set checkpoint.uri="file://$TMP/ck-$p" --set checkpoint.intervalSteps=2
+    [ "$status" -eq 0 ]
+    local want=0; [ $p = fp16-mixed ] && want=6
+    [[ "$output" == *"\"step_host_waits\":$want}"* ]] || { echo "$p: ${output##*summary}"; false; }
+  done
+}
+
 @test "missing dataset directory exits 3 naming the file" {
   worker train "${FAST[@]}" --set data.uri=file://$TMP/none
   [ "$status" -eq 3 ]

@@ -22,6 +22,10 @@
 #   noloader  gpu_bench (the trainer's step on a batch already in memory,
 #          without the data loader) for the configs where the plan's img/s
 #          misses the training run's: which of the two bounds the step
+#   queued gpu_bench vit_b16 b128 bf16-mixed with its steps queued as the
+#          trainer queues them, then with --sync-steps (a synchronize after
+#          each step: the engine before): what the host waits cost; and a
+#          12-step training run whose summary must say step_host_waits 0
 #   sanflash  compute-sanitizer: memcheck over the flash attention's
 #          tests alone and racecheck over their bf16 half (a filter on
 #          test_gpu_ops); `san` runs these too
@@ -119,6 +123,14 @@ if on noloader; then
         step "noloader_$1_$2_$3" 40 "$W/bin/gpu_bench" --model $1 --batch $2 --precision $3 $4 \
             --steps 20 --warmup 5
     done
+fi
+if on queued; then
+    for f in "" --sync-steps; do
+        step "queued_vit_b16${f:+_sync}" 45 "$W/bin/gpu_bench" --model vit_b16 --batch 128 \
+            --steps 20 --warmup 5 $f
+    done
+    step waits 60 sh -c "$TR --set training.steps=12 --set training.optimizer.warmupSteps=2 \
+        --set training.logInterval=4 | tee /dev/stderr | grep -q '\"step_host_waits\":0}'"
 fi
 if on sanflash || on san; then
     SAN="$CS --error-exitcode 99 --print-limit 20"

@@ -246,6 +246,8 @@ vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen)
     return rc;
 }
 
+void dp_collect(dp *d, optim_result *res) { optim_step_collect(d->opt, res); }
+
 void dp_set_loss_scale(dp *d, float inv_scale, long skipped)
 {
     optim_set_loss_scale(d->opt, inv_scale, skipped);
@@ -300,12 +302,10 @@ vj_err dp_gather(dp *d, const double *v, int n, double *all, char *err, size_t e
     return VJ_OK;
 }
 
-vj_err dp_global_norm(dp *d, const float *g, double *norm, char *err, size_t errlen)
+vj_err dp_global_sq(dp *d, const float *g, double *sq, char *err, size_t errlen)
 {
-    double sq = optim_grad_sq_in(d->opt, g);
-    vj_err rc = dp_sum(d, &sq, 1, err, errlen);
-    *norm = sqrt(sq);
-    return rc;
+    *sq = optim_grad_sq_in(d->opt, g);
+    return dp_sum(d, sq, 1, err, errlen);
 }
 
 int dp_segments(dp *d, ckpt_segment **out)

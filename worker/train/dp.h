@@ -194,6 +194,10 @@ vj_err dp_sync(dp *d, char *err, size_t errlen);
  * whatever brings every rank's parameters up to date; then the EMA of this
  * rank's spans (no communication). VJ_ERR_PEER_LOST. */
 vj_err dp_update(dp *d, long step, optim_result *res, char *err, size_t errlen);
+/* The update is queued without a host wait where it can be (none, bf16 and
+ * fp32: optim_step_queue): res->grad_norm may still be on its way
+ * (res->readback); this waits for it and fills it. */
+void dp_collect(dp *d, optim_result *res);
 /* fp16-mixed: the loss scale of the next dp_update (optim_set_loss_scale:
  * the gradients are unscaled by inv_scale; a step whose reduced gradients
  * hold an inf or a NaN is skipped alike on every rank, res->skipped). */

@@ -89,10 +89,10 @@ static vj_err sync(dp *d, char *err, size_t errlen)
 /* the gradients are already reduce-scattered into the shard (dp_sync) */
 static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errlen)
 {
-    double norm;
-    vj_err rc = dp_global_norm(d, fsdp_grads(d->fsdp), &norm, err, errlen);
+    double sq;
+    vj_err rc = dp_global_sq(d, fsdp_grads(d->fsdp), &sq, err, errlen);
     if (rc) return rc;
-    *res = optim_step_in(d->opt, d->model, d->ops, step, norm, fsdp_params(d->fsdp),
+    *res = optim_step_in(d->opt, d->model, d->ops, step, sq, fsdp_params(d->fsdp),
                          fsdp_grads(d->fsdp));
     fsdp_params_changed(d->fsdp);
     return VJ_OK;

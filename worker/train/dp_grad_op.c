@@ -151,10 +151,10 @@ static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errl
     } else if (comm_reduce_scatter_sum(d->comm, g, d->slice, err, errlen) != 0) {
         return VJ_ERR_PEER_LOST;
     }
-    double norm;
-    vj_err rc = dp_global_norm(d, g, &norm, err, errlen);
+    double sq;
+    vj_err rc = dp_global_sq(d, g, &sq, err, errlen);
     if (rc) return rc;
-    *res = optim_step_in(d->opt, d->model, d->ops, step, norm, p, g);
+    *res = optim_step_in(d->opt, d->model, d->ops, step, sq, p, g);
     if ((rc = gather_params(d, err, errlen)) != VJ_OK) return rc;
     model_params_refreshed(d->model);
     return VJ_OK;

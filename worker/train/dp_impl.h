@@ -87,7 +87,8 @@ vj_err dp_optim_new(dp *d, const optim_span *spans, int n, char *err, size_t err
 float *dp_params(dp *d);
 
 /* The sum of squares of every rank's gradients over its spans (g: the
- * buffer the spans' `at` index), summed over ranks: the global norm. */
-vj_err dp_global_norm(dp *d, const float *g, double *norm, char *err, size_t errlen);
+ * buffer the spans' `at` index), summed over ranks: the global norm's
+ * square (read on the host: a wait). */
+vj_err dp_global_sq(dp *d, const float *g, double *sq, char *err, size_t errlen);
 
 #endif

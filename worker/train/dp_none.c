@@ -51,7 +51,7 @@ static vj_err update(dp *d, long step, optim_result *res, char *err, size_t errl
                 return VJ_ERR_PEER_LOST;
         }
     }
-    *res = optim_step(d->opt, d->model, d->ops, step);
+    *res = optim_step_queue(d->opt, d->model, d->ops, step); /* the norm read later */
     return VJ_OK;
 }
 

@@ -741,7 +741,7 @@ static void drop_path_begin(vit_model *m, int B)
 /* model_forward and model_forward_soft: integer labels or target rows (at
  * most one of them), or neither. */
 static float forward(vit_model *m, const float *images, const int *targets, const float *soft,
-                     int B)
+                     int B, float *losses_to)
 {
     const vit_ops *ops = m->ops;
     const int T = m->T, D = m->D, K = m->K, CPP = m->C * m->P * m->P;
@@ -778,20 +778,35 @@ static float forward(vit_model *m, const float *images, const int *targets, cons
         ops->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, B, K);
     else
         return 0.0f;
+    if (losses_to) { /* queued: the caller reads them once they are there */
+        ops->download_async(losses_to, m->losses, sizeof(float) * (size_t)B);
+        return NAN;
+    }
     ops->download(m->losses_host, m->losses, sizeof(float) * (size_t)B);
+    return model_mean_loss(m->losses_host, B);
+}
+
+float model_mean_loss(const float *losses, int B)
+{
     double sum = 0.0;
-    for (int b = 0; b < B; b++) sum += m->losses_host[b];
+    for (int b = 0; b < B; b++) sum += losses[b];
     return (float)(sum / B);
 }
 
 float model_forward(vit_model *m, const float *images, const int *targets, int B)
 {
-    return forward(m, images, targets, NULL, B);
+    return forward(m, images, targets, NULL, B, NULL);
 }
 
 float model_forward_soft(vit_model *m, const float *images, const float *targets, int B)
 {
-    return forward(m, images, NULL, targets, B);
+    return forward(m, images, NULL, targets, B, NULL);
+}
+
+void model_forward_queue(vit_model *m, const float *images, const int *targets,
+                         const float *soft, int B, float *losses_to)
+{
+    (void)forward(m, images, targets, soft, B, losses_to);
 }
 
 void model_backward(vit_model *m, float dloss)

@@ -206,6 +206,18 @@ float model_forward(vit_model *m, const float *images, const int *targets, int B
  * the B samples (as model_forward), or with targets NULL 0 (logits only).
  * model_backward then takes the gradient (softmax - targets) * dloss. */
 float model_forward_soft(vit_model *m, const float *images, const float *targets, int B);
+/* The training step's forward, queued (ops.h): as model_forward (labels
+ * `targets`) or model_forward_soft (rows `soft`), one of the two, with the
+ * B per-sample losses copied to losses_to (pinned host memory, ops.h
+ * host_alloc) without a wait: they are there once the backend's wait_host
+ * on them returns, and model_mean_loss of them is what model_forward
+ * returns. images may be pinned memory (pin): wait_host on it before
+ * writing it again. */
+void model_forward_queue(vit_model *m, const float *images, const int *targets,
+                         const float *soft, int B, float *losses_to);
+/* The mean of B per-sample losses, as model_forward returns it (summed in
+ * double, in order, the quotient rounded to float). */
+float model_mean_loss(const float *losses, int B);
 
 /* Drop path (stochastic depth, timm's DropPath) for the next forward of B
  * images and its backward: scale (host, depth x 2 x B floats, index

@@ -26,6 +26,9 @@ struct optim {
     int scaled;         /* optim_set_loss_scale called: fp16-mixed's loss scaling */
     float inv_scale;    /* ... its 1/scale for the next step */
     long skipped;       /* ... and the steps skipped before it */
+    double *sq;         /* the step's global sum of squares, backend memory (1) */
+    double *sq_host;    /* its readbacks, pinned (ops.h host_alloc): one per */
+    int slot;           /* parity of the queued steps; the next one's */
 };
 
 double optim_lr_at(const optimizer_config *oc, long step, long total)
@@ -145,10 +148,13 @@ int optim_new_spans(optim **out, const vit_model *m, const optimizer_config *oc,
         o->m = o->ops->alloc((o->n ? o->n : 1) * sizeof(float)); /* a rank may hold none */
         o->v = o->ops->alloc((o->n ? o->n : 1) * sizeof(float));
         o->lr_scale = lr_scales(m, oc->layer_decay);
+        o->sq = o->ops->alloc(sizeof(double));
+        o->sq_host = o->ops->host_alloc(2 * sizeof(double));
     }
     free(rlo);
     free(rhi);
-    if (!o || !o->spans || !o->m || !o->v || !o->lr_scale || make_pieces(o, m) != 0) {
+    if (!o || !o->spans || !o->m || !o->v || !o->lr_scale || !o->sq || !o->sq_host ||
+        make_pieces(o, m) != 0) {
         size_t want = o ? o->n : 0;
         snprintf(err, errlen, "optimizer: AdamW state of %zu parameters needs %zu bytes of %s "
                  "memory and the backend could not allocate them", want,
@@ -167,6 +173,8 @@ void optim_free(optim *o)
         o->ops->release(o->m);
         o->ops->release(o->v);
         o->ops->release(o->pieces);
+        o->ops->release(o->sq);
+        o->ops->host_free(o->sq_host);
     }
     free(o->spans);
     free(o->lr_scale);
@@ -203,10 +211,74 @@ double optim_grad_sq_in(const optim *o, const float *g)
     return sq;
 }
 
+/* AdamW over every piece, clipped by the sum of squares in o->sq. */
+static void update(optim *o, const vit_ops *ops, optim_result *r, long step, float *p,
+                   const float *g)
+{
+    const long taken = step + 1 - (o->scaled ? o->skipped : 0); /* AdamW's count of steps taken */
+    /* one call over every span and tensor (the table made with the state);
+     * the gradients are read unscaled (unscale_) and clipped on the fly, the
+     * coefficient derived on the device from o->sq, left as they are in g */
+    if (o->n_pieces > 0)
+        ops->adamw_multi(p, o->m, o->v, g, o->pieces, o->n_pieces, o->pieces_len, r->lr,
+                         o->scaled ? o->inv_scale : 1.0f, o->sq, o->oc.grad_clip,
+                         (float)o->oc.beta1, (float)o->oc.beta2, (float)o->oc.eps, taken);
+}
+
+/* The norm reported from the sum of squares: the unscaled gradients' (loss
+ * scaling: times 1/scale, exactly, a power of two in double). */
+static double norm_of(const optim *o, double sq)
+{
+    return o->scaled ? sqrt(sq) * (double)o->inv_scale : sqrt(sq);
+}
+
+optim_result optim_step_queue(optim *o, vit_model *m, const vit_ops *ops, long step)
+{
+    optim_result r = {0};
+    r.lr = optim_lr_at(&o->oc, step, o->total_steps);
+    const float *g = model_grads(m);
+    int first = 1;
+    for (int i = 0; i < o->n_spans; i++) {
+        const optim_span *s = &o->spans[i];
+        if (s->hi <= s->lo) continue;
+        ops->sum_squares_into(o->sq, g + s->at, s->hi - s->lo, !first);
+        first = 0;
+    }
+    if (first) ops->sum_squares_into(o->sq, g, 0, 0); /* nothing here: 0 */
+    if (o->scaled) { /* GradScaler's found_inf decides the step: read at once */
+        double sq;
+        ops->download(&sq, o->sq, sizeof sq);
+        r.grad_norm = norm_of(o, sq);
+        if (!isfinite(sq)) {
+            r.skipped = 1;
+            return r;
+        }
+        update(o, ops, &r, step, model_params(m), g);
+        return r;
+    }
+    update(o, ops, &r, step, model_params(m), g);
+    /* the norm for the log, read back without a wait: optim_step_collect */
+    ops->download_async(&o->sq_host[o->slot], o->sq, sizeof(double));
+    r.grad_norm = NAN;
+    r.readback = 1 + o->slot;
+    o->slot ^= 1;
+    return r;
+}
+
+void optim_step_collect(optim *o, optim_result *r)
+{
+    if (r->readback <= 0) return;
+    const double *sq = &o->sq_host[r->readback - 1];
+    o->ops->wait_host(sq);
+    r->grad_norm = norm_of(o, *sq);
+    r->readback = 0;
+}
+
 optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step)
 {
-    float *g = model_grads(m);
-    return optim_step_in(o, m, ops, step, sqrt(optim_grad_sq_in(o, g)), model_params(m), g);
+    optim_result r = optim_step_queue(o, m, ops, step);
+    optim_step_collect(o, &r);
+    return r;
 }
 
 void optim_set_loss_scale(optim *o, float inv_scale, long skipped)
@@ -216,27 +288,18 @@ void optim_set_loss_scale(optim *o, float inv_scale, long skipped)
     o->skipped = skipped;
 }
 
-optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
-                           double grad_norm, float *p, float *g)
+optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step, double norm_sq,
+                           float *p, float *g)
 {
+    (void)m;
     optim_result r = {0};
-    /* loss scaling: the norm of the unscaled gradients is the scaled ones'
-     * times 1/scale, exactly (a power of two, in double) */
-    r.grad_norm = o->scaled ? grad_norm * (double)o->inv_scale : grad_norm;
+    r.grad_norm = norm_of(o, norm_sq);
     r.lr = optim_lr_at(&o->oc, step, o->total_steps);
-    if (o->scaled && !isfinite(grad_norm)) { /* GradScaler: found_inf, the step skipped */
+    if (o->scaled && !isfinite(norm_sq)) { /* GradScaler: found_inf, the step skipped */
         r.skipped = 1;
         return r;
     }
-    const long taken = step + 1 - (o->scaled ? o->skipped : 0); /* AdamW's count of steps taken */
-    double coef = o->oc.grad_clip > 0 ? o->oc.grad_clip / (r.grad_norm + 1e-6) : 1.0;
-    /* one call over every span and tensor (the table made with the state,
-     * from m); the gradients are read unscaled (unscale_) and clipped on
-     * the fly, left as they are in g */
-    (void)m;
-    if (o->n_pieces > 0)
-        ops->adamw_multi(p, o->m, o->v, g, o->pieces, o->n_pieces, o->pieces_len, r.lr,
-                         o->scaled ? o->inv_scale : 1.0f, coef < 1.0 ? (float)coef : 1.0f,
-                         (float)o->oc.beta1, (float)o->oc.beta2, (float)o->oc.eps, taken);
+    ops->upload(o->sq, &norm_sq, sizeof norm_sq); /* staged: no wait */
+    update(o, ops, &r, step, p, g);
     return r;
 }

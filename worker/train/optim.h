@@ -56,8 +56,10 @@ void optim_free(optim *o); /* accepts NULL */
 
 typedef struct {
     double lr;
-    double grad_norm; /* before clipping (of the unscaled gradients) */
+    double grad_norm; /* before clipping (of the unscaled gradients); NAN while
+                       * readback is set */
     int skipped;      /* loss scaling on: the gradients held an inf or a NaN, no update */
+    int readback;     /* > 0: grad_norm is still on its way (optim_step_collect) */
 } optim_result;
 
 /* fp16-mixed (loss_scale.h), before each step: the gradients hold values
@@ -70,21 +72,33 @@ typedef struct {
  * counts the steps it takes). Off (fp32, bf16-mixed) until called: a
  * non-finite gradient is applied, and the loss diverges. */
 void optim_set_loss_scale(optim *o, float inv_scale, long skipped);
-
 /* Step `step` (0-based): clip the model's gradients to gradClip (as
  * torch.nn.utils.clip_grad_norm_: coef = clip/(norm+1e-6), at most 1), then
  * AdamW with the scheduled lr. The clipping (and fp16-mixed's unscale)
  * applies to the gradients the update reads: the buffer keeps the values
- * the backward left. m is the model the state was made for. */
+ * the backward left. m is the model the state was made for.
+ *
+ * optim_step_queue queues it without waiting for the device: the global sum
+ * of squares is summed into backend memory, the clipping coefficient is
+ * derived there by the update (ops.h adamw_multi), and the norm comes back
+ * to pinned memory; the result's grad_norm is then NAN with readback set,
+ * until optim_step_collect(o, &result) waits for that copy and fills it
+ * (one step later is fine: two steps' readbacks may be in flight, the
+ * third's reuses the first's slot). With loss scaling the verdict decides
+ * the step: the norm is read at once (a host wait, as GradScaler's
+ * found_inf) and the result is complete. optim_step is the two together. */
+optim_result optim_step_queue(optim *o, vit_model *m, const vit_ops *ops, long step);
+void optim_step_collect(optim *o, optim_result *r);
 optim_result optim_step(optim *o, vit_model *m, const vit_ops *ops, long step);
 /* The sum of squares of the gradients of this state's spans in g (the
- * buffer the spans' `at` index), and the step with the global gradient
- * norm given (summed over every rank's spans): clips and updates only the
- * spans, in p and g (the model's buffers, or a shard's); the bf16 copy is
- * written where the model has one (model_params_lp). */
+ * buffer the spans' `at` index; waits for it), and the step with the
+ * global sum of squares given (summed over every rank's spans: its norm is
+ * the result's at once): clips and updates only the spans, in p and g (the
+ * model's buffers, or a shard's); the bf16 copy is written where the model
+ * has one (model_params_lp). */
 double optim_grad_sq_in(const optim *o, const float *g);
-optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step,
-                           double grad_norm, float *p, float *g);
+optim_result optim_step_in(optim *o, vit_model *m, const vit_ops *ops, long step, double norm_sq,
+                           float *p, float *g);
 
 /* The group tensor t of m is in, as the step applies it: its lr scale
  * (layer_decay_scale; 1 without layerDecay) and its weight decay

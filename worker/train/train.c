@@ -130,6 +130,11 @@ typedef struct {
     long images_start; /* images_done when this process started training (a resume's) */
     long skipped; /* bad samples skipped by all ranks */
     lscale *lscale; /* fp16-mixed: the loss scaler (loss_scale.h), else NULL */
+    float *loss_host; /* the steps' per-sample losses, read back without a wait:
+                       * pinned (ops.h host_alloc), two steps' worth (by parity),
+                       * accum x micro each */
+    unsigned long waits_at, step_waits; /* ops.h host_waits: before this step, and
+                                         * summed over the steps after the first */
     const char *inject; /* test only: VITJOB_TEST_INJECT_OVERFLOW (loss_scale.h) */
     /* rank 0 in Kubernetes: the writer of the job's status.progress (else
      * NULL), the newest stored checkpoint handed to it, and the rate it is
@@ -176,6 +181,7 @@ static vj_err evaluate(run *r, eval_result *out, int *stopped, char *err, size_t
             break;
         }
         int n = 0;
+        r->ops->wait_host(r->images); /* no upload still reads it (pinned) */
         if ((rc = feed_eval_next(r->feed, r->images, r->labels, &n, err, errlen)) != VJ_OK) break;
         if (n == 0) r->labels[0] = 0; /* this rank's part has run out: one image, ignored */
         model_forward(m, r->images, r->labels, n ? n : 1);
@@ -391,6 +397,11 @@ static vj_err build(run *r, char *err, size_t errlen)
     /* on a GPU, each micro-batch's upload is then one DMA (kernels/ops.h);
      * where it cannot be pinned, uploads stage it */
     (void)r->ops->pin(r->images, image_bytes);
+    r->loss_host = r->ops->host_alloc(sizeof(float) * 2 * (size_t)r->accum * (size_t)r->micro);
+    if (!r->loss_host) {
+        snprintf(err, errlen, "out of memory for the losses' readback");
+        return VJ_ERR_OUT_OF_MEMORY;
+    }
     if ((rc = mix_setup(r, err, errlen)) != VJ_OK)
         return rc;
     if (r->ops->fp16) { /* fp16-mixed: GradScaler's dynamic loss scaling */
@@ -436,8 +447,8 @@ static vj_err flush_metrics(run *r, char *err, size_t errlen)
 /* Forward of micro-batch a of step `step` with the training's
  * regularisation: drop path's masks, keyed by each sample's place in the
  * step's global batch (rank q holds part q), and label smoothing's targets.
- * Returns the micro-batch's mean loss. */
-static float train_forward(run *r, long step, int a)
+ * Queued: its losses are copied to `losses` (pinned) without a wait. */
+static void train_forward(run *r, long step, int a, float *losses)
 {
     const training_config *tc = &r->cfg->training;
     if (r->dp_scale) {
@@ -446,11 +457,35 @@ static float train_forward(run *r, long step, int a)
                       step, first);
         model_set_drop_path(r->model, r->dp_scale, r->micro);
     }
-    if (!r->targets) return model_forward(r->model, r->images, r->labels, r->micro);
+    if (!r->targets) {
+        model_forward_queue(r->model, r->images, r->labels, NULL, r->micro, losses);
+        return;
+    }
     if (!r->mixing) /* mixing filled them, the smoothing folded in (mix_micro_batch) */
         smoothing_targets(r->targets, r->labels, r->micro, r->cfg->model.num_classes,
                           tc->label_smoothing);
-    return model_forward_soft(r->model, r->images, r->targets, r->micro);
+    model_forward_queue(r->model, r->images, NULL, r->targets, r->micro, losses);
+}
+
+/* A step queued by train_step and not yet finished (finish_step). */
+typedef struct {
+    long step;
+    optim_result res;
+    int slot;    /* its losses: r->loss_host's half `slot` */
+    double loss; /* the global batch's mean loss once known (NAN: not yet) */
+} step_out;
+
+/* This rank's summed loss of step slot `slot`: each micro-batch's mean
+ * (model_mean_loss) times its size, added in order, in double, once the
+ * copies are there. */
+static double rank_loss(run *r, int slot)
+{
+    const float *l = r->loss_host + (size_t)slot * (size_t)r->accum * (size_t)r->micro;
+    r->ops->wait_host(l);
+    double sum = 0.0;
+    for (int a = 0; a < r->accum; a++)
+        sum += model_mean_loss(l + (size_t)a * (size_t)r->micro, r->micro) * (double)r->micro;
+    return sum;
 }
 
 /* One optimizer step: the micro-batches of this rank's part of a global
@@ -458,9 +493,9 @@ static float train_forward(run *r, long step, int a)
  * loss. A stop request abandons the step between micro-batches or between
  * blocks (VJ_ERR_STOPPED): the weights are then those of the last
  * completed step. */
-static vj_err train_step(run *r, long step, double *loss, optim_result *res, char *err,
-                         size_t errlen)
+static vj_err train_step(run *r, long step, step_out *out, char *err, size_t errlen)
 {
+    r->waits_at = r->ops->host_waits();
     const training_config *tc = &r->cfg->training;
     const int G = tc->global_batch_size;
     /* each sample's loss enters the mean over the global batch, so the
@@ -473,7 +508,10 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     }
     double t0 = mono_seconds();
     dp_zero_grads(r->dp);
-    *loss = 0.0;
+    out->step = step;
+    out->slot = (int)(step & 1);
+    out->loss = NAN;
+    float *losses = r->loss_host + (size_t)out->slot * (size_t)r->accum * (size_t)r->micro;
     /* epochs end at optimizer-step (global batch) boundaries, so that a step
      * never mixes two epochs whatever the micro-batch size; rank q reads the
      * q-th part of the step's samples, so the samples the job sees do not
@@ -483,10 +521,11 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
     const char *where = NULL;
     const int solo = r->world == 1; /* many ranks finish the step together */
     for (; a < r->accum && !(solo && stop_set(r)); a++) {
+        r->ops->wait_host(r->images); /* the last upload from it is done (pinned) */
         vj_err rd = feed_next(r->feed, r->images, r->labels, err, errlen);
         if (rd == VJ_OK && r->mixing) rd = mix_micro_batch(r, step, a, err, errlen);
         if (rd) return rd;
-        *loss += train_forward(r, step, a) * (double)r->micro;
+        train_forward(r, step, a, losses + (size_t)a * (size_t)r->micro);
         if ((where = model_abandoned(r->model)) != NULL) break;
         /* test only: an overflow of this rank's loss gradient (loss_scale.h) */
         model_backward(r->model, r->lscale && a == 0 && lscale_injected(r->inject, step + 1,
@@ -500,34 +539,58 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
                  a < r->accum ? a + 1 : a, r->accum, where ? ", " : "", where ? where : "", step);
         return VJ_ERR_STOPPED;
     }
-    /* the loss, whether to stop, and the bad samples skipped */
-    double sums[3] = {*loss, stop_set(r) ? 1.0 : 0.0, (double)feed_skipped(r->feed)};
+    /* many ranks: the loss (read now: a wait), whether to stop, and the bad
+     * samples skipped; one rank reads its loss a step later (finish_step) */
+    double sums[3] = {solo ? 0.0 : rank_loss(r, out->slot), stop_set(r) ? 1.0 : 0.0,
+                      (double)feed_skipped(r->feed)};
     vj_err rc = dp_sync(r->dp, err, errlen);
-    if (rc == VJ_OK) rc = dp_sum(r->dp, sums, solo ? 1 : 3, err, errlen);
+    if (rc == VJ_OK && !solo) rc = dp_sum(r->dp, sums, 3, err, errlen);
     r->skipped = (long)sums[2];
-    if (rc == VJ_OK) rc = dp_update(r->dp, step, res, err, errlen);
+    if (rc == VJ_OK) rc = dp_update(r->dp, step, &out->res, err, errlen);
     if (rc) return rc;
     if (r->lscale) { /* every rank saw the same reduced gradients: the same verdict */
         const float used = lscale_scale(r->lscale);
-        if (lscale_update(r->lscale, res->skipped))
+        if (lscale_update(r->lscale, out->res.skipped))
             LOG_WARN("train", "event=step_skipped rank=%d step=%ld reason=non_finite_gradients "
                      "loss_scale=%g next_loss_scale=%g skipped_steps=%ld", r->rank, step + 1,
                      (double)used, (double)lscale_scale(r->lscale), lscale_skipped(r->lscale));
     }
-    *loss = sums[0] / G;
+    if (!solo) out->loss = sums[0] / G;
     if (!solo && sums[1] > 0) r->stop_agreed = 1;
     feed_step_end(r->feed);
     feed_position(r->feed, &r->done_epoch, &r->done_index);
     r->t_train += mono_seconds() - t0;
     if (model_status(r->model, err, errlen))
         return VJ_ERR_DEVICE_FAULT; /* retryable from the last checkpoint */
+    if (step > r->start_step) r->step_waits += r->ops->host_waits() - r->waits_at;
+    return VJ_OK;
+}
+
+/* The rest of a queued step, once its results are back: its loss (one rank:
+ * read now, from the copies the forwards queued) and gradient norm, the
+ * divergence check and the metrics line. Called right after train_step, or
+ * (one rank, a step with no checkpoint, evaluation or end after it) after
+ * the next step has been queued, so that the device never waits for the
+ * host between the two. */
+static vj_err finish_step(run *r, step_out *o, char *err, size_t errlen)
+{
+    const long step = o->step;
+    const double t0 = mono_seconds();
+    const int G = r->cfg->training.global_batch_size;
+    if (isnan(o->loss) && r->world == 1) o->loss = rank_loss(r, o->slot) / G;
+    dp_collect(r->dp, &o->res);
+    r->t_train += mono_seconds() - t0;
+    if (model_status(r->model, err, errlen))
+        return VJ_ERR_DEVICE_FAULT; /* retryable from the last checkpoint */
     r->images_done += G;
-    if (!isfinite(*loss)) {
+    const double loss = o->loss;
+    const optim_result *res = &o->res;
+    if (!isfinite(loss)) {
         snprintf(err, errlen, "loss is %f at step %ld (diverged); lower training.optimizer.lr",
-                 *loss, step + 1);
+                 loss, step + 1);
         return VJ_ERR_DIVERGED;
     }
-    r->last_loss = *loss;
+    r->last_loss = loss;
     if (r->metrics) {
         char gn[32] = "null", ls[96] = ""; /* a skipped step's norm is inf or NaN: null */
         if (isfinite(res->grad_norm)) snprintf(gn, sizeof gn, "%.17g", res->grad_norm);
@@ -536,7 +599,7 @@ static vj_err train_step(run *r, long step, double *loss, optim_result *res, cha
                      (double)lscale_scale(r->lscale), lscale_skipped(r->lscale),
                      res->skipped ? ",\"skipped\":true" : "");
         fprintf(r->metrics, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%s%s}\n",
-                step + 1, *loss, res->lr, gn, ls);
+                step + 1, loss, res->lr, gn, ls);
     }
     return flush_metrics(r, err, errlen);
 }
@@ -612,11 +675,11 @@ static vj_err finish(run *r, char *err, size_t errlen)
     printf("{\"event\":\"summary\",\"steps\":%ld,\"final_loss\":%.9g,\"test_accuracy\":%s,"
            "\"test_loss\":%s,\"ema\":%s%s,\"images_per_sec\":%.3f,\"train_seconds\":%.3f,"
            "\"params\":%zu,\"threads\":%d,\"peak_rss_mib\":%.1f,\"skipped_samples\":%llu,"
-           "\"skipped_steps\":%ld,\"data_wait_seconds\":%.3f}\n",
+           "\"skipped_steps\":%ld,\"data_wait_seconds\":%.3f,\"step_host_waits\":%lu}\n",
            r->total, r->last_loss, acc, tl, ema ? "true" : "false", raws, ips, r->t_train,
            model_num_params(r->model), r->threads, peak_rss_mib(),
            (unsigned long long)feed_skipped(r->feed),
-           r->lscale ? lscale_skipped(r->lscale) : 0L, feed_wait_seconds(r->feed));
+           r->lscale ? lscale_skipped(r->lscale) : 0L, feed_wait_seconds(r->feed), r->step_waits);
     fflush(stdout);
     return VJ_OK;
 }
@@ -683,6 +746,7 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     feed_free(r->feed);
     free(r->resumed_loader);
     if (r->images) r->ops->unpin(r->images);
+    if (r->loss_host) r->ops->host_free(r->loss_host);
     free(r->images);
     free(r->labels);
     free(r->targets);
@@ -867,6 +931,84 @@ static vj_err resume(run *r, char *err, size_t errlen)
     return VJ_OK;
 }
 
+/* The log line's window: the losses summed since the last line, their
+ * count, and when it began. */
+typedef struct {
+    double loss;
+    long steps;
+    double t;
+} log_window;
+
+/* Whether step `step`, queued, may be finished after the next one is
+ * queued: one rank, no loss scaling (its verdict decides the next step),
+ * and nothing after it that needs the step complete (the last step, a
+ * checkpoint, an evaluation, a stop). */
+static int may_defer(const run *r, long step)
+{
+    const training_config *tc = &r->cfg->training;
+    const long done = step + 1;
+    if (r->world != 1 || r->lscale || done >= r->total || stop_set(r)) return 0;
+    if (r->cwriter && done % r->cfg->checkpoint.interval_steps == 0) return 0;
+    if (tc->eval_interval > 0 && done % tc->eval_interval == 0) return 0;
+    return 1;
+}
+
+/* What follows a finished step: the log line, the progress report, a
+ * stop agreed by the ranks, the periodic checkpoint and evaluation.
+ * VJ_OK to go on, else the code the run ends with (err set). */
+static vj_err after_step(run *r, const step_out *o, log_window *lw, char *err, size_t errlen)
+{
+    const training_config *tc = &r->cfg->training;
+    const long step = o->step;
+    vj_err rc;
+    lw->loss += o->loss;
+    lw->steps++;
+    r->steps_done = step + 1;
+    if (r->rank == 0) /* small images upscaled on the CPU: the planned time, once */
+        feed_warn_upscale(r->feed, r->t_train / (double)(step + 1 - r->start_step),
+                          r->total - r->start_step, r->total);
+    int last = step + 1 == r->total;
+    if (((step + 1) % tc->log_interval == 0 || last) && r->rank == 0) {
+        double t = mono_seconds(), rate = lw->steps * tc->global_batch_size / (t - lw->t);
+        double eta = (double)(r->total - step - 1) * tc->global_batch_size / rate;
+        LOG_INFO("train",
+                 "step=%ld/%ld epoch=%.2f loss=%.4f lr=%.3e grad_norm=%.3f img_per_s=%.1f "
+                 "eta_s=%.0f",
+                 step + 1, r->total, train_epochs(r), lw->loss / lw->steps, o->res.lr,
+                 o->res.grad_norm, rate, eta);
+        lw->loss = 0.0;
+        lw->steps = 0;
+        lw->t = mono_seconds();
+    }
+    hand_progress(r);
+    if (r->stop_agreed) { /* many ranks: all stop after this step, checkpointed */
+        rc = save_checkpoint(r, step + 1, 1, err, errlen);
+        if (rc == VJ_OK)
+            snprintf(err, errlen, "stopped by signal; every rank ended after step %ld%s",
+                     step + 1, r->cwriter ? ", checkpointed" : "");
+        return rc ? rc : VJ_ERR_STOPPED;
+    }
+    if (r->cwriter && (step + 1) % r->cfg->checkpoint.interval_steps == 0 && !last &&
+        (rc = save_checkpoint(r, step + 1, 0, err, errlen)) != VJ_OK)
+        return rc;
+    if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last &&
+        feed_has_test(r->feed)) {
+        int stopped;
+        eval_result ev;
+        const int ema = dp_has_ema(r->dp) ? 1 : -1; /* the EMA's, when there is one */
+        if ((rc = evaluate_and_report(r, step + 1, ema, 0, &ev, &stopped, err, errlen)) != VJ_OK)
+            return rc;
+        if (stopped) {
+            snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
+                     step + 1);
+            return VJ_ERR_STOPPED;
+        }
+        if ((rc = flush_metrics(r, err, errlen)) != VJ_OK) return rc;
+        lw->t = mono_seconds(); /* keep eval time out of the rate */
+    }
+    return VJ_OK;
+}
+
 vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
@@ -914,12 +1056,21 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
              model_activation_bytes(r.model) / 1048576.0, model_tokens(r.model), r.total,
              r.steps_per_epoch, tc->global_batch_size, r.micro, r.accum);
 
-    double interval_loss = 0.0, t_interval = mono_seconds();
-    long interval_steps = 0;
+    log_window lw = {0.0, 0, mono_seconds()};
+    step_out pend; /* one rank: the step queued before this one, not finished */
+    int have_pend = 0;
     for (long step = r.start_step; step < r.total; step++) {
-        double loss;
-        optim_result res;
-        if ((rc = train_step(&r, step, &loss, &res, err, errlen)) != VJ_OK) {
+        step_out cur;
+        rc = train_step(&r, step, &cur, err, errlen);
+        if (have_pend) { /* queued behind it: the step before is done, or nearly */
+            have_pend = 0;
+            char why[1024];
+            vj_err rp = finish_step(&r, &pend, rc ? why : err, rc ? sizeof why : errlen);
+            if (rp == VJ_OK)
+                rp = after_step(&r, &pend, &lw, rc ? why : err, rc ? sizeof why : errlen);
+            if (rp != VJ_OK && rc == VJ_OK) return run_free(&r, rp, err, errlen);
+        }
+        if (rc != VJ_OK) {
             if (rc == VJ_ERR_STOPPED) { /* one rank: the state of the last completed step */
                 char why[1024];
                 vj_err c = save_checkpoint(&r, step, 1, why, sizeof why);
@@ -927,54 +1078,14 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             }
             return run_free(&r, rc, err, errlen);
         }
-        interval_loss += loss;
-        interval_steps++;
-        r.steps_done = step + 1;
-        if (r.rank == 0) /* small images upscaled on the CPU: the planned time, once */
-            feed_warn_upscale(r.feed, r.t_train / (double)(step + 1 - r.start_step),
-                              r.total - r.start_step, r.total);
-        int last = step + 1 == r.total;
-        if (((step + 1) % tc->log_interval == 0 || last) && r.rank == 0) {
-            double t = mono_seconds(),
-                   rate = interval_steps * tc->global_batch_size / (t - t_interval);
-            double eta = (double)(r.total - step - 1) * tc->global_batch_size / rate;
-            LOG_INFO("train",
-                     "step=%ld/%ld epoch=%.2f loss=%.4f lr=%.3e grad_norm=%.3f img_per_s=%.1f "
-                     "eta_s=%.0f",
-                     step + 1, r.total, train_epochs(&r),
-                     interval_loss / interval_steps, res.lr, res.grad_norm, rate, eta);
-            interval_loss = 0.0;
-            interval_steps = 0;
-            t_interval = mono_seconds();
+        if (may_defer(&r, step)) {
+            pend = cur;
+            have_pend = 1;
+            continue;
         }
-        hand_progress(&r);
-        if (r.stop_agreed) { /* many ranks: all stop after this step, checkpointed */
-            rc = save_checkpoint(&r, step + 1, 1, err, errlen);
-            if (rc == VJ_OK)
-                snprintf(err, errlen, "stopped by signal; every rank ended after step %ld%s",
-                         step + 1, r.cwriter ? ", checkpointed" : "");
-            return run_free(&r, rc ? rc : VJ_ERR_STOPPED, err, errlen);
-        }
-        if (r.cwriter && (step + 1) % r.cfg->checkpoint.interval_steps == 0 && !last &&
-            (rc = save_checkpoint(&r, step + 1, 0, err, errlen)) != VJ_OK)
+        if ((rc = finish_step(&r, &cur, err, errlen)) != VJ_OK ||
+            (rc = after_step(&r, &cur, &lw, err, errlen)) != VJ_OK)
             return run_free(&r, rc, err, errlen);
-        if (tc->eval_interval > 0 && (step + 1) % tc->eval_interval == 0 && !last &&
-            feed_has_test(r.feed)) {
-            int stopped;
-            eval_result ev;
-            const int ema = dp_has_ema(r.dp) ? 1 : -1; /* the EMA's, when there is one */
-            if ((rc = evaluate_and_report(&r, step + 1, ema, 0, &ev, &stopped, err, errlen)) !=
-                VJ_OK)
-                return run_free(&r, rc, err, errlen);
-            if (stopped) {
-                snprintf(err, errlen, "stopped by signal during the evaluation at step %ld",
-                         step + 1);
-                return run_free(&r, VJ_ERR_STOPPED, err, errlen);
-            }
-            if ((rc = flush_metrics(&r, err, errlen)) != VJ_OK)
-                return run_free(&r, rc, err, errlen);
-            t_interval = mono_seconds(); /* keep eval time out of the rate */
-        }
     }
     if (r.start_step < r.total && (rc = save_checkpoint(&r, r.total, 1, err, errlen)) != VJ_OK)
         return run_free(&r, rc, err, errlen);
