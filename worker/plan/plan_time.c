@@ -70,8 +70,11 @@ static const jobplan_gpu gpus[] = {
  *   of B x T x D x L 16-bit (the H100's 64 for the kernels of then, times
  *   0.777, what the 16-byte GELU and the register LayerNorm forward took
  *   of the old kernels' time on the H200), fp32 100; a third more with
- *   checkpointing;
- * - launches: 4.5 us each, 45 per block and micro-batch (60 with
+ *   checkpointing; without it, the backward's two LayerNorm recomputes
+ *   per block (model.c keeps no LayerNorm output): 6.2 ps per element
+ *   more, fp32 12.4 (the H200's register LayerNorm forward, 1.00 ms for
+ *   vit_b16's 25 at batch 128, at the H100's memory bandwidth);
+ * - launches: 4.5 us each, 47 per block and micro-batch (60 with
  *   checkpointing), 25 more, and 3 for the optimizer (zeroing, the norm,
  *   one multi-tensor AdamW);
  * - the batch's upload from the trainer's pinned buffer, one DMA: 53.6
@@ -89,8 +92,9 @@ static const jobplan_gpu gpus[] = {
 #define H100_ATT_FP32 15e12
 #define H100_ELEM_S 50e-12
 #define H100_ELEM_S_FP32 100e-12
+#define H100_LN_RECOMPUTE_S 6.2e-12
 #define GPU_LAUNCH_S 4.5e-6
-#define GPU_LAUNCHES_BLOCK 45
+#define GPU_LAUNCHES_BLOCK 47
 #define GPU_LAUNCHES_BLOCK_CKPT 60
 #define GPU_LAUNCHES_MICRO 25
 #define GPU_LAUNCHES_OPTIM 3
@@ -126,7 +130,8 @@ static void gpu_step(const model_config *mc, const jobplan_gpu *g, precision_mod
     flops_per_image(mc, ckpt, &mm, &att);
     mm *= B, att *= B;
     const double elem = (fp32 ? H100_ELEM_S_FP32 : H100_ELEM_S) * B * T * D * L *
-                        (ckpt ? 4.0 / 3 : 1) * bw;
+                            (ckpt ? 4.0 / 3 : 1) * bw +
+                        (ckpt ? 0.0 : (fp32 ? 2 : 1) * H100_LN_RECOMPUTE_S * B * T * D * L * bw);
     const double launches = L * (ckpt ? GPU_LAUNCHES_BLOCK_CKPT : GPU_LAUNCHES_BLOCK) +
                             GPU_LAUNCHES_MICRO;
     p->gpu_matmul_s = p->accum * mm / mm_rate;

@@ -15,7 +15,9 @@ enum { /* per-block tensors, in timm's order */
 };
 
 typedef struct { /* activations of one block, (B,T,.) each */
-    floatX *ln1;                      /* LayerNorm 1 out */
+    floatX *ln1;                      /* LayerNorm 1 out (without checkpointing: the
+                                       * one buffer every block's ln1 and ln2 share,
+                                       * recomputed in backward; see carve) */
     float *ln1_mean, *ln1_rstd;       /* its statistics */
     floatX *qkv;                      /* (B,T,3D) */
     float *lse;                       /* attention's row log-sum-exp (B,NH,T) */
@@ -190,16 +192,28 @@ static size_t carve(vit_model *m, void *base)
     TAKE(m->patches, B * N * CPP, X);
     TAKE(m->patch_out, B * N * D, X);
     for (int l = 0; l <= m->L; l++) TAKE(m->res[l], B * T * D, F);
+    /* Without checkpointing the LayerNorms' outputs are not kept: every
+     * block writes its ln1 and ln2 into one buffer, and the backward
+     * recomputes each from the fp32 input it keeps anyway (the same bits:
+     * layernorm_forward is deterministic) just before the matmul that
+     * reads it. That is 2L - 1 fewer (B,T,D) floatX tensors for two more
+     * LayerNorm passes per block: the memory PyTorch needs no flat gradient
+     * buffer for (its gradients are made during the backward, as the
+     * activations are freed), the difference between the two peaks. */
+    floatX *ln_shared = NULL;
+    if (!m->ckpt) TAKE(ln_shared, B * T * D, X);
     for (int l = 0; l < (m->ckpt ? 1 : m->L); l++) {
         block_acts *a = &m->blk[l];
-        TAKE(a->ln1, B * T * D, X);
+        if (m->ckpt) TAKE(a->ln1, B * T * D, X);
+        else a->ln1 = ln_shared;
         TAKE(a->ln1_mean, B * T, F);
         TAKE(a->ln1_rstd, B * T, F);
         TAKE(a->qkv, B * T * 3 * D, X);
         TAKE(a->lse, B * NH * T, F);
         TAKE(a->atty, B * T * D, X);
         TAKE(a->res2, B * T * D, F);
-        TAKE(a->ln2, B * T * D, X);
+        if (m->ckpt) TAKE(a->ln2, B * T * D, X);
+        else a->ln2 = ln_shared;
         TAKE(a->ln2_mean, B * T, F);
         TAKE(a->ln2_rstd, B * T, F);
         TAKE(a->fc1, B * T * H, X);
@@ -217,9 +231,16 @@ static size_t carve(vit_model *m, void *base)
     TAKE(m->dres, B * T * D, F);
     TAKE(m->dres_lp, m->ops->bf16 ? B * T * D : 0, X);
     TAKE(m->dbuf_d, B * T * D, X);
-    TAKE(m->dqkv, B * T * 3 * D, X);
-    TAKE(m->dbuf_h, B * T * H, X);
-    TAKE(m->dpatch_out, B * N * D, X);
+    /* one buffer for three gradients never live together: the MLP's hidden
+     * one (dbuf_h), then the attention's (dqkv), in each block's backward,
+     * then the patch embedding's after the blocks (dpatch_out) */
+    {
+        size_t most = B * T * 3 * D;
+        if (B * T * H > most) most = B * T * H;
+        if (B * N * D > most) most = B * N * D;
+        TAKE(m->dqkv, most, X);
+        m->dbuf_h = m->dpatch_out = m->dqkv;
+    }
     TAKE(m->dlogits, B * K, X);
     TAKE(m->dlnf, B * D, X);
     TAKE(m->dcls, B * D, F);
@@ -690,6 +711,9 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
                          branch_grad(m, l, 1, B), a->gelu, W_(m, fc2), BT_, H, D);
     if (!need(m, fc2 - 1)) return;
     ops->gelu_backward(m->dbuf_h, a->fc1, m->dbuf_h, (size_t)BT_ * H);
+    if (!m->ckpt) /* the shared buffer holds another LayerNorm's output: ln2 again */
+        ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P_(m, n2),
+                               P_(m, n2 + 1), BT_, D);
     ops->matmul_backward(need(m, fc1 - 1) ? m->dbuf_d : NULL, GF_(m, fc1), GF_(m, fc1 + 1),
                          m->dbuf_h, a->ln2, W_(m, fc1), BT_, D, H);
     if (!need(m, fc1 - 1)) return;
@@ -701,6 +725,9 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     if (!need(m, proj - 1)) return;
     ops->attention_backward(m->dqkv, m->att_scratch, m->dbuf_d, a->qkv, a->atty, a->lse, B, T, D,
                             NH);
+    if (!m->ckpt) /* ln1 again, as ln2 above */
+        ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, m->res[l], P_(m, n1),
+                               P_(m, n1 + 1), BT_, D);
     ops->matmul_backward(need(m, qkv - 1) ? m->dbuf_d : NULL, GF_(m, qkv), GF_(m, qkv + 1),
                          m->dqkv, a->ln1, W_(m, qkv), BT_, D, 3 * D);
     if (!need(m, qkv - 1)) return;
