@@ -124,9 +124,12 @@ static int cpu_pin(void *host, size_t bytes)
 }
 static void cpu_unpin(void *host)
 {
-    if (!is_pinned(host, 1)) return;
-    waited(); /* CUDA's waits for the DMAs that may still read it */
-    forget_pinned(host);
+    for (int i = 0; i < MAX_PINNED; i++) {
+        if (!host || pinned[i].p != host) continue; /* as CUDA's: the range pin took */
+        waited(); /* CUDA's waits for the DMAs that may still read it */
+        pinned[i].p = NULL;
+        return;
+    }
 }
 static void *cpu_host_alloc(size_t bytes)
 {

@@ -201,13 +201,26 @@ optim_span optim_span_at(const optim *o, int i, size_t *state_off)
     return o->spans[i];
 }
 
-double optim_grad_sq_in(const optim *o, const float *g)
+/* The sum of squares of the spans' gradients in g, queued into o->sq: the
+ * first span's stored, the others' added in span order (0.0 + s0 + s1 ...,
+ * the bits of a host loop over sum_squares); 0 when the spans hold none. */
+static void queue_sq(const optim *o, const vit_ops *ops, const float *g)
 {
-    double sq = 0.0;
+    int first = 1;
     for (int i = 0; i < o->n_spans; i++) {
         const optim_span *s = &o->spans[i];
-        if (s->hi > s->lo) sq += o->ops->sum_squares(g + s->at, s->hi - s->lo);
+        if (s->hi <= s->lo) continue;
+        ops->sum_squares_into(o->sq, g + s->at, s->hi - s->lo, !first);
+        first = 0;
     }
+    if (first) ops->sum_squares_into(o->sq, g, 0, 0);
+}
+
+double optim_grad_sq_in(const optim *o, const float *g)
+{
+    double sq;
+    queue_sq(o, o->ops, g);
+    o->ops->download(&sq, o->sq, sizeof sq); /* one wait, whatever the spans */
     return sq;
 }
 
@@ -237,23 +250,13 @@ optim_result optim_step_queue(optim *o, vit_model *m, const vit_ops *ops, long s
     optim_result r = {0};
     r.lr = optim_lr_at(&o->oc, step, o->total_steps);
     const float *g = model_grads(m);
-    int first = 1;
-    for (int i = 0; i < o->n_spans; i++) {
-        const optim_span *s = &o->spans[i];
-        if (s->hi <= s->lo) continue;
-        ops->sum_squares_into(o->sq, g + s->at, s->hi - s->lo, !first);
-        first = 0;
-    }
-    if (first) ops->sum_squares_into(o->sq, g, 0, 0); /* nothing here: 0 */
+    queue_sq(o, ops, g);
     if (o->scaled) { /* GradScaler's found_inf decides the step: read at once */
         double sq;
         ops->download(&sq, o->sq, sizeof sq);
         r.grad_norm = norm_of(o, sq);
-        if (!isfinite(sq)) {
-            r.skipped = 1;
-            return r;
-        }
-        update(o, ops, &r, step, model_params(m), g);
+        r.skipped = !isfinite(sq);
+        if (!r.skipped) update(o, ops, &r, step, model_params(m), g);
         return r;
     }
     update(o, ops, &r, step, model_params(m), g);

@@ -577,7 +577,7 @@ static vj_err finish_step(run *r, step_out *o, char *err, size_t errlen)
     const long step = o->step;
     const double t0 = mono_seconds();
     const int G = r->cfg->training.global_batch_size;
-    if (isnan(o->loss) && r->world == 1) o->loss = rank_loss(r, o->slot) / G;
+    if (r->world == 1) o->loss = rank_loss(r, o->slot) / G; /* many: train_step's sum */
     dp_collect(r->dp, &o->res);
     r->t_train += mono_seconds() - t0;
     if (model_status(r->model, err, errlen))
