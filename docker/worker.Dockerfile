@@ -51,6 +51,11 @@ RUN apt-get update -qq \
 # bin/ and lib/ side by side: the worker finds its CUDA plugin at ../lib
 COPY --from=build /out/install/ /opt/vitjob/
 ENV PATH=/opt/vitjob/bin:$PATH
+# OpenMP's idle threads sleep instead of spinning: a pod shares its node's
+# cores (other pods, a CPU quota) and a spinning thread burns the quota its
+# peers need; alone it costs a few percent at most (tests/run.sh's numbers).
+# A pod's env may set another policy.
+ENV OMP_WAIT_POLICY=PASSIVE
 LABEL org.opencontainers.image.title="vitjob-worker" \
       org.opencontainers.image.description="vitjob's training worker: a Vision Transformer trained across pods" \
       org.opencontainers.image.version="${VERSION}" \

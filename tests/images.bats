@@ -124,7 +124,7 @@ teardown_file() {
   echo "readyz: $ready"
 }
 
-@test "the CPU worker image prints its version and backends and trains a few steps as user 65532" {
+@test "the CPU worker image prints its version and backends and trains a few steps as user 65532, its OpenMP threads set to sleep when idle" {
   c=$(bh from --quiet localhost/vitjob-worker:test)
   run bh run --isolation chroot "$c" -- vitjob-worker --version
   echo "$output"
@@ -133,7 +133,7 @@ teardown_file() {
   [[ "$output" == *"commit: $COMMIT"* ]]
   [[ "$output" == *"backends: cpu (OpenBLAS"*"gloo; cuda, nccl: not built"* ]]
   run bh run --isolation chroot -v /usr/share/datasets/fashion-mnist:/data:ro "$c" -- \
-    sh -c 'id -u; vitjob-worker train --set data.uri=file:///data --set training.steps=20 \
+    sh -c 'id -u; echo "OMP_WAIT_POLICY=$OMP_WAIT_POLICY"; vitjob-worker train --set data.uri=file:///data --set training.steps=20 \
       --set training.optimizer.warmupSteps=2 --set training.globalBatchSize=32 \
       --set training.microBatchSize=32 --set training.threads=1 --set training.evalInterval=0 \
       --set training.exportPath=/tmp/w.safetensors --log-level warn && ls -l /tmp/w.safetensors'
@@ -141,6 +141,7 @@ teardown_file() {
   echo "$output"
   [ "$status" -eq 0 ]
   [ "${lines[0]}" = 65532 ]
+  [ "${lines[1]}" = OMP_WAIT_POLICY=PASSIVE ]   # OpenMP's idle threads sleep (the Dockerfile says why)
   [[ "$output" == *'"event":"summary","steps":20'* ]]
   [[ "$output" == *"/tmp/w.safetensors"* ]]
 }

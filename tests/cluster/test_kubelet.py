@@ -3,7 +3,7 @@
 # the test cluster, on a one-node local cluster (localcluster.py): what a pod
 # sees (hostname, its address, the pod DNS names of a headless Service in
 # /etc/hosts, ConfigMap/Secret volumes, the service-account token, env from
-# field and secret refs, its user), the status it reports (exit codes, the
+# field and secret refs, the worker image's ENV, its user), the status it reports (exit codes, the
 # termination message: the file at its path, else the log tail), graceful
 # deletion (SIGTERM, then SIGKILL after the grace period, then the pod is
 # gone), and a killed kubelet taking
@@ -37,6 +37,19 @@ def pod(name, script, **spec):
                   "containers": [{"name": "c", "image": IMAGE, "command": ["/bin/sh", "-c", script]}]}}
     p["spec"].update(spec)
     return p
+
+
+class ImageEnv(unittest.TestCase):
+    def test_the_worker_images_env_here_is_the_env_its_dockerfile_sets(self):
+        from tests.cluster.kubelet.image import WORKER_ENV
+        root = os.path.join(os.path.dirname(__file__), "..", "..")
+        env = {}
+        with open(os.path.join(root, "docker", "worker.Dockerfile")) as f:
+            for ln in f:
+                if ln.startswith("ENV ") and not ln.startswith("ENV PATH="):
+                    k, _, v = ln[4:].strip().partition("=")
+                    env[k] = v
+        self.assertEqual(WORKER_ENV, env)
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
@@ -75,7 +88,7 @@ class Kubelet(unittest.TestCase):
         script = ("set -e; hostname; id -u; cat /etc/vitjob/config.json; echo; "
                   "test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo token-ok; "
                   "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; "
-                  "echo env=$MY_POD/$MY_KEY/$KUBERNETES_SERVICE_HOST; "
+                  "echo env=$MY_POD/$MY_KEY/$KUBERNETES_SERVICE_HOST/$OMP_WAIT_POLICY; "
                   "for i in $(seq 50); do getent hosts w-1.grp.default.svc >/dev/null && break; sleep 0.1; done; "
                   "getent hosts w-1.grp.default.svc; getent hosts w-0.grp.default.svc.cluster.local")
         p = pod("seer", script, hostname="w-0", subdomain="grp", serviceAccountName="runner",
@@ -98,7 +111,7 @@ class Kubelet(unittest.TestCase):
         self.assertEqual(lines[2], '{"a": 1}')
         self.assertIn("token-ok", lines)
         self.assertIn("default", lines)
-        self.assertIn("env=seer/s3cr3t/10.89.0.1", lines)
+        self.assertIn("env=seer/s3cr3t/10.89.0.1/PASSIVE", lines)   # the image's ENV too
         peer_ip = self.get("peer")["status"]["podIP"]
         self.assertTrue(any(ln.startswith(peer_ip + " ") and "w-1.grp.default.svc" in ln for ln in lines), log)
         self.assertTrue(any(ln.startswith(done["status"]["podIP"] + " ") for ln in lines), log)

@@ -1,6 +1,6 @@
 # kubelet/env.py: a container's environment: PATH (the image's bin first),
 # HOSTNAME, HOME, KUBERNETES_SERVICE_HOST/PORT (the API server through the
-# bridge), then its env in order: value (with $(VAR) of earlier ones),
+# bridge), the image's ENV (image.py), then its env in order: value (with $(VAR) of earlier ones),
 # fieldRef (downward.py), secretKeyRef and configMapKeyRef (optional ones
 # skipped when missing).
 # Must not: log a value (secrets end up here); fall back to the kubelet's
@@ -9,7 +9,7 @@
 import base64
 
 from .downward import field_ref
-from .image import IMAGE_DIR
+from .image import IMAGE_DIR, image_env_of
 from .network import BRIDGE_IP
 
 
@@ -22,6 +22,7 @@ def env_for(api, pod, c, node, node_ip):
            "KUBERNETES_SERVICE_PORT": str(api.port),
            "KUBERNETES_SERVICE_PORT_HTTPS": str(api.port),
            "KUBERNETES_PORT": "tcp://%s:%d" % (BRIDGE_IP, api.port)}
+    env.update(image_env_of(c))
     for e in c.get("env") or []:
         if "value" in e:
             v = e["value"]

@@ -5,7 +5,8 @@
 # container `command` is looked up on a PATH that starts with
 # /opt/vitjob/bin. Any other image is refused (LookupError: the container
 # fails with ErrImagePull). A worker container without workingDir starts in
-# the image's WORKDIR, a fresh directory of the pod owned by its user.
+# the image's WORKDIR, a fresh directory of the pod owned by its user, with
+# the image's ENV.
 # Must not: pull or unpack anything.
 
 import os
@@ -15,6 +16,16 @@ IMAGE_DIR = "/opt/vitjob"
 # the worker image's WORKDIR (docker/worker.Dockerfile), its user's home:
 # where a container without workingDir starts, writable by that user
 WORKER_WORKDIR = "/home/vitjob"
+
+
+# the worker image's ENV lines (docker/worker.Dockerfile) besides PATH: a
+# container's own env may override them, as on a real node
+WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def image_env_of(c):
+    """The environment the image of container c (its spec) sets (ENV)."""
+    return dict(WORKER_ENV) if "vitjob-worker" in (c.get("image") or "") else {}
 
 
 def workdir_of(c):
