@@ -118,7 +118,7 @@ OPERATOR_OBJ = $(filter-out $(BUILD)/obj/lib/s3.o $(BUILD)/obj/api/config_schema
 BINS        = $(BUILD)/bin/vitjob-worker $(BUILD)/bin/vit_refcheck $(BUILD)/bin/ft_check $(BUILD)/bin/sgemm_rate \
               $(BUILD)/bin/gpu_bench $(BUILD)/bin/comm_bench $(BUILD)/bin/ckpt_bench $(BUILD)/bin/xf_check \
               $(BUILD)/bin/loader_bench \
-              $(BUILD)/bin/mixup_check \
+              $(BUILD)/bin/mixup_check $(BUILD)/bin/data_order \
               $(BUILD)/bin/ra_check \
               $(if $(wildcard operator/main.c),$(BUILD)/bin/vitjob-operator)
 TEST_BINS   = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -227,6 +227,13 @@ $(BUILD)/bin/vit_refcheck $(BUILD)/bin/ft_check: $(BUILD)/bin/%: $(WORKER_OBJ) $
 $(BUILD)/bin/xf_check: $(BUILD)/obj/tests/ref/xf_check.o $(BUILD)/obj/worker/data/transform.o \
 		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/util.o $(BUILD)/obj/lib/stdfds.o
 	$(call link,-lm)
+
+# the trainer's Fashion-MNIST order for a reference run (tests/ref/bf16_vs_torch.py):
+# data.c's loader alone
+$(BUILD)/bin/data_order: $(BUILD)/obj/tests/ref/data_order.o $(BUILD)/obj/worker/data/data.o \
+		$(BUILD)/obj/worker/data/rng.o $(BUILD)/obj/lib/file.o $(BUILD)/obj/lib/util.o \
+		$(BUILD)/obj/lib/buf.o $(BUILD)/obj/lib/stdfds.o
+	$(call link,-lz -lm)
 
 # RandAugment and random erasing against PIL and torch (tests/randaug.bats):
 # randaug.c, erasing.c and the 8-bit resampling of transform.c alone

@@ -284,6 +284,13 @@ script_suite reference/pytorch "$PY" -m tests.ref.check_against_torch \
 # 1e-5, is checked against the float32 reference above)
 script_suite reference/pytorch-float64 "$PY" -m tests.ref.check_against_torch \
   --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --ema-tol 1e-4 --quiet
+# the trainer's Fashion-MNIST order (build/bin/data_order) and a model.init
+# file, replayed by PyTorch: the first 20 fp32 steps from the same weights on
+# the same batches give the same losses (measured 3.9e-7 apart); the wiring
+# of tests/ref/bf16_vs_torch.py, whose GPU run compares bf16 against autocast
+script_suite reference/same-order "$PY" -m tests.ref.bf16_vs_torch --worker "$BUILD/bin/vitjob-worker" \
+  --order "$BUILD/bin/data_order" --workdir "$WORK/same-order" --preset fmnist_tiny --check-only \
+  --check-steps 20 --check-tol 1e-4 --threads 1
 # the flash-attention kernels' own source (kernels/flash_attention.cuh) run
 # on the CPU, thread by thread, against the CPU twin (tools/flash_emu): their
 # tiles, masks and fragments checked where no GPU is

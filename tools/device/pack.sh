@@ -4,7 +4,7 @@
 #
 # Owns: building, for any x86-64-v3 CPU, the programs that `make gpu-test`,
 # `make bench-gpu` and a GPU training run need (tests/test_gpu_*,
-# vitjob-worker, gpu_bench, the CUDA plugin); packing them with every shared
+# vitjob-worker, gpu_bench, data_order, the CUDA plugin); packing them with every shared
 # library they load except glibc's, libstdc++, libgcc_s and NVIDIA's (the
 # device machine has those) into .dev/prog.tar.xz and .dev/syslib.tar.xz;
 # and a Fashion-MNIST subset (20,000 training images, the t10k test set) in
@@ -22,13 +22,13 @@ EXCLUDE=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$EXCLUDE")"
 grep -qx '/.dev/' "$EXCLUDE" 2>/dev/null || echo '/.dev/' >> "$EXCLUDE"
 
-make -j"$(nproc)" BUILD="$B" ARCH=-march=x86-64-v3 "$B/bin/vitjob-worker" "$B/bin/gpu_bench" \
+make -j"$(nproc)" BUILD="$B" ARCH=-march=x86-64-v3 "$B/bin/vitjob-worker" "$B/bin/gpu_bench" "$B/bin/data_order" \
     "$B/tests/test_gpu_ops" "$B/tests/test_gpu_train" "$B/tests/test_gpu_dp" "$B/lib/libvitjob_cuda.so"
 
 rm -rf "$D" && mkdir -p "$D"
 S=$(mktemp -d); trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/prog/bin" "$S/prog/tests" "$S/prog/lib" "$S/syslib"
-cp "$B/bin/vitjob-worker" "$B/bin/gpu_bench" "$S/prog/bin/"
+cp "$B/bin/vitjob-worker" "$B/bin/gpu_bench" "$B/bin/data_order" "$S/prog/bin/"
 cp "$B/tests/test_gpu_ops" "$B/tests/test_gpu_train" "$B/tests/test_gpu_dp" "$S/prog/tests/"
 cp "$B/lib/libvitjob_cuda.so" "$S/prog/lib/"
 for f in "$S"/prog/bin/* "$S"/prog/tests/*; do ldd "$f"; done | awk '/=>/ {print $3}' | sort -u |

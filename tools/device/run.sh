@@ -26,6 +26,12 @@
 #          trainer queues them, then with --sync-steps (a synchronize after
 #          each step: the engine before): what the host waits cost; and a
 #          12-step training run whose summary must say step_host_waits 0
+#   bf16ref  tests/ref/bf16_vs_torch.py (issue 42, item 6): fmnist_small, 3
+#          epochs of the packed subset (468 steps), from the same initial
+#          weights in the trainer's data order: the worker in bf16-mixed on
+#          the GPU and on the CPU (its emulation), torch autocast bf16 and
+#          fp32 on the GPU, the worker in fp32 on the GPU; seeds 1,2,3 as
+#          the time allows (BF16_SEEDS); $OUT/bf16ref.json
 #   sanflash  compute-sanitizer: memcheck over the flash attention's
 #          tests alone and racecheck over their bf16 half (a filter on
 #          test_gpu_ops); `san` runs these too
@@ -131,6 +137,13 @@ if on queued; then
     done
     step waits 60 sh -c "$TR --set training.steps=12 --set training.optimizer.warmupSteps=2 \
         --set training.logInterval=4 | tee /dev/stderr | grep -q '\"step_host_waits\":0}'"
+fi
+if on bf16ref; then
+    step bf16ref 300 env PYTHONUNBUFFERED=1 python3 -m tests.ref.bf16_vs_torch \
+        --worker "$W/bin/vitjob-worker" --order "$W/bin/data_order" --data "$D/fmnist" \
+        --workdir /tmp/vj-bf16ref --device cuda --preset fmnist_small --steps 468 \
+        --seeds "${BF16_SEEDS:-1,2,3}" --threads 15 --check-steps 20 --check-tol 1e-3 \
+        --runs vitjob-fp32,torch-fp32,vitjob-bf16,torch-bf16,vitjob-bf16-cpu --json "$OUT/bf16ref.json"
 fi
 if on sanflash || on san; then
     SAN="$CS --error-exitcode 99 --print-limit 20"
