@@ -4,6 +4,8 @@
 #define VITJOB_TESTS_RANK_FIXTURE_H
 
 #include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/types.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,14 +15,26 @@
 /* A loopback port nobody listens on now, drawn below Linux's ephemeral
  * range (32768-60999): a port the kernel picked (bind to 0) is free again
  * once closed and the kernel may hand it to any other socket (gloo's
- * connections, another test's) before rank 0 binds it. */
+ * connections, another test's) before rank 0 binds it. Drawn from
+ * VITJOB_TEST_PORTS ("LO-HI", within 1024-32767; default 20000-31999), so
+ * that suites run side by side (tests/run.sh's lanes) draw from ranges of
+ * their own. */
 static int free_port(void)
 {
     static unsigned seed;
-    if (!seed) seed = (unsigned)getpid() * 2654435761u;
+    static int lo = 20000, n = 12000;
+    if (!seed) {
+        seed = (unsigned)getpid() * 2654435761u;
+        const char *r = getenv("VITJOB_TEST_PORTS");
+        int a, b;
+        if (r && sscanf(r, "%d-%d", &a, &b) == 2 && 1024 <= a && a <= b && b <= 32767) {
+            lo = a;
+            n = b - a + 1;
+        }
+    }
     for (int tries = 0; tries < 200; tries++) {
         seed = seed * 1103515245u + 12345u;
-        int port = 20000 + (int)((seed >> 8) % 12000);
+        int port = lo + (int)((seed >> 8) % (unsigned)n);
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         cr_assert(fd >= 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port),
@@ -29,7 +43,7 @@ static int free_port(void)
         close(fd);
         if (ok) return port;
     }
-    cr_assert_fail("no free loopback port in 20000-31999");
+    cr_assert_fail("no free loopback port in %d-%d", lo, lo + n - 1);
     return -1;
 }
 

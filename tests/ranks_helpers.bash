@@ -38,12 +38,14 @@ teardown() {
 }
 
 # a loopback port free now, drawn below the ephemeral range (32768-60999), so
-# that no connection's kernel-picked port takes it before rank 0 binds it
+# that no connection's kernel-picked port takes it before rank 0 binds it;
+# from VITJOB_TEST_PORTS (LO-HI, default 20000-31999) as tests/rank_fixture.h
 free_port() {
   python3 -c '
-import random, socket
+import os, random, socket
+lo, hi = (int(x) for x in os.environ.get("VITJOB_TEST_PORTS", "20000-31999").split("-"))
 for _ in range(200):
-    p = random.randrange(20000, 32000)
+    p = random.randrange(lo, hi + 1)
     s = socket.socket()
     try:
         s.bind(("127.0.0.1", p)); print(p); break

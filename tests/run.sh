@@ -214,9 +214,26 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # hang on that: each waits for events with limits far above what it takes,
 # and asserts the order of events, not their times. They bind loopback
 # ports the kernel picks (32768 and up), the other suites ports drawn
-# below (free_port: 20000-32000). TEST_LANES=1 runs them in line, after the
-# others.
+# below (free_port: 20000-25999; the waiting lane's C suites 26000-31999).
+# TEST_LANES=1 runs them in line, after the others.
+# The C suites that mostly sleep (timeouts, heartbeats, deadlines: 1-2 s of
+# CPU in 5-32 s), run in the waiting lane, in both builds. They draw their
+# loopback ports (tests/rank_fixture.h) from a range of their own, the main
+# lane's suites from the rest (VITJOB_TEST_PORTS, exported below), so that
+# the two lanes never race for a port.
+WAITING_UNITS=" test_heartbeat test_rdzv test_jobplan test_report "
+waiting_unit() { [[ "$WAITING_UNITS" == *" $(basename "$1") "* ]]; }
 waiting_lane() {
+  # (one lane: the loops below run them in their places); its own subshell
+  [ "$LANES" -ge 2 ] && export VITJOB_TEST_PORTS=26000-31999
+  [ "$LANES" -ge 2 ] && for t in "$BUILD"/tests/test_*; do
+    waiting_unit "$t" && criterion_suite "unit/$(basename "$t")" "$t"
+  done
+  if [ "$LANES" -ge 2 ] && [ -d "$ASAN/tests" ]; then
+    for t in "$ASAN"/tests/test_*; do
+      waiting_unit "$t" && criterion_suite "asan/unit/$(basename "$t")" "$t"
+    done
+  fi
   unittest_suite cluster/test_apiserver tests/cluster/test_apiserver.py
   unittest_suite cluster/test_apply tests/cluster/test_apply.py
   unittest_suite cluster/test_apiserver_parity tests/cluster/test_apiserver_parity.py
@@ -244,6 +261,8 @@ waiting_lane() {
   { echo "$passed $failed $skipped"; printf '%s\n' "${failures[@]}"; } > "$WORK/lane.counts"
 }
 LANES=${TEST_LANES:-2}
+export VITJOB_TEST_PORTS=20000-31999
+[ "$LANES" -ge 2 ] && VITJOB_TEST_PORTS=20000-25999
 lane_pid=
 if [ "$LANES" -ge 2 ]; then
   # its own counts from zero; its lines printed when it is done
@@ -251,7 +270,10 @@ if [ "$LANES" -ge 2 ]; then
   lane_pid=$!
 fi
 
-for t in "$BUILD"/tests/test_*; do criterion_suite "unit/$(basename "$t")" "$t"; done
+for t in "$BUILD"/tests/test_*; do
+  [ "$LANES" -ge 2 ] && waiting_unit "$t" && continue
+  criterion_suite "unit/$(basename "$t")" "$t"
+done
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
 bats_suite cli/schema.bats tests/schema.bats BUILD="$BUILD"
 bats_suite cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD"
@@ -298,7 +320,10 @@ script_suite reference/flash_emu env FLASH_EMU_BUILD="$WORK/flash_emu" tools/fla
 bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
 if [ -d "$ASAN/tests" ]; then
-  for t in "$ASAN"/tests/test_*; do criterion_suite "asan/unit/$(basename "$t")" "$t"; done
+  for t in "$ASAN"/tests/test_*; do
+    [ "$LANES" -ge 2 ] && waiting_unit "$t" && continue
+    criterion_suite "asan/unit/$(basename "$t")" "$t"
+  done
   bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/schema.bats tests/schema.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   bats_suite asan/cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
