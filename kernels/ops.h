@@ -118,6 +118,20 @@ typedef struct vit_ops {
     void (*download_async)(void *host_dst, const void *src, size_t bytes);
     void (*wait_host)(const void *host);
     unsigned long (*host_waits)(void);
+    /* The next batch's upload beside the present step's work:
+     *   - upload_ahead(dst, host_src, bytes) is upload, except that on CUDA
+     *     the copy runs on a copy engine of its own: it starts once the ops
+     *     queued before the last consumed(dst) have finished (at once when
+     *     there was none), so it overlaps the ops queued after that, and the
+     *     ops queued after upload_ahead see the new bytes. From pinned memory
+     *     it returns at once (wait_host before writing host_src again); from
+     *     other memory it is upload;
+     *   - consumed(dst) says that no op queued after it reads dst's present
+     *     bytes (the model calls it after patchify, its input's one reader).
+     * On the CPU they are upload and nothing. CUDA keeps UPLOAD_AHEAD_MAX
+     * destinations; upload_ahead to another one is upload. */
+    void (*upload_ahead)(void *dst, const void *host_src, size_t bytes);
+    void (*consumed)(const void *dst);
     /* Sticky error: 0 while every op has succeeded; else non-zero with the
      * first failure (file, line, the library's own message) in err. After a
      * failure the ops do nothing; the caller stops and exits. */

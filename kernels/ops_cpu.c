@@ -151,6 +151,8 @@ static void cpu_download_async(void *dst, const void *src, size_t bytes)
     if (bytes && dst != src) memcpy(dst, src, bytes);
 }
 static void cpu_wait_host(const void *host) { (void)host; }
+/* ops run when called: the batch is copied in its place, read before now */
+static void cpu_consumed(const void *dst) { (void)dst; }
 static int cpu_status(char *err, size_t errlen)
 {
     (void)err;
@@ -294,6 +296,7 @@ LOWP(hf, round_fp16_cpu)
     .host_alloc = cpu_host_alloc, .host_free = cpu_host_free, \
     .download_async = cpu_download_async,                 \
     .wait_host = cpu_wait_host, .host_waits = cpu_host_waits, \
+    .upload_ahead = cpu_upload, .consumed = cpu_consumed,     \
     .status = cpu_status, .synchronize = cpu_synchronize, \
     .attention_scratch_bytes = ops_cpu_attention_scratch_bytes, \
     .matmul_forward_residual = matmul_forward_residual_cpu, \

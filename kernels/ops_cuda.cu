@@ -85,12 +85,16 @@ static void *cuda_alloc(size_t bytes)
     return p;
 }
 
+static void ahead_forget(const void *dst);
+
 static void cuda_release(void *p)
 {
     if (!p) return;
-    /* ops queued on the stream may still read it */
+    /* ops queued on the stream may still read it (and an upload_ahead into
+     * it: the stream waited for that copy when it was queued) */
     g_cuda.waits++;
     (void)cudaStreamSynchronize(g_cuda.stream);
+    ahead_forget(p);
     untrack(p);
     (void)cudaFree(p);
 }
@@ -405,6 +409,91 @@ static void cuda_download_async(void *dst, const void *src, size_t bytes)
 
 static unsigned long cuda_host_waits(void) { return g_cuda.waits; }
 
+/* ---- the next batch's upload on a copy stream (ops.h: upload_ahead) ----
+ * Each destination has two events: `consumed`, recorded on the compute
+ * stream by consumed() after the last op that reads its present bytes, and
+ * `copied`, recorded on the copy stream after its newest copy. The copy
+ * stream waits for `consumed` before the copy; the compute stream waits for
+ * `copied` at once, so the ops queued after upload_ahead see the bytes and
+ * any later wait for the compute stream (download, release, synchronize)
+ * covers the copy too. */
+enum { UPLOAD_AHEAD_MAX = 4 };
+static struct {
+    const void *dst;
+    cudaEvent_t consumed, copied;
+} g_ahead[UPLOAD_AHEAD_MAX];
+static cudaStream_t g_copy_stream; /* made at the first upload_ahead */
+
+/* dst's entry, made when `make` and there is room; -1 if none. */
+static int ahead_slot(const void *dst, int make)
+{
+    for (int i = 0; i < UPLOAD_AHEAD_MAX; i++)
+        if (g_ahead[i].dst == dst) return i;
+    if (!make) return -1;
+    for (int i = 0; i < UPLOAD_AHEAD_MAX; i++) {
+        if (g_ahead[i].dst) continue;
+        if (cudaEventCreateWithFlags(&g_ahead[i].consumed, cudaEventDisableTiming) !=
+            cudaSuccess) {
+            (void)cudaGetLastError(); /* no entry: upload_ahead is upload */
+            return -1;
+        }
+        if (cudaEventCreateWithFlags(&g_ahead[i].copied, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            (void)cudaEventDestroy(g_ahead[i].consumed);
+            return -1;
+        }
+        g_ahead[i].dst = dst;
+        return i;
+    }
+    return -1;
+}
+
+static void ahead_forget(const void *dst)
+{
+    const int i = ahead_slot(dst, 0);
+    if (i < 0) return;
+    (void)cudaEventDestroy(g_ahead[i].consumed);
+    (void)cudaEventDestroy(g_ahead[i].copied);
+    g_ahead[i].dst = NULL;
+}
+
+static void cuda_upload_ahead(void *dst, const void *src, size_t bytes)
+{
+    CU_GUARD();
+    if (bytes == 0) return;
+    const int pin = pinned_at(src, bytes);
+    int a = pin >= 0 ? ahead_slot(dst, 1) : -1;
+    if (a >= 0 && !g_copy_stream &&
+        cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        (void)cudaGetLastError();
+        g_copy_stream = NULL;
+        a = -1;
+    }
+    if (a < 0) { /* not pinned, or no entry or stream: in line with the ops */
+        cuda_upload(dst, src, bytes);
+        return;
+    }
+    /* after the readers of dst's present bytes, and after any copy queued
+     * before from or to the same pinned range (its event then covers both) */
+    if (CU_TRY(cudaStreamWaitEvent(g_copy_stream, g_ahead[a].consumed, 0)) ||
+        (g_pinned[pin].used && CU_TRY(cudaStreamWaitEvent(g_copy_stream, g_pinned[pin].done, 0))) ||
+        CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_copy_stream)) ||
+        CU_TRY(cudaEventRecord(g_pinned[pin].done, g_copy_stream)))
+        return;
+    g_pinned[pin].used = 1; /* wait_host(src) waits for this copy */
+    if (CU_TRY(cudaEventRecord(g_ahead[a].copied, g_copy_stream))) return;
+    CU_TRY(cudaStreamWaitEvent(g_cuda.stream, g_ahead[a].copied, 0));
+}
+
+static void cuda_consumed(const void *dst)
+{
+    CU_GUARD();
+    /* the entry is made here too: a later upload_ahead waits for these
+     * readers even if the upload before them went in line */
+    const int a = ahead_slot(dst, 1);
+    if (a >= 0) CU_TRY(cudaEventRecord(g_ahead[a].consumed, g_cuda.stream));
+}
+
 static void cuda_synchronize(void)
 {
     CU_GUARD();
@@ -453,7 +542,8 @@ extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
         NAME, 1, BF16, FP16, sizeof(X),                                    \
         cuda_alloc, cuda_release, cuda_upload, cuda_download,              \
         cuda_pin, cuda_unpin, cuda_host_alloc, cuda_host_free,             \
-        cuda_download_async, cuda_wait_host, cuda_host_waits, cuda_status, \
+        cuda_download_async, cuda_wait_host, cuda_host_waits,              \
+        cuda_upload_ahead, cuda_consumed, cuda_status,                     \
         cuda_synchronize, attention_scratch_bytes##ATT##cuda<X>,           \
         patchify_cuda<X>,                                                  \
         matmul_forward_cuda<X>,                                            \

@@ -1068,6 +1068,63 @@ static void check_upload(const vit_ops *g)
 GPU_TESTS(upload_delivers_exact_bytes_in_order_and_frees_the_host_buffer_at_once_pinned_or_not,
           check_upload)
 
+/* upload_ahead: the next batch's copy on the copy engine, ordered by
+ * consumed. Batch A lands, three queued readers sum its squares, consumed
+ * says they were its last; batch B (written into the same pinned buffer once
+ * wait_host allows) goes in ahead, and a reader queued after it sums B: the
+ * first sums are A's, the last B's, bit for bit the plain upload's, and no
+ * host wait on the way (64 MiB: the copy outlasts the reads queued before
+ * consumed, so a copy that did not wait for them would change their sums).
+ * From unpinned memory it is upload. */
+static void check_upload_ahead(const vit_ops *g)
+{
+    const size_t n = (size_t)16 << 20; /* floats */
+    float *h = hbuf(n), *a = hbuf(n), *b = hbuf(n);
+    for (size_t i = 0; i < n; i++) a[i] = (float)(i % 977) * 0.25f - 60.0f;
+    for (size_t i = 0; i < n; i++) b[i] = (float)(i % 613) * -0.5f + 7.0f;
+    float *d = dev_alloc(g, n, F32);
+    double *acc = (double *)dev_alloc(g, 8, F32), *out = (double *)g->host_alloc(4 * sizeof(double));
+    cr_assert(out, "%s: host_alloc", g->name);
+    g->upload(d, a, n * sizeof(float));
+    const double want_a = g->sum_squares(d, n);
+    g->upload(d, b, n * sizeof(float));
+    const double want_b = g->sum_squares(d, n);
+    cr_assert(g->pin(h, n * sizeof(float)) == 0, "%s: pin", g->name);
+    memcpy(h, a, n * sizeof(float));
+    g->synchronize();
+    const unsigned long w = g->host_waits();
+    g->upload_ahead(d, h, n * sizeof(float));
+    for (int k = 0; k < 3; k++) g->sum_squares_into(acc + k, d, n, 0);
+    g->consumed(d);
+    g->wait_host(h); /* A's copy has read h */
+    memcpy(h, b, n * sizeof(float));
+    g->upload_ahead(d, h, n * sizeof(float));
+    g->sum_squares_into(acc + 3, d, n, 0);
+    g->consumed(d);
+    g->download_async(out, acc, 4 * sizeof(double));
+    const unsigned long waited = g->host_waits() - w;
+    g->wait_host(out);
+    status_ok(g, "upload_ahead");
+    cr_expect(waited == 0, "%s: upload_ahead and its readers waited %lu times", g->name, waited);
+    for (int k = 0; k < 3; k++)
+        cr_assert(memcmp(&out[k], &want_a, sizeof want_a) == 0,
+                  "%s: reader %d before consumed saw %.17g, batch A's sum is %.17g (B's %.17g)",
+                  g->name, k, out[k], want_a, want_b);
+    cr_assert(memcmp(&out[3], &want_b, sizeof want_b) == 0,
+              "%s: the reader after upload_ahead saw %.17g, batch B's sum is %.17g", g->name, out[3],
+              want_b);
+    g->unpin(h);
+    g->upload_ahead(d, a, n * sizeof(float)); /* not pinned: upload */
+    const double again = g->sum_squares(d, n);
+    status_ok(g, "upload_ahead from unpinned memory");
+    cr_assert(memcmp(&again, &want_a, sizeof again) == 0, "%s: unpinned upload_ahead: %.17g vs %.17g",
+              g->name, again, want_a);
+    g->host_free(out);
+    release_all();
+}
+GPU_TESTS(upload_ahead_lands_after_the_readers_before_consumed_and_before_those_after_it,
+          check_upload_ahead)
+
 /* ------------------------------------------------------------------------ */
 /* zero, gather_cls, scatter_cls_backward, scale: fp32 data movement or one
  * rounding per element, the same kernels on both tables: exact. */

@@ -551,10 +551,14 @@ Test(kernels, cpu_tables_count_the_host_waits_a_gpu_would_make)
     unsigned long w = o->host_waits();
     o->upload(dev, host, sizeof host);
     o->upload(dev, pinned, 64 * sizeof(float));
+    pinned[3] = 7.0f;
+    o->upload_ahead(dev, pinned, 64 * sizeof(float)); /* in place at once, on the CPU */
+    cr_assert_eq(dev[3], 7.0f, "upload_ahead copies");
+    o->consumed(dev);
     o->download_async(pinned, dev, 64 * sizeof(float));
     o->wait_host(pinned);
     o->sum_squares_into(acc, dev, 64, 0);
-    cr_assert_eq(o->host_waits(), w, "uploads, a readback to pinned memory, a queued norm");
+    cr_assert_eq(o->host_waits(), w, "uploads, upload_ahead, a readback to pinned memory, a queued norm");
     o->download_async(host, dev, sizeof host); /* not pinned: a download */
     cr_assert_eq(o->host_waits(), w + 1);
     o->download(host, dev, sizeof host);

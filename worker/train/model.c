@@ -776,11 +776,13 @@ static float forward(vit_model *m, const float *images, const int *targets, cons
     m->soft = soft != NULL;
     drop_path_begin(m, B);
 
-    ops->upload(m->images, images, sizeof(float) * (size_t)B * m->C * m->S * m->S);
+    /* on its own copy engine, beside the step before (ops.h: upload_ahead) */
+    ops->upload_ahead(m->images, images, sizeof(float) * (size_t)B * m->C * m->S * m->S);
     if (targets) ops->upload(m->targets, targets, sizeof(int) * (size_t)B);
     if (soft) ops->upload(m->soft_targets, soft, sizeof(float) * (size_t)B * K);
     use_unit(m, 0, 0);
     ops->patchify(m->patches, m->images, B, m->C, m->S, m->P);
+    ops->consumed(m->images); /* its one reader: the next batch may land */
     ops->matmul_forward(m->patch_out, m->patches, W_(m, m->t_patch_w), W_(m, m->t_patch_b),
                         B * m->N, CPP, D);
     ops->embed_forward(m->res[0], m->patch_out, P_(m, m->t_cls), P_(m, m->t_pos), B, T, D);
