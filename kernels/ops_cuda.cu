@@ -321,10 +321,10 @@ static void cuda_host_free(void *host)
     }
 }
 
-/* After a copy queued from or to pinned entry i. */
-static void pinned_used(int i)
+/* After a copy queued from or to pinned entry i on stream st. */
+static void pinned_used(int i, cudaStream_t st)
 {
-    if (!CU_TRY(cudaEventRecord(g_pinned[i].done, g_cuda.stream))) g_pinned[i].used = 1;
+    if (!CU_TRY(cudaEventRecord(g_pinned[i].done, st))) g_pinned[i].used = 1;
 }
 
 static void cuda_wait_host(const void *host)
@@ -357,7 +357,7 @@ static void cuda_upload(void *dst, const void *src, size_t bytes)
     const int pin = pinned_at(src, bytes);
     if (pin >= 0) { /* one DMA, queued; wait_host before the caller writes it again */
         if (!CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream)))
-            pinned_used(pin);
+            pinned_used(pin, g_cuda.stream);
         return;
     }
     if (!stage_ready()) { /* no pinned memory at all: synchronous pageable copies */
@@ -404,7 +404,7 @@ static void cuda_download_async(void *dst, const void *src, size_t bytes)
     }
     if (bytes > 0 &&
         !CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream)))
-        pinned_used(pin);
+        pinned_used(pin, g_cuda.stream);
 }
 
 static unsigned long cuda_host_waits(void) { return g_cuda.waits; }
@@ -477,10 +477,9 @@ static void cuda_upload_ahead(void *dst, const void *src, size_t bytes)
      * before from or to the same pinned range (its event then covers both) */
     if (CU_TRY(cudaStreamWaitEvent(g_copy_stream, g_ahead[a].consumed, 0)) ||
         (g_pinned[pin].used && CU_TRY(cudaStreamWaitEvent(g_copy_stream, g_pinned[pin].done, 0))) ||
-        CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_copy_stream)) ||
-        CU_TRY(cudaEventRecord(g_pinned[pin].done, g_copy_stream)))
+        CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_copy_stream)))
         return;
-    g_pinned[pin].used = 1; /* wait_host(src) waits for this copy */
+    pinned_used(pin, g_copy_stream); /* wait_host(src) waits for this copy */
     if (CU_TRY(cudaEventRecord(g_ahead[a].copied, g_copy_stream))) return;
     CU_TRY(cudaStreamWaitEvent(g_cuda.stream, g_ahead[a].copied, 0));
 }

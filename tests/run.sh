@@ -221,15 +221,16 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # loopback ports (tests/rank_fixture.h) from a range of their own, the main
 # lane's suites from the rest (VITJOB_TEST_PORTS, exported below), so that
 # the two lanes never race for a port.
+# waiting_unit TEST: TEST is one of them and runs in the waiting lane (with
+# one lane, none does: the main loops run them in their places)
 WAITING_UNITS=" test_heartbeat test_rdzv test_jobplan test_report "
-waiting_unit() { [[ "$WAITING_UNITS" == *" $(basename "$1") "* ]]; }
+waiting_unit() { [ "$LANES" -ge 2 ] && [[ "$WAITING_UNITS" == *" $(basename "$1") "* ]]; }
 waiting_lane() {
-  # (one lane: the loops below run them in their places); its own subshell
-  [ "$LANES" -ge 2 ] && export VITJOB_TEST_PORTS=26000-31999
-  [ "$LANES" -ge 2 ] && for t in "$BUILD"/tests/test_*; do
+  [ "$LANES" -ge 2 ] && export VITJOB_TEST_PORTS=26000-31999   # its own subshell
+  for t in "$BUILD"/tests/test_*; do
     waiting_unit "$t" && criterion_suite "unit/$(basename "$t")" "$t"
   done
-  if [ "$LANES" -ge 2 ] && [ -d "$ASAN/tests" ]; then
+  if [ -d "$ASAN/tests" ]; then
     for t in "$ASAN"/tests/test_*; do
       waiting_unit "$t" && criterion_suite "asan/unit/$(basename "$t")" "$t"
     done
@@ -271,7 +272,7 @@ if [ "$LANES" -ge 2 ]; then
 fi
 
 for t in "$BUILD"/tests/test_*; do
-  [ "$LANES" -ge 2 ] && waiting_unit "$t" && continue
+  waiting_unit "$t" && continue
   criterion_suite "unit/$(basename "$t")" "$t"
 done
 bats_suite cli/worker.bats tests/worker.bats BUILD="$BUILD"
@@ -321,7 +322,7 @@ bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
 bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
 if [ -d "$ASAN/tests" ]; then
   for t in "$ASAN"/tests/test_*; do
-    [ "$LANES" -ge 2 ] && waiting_unit "$t" && continue
+    waiting_unit "$t" && continue
     criterion_suite "asan/unit/$(basename "$t")" "$t"
   done
   bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"

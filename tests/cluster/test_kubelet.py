@@ -3,8 +3,9 @@
 # the test cluster, on a one-node local cluster (localcluster.py): what a pod
 # sees (hostname, its address, the pod DNS names of a headless Service in
 # /etc/hosts, ConfigMap/Secret volumes, the service-account token, env from
-# field and secret refs, the worker image's ENV, its user), the status it reports (exit codes, the
-# termination message: the file at its path, else the log tail), graceful
+# field and secret refs, the worker image's ENV, its user), the status it
+# reports (exit codes, the termination message: the file at its path, else
+# the log tail), graceful
 # deletion (SIGTERM, then SIGKILL after the grace period, then the pod is
 # gone), and a killed kubelet taking
 # its pods with it; `kubectl logs` through the API server and the kubelet

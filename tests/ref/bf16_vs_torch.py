@@ -42,6 +42,7 @@ Usage: bf16_vs_torch.py --worker build/bin/vitjob-worker --order build/bin/data_
 """
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -200,9 +201,8 @@ def main():
                                     "bf16-mixed" if "bf16" in r else "fp32", seed, init, steps,
                                     warmup, a.batch, os.path.join(work, r))
             else:
-                fresh = torch_vit.build_vit(**shape)
-                fresh.load_state_dict(model.state_dict())
-                got[r] = run_torch(a, r.endswith("bf16"), fresh, order, steps, warmup, train, test)
+                got[r] = run_torch(a, r.endswith("bf16"), copy.deepcopy(model), order, steps, warmup,
+                                   train, test)
             tail = got[r][0][-max(1, steps // 10):]
             row = {"seed": seed, "run": r, "test_accuracy": got[r][1],
                    "tail_loss": sum(tail) / len(tail), "seconds": round(time.time() - t0, 1)}

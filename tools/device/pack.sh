@@ -4,8 +4,8 @@
 #
 # Owns: building, for any x86-64-v3 CPU, the programs that `make gpu-test`,
 # `make bench-gpu` and a GPU training run need (tests/test_gpu_*,
-# vitjob-worker, gpu_bench, data_order, the CUDA plugin); packing them with every shared
-# library they load except glibc's, libstdc++, libgcc_s and NVIDIA's (the
+# vitjob-worker, gpu_bench, data_order, the CUDA plugin); packing them with
+# every shared library they load except glibc's, libstdc++, libgcc_s and NVIDIA's (the
 # device machine has those) into .dev/prog.tar.xz and .dev/syslib.tar.xz;
 # and a Fashion-MNIST subset (20,000 training images, the t10k test set) in
 # .dev/fmnist (and 2,000 + 256 images in .dev/fmnist-s for the sanitizers'

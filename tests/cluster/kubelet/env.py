@@ -1,8 +1,8 @@
 # kubelet/env.py: a container's environment: PATH (the image's bin first),
 # HOSTNAME, HOME, KUBERNETES_SERVICE_HOST/PORT (the API server through the
-# bridge), the image's ENV (image.py), then its env in order: value (with $(VAR) of earlier ones),
-# fieldRef (downward.py), secretKeyRef and configMapKeyRef (optional ones
-# skipped when missing).
+# bridge), the image's ENV (image.py), then its env in order: value (with
+# $(VAR) of earlier ones), fieldRef (downward.py), secretKeyRef and
+# configMapKeyRef (optional ones skipped when missing).
 # Must not: log a value (secrets end up here); fall back to the kubelet's
 # own environment.
 
