@@ -30,9 +30,11 @@
  * With --attention, instead: the attention op alone (forward then
  * backward, on random 16-bit inputs) at --model's D and NH (vit_b16: 768,
  * 12, hd 64) and --batch, at T = the model's tokens (197) and T = 577 (a
- * 384-pixel image), through the flash kernels and through the unfused
- * cuBLAS path (ops_cuda's OPS_UNFUSED_ATTENTION table), one key=value line
- * each: ms per forward and per backward, and TFLOP/s over both with one
+ * 384-pixel image), through the flash kernels (path=flash: their tiles
+ * copied with cp.async, as the trainer runs them; path=flash-sync: copied
+ * through registers, the OPS_FLASH_SYNC_LOADS table, the schedule before
+ * the pipeline; 16-bit precisions only) and through the unfused cuBLAS
+ * path (ops_cuda's OPS_UNFUSED_ATTENTION table), one key=value line each: ms per forward and per backward, and TFLOP/s over both with one
  * FLOP count for the two paths, FlashAttention's: forward 4*B*T*T*D (QK^T,
  * PV), backward 2.5 times that (dV, dP, dQ, dK and QK^T again; the flash
  * backward's own recomputation for its deterministic dQ is not counted).
@@ -431,7 +433,9 @@ static int attention_bench(const bench_args *a, const model_config *mc)
     const vit_ops *flash = ops_cuda(storage, err, sizeof err);
     const vit_ops *unfused = flash ? ops_cuda(storage | OPS_UNFUSED_ATTENTION, err, sizeof err)
                                    : NULL;
-    if (!flash || !unfused) {
+    const vit_ops *sync = unfused ? ops_cuda(storage | OPS_FLASH_SYNC_LOADS, err, sizeof err)
+                                  : NULL;
+    if (!flash || !unfused || !sync) {
         fprintf(stderr, "gpu_bench: %s\n", err);
         return VITJOB_EXIT_CONFIG;
     }
@@ -440,6 +444,9 @@ static int attention_bench(const bench_args *a, const model_config *mc)
     for (int i = 0; i < 2; i++) {
         if (att_bench_one(flash, "flash", a->batch, Ts[i], mc->dim, mc->heads, a->steps,
                           a->warmup, err, sizeof err) ||
+            (storage != OPS_FP32 &&
+             att_bench_one(sync, "flash-sync", a->batch, Ts[i], mc->dim, mc->heads, a->steps,
+                           a->warmup, err, sizeof err)) ||
             att_bench_one(unfused, "unfused", a->batch, Ts[i], mc->dim, mc->heads, a->steps,
                           a->warmup, err, sizeof err)) {
             fprintf(stderr, "gpu_bench: %s\n", err);

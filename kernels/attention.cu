@@ -380,66 +380,93 @@ template <typename X> size_t attention_scratch_bytes_cuda(int B, int T, int D, i
 }
 
 /* The flash calls are compiled for 16-bit X only (flash_attention.cu has
- * no float kernels; att_flash is false for float anyway). */
-template <typename X>
-void attention_forward_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv, int B,
-                            int T, int D, int NH)
+ * no float kernels; att_flash is false for float anyway). ASYNC: the flash
+ * kernels' tile copies (cp.async, or through registers). */
+template <typename X, bool ASYNC>
+static void att_forward(floatX *out, float *lse, void *scratch, const floatX *qkv, int B, int T,
+                        int D, int NH)
 {
     if constexpr (sizeof(X) == 2) {
         if (att_flash<X>(D, NH)) {
-            flash_attention_forward_cuda<X>((X *)out, lse, (const X *)qkv, B, T, D, NH);
+            flash_attention_forward_cuda<X, ASYNC>((X *)out, lse, (const X *)qkv, B, T, D, NH);
             return;
         }
     }
     attention_forward_unfused_cuda<X>(out, lse, scratch, qkv, B, T, D, NH);
 }
 
-template <typename X>
-void attention_backward_cuda(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
-                             const floatX *out, const float *lse, int B, int T, int D, int NH)
+template <typename X, bool ASYNC>
+static void att_backward(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
+                         const floatX *out, const float *lse, int B, int T, int D, int NH)
 {
     if constexpr (sizeof(X) == 2) {
         if (att_flash<X>(D, NH)) {
             CU_GUARD();
             if (!att_check("attention_backward", scratch, B, T, D, NH)) return;
-            flash_attention_backward_cuda<X>((X *)dqkv, (float *)scratch, (const X *)dout,
-                                             (const X *)qkv, (const X *)out, lse, B, T, D, NH);
+            flash_attention_backward_cuda<X, ASYNC>((X *)dqkv, (float *)scratch,
+                                                    (const X *)dout, (const X *)qkv,
+                                                    (const X *)out, lse, B, T, D, NH);
             return;
         }
     }
     attention_backward_unfused_cuda<X>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
 }
 
-template size_t attention_scratch_bytes_cuda<float>(int, int, int, int);
-template size_t attention_scratch_bytes_cuda<bf16>(int, int, int, int);
-template size_t attention_scratch_bytes_cuda<f16>(int, int, int, int);
-template void attention_forward_cuda<float>(floatX *, float *, void *, const floatX *, int, int,
-                                            int, int);
-template void attention_forward_cuda<bf16>(floatX *, float *, void *, const floatX *, int, int,
-                                           int, int);
-template void attention_forward_cuda<f16>(floatX *, float *, void *, const floatX *, int, int,
-                                          int, int);
-template void attention_backward_cuda<float>(floatX *, void *, const floatX *, const floatX *,
-                                             const floatX *, const float *, int, int, int, int);
-template void attention_backward_cuda<bf16>(floatX *, void *, const floatX *, const floatX *,
-                                            const floatX *, const float *, int, int, int, int);
-template void attention_backward_cuda<f16>(floatX *, void *, const floatX *, const floatX *,
-                                           const floatX *, const float *, int, int, int, int);
-template size_t attention_scratch_bytes_unfused_cuda<float>(int, int, int, int);
-template size_t attention_scratch_bytes_unfused_cuda<bf16>(int, int, int, int);
-template size_t attention_scratch_bytes_unfused_cuda<f16>(int, int, int, int);
-template void attention_forward_unfused_cuda<float>(floatX *, float *, void *, const floatX *,
-                                                    int, int, int, int);
-template void attention_forward_unfused_cuda<bf16>(floatX *, float *, void *, const floatX *, int,
-                                                   int, int, int);
-template void attention_forward_unfused_cuda<f16>(floatX *, float *, void *, const floatX *, int,
-                                                  int, int, int);
-template void attention_backward_unfused_cuda<float>(floatX *, void *, const floatX *,
-                                                     const floatX *, const floatX *,
-                                                     const float *, int, int, int, int);
-template void attention_backward_unfused_cuda<bf16>(floatX *, void *, const floatX *,
-                                                    const floatX *, const floatX *,
-                                                    const float *, int, int, int, int);
-template void attention_backward_unfused_cuda<f16>(floatX *, void *, const floatX *,
-                                                   const floatX *, const floatX *, const float *,
-                                                   int, int, int, int);
+template <typename X>
+void attention_forward_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv, int B,
+                            int T, int D, int NH)
+{
+    att_forward<X, true>(out, lse, scratch, qkv, B, T, D, NH);
+}
+
+template <typename X>
+void attention_backward_cuda(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
+                             const floatX *out, const float *lse, int B, int T, int D, int NH)
+{
+    att_backward<X, true>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
+}
+
+/* OPS_FLASH_SYNC_LOADS: the flash kernels with their tiles copied through
+ * registers (the same bits; the benchmark's and the tests' other side). */
+template <typename X> size_t attention_scratch_bytes_flash_sync_cuda(int B, int T, int D, int NH)
+{
+    return attention_scratch_bytes_cuda<X>(B, T, D, NH);
+}
+
+template <typename X>
+void attention_forward_flash_sync_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv,
+                                       int B, int T, int D, int NH)
+{
+    att_forward<X, false>(out, lse, scratch, qkv, B, T, D, NH);
+}
+
+template <typename X>
+void attention_backward_flash_sync_cuda(floatX *dqkv, void *scratch, const floatX *dout,
+                                        const floatX *qkv, const floatX *out, const float *lse,
+                                        int B, int T, int D, int NH)
+{
+    att_backward<X, false>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
+}
+
+#define ATT_INSTANTIATE(NAME)                                                                   \
+    template size_t attention_scratch_bytes##NAME##cuda<float>(int, int, int, int);             \
+    template size_t attention_scratch_bytes##NAME##cuda<bf16>(int, int, int, int);              \
+    template size_t attention_scratch_bytes##NAME##cuda<f16>(int, int, int, int);               \
+    template void attention_forward##NAME##cuda<float>(floatX *, float *, void *,               \
+                                                       const floatX *, int, int, int, int);     \
+    template void attention_forward##NAME##cuda<bf16>(floatX *, float *, void *, const floatX *, \
+                                                      int, int, int, int);                      \
+    template void attention_forward##NAME##cuda<f16>(floatX *, float *, void *, const floatX *,  \
+                                                     int, int, int, int);                       \
+    template void attention_backward##NAME##cuda<float>(floatX *, void *, const floatX *,        \
+                                                        const floatX *, const floatX *,          \
+                                                        const float *, int, int, int, int);      \
+    template void attention_backward##NAME##cuda<bf16>(floatX *, void *, const floatX *,         \
+                                                       const floatX *, const floatX *,           \
+                                                       const float *, int, int, int, int);       \
+    template void attention_backward##NAME##cuda<f16>(floatX *, void *, const floatX *,          \
+                                                      const floatX *, const floatX *,            \
+                                                      const float *, int, int, int, int);
+ATT_INSTANTIATE(_)
+ATT_INSTANTIATE(_flash_sync_)
+ATT_INSTANTIATE(_unfused_)

@@ -164,6 +164,16 @@ void attention_forward_cuda(floatX *out, float *lse, void *scratch, const floatX
 template <typename X>
 void attention_backward_cuda(floatX *dqkv, void *scratch, const floatX *dout, const floatX *qkv,
                              const floatX *out, const float *lse, int B, int T, int D, int NH);
+/* OPS_FLASH_SYNC_LOADS's: the flash kernels with their tiles copied through
+ * registers (else the same as the two above) */
+template <typename X> size_t attention_scratch_bytes_flash_sync_cuda(int B, int T, int D, int NH);
+template <typename X>
+void attention_forward_flash_sync_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv,
+                                       int B, int T, int D, int NH);
+template <typename X>
+void attention_backward_flash_sync_cuda(floatX *dqkv, void *scratch, const floatX *dout,
+                                        const floatX *qkv, const floatX *out, const float *lse,
+                                        int B, int T, int D, int NH);
 template <typename X> size_t attention_scratch_bytes_unfused_cuda(int B, int T, int D, int NH);
 template <typename X>
 void attention_forward_unfused_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv,
@@ -174,10 +184,12 @@ void attention_backward_unfused_cuda(floatX *dqkv, void *scratch, const floatX *
                                      int T, int D, int NH);
 /* flash_attention.cu (X = bf16 or f16; attention.cu checks the shape):
  * the forward writes out and lse; the backward overwrites dqkv, with dvec
- * (B*NH*T floats) its own scratch for D_i. */
-template <typename X>
+ * (B*NH*T floats) its own scratch for D_i. ASYNC: the tiles copied with
+ * cp.async (what the tables run); false: through registers (the same bits;
+ * OPS_FLASH_SYNC_LOADS). */
+template <typename X, bool ASYNC>
 void flash_attention_forward_cuda(X *out, float *lse, const X *qkv, int B, int T, int D, int NH);
-template <typename X>
+template <typename X, bool ASYNC>
 void flash_attention_backward_cuda(X *dqkv, float *dvec, const X *dout, const X *qkv,
                                    const X *out, const float *lse, int B, int T, int D, int NH);
 /* gelu.cu */

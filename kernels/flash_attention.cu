@@ -7,6 +7,8 @@
  * shared memory each kernel needs (above the 48 KiB default from HDP 80 on:
  * asked for once per kernel), and the grids: one block per (head, 64-row
  * tile), the head in x (B*NH may pass 65535), the tile in y.
+ * ASYNC picks the tile copies (flash_attention.cuh's pipeline: cp.async,
+ * or through registers for ops_cuda's OPS_FLASH_SYNC_LOADS table).
  * Must not: decide between the flash and the unfused path (attention.cu
  * does), allocate (the backward's D_i live in the caller's scratch), or
  * use float atomics.
@@ -27,19 +29,20 @@ static int fa_refuse(const char *op, const char *why, int B, int T, int D, int N
     return 1;
 }
 
-/* Dynamic shared memory of each kernel (bytes). */
+/* Dynamic shared memory of each kernel (bytes); a streamed tile has two
+ * buffers (the pipeline, flash_attention.cuh). */
 template <typename X, int HDP> static size_t fa_forward_smem(void)
 {
-    return 3 * (size_t)fa_tile<HDP>::ELEMS * sizeof(X); /* Q, K, V */
+    return 5 * (size_t)fa_tile<HDP>::ELEMS * sizeof(X); /* Q, K x 2, V x 2 */
 }
 template <typename X, int HDP> static size_t fa_dkdv_smem(void)
 {
-    /* K, V, Q, dO, then the query rows' lse and D */
-    return 4 * (size_t)fa_tile<HDP>::ELEMS * sizeof(X) + 2 * FA_ROWS * sizeof(float);
+    /* K, V, Q x 2, dO x 2, then the query rows' lse x 2 and D x 2 */
+    return 6 * (size_t)fa_tile<HDP>::ELEMS * sizeof(X) + 4 * FA_ROWS * sizeof(float);
 }
 template <typename X, int HDP> static size_t fa_dq_smem(void)
 {
-    return 4 * (size_t)fa_tile<HDP>::ELEMS * sizeof(X); /* Q, dO, K, V */
+    return 6 * (size_t)fa_tile<HDP>::ELEMS * sizeof(X); /* Q, dO, K x 2, V x 2 */
 }
 
 /* Lets kernel use smem bytes of dynamic shared memory (once per kernel:
@@ -54,20 +57,20 @@ template <typename K> static int fa_smem_attr(K kernel, size_t smem, bool *done)
     return 0;
 }
 
-template <typename X, int HDP>
+template <typename X, int HDP, bool ASYNC>
 static void fa_forward(X *out, float *lse, const X *qkv, int B, int T, int D, int NH)
 {
     static bool attr;
     const int hd = D / NH;
     const size_t smem = fa_forward_smem<X, HDP>();
-    if (fa_smem_attr(flash_forward_kernel<X, HDP>, smem, &attr)) return;
+    if (fa_smem_attr(flash_forward_kernel<X, HDP, ASYNC>, smem, &attr)) return;
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_ROWS - 1) / FA_ROWS));
-    flash_forward_kernel<X, HDP><<<grid, FA_THREADS, smem, g_cuda.stream>>>(
+    flash_forward_kernel<X, HDP, ASYNC><<<grid, FA_THREADS, smem, g_cuda.stream>>>(
         out, lse, qkv, T, NH, hd, FA_LOG2E / sqrtf((float)hd));
     CU_LAUNCHED();
 }
 
-template <typename X, int HDP>
+template <typename X, int HDP, bool ASYNC>
 static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const X *out,
                         const float *lse, int B, int T, int D, int NH)
 {
@@ -84,14 +87,14 @@ static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const
     if (CU_LAUNCHED()) return;
     /* dK, dV per K/V tile */
     const size_t s1 = fa_dkdv_smem<X, HDP>();
-    if (fa_smem_attr(flash_backward_dkdv_kernel<X, HDP>, s1, &attr_dkdv)) return;
-    flash_backward_dkdv_kernel<X, HDP><<<grid, FA_THREADS, s1, st>>>(
+    if (fa_smem_attr(flash_backward_dkdv_kernel<X, HDP, ASYNC>, s1, &attr_dkdv)) return;
+    flash_backward_dkdv_kernel<X, HDP, ASYNC><<<grid, FA_THREADS, s1, st>>>(
         dqkv, qkv, dout, lse, dvec, T, NH, hd, scale, scale_log2);
     if (CU_LAUNCHED()) return;
     /* dQ per query tile */
     const size_t s2 = fa_dq_smem<X, HDP>();
-    if (fa_smem_attr(flash_backward_dq_kernel<X, HDP>, s2, &attr_dq)) return;
-    flash_backward_dq_kernel<X, HDP><<<grid, FA_THREADS, s2, st>>>(dqkv, qkv, dout, lse, dvec, T,
+    if (fa_smem_attr(flash_backward_dq_kernel<X, HDP, ASYNC>, s2, &attr_dq)) return;
+    flash_backward_dq_kernel<X, HDP, ASYNC><<<grid, FA_THREADS, s2, st>>>(dqkv, qkv, dout, lse, dvec, T,
                                                                    NH, hd, scale, scale_log2);
     CU_LAUNCHED();
 }
@@ -123,19 +126,19 @@ static int fa_check(const char *op, const void *const *ptrs, int nptrs, int B, i
     return 1;
 }
 
-template <typename X>
+template <typename X, bool ASYNC>
 void flash_attention_forward_cuda(X *out, float *lse, const X *qkv, int B, int T, int D, int NH)
 {
     CU_GUARD();
     if (B <= 0 || T <= 0) return;
     const void *p[] = {out, qkv};
     if (!fa_check<X>("flash_attention_forward", p, 2, B, T, D, NH)) return;
-#define FA_FWD(HDP) fa_forward<X, HDP>(out, lse, qkv, B, T, D, NH)
+#define FA_FWD(HDP) fa_forward<X, HDP, ASYNC>(out, lse, qkv, B, T, D, NH)
     FA_HDP_SWITCH(D / NH, FA_FWD)
 #undef FA_FWD
 }
 
-template <typename X>
+template <typename X, bool ASYNC>
 void flash_attention_backward_cuda(X *dqkv, float *dvec, const X *dout, const X *qkv,
                                    const X *out, const float *lse, int B, int T, int D, int NH)
 {
@@ -143,16 +146,18 @@ void flash_attention_backward_cuda(X *dqkv, float *dvec, const X *dout, const X 
     if (B <= 0 || T <= 0) return;
     const void *p[] = {dqkv, dout, qkv};
     if (!fa_check<X>("flash_attention_backward", p, 3, B, T, D, NH)) return;
-#define FA_BWD(HDP) fa_backward<X, HDP>(dqkv, dvec, dout, qkv, out, lse, B, T, D, NH)
+#define FA_BWD(HDP) fa_backward<X, HDP, ASYNC>(dqkv, dvec, dout, qkv, out, lse, B, T, D, NH)
     FA_HDP_SWITCH(D / NH, FA_BWD)
 #undef FA_BWD
 }
 
-template void flash_attention_forward_cuda<bf16>(bf16 *, float *, const bf16 *, int, int, int,
-                                                 int);
-template void flash_attention_forward_cuda<f16>(f16 *, float *, const f16 *, int, int, int, int);
-template void flash_attention_backward_cuda<bf16>(bf16 *, float *, const bf16 *, const bf16 *,
-                                                  const bf16 *, const float *, int, int, int,
-                                                  int);
-template void flash_attention_backward_cuda<f16>(f16 *, float *, const f16 *, const f16 *,
-                                                 const f16 *, const float *, int, int, int, int);
+#define FA_INSTANTIATE(X, ASYNC)                                                          \
+    template void flash_attention_forward_cuda<X, ASYNC>(X *, float *, const X *, int, int, int, \
+                                                         int);                                   \
+    template void flash_attention_backward_cuda<X, ASYNC>(X *, float *, const X *, const X *,    \
+                                                          const X *, const float *, int, int,    \
+                                                          int, int);
+FA_INSTANTIATE(bf16, true)
+FA_INSTANTIATE(bf16, false)
+FA_INSTANTIATE(f16, true)
+FA_INSTANTIATE(f16, false)

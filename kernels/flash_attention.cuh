@@ -34,6 +34,18 @@
  * t4 = lane%4 (the PTX fragment layout of m16n8k16's C). The same registers
  * are the A operand of the next product (P V, dS K, ...), packed to X two
  * columns at a time: A's k-step kk takes column blocks 2kk and 2kk+1.
+ *
+ * Pipeline (every kernel's loop over the tiles it streams: K/V, or Q/dO
+ * with their rows' lse and D): two shared-memory buffers per streamed
+ * tile. Iteration i waits for tile i's copies, meets the others at one
+ * barrier (tile i is then in shared memory for every warp, and every warp
+ * is done with tile i-1), starts tile i+1's copies into the buffers tile
+ * i-1 used, and computes on tile i while they fly. ASYNC (what the tables
+ * run) copies with cp.async, global to shared memory without a register
+ * in between; !ASYNC (ops_cuda's OPS_FLASH_SYNC_LOADS table, for the
+ * benchmark and the tests) copies through registers before the compute,
+ * as the kernels did before the pipeline. Both do the same arithmetic on
+ * the same values: the same bits.
  */
 #ifndef VITJOB_FLASH_ATTENTION_CUH
 #define VITJOB_FLASH_ATTENTION_CUH
@@ -45,6 +57,18 @@
 #define FA_THREADS (32 * FA_WARPS)
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
+
+/* Blocks per SM each kernel is compiled to fit in registers at HDP 64 (the
+ * head dim of ViT-Ti to ViT-L), the second argument of __launch_bounds__
+ * (at most 65536 / (128 x n) registers a thread): the occupancy each had
+ * before the pipeline (ptxas: the forward 121 registers, 4 blocks; dK/dV
+ * 156, 3; dQ 128, 4), which the pipeline's addressing would otherwise
+ * cost (dK/dV 191: 2 blocks; dQ 156: 3). Now 127, 159 and 128, no spills.
+ * Other head dims: 0, ptxas's choice. */
+template <int HDP> struct fa_fit {
+    static const int FORWARD = HDP == 64 ? 4 : 0, DKDV = HDP == 64 ? 3 : 0,
+                     DQ = HDP == 64 ? 4 : 0;
+};
 
 /* Shared-memory row stride (elements) of a 64 x HDP tile: 8 elements (16
  * bytes) more than HDP, so that the 8 rows a fragment load touches start in
@@ -134,6 +158,41 @@ template <bool TRANS> __device__ __forceinline__ void fa_ldsm_x4(uint32_t r[4], 
 }
 __device__ __forceinline__ void fa_ldsm(uint32_t r[4], const void *row) { fa_ldsm_x4<false>(r, row); }
 __device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], const void *row) { fa_ldsm_x4<true>(r, row); }
+
+/* 16 bytes from global memory (src, 16-byte aligned) to shared memory
+ * (dst, 16-byte aligned), queued: cp.async.cg (through L2 only, no
+ * register). They are there once this thread's fa_cp_wait_all returns,
+ * and for the other threads of the block after a barrier that follows it. */
+__device__ __forceinline__ void fa_cp16(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src) : "memory");
+#else
+    (void)dst, (void)src;
+    __trap();
+#endif
+}
+/* The same for 4 bytes (cp.async.ca: the 16-byte .cg takes no less). */
+__device__ __forceinline__ void fa_cp4(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(src) : "memory");
+#else
+    (void)dst, (void)src;
+    __trap();
+#endif
+}
+/* Waits for every fa_cp16 and fa_cp4 this thread has queued. */
+__device__ __forceinline__ void fa_cp_wait_all(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
 #endif /* FA_EMU */
 
 /* ------------------------------------------------------------------------ */
@@ -146,19 +205,60 @@ __device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], const void *row) { fa_l
  * elements and the buffers 16-byte aligned: flash_attention.cu checks).
  * All FA_THREADS threads of the block take part, thread i copying chunks
  * i, i + FA_THREADS, ... in row-major order (HDP/8 chunks a row), so that
- * neighbouring threads read neighbouring 16 bytes of a row. No barrier:
+ * neighbouring threads read neighbouring 16 bytes of a row. ASYNC: the
+ * real chunks with fa_cp16 (the caller waits with fa_cp_wait_all), the
+ * zeros stored at once; else every chunk through a register. No barrier:
  * the caller syncs before the tile is read. */
-template <typename X, int HDP>
+template <typename X, int HDP, bool ASYNC>
 __device__ __forceinline__ void fa_load_tile(X *dst, const X *src, size_t ld, int r0, int T,
                                              int hd)
 {
     const int LD = fa_tile<HDP>::LD, CH = HDP / 8; /* 8-element chunks per row */
     for (int i = threadIdx.x; i < FA_ROWS * CH; i += FA_THREADS) {
         const int r = i / CH, c = (i % CH) * 8;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (r0 + r < T && c < hd) v = *(const uint4 *)(src + (size_t)(r0 + r) * ld + c);
-        *(uint4 *)(dst + r * LD + c) = v;
+        X *d = dst + r * LD + c;
+        if (r0 + r < T && c < hd) {
+            const X *from = src + (size_t)(r0 + r) * ld + c;
+            if constexpr (ASYNC)
+                fa_cp16(d, from);
+            else
+                *(uint4 *)d = *(const uint4 *)from;
+        } else {
+            *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u);
+        }
     }
+}
+
+/* The lse (natural log, as the forward wrote it) and D of query rows
+ * q0..q0+63 into shared memory (64 floats each), rows past T as lse
+ * +inf, D 0 (so P = 0 there); threads 0..63 one row each, ASYNC as
+ * fa_load_tile. */
+template <bool ASYNC>
+__device__ __forceinline__ void fa_load_rows(float *slse, float *sd, const float *lseh,
+                                             const float *dh, int q0, int T)
+{
+    const int r = threadIdx.x;
+    if (r >= FA_ROWS) return;
+    if (q0 + r < T) {
+        if constexpr (ASYNC) {
+            fa_cp4(slse + r, lseh + q0 + r);
+            fa_cp4(sd + r, dh + q0 + r);
+        } else {
+            slse[r] = lseh[q0 + r];
+            sd[r] = dh[q0 + r];
+        }
+    } else {
+        slse[r] = INFINITY;
+        sd[r] = 0.0f;
+    }
+}
+
+/* The barrier at the top of a pipelined loop (the comment at the top):
+ * this thread's copies are in, then every thread's are. */
+template <bool ASYNC> __device__ __forceinline__ void fa_tile_barrier(void)
+{
+    if constexpr (ASYNC) fa_cp_wait_all();
+    __syncthreads();
 }
 
 /* A fragment (16 x 16) of the row-major matrix m (row stride ld): rows
@@ -303,44 +403,49 @@ __device__ __forceinline__ void fa_store_rows(X *dst, size_t ld, const float (*a
 /* Forward.                                                                 */
 
 /* Block (bh, qt): head bh = b*NH + h, query rows qt*64... Q tile loaded
- * once; for each K/V tile: S = Q K^T (fp32), scaled to log2 units, keys
- * past T at -inf; the running row max m and sum l (each lane sums its own
- * columns; the 4 lanes of a row agree on m, so their partial sums add up at
- * the end); O = O * exp2(m_old - m_new) + P V with P rounded to X. At the
- * end O / l into out, and lse = (m + log2 l) ln 2 (natural log, as ops.h).
- * Every K/V tile has a key < T (tiles cover 0..T-1), so m is finite after
- * the first tile and exp2(-inf - m) = 0 never meets -inf - -inf. */
-template <typename X, int HDP>
-__global__ void __launch_bounds__(FA_THREADS)
+ * once; for each K/V tile (pipelined, two buffers each): S = Q K^T (fp32),
+ * scaled to log2 units, keys past T at -inf; the running row max m and sum
+ * l (each lane sums its own columns; the 4 lanes of a row agree on m, so
+ * their partial sums add up at the end); O = O * exp2(m_old - m_new) + P V
+ * with P rounded to X. At the end O / l into out, and lse = (m + log2 l)
+ * ln 2 (natural log, as ops.h). Every K/V tile has a key < T (tiles cover
+ * 0..T-1), so m is finite after the first tile and exp2(-inf - m) = 0
+ * never meets -inf - -inf. */
+template <typename X, int HDP, bool ASYNC>
+__global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::FORWARD)
     flash_forward_kernel(X *out, float *lse, const X *qkv, int T, int NH, int hd,
                          float scale_log2)
 {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    const int NS = FA_ROWS / 8, ND = HDP / 8;
-    X *sq = (X *)fa_smem, *sk = sq + fa_tile<HDP>::ELEMS, *sv = sk + fa_tile<HDP>::ELEMS;
+    const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS;
+    /* Q, then K's two buffers, then V's: buffer i of K at sk + i * E */
+    X *sq = (X *)fa_smem, *sk = sq + E, *sv = sq + 3 * E;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, q0 = blockIdx.y * FA_ROWS;
     const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
     const size_t ld = 3 * (size_t)D;
     const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
 
-    fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sq, qh, ld, q0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sk, kh, ld, 0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sv, vh, ld, 0, T, hd);
     float o[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     fa_zero<ND>(o);
 
     /* a warp whose 16 rows are all past T (the last tile at T = 197: three
      * of four) loads and syncs with the others but computes nothing */
     const bool busy = q0 + r0 < T;
-    for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
-        __syncthreads(); /* every warp is done with the previous K, V */
-        fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
-        fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
-        __syncthreads();
+    for (int k0 = 0, i = 0; k0 < T; k0 += FA_ROWS, i ^= 1) {
+        fa_tile_barrier<ASYNC>();
+        if (k0 + FA_ROWS < T) { /* the next K, V into the buffers the last one used */
+            fa_load_tile<X, HDP, ASYNC>(sk + (i ^ 1) * E, kh, ld, k0 + FA_ROWS, T, hd);
+            fa_load_tile<X, HDP, ASYNC>(sv + (i ^ 1) * E, vh, ld, k0 + FA_ROWS, T, hd);
+        }
         if (!busy) continue;
         const int kv = T - k0; /* real keys in this tile (all 64 but in the last) */
 
         /* S (16 x 64) = Q_w K^T */
         float s[NS][4];
-        fa_rows_dot_rows<X, HDP>(s, sq, r0, sk, kv);
+        fa_rows_dot_rows<X, HDP>(s, sq, r0, sk + i * E, kv);
 
         /* to log2 units, mask keys past T, the new row max (over the quad) */
         float mx[2] = {m[0], m[1]};
@@ -376,7 +481,7 @@ __global__ void __launch_bounds__(FA_THREADS)
             for (int c = 0; c < 4; c++) o[d][c] *= corr[c >> 1];
 
         /* O += P V */
-        fa_acc_times_tile<X, HDP>(o, s, sv, kv);
+        fa_acc_times_tile<X, HDP>(o, s, sv + i * E, kv);
     }
 
     /* the row sums over the quad; out = O / l, lse */
@@ -416,24 +521,29 @@ __global__ void flash_backward_dot_kernel(float *dvec, const X *dout, const X *o
 }
 
 /* Block (bh, kt): keys kt*64.., each warp 16 of them. K, V tiles loaded
- * once; for each query tile (Q, dO, and the rows' lse and D in shared
- * memory; rows past T get lse = +inf, so P = 0 there):
+ * once; for each query tile (pipelined: Q, dO, and the rows' lse and D in
+ * two buffers each of shared memory; rows past T get lse = +inf, so P = 0
+ * there):
  *   S^T (16 keys x 64 queries) = K_w Q^T;  P^T = exp2(S^T scale log2e - lse log2e)
  *   dV_w += P^T dO                         (P^T rounded to X)
  *   dP^T = V_w dO^T;  dS^T = P^T (dP^T - D)  (fp32 P)
  *   dK_w += dS^T Q                         (dS^T rounded to X)
  * then dK * scale and dV into dqkv's k and v thirds, keys < T only. The
- * scores of keys past T (zero rows of K) only reach those keys' own rows. */
-template <typename X, int HDP>
-__global__ void __launch_bounds__(FA_THREADS)
+ * scores of keys past T (zero rows of K) only reach those keys' own rows.
+ * lse is in natural-log units in shared memory (the copy is raw), taken
+ * to log2 units where P is made. */
+template <typename X, int HDP, bool ASYNC>
+__global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DKDV)
     flash_backward_dkdv_kernel(X *dqkv, const X *qkv, const X *dout, const float *lse,
                                const float *dvec, int T, int NH, int hd, float scale,
                                float scale_log2)
 {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS;
-    X *sk = (X *)fa_smem, *sv = sk + E, *sq = sv + E, *sdo = sq + E;
-    float *slse = (float *)(sdo + E), *sd = slse + FA_ROWS;
+    /* K, V, then Q's two buffers, dO's, lse's and D's (64 floats each):
+     * buffer i of Q at sq + i * E, of lse at slse + i * FA_ROWS */
+    X *sk = (X *)fa_smem, *sv = sk + E, *sq = sv + E, *sdo = sv + 3 * E;
+    float *slse = (float *)(sv + 5 * E), *sd = slse + 2 * FA_ROWS;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, k0 = blockIdx.y * FA_ROWS;
     const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
     const size_t ld = 3 * (size_t)D;
@@ -441,47 +551,52 @@ __global__ void __launch_bounds__(FA_THREADS)
     const X *doh = dout + (size_t)b * T * D + (size_t)h * hd;
     const float *lseh = lse + (size_t)bh * T, *dh = dvec + (size_t)bh * T;
 
-    fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
-    fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sk, kh, ld, k0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sv, vh, ld, k0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sq, qh, ld, 0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sdo, doh, D, 0, T, hd);
+    fa_load_rows<ASYNC>(slse, sd, lseh, dh, 0, T);
     float dk[ND][4], dv[ND][4];
     fa_zero<ND>(dk);
     fa_zero<ND>(dv);
 
     const bool busy = k0 + r0 < T; /* some of this warp's 16 keys are real */
-    for (int q0 = 0; q0 < T; q0 += FA_ROWS) {
-        __syncthreads(); /* every warp is done with the previous Q, dO */
-        fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
-        fa_load_tile<X, HDP>(sdo, doh, D, q0, T, hd);
-        for (int r = threadIdx.x; r < FA_ROWS; r += FA_THREADS) {
-            const int row = q0 + r;
-            slse[r] = row < T ? lseh[row] * FA_LOG2E : INFINITY;
-            sd[r] = row < T ? dh[row] : 0.0f;
+    for (int q0 = 0, i = 0; q0 < T; q0 += FA_ROWS, i ^= 1) {
+        fa_tile_barrier<ASYNC>();
+        const int qn = q0 + FA_ROWS; /* the next tile's first row */
+        if (qn < T) { /* the next Q, dO, lse, D into the buffers the last one used */
+            fa_load_tile<X, HDP, ASYNC>(sq + (i ^ 1) * E, qh, ld, qn, T, hd);
+            fa_load_tile<X, HDP, ASYNC>(sdo + (i ^ 1) * E, doh, D, qn, T, hd);
+            fa_load_rows<ASYNC>(slse + (i ^ 1) * FA_ROWS, sd + (i ^ 1) * FA_ROWS, lseh, dh, qn,
+                                T);
         }
-        __syncthreads();
-        if (!busy) continue;
-        const int qv = T - q0; /* real queries in this tile */
+        if (busy) {
+            const int qv = T - q0; /* real queries in this tile */
+            const float *tl = slse + i * FA_ROWS, *td = sd + i * FA_ROWS;
 
-        /* P^T (16 keys x 64 queries); queries past T: lse +inf, P 0 */
-        float p[NS][4];
-        fa_rows_dot_rows<X, HDP>(p, sk, r0, sq, qv);
+            /* P^T (16 keys x 64 queries); queries past T: lse +inf, P 0 */
+            float p[NS][4];
+            fa_rows_dot_rows<X, HDP>(p, sk, r0, sq + i * E, qv);
 #pragma unroll
-        for (int n = 0; n < NS; n++)
+            for (int n = 0; n < NS; n++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) p[n][c] = exp2f(p[n][c] * scale_log2 - slse[fa_col(n, c)]);
+                for (int c = 0; c < 4; c++)
+                    p[n][c] = exp2f(p[n][c] * scale_log2 - __fmul_rn(tl[fa_col(n, c)], FA_LOG2E));
 
-        /* dV_w += P^T dO */
-        fa_acc_times_tile<X, HDP>(dv, p, sdo, qv);
+            /* dV_w += P^T dO */
+            fa_acc_times_tile<X, HDP>(dv, p, sdo + i * E, qv);
 
-        /* dS^T = P^T (V_w dO^T - D) */
-        float ds[NS][4];
-        fa_rows_dot_rows<X, HDP>(ds, sv, r0, sdo, qv);
+            /* dS^T = P^T (V_w dO^T - D) */
+            float ds[NS][4];
+            fa_rows_dot_rows<X, HDP>(ds, sv, r0, sdo + i * E, qv);
 #pragma unroll
-        for (int n = 0; n < NS; n++)
+            for (int n = 0; n < NS; n++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - sd[fa_col(n, c)]);
+                for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - td[fa_col(n, c)]);
 
-        /* dK_w += dS^T Q */
-        fa_acc_times_tile<X, HDP>(dk, ds, sq, qv);
+            /* dK_w += dS^T Q */
+            fa_acc_times_tile<X, HDP>(dk, ds, sq + i * E, qv);
+        }
     }
 
     const float one[2] = {1.0f, 1.0f}, sc[2] = {scale, scale};
@@ -492,29 +607,32 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* Block (bh, qt): query rows qt*64.., each warp 16 of them. Q and dO tiles
  * loaded once, this lane's two rows' lse and D in registers; for each K/V
- * tile:
+ * tile (pipelined, two buffers each):
  *   S = Q_w K^T;  P = exp2(S scale log2e - lse log2e), 0 for keys past T
  *   dS = P (dO_w V^T - D)
  *   dQ_w += dS K   (dS rounded to X)
  * then dQ * scale into dqkv's q third, rows < T only. The recomputation of
  * S and dP that the dK/dV kernel also does is the price of no atomics. */
-template <typename X, int HDP>
-__global__ void __launch_bounds__(FA_THREADS)
+template <typename X, int HDP, bool ASYNC>
+__global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DQ)
     flash_backward_dq_kernel(X *dqkv, const X *qkv, const X *dout, const float *lse,
                              const float *dvec, int T, int NH, int hd, float scale,
                              float scale_log2)
 {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS;
-    X *sq = (X *)fa_smem, *sdo = sq + E, *sk = sdo + E, *sv = sk + E;
+    /* Q, dO, then K's two buffers and V's: buffer i of K at sk + i * E */
+    X *sq = (X *)fa_smem, *sdo = sq + E, *sk = sq + 2 * E, *sv = sq + 4 * E;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, q0 = blockIdx.y * FA_ROWS;
     const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
     const size_t ld = 3 * (size_t)D;
     const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
     const X *doh = dout + (size_t)b * T * D + (size_t)h * hd;
 
-    fa_load_tile<X, HDP>(sq, qh, ld, q0, T, hd);
-    fa_load_tile<X, HDP>(sdo, doh, D, q0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sq, qh, ld, q0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sdo, doh, D, q0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sk, kh, ld, 0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sv, vh, ld, 0, T, hd);
     float lse2[2], drow[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -526,17 +644,18 @@ __global__ void __launch_bounds__(FA_THREADS)
     fa_zero<ND>(dq);
 
     const bool busy = q0 + r0 < T; /* some of this warp's 16 rows are real */
-    for (int k0 = 0; k0 < T; k0 += FA_ROWS) {
-        __syncthreads(); /* every warp is done with the previous K, V */
-        fa_load_tile<X, HDP>(sk, kh, ld, k0, T, hd);
-        fa_load_tile<X, HDP>(sv, vh, ld, k0, T, hd);
-        __syncthreads();
+    for (int k0 = 0, i = 0; k0 < T; k0 += FA_ROWS, i ^= 1) {
+        fa_tile_barrier<ASYNC>();
+        if (k0 + FA_ROWS < T) { /* the next K, V into the buffers the last one used */
+            fa_load_tile<X, HDP, ASYNC>(sk + (i ^ 1) * E, kh, ld, k0 + FA_ROWS, T, hd);
+            fa_load_tile<X, HDP, ASYNC>(sv + (i ^ 1) * E, vh, ld, k0 + FA_ROWS, T, hd);
+        }
         if (!busy) continue;
         const int kv = T - k0; /* real keys in this tile */
 
         /* P (16 x 64) */
         float p[NS][4];
-        fa_rows_dot_rows<X, HDP>(p, sq, r0, sk, kv);
+        fa_rows_dot_rows<X, HDP>(p, sq, r0, sk + i * E, kv);
 #pragma unroll
         for (int n = 0; n < NS; n++)
 #pragma unroll
@@ -547,14 +666,14 @@ __global__ void __launch_bounds__(FA_THREADS)
 
         /* dS = P (dO_w V^T - D) */
         float ds[NS][4];
-        fa_rows_dot_rows<X, HDP>(ds, sdo, r0, sv, kv);
+        fa_rows_dot_rows<X, HDP>(ds, sdo, r0, sv + i * E, kv);
 #pragma unroll
         for (int n = 0; n < NS; n++)
 #pragma unroll
             for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - drow[c >> 1]);
 
         /* dQ_w += dS K */
-        fa_acc_times_tile<X, HDP>(dq, ds, sk, kv);
+        fa_acc_times_tile<X, HDP>(dq, ds, sk + i * E, kv);
     }
 
     const float sc[2] = {scale, scale};

@@ -328,9 +328,15 @@ enum { OPS_FP32 = 0, OPS_BF16 = 1, OPS_FP16 = 2 };
  * that path's scratch size; for tests and benchmarks that compare the two
  * (its name ends in "-unfused"). */
 enum { OPS_UNFUSED_ATTENTION = 16 };
+/* OR-ed into ops_cuda's storage instead: the table whose flash kernels copy
+ * their tiles through registers, not with cp.async (the same bits; for the
+ * benchmark that times the two and the test that compares them; its name
+ * ends in "-flash-sync"; fp32, which has no flash path, gets its table). */
+enum { OPS_FLASH_SYNC_LOADS = 32 };
 /* The CUDA backend (kernels/ops_cuda.cu) on the process's current GPU,
  * fp32, bf16-mixed or fp16-mixed (storage: OPS_FP32, OPS_BF16, OPS_FP16,
- * optionally | OPS_UNFUSED_ATTENTION); initialised on first call. NULL,
+ * optionally | OPS_UNFUSED_ATTENTION or | OPS_FLASH_SYNC_LOADS); initialised
+ * on first call. NULL,
  * with one line saying why in err, when this build has no CUDA backend or
  * no usable GPU exists.
  * Borrowed, static lifetime. */

@@ -4,9 +4,11 @@
  * cuBLASLt handles, cuBLASLt's workspace), the sticky error, device memory
  * (alloc/release/upload/download, with a peak count for benchmarks), the
  * backend's scratch, and which CUDA function fills each slot of vit_ops, for
- * fp32 ("cuda"), bf16-mixed ("cuda-bf16") and fp16-mixed ("cuda-fp16"),
- * and the same three with the unfused attention ("...-unfused", asked for
- * with OPS_UNFUSED_ATTENTION: tests and benchmarks).
+ * fp32 ("cuda"), bf16-mixed ("cuda-bf16") and fp16-mixed ("cuda-fp16");
+ * the same three with the unfused attention ("...-unfused", asked for
+ * with OPS_UNFUSED_ATTENTION), and the 16-bit two with the flash kernels'
+ * tiles copied through registers ("...-flash-sync", OPS_FLASH_SYNC_LOADS):
+ * tests and benchmarks.
  * Built with the other .cu files into the plugin lib/libvitjob_cuda.so,
  * loaded by kernels/ops_cuda_loader.c.
  * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
@@ -590,6 +592,12 @@ static const vit_ops cuda_bf16_unfused_ops =
     CUDA_TABLE("cuda-bf16-unfused", bf16, 1, 0, _unfused_);
 static const vit_ops cuda_fp16_unfused_ops =
     CUDA_TABLE("cuda-fp16-unfused", f16, 1, 1, _unfused_);
+/* OPS_FLASH_SYNC_LOADS: the 16-bit tables with the flash kernels' tiles
+ * copied through registers instead of cp.async (fp32 has no flash path) */
+static const vit_ops cuda_bf16_flash_sync_ops =
+    CUDA_TABLE("cuda-bf16-flash-sync", bf16, 1, 0, _flash_sync_);
+static const vit_ops cuda_fp16_flash_sync_ops =
+    CUDA_TABLE("cuda-fp16-flash-sync", f16, 1, 1, _flash_sync_);
 
 /* Launched never: whether this build has code for the GPU (cuda_init). */
 static __global__ void probe_kernel(void) {}
@@ -664,7 +672,8 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
         return NULL;
     }
     const int unfused = (storage & OPS_UNFUSED_ATTENTION) != 0;
-    storage &= ~OPS_UNFUSED_ATTENTION;
+    const int sync_loads = (storage & OPS_FLASH_SYNC_LOADS) != 0;
+    storage &= ~(OPS_UNFUSED_ATTENTION | OPS_FLASH_SYNC_LOADS);
     if (storage == OPS_BF16 && g_cuda.cc_major < 8) {
         snprintf(err, errlen,
                  "no usable CUDA GPU for bf16-mixed: device %d has compute capability %d.%d, "
@@ -676,6 +685,10 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
         return storage == OPS_FP16   ? &cuda_fp16_unfused_ops
                : storage == OPS_BF16 ? &cuda_bf16_unfused_ops
                                      : &cuda_fp32_unfused_ops;
+    if (sync_loads)
+        return storage == OPS_FP16   ? &cuda_fp16_flash_sync_ops
+               : storage == OPS_BF16 ? &cuda_bf16_flash_sync_ops
+                                     : &cuda_fp32_ops;
     return storage == OPS_FP16 ? &cuda_fp16_ops
            : storage == OPS_BF16 ? &cuda_bf16_ops : &cuda_fp32_ops;
 }

@@ -679,7 +679,9 @@ GPU_TESTS(attention_backward_from_out_and_lse_matches_cpu_dqkv, check_attention_
  * flash forward also rounds P to 16 bits before P.V, and its backward
  * rounds dS before dQ and dK, as ops.h's contract says); against the
  * unfused CUDA path (the OPS_UNFUSED_ATTENTION table) on the same inputs,
- * tol_x; and forward plus backward run twice: the same bits (no atomics).
+ * tol_x; forward plus backward run twice: the same bits (no atomics); and
+ * the same bits again with the tiles copied through registers instead of
+ * cp.async (the OPS_FLASH_SYNC_LOADS table: the pipeline changes no value).
  * The scratch is the table's own attention_scratch_bytes, which must be
  * the planner's (att_scratch_bytes) and a single row vector (B,NH,T). */
 
@@ -691,6 +693,16 @@ static const vit_ops *unfused_of(const vit_ops *g)
                                 why, sizeof why);
     cr_assert(u != NULL, "%s: no unfused-attention table: %s", g->name, why);
     return u;
+}
+
+/* g's storage with the flash kernels' tiles copied through registers. */
+static const vit_ops *sync_loads_of(const vit_ops *g)
+{
+    char why[512];
+    const vit_ops *s = ops_cuda((g->fp16 ? OPS_FP16 : OPS_BF16) | OPS_FLASH_SYNC_LOADS, why,
+                                sizeof why);
+    cr_assert(s != NULL, "%s: no flash-sync table: %s", g->name, why);
+    return s;
 }
 
 /* The q, k or v third (part 0, 1, 2) of a (B*T, 3D) matrix, as (B*T, D). */
@@ -820,6 +832,22 @@ static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
     expect_same_soft(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
     snprintf(sub, sizeof sub, "%s: dqkv, again", what);
     expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
+
+    /* the tiles copied through registers (OPS_FLASH_SYNC_LOADS) instead of
+     * cp.async: the same bits */
+    const vit_ops *sy = sync_loads_of(g);
+    poison(g, d_out, no, FX);
+    poison(g, d_lse, nl, F32);
+    poison(g, d_dqkv, nq, FX);
+    sy->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
+    sy->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
+    status_ok(sy, what);
+    snprintf(sub, sizeof sub, "%s: out, %s", what, sy->name);
+    expect_same_soft(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
+    snprintf(sub, sizeof sub, "%s: lse, %s", what, sy->name);
+    expect_same_soft(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
+    snprintf(sub, sizeof sub, "%s: dqkv, %s", what, sy->name);
+    expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
     release_all();
 }
 
@@ -838,12 +866,14 @@ static void check_flash_attention(const vit_ops *g)
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) flash_case(g, 1, 67, more[i][0],
                                                                        more[i][1]);
 }
-Test(cuda_bf16, flash_attention_matches_cpu_and_unfused_and_repeats_bit_for_bit,
+Test(cuda_bf16,
+     flash_attention_matches_cpu_and_unfused_and_repeats_bit_for_bit_with_either_tile_copy,
      .fini = release_all)
 {
     check_flash_attention(gpu_or_skip(OPS_BF16));
 }
-Test(cuda_fp16, flash_attention_matches_cpu_and_unfused_and_repeats_bit_for_bit,
+Test(cuda_fp16,
+     flash_attention_matches_cpu_and_unfused_and_repeats_bit_for_bit_with_either_tile_copy,
      .fini = release_all)
 {
     check_flash_attention(gpu_or_skip(OPS_FP16));

@@ -7,8 +7,10 @@
 #   info   the GPU, driver, nvcc, torch and timm versions; unresolved libraries
 #   tests  `make gpu-test`'s three programs (test_gpu_ops, _train, _dp);
 #          test_gpu_ops includes the flash attention's checks (against the
-#          CPU twin and the unfused path, and the same bits on a rerun)
-#   attn   gpu_bench --attention: the attention op alone, flash against
+#          CPU twin and the unfused path, the same bits on a rerun and with
+#          the tiles copied through registers)
+#   attn   gpu_bench --attention: the attention op alone, flash (cp.async
+#          pipeline) against flash-sync (tiles through registers) and
 #          unfused, forward + backward TFLOP/s at vit_b16's shapes (b128,
 #          T 197 and 577)
 #   train  fmnist_small, bf16-mixed and fp16-mixed, 3 epochs of the packed

@@ -3,19 +3,23 @@
  * thread, and compares them with the CPU twin (kernels/attention.c).
  *
  * Owns: stand-ins for what the kernels use of cuda_common.cuh and CUDA
- * (threadIdx, blockIdx, __syncthreads, __shfl_xor_sync, dynamic shared
- * memory, bf16/half storage) and for the two hardware primitives the
+ * (threadIdx, blockIdx, __syncthreads, __shfl_xor_sync, __fmul_rn, dynamic
+ * shared memory, bf16/half storage) and for the hardware primitives the
  * kernels keep apart (fa_mma: the warp-wide m16n8k16 product, rebuilt from
  * the 32 lanes' fragments as PTX lays them out; fa_pack: round to 16 bits,
  * nearest even; fa_ldsm and fa_ldsm_t: ldmatrix .x4, plain and .trans,
- * from the 32 lanes' row addresses); a scheduler that runs a block's threads as ucontexts
- * until each reaches a barrier; the grids flash_attention.cu launches; and
- * the comparison (out, lse, dq, dk, dv: normwise relative error, unwritten
- * or extra writes caught by NaN poison).
+ * from the 32 lanes' row addresses; fa_cp16, fa_cp4 and fa_cp_wait_all:
+ * cp.async, landing late with the destination poisoned meanwhile); a
+ * scheduler that runs a block's threads as ucontexts until each reaches a
+ * barrier; the grids flash_attention.cu launches; and the comparison (out,
+ * lse, dq, dk, dv: normwise relative error, unwritten or extra writes
+ * caught by NaN poison; the kernels' cp.async pipeline against their
+ * copies through registers: the same bits).
  * Must not: be built into the product (a check of the tile loops without a
  * GPU: tools/flash_emu/run.sh, `make test` runs its quick set as
- * reference/flash_emu); what it cannot check is the hardware itself (the real fragment layout, timing, races
- * between warps that the barrier-per-collective schedule hides).
+ * reference/flash_emu); what it cannot check is the hardware itself (the
+ * real fragment layout, timing, races between warps that the
+ * barrier-per-collective schedule hides).
  *
  * usage: tools/flash_emu/run.sh [quick]
  */
@@ -39,7 +43,7 @@ extern "C" {
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 
@@ -212,6 +216,43 @@ static void emu_ldsm(uint32_t r[4], const void *row, int trans)
 static void fa_ldsm(uint32_t r[4], const void *row) { emu_ldsm(r, row, 0); }
 static void fa_ldsm_t(uint32_t r[4], const void *row) { emu_ldsm(r, row, 1); }
 
+/* fa_cp16, fa_cp4 (cp.async) and fa_cp_wait_all: a copy is queued, its
+ * destination poisoned at once (all ones: NaN in bf16, half and float)
+ * and written only when its thread waits. So a read of a tile before its
+ * wait and barrier, and a copy into a buffer some warp still reads (a
+ * barrier missing before it), both see NaN. A thread that ends with
+ * copies still queued is an error too. */
+struct emu_copy {
+    void *dst;
+    const void *src;
+    size_t n;
+};
+static std::vector<emu_copy> emu_queued[1024];
+static long emu_copies;
+static void emu_cp(void *dst, const void *src, size_t n)
+{
+    if (((uintptr_t)dst | (uintptr_t)src) & (n - 1)) {
+        fprintf(stderr, "flash_emu: cp.async of %zu bytes from %p to %p: not aligned\n", n, src,
+                dst);
+        exit(3);
+    }
+    memset(dst, 0xff, n);
+    emu_queued[emu_cur].push_back(emu_copy{dst, src, n});
+    emu_copies++;
+}
+static void fa_cp16(void *dst, const void *src) { emu_cp(dst, src, 16); }
+static void fa_cp4(void *dst, const void *src) { emu_cp(dst, src, 4); }
+static void fa_cp_wait_all(void)
+{
+    for (const emu_copy &c : emu_queued[emu_cur]) memcpy(c.dst, c.src, c.n);
+    emu_queued[emu_cur].clear();
+}
+static float __fmul_rn(float a, float b)
+{
+    volatile float r = a * b; /* rounded once, never fused */
+    return r;
+}
+
 alignas(16) unsigned char fa_smem[1 << 18];
 
 #include "flash_attention.cuh"
@@ -219,6 +260,11 @@ alignas(16) unsigned char fa_smem[1 << 18];
 static void emu_entry(void)
 {
     emu_body();
+    if (!emu_queued[emu_cur].empty()) {
+        fprintf(stderr, "flash_emu: thread %d ended with %zu cp.async copies never waited for\n",
+                emu_cur, emu_queued[emu_cur].size());
+        exit(3);
+    }
     emu_threads[emu_cur].done = 1;
     swapcontext(&emu_threads[emu_cur].ctx, &emu_sched);
 }
@@ -271,15 +317,15 @@ static void emu_launch(F kernel, unsigned gx, unsigned gy, unsigned threads, A..
 
 /* ---- the launches of flash_attention.cu, on host buffers ---- */
 
-template <typename X, int HDP>
+template <typename X, int HDP, bool ASYNC>
 static void run_forward(X *out, float *lse, const X *qkv, int B, int T, int D, int NH)
 {
     const int hd = D / NH;
-    emu_launch(flash_forward_kernel<X, HDP>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
+    emu_launch(flash_forward_kernel<X, HDP, ASYNC>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
                FA_THREADS, out, lse, qkv, T, NH, hd, FA_LOG2E / sqrtf((float)hd));
 }
 
-template <typename X, int HDP>
+template <typename X, int HDP, bool ASYNC>
 static void run_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const X *out,
                          const float *lse, int B, int T, int D, int NH)
 {
@@ -288,10 +334,10 @@ static void run_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, cons
     const size_t rows = (size_t)B * NH * T;
     emu_launch(flash_backward_dot_kernel<X>, (unsigned)((rows + 7) / 8), 1, 256, dvec, dout, out,
                B, T, NH, hd);
-    emu_launch(flash_backward_dkdv_kernel<X, HDP>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
+    emu_launch(flash_backward_dkdv_kernel<X, HDP, ASYNC>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
                FA_THREADS, dqkv, qkv, dout, lse, (const float *)dvec, T, NH, hd,
                scale, scale_log2);
-    emu_launch(flash_backward_dq_kernel<X, HDP>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
+    emu_launch(flash_backward_dq_kernel<X, HDP, ASYNC>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
                FA_THREADS, dqkv, qkv, dout, lse, (const float *)dvec, T, NH, hd, scale,
                scale_log2);
 }
@@ -377,7 +423,9 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
     const size_t GUARD = 64 * 3 * (size_t)D;
     std::vector<X> fout = to_x<X>(std::vector<float>(no + GUARD, NAN));
     std::vector<float> flse(nl + GUARD, NAN), dvec(nl + GUARD, NAN);
-    run_forward<X, HDP>(fout.data(), flse.data(), xqkv.data(), B, T, D, NH);
+    const long copies = emu_copies;
+    run_forward<X, HDP, true>(fout.data(), flse.data(), xqkv.data(), B, T, D, NH);
+    report(type, "cp.async", B, T, hd, NH, emu_copies > copies ? 0 : INFINITY, 0);
     std::vector<float> got = from_x(fout);
     report(type, "tail", B, T, hd, NH, untouched(got.data() + no, GUARD) &&
            untouched(flse.data() + nl, GUARD) ? 0 : INFINITY, 0);
@@ -387,8 +435,8 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
            1e-2);
 
     std::vector<X> fd = to_x<X>(std::vector<float>(nq + GUARD, NAN));
-    run_backward<X, HDP>(fd.data(), dvec.data(), xdout.data(), xqkv.data(), xout.data(),
-                         lse.data(), B, T, D, NH);
+    run_backward<X, HDP, true>(fd.data(), dvec.data(), xdout.data(), xqkv.data(), xout.data(),
+                               lse.data(), B, T, D, NH);
     std::vector<float> g = from_x(fd);
     report(type, "tail", B, T, hd, NH, untouched(g.data() + nq, GUARD) &&
            untouched(dvec.data() + nl, GUARD) ? 0 : INFINITY, 0);
@@ -396,6 +444,18 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
     for (int p = 0; p < 3; p++)
         report(type, names[p], B, T, hd, NH,
                rel_err(g.data(), dqkv.data(), (size_t)B * T, 3 * D, p * D, D), 1e-2);
+
+    /* the tiles copied through registers (OPS_FLASH_SYNC_LOADS): the same
+     * bits as with cp.async, every output */
+    std::vector<X> sout = to_x<X>(std::vector<float>(no, NAN)), sd(nq);
+    std::vector<float> slse(nl, NAN), sdvec(nl, NAN);
+    run_forward<X, HDP, false>(sout.data(), slse.data(), xqkv.data(), B, T, D, NH);
+    run_backward<X, HDP, false>(sd.data(), sdvec.data(), xdout.data(), xqkv.data(), xout.data(),
+                                lse.data(), B, T, D, NH);
+    const int same = memcmp(sout.data(), fout.data(), no * sizeof(X)) == 0 &&
+                     memcmp(slse.data(), flse.data(), nl * sizeof(float)) == 0 &&
+                     memcmp(sd.data(), fd.data(), nq * sizeof(X)) == 0;
+    report(type, "sync", B, T, hd, NH, same ? 0 : INFINITY, 0);
 }
 
 template <typename X> static void check_hd(const char *type, int B, int T, int hd, int NH)
