@@ -6,7 +6,7 @@
  * N alone, each chunk summed in a fixed order per column into cuda_scratch,
  * then the chunk partials added in chunk order). The forward keeps a row in
  * registers and moves 16 bytes at a time where C % 4 == 0 (up to 1280) and
- * the pointers are aligned. (A one-pass backward, dinp and the partials in
+ * the pointers are aligned; so does the backward's dinp kernel. (A one-pass backward, dinp and the partials in
  * one kernel over 256 row chunks, ran 1.9x slower than these three kernels
  * on the H200: bench/NOTES.md.)
  * Must not: fuse the residual add; use float atomics.
@@ -128,6 +128,57 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const X *dout
     }
 }
 
+// The same with the row in registers, under the forward vec kernel's
+// conditions (C a multiple of 4 up to 128 * V4; inp, w and dinp 16-byte
+// aligned, dout aligned to 4 elements): each lane loads its float4s of x
+// and w and 4 X of dout once, keeps xhat and dxhat, and adds into dinp 16
+// bytes at a time: one pass over memory where the scalar kernel makes two.
+template <typename X, int V4>
+static __global__ void __launch_bounds__(LN_THREADS)
+    layernorm_backward_dinp_vec_kernel(float *dinp, const X *dout, const float *inp,
+                                       const float *w, const float *mean, const float *rstd,
+                                       int N, int C)
+{
+    const int row = blockIdx.x * LN_ROWS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return; /* whole warps leave together */
+    const int C4 = C / 4;
+    const float4 *x = (const float4 *)(inp + (size_t)row * C), *w4 = (const float4 *)w;
+    const ln_x4<X> *dy = (const ln_x4<X> *)(dout + (size_t)row * C);
+    const float m = mean[row], s = rstd[row];
+    float4 xh[V4], dxh[V4];
+    float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V4; k++) {
+        const int i = lane + 32 * k;
+        xh[k] = dxh[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < C4) {
+            const float4 xv = x[i], ww = w4[i];
+            const ln_x4<X> d = dy[i];
+            xh[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
+            dxh[k] = make_float4(ldx(d.v[0]) * ww.x, ldx(d.v[1]) * ww.y, ldx(d.v[2]) * ww.z,
+                                 ldx(d.v[3]) * ww.w);
+            sum_dxhat += (dxh[k].x + dxh[k].y) + (dxh[k].z + dxh[k].w);
+            sum_dxhat_xhat += (dxh[k].x * xh[k].x + dxh[k].y * xh[k].y) +
+                              (dxh[k].z * xh[k].z + dxh[k].w * xh[k].w);
+        }
+    }
+    sum_dxhat = warp_sum(sum_dxhat) / (float)C;
+    sum_dxhat_xhat = warp_sum(sum_dxhat_xhat) / (float)C;
+    float4 *dx = (float4 *)(dinp + (size_t)row * C);
+#pragma unroll
+    for (int k = 0; k < V4; k++) {
+        const int i = lane + 32 * k;
+        if (i < C4) {
+            float4 o = dx[i];
+            o.x += s * (dxh[k].x - sum_dxhat - xh[k].x * sum_dxhat_xhat);
+            o.y += s * (dxh[k].y - sum_dxhat - xh[k].y * sum_dxhat_xhat);
+            o.z += s * (dxh[k].z - sum_dxhat - xh[k].z * sum_dxhat_xhat);
+            o.w += s * (dxh[k].w - sum_dxhat - xh[k].w * sum_dxhat_xhat);
+            dx[i] = o;
+        }
+    }
+}
+
 // per (chunk, column): pw[chunk*C + c] = sum over the chunk's rows, in order, of
 // dout*(x-mean)*rstd; pb likewise of dout. grid (ceil(C/LN_COL_THREADS), nchunks)
 template <typename X>
@@ -210,8 +261,23 @@ void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *do
     float *pb = pw + (size_t)nchunks * C;
 
     const unsigned row_blocks = (unsigned)((N - 1) / LN_ROWS + 1);
-    layernorm_backward_dinp_kernel<X><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>(
-        dinp, dy, inp, w, mean, rstd, N, C);
+    if (C % 4 == 0 && C <= 1280 && cuda_aligned(inp, 16) && cuda_aligned(w, 16) &&
+        cuda_aligned(dinp, 16) && cuda_aligned(dy, 4 * sizeof(X))) {
+#define LN_BWD_VEC(V4)                                                                        \
+    layernorm_backward_dinp_vec_kernel<X, V4><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>( \
+        dinp, dy, inp, w, mean, rstd, N, C)
+        switch ((C + 255) / 256) {
+        case 1: LN_BWD_VEC(2); break;
+        case 2: LN_BWD_VEC(4); break;
+        case 3: LN_BWD_VEC(6); break;
+        case 4: LN_BWD_VEC(8); break;
+        default: LN_BWD_VEC(10); break;
+        }
+#undef LN_BWD_VEC
+    } else {
+        layernorm_backward_dinp_kernel<X><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>(
+            dinp, dy, inp, w, mean, rstd, N, C);
+    }
     if (CU_LAUNCHED() || (!dw && !db)) return; /* a frozen LayerNorm (training.freeze) */
 
     const unsigned col_blocks = (unsigned)((C - 1) / LN_COL_THREADS + 1);

@@ -495,10 +495,11 @@ GPU_TESTS(embed_backward_copies_dpatch_and_accumulates_dcls_dpos, check_embed_ba
  * exact): TOL_FP32, dinp/dw/db accumulated onto random values. Widths below
  * a warp, odd, ViT-sized and wider than 8 warps' worth. */
 
-/* the forward's register kernel takes C % 4 == 0 up to 1280 in steps of
- * 256 (the last three shapes: ViT-B's 768 over many rows, a C that is not a
- * multiple of 32, ViT-H's 1280), others the scalar kernel (7, 1500); the
- * backward's row chunks hold several rows from N = 257 on */
+/* the register kernels (the forward's and the backward's dinp) take C % 4
+ * == 0 up to 1280 in steps of 256 (the last three shapes: ViT-B's 768 over
+ * many rows, a C that is not a multiple of 32, ViT-H's 1280; 192, 24, 1000
+ * too), others the scalar kernels (7, 1500); the backward's row chunks hold
+ * several rows from N = 257 on */
 static const int LN_SHAPES[][2] = {{394, 192}, {37, 24}, {5, 7}, {3, 1000}, {64, 1500},
                                    {3000, 768}, {300, 520}, {520, 1280}};
 #define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
