@@ -16,7 +16,11 @@
  * the wall time between two synchronizes, and each step's time the time
  * between the readbacks of two steps. --sync-steps: a synchronize after
  * every step instead (the engine before the queued step), to measure what
- * the host waits cost.
+ * the host waits cost. --graph: after the warm-up, one step captured as a
+ * CUDA graph (ops.h: ops_cuda_graph) and replayed for the timed steps, a
+ * synchronize after each: what launching the step as one graph would save
+ * against the queued step (issue 42, item 4; the replays repeat the
+ * captured step's inputs and learning rate, so it is a timing, not training).
  * Must not: assert a time (not a test), or touch files, data sets or the
  * network.
  *
@@ -34,16 +38,17 @@
  * copied with cp.async, as the trainer runs them; path=flash-sync: copied
  * through registers, the OPS_FLASH_SYNC_LOADS table, the schedule before
  * the pipeline; 16-bit precisions only) and through the unfused cuBLAS
- * path (ops_cuda's OPS_UNFUSED_ATTENTION table), one key=value line each: ms per forward and per backward, and TFLOP/s over both with one
- * FLOP count for the two paths, FlashAttention's: forward 4*B*T*T*D (QK^T,
- * PV), backward 2.5 times that (dV, dP, dQ, dK and QK^T again; the flash
+ * path (ops_cuda's OPS_UNFUSED_ATTENTION table), one key=value line each:
+ * ms per forward and per backward, and TFLOP/s over both with one FLOP
+ * count for the paths, FlashAttention's: forward 4*B*T*T*D (QK^T, PV),
+ * backward 2.5 times that (dV, dP, dQ, dK and QK^T again; the flash
  * backward's own recomputation for its deterministic dQ is not counted).
  * cuDNN's SDPA is not among the peers yet.
  *
  * usage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] [--warmup 5]
  *                  [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu]
  *                  [--threads N] [--grad-clip 1.0] [--peak-tflops 989.4]
- *                  [--profile] [--sync-steps] [--json] [--attention]
+ *                  [--profile] [--sync-steps] [--graph] [--json] [--attention]
  * Exit: 0; 1 a failure while running (out of memory, a GPU fault, a
  * non-finite loss), message on stderr; 2 bad arguments, or --device cuda
  * where this build or machine has no usable GPU (one line saying why).
@@ -68,6 +73,7 @@
 typedef struct {
     const char *model, *precision, *device;
     int batch, steps, warmup, ckpt, threads, profile, json, peak_given, attention, sync_steps;
+    int graph;
     double grad_clip, peak_tflops;
 } bench_args;
 
@@ -286,7 +292,7 @@ static void usage_exit(const char *why)
             "gpu_bench: %s\nusage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] "
             "[--warmup 5] [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu] "
             "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--sync-steps] "
-            "[--json] [--attention]\n",
+            "[--graph] [--json] [--attention]\n",
             why);
     exit(VITJOB_EXIT_CONFIG);
 }
@@ -338,6 +344,7 @@ static bench_args parse_args(int argc, char **argv)
         } else if (strcmp(f, "--ckpt") == 0) a.ckpt = 1;
         else if (strcmp(f, "--profile") == 0) a.profile = 1;
         else if (strcmp(f, "--sync-steps") == 0) a.sync_steps = 1;
+        else if (strcmp(f, "--graph") == 0) a.graph = 1;
         else if (strcmp(f, "--json") == 0) a.json = 1;
         else if (strcmp(f, "--attention") == 0) a.attention = 1;
         else {
@@ -352,6 +359,9 @@ static bench_args parse_args(int argc, char **argv)
         usage_exit("--precision is bf16-mixed, fp16-mixed or fp32");
     if (strcmp(a.device, "cuda") != 0 && strcmp(a.device, "cpu") != 0)
         usage_exit("--device is cuda or cpu");
+    if (a.graph && (strcmp(a.device, "cuda") != 0 || a.profile || a.sync_steps || a.warmup < 1))
+        usage_exit("--graph needs --device cuda, at least one warm-up step, and neither "
+                   "--profile nor --sync-steps");
     return a;
 }
 
@@ -473,6 +483,37 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* --graph: one step (the trainer's queued step, as below) captured into a
+ * CUDA graph after the warm-up, then replayed a.steps times, each replay
+ * followed by a synchronize so that step_s holds each step's own time (a
+ * host round trip of microseconds on a step of milliseconds). The replays
+ * repeat the captured step's host inputs (batch, learning rate, step
+ * count): a measurement of what launching the step as one graph saves, not
+ * training. *t_timed: when the replays began; *res: the captured step's
+ * result (optim_step_collect reads it once the replays are done). 0, or 1
+ * with err set. */
+static int graph_steps(vit_model *m, optim *o, const vit_ops *ops, const float *images,
+                       const int *labels, float *losses, float dloss, bench_args a,
+                       double *step_s, double *t_timed, optim_result *res, size_t *nodes,
+                       char *err, size_t errlen)
+{
+    if (ops_cuda_graph(OPS_GRAPH_BEGIN, NULL, err, errlen)) return 1;
+    model_zero_grads(m);
+    model_forward_queue(m, images, labels, NULL, a.batch,
+                        losses + (size_t)(a.warmup & 1) * (size_t)a.batch);
+    model_backward(m, dloss);
+    *res = optim_step_queue(o, m, ops, a.warmup);
+    if (ops_cuda_graph(OPS_GRAPH_END, nodes, err, errlen)) return 1;
+    *t_timed = mono_seconds();
+    for (int i = 0; i < a.steps; i++) {
+        const double t0 = mono_seconds();
+        if (ops_cuda_graph(OPS_GRAPH_REPLAY, NULL, err, errlen)) return 1;
+        ops->synchronize();
+        step_s[i] = mono_seconds() - t0;
+    }
+    return model_status(m, err, errlen);
+}
+
 int main(int argc, char **argv)
 {
     stdfds_ensure("gpu_bench", 1);
@@ -552,8 +593,11 @@ int main(int argc, char **argv)
     }
     optim_result res[2];
     double t_timed = 0.0;
-    for (long step = 0; step <= total; step++) {
-        if (step == a.warmup) {
+    size_t graph_nodes = 0;
+    /* --graph: the warm-up steps as below, then the timed ones as graph_steps */
+    const long loop_total = a.graph ? (long)a.warmup : total;
+    for (long step = 0; step <= loop_total; step++) {
+        if (step == a.warmup && !a.graph) {
             ops->synchronize();
             if (model_status(m, err, sizeof err)) goto out;
             prof_on = 1; /* the profile counts the timed steps only */
@@ -562,7 +606,7 @@ int main(int argc, char **argv)
         /* a step's time: queueing it and reading the one before back (on a
          * GPU the host waits there for the device; on the CPU it computes) */
         const double t_iter = mono_seconds();
-        if (step < total) { /* queue this step */
+        if (step < loop_total) { /* queue this step */
             model_zero_grads(m);
             model_forward_queue(m, images, labels, NULL, a.batch,
                                 losses + (size_t)(step & 1) * (size_t)a.batch);
@@ -587,6 +631,23 @@ int main(int argc, char **argv)
             grad_norm = res[done & 1].grad_norm;
         }
         if (step >= a.warmup && step < total) step_s[step - a.warmup] = mono_seconds() - t_iter;
+    }
+    if (a.graph) {
+        ops->synchronize();
+        if (model_status(m, err, sizeof err)) goto out;
+        if (graph_steps(m, o, ops, images, labels, losses, dloss, a, step_s, &t_timed,
+                        &res[0], &graph_nodes, err, sizeof err))
+            goto out;
+        const float loss = model_mean_loss(losses + (size_t)(a.warmup & 1) * (size_t)a.batch,
+                                           a.batch);
+        optim_step_collect(o, &res[0]);
+        if (model_status(m, err, sizeof err)) goto out;
+        if (!isfinite(loss)) {
+            snprintf(err, sizeof err, "loss is %f after the graph's replays", loss);
+            goto out;
+        }
+        loss_last = loss;
+        grad_norm = res[0].grad_norm;
     }
     ops->synchronize();
     timed = mono_seconds() - t_timed;
@@ -624,9 +685,11 @@ int main(int argc, char **argv)
         if (have_peak) printf("%.6f", mfu);
         else printf("null");
         printf(",\"peak_device_bytes\":%zu,\"peak_rss_mib\":%.1f,\"loss_first\":%.6f,"
-               "\"loss_last\":%.6f,\"grad_norm_last\":%.6g,\"setup_s\":%.3f,\"profiled\":%s",
+               "\"loss_last\":%.6f,\"grad_norm_last\":%.6g,\"setup_s\":%.3f,\"profiled\":%s,"
+               "\"sync_steps\":%s,\"graph\":%s,\"graph_nodes\":%zu",
                peak_dev, rss_mib, loss_first, loss_last, grad_norm, setup_s,
-               a.profile ? "true" : "false");
+               a.profile ? "true" : "false", a.sync_steps ? "true" : "false",
+               a.graph ? "true" : "false", graph_nodes);
         if (a.profile) {
             printf(",\"profile_ops_ms\":%.4f,\"profile\":[", 1e3 * ops_s);
             for (int i = 0; i < prof_n; i++)
@@ -638,11 +701,13 @@ int main(int argc, char **argv)
         }
         printf("}\n");
     } else {
-        printf("gpu_bench: %s on %s (%s%s), batch %d, %d timed steps after %d warm-up%s\n",
+        printf("gpu_bench: %s on %s (%s%s), batch %d, %d timed steps after %d warm-up%s%s\n",
                a.model, real->name, a.precision, a.ckpt ? ", activation checkpointing" : "",
                a.batch, a.steps, a.warmup,
                a.profile ? " [PROFILED: every op between two synchronizes; not the throughput]"
-                         : "");
+                         : "",
+               a.graph ? " [GRAPH: one captured step replayed, a synchronize after each]" : "");
+        if (a.graph) printf("  graph nodes  %10zu\n", graph_nodes);
         printf("  params %.2fM, tokens %d, model FLOPs/image %.2f G "
                "(3 x forward matmuls + attention)\n",
                model_num_params(m) / 1e6, model_tokens(m), flops_img / 1e9);
@@ -686,6 +751,10 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     if (rc != 0) fprintf(stderr, "gpu_bench: %s\n", err[0] ? err : "failed");
+    if (a.graph) {
+        char ignored[64];
+        (void)ops_cuda_graph(OPS_GRAPH_FREE, NULL, ignored, sizeof ignored);
+    }
     if (images) real->unpin(images);
     real->host_free(losses);
     free(images);

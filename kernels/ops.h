@@ -343,6 +343,20 @@ enum { OPS_FLASH_SYNC_LOADS = 32 };
 const vit_ops *ops_cuda(int storage, char *err, size_t errlen);
 /* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */
 size_t ops_cuda_peak_bytes(void);
+/* A step as a CUDA graph, for the benchmark that measures what graphs would
+ * save (bench/gpu_bench.c --graph; the trainer does not use it: its steps
+ * upload their learning rate and step count from the host):
+ *   OPS_GRAPH_BEGIN   what the ops queue on the compute stream from now on
+ *                     is captured, not run (upload_ahead goes in line);
+ *   OPS_GRAPH_END     ends the capture, instantiates the graph, *nodes (if
+ *                     not NULL) its node count;
+ *   OPS_GRAPH_REPLAY  queues the captured work again (the same host
+ *                     sources, the same pointers);
+ *   OPS_GRAPH_FREE    drops the graph.
+ * Returns 0, or non-zero with why in err (the op that broke the capture, as
+ * the backend recorded it). Without a CUDA backend: non-zero, saying so. */
+typedef enum { OPS_GRAPH_BEGIN, OPS_GRAPH_END, OPS_GRAPH_REPLAY, OPS_GRAPH_FREE } ops_graph_op;
+int ops_cuda_graph(ops_graph_op op, size_t *nodes, char *err, size_t errlen);
 /* The same for the CPU backends (every table of ops_cpu*, together): the
  * bytes their alloc has handed out and not yet released, at most so far
  * (peak) and now (live); the allocator's usable sizes, so a little above

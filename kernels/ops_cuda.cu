@@ -459,10 +459,27 @@ static void ahead_forget(const void *dst)
     g_ahead[i].dst = NULL;
 }
 
+/* Whether the compute stream is being captured into a graph (ops.h:
+ * ops_cuda_graph). */
+static int capturing(void)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(g_cuda.stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
+
 static void cuda_upload_ahead(void *dst, const void *src, size_t bytes)
 {
     CU_GUARD();
     if (bytes == 0) return;
+    /* a capture cannot wait for events recorded before it: in line */
+    if (capturing()) {
+        cuda_upload(dst, src, bytes);
+        return;
+    }
     const int pin = pinned_at(src, bytes);
     int a = pin >= 0 ? ahead_slot(dst, 1) : -1;
     if (a >= 0 && !g_copy_stream &&
@@ -535,6 +552,73 @@ void *cuda_scratch(size_t bytes)
 }
 
 extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
+
+/* ---- a step as a CUDA graph (ops.h: ops_cuda_graph; gpu_bench --graph) ---- */
+static cudaGraph_t g_graph;
+static cudaGraphExec_t g_graph_exec;
+
+static void graph_free(void)
+{
+    if (g_graph_exec) (void)cudaGraphExecDestroy(g_graph_exec);
+    if (g_graph) (void)cudaGraphDestroy(g_graph);
+    g_graph_exec = NULL;
+    g_graph = NULL;
+}
+
+/* The backend's first failure, or what CUDA says of e. Returns 1. */
+static int graph_fail(cudaError_t e, const char *what, char *err, size_t errlen)
+{
+    if (g_cuda.failed)
+        snprintf(err, errlen, "%s: %s", what, g_cuda.err);
+    else
+        snprintf(err, errlen, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    return 1;
+}
+
+extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen)
+{
+    cudaError_t e = cudaSuccess;
+    switch (op) {
+    case OPS_GRAPH_BEGIN:
+        graph_free();
+        if (g_cuda.failed) return graph_fail(e, "graph capture", err, errlen);
+        /* relaxed: the ring's host-side waits (cudaEventSynchronize on
+         * events recorded before the capture) stay legal */
+        e = cudaStreamBeginCapture(g_cuda.stream, cudaStreamCaptureModeRelaxed);
+        return e != cudaSuccess ? graph_fail(e, "cudaStreamBeginCapture", err, errlen) : 0;
+    case OPS_GRAPH_END: {
+        cudaGraph_t g = NULL;
+        e = cudaStreamEndCapture(g_cuda.stream, &g);
+        if (e != cudaSuccess || g_cuda.failed) {
+            if (g) (void)cudaGraphDestroy(g);
+            return graph_fail(e, "the captured step", err, errlen);
+        }
+        g_graph = g;
+        size_t n = 0;
+        if ((e = cudaGraphGetNodes(g_graph, NULL, &n)) != cudaSuccess ||
+            (e = cudaGraphInstantiate(&g_graph_exec, g_graph, 0)) != cudaSuccess) {
+            graph_free();
+            return graph_fail(e, "cudaGraphInstantiate", err, errlen);
+        }
+        if (nodes) *nodes = n;
+        return 0;
+    }
+    case OPS_GRAPH_REPLAY:
+        if (!g_graph_exec) {
+            snprintf(err, errlen, "graph replay: no graph captured");
+            return 1;
+        }
+        e = cudaGraphLaunch(g_graph_exec, g_cuda.stream);
+        return e != cudaSuccess ? graph_fail(e, "cudaGraphLaunch", err, errlen) : 0;
+    case OPS_GRAPH_FREE:
+        graph_free();
+        return 0;
+    default:
+        snprintf(err, errlen, "ops_cuda_graph: unknown op %d", op);
+        return 1;
+    }
+}
 
 /* ---- the tables ---- */
 

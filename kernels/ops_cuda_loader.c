@@ -33,11 +33,13 @@
 /* The plugin's entry points (kernels/ops_cuda.cu, kernels/comm_nccl.cu). */
 typedef const vit_ops *(*backend_fn)(int storage, char *err, size_t errlen);
 typedef size_t (*peak_fn)(void);
+typedef int (*graph_fn)(int op, size_t *nodes, char *err, size_t errlen);
 typedef const vitjob_nccl_ops *(*nccl_fn)(char *err, size_t errlen);
 
 static int tried;
 static backend_fn backend;
 static peak_fn peak;
+static graph_fn graph;
 static nccl_fn nccl;
 static char why[PATH_MAX + 1024];
 
@@ -84,11 +86,13 @@ static void load(void)
     *(void **)&backend = dlsym(h, "vitjob_cuda_backend");
     *(void **)&peak = dlsym(h, "vitjob_cuda_peak_bytes");
     *(void **)&nccl = dlsym(h, "vitjob_nccl_table");
-    if (!backend || !peak || !nccl) {
+    *(void **)&graph = dlsym(h, "vitjob_cuda_graph");
+    if (!backend || !peak || !nccl || !graph) {
         snprintf(why, sizeof why, "%s is not a vitjob CUDA backend (entry points missing)", path);
         backend = NULL;
         peak = NULL;
         nccl = NULL;
+        graph = NULL;
         dlclose(h);
     } /* else kept loaded for the life of the process */
 }
@@ -115,6 +119,16 @@ const vit_ops *ops_cuda(int storage, char *err, size_t errlen)
 
 size_t ops_cuda_peak_bytes(void) { return peak ? peak() : 0; }
 
+int ops_cuda_graph(ops_graph_op op, size_t *nodes, char *err, size_t errlen)
+{
+    if (!tried) load();
+    if (!graph) {
+        snprintf(err, errlen, "%s", why);
+        return 1;
+    }
+    return graph((int)op, nodes, err, errlen);
+}
+
 const vitjob_nccl_ops *ops_cuda_nccl(char *err, size_t errlen)
 {
     if (!tried) load();
@@ -134,6 +148,13 @@ const vit_ops *ops_cuda(int storage, char *err, size_t errlen)
 }
 
 size_t ops_cuda_peak_bytes(void) { return 0; }
+
+int ops_cuda_graph(ops_graph_op op, size_t *nodes, char *err, size_t errlen)
+{
+    (void)op, (void)nodes;
+    snprintf(err, errlen, "this build has no CUDA backend (nvcc was not found when it was built)");
+    return 1;
+}
 
 void ops_cuda_describe(char *out, size_t len)
 {

@@ -368,3 +368,84 @@ Test(gpu_train, fp16_gpu_training_is_bit_reproducible_losses_and_weights)
     free(p2);
     free_data(&d);
 }
+
+/* A step captured as a CUDA graph (ops_cuda_graph: what gpu_bench --graph
+ * times) and replayed once does the step it captured: two models from the
+ * same weights each take step 0 queued (the warm-up a capture needs: the
+ * backend's scratch is grown by then), then step 1 on the next batch,
+ * queued on the first and captured and replayed on the second. The
+ * second's weights and step-1 losses are the first's, bit for bit. */
+Test(gpu_train, a_step_captured_as_a_cuda_graph_and_replayed_is_the_queued_step_bit_for_bit)
+{
+    const vit_ops *g = gpu_or_skip(OPS_BF16);
+    dataset d;
+    make_data(&d);
+    float *w[2], step1[2][BATCH];
+    size_t np = 0;
+    for (int k = 0; k < 2; k++) {
+        vit_model *m = new_model(g, 0);
+        optimizer_config oc = adamw_config();
+        char err[512] = "";
+        optim *o = NULL;
+        cr_assert(optim_new(&o, m, &oc, STEPS, err, sizeof err) == 0, "optim_new: %s", err);
+        float *losses = g->host_alloc(2 * BATCH * sizeof(float));
+        cr_assert(losses != NULL, "%s: no pinned memory for the losses", g->name);
+        for (int s = 0; s < 2; s++) {
+            const int captured = k == 1 && s == 1;
+            if (captured)
+                cr_assert(ops_cuda_graph(OPS_GRAPH_BEGIN, NULL, err, sizeof err) == 0, "%s", err);
+            model_zero_grads(m);
+            model_forward_queue(m, d.images + IMG_FLOATS * BATCH * s, d.labels + BATCH * s, NULL,
+                                BATCH, losses + BATCH * s);
+            model_backward(m, 1.0f / BATCH);
+            optim_result r = optim_step_queue(o, m, g, s);
+            if (captured) {
+                size_t nodes = 0;
+                cr_assert(ops_cuda_graph(OPS_GRAPH_END, &nodes, err, sizeof err) == 0, "%s", err);
+                cr_assert(nodes > 0, "%s: the captured step has no nodes", g->name);
+                cr_assert(ops_cuda_graph(OPS_GRAPH_REPLAY, NULL, err, sizeof err) == 0, "%s",
+                          err);
+            }
+            g->synchronize();
+            optim_step_collect(o, &r);
+            status_ok(m, captured ? "the captured step" : "a queued step", s);
+        }
+        memcpy(step1[k], losses + BATCH, sizeof step1[k]);
+        np = model_num_params(m);
+        w[k] = malloc(np * sizeof(float));
+        cr_assert(w[k] != NULL, "out of host memory for the weights");
+        model_read_params(m, w[k]);
+        cr_assert(ops_cuda_graph(OPS_GRAPH_FREE, NULL, err, sizeof err) == 0, "%s", err);
+        g->host_free(losses);
+        optim_free(o);
+        model_free(m);
+    }
+    cr_assert(memcmp(step1[0], step1[1], sizeof step1[0]) == 0,
+              "%s: step 1's losses differ: %.9g queued, %.9g replayed (the first sample)",
+              g->name, step1[0][0], step1[1][0]);
+    size_t first = np;
+    for (size_t i = 0; i < np && first == np; i++)
+        if (memcmp(&w[0][i], &w[1][i], sizeof(float)) != 0) first = i;
+    cr_assert(first == np, "%s: weight [%zu] is %.9g after the queued step, %.9g after the replay",
+              g->name, first, first < np ? w[0][first] : 0.0f, first < np ? w[1][first] : 0.0f);
+    free(w[0]);
+    free(w[1]);
+    free_data(&d);
+}
+
+/* Runs without a GPU: the graph entry point says why it cannot, the
+ * loader's reason, on one line. */
+Test(gpu_train, without_a_usable_gpu_a_graph_capture_fails_with_the_loaders_reason)
+{
+    char why[512] = "", err[512] = "";
+    if (ops_cuda(OPS_BF16, why, sizeof why))
+        cr_skip_test("a CUDA GPU is usable here: the no-GPU path is checked where there is none");
+    for (int op = OPS_GRAPH_BEGIN; op <= OPS_GRAPH_FREE; op++) {
+        err[0] = '\0';
+        cr_assert_neq(ops_cuda_graph((ops_graph_op)op, NULL, err, sizeof err), 0,
+                      "op %d succeeded without a GPU", op);
+        cr_assert(strstr(err, why) != NULL, "'%s' does not give the loader's reason '%s'", err,
+                  why);
+        cr_assert(strchr(err, '\n') == NULL, "not one line: %s", err);
+    }
+}

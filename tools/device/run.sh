@@ -26,8 +26,10 @@
 #          misses the training run's: which of the two bounds the step
 #   queued gpu_bench vit_b16 b128 bf16-mixed with its steps queued as the
 #          trainer queues them, then with --sync-steps (a synchronize after
-#          each step: the engine before): what the host waits cost; and a
-#          12-step training run whose summary must say step_host_waits 0
+#          each step: the engine before): what the host waits cost; then
+#          with --graph (one step captured as a CUDA graph and replayed:
+#          what graphs would save, item 4); and a 12-step training run
+#          whose summary must say step_host_waits 0
 #   bf16ref  tests/ref/bf16_vs_torch.py (issue 42, item 6): fmnist_small, 3
 #          epochs of the packed subset (468 steps), from the same initial
 #          weights in the trainer's data order: the worker in bf16-mixed on
@@ -133,8 +135,8 @@ if on noloader; then
     done
 fi
 if on queued; then
-    for f in "" --sync-steps; do
-        step "queued_vit_b16${f:+_sync}" 45 "$W/bin/gpu_bench" --model vit_b16 --batch 128 \
+    for f in "" --sync-steps --graph; do
+        step "queued_vit_b16${f:+_${f#--}}" 45 "$W/bin/gpu_bench" --model vit_b16 --batch 128 \
             --steps 20 --warmup 5 $f
     done
     step waits 60 sh -c "$TR --set training.steps=12 --set training.optimizer.warmupSteps=2 \
