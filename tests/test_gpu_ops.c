@@ -820,35 +820,26 @@ static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
     snprintf(sub, sizeof sub, "%s against %s", what, u->name);
     expect_dqkv_close(g, sub, dqkv1, host_from_dev(u, u_dqkv, nq, FX), rows, D, tol_x(g));
 
-    /* forward and backward again: the same bits */
-    poison(g, d_out, no, FX);
-    poison(g, d_lse, nl, F32);
-    poison(g, d_dqkv, nq, FX);
-    g->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
-    g->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
-    status_ok(g, what);
-    snprintf(sub, sizeof sub, "%s: out, again", what);
-    expect_same_soft(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
-    snprintf(sub, sizeof sub, "%s: lse, again", what);
-    expect_same_soft(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
-    snprintf(sub, sizeof sub, "%s: dqkv, again", what);
-    expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
-
-    /* the tiles copied through registers (OPS_FLASH_SYNC_LOADS) instead of
-     * cp.async: the same bits */
-    const vit_ops *sy = sync_loads_of(g);
-    poison(g, d_out, no, FX);
-    poison(g, d_lse, nl, F32);
-    poison(g, d_dqkv, nq, FX);
-    sy->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
-    sy->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
-    status_ok(sy, what);
-    snprintf(sub, sizeof sub, "%s: out, %s", what, sy->name);
-    expect_same_soft(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
-    snprintf(sub, sizeof sub, "%s: lse, %s", what, sy->name);
-    expect_same_soft(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
-    snprintf(sub, sizeof sub, "%s: dqkv, %s", what, sy->name);
-    expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
+    /* forward and backward again: the same bits; then with the tiles copied
+     * through registers (OPS_FLASH_SYNC_LOADS) instead of cp.async: the
+     * same bits too */
+    const vit_ops *runs[2] = {g, sync_loads_of(g)};
+    for (int k = 0; k < 2; k++) {
+        const vit_ops *t = runs[k];
+        const char *how = k ? t->name : "again";
+        poison(g, d_out, no, FX);
+        poison(g, d_lse, nl, F32);
+        poison(g, d_dqkv, nq, FX);
+        t->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
+        t->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
+        status_ok(t, what);
+        snprintf(sub, sizeof sub, "%s: out, %s", what, how);
+        expect_same_soft(g, sub, host_from_dev(g, d_out, no, FX), out1, no);
+        snprintf(sub, sizeof sub, "%s: lse, %s", what, how);
+        expect_same_soft(g, sub, host_from_dev(g, d_lse, nl, F32), lse1, nl);
+        snprintf(sub, sizeof sub, "%s: dqkv, %s", what, how);
+        expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
+    }
     release_all();
 }
 
