@@ -14,7 +14,9 @@
  * the flash kernels (flash_attention.cu: one pass over K/V, nothing
  * (T,T) in memory) where attention_scratch.h's att_flash_head_dim accepts
  * the head dim and floatX width and the GPU is sm_80 or newer: bf16- and
- * fp16-mixed with hd in 32..128, a multiple of 8. Everything else (fp32,
+ * fp16-mixed with hd in 32..128, a multiple of 8, where the GPU gives a
+ * block the kernels' shared memory (flash_attention_smem_bytes; not hd
+ * 113..128 on sm_86/89). Everything else (fp32,
  * small or odd head dims) takes the unfused path below, which stays
  * callable on its own as the *_unfused_cuda functions (the tables
  * ops_cuda(storage | OPS_UNFUSED_ATTENTION) gives: the tests compare the
@@ -370,7 +372,8 @@ void attention_backward_unfused_cuda(floatX *dqkv_, void *scratch, const floatX 
 template <typename X> static bool att_flash(int D, int NH)
 {
     return g_cuda.cc_major >= 8 && NH > 0 && D > 0 && D % NH == 0 &&
-           att_flash_head_dim(D / NH, sizeof(X));
+           att_flash_head_dim(D / NH, sizeof(X)) &&
+           flash_attention_smem_bytes(D / NH) <= (size_t)g_cuda.smem_optin;
 }
 
 template <typename X> size_t attention_scratch_bytes_cuda(int B, int T, int D, int NH)

@@ -35,6 +35,7 @@ typedef __half f16;
 struct cuda_ctx {
     int device, sm_count;
     int cc_major, cc_minor;    /* the GPU's compute capability */
+    int smem_optin;            /* shared memory a block may ask for, bytes */
     cudaStream_t stream;       /* every op runs on it, in order */
     cublasHandle_t blas;       /* batched GEMMs (attention) */
     cublasLtHandle_t lt;       /* linear layers */
@@ -187,6 +188,10 @@ void attention_backward_unfused_cuda(floatX *dqkv, void *scratch, const floatX *
  * (B*NH*T floats) its own scratch for D_i. ASYNC: the tiles copied with
  * cp.async (what the tables run); false: through registers (the same bits;
  * OPS_FLASH_SYNC_LOADS). */
+/* The most dynamic shared memory the flash kernels ask for at head dim hd
+ * (0: no kernel for hd); attention.cu takes the unfused path where the GPU
+ * gives a block less (sm_86/89 give 99 KiB: hd 113..128 needs 103 KiB). */
+size_t flash_attention_smem_bytes(int hd);
 template <typename X, bool ASYNC>
 void flash_attention_forward_cuda(X *out, float *lse, const X *qkv, int B, int T, int D, int NH);
 template <typename X, bool ASYNC>

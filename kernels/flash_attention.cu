@@ -94,8 +94,8 @@ static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const
     /* dQ per query tile */
     const size_t s2 = fa_dq_smem<X, HDP>();
     if (fa_smem_attr(flash_backward_dq_kernel<X, HDP, ASYNC>, s2, &attr_dq)) return;
-    flash_backward_dq_kernel<X, HDP, ASYNC><<<grid, FA_THREADS, s2, st>>>(dqkv, qkv, dout, lse, dvec, T,
-                                                                   NH, hd, scale, scale_log2);
+    flash_backward_dq_kernel<X, HDP, ASYNC><<<grid, FA_THREADS, s2, st>>>(
+        dqkv, qkv, dout, lse, dvec, T, NH, hd, scale, scale_log2);
     CU_LAUNCHED();
 }
 
@@ -113,6 +113,19 @@ static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const
     }
 
 /* Shapes and pointers the kernels take; records why not and returns 0. */
+size_t flash_attention_smem_bytes(int hd)
+{
+    size_t n = 0;
+    /* both 16-bit types take the same bytes */
+#define FA_SMEM(HDP)                                                                \
+    n = fa_forward_smem<bf16, HDP>();                                              \
+    if (fa_dkdv_smem<bf16, HDP>() > n) n = fa_dkdv_smem<bf16, HDP>();              \
+    if (fa_dq_smem<bf16, HDP>() > n) n = fa_dq_smem<bf16, HDP>()
+    FA_HDP_SWITCH(hd, FA_SMEM)
+#undef FA_SMEM
+    return n;
+}
+
 template <typename X>
 static int fa_check(const char *op, const void *const *ptrs, int nptrs, int B, int T, int D,
                     int NH)

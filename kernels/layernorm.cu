@@ -6,9 +6,9 @@
  * N alone, each chunk summed in a fixed order per column into cuda_scratch,
  * then the chunk partials added in chunk order). The forward keeps a row in
  * registers and moves 16 bytes at a time where C % 4 == 0 (up to 1280) and
- * the pointers are aligned; so does the backward's dinp kernel. (A one-pass backward, dinp and the partials in
- * one kernel over 256 row chunks, ran 1.9x slower than these three kernels
- * on the H200: bench/NOTES.md.)
+ * the pointers are aligned; so does the backward's dinp kernel. (A one-pass
+ * backward, dinp and the partials in one kernel over 256 row chunks, ran
+ * 1.9x slower than these three kernels on the H200: bench/NOTES.md.)
  * Must not: fuse the residual add; use float atomics.
  */
 #include "cuda_buffers.h"

@@ -344,10 +344,15 @@ const vit_ops *ops_cuda(int storage, char *err, size_t errlen);
 /* Peak bytes the CUDA backend has had allocated through alloc (0 on CPU). */
 size_t ops_cuda_peak_bytes(void);
 /* A step as a CUDA graph, for the benchmark that measures what graphs would
- * save (bench/gpu_bench.c --graph; the trainer does not use it: its steps
- * upload their learning rate and step count from the host):
+ * save (bench/gpu_bench.c --graph; the trainer does not use it: a captured
+ * step keeps its learning rate and bias corrections, adamw_multi's
+ * arguments, and its small uploads' ring slots as they were):
  *   OPS_GRAPH_BEGIN   what the ops queue on the compute stream from now on
- *                     is captured, not run (upload_ahead goes in line);
+ *                     is captured, not run (upload_ahead goes in line; an
+ *                     upload of 1 MiB or more from unpinned memory fails;
+ *                     no host-side event is recorded, so the caller
+ *                     synchronizes after each replay and queues nothing
+ *                     between the capture and its replays);
  *   OPS_GRAPH_END     ends the capture, instantiates the graph, *nodes (if
  *                     not NULL) its node count;
  *   OPS_GRAPH_REPLAY  queues the captured work again (the same host

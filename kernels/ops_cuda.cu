@@ -323,9 +323,25 @@ static void cuda_host_free(void *host)
     }
 }
 
+/* Whether the compute stream is being captured into a graph (ops.h:
+ * ops_cuda_graph). While it is, the host-side events (a pinned range's, the
+ * ring's and the staging buffers', upload_ahead's) are not recorded: CUDA
+ * refuses to wait on an event last recorded in a capture, and the replays
+ * are synchronized by their caller. */
+static int capturing(void)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(g_cuda.stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
+
 /* After a copy queued from or to pinned entry i on stream st. */
 static void pinned_used(int i, cudaStream_t st)
 {
+    if (capturing()) return;
     if (!CU_TRY(cudaEventRecord(g_pinned[i].done, st))) g_pinned[i].used = 1;
 }
 
@@ -349,7 +365,7 @@ static void ring_upload(void *dst, const void *src, size_t bytes)
     memcpy(at, src, bytes);
     g_stage.fill += (bytes + 255) & ~(size_t)255;
     if (CU_TRY(cudaMemcpyAsync(dst, at, bytes, cudaMemcpyHostToDevice, g_cuda.stream))) return;
-    CU_TRY(cudaEventRecord(g_stage.ring_done[g_stage.slot], g_cuda.stream));
+    if (!capturing()) CU_TRY(cudaEventRecord(g_stage.ring_done[g_stage.slot], g_cuda.stream));
 }
 
 static void cuda_upload(void *dst, const void *src, size_t bytes)
@@ -370,6 +386,14 @@ static void cuda_upload(void *dst, const void *src, size_t bytes)
     }
     if (bytes < STAGE_MIN) {
         ring_upload(dst, src, bytes);
+        return;
+    }
+    if (capturing()) { /* the two buffers would be refilled before the graph's copies ran */
+        if (!g_cuda.failed)
+            snprintf(g_cuda.err, sizeof g_cuda.err,
+                     "%s:%d: an upload of %zu bytes from unpinned memory cannot be captured "
+                     "into a graph (pin the source)", __FILE__, __LINE__, bytes);
+        cuda_note((int)cudaErrorStreamCaptureUnsupported);
         return;
     }
     for (size_t at = 0; at < bytes; at += STAGE_BYTES) {
@@ -459,18 +483,6 @@ static void ahead_forget(const void *dst)
     g_ahead[i].dst = NULL;
 }
 
-/* Whether the compute stream is being captured into a graph (ops.h:
- * ops_cuda_graph). */
-static int capturing(void)
-{
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(g_cuda.stream, &cs) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return cs != cudaStreamCaptureStatusNone;
-}
-
 static void cuda_upload_ahead(void *dst, const void *src, size_t bytes)
 {
     CU_GUARD();
@@ -508,6 +520,7 @@ static void cuda_consumed(const void *dst)
     CU_GUARD();
     /* the entry is made here too: a later upload_ahead waits for these
      * readers even if the upload before them went in line */
+    if (capturing()) return;
     const int a = ahead_slot(dst, 1);
     if (a >= 0) CU_TRY(cudaEventRecord(g_ahead[a].consumed, g_cuda.stream));
 }
@@ -553,6 +566,22 @@ void *cuda_scratch(size_t bytes)
 
 extern "C" size_t vitjob_cuda_peak_bytes(void) { return peak_bytes; }
 
+static int cuda_init(char *err, size_t errlen);
+
+/* Initialises the GPU once (cuda_init); 1 if it is usable, else 0 with
+ * its reason in err (the same reason every time). */
+static int cuda_ready(char *err, size_t errlen)
+{
+    static int tried, ok;
+    static char why[512];
+    if (!tried) {
+        tried = 1;
+        ok = cuda_init(why, sizeof why) == 0;
+    }
+    if (!ok) snprintf(err, errlen, "%s", why);
+    return ok;
+}
+
 /* ---- a step as a CUDA graph (ops.h: ops_cuda_graph; gpu_bench --graph) ---- */
 static cudaGraph_t g_graph;
 static cudaGraphExec_t g_graph_exec;
@@ -578,6 +607,7 @@ static int graph_fail(cudaError_t e, const char *what, char *err, size_t errlen)
 
 extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen)
 {
+    if (!cuda_ready(err, errlen)) return 1;
     cudaError_t e = cudaSuccess;
     switch (op) {
     case OPS_GRAPH_BEGIN:
@@ -723,6 +753,9 @@ static int cuda_init(char *err, size_t errlen)
     g_cuda.cc_minor = cc_minor;
     if (CUDA_CHECK(cudaDeviceGetAttribute(&g_cuda.sm_count, cudaDevAttrMultiProcessorCount,
                                           g_cuda.device), err, errlen) ||
+        CUDA_CHECK(cudaDeviceGetAttribute(&g_cuda.smem_optin,
+                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, g_cuda.device),
+                   err, errlen) ||
         CUDA_CHECK(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking), err,
                    errlen) ||
         CUBLAS_CHECK(cublasCreate(&g_cuda.blas), err, errlen) ||
@@ -745,16 +778,7 @@ static int cuda_init(char *err, size_t errlen)
  * (ops_cuda and ops_cuda_peak_bytes there). */
 extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t errlen)
 {
-    static int tried, ok;
-    static char why[512];
-    if (!tried) {
-        tried = 1;
-        ok = cuda_init(why, sizeof why) == 0;
-    }
-    if (!ok) {
-        snprintf(err, errlen, "%s", why);
-        return NULL;
-    }
+    if (!cuda_ready(err, errlen)) return NULL;
     const int unfused = (storage & OPS_UNFUSED_ATTENTION) != 0;
     const int sync_loads = (storage & OPS_FLASH_SYNC_LOADS) != 0;
     storage &= ~(OPS_UNFUSED_ATTENTION | OPS_FLASH_SYNC_LOADS);

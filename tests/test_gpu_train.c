@@ -433,12 +433,12 @@ Test(gpu_train, a_step_captured_as_a_cuda_graph_and_replayed_is_the_queued_step_
     free_data(&d);
 }
 
-/* Runs without a GPU: the graph entry point says why it cannot, the
- * loader's reason, on one line. */
+/* Runs without a usable GPU: the graph entry point says why it cannot,
+ * the loader's or the backend's reason (what ops_cuda says), on one line. */
 Test(gpu_train, without_a_usable_gpu_a_graph_capture_fails_with_the_loaders_reason)
 {
     char why[512] = "", err[512] = "";
-    if (ops_cuda(OPS_BF16, why, sizeof why))
+    if (ops_cuda(OPS_FP32, why, sizeof why))
         cr_skip_test("a CUDA GPU is usable here: the no-GPU path is checked where there is none");
     for (int op = OPS_GRAPH_BEGIN; op <= OPS_GRAPH_FREE; op++) {
         err[0] = '\0';

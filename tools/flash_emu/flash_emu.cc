@@ -272,6 +272,10 @@ static void emu_entry(void)
 /* Runs one block (emu_bidx) of emu_body's kernel to completion. */
 static __attribute__((noinline)) void emu_run_block(unsigned threads, size_t stack)
 {
+    if (threads > sizeof emu_queued / sizeof emu_queued[0]) {
+        fprintf(stderr, "flash_emu: a block of %u threads (at most 1024)\n", threads);
+        exit(3);
+    }
     emu_block_bar = emu_bar{0, (int)threads, 0};
     for (int w = 0; w < 32; w++) emu_warp_bar[w] = emu_bar{0, 32, 0};
     /* shared memory keeps the last block's tiles, as on a GPU */
@@ -454,7 +458,8 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
                                 lse.data(), B, T, D, NH);
     const int same = memcmp(sout.data(), fout.data(), no * sizeof(X)) == 0 &&
                      memcmp(slse.data(), flse.data(), nl * sizeof(float)) == 0 &&
-                     memcmp(sd.data(), fd.data(), nq * sizeof(X)) == 0;
+                     memcmp(sd.data(), fd.data(), nq * sizeof(X)) == 0 &&
+                     memcmp(sdvec.data(), dvec.data(), nl * sizeof(float)) == 0;
     report(type, "sync", B, T, hd, NH, same ? 0 : INFINITY, 0);
 }
 
