@@ -276,7 +276,14 @@ EOF
     run_world 2 "$TMP/$mode" "${args[@]}" --set training.sharding="$mode" \
       --set training.exportPath="$TMP/$mode.safetensors"
     echo "world 2, sharding $mode:"
-    compare "$TMP/w1/metrics.jsonl" "$TMP/$mode/metrics.jsonl" 1e-5
+    # the losses within 1e-4 (relative) of one process's: one process adds
+    # the four micro-batches' gradients in turn, two ranks two each and then
+    # the two sums, a rounding the steps carry on. Measured, the worst of
+    # the 6 steps: an x86-64-v3 (AVX2) build 1.7e-6
+    # (none, grad-op) and 2.6e-6 (full); a -march=native build on an
+    # AVX-512 machine 6.1e-6 and 3.4e-5 (its own vector width in GELU and
+    # the softmax's exp, other roundings). The weights' bound is unchanged.
+    compare "$TMP/w1/metrics.jsonl" "$TMP/$mode/metrics.jsonl" 1e-4
     weights "$TMP/w1.safetensors" "$TMP/$mode.safetensors" 2e-4
   done
 }

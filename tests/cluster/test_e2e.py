@@ -37,6 +37,7 @@ import unittest
 
 from tests.cluster import testlimit
 from tests.cluster.harness import wait_for
+from tests.cluster.kubelet.env import reference_worker_env
 from tests.cluster.localcluster import ROOT, LocalCluster, missing_prerequisites
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
@@ -146,10 +147,13 @@ class ClusterJobTest(unittest.TestCase):
         self.c.kubectl("apply", "-f", "-", input=json.dumps(m))
         return m
 
-    def s3_env(self):
+    def s3_creds(self):
         s3 = self.c.s3
-        return dict(os.environ, AWS_ACCESS_KEY_ID=s3["AWS_ACCESS_KEY_ID"],
+        return dict(AWS_ACCESS_KEY_ID=s3["AWS_ACCESS_KEY_ID"],
                     AWS_SECRET_ACCESS_KEY=s3["AWS_SECRET_ACCESS_KEY"], AWS_REGION=s3["AWS_REGION"])
+
+    def s3_env(self):
+        return dict(os.environ, **self.s3_creds())
 
     def export(self, uri, out):
         r = subprocess.run([WORKER, "export", "--from", uri, "--out", out, "--endpoint", self.c.s3["S3_ENDPOINT"]],
@@ -176,9 +180,10 @@ class ClusterJobTest(unittest.TestCase):
         s.close()
         procs, logs = [], []
         for rank in (0, 1):
-            env = dict(self.s3_env(), VITJOB_REPLICAS="2", VITJOB_RANK=str(rank), VITJOB_RESTART="0",
-                       VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
-            env.pop("KUBERNETES_SERVICE_HOST", None)
+            # a pod's environment, not this machine's (kubelet/env.py)
+            env = reference_worker_env(**self.s3_creds(), VITJOB_REPLICAS="2", VITJOB_RANK=str(rank),
+                                       VITJOB_RESTART="0", VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port,
+                                       VITJOB_COMM_HOST="127.0.0.1")
             lf = open(os.path.join(self.work, "%s-rank%d.log" % (prefix.replace("/", "_"), rank)), "w+")
             logs.append(lf)
             procs.append(subprocess.Popen([WORKER, "train", "--config", cfg, "--log-level", "info"],

@@ -34,6 +34,7 @@ import unittest
 from tests.cluster import testlimit
 from tests.cluster.harness import wait_for
 from tests.cluster.kubelet import logs as container_logs
+from tests.cluster.kubelet.env import reference_worker_env
 from tests.cluster.localcluster import missing_prerequisites
 from tests.cluster.test_e2e import BUILD, ClusterJobTest, job_manifest, pods_of, status
 
@@ -89,10 +90,9 @@ def reference_run(c, name, work, world):
         port = s.getsockname()[1]
     procs = []
     for r in range(world):
-        env = dict(os.environ, VITJOB_REPLICAS=str(world), VITJOB_RANK=str(r), VITJOB_RESTART="0",
-                   VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
-        for k in ("VITJOB_NAME", "VITJOB_NAMESPACE", "KUBECONFIG"):
-            env.pop(k, None)
+        # a pod's environment, not this machine's (kubelet/env.py)
+        env = reference_worker_env(VITJOB_REPLICAS=str(world), VITJOB_RANK=str(r), VITJOB_RESTART="0",
+                                   VITJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, VITJOB_COMM_HOST="127.0.0.1")
         args = [os.path.join(BUILD, "bin", "vitjob-worker"), "train", "--config", path, "--log-level", "info"]
         if r == 0:
             args += ["--metrics", os.path.join(work, "metrics.jsonl")]

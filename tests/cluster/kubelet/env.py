@@ -2,20 +2,39 @@
 # HOSTNAME, HOME, KUBERNETES_SERVICE_HOST/PORT (the API server through the
 # bridge), the image's ENV (image.py), then its env in order: value (with
 # $(VAR) of earlier ones), fieldRef (downward.py), secretKeyRef and
-# configMapKeyRef (optional ones skipped when missing).
+# configMapKeyRef (optional ones skipped when missing); and the environment
+# of a worker run outside the cluster as a pod's reference.
 # Must not: log a value (secrets end up here); fall back to the kubelet's
 # own environment.
 
 import base64
 
 from .downward import field_ref
-from .image import IMAGE_DIR, image_env_of
+from .image import IMAGE_DIR, WORKER_ENV, image_env_of
 from .network import BRIDGE_IP
+
+
+def image_path():
+    """A worker container's PATH: the image's bin first."""
+    return IMAGE_DIR + "/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def reference_worker_env(**extra):
+    """The environment of a vitjob-worker started outside the cluster as the
+    reference a pod's run is compared with, bit for bit: what env_for gives a
+    worker container before its spec's env (PATH, HOME, the image's ENV),
+    plus extra; none of this machine's own variables, which a pod does not
+    get either and some of which change the bits (OPENBLAS_CORETYPE picks
+    OpenBLAS's kernels: seen on an AVX-512 machine that sets it)."""
+    env = {"PATH": image_path(), "HOME": "/"}
+    env.update(WORKER_ENV)
+    env.update(extra)
+    return env
 
 
 def env_for(api, pod, c, node, node_ip):
     """The environment of container c (its spec) of pod."""
-    env = {"PATH": IMAGE_DIR + "/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    env = {"PATH": image_path(),
            "HOSTNAME": pod.obj["spec"].get("hostname") or pod.name,
            "HOME": "/",
            "KUBERNETES_SERVICE_HOST": BRIDGE_IP,
