@@ -483,6 +483,18 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Queues one step as the trainer queues it (train.c): the forward's losses
+ * to `losses`, the backward, the optimizer; its result is collected later. */
+static optim_result queue_step(vit_model *m, optim *o, const vit_ops *ops, const float *images,
+                               const int *labels, float *losses, float dloss, int batch,
+                               long step)
+{
+    model_zero_grads(m);
+    model_forward_queue(m, images, labels, NULL, batch, losses);
+    model_backward(m, dloss);
+    return optim_step_queue(o, m, ops, step);
+}
+
 /* --graph: one step (the trainer's queued step, as below) captured into a
  * CUDA graph after the warm-up, then replayed a.steps times, each replay
  * followed by a synchronize so that step_s holds each step's own time (a
@@ -498,11 +510,8 @@ static int graph_steps(vit_model *m, optim *o, const vit_ops *ops, const float *
                        char *err, size_t errlen)
 {
     if (ops_cuda_graph(OPS_GRAPH_BEGIN, NULL, err, errlen)) return 1;
-    model_zero_grads(m);
-    model_forward_queue(m, images, labels, NULL, a.batch,
-                        losses + (size_t)(a.warmup & 1) * (size_t)a.batch);
-    model_backward(m, dloss);
-    *res = optim_step_queue(o, m, ops, a.warmup);
+    *res = queue_step(m, o, ops, images, labels, losses + (size_t)(a.warmup & 1) * (size_t)a.batch,
+                      dloss, a.batch, a.warmup);
     if (ops_cuda_graph(OPS_GRAPH_END, nodes, err, errlen)) return 1;
     *t_timed = mono_seconds();
     for (int i = 0; i < a.steps; i++) {
@@ -607,11 +616,9 @@ int main(int argc, char **argv)
          * GPU the host waits there for the device; on the CPU it computes) */
         const double t_iter = mono_seconds();
         if (step < loop_total) { /* queue this step */
-            model_zero_grads(m);
-            model_forward_queue(m, images, labels, NULL, a.batch,
-                                losses + (size_t)(step & 1) * (size_t)a.batch);
-            model_backward(m, dloss);
-            res[step & 1] = optim_step_queue(o, m, ops, step);
+            res[step & 1] = queue_step(m, o, ops, images, labels,
+                                       losses + (size_t)(step & 1) * (size_t)a.batch, dloss,
+                                       a.batch, step);
             if (a.sync_steps) ops->synchronize();
         }
         if (step > 0) { /* the step before: read its loss and norm */

@@ -217,6 +217,17 @@ static __global__ void layernorm_backward_reduce_kernel(float *dw, float *db, co
     db[c] = acc_b;
 }
 
+/* The register kernels' instance for C (a multiple of 4 up to 1280): V4
+ * float4s a lane, C rounded up to 256 columns (2 float4s a lane each). */
+#define LN_V4_SWITCH(C, CALL)        \
+    switch (((C) + 255) / 256) {     \
+    case 1: CALL(2); break;          \
+    case 2: CALL(4); break;          \
+    case 3: CALL(6); break;          \
+    case 4: CALL(8); break;          \
+    default: CALL(10); break;        \
+    }
+
 template <typename X>
 void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *inp,
                             const float *w, const float *b, int N, int C)
@@ -229,13 +240,7 @@ void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *
 #define LN_FWD_VEC(V4)                                                               \
     layernorm_forward_vec_kernel<X, V4><<<blocks, LN_THREADS, 0, g_cuda.stream>>>( \
         (X *)out, mean, rstd, inp, w, b, N, C)
-        switch ((C + 255) / 256) {
-        case 1: LN_FWD_VEC(2); break;
-        case 2: LN_FWD_VEC(4); break;
-        case 3: LN_FWD_VEC(6); break;
-        case 4: LN_FWD_VEC(8); break;
-        default: LN_FWD_VEC(10); break;
-        }
+        LN_V4_SWITCH(C, LN_FWD_VEC);
 #undef LN_FWD_VEC
         CU_LAUNCHED();
         return;
@@ -266,13 +271,7 @@ void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *do
 #define LN_BWD_VEC(V4)                                                                        \
     layernorm_backward_dinp_vec_kernel<X, V4><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>( \
         dinp, dy, inp, w, mean, rstd, N, C)
-        switch ((C + 255) / 256) {
-        case 1: LN_BWD_VEC(2); break;
-        case 2: LN_BWD_VEC(4); break;
-        case 3: LN_BWD_VEC(6); break;
-        case 4: LN_BWD_VEC(8); break;
-        default: LN_BWD_VEC(10); break;
-        }
+        LN_V4_SWITCH(C, LN_BWD_VEC);
 #undef LN_BWD_VEC
     } else {
         layernorm_backward_dinp_kernel<X><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>(

@@ -323,20 +323,15 @@ static void cuda_host_free(void *host)
     }
 }
 
-/* Whether the compute stream is being captured into a graph (ops.h:
- * ops_cuda_graph). While it is, the host-side events (a pinned range's, the
+/* Whether the compute stream is being captured into a graph: set and
+ * cleared by vitjob_cuda_graph (ops.h: ops_cuda_graph), the only thing that
+ * starts a capture, so the ops read a flag instead of asking CUDA on every
+ * upload. While it is set, the host-side events (a pinned range's, the
  * ring's and the staging buffers', upload_ahead's) are not recorded: CUDA
  * refuses to wait on an event last recorded in a capture, and the replays
  * are synchronized by their caller. */
-static int capturing(void)
-{
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(g_cuda.stream, &cs) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return cs != cudaStreamCaptureStatusNone;
-}
+static int g_capturing;
+static int capturing(void) { return g_capturing; }
 
 /* After a copy queued from or to pinned entry i on stream st. */
 static void pinned_used(int i, cudaStream_t st)
@@ -616,10 +611,13 @@ extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen
         /* relaxed: the ring's host-side waits (cudaEventSynchronize on
          * events recorded before the capture) stay legal */
         e = cudaStreamBeginCapture(g_cuda.stream, cudaStreamCaptureModeRelaxed);
-        return e != cudaSuccess ? graph_fail(e, "cudaStreamBeginCapture", err, errlen) : 0;
+        if (e != cudaSuccess) return graph_fail(e, "cudaStreamBeginCapture", err, errlen);
+        g_capturing = 1;
+        return 0;
     case OPS_GRAPH_END: {
         cudaGraph_t g = NULL;
         e = cudaStreamEndCapture(g_cuda.stream, &g);
+        g_capturing = 0;
         if (e != cudaSuccess || g_cuda.failed) {
             if (g) (void)cudaGraphDestroy(g);
             return graph_fail(e, "the captured step", err, errlen);
