@@ -157,6 +157,12 @@ Q := $(if $(V),,@)
 FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_NOW    = $(ALL_CFLAGS) | $(NVCC) $(NVCC_FLAGS) | $(CUDA_SRC)
 $(shell mkdir -p $(BUILD) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+# The CUDA objects have a stamp of their own, of nvcc's flags alone: the
+# normal and the sanitizer trees share them ($(CUDA_BUILD)), and the C flags
+# of one tree must not make the other compile them again (minutes of nvcc).
+CUDA_FLAGS_STAMP := $(CUDA_BUILD)/.flags
+CUDA_FLAGS_NOW    = $(NVCC) $(NVCC_FLAGS) | $(CUDA_SRC)
+$(shell mkdir -p $(CUDA_BUILD) && (echo '$(CUDA_FLAGS_NOW)' | cmp -s - $(CUDA_FLAGS_STAMP) || echo '$(CUDA_FLAGS_NOW)' > $(CUDA_FLAGS_STAMP)))
 
 # The commit goes into api/version.o alone, through a stamp rewritten only
 # when it changes (a build from a tarball or an image context says
@@ -191,7 +197,7 @@ $(BUILD)/obj/worker/train/train.o: INC := -Ilib -Iapi -Ikernels $(TRAIN_INC) -Iw
 $(BUILD)/obj/worker/plan/%.o $(BUILD)/obj/worker/main.o: INC := -Ilib -Iapi -Ikernels $(WORKER_INC)
 $(BUILD)/obj/operator/%.o: INC := -Ilib -Iapi -Ioperator
 
-$(CUDA_BUILD)/%.o: %.cu $(FLAGS_STAMP)
+$(CUDA_BUILD)/%.o: %.cu $(CUDA_FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
