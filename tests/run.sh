@@ -6,9 +6,10 @@
 # skipped tests are not counted as passed). Each suite's line ends with its
 # seconds and CPU seconds, and the five slowest suites and the CPU used in
 # all are given at the end, so that where the time goes is visible. Exits
-# non-zero if anything failed. The suites run in three lanes side by side
-# (see "The lanes" below; TEST_LANES=1: one lane), the other lanes' lines
-# printed when the main lane is done.
+# non-zero if anything failed. The suites that mostly wait run in a lane
+# beside the others (see "The lanes" below; TEST_LANES=1: one lane,
+# TEST_LANES=3: three), the other lanes' lines printed when the main lane
+# is done.
 #
 #   unit (C, Criterion):   tests/test_*.c            one per source file, named for it
 #                                                    (test_config.c: api/config.c, ...);
@@ -416,7 +417,7 @@ elapsed=$(( $(date +%s) - start ))
 echo "elapsed: ${elapsed}s; the five slowest suites:"
 sort -rn "$TIMES" | head -5 | while read -r secs name; do printf '  %5ds  %s\n' "$secs" "$name"; done
 cpu_now
-echo "CPU: $(( CPU_MS / 1000 ))s used by all suites (both lanes) in ${elapsed}s on $(nproc) cores"
+echo "CPU: $(( CPU_MS / 1000 ))s used by all suites (all lanes) in ${elapsed}s on $(nproc) cores"
 
 [ ${#failures[@]} -eq 0 ] || echo "failed suites: ${failures[*]}"
 echo "tests: $passed passed, $failed failed$([ "$skipped" -gt 0 ] && echo ", $skipped skipped")"
