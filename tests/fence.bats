@@ -21,9 +21,11 @@
 : "${BATS_TEST_TIMEOUT:=300}"
 
 load ranks_helpers
+load recipe_helpers
 
 setup_file() {
   ck_backend_start
+  recipe_data # every training image, 400 test images: the final evaluations stay short
 }
 
 teardown_file() {
@@ -36,7 +38,8 @@ setup() {
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   TMP=$(mktemp -d)
   RANK_TIMEOUT=240
-  ARGS=(--set training.steps=30 --set training.optimizer.warmupSteps=2
+  ARGS=(--set data.uri="file://$BATS_FILE_TMPDIR/fm"
+        --set training.steps=30 --set training.optimizer.warmupSteps=2
         --set training.globalBatchSize=48 --set training.microBatchSize=4
         --set training.threads=1 --set training.exportPath=
         --set training.rendezvousTimeoutSeconds=60 --set training.collectiveTimeoutSeconds=60

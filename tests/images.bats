@@ -35,12 +35,21 @@ setup_file() {
   fi
   COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
   export COMMIT
-  for img in operator worker; do
+  # the two images built at once: one's apt-get and layer copies (waiting on
+  # the mirror and the disk) overlap the other's compiling
+  local names=(operator worker) pids=() img i bad=0
+  for img in "${names[@]}"; do
     bh bud --quiet --isolation chroot --layers=false -f "$ROOT/docker/$img.Dockerfile" \
       --build-arg BUILD_BASE="$BASE" --build-arg RUNTIME_BASE="$BASE" \
       --build-arg GIT_COMMIT="$COMMIT" -t "localhost/vitjob-$img:test" "$ROOT" \
-      > "$IMG/build-$img.log" 2>&1 || { tail -40 "$IMG/build-$img.log"; return 1; }
+      > "$IMG/build-$img.log" 2>&1 &
+    pids+=($!)
   done
+  for i in "${!names[@]}"; do
+    img=${names[$i]}
+    wait "${pids[$i]}" || { echo "building the $img image failed:"; tail -40 "$IMG/build-$img.log"; bad=1; }
+  done
+  [ "$bad" -eq 0 ]
 }
 
 teardown_file() {

@@ -12,13 +12,18 @@
 # regression that hangs fails in minutes; the environment may set another.
 : "${BATS_TEST_TIMEOUT:=300}"
 
+load recipe_helpers
+
+# every training image and 100 test images: each run's final evaluation short
+setup_file() { fmnist_short "$BATS_FILE_TMPDIR/fm" 100; }
+
 setup() {
   BUILD=${BUILD:-build}
   WORKER=${WORKER:-$BUILD/bin/vitjob-worker}
   OPERATOR=${OPERATOR:-$BUILD/bin/vitjob-operator}
   TMP=$(mktemp -d)
   FAST=(--set training.steps=3 --set training.optimizer.warmupSteps=1
-        --set training.exportPath= --set training.threads=1)
+        --set training.exportPath= --set training.threads=1 --set data.uri="file://$BATS_FILE_TMPDIR/fm")
 }
 
 teardown() {

@@ -529,8 +529,8 @@ print("%016x" % h)')
 
 @test "without training.threads the worker uses the CPUs its affinity allows, and says so" {
   [ "$(nproc --all)" -ge 2 ] || skip "one CPU: affinity cannot be narrower"
-  run taskset -c 0 "$WORKER" train --set training.steps=1 --set training.optimizer.warmupSteps=0 \
-    --set training.exportPath= "${SMALL[@]}"
+  run env -u OMP_NUM_THREADS taskset -c 0 "$WORKER" train --set training.steps=1 \
+    --set training.optimizer.warmupSteps=0 --set training.exportPath= "${SMALL[@]}"
   [ "$status" -eq 0 ]
   [[ "$output" == *'threads=1 threads_source=affinity'* ]]
   [[ "$output" == *'"threads":1'* ]]
