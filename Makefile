@@ -268,8 +268,20 @@ DECODE_OBJ = $(BUILD)/obj/worker/data/decode.o
 CODEC_OBJ  = $(DECODE_OBJ) $(BUILD)/obj/worker/data/encode.o $(BUILD)/obj/worker/data/shardwriter.o
 $(CODEC_OBJ) $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.o): ALL_CFLAGS += $(DECODE_CFLAGS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_OBJ)
-	$(call link,$(LDLIBS) $(DECODE_LIBS) -lcriterion)
+# A unit test links the core as an archive, so that it takes the objects it
+# uses and, --as-needed, only their libraries: Criterion starts every test
+# in a process of its own (an exec of the test binary), and each exec loads
+# every library linked. test_buf: 22 libraries instead of 65, its 3 tests
+# 0.36 s instead of 0.8 s.
+CORE_LIB  = $(BUILD)/lib/libvitjob-core.a
+AS_NEEDED = -Wl,--as-needed
+$(CORE_LIB): $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(CORE_LIB)
+	$(call link,$(AS_NEEDED) $(LDLIBS) $(DECODE_LIBS) -lcriterion)
 
 
 # test_decode: the decoder alone (lib/check.h is header-only; lib/util.c

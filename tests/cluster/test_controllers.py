@@ -102,6 +102,19 @@ class ControllersTest(unittest.TestCase):
         self.assertIn(r.status, codes or (200, 201), r)
         return r.body
 
+    def update(self, path, change, sub=""):
+        """Reads the object at path, change(obj), writes it back (to path +
+        sub, a subresource); read and changed again on a 409, as client-go's
+        RetryOnConflict: a controller may write the object in between (its
+        status, a taint), which a real server refuses as a conflict too."""
+        for _ in range(20):
+            obj = self.ok(self.api.get(path))
+            change(obj)
+            r = self.api.put(path + sub, obj)
+            if r.status != 409:
+                return self.ok(r)
+        self.fail("%s: a conflict on each of 20 writes" % path)
+
     def add_node(self, name, labels=None, taints=None, cpu="4", memory="8Gi", pods="110", ready="True",
                  heartbeat=0.0, lease=True, unschedulable=False):
         spec = {}
@@ -109,18 +122,21 @@ class ControllersTest(unittest.TestCase):
             spec["taints"] = taints
         if unschedulable:
             spec["unschedulable"] = True
-        node = self.ok(self.api.post(NODES, {"apiVersion": "v1", "kind": "Node",
-                                             "metadata": {"name": name, "labels": labels or {}},
-                                             "spec": spec}), 201)
+        self.ok(self.api.post(NODES, {"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": name, "labels": labels or {}},
+                                      "spec": spec}), 201)
         alloc = {"cpu": cpu, "memory": memory, "pods": pods}
         hb = ts(heartbeat)
-        node["status"] = {"capacity": alloc, "allocatable": alloc, "conditions": [
-            {"type": t, "status": s, "reason": r, "message": "", "lastHeartbeatTime": hb, "lastTransitionTime": hb}
-            for t, s, r in (("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-                            ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-                            ("PIDPressure", "False", "KubeletHasSufficientPID"),
-                            ("Ready", ready, "KubeletReady" if ready == "True" else "KubeletNotReady"))]}
-        self.ok(self.api.put(NODES + "/" + name + "/status", node))
+
+        def status(node):
+            node["status"] = {"capacity": alloc, "allocatable": alloc, "conditions": [
+                {"type": t, "status": s, "reason": r, "message": "", "lastHeartbeatTime": hb,
+                 "lastTransitionTime": hb}
+                for t, s, r in (("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                                ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                                ("PIDPressure", "False", "KubeletHasSufficientPID"),
+                                ("Ready", ready, "KubeletReady" if ready == "True" else "KubeletNotReady"))]}
+        node = self.update(NODES + "/" + name, status, "/status")
         if lease:
             self.renew(name, heartbeat)
         return node
@@ -325,9 +341,7 @@ class ControllersTest(unittest.TestCase):
         self.assertIsNone(self.pod("picky")["spec"].get("nodeName"))
         self.assertRegex(self.logs(), r"controller=scheduler event=unschedulable pod=default/picky")
         # once a node fits, the same pod is bound
-        node = self.ok(self.api.get(NODES + "/other"))
-        node["metadata"]["labels"]["zone"] = "a"
-        self.ok(self.api.put(NODES + "/other", node))
+        self.update(NODES + "/other", lambda node: node["metadata"]["labels"].update(zone="a"))
         self.assertEqual(self.wait_for("picky bound", lambda: self.node_of("picky")), "other")
         self.assertEqual(cond(self.pod("picky"), "PodScheduled")["status"], "True")
 
@@ -391,9 +405,7 @@ class ControllersTest(unittest.TestCase):
         # one pod gone for good, one Failed: both replaced
         gone, failed = pods[0]["metadata"]["name"], pods[1]["metadata"]["name"]
         self.ok(self.api.delete(PODS + "/" + gone, {"gracePeriodSeconds": 0}))
-        p = self.pod(failed)
-        p["status"]["phase"] = "Failed"
-        self.ok(self.api.put(PODS + "/" + failed + "/status", p))
+        self.update(PODS + "/" + failed, lambda p: p["status"].update(phase="Failed"), "/status")
         new = self.wait_for("replacements", lambda: (lambda ps: len(ps) == 3 and ps)(
             self.owned_pods(rs["metadata"]["uid"])))
         names = {p["metadata"]["name"] for p in new}
@@ -409,9 +421,9 @@ class ControllersTest(unittest.TestCase):
         self.ok(self.api.post(DEPLOYS, self.deployment("app", 2)), 201)
         old = self.wait_for("rs", lambda: self.ok(self.api.get(RSS))["items"])[0]
         self.wait_for("2 pods", lambda: len(self.owned_pods(old["metadata"]["uid"])) == 2)
-        dep = self.ok(self.api.get(DEPLOYS + "/app"))
-        dep["spec"]["template"]["spec"]["containers"][0]["image"] = "busybox:2"
-        self.ok(self.api.put(DEPLOYS + "/app", dep))
+        # (the deployment controller writes the status meanwhile: a conflict, read again)
+        self.update(DEPLOYS + "/app",
+                    lambda dep: dep["spec"]["template"]["spec"]["containers"][0].update(image="busybox:2"))
 
         def two():
             items = self.ok(self.api.get(RSS))["items"]
@@ -476,9 +488,7 @@ class ControllersTest(unittest.TestCase):
             ("node.kubernetes.io/unschedulable", "NoSchedule")})
         # the lease is renewed: Ready stays as the kubelet posted it
         self.assertEqual(cond(self.ok(self.api.get(NODES + "/sick")), "Ready")["reason"], "KubeletNotReady")
-        node = self.ok(self.api.get(NODES + "/cordoned"))
-        del node["spec"]["unschedulable"]
-        self.ok(self.api.put(NODES + "/cordoned", node))
+        self.update(NODES + "/cordoned", lambda node: node["spec"].pop("unschedulable"))
         self.wait_for("uncordoned", lambda: self.taints("cordoned") == {})
 
     def test_pod_not_tolerating_a_noexecute_taint_is_evicted_at_once_with_disruptiontarget_and_stays_terminating(self):
@@ -489,9 +499,8 @@ class ControllersTest(unittest.TestCase):
                      tolerations=[{"key": "example.com/drain", "operator": "Exists", "effect": "NoExecute"}])
         self.run_pod("victim")
         self.run_pod("tolerant")
-        node = self.ok(self.api.get(NODES + "/n1"))
-        node["spec"]["taints"] = [{"key": "example.com/drain", "effect": "NoExecute", "timeAdded": ts()}]
-        self.ok(self.api.put(NODES + "/n1", node))
+        self.update(NODES + "/n1", lambda node: node["spec"].update(
+            taints=[{"key": "example.com/drain", "effect": "NoExecute", "timeAdded": ts()}]))
         t0 = time.monotonic()
         pod = self.wait_for("victim deleting", lambda: (lambda p: p["metadata"].get("deletionTimestamp") and p)(
             self.pod("victim")))
