@@ -6,9 +6,10 @@
 # skipped tests are not counted as passed). Each suite's line ends with its
 # seconds and CPU seconds, and the five slowest suites and the CPU used in
 # all are given at the end, so that where the time goes is visible. Exits
-# non-zero if anything failed. The suites run in three lanes side by side
-# (see "The lanes" below; TEST_LANES=1: one lane, 2: two), the other lanes'
-# lines printed when the main lane is done.
+# non-zero if anything failed. The suites that mostly wait run in a lane
+# beside the others (see "The lanes" below; TEST_LANES=1: one lane,
+# TEST_LANES=3: three), the other lanes' lines printed when the main lane
+# is done.
 #
 #   unit (C, Criterion):   tests/test_*.c            one per source file, named for it
 #                                                    (test_config.c: api/config.c, ...);
@@ -94,15 +95,17 @@ passed=0 failed=0 skipped=0 failures=()
 # against 9.5 s; one training alone 7.8 s against 8.0 s. Results are the same
 # bits either way (static schedules).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-# The command-line and script suites' processes take one compute thread
-# each (OMP_NUM_THREADS; TEST_THREADS=N another count, TEST_THREADS= the
-# worker's own choice, the CPUs it may use): two lanes of them share two
-# cores. A small model gains nothing from a second thread here: fmnist_tiny,
-# 150 steps alone, 6.9 s at one thread (8.6 CPU s), 7.8 s at two (16.3 CPU
-# s); two one-thread runs at once take 6.4 and 6.5 s. The C suites keep the
-# default, so that the ops' threaded loops are still run (and sanitized);
-# tests that need a count set training.threads.
-SUITE_THREADS=${TEST_THREADS-1}
+# With three lanes (TEST_LANES=3), two lanes of trainings share two cores:
+# the command-line and script suites' processes then take one compute
+# thread each (OMP_NUM_THREADS=1). A small model gains nothing from a
+# second thread here: fmnist_tiny, 150 steps alone, 6.9 s at one thread
+# (8.6 CPU s), 7.8 s at two (16.3 CPU s); two one-thread runs at once take
+# 6.4 and 6.5 s. With two lanes the second core is mostly free and the
+# worker picks its threads itself (fmnist_small: 1.7x faster at two).
+# TEST_THREADS=N sets a count for every lane, TEST_THREADS= leaves it to
+# the worker. The C suites keep the default either way, so that the ops'
+# threaded loops are run (and sanitized); tests that need a count set
+# training.threads.
 TEST_LIMIT=${TEST_LIMIT:-300}
 SUITE_LIMIT=${SUITE_LIMIT:-1200}
 # limited CMD...: CMD under SUITE_LIMIT (TERM, then KILL 10 s later), in a
@@ -177,7 +180,7 @@ criterion_suite() {
 bats_suite() {
   local name=$1 file=$2; shift 2
   local log=$WORK/${name//\//_}.log
-  limited env OMP_NUM_THREADS="$SUITE_THREADS" "$@" bats --tap --timing "$file" > "$log" 2>&1
+  limited env "${THREAD_ENV[@]}" "$@" bats --tap --timing "$file" > "$log" 2>&1
   local rc=$? p f
   past_limit "$rc" "$log"
   p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
@@ -219,7 +222,7 @@ unittest_suite() {
 script_suite() {
   local name=$1; shift
   local log=$WORK/${name//\//_}.log
-  limited env OMP_NUM_THREADS="$SUITE_THREADS" "$@" > "$log" 2>&1
+  limited env "${THREAD_ENV[@]}" "$@" > "$log" 2>&1
   local rc=$?
   past_limit "$rc" "$log"
   if [ "$rc" -eq 0 ] && ! grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$log"; then
@@ -241,31 +244,34 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The lanes. The suites run in lanes side by side, each a shell of its own
 # with its own counts, whose lines are printed when it is done (the main
 # lane's as they come):
-# - the main lane: the C suites and the worker's command-line suites;
+# - the main lane: the C suites and the worker's command-line suites, then
+#   (TEST_LANES=2, the default) the second lane's;
 # - the second lane: the learning and reference suites and the sanitizer
-#   build's (in line after the main lane with TEST_LANES=2);
+#   build's, a lane of its own with TEST_LANES=3;
 # - the waiting lane: the suites that mostly wait (on an API server's
 #   watches, leases and grace periods; a quarter of a core or less on
 #   average), and the C suites that mostly sleep (timeouts, heartbeats,
 #   deadlines: 1-2 s of CPU in 5-32 s), in both builds.
-# Most suites keep about one core busy (bats runs one test at a time; a
-# training takes one thread, SUITE_THREADS above). On two cores (the CPU
-# seconds of each suite are on its line): two lanes, the trainings at two
-# threads, used 2,846 CPU seconds in 1,994 s (4719a2a's suites), the main
-# lane one core and the waiting lane 0.4 of the other; three lanes at two
-# threads took 1,780 s but 3,201 CPU seconds, their OpenMP threads
-# outnumbering the cores; three lanes at one thread took 1,862 s with 3,343
-# CPU seconds, about 90% of both cores (the lanes 1,793, 1,862 and 1,465 s).
-# The three-lane runs found two tests whose outcome hung on timing (since
+# Most suites keep about one core busy (bats runs one test at a time, and a
+# small model's training is mostly one thread). On two cores (each suite's
+# line gives its CPU seconds): two lanes used 2,846 CPU seconds in 1,994 s
+# (4719a2a's suites; 2,086 s in a CI run), the main lane one core and the
+# waiting lane 0.4 of the other. Three lanes took 1,780 s with 3,201 CPU
+# seconds, the trainings' OpenMP threads outnumbering the cores, and
+# 1,858-1,862 s with 3,290-3,343 CPU seconds at one thread a training
+# (c0c19be): about 90% of both cores, so the two cores are the limit.
+# The three-lane runs found three tests whose outcome hung on timing (since
 # fixed: test_report's count of writes per interval, test_recovery's frozen
-# rank). The others' outcomes do not hang on what runs beside them: each
-# waits for events with limits far above what it takes, and asserts the
-# order of events, not their times. So that the lanes never race for a
-# loopback port, each draws its ports (tests/rank_fixture.h,
-# ranks_helpers.bash's free_port) from a range of its own
-# (VITJOB_TEST_PORTS): main 20000-22999 (20000-25999 with two lanes), second
-# 23000-25999, waiting 26000-31999; the cluster suites bind ports the kernel
-# picks (32768 and up). TEST_LANES=1 runs everything in line.
+# rank, test_controllers' read-modify-write of a Deployment); two lanes
+# stay the default, three a way to find such tests. The others' outcomes
+# do not hang on what runs beside them: each waits for events with limits
+# far above what it takes, and asserts the order of events, not their
+# times. So that the lanes never race for a loopback port, each draws its
+# ports (tests/rank_fixture.h, ranks_helpers.bash's free_port) from a range
+# of its own (VITJOB_TEST_PORTS): main 20000-22999 (20000-25999 with two
+# lanes), second 23000-25999, waiting 26000-31999; the cluster suites bind
+# ports the kernel picks (32768 and up). TEST_LANES=1 runs everything in
+# line.
 # waiting_unit TEST: TEST is one of the waiting lane's C suites (with one
 # lane, none is: the loops run them in their places)
 WAITING_UNITS=" test_heartbeat test_rdzv test_jobplan test_report "
@@ -409,7 +415,13 @@ finish_lane() {
   fi
 }
 
-LANES=${TEST_LANES:-3}
+LANES=${TEST_LANES:-2}
+THREAD_ENV=()
+if [ -n "${TEST_THREADS+set}" ]; then
+  [ -z "$TEST_THREADS" ] || THREAD_ENV=(OMP_NUM_THREADS="$TEST_THREADS")
+elif [ "$LANES" -ge 3 ]; then
+  THREAD_ENV=(OMP_NUM_THREADS=1)
+fi
 waiting_pid= second_pid=
 if [ "$LANES" -ge 2 ]; then start_lane waiting 26000-31999; waiting_pid=$LANE_PID; fi
 if [ "$LANES" -ge 3 ]; then start_lane second 23000-25999; second_pid=$LANE_PID; fi
