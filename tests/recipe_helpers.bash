@@ -1,6 +1,7 @@
 # tests/recipe_helpers.bash - loaded by the bats files that train fmnist_tiny
 # for a few steps to compare runs with each other (ranks, ckpt, ema,
-# regularization, freeze, fp16, data, randaug, mixup, worker): the
+# regularization, freeze, fp16, data, randaug, mixup, worker, fence,
+# stdfds): the
 # Fashion-MNIST subsets they write (tests/fmnist_subset.py) and the settings
 # of a short run that they share. Must not: start processes
 # (ranks_helpers.bash does) or hold any test's expectations.
