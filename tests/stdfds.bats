@@ -23,7 +23,8 @@ setup() {
   OPERATOR=${OPERATOR:-$BUILD/bin/vitjob-operator}
   TMP=$(mktemp -d)
   FAST=(--set training.steps=3 --set training.optimizer.warmupSteps=1
-        --set training.exportPath= --set training.threads=1 --set data.uri="file://$BATS_FILE_TMPDIR/fm")
+        --set training.exportPath= --set training.threads=1
+        --set data.uri="file://$BATS_FILE_TMPDIR/fm")
 }
 
 teardown() {

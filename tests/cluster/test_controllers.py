@@ -112,7 +112,7 @@ class ControllersTest(unittest.TestCase):
             change(obj)
             r = self.api.put(path + sub, obj)
             if r.status != 409:
-                return self.ok(r)
+                return self.ok(r, 200)
         self.fail("%s: a conflict on each of 20 writes" % path)
 
     def add_node(self, name, labels=None, taints=None, cpu="4", memory="8Gi", pods="110", ready="True",
@@ -171,8 +171,7 @@ class ControllersTest(unittest.TestCase):
 
     def post_ready(self, name):
         """The kubelet posts Ready True with a fresh heartbeat (retrying on 409)."""
-        for _ in range(20):
-            node = self.ok(self.api.get(NODES + "/" + name))
+        def ready(node):
             for c in node["status"]["conditions"]:
                 c["lastHeartbeatTime"] = ts()
                 if c["type"] == "Ready":
@@ -180,11 +179,7 @@ class ControllersTest(unittest.TestCase):
                              lastTransitionTime=ts())
                 else:
                     c.update(status="False")
-            r = self.api.put(NODES + "/" + name + "/status", node)
-            if r.status == 200:
-                return
-            self.assertEqual(r.status, 409, r)
-        self.fail("could not post Ready")
+        self.update(NODES + "/" + name, ready, "/status")
 
     def pod_spec(self, cpu=None, tolerations=None, node_selector=None, node_name=None, preferred=None):
         c = {"name": "main", "image": "busybox"}
@@ -207,19 +202,14 @@ class ControllersTest(unittest.TestCase):
 
     def run_pod(self, name):
         """The kubelet starts the pod: phase Running, Ready True."""
-        for _ in range(20):
-            pod = self.ok(self.api.get(PODS + "/" + name))
+        def running(pod):
             st = pod.setdefault("status", {})
             st["phase"] = "Running"
             conds = [c for c in st.get("conditions") or [] if c["type"] not in ("Ready", "ContainersReady")]
             conds += [{"type": "Ready", "status": "True", "lastTransitionTime": ts()},
                       {"type": "ContainersReady", "status": "True", "lastTransitionTime": ts()}]
             st["conditions"] = conds
-            r = self.api.put(PODS + "/" + name + "/status", pod)
-            if r.status == 200:
-                return r.body
-            self.assertEqual(r.status, 409, r)
-        self.fail("could not run " + name)
+        return self.update(PODS + "/" + name, running, "/status")
 
     def wait_for(self, what, fn, timeout=10):
         try:
