@@ -369,7 +369,9 @@ Test(kube_api, request_to_a_server_that_never_answers_times_out)
     cr_assert_eq(st.http_code, 0);
     cr_assert_str_eq(st.reason, "Transport");
     cr_assert(strstr(st.message, "curl error 28"), "a timeout: %s", st.message);
-    cr_assert_lt(secs, 2.0);
+    /* not the 10 s connect timeout nor the 30 s default: the 300 ms given
+     * (8 s tells them apart however loaded the machine) */
+    cr_assert_lt(secs, 8.0);
     kube_client_free(c);
     close(s);
 }

@@ -42,6 +42,27 @@ static void expect_empty(wq *q)
                  rc == WQ_OK ? key : "-");
 }
 
+/* Nothing may be ready before `due` seconds after t0 (taken before the
+ * delayed adds): a key handed out by a get that returned earlier came out
+ * early. A get that returns later proves nothing, whatever it returns: on a
+ * slow machine this check can only miss a bug, never fail a correct queue. */
+static void expect_empty_before(wq *q, double t0, double due)
+{
+    char *key = NULL;
+    int rc = wq_get(q, &key, 0);
+    double at = now_s() - t0;
+    if (rc == WQ_OK) {
+        cr_assert_geq(at, due, "%s came out at %.3fs, due at %.3fs", key, at, due);
+        wq_add(q, key); /* back, for the caller's gets */
+        wq_done(q, key);
+        free(key);
+    }
+}
+
+/* Upper bounds on waits: far below the delay a bug would show (3600 s, a
+ * getter that never wakes), far above any pause of a loaded machine. */
+#define LATE_S 30.0
+
 /* ---------------------------------------------------------------- de-duplication */
 
 Test(workqueue, adding_a_queued_key_again_does_not_queue_it_twice)
@@ -116,17 +137,17 @@ Test(workqueue, delayed_adds_come_out_in_due_order_and_not_before)
     wq_add_after(q, "d/b", 0.10);
     cr_assert_eq(wq_len(q), 0);
     cr_assert_eq(wq_len_delayed(q), 3);
-    expect_empty(q);
+    expect_empty_before(q, t0, 0.05);
 
     const char *want[] = {"d/a", "d/b", "d/c"};
     const double due[] = {0.05, 0.10, 0.15};
     for (int i = 0; i < 3; i++) {
         char *key = NULL;
-        cr_assert_eq(wq_get(q, &key, 2.0), WQ_OK);
+        cr_assert_eq(wq_get(q, &key, LATE_S), WQ_OK);
         double t = now_s() - t0;
         cr_assert_str_eq(key, want[i]);
         cr_assert_geq(t, due[i], "%s came out at %.3fs, due at %.3fs", key, t, due[i]);
-        cr_assert_lt(t, due[i] + 1.0, "%s came out late: %.3fs", key, t);
+        cr_assert_lt(t, due[i] + LATE_S, "%s came out late: %.3fs", key, t);
         wq_done(q, key);
         free(key);
     }
@@ -138,12 +159,12 @@ Test(workqueue, add_after_of_a_waiting_key_keeps_the_earlier_due_time)
 {
     wq *q = wq_new();
     double t0 = now_s();
-    wq_add_after(q, "d/k", 5.0);
-    wq_add_after(q, "d/k", 0.05); /* earlier wins */
-    wq_add_after(q, "d/k", 3.0);  /* later is ignored */
+    wq_add_after(q, "d/k", 3600.0);
+    wq_add_after(q, "d/k", 0.05);   /* earlier wins */
+    wq_add_after(q, "d/k", 1800.0); /* later is ignored */
     cr_assert_eq(wq_len_delayed(q), 1);
-    expect_get(q, "d/k", 2.0);
-    cr_assert_lt(now_s() - t0, 1.0);
+    expect_get(q, "d/k", LATE_S);
+    cr_assert_lt(now_s() - t0, LATE_S);
     cr_assert_eq(wq_len_delayed(q), 0, "one heap entry per key");
     expect_empty(q);
     wq_free(q);
@@ -178,7 +199,7 @@ static void *getter_main(void *arg)
 Test(workqueue, blocked_getter_wakes_when_an_earlier_delayed_key_is_added)
 {
     wq *q = wq_new();
-    wq_add_after(q, "d/late", 30.0); /* the getter first sleeps until t+30 s */
+    wq_add_after(q, "d/late", 3600.0); /* the getter first sleeps until t+3600 s */
     struct getter g = {.q = q, .timeout = -1};
     pthread_t t;
     pthread_create(&t, NULL, getter_main, &g);
@@ -190,7 +211,7 @@ Test(workqueue, blocked_getter_wakes_when_an_earlier_delayed_key_is_added)
     cr_assert_eq(g.rc, WQ_OK);
     cr_assert_str_eq(g.key, "d/soon");
     cr_assert_geq(g.at - t0, 0.05);
-    cr_assert_lt(g.at - t0, 1.0);
+    cr_assert_lt(g.at - t0, LATE_S);
     wq_done(q, g.key);
     free(g.key);
     wq_free(q); /* frees the still-delayed d/late */
@@ -199,7 +220,7 @@ Test(workqueue, blocked_getter_wakes_when_an_earlier_delayed_key_is_added)
 Test(workqueue, blocked_getter_wakes_on_add)
 {
     wq *q = wq_new();
-    struct getter g = {.q = q, .timeout = 5.0};
+    struct getter g = {.q = q, .timeout = 3600.0}; /* woken, or it waits an hour */
     pthread_t t;
     pthread_create(&t, NULL, getter_main, &g);
     struct timespec pause = {0, 20 * 1000 * 1000};
@@ -209,7 +230,7 @@ Test(workqueue, blocked_getter_wakes_on_add)
     pthread_join(t, NULL);
     cr_assert_eq(g.rc, WQ_OK);
     cr_assert_str_eq(g.key, "ns/a");
-    cr_assert_lt(g.at - t0, 1.0);
+    cr_assert_lt(g.at - t0, LATE_S);
     free(g.key);
     wq_free(q);
 }
@@ -222,7 +243,7 @@ Test(workqueue, get_returns_timeout_after_the_timeout_when_nothing_is_ready)
     cr_assert_eq(wq_get(q, &key, 0.05), WQ_TIMEOUT);
     double t = now_s() - t0;
     cr_assert_geq(t, 0.05);
-    cr_assert_lt(t, 1.0);
+    cr_assert_lt(t, LATE_S);
     cr_assert_null(key, "key untouched on timeout");
     wq_free(q);
 }
@@ -292,8 +313,8 @@ Test(workqueue, rate_limited_key_is_handed_out_after_its_backoff_not_before)
     double t0 = now_s();
     double d = 0;
     wq_add_rate_limited(q, "r/a", &d);
-    expect_empty(q);
-    expect_get(q, "r/a", 2.0);
+    expect_empty_before(q, t0, 0.05);
+    expect_get(q, "r/a", LATE_S);
     cr_assert_geq(now_s() - t0, 0.05);
     /* The failure count survives the delivery until forget. */
     cr_assert_eq(wq_num_requeues(q, "r/a"), 1);
@@ -321,7 +342,7 @@ Test(workqueue, shutdown_wakes_every_blocked_getter_with_shutdown)
         pthread_join(t[i], NULL);
         cr_assert_eq(g[i].rc, WQ_SHUTDOWN);
         cr_assert_null(g[i].key);
-        cr_assert_lt(g[i].at - t0, 1.0);
+        cr_assert_lt(g[i].at - t0, LATE_S);
     }
     cr_assert(wq_shutting_down(q));
     wq_free(q);
@@ -336,7 +357,7 @@ Test(workqueue, shutdown_hands_out_queued_keys_then_reports_shutdown_and_ignores
     char *held = NULL;
     cr_assert_eq(wq_get(q, &held, 0), WQ_OK); /* s/a in progress */
     wq_add(q, "s/a");                         /* dirty */
-    wq_add_after(q, "s/delayed", 0.01);       /* dropped by shutdown */
+    wq_add_after(q, "s/delayed", 3600);       /* dropped by shutdown */
     wq_add_rate_limited(q, "s/limited", NULL);
     wq_shutdown(q);
     cr_assert_eq(wq_len_delayed(q), 0);
