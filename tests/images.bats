@@ -118,7 +118,7 @@ teardown_file() {
   op=$!
   echo "$op" >> "$BATS_FILE_TMPDIR/pids"
   healthy=0
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do
     if curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; then healthy=1; break; fi
     sleep 0.1
   done

@@ -40,7 +40,7 @@ static void install_crd(kube_client *c)
                          &st);
     cr_assert(rc == KUBE_OK || st.http_code == 409, "CRD: %s", st.message);
     cJSON_Delete(crd);
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < 600; i++) { /* 30 s: a cap, not a delay */
         if (kube_get(c, VJ_PATH, NULL, &st) == KUBE_OK) return;
         sleep_ms(50);
     }

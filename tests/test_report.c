@@ -359,7 +359,7 @@ Test(report, a_write_to_a_missing_job_is_logged_with_404_and_retried_at_the_next
     kube_status st; /* the job is deleted; its identity stays a while */
     cr_assert_eq(kube_delete(pd.admin, VJ_PATH "/rep-missing", -1, NULL, NULL, &st), KUBE_OK,
                  "%s", st.message);
-    for (int i = 0; i < 100 && kube_get(pd.admin, VJ_PATH "/rep-missing", NULL, &st) == KUBE_OK;
+    for (int i = 0; i < 600 && kube_get(pd.admin, VJ_PATH "/rep-missing", NULL, &st) == KUBE_OK;
          i++)
         sleep_ms(50);
     cr_assert_eq(st.http_code, 404);
