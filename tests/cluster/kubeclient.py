@@ -137,7 +137,10 @@ class Watch:
         self.conn.request("GET", client.prefix + path, headers=client.headers(headers))
         self.resp = self.conn.getresponse()
 
-    def next(self, timeout=5):
+    def next(self, timeout=30):
+        """The next event, None at the end of the stream; AssertionError when
+        nothing arrives within timeout seconds (a cap for a loaded machine: a
+        caller that means to see that nothing arrives passes its own)."""
         self.conn.sock.settimeout(timeout)
         try:
             line = self.resp.readline()
@@ -145,7 +148,7 @@ class Watch:
             raise AssertionError("no watch event within %ss" % timeout)
         return json.loads(line) if line.strip() else None
 
-    def collect(self, n, timeout=5):
+    def collect(self, n, timeout=30):
         out = []
         for _ in range(n):
             ev = self.next(timeout)

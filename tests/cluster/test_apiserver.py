@@ -67,13 +67,18 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(r.status, status, r)
         return r.body
 
-    def wait_gone(self, path, timeout=5):
+    def wait_gone(self, path, timeout=30):
+        self.wait_for("%s gone" % path, lambda: self.c.get(path).status == 404, timeout)
+
+    def wait_for(self, what, fn, timeout=30):
+        """fn()'s first truthy value, polled; fails naming `what` after timeout s."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.c.get(path).status == 404:
-                return
+            got = fn()
+            if got:
+                return got
             time.sleep(0.05)
-        self.fail("%s still exists" % path)
+        self.fail("timed out after %ss waiting for %s" % (timeout, what))
 
     # --- authentication and TLS --------------------------------------------------
 
@@ -440,20 +445,23 @@ class ApiServerTest(unittest.TestCase):
     def test_watch_sends_bookmarks_only_when_allowed(self):
         cur = self.c.get(NS + "/configmaps").body["metadata"]["resourceVersion"]
         w = self.c.watch(NS + "/secrets?watch=true&allowWatchBookmarks=true&resourceVersion=" + cur)
-        ev = w.next(timeout=3)
+        ev = w.next(timeout=30)   # one every 0.3 s (--bookmark-interval)
         w.close()
         self.assertEqual(ev["type"], "BOOKMARK")
         self.assertGreaterEqual(rv(ev["object"]), int(cur))
+        # without allowWatchBookmarks, the stream's first line is its end (timeoutSeconds=1)
         w = self.c.watch(NS + "/secrets?watch=true&timeoutSeconds=1&resourceVersion=" + cur)
-        self.assertIsNone(w.next(timeout=3))
+        self.assertIsNone(w.next(timeout=30))
         w.close()
 
     def test_watch_timeout_seconds_ends_stream(self):
+        # ended by the server after its 1 s, not left open (a stream left open would
+        # run into next()'s 30 s cap: no event matches the selector)
         start = time.monotonic()
         w = self.c.watch(NS + "/services?watch=true&timeoutSeconds=1&labelSelector=none")
-        self.assertIsNone(w.next(timeout=5))
+        self.assertIsNone(w.next(timeout=30))
         w.close()
-        self.assertLess(time.monotonic() - start, 3)
+        self.assertLess(time.monotonic() - start, 60)
 
     def test_watch_with_selector_sends_deleted_when_object_leaves_selection(self):
         o = self.create(NS + "/configmaps", cm("leave", {"team": "a"}))
@@ -591,10 +599,11 @@ class ApiServerTest(unittest.TestCase):
             "name": "gc-fg-cm", "finalizers": ["test/hold"],
             "ownerReferences": pod("x", owner=owner)["metadata"]["ownerReferences"]}))
         self.c.delete(VJ + "/gc-fg", {"propagationPolicy": "Foreground"})
-        time.sleep(0.8)
-        got = self.c.get(VJ + "/gc-fg").body     # the owner waits for its dependent
+        # the GC (every 0.5 s) deletes the dependent, which its finalizer keeps...
+        self.wait_for("gc-fg-cm deleting", lambda: "deletionTimestamp" in
+                      self.c.get(NS + "/configmaps/gc-fg-cm").body["metadata"])
+        got = self.c.get(VJ + "/gc-fg").body     # ...and the owner waits for its dependent
         self.assertIn("foregroundDeletion", got["metadata"]["finalizers"])
-        self.assertIn("deletionTimestamp", self.c.get(NS + "/configmaps/gc-fg-cm").body["metadata"])
         self.c.patch(NS + "/configmaps/gc-fg-cm", {"metadata": {"finalizers": None}})
         self.wait_gone(VJ + "/gc-fg")
 

@@ -5,7 +5,10 @@
 # register Nodes (Ready, allocatable), renew their Leases in kube-node-lease
 # and write pod phases and Ready conditions through pods/status.
 # Each test starts its own API server and controllers, with short timings
-# (grace period 2 s, node checks every 0.2 s, pod GC every 0.5 s).
+# (node checks every 0.2 s, pod GC every 0.5 s) but the node monitor grace
+# period of the real default, 40 s: a renewing thread that a loaded machine
+# holds up for a while must not mark its node Unknown. The tests that need a
+# lease to lapse restart the controllers with LAPSE_GRACE.
 # Run: /usr/bin/python3 -m unittest tests/cluster/test_controllers.py
 
 import datetime
@@ -27,7 +30,8 @@ NODES = "/api/v1/nodes"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"
 RSS = "/apis/apps/v1/namespaces/default/replicasets"
-GRACE = 2
+GRACE = 40          # --node-monitor-grace-period of every test but those below
+LAPSE_GRACE = 5     # ... of the tests in which a lease lapses (restart_controllers)
 
 
 def ts(delta=0.0, micro=False):
@@ -72,14 +76,14 @@ class ControllersTest(unittest.TestCase):
 
     # --- processes ---------------------------------------------------------------
 
-    def start_controllers(self, *extra):
+    def start_controllers(self, *extra, grace=GRACE):
         self.logpath = os.path.join(self.dir, "controllers.log")
         deadline = time.monotonic() + 20
         started = self.logs().count("event=started") if os.path.exists(self.logpath) else 0
         self.log = open(self.logpath, "a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", CONTROLLERS, "--kubeconfig", self.server.kubeconfig,
-             "--node-monitor-grace-period", str(GRACE), "--node-monitor-period", "0.2",
+             "--node-monitor-grace-period", str(grace), "--node-monitor-period", "0.2",
              "--pod-gc-period", "0.5", "--poll-interval", "0.2", "-v"] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)
         while self.logs().count("event=started") <= started:
@@ -91,6 +95,11 @@ class ControllersTest(unittest.TestCase):
         rc = stop_process(self.proc) if self.proc else None
         self.log.close()
         return rc
+
+    def restart_controllers(self, grace):
+        """The controllers again, with this node monitor grace period."""
+        self.stop_controllers()
+        self.start_controllers(grace=grace)
 
     def logs(self):
         with open(self.logpath) as f:
@@ -211,7 +220,7 @@ class ControllersTest(unittest.TestCase):
             st["conditions"] = conds
         return self.update(PODS + "/" + name, running, "/status")
 
-    def wait_for(self, what, fn, timeout=10):
+    def wait_for(self, what, fn, timeout=30):
         try:
             return wait_for(what, fn, timeout)
         except AssertionError as e:
@@ -436,18 +445,41 @@ class ControllersTest(unittest.TestCase):
                 (self.ok(self.api.get(NODES + "/" + node)).get("spec") or {}).get("taints") or []}
 
     def test_node_whose_lease_stops_is_marked_unknown_tainted_unreachable_and_its_pods_not_ready(self):
+        self.restart_controllers(LAPSE_GRACE)
+        added = time.monotonic()
         self.add_node("n1")
-        stop = self.keep_renewing("n1")
+        beat = time.monotonic()      # n1's own heartbeat and first renewal are older than this
+        self.add_node("m", lease=False)     # cordoned below: a mark in the controllers' passes
         self.add_pod("p", node_name="n1")
         self.run_pod("p")
-        time.sleep(GRACE + 1)       # renewed all along: nothing happens
-        self.assertEqual(cond(self.ok(self.api.get(NODES + "/n1")), "Ready")["status"], "True")
-        self.assertEqual(self.taints("n1"), {})
-        stop.set()
-        stopped = time.monotonic()
+        # renewed all along, past the grace period of n1's own heartbeat: nothing happens.
+        # The test renews the lease itself (every 0.3 s), and so knows the longest the
+        # lease went unrenewed: were that half the grace period (the controllers' pass
+        # takes its time too), a held-up machine could rightly have marked the node.
+        longest, last = 0.0, added
+        while True:
+            sent = time.monotonic()
+            self.renew("n1")
+            longest, last = max(longest, time.monotonic() - last), sent
+            if sent > beat + LAPSE_GRACE + 1:
+                break
+            time.sleep(0.3)
+        # That was the last renewal. m's cordon taint comes from a pass that listed the
+        # nodes, then the leases, after it; any earlier pass's verdict on n1 is in by
+        # then. From here on, n1 turns Unknown only once that renewal is GRACE old.
+        self.update(NODES + "/m", lambda node: node["spec"].update(unschedulable=True))
+        self.wait_for("m's cordon taint", lambda: ("node.kubernetes.io/unschedulable", "NoSchedule")
+                      in self.taints("m"))
+        node = self.ok(self.api.get(NODES + "/n1"))
+        longest = max(longest, time.monotonic() - last)
+        if cond(node, "Ready")["status"] != "True" and longest >= LAPSE_GRACE / 2:
+            self.skipTest("inconclusive: the machine held the lease's renewals up for %.1f s, half the "
+                          "grace period of %s s" % (longest, LAPSE_GRACE))
+        self.assertEqual(cond(node, "Ready")["status"], "True", "the lease went %.1f s unrenewed at most" % longest)
+        self.assertFalse((node.get("spec") or {}).get("taints"))
         node = self.wait_for("Ready Unknown", lambda: (lambda n: cond(n, "Ready")["status"] == "Unknown" and n)(
-            self.ok(self.api.get(NODES + "/n1"))), timeout=GRACE + 5)
-        self.assertGreaterEqual(time.monotonic() - stopped, GRACE - 0.5)
+            self.ok(self.api.get(NODES + "/n1"))), timeout=LAPSE_GRACE + 30)
+        self.assertGreaterEqual(time.monotonic() - last, LAPSE_GRACE - 0.1)
         for ctype in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"):
             c = cond(node, ctype)
             self.assertEqual((c["status"], c["reason"], c["message"]),
@@ -464,8 +496,9 @@ class ControllersTest(unittest.TestCase):
         # the kubelet comes back: the taints go
         self.keep_renewing("n1")
         self.post_ready("n1")
-        self.wait_for("taints removed", lambda: self.taints("n1") == {})
-        self.assertEqual(cond(self.ok(self.api.get(NODES + "/n1")), "Ready")["status"], "True")
+        node = self.wait_for("taints removed", lambda: (lambda n: not (n.get("spec") or {}).get("taints") and n)(
+            self.ok(self.api.get(NODES + "/n1"))))
+        self.assertEqual(cond(node, "Ready")["status"], "True")
 
     def test_kubelet_posting_ready_false_gets_not_ready_taints_and_a_cordoned_node_the_unschedulable_one(self):
         self.add_node("sick", ready="False")
@@ -493,8 +526,8 @@ class ControllersTest(unittest.TestCase):
             taints=[{"key": "example.com/drain", "effect": "NoExecute", "timeAdded": ts()}]))
         t0 = time.monotonic()
         pod = self.wait_for("victim deleting", lambda: (lambda p: p["metadata"].get("deletionTimestamp") and p)(
-            self.pod("victim")))
-        self.assertLess(time.monotonic() - t0, 2.0)
+            self.pod("victim")), timeout=60)
+        self.assertLess(time.monotonic() - t0, 30, "at once, not after some toleration")
         c = cond(pod, "DisruptionTarget")
         self.assertEqual((c["status"], c["reason"], c["message"]),
                          ("True", "DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"))
@@ -507,27 +540,45 @@ class ControllersTest(unittest.TestCase):
         self.assertIsNone(cond(self.pod("tolerant"), "DisruptionTarget"))
         self.assertRegex(self.logs(), r"controller=taintmanager event=evicted pod=default/victim node=n1")
 
-    def test_pod_tolerating_unreachable_for_2s_is_evicted_about_2s_after_the_taint_not_before(self):
+    def test_pod_tolerating_unreachable_for_10s_is_evicted_about_10s_after_the_taint_not_before(self):
+        tol = 10
+        self.restart_controllers(LAPSE_GRACE)
+        untainted = start = time.monotonic()  # the taint comes later: the node is yet to exist
         self.add_node("n1")
         stop = self.keep_renewing("n1")
         self.add_pod("p", node_name="n1", tolerations=[
             {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-             "tolerationSeconds": 2}])
+             "tolerationSeconds": tol}])
         self.run_pod("p")
         stop.set()
-        self.wait_for("unreachable NoExecute", lambda: ("node.kubernetes.io/unreachable", "NoExecute")
-                      in self.taints("n1"), timeout=GRACE + 5)
-        tainted = time.monotonic()
-        deadline = tainted + 1.5
-        while time.monotonic() < deadline:
+        # Not before: the pod stays until tol s after the taint was added, which was
+        # after the last look that found n1 without it (`untainted`, taken before that
+        # look's request). A look at the pod counts only if its answer is in before
+        # untainted + tol - 1 (1 s for timeAdded's whole seconds).
+        unreachable = ("node.kubernetes.io/unreachable", "NoExecute")
+        tainted = None                  # when the test first saw the taint: it was added before
+        while True:
+            if tainted is None and time.monotonic() - start > 60:
+                self.fail("no unreachable taint on n1 in 60 s:\n" + self.logs()[-3000:])
+            sent = time.monotonic()
+            if unreachable not in self.taints("n1"):
+                untainted = sent
+            elif tainted is None:
+                tainted = time.monotonic()
             p = self.pod("p")
+            if time.monotonic() >= untainted + tol - 1:
+                break
             self.assertIsNone(p["metadata"].get("deletionTimestamp"),
-                              "evicted %.2fs after the taint" % (time.monotonic() - tainted))
+                              "evicted with the taint at most %.2f s old" % (time.monotonic() - untainted))
             self.assertIsNone(cond(p, "DisruptionTarget"))
             time.sleep(0.1)
+        if tainted is None:
+            self.wait_for("unreachable NoExecute", lambda: unreachable in self.taints("n1"))
+            tainted = time.monotonic()
         pod = self.wait_for("evicted", lambda: (lambda p: p["metadata"].get("deletionTimestamp") and p)(
-            self.pod("p")), timeout=3)
-        self.assertLess(time.monotonic() - tainted, 3.5)
+            self.pod("p")), timeout=60)
+        # about tol s after the taint (with 30 s to spare for a loaded machine)
+        self.assertLess(time.monotonic() - tainted, tol + 30)
         self.assertEqual(cond(pod, "DisruptionTarget")["reason"], "DeletionByTaintManager")
 
     # --- pod GC ------------------------------------------------------------------------------
@@ -549,9 +600,9 @@ class ControllersTest(unittest.TestCase):
         self.stop_beats["n1"].set()
         self.ok(self.api.delete(NODES + "/n1"))
         seen, deleted = {}, set()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while deleted != {"running", "terminating"} and time.monotonic() < deadline:
-            ev = w.next(timeout=10)
+            ev = w.next(timeout=30)
             name = ev["object"]["metadata"]["name"]
             seen.setdefault(name, []).append(ev)
             if ev["type"] == "DELETED":

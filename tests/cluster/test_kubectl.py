@@ -176,21 +176,32 @@ class KubectlTest(unittest.TestCase):
         with open(out_path, "w") as out:
             proc = subprocess.Popen([KUBECTL, "get", "pods", "-w", "-l", "watched=yes"], stdout=out,
                                     stderr=subprocess.STDOUT, env=self.env)
+
+        def wait_output(what, deadline_s=30):
+            deadline = time.monotonic() + deadline_s
+            while True:
+                with open(out_path) as f:
+                    text = f.read()
+                if what(text) or time.monotonic() > deadline:
+                    return text
+                time.sleep(0.1)
         try:
-            time.sleep(1.0)   # let it list and start watching
+            # a sentinel pod shows once kubectl has listed (it is in the list, or an
+            # event of the watch that starts from the list's resourceVersion): what
+            # is created after that is an event kubectl's watch brings
+            r = self.c.post(NS + "/pods", {"metadata": {"name": "sentinel-pod", "labels": {"watched": "yes"}},
+                                           "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+            self.assertEqual(r.status, 201, r)
+            text = wait_output(lambda t: "sentinel-pod" in t)
+            self.assertIn("sentinel-pod", text)
             self.c.post(NS + "/pods", {"metadata": {"name": "watched-pod", "labels": {"watched": "yes"}},
                                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
             self.c.patch(NS + "/pods/watched-pod/status", {"status": {"phase": "Running"}})
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                with open(out_path) as f:
-                    text = f.read()
-                if "Running" in text:
-                    break
-                time.sleep(0.1)
+            text = wait_output(lambda t: any(l.startswith("watched-pod") and "Running" in l
+                                             for l in t.splitlines()))
         finally:
             proc.terminate()
-            proc.wait(5)
+            proc.wait(30)
         rows = [l.split() for l in text.splitlines() if l.startswith("watched-pod")]
         self.assertGreaterEqual(len(rows), 2, text)
         self.assertEqual(rows[0][2], "Pending")
@@ -204,7 +215,7 @@ class KubectlTest(unittest.TestCase):
         self.owned_pod("cascade", "cascade-worker-1-r0")
         out = self.kubectl_ok(["delete", "vj", "cascade"])
         self.assertIn('vitjob.vitjob.dev "cascade" deleted', out)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             left = self.kubectl_ok(["get", "pods", "-l", "vitjob.dev/job-name=cascade", "-o", "name"])
             if not left.strip():
