@@ -182,7 +182,13 @@ steps_in() {
   CK+=(--set checkpoint.intervalSteps=1 --set training.steps=40)
   mkdir -p "$TMP/k"
   start_rank 1 0 "$(free_port)" 0 "$TMP/k" "${ARGS[@]}" "${CK[@]}"
-  for _ in $(seq 1 600); do grep -q "event=saved step=12" "$TMP/k/rank-0.log" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 1 2400); do
+    grep -q "event=saved step=12" "$TMP/k/rank-0.log" 2>/dev/null && break
+    [ ! -f "$TMP/k/rank-0.rc" ] || break
+    sleep 0.05
+  done
+  grep -q "event=saved step=12" "$TMP/k/rank-0.log" ||
+    { echo "no checkpoint of step 12 within 120 s"; tail -5 "$TMP/k/rank-0.log"; false; }
   sleep 0.0$((RANDOM % 10))
   pkill -KILL -f "checkpoint.uri=$(uri ck)" || true
   wait_ranks
@@ -197,23 +203,38 @@ steps_in() {
 }
 
 @test "SIGTERM saves the last completed step, and the next run continues from it bit for bit" {
-  run_world 2 "$TMP/ref" "${ARGS[@]}" --set training.sharding=full --set training.steps=30
+  # the stopped run is of a million steps, so that it cannot end before the
+  # TERM however slow the machine; with a constant learning rate its steps
+  # are those of a run of any length, so the reference and the resumed run
+  # are of 8 steps past the stop
   ck ck
   CK+=(--set checkpoint.intervalSteps=1000 --set training.sharding=full
-       --set training.steps=30 --set training.logInterval=1)
+       --set training.logInterval=1 --set training.optimizer.schedule=constant)
   mkdir -p "$TMP/t"
   port=$(free_port)
-  for r in 0 1; do start_rank 2 $r "$port" 0 "$TMP/t" "${ARGS[@]}" "${CK[@]}"; done
-  for _ in $(seq 1 600); do grep -q "step=5/" "$TMP/t/rank-0.log" 2>/dev/null && break; sleep 0.05; done
+  for r in 0 1; do
+    start_rank 2 $r "$port" 0 "$TMP/t" "${ARGS[@]}" "${CK[@]}" --set training.steps=1000000
+  done
+  for _ in $(seq 1 2400); do
+    grep -q "step=5/" "$TMP/t/rank-0.log" 2>/dev/null && break
+    [ ! -f "$TMP/t/rank-0.rc" ] || break
+    sleep 0.05
+  done
+  grep -q "step=5/" "$TMP/t/rank-0.log" ||
+    { echo "rank 0 logged no step 5 within 120 s"; tail -5 "$TMP/t/rank-0.log"; false; }
   pkill -TERM -f "checkpoint.uri=$(uri ck)" || true
   wait_ranks
   for r in 0 1; do [ "$(cat "$TMP/t/rank-$r.rc")" -eq 143 ]; done
   tail -1 "$TMP/t/rank-0.log"
   grep -q "every rank ended after step [0-9]*, checkpointed" "$TMP/t/rank-0.log"
-  run_world 2 "$TMP/r" "${ARGS[@]}" "${CK[@]}"
+  stop=$(grep -o "every rank ended after step [0-9]*" "$TMP/t/rank-0.log" | grep -o '[0-9]*$')
+  end=(--set training.steps=$((stop + 8)))
+  run_world 2 "$TMP/ref" "${ARGS[@]}" --set training.sharding=full \
+    --set training.optimizer.schedule=constant "${end[@]}"
+  run_world 2 "$TMP/r" "${ARGS[@]}" "${CK[@]}" "${end[@]}"
   from=$(grep -o 'event=resumed step=[0-9]*' "$TMP/r/rank-0.log" | grep -o '[0-9]*$')
-  echo "stopped and resumed at step $from"
-  [ "$from" -ge 5 ]
+  echo "stopped after step $stop and resumed at step $from"
+  [ "$from" -ge 5 ] && [ "$from" -eq "$stop" ]
   same_from "$TMP/ref/metrics.jsonl" "$TMP/r/metrics.jsonl" "$from"
 }
 

@@ -51,7 +51,7 @@ teardown() {
   cat > "$TMP/hang.bats" <<BATS
 : "\${BATS_TEST_TIMEOUT:=2}"
 ${at}test "this one hangs" {
-  sleep 7777 &
+  sleep 7777.$$ &
   sleep 60
 }
 ${at}test "this one passes" {
@@ -63,7 +63,10 @@ BATS
   [ "$status" -ne 0 ]
   [[ "$output" == *"not ok 1 this one hangs # timeout after 2s"* ]]
   [[ "$output" == *"ok 2 this one passes"* ]]
-  ! pgrep -f "sleep 7777"
+  # stopped: signalled, it may take a moment to go (this run's own sleep,
+  # named by this shell's pid, not another run's)
+  for _ in $(seq 1 300); do pgrep -f "sleep 7777\.$$\b" > /dev/null || break; sleep 0.1; done
+  ! pgrep -af "sleep 7777\.$$\b" || { echo "the hanging test's child still runs after 30 s"; false; }
 }
 
 @test "a hanging Python test fails naming itself and its limit, even through except Exception, and the module goes on" {

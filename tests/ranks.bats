@@ -140,12 +140,21 @@ kill_one() {
 }
 
 @test "a rank of an older generation is refused at rendezvous and the new one times out naming it" {
+  # rank 0's timeout is the outcome (the test lasts that long): it must
+  # outlast rank 1's start and refusal, so rank 1 starts once rank 0's store
+  # listens (rank 0 joined it) and rank 0 then waits 10 s; rank 1's own 30 s
+  # are never reached (the refusal is the store's answer)
   mkdir -p "$TMP/g"
   port=$(free_port)
-  short=(--set training.rendezvousTimeoutSeconds=4)
-  start_rank 2 0 "$port" 3 "$TMP/g" "${ARGS[@]}" "${short[@]}"
-  sleep 1
-  start_rank 2 1 "$port" 2 "$TMP/g" "${ARGS[@]}" "${short[@]}"
+  start_rank 2 0 "$port" 3 "$TMP/g" "${ARGS[@]}" --set training.rendezvousTimeoutSeconds=10
+  for _ in $(seq 1 600); do
+    grep -q "event=joined rank=0 " "$TMP/g/rank-0.log" 2>/dev/null && break
+    [ ! -f "$TMP/g/rank-0.rc" ] || break
+    sleep 0.1
+  done
+  grep -q "event=joined rank=0 " "$TMP/g/rank-0.log" ||
+    { echo "rank 0's store never listened within 60 s"; cat "$TMP/g/rank-0.log"; false; }
+  start_rank 2 1 "$port" 2 "$TMP/g" "${ARGS[@]}" --set training.rendezvousTimeoutSeconds=30
   wait_ranks
   cat "$TMP/g/rank-1.log" | tail -1
   [ "$(cat "$TMP/g/rank-1.rc")" -eq 1 ]

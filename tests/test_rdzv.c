@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -166,12 +167,15 @@ Test(rdzv, get_waits_for_a_later_set_and_times_out_on_a_key_never_set)
 Test(rdzv, a_rank_that_never_arrives_times_out_every_other_rank_naming_it)
 {
     /* world 3 but only ranks 0 and 1 started: run them as a world of 3 by
-     * starting 2 processes that claim world 3 */
+     * starting 2 processes that claim world 3. The timeout is the outcome
+     * (the test lasts that long), but both ranks must have joined rank 0's
+     * store within it, or the message names rank 1 or the connection: 8 s,
+     * for a loaded machine that is slow to fork and schedule rank 0. */
     char ep[64];
     snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
     pid_t p = fork();
     if (p == 0) {
-        rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 3, .timeout_s = 2};
+        rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 3, .timeout_s = 8};
         rdzv *z;
         rdzv_error k;
         char err[512];
@@ -180,13 +184,13 @@ Test(rdzv, a_rank_that_never_arrives_times_out_every_other_rank_naming_it)
                                                                                             : 1);
     }
     msleep(100);
-    rdzv_options o = {.endpoint = ep, .rank = 1, .world_size = 3, .timeout_s = 2};
+    rdzv_options o = {.endpoint = ep, .rank = 1, .world_size = 3, .timeout_s = 8};
     rdzv *z = NULL;
     rdzv_error k = RDZV_OK;
     char err[512] = "";
     cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), -1);
     cr_assert_eq(k, RDZV_TIMEOUT, "%d: %s", k, err);
-    cr_assert(strstr(err, "rank(s) 2 of 3 never arrived within 2 s"), "%s", err);
+    cr_assert(strstr(err, "rank(s) 2 of 3 never arrived within 8 s"), "%s", err);
     int s;
     cr_assert_eq(waitpid(p, &s, 0), p);
     cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0, "rank 0 did not name rank 2");
@@ -197,7 +201,10 @@ Test(rdzv, a_process_of_an_older_generation_is_refused_as_stale)
     long gens[2] = {5, 4};
     int st[2];
     char msgs[2][512];
-    run_ranks(2, gens, 2, NULL, st, msgs);
+    /* rank 0's timeout is the outcome (the test lasts that long); its store
+     * must still be up when rank 1 reaches it, or rank 1 is refused by a
+     * closed port instead: 8 s, for a loaded machine */
+    run_ranks(2, gens, 8, NULL, st, msgs);
     cr_assert_eq(st[1], 100 + RDZV_STALE, "rank 1: %d %s", st[1], msgs[1]);
     cr_assert(strstr(msgs[1], "serves restart generation 5; this process is of generation 4"),
               "%s", msgs[1]);
@@ -404,22 +411,64 @@ Test(rdzv, a_lost_rank_outside_the_world_is_no_rank)
     for (int r = 0; r < 2; r++) cr_assert_eq(st[r], 0, "rank %d: %d %s", r, st[r], msgs[r]);
 }
 
+/* Reads want bytes from fd, waiting at most cap_s seconds in all; returns
+ * how many came (fewer: EOF or the cap). */
+static int read_bytes(int fd, int want, double cap_s)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int have = 0;
+    while (have < want) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double left = cap_s - (double)(t.tv_sec - t0.tv_sec) - (t.tv_nsec - t0.tv_nsec) / 1e9;
+        if (left <= 0) break;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0) continue; /* EINTR, or the cap */
+        char c[16];
+        ssize_t n = read(fd, c, (size_t)(want - have) < sizeof c ? (size_t)(want - have)
+                                                                    : sizeof c);
+        if (n <= 0) break;
+        have += (int)n;
+    }
+    return have;
+}
+
+/* In a forked child: a rank of world 2 that joins ep, writes one byte to
+ * ready_fd once rdzv_new returned, and stays (its store, for rank 0, up;
+ * its rank, for rank 1, joined) until release_fd closes. Exits 0, or 1 if
+ * it did not join. */
+static _Noreturn void staying_rank(const char *ep, int rank, int ready_fd, int release_fd)
+{
+    rdzv_options o = {.endpoint = ep, .rank = rank, .world_size = 2, .timeout_s = 30};
+    rdzv *z;
+    char err[512];
+    if (rdzv_new(&z, &o, NULL, err, sizeof err) != 0) _exit(1);
+    (void)!write(ready_fd, "j", 1);
+    char c;
+    while (read(release_fd, &c, 1) != 0) {
+    } /* EOF: released (also when the test process is gone) */
+    rdzv_free(z);
+    _exit(0);
+}
+
 Test(rdzv, the_same_rank_twice_or_a_world_size_mismatch_is_invalid)
 {
     char ep[64];
     snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+    int ready[2], release[2];
+    cr_assert_eq(pipe(ready), 0);
+    cr_assert_eq(pipe(release), 0);
+    /* the children keep only ready[1] and release[0] */
     pid_t p = fork();
+    cr_assert(p >= 0);
     if (p == 0) {
-        rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 2, .timeout_s = 4};
-        rdzv *z;
-        char err[512];
-        if (rdzv_new(&z, &o, NULL, err, sizeof err) != 0) _exit(1);
-        sleep(3); /* the store stays up for the duplicate below */
-        rdzv_free(z);
-        _exit(0);
+        close(ready[0]);
+        close(release[1]);
+        staying_rank(ep, 0, ready[1], release[0]);
     }
-    msleep(200);
-    rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 2, .timeout_s = 2};
+    /* both refusals below are the store's answers, not timeouts: 30 s to
+     * reach a store that a loaded machine starts late */
+    rdzv_options o = {.endpoint = ep, .rank = 0, .world_size = 2, .timeout_s = 30};
     /* rank 0 again, as a client: the server of this process cannot bind,
      * so ask as rank 1 of another world size first */
     o.rank = 1;
@@ -434,24 +483,27 @@ Test(rdzv, the_same_rank_twice_or_a_world_size_mismatch_is_invalid)
      * (Sent as rank 0 it would start a second server, so the duplicate is
      * rank 1 twice.) */
     pid_t q = fork();
+    cr_assert(q >= 0);
     if (q == 0) {
-        rdzv_options o1 = {.endpoint = ep, .rank = 1, .world_size = 2, .timeout_s = 4};
-        rdzv *z1;
-        char e1[512];
-        if (rdzv_new(&z1, &o1, NULL, e1, sizeof e1)) _exit(1);
-        sleep(2);
-        rdzv_free(z1);
-        _exit(0);
+        close(ready[0]);
+        close(release[1]);
+        staying_rank(ep, 1, ready[1], release[0]);
     }
-    msleep(500);
+    close(ready[1]);
+    close(release[0]);
+    /* ranks 0 and 1 both met (rank 1 joined, rank 0's store still up) */
+    int got = read_bytes(ready[0], 2, 30);
+    cr_assert_eq(got, 2, "only %d of ranks 0 and 1 joined within 30 s", got);
     o.world_size = 2;
     cr_assert_eq(rdzv_new(&z, &o, &k, err, sizeof err), -1);
     cr_assert_eq(k, RDZV_INVALID, "%d: %s", k, err);
     cr_assert(strstr(err, "rank 1 already joined"), "%s", err);
+    close(release[1]); /* the ranks leave */
+    close(ready[0]);
     int s;
-    waitpid(q, &s, 0);
+    cr_assert_eq(waitpid(q, &s, 0), q);
     cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0);
-    waitpid(p, &s, 0);
+    cr_assert_eq(waitpid(p, &s, 0), p);
     cr_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0);
 }
 
