@@ -18,8 +18,16 @@ APISERVER = os.path.join(HERE, "apiserver")
 CRD = os.path.join(HERE, "testdata", "crd.yaml")
 
 
-def wait_for(what, fn, timeout=15.0, interval=0.1):
-    """Polls fn until it returns a truthy value, which it returns; fails naming `what`."""
+# The least any wait_for waits before it fails: a cap, never a delay (it
+# returns as soon as fn holds), so shorter ones only fail a loaded machine.
+MIN_WAIT_S = 30.0
+
+
+def wait_for(what, fn, timeout=MIN_WAIT_S, interval=0.1):
+    """Polls fn until it returns a truthy value, which it returns; fails naming
+    `what` after timeout seconds (at least MIN_WAIT_S). Not for showing that
+    something does not happen: that is a sleep and a look."""
+    timeout = max(timeout, MIN_WAIT_S)
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
