@@ -480,7 +480,8 @@ const config_key config_keys[] = {
              "AWS_SECRET_ACCESS_KEY (optionally AWS_REGION, AWS_SESSION_TOKEN), passed to the "
              "workers as environment variables.",
      .readme = "the operator mounts its `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, "
-               "`AWS_SESSION_TOKEN` into the workers (ignored by the worker itself)"},
+               "`AWS_REGION`, `AWS_SESSION_TOKEN` into the workers (ignored by the worker "
+               "itself)"},
 };
 const size_t config_n_keys = sizeof config_keys / sizeof config_keys[0];
 _Static_assert(sizeof config_keys / sizeof config_keys[0] <= CONFIG_KEYS_MAX,

@@ -42,8 +42,9 @@ static const vj_err_row table[] = {
      "another rank died or did not answer a collective within "
      "training.collectiveTimeoutSeconds"},
     {VJ_ERR_STOPPED, "stopped", 128 + SIGTERM, 0,
-     "SIGTERM or SIGINT stopped the run: exit code 128 + the signal (143, 130); the "
-     "unfinished step is abandoned"},
+     "SIGTERM or SIGINT stopped the run: exit code 128 + the signal (143, 130); one "
+     "rank abandons the unfinished step, many ranks end together after the step they "
+     "are in, checkpointed"},
 };
 
 const vj_err_row *vj_err_table(size_t *n)

@@ -233,6 +233,11 @@ Test(config_load, the_imagenet_example_validates_at_its_world_size_with_deits_lr
     cr_assert_eq(c.data.augment, 1);
     cr_assert_eq(c.data.interpolation, INTERP_BICUBIC);
     cr_assert(c.data.crop_pct == 0.875);
+    /* DeiT's augmentation and regularisation */
+    cr_assert_str_eq(c.data.rand_augment, "rand-m9-mstd0.5-inc1");
+    cr_assert(c.data.random_erasing == 0.25);
+    cr_assert(c.data.mixup == 0.8 && c.data.cutmix == 1.0);
+    cr_assert(c.training.drop_path == 0.1 && c.training.label_smoothing == 0.1);
     cr_assert_eq(c.training.precision, PRECISION_BF16_MIXED);
     cr_assert_eq(c.training.sharding, SHARDING_FULL);
     cr_assert_eq(c.training.activation_checkpointing, 1);
