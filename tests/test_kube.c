@@ -416,7 +416,7 @@ static int no_event(const char *type, const cJSON *obj, void *user)
 static void *stop_when_retried(void *arg)
 {
     error_server *es = arg;
-    for (int i = 0; i < 2000 && __atomic_load_n(&es->connections, __ATOMIC_SEQ_CST) < 3; i++) {
+    for (int i = 0; i < 1500 && __atomic_load_n(&es->connections, __ATOMIC_SEQ_CST) < 3; i++) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -424,7 +424,7 @@ static void *stop_when_retried(void *arg)
     return NULL;
 }
 
-Test(kube_api, watch_error_event_is_retried_with_backoff_not_treated_as_a_stop, .timeout = 60)
+Test(kube_api, watch_error_event_is_retried_with_backoff_not_treated_as_a_stop, .timeout = 30)
 {
     int port;
     error_server es = {.sock = loopback_listener(&port)};
