@@ -224,4 +224,5 @@ class Elastic(ClusterJobTest):
 
 
 if __name__ == "__main__":
-    testlimit.main(1100)  # under run.sh's 1200 s per suite, so that this limit names the test
+    # under run.sh's 1200 s per suite, so that this limit is the one that names the test
+    testlimit.main(1100)
