@@ -182,13 +182,7 @@ steps_in() {
   CK+=(--set checkpoint.intervalSteps=1 --set training.steps=40)
   mkdir -p "$TMP/k"
   start_rank 1 0 "$(free_port)" 0 "$TMP/k" "${ARGS[@]}" "${CK[@]}"
-  for _ in $(seq 1 2400); do
-    grep -q "event=saved step=12" "$TMP/k/rank-0.log" 2>/dev/null && break
-    [ ! -f "$TMP/k/rank-0.rc" ] || break
-    sleep 0.05
-  done
-  grep -q "event=saved step=12" "$TMP/k/rank-0.log" ||
-    { echo "no checkpoint of step 12 within 120 s"; tail -5 "$TMP/k/rank-0.log"; false; }
+  rank0_logged "$TMP/k" "event=saved step=12" "checkpoint of step 12"
   sleep 0.0$((RANDOM % 10))
   pkill -KILL -f "checkpoint.uri=$(uri ck)" || true
   wait_ranks
@@ -215,13 +209,7 @@ steps_in() {
   for r in 0 1; do
     start_rank 2 $r "$port" 0 "$TMP/t" "${ARGS[@]}" "${CK[@]}" --set training.steps=1000000
   done
-  for _ in $(seq 1 2400); do
-    grep -q "step=5/" "$TMP/t/rank-0.log" 2>/dev/null && break
-    [ ! -f "$TMP/t/rank-0.rc" ] || break
-    sleep 0.05
-  done
-  grep -q "step=5/" "$TMP/t/rank-0.log" ||
-    { echo "rank 0 logged no step 5 within 120 s"; tail -5 "$TMP/t/rank-0.log"; false; }
+  rank0_logged "$TMP/t" "step=5/" "step 5"
   pkill -TERM -f "checkpoint.uri=$(uri ck)" || true
   wait_ranks
   for r in 0 1; do [ "$(cat "$TMP/t/rank-$r.rc")" -eq 143 ]; done

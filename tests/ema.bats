@@ -118,13 +118,7 @@ PY
   CK=(--set checkpoint.uri="file://$TMP/ck" --set checkpoint.intervalSteps=1 --set training.steps=24)
   mkdir -p "$TMP/k"
   start_rank 1 0 "$(free_port)" 0 "$TMP/k" "${ARGS[@]}" "${EMA[@]}" "${CK[@]}"
-  for _ in $(seq 1 2400); do
-    grep -q "event=saved step=8" "$TMP/k/rank-0.log" 2>/dev/null && break
-    [ ! -f "$TMP/k/rank-0.rc" ] || break
-    sleep 0.05
-  done
-  grep -q "event=saved step=8" "$TMP/k/rank-0.log" ||
-    { echo "no checkpoint of step 8 within 120 s"; tail -5 "$TMP/k/rank-0.log"; false; }
+  rank0_logged "$TMP/k" "event=saved step=8" "checkpoint of step 8"
   sleep 0.0$((RANDOM % 10))
   pkill -KILL -f "checkpoint.uri=file://$TMP/ck" || true
   wait_ranks

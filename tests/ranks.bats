@@ -147,13 +147,7 @@ kill_one() {
   mkdir -p "$TMP/g"
   port=$(free_port)
   start_rank 2 0 "$port" 3 "$TMP/g" "${ARGS[@]}" --set training.rendezvousTimeoutSeconds=10
-  for _ in $(seq 1 600); do
-    grep -q "event=joined rank=0 " "$TMP/g/rank-0.log" 2>/dev/null && break
-    [ ! -f "$TMP/g/rank-0.rc" ] || break
-    sleep 0.1
-  done
-  grep -q "event=joined rank=0 " "$TMP/g/rank-0.log" ||
-    { echo "rank 0's store never listened within 60 s"; cat "$TMP/g/rank-0.log"; false; }
+  rank0_logged "$TMP/g" "event=joined rank=0 " "join (its store listening)"
   start_rank 2 1 "$port" 2 "$TMP/g" "${ARGS[@]}" --set training.rendezvousTimeoutSeconds=30
   wait_ranks
   cat "$TMP/g/rank-1.log" | tail -1

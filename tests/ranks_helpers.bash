@@ -70,6 +70,20 @@ start_rank() {
   RANK_PIDS+=($!)
 }
 
+# rank0_logged DIR PATTERN WHAT: waits until DIR/rank-0.log has a line
+# matching PATTERN (grep), at most 120 s and no longer than rank 0 runs;
+# fails saying "rank 0 logged no WHAT", with the log's end, if it has none
+rank0_logged() {
+  local dir=$1 pattern=$2 what=$3 _
+  for _ in $(seq 1 1200); do
+    grep -q -- "$pattern" "$dir/rank-0.log" 2>/dev/null && return 0
+    [ ! -f "$dir/rank-0.rc" ] || break
+    sleep 0.1
+  done
+  grep -q -- "$pattern" "$dir/rank-0.log" 2>/dev/null ||
+    { echo "rank 0 logged no $what within 120 s (or before it exited)"; tail -5 "$dir/rank-0.log"; false; }
+}
+
 # wait_ranks: waits for the ranks and pods this test started (RANK_PIDS), not
 # for every child of the test: bats' own per-test timer (BATS_TEST_TIMEOUT)
 # is one too, and a bare `wait` would wait it out and fail as a timeout
