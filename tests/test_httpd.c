@@ -4,6 +4,7 @@
 #include "httpd.h"
 #include "log.h"
 #include "metrics.h"
+#include "util.h"
 
 #include <criterion/criterion.h>
 #include <curl/curl.h>
@@ -104,13 +105,6 @@ static httpd *start(const httpd_config *cfg)
     return h;
 }
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -171,14 +165,14 @@ Test(httpd, metrics_without_a_registry_is_404)
 Test(httpd, healthz_is_200_ok_while_the_heartbeat_is_fresh_and_500_once_stale)
 {
     httpd_config cfg = {.addr = "127.0.0.1:0", .liveness_timeout_s = 0.3};
-    double t0 = mono_s();
+    double t0 = mono_seconds();
     httpd *h = start(&cfg);
     int port = httpd_port(h);
 
     /* start counts as a heartbeat: a GET answered within 0.3 s of it must
      * be 200 (one answered later may rightly be 500: a loaded machine) */
     struct resp r = get(port, "/healthz");
-    if (mono_s() - t0 < 0.3) {
+    if (mono_seconds() - t0 < 0.3) {
         cr_assert_eq(r.status, 200);
         cr_assert_str_eq(r.body, "ok");
     }
@@ -192,11 +186,11 @@ Test(httpd, healthz_is_200_ok_while_the_heartbeat_is_fresh_and_500_once_stale)
      * of one is 200 (tried until one is, which a 500 forever never is) */
     int fresh = 0;
     for (int i = 0; i < 200 && !fresh; i++) {
-        double hb = mono_s();
+        double hb = mono_seconds();
         httpd_heartbeat(h);
         r = get(port, "/healthz");
-        if (mono_s() - hb < 0.3) {
-            cr_assert_eq(r.status, 200, "answered %.3f s after a heartbeat", mono_s() - hb);
+        if (mono_seconds() - hb < 0.3) {
+            cr_assert_eq(r.status, 200, "answered %.3f s after a heartbeat", mono_seconds() - hb);
             fresh = 1;
         }
     }

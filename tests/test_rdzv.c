@@ -5,6 +5,7 @@
  * rank, a bad endpoint) ends with its error kind and a message naming it,
  * within the deadline given. */
 #include "rdzv.h"
+#include "util.h"
 
 #include <criterion/criterion.h>
 
@@ -415,12 +416,10 @@ Test(rdzv, a_lost_rank_outside_the_world_is_no_rank)
  * how many came (fewer: EOF or the cap). */
 static int read_bytes(int fd, int want, double cap_s)
 {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double until = mono_seconds() + cap_s;
     int have = 0;
     while (have < want) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        double left = cap_s - (double)(t.tv_sec - t0.tv_sec) - (t.tv_nsec - t0.tv_nsec) / 1e9;
+        double left = until - mono_seconds();
         if (left <= 0) break;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (poll(&pfd, 1, (int)(left * 1000) + 1) <= 0) continue; /* EINTR, or the cap */

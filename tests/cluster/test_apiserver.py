@@ -12,7 +12,7 @@ import time
 import unittest
 
 from tests.cluster import kubeclient, testlimit
-from tests.cluster.harness import CRD, ServerProcess, load_yaml_docs
+from tests.cluster.harness import CRD, ServerProcess, load_yaml_docs, wait_for
 
 NS = "/api/v1/namespaces/default"
 VJ = "/apis/vitjob.dev/v1alpha1/namespaces/default/vitjobs"
@@ -67,18 +67,8 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(r.status, status, r)
         return r.body
 
-    def wait_gone(self, path, timeout=30):
-        self.wait_for("%s gone" % path, lambda: self.c.get(path).status == 404, timeout)
-
-    def wait_for(self, what, fn, timeout=30):
-        """fn()'s first truthy value, polled; fails naming `what` after timeout s."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = fn()
-            if got:
-                return got
-            time.sleep(0.05)
-        self.fail("timed out after %ss waiting for %s" % (timeout, what))
+    def wait_gone(self, path):
+        wait_for("%s gone" % path, lambda: self.c.get(path).status == 404)
 
     # --- authentication and TLS --------------------------------------------------
 
@@ -600,7 +590,7 @@ class ApiServerTest(unittest.TestCase):
             "ownerReferences": pod("x", owner=owner)["metadata"]["ownerReferences"]}))
         self.c.delete(VJ + "/gc-fg", {"propagationPolicy": "Foreground"})
         # the GC (every 0.5 s) deletes the dependent, which its finalizer keeps...
-        self.wait_for("gc-fg-cm deleting", lambda: "deletionTimestamp" in
+        wait_for("gc-fg-cm deleting", lambda: "deletionTimestamp" in
                       self.c.get(NS + "/configmaps/gc-fg-cm").body["metadata"])
         got = self.c.get(VJ + "/gc-fg").body     # ...and the owner waits for its dependent
         self.assertIn("foregroundDeletion", got["metadata"]["finalizers"])
