@@ -9,6 +9,10 @@
  * status the operator writes.
  * Must not: do I/O, read the clock (`now` is an input), or touch
  * status.progress (rank 0 of the worker owns it).
+ * Its files: decide.c (the lifecycle), decide_pods.c (the pods as read),
+ * decide_restart.c (restarts and failures), decide_status.c (the status
+ * written) and decide_plan.c (the plan's contents); decide_internal.h is
+ * what they share, private to them.
  *
  * decide() is level-triggered and idempotent: applying its plan and running it
  * again on the resulting state (same `now`) gives an empty plan. The status
