@@ -6,7 +6,7 @@
  * copy of it (api/config_schema.c), `vitjob-worker exit-codes` prints it
  * from here; tests walk it.
  * Must not: hold messages for particular failures (they go into the
- * caller's err buffer), or decide anything about a job (operator/decide.c
+ * caller's err buffer), or decide anything about a job (operator/decide*.c
  * asks vj_exit_permanent).
  */
 #ifndef VITJOB_EXITCODE_H

@@ -34,10 +34,12 @@ void cache_set_transform(obj_cache *c, cache_transform_fn fn);
  * the annotation kubectl.kubernetes.io/last-applied-configuration (a copy of
  * the object as `kubectl apply` last sent it). */
 void cache_strip_meta(cJSON *obj);
-/* cache_strip_meta, then what decide_pods.c does not read of a pod: its spec
- * (rendered by the operator, never read back) and of its status all but
- * phase, reason, conditions[].{type,status,reason} and containerStatuses[].
- * {name, state.terminated, lastState.terminated}. */
+/* cache_strip_meta, then what decide_pods.c does not read of a pod: of its
+ * spec (rendered by the operator) all but nodeName (the lost-pod rule) and
+ * schedulingGates (Kueue's admission gate), and of its status all but
+ * phase, reason, conditions[].{type, status, reason, message,
+ * lastTransitionTime} and containerStatuses[].{name, state.terminated,
+ * lastState.terminated}. */
 void cache_trim_pod(cJSON *obj);
 
 /* What the elastic rule reads of a Node (operator/nodehealth.h,

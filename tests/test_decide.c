@@ -1,4 +1,4 @@
-/* tests/test_decide.c - operator/decide.c: the ViTJob lifecycle rules, on
+/* tests/test_decide.c - operator/decide*.c (decide.h): the ViTJob lifecycle rules, on
  * jobs and pods written as JSON, and the idempotence property (applying a
  * plan and deciding again on the result gives an empty plan). */
 #include "decide.h"
