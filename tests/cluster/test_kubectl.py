@@ -10,13 +10,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import unittest
 
 import yaml
 
 from tests.cluster import testlimit
-from tests.cluster.harness import HERE, ServerProcess
+from tests.cluster.harness import HERE, ServerProcess, wait_for
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 TESTDATA = os.path.join(HERE, "testdata")
@@ -177,14 +176,14 @@ class KubectlTest(unittest.TestCase):
             proc = subprocess.Popen([KUBECTL, "get", "pods", "-w", "-l", "watched=yes"], stdout=out,
                                     stderr=subprocess.STDOUT, env=self.env)
 
-        def wait_output(what, deadline_s=30):
-            deadline = time.monotonic() + deadline_s
-            while True:
+        def wait_output(desc, what):
+            """kubectl's output once what(output) holds (failing, naming desc,
+            after harness.wait_for's limit)."""
+            def shown():
                 with open(out_path) as f:
                     text = f.read()
-                if what(text) or time.monotonic() > deadline:
-                    return text
-                time.sleep(0.1)
+                return text if what(text) else None
+            return wait_for("kubectl's watch to show " + desc, shown)
         try:
             # a sentinel pod shows once kubectl has listed (it is in the list, or an
             # event of the watch that starts from the list's resourceVersion): what
@@ -192,13 +191,12 @@ class KubectlTest(unittest.TestCase):
             r = self.c.post(NS + "/pods", {"metadata": {"name": "sentinel-pod", "labels": {"watched": "yes"}},
                                            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
             self.assertEqual(r.status, 201, r)
-            text = wait_output(lambda t: "sentinel-pod" in t)
-            self.assertIn("sentinel-pod", text)
+            wait_output("sentinel-pod", lambda t: "sentinel-pod" in t)
             self.c.post(NS + "/pods", {"metadata": {"name": "watched-pod", "labels": {"watched": "yes"}},
                                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
             self.c.patch(NS + "/pods/watched-pod/status", {"status": {"phase": "Running"}})
-            text = wait_output(lambda t: any(l.startswith("watched-pod") and "Running" in l
-                                             for l in t.splitlines()))
+            text = wait_output("watched-pod Running", lambda t: any(
+                l.startswith("watched-pod") and "Running" in l for l in t.splitlines()))
         finally:
             proc.terminate()
             proc.wait(30)
@@ -215,13 +213,9 @@ class KubectlTest(unittest.TestCase):
         self.owned_pod("cascade", "cascade-worker-1-r0")
         out = self.kubectl_ok(["delete", "vj", "cascade"])
         self.assertIn('vitjob.vitjob.dev "cascade" deleted', out)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            left = self.kubectl_ok(["get", "pods", "-l", "vitjob.dev/job-name=cascade", "-o", "name"])
-            if not left.strip():
-                break
-            time.sleep(0.1)
-        self.assertEqual(left.strip(), "")
+        # the garbage collector deletes the owned pods
+        wait_for("the owned pods gone", lambda: not self.kubectl_ok(
+            ["get", "pods", "-l", "vitjob.dev/job-name=cascade", "-o", "name"]).strip())
         r = self.kubectl(["get", "vj", "cascade"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn('vitjobs.vitjob.dev "cascade" not found', r.stderr)
