@@ -7,9 +7,10 @@
 # seconds and CPU seconds, and the five slowest suites and the CPU used in
 # all are given at the end, so that where the time goes is visible. Exits
 # non-zero if anything failed. The suites that mostly wait run in a lane
-# beside the others (see "The lanes" below; TEST_LANES=1: one lane,
-# TEST_LANES=3: three), the other lanes' lines printed when the main lane
-# is done.
+# beside the others, and a lane done with its own suites takes the next
+# from a queue the lanes share (see "The lanes" below; TEST_LANES=1: one
+# lane, TEST_LANES=3: three), the other lanes' lines printed when the main
+# lane is done.
 #
 #   unit (C, Criterion):   tests/test_*.c            one per source file, named for it
 #                                                    (test_config.c: api/config.c, ...);
@@ -244,22 +245,24 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The lanes. The suites run in lanes side by side, each a shell of its own
 # with its own counts, whose lines are printed when it is done (the main
 # lane's as they come):
-# - the main lane: the C suites and the worker's command-line suites, then
-#   (TEST_LANES=2, the default) the second lane's;
-# - the second lane: the learning and reference suites and the sanitizer
-#   build's, a lane of its own with TEST_LANES=3;
+# - the main lane: the C suites and the worker's command-line suites;
 # - the waiting lane: the suites that mostly wait (on an API server's
 #   watches, leases and grace periods; a quarter of a core or less on
 #   average), and the C suites that mostly sleep (timeouts, heartbeats,
-#   deadlines: 1-2 s of CPU in 5-32 s), in both builds.
+#   deadlines: 1-2 s of CPU in 5-32 s), in both builds;
+# - the queue (queue_suites): the learning and reference suites and the
+#   sanitizer build's, longest first. Every lane, its own suites done, takes
+#   the next queued suite until none is left, so the lanes end close
+#   together; TEST_LANES=3 adds a second lane that only takes from it.
 # Most suites keep about one core busy (bats runs one test at a time, and a
 # small model's training is mostly one thread). On two cores (each suite's
-# line gives its CPU seconds): two lanes used 2,846 CPU seconds in 1,994 s
-# (4719a2a's suites; 2,086 s in a CI run), the main lane one core and the
-# waiting lane 0.4 of the other. Three lanes took 1,780 s with 3,201 CPU
-# seconds, the trainings' OpenMP threads outnumbering the cores, and
-# 1,858-1,862 s with 3,290-3,343 CPU seconds at one thread a training
-# (c0c19be): about 90% of both cores, so the two cores are the limit.
+# line gives its CPU seconds), with the queue run by the main lane after
+# its own suites (as before the queue): 2,854 CPU seconds in 1,965 s (a CI
+# run at bcaa119), the main lane 1,946 s and the waiting lane 766 s, so
+# that one core was mostly idle for the last 20 minutes. Three lanes (the
+# queue a lane of its own from the start) took 1,858-1,862 s with
+# 3,290-3,343 CPU seconds at one thread a training (c0c19be): three lanes
+# of work on two cores from the start, the cluster suites' waits included.
 # The three-lane runs found three tests whose outcome hung on timing (since
 # fixed: test_report's count of writes per interval, test_recovery's frozen
 # rank, test_controllers' read-modify-write of a Deployment); two lanes
@@ -268,10 +271,10 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # far above what it takes, and asserts the order of events, not their
 # times. So that the lanes never race for a loopback port, each draws its
 # ports (tests/rank_fixture.h, ranks_helpers.bash's free_port) from a range
-# of its own (VITJOB_TEST_PORTS): main 20000-22999 (20000-25999 with two
-# lanes), second 23000-25999, waiting 26000-31999; the cluster suites bind
-# ports the kernel picks (32768 and up). TEST_LANES=1 runs everything in
-# line.
+# of its own (VITJOB_TEST_PORTS), whichever suites it runs: main
+# 20000-22999 (20000-25999 with two lanes), second 23000-25999, waiting
+# 26000-31999; the cluster suites bind ports the kernel picks (32768 and
+# up). TEST_LANES=1 runs everything in line.
 # waiting_unit TEST: TEST is one of the waiting lane's C suites (with one
 # lane, none is: the loops run them in their places)
 WAITING_UNITS=" test_heartbeat test_rdzv test_jobplan test_report "
@@ -302,58 +305,90 @@ main_lane() {
   bats_suite cli/data-s3.bats tests/data.bats BUILD="$BUILD" DATA_BACKEND=s3
   bats_suite layout/layout.bats tests/layout.bats BUILD="$BUILD"
   bats_suite layout/limits.bats tests/limits.bats
+  take_queued
 }
 
-second_lane() {
-  bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
-  bats_suite reference/mixup.bats tests/mixup.bats BUILD="$BUILD"
-  bats_suite reference/randaug.bats tests/randaug.bats BUILD="$BUILD"
-  script_suite reference/pytorch "$PY" -m tests.ref.check_against_torch \
+# The queue: one file per queued suite, its call one word a line, named so
+# that the files sort in the order they are taken. A lane claims a suite by
+# renaming its file into the lane's own folder: rename is atomic, so two
+# lanes never both take one.
+QUEUE=$WORK/queue
+mkdir -p "$QUEUE"
+queued=0
+# enqueue FUNCTION ARG...: queues the suite call FUNCTION ARG...
+enqueue() {
+  queued=$((queued + 1))
+  printf '%s\n' "$@" > "$QUEUE/$(printf '%03d' "$queued")"
+}
+# take_queued: runs queued suites, the next first, until none is left
+take_queued() {
+  local f mine=$WORK/taken.$BASHPID call
+  mkdir -p "$mine"
+  for f in "$QUEUE"/*; do
+    mv "$f" "$mine/" 2>/dev/null || continue   # another lane took it (or none was queued)
+    mapfile -t call < "$mine/${f##*/}"
+    "${call[@]}"
+  done
+}
+asan_missing() { failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"; }
+
+# queue_suites: the queue's suites, the longest first (measured alone: 150,
+# 140 and 95 s), so that no long suite starts last
+queue_suites() {
+  enqueue bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
+  enqueue bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
+  if [ -d "$ASAN/tests" ]; then
+    enqueue bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
+  fi
+  enqueue bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
+  enqueue bats_suite reference/mixup.bats tests/mixup.bats BUILD="$BUILD"
+  enqueue bats_suite reference/randaug.bats tests/randaug.bats BUILD="$BUILD"
+  enqueue script_suite reference/pytorch "$PY" -m tests.ref.check_against_torch \
     --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref" --quiet
   # the same fp32 engine against PyTorch in float64: the 1e-4 bound holds
   # against the exact math too, not only against another fp32 rounding. The
   # EMA is an average of fp32 weights that are themselves within 1e-4 of the
   # float64 ones, so it is held to the weights' bound here (its own update,
   # 1e-5, is checked against the float32 reference above)
-  script_suite reference/pytorch-float64 "$PY" -m tests.ref.check_against_torch \
+  enqueue script_suite reference/pytorch-float64 "$PY" -m tests.ref.check_against_torch \
     --bin "$BUILD/bin/vit_refcheck" --workdir "$WORK/ref64" --ref-dtype float64 --ema-tol 1e-4 --quiet
   # the trainer's Fashion-MNIST order (build/bin/data_order) and a model.init
   # file, replayed by PyTorch: the first 20 fp32 steps from the same weights on
   # the same batches give the same losses (measured 3.9e-7 apart); the wiring
   # of tests/ref/bf16_vs_torch.py, whose GPU run compares bf16 against autocast
-  script_suite reference/same-order "$PY" -m tests.ref.bf16_vs_torch --worker "$BUILD/bin/vitjob-worker" \
+  enqueue script_suite reference/same-order "$PY" -m tests.ref.bf16_vs_torch --worker "$BUILD/bin/vitjob-worker" \
     --order "$BUILD/bin/data_order" --workdir "$WORK/same-order" --preset fmnist_tiny --check-only \
     --check-steps 20 --check-tol 1e-4 --threads 1
   # the flash-attention kernels' own source (kernels/flash_attention.cuh) run
   # on the CPU, thread by thread, against the CPU twin (tools/flash_emu): their
   # tiles, masks and fragments checked where no GPU is
-  script_suite reference/flash_emu env FLASH_EMU_BUILD="$WORK/flash_emu" tools/flash_emu/run.sh quick
-  bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
-  bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
+  enqueue script_suite reference/flash_emu env FLASH_EMU_BUILD="$WORK/flash_emu" tools/flash_emu/run.sh quick
   if [ -d "$ASAN/tests" ]; then
     for t in "$ASAN"/tests/test_*; do
       waiting_unit "$t" && continue
-      criterion_suite "asan/unit/$(basename "$t")" "$t"
+      enqueue criterion_suite "asan/unit/$(basename "$t")" "$t"
     done
-    bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
-    bats_suite asan/cli/schema.bats tests/schema.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
-    bats_suite asan/cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
-    bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
+    enqueue bats_suite asan/cli/schema.bats tests/schema.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
+    enqueue bats_suite asan/cli/shardwriter.bats tests/shardwriter.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
+    enqueue bats_suite asan/cli/stdfds.bats tests/stdfds.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker" \
       OPERATOR="$ASAN/bin/vitjob-operator"
-    bats_suite asan/cli/operator.bats tests/operator.bats BUILD="$BUILD" OPERATOR="$ASAN/bin/vitjob-operator"
-    bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"
-    bats_suite asan/reference/randaug.bats tests/randaug.bats BUILD="$BUILD" RA_CHECK="$ASAN/bin/ra_check" \
+    enqueue bats_suite asan/cli/operator.bats tests/operator.bats BUILD="$BUILD" OPERATOR="$ASAN/bin/vitjob-operator"
+    enqueue bats_suite asan/reference/transform.bats tests/transform.bats BUILD="$BUILD" XF_CHECK="$ASAN/bin/xf_check"
+    enqueue bats_suite asan/reference/randaug.bats tests/randaug.bats BUILD="$BUILD" RA_CHECK="$ASAN/bin/ra_check" \
       WORKER="$ASAN/bin/vitjob-worker"
     # the sanitizer build (-O1, other roundings) against the float32
     # reference: its weights land within 1e-4, and the EMA, an average of
     # them, is held to that bound too (the 1e-5 of the EMA's own update is
     # the normal build's, above)
-    script_suite asan/reference/pytorch "$PY" -m tests.ref.check_against_torch \
+    enqueue script_suite asan/reference/pytorch "$PY" -m tests.ref.check_against_torch \
       --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --ema-tol 1e-4 --quiet
   else
-    failed=$((failed + 1)); failures+=("asan build missing ($ASAN)"); note asan "missing build"
+    enqueue asan_missing
   fi
 }
+
+# second_lane (TEST_LANES=3): takes from the queue from the start
+second_lane() { take_queued; }
 
 waiting_lane() {
   for t in "$BUILD"/tests/test_*; do
@@ -387,6 +422,7 @@ waiting_lane() {
     unittest_suite asan/cluster/test_operator tests/cluster/test_operator.py BUILD="$ASAN"
     unittest_suite asan/cluster/test_admission tests/cluster/test_admission.py BUILD="$ASAN"
   fi
+  take_queued
 }
 
 # start_lane NAME PORTS: runs NAME_lane in the background, in a shell of its
@@ -422,13 +458,14 @@ if [ -n "${TEST_THREADS+set}" ]; then
 elif [ "$LANES" -ge 3 ]; then
   THREAD_ENV=(OMP_NUM_THREADS=1)
 fi
+queue_suites
 waiting_pid= second_pid=
 if [ "$LANES" -ge 2 ]; then start_lane waiting 26000-31999; waiting_pid=$LANE_PID; fi
 if [ "$LANES" -ge 3 ]; then start_lane second 23000-25999; second_pid=$LANE_PID; fi
 case $LANES in 1) export VITJOB_TEST_PORTS=20000-31999 ;; 2) export VITJOB_TEST_PORTS=20000-25999 ;;
   *) export VITJOB_TEST_PORTS=20000-22999 ;; esac
 main_lane
-if [ -n "$second_pid" ]; then finish_lane second "$second_pid"; else second_lane; fi
+[ -z "$second_pid" ] || finish_lane second "$second_pid"
 if [ -n "$waiting_pid" ]; then finish_lane waiting "$waiting_pid"; else waiting_lane; fi
 
 elapsed=$(( $(date +%s) - start ))
