@@ -32,20 +32,30 @@ void dec_requeue(ctx *c, long long secs)
         c->plan->requeue_after = secs;
 }
 
+/* items, grown (doubled, or to `first` when empty) if `used` fills its
+ * `cap` of `size`-byte elements, so that one more fits; NULL when out of
+ * memory (items then unchanged and still the caller's). */
+static void *grown(void *items, size_t *cap, size_t used, size_t size, size_t first)
+{
+    if (used < *cap)
+        return items;
+    size_t n = *cap ? 2 * *cap : first;
+    void *more = realloc(items, n * size);
+    if (more != NULL)
+        *cap = n;
+    return more;
+}
+
 void dec_event(ctx *c, const char *type, const char *reason, const char *msg)
 {
     vj_plan *p = c->plan;
-    if (p->n_events == c->cap_ev) {
-        size_t n = c->cap_ev ? 2 * c->cap_ev : 4;
-        vj_event *e = realloc(p->events, n * sizeof *e);
-        if (e == NULL) {
-            c->ok = 0;
-            return;
-        }
-        p->events = e;
-        c->cap_ev = n;
+    vj_event *all = grown(p->events, &c->cap_ev, p->n_events, sizeof *all, 4);
+    if (all == NULL) {
+        c->ok = 0;
+        return;
     }
-    vj_event *e = &p->events[p->n_events++];
+    p->events = all;
+    vj_event *e = &all[p->n_events++];
     snprintf(e->type, sizeof e->type, "%s", type);
     snprintf(e->reason, sizeof e->reason, "%s", reason);
     snprintf(e->message, sizeof e->message, "%s", msg ? msg : "");
@@ -54,17 +64,13 @@ void dec_event(ctx *c, const char *type, const char *reason, const char *msg)
 static void delete_pod(ctx *c, pod_info *pi, int force)
 {
     vj_plan *p = c->plan;
-    if (p->n_deletes == c->cap_del) {
-        size_t n = c->cap_del ? 2 * c->cap_del : 8;
-        vj_pod_delete *d = realloc(p->deletes, n * sizeof *d);
-        if (d == NULL) {
-            c->ok = 0;
-            return;
-        }
-        p->deletes = d;
-        c->cap_del = n;
+    vj_pod_delete *all = grown(p->deletes, &c->cap_del, p->n_deletes, sizeof *all, 8);
+    if (all == NULL) {
+        c->ok = 0;
+        return;
     }
-    vj_pod_delete *d = &p->deletes[p->n_deletes++];
+    p->deletes = all;
+    vj_pod_delete *d = &all[p->n_deletes++];
     snprintf(d->name, sizeof d->name, "%s", pi->name);
     d->force = force;
     pi->removed = 1;
