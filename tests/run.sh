@@ -258,8 +258,9 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # small model's training is mostly one thread). On two cores (each suite's
 # line gives its CPU seconds), with the queue run by the main lane after
 # its own suites (as before the queue): 2,854 CPU seconds in 1,965 s (a CI
-# run at bcaa119), the main lane 1,946 s and the waiting lane 766 s, so
-# that one core was mostly idle for the last 20 minutes. Three lanes (the
+# run at bcaa119), the waiting lane done after about 1,160 s, so that one
+# core was mostly idle for the last 13 minutes. With the queue: 2,898 CPU
+# seconds in 1,766 s (10c92ad), both lanes ending within 12 s. Three lanes (the
 # queue a lane of its own from the start) took 1,858-1,862 s with
 # 3,290-3,343 CPU seconds at one thread a training (c0c19be): three lanes
 # of work on two cores from the start, the cluster suites' waits included.
