@@ -6,7 +6,9 @@
 # them; no HTTP server in the worker; the S3 client and libxml2 in the worker
 # only), and neither carries the other's code; every lib/ file opens with a
 # comment naming itself; inside worker/, each folder includes only what its
-# README allows; only the strategies decide the sharding mode or name it;
+# README allows; a module's private header (NAME_internal.h) is included
+# only by its own files; only the strategies decide the sharding mode or
+# name it;
 # `make` alone builds every binary; docs/design.md's layout table names
 # every folder; every string a log line carries goes through lib/log.h's
 # one quoting (tests/log_lint.py); every program's main() first opens
@@ -183,6 +185,23 @@ includes_of() {
     [[ "$output" == *"-o $b/b/bin/$bin "* ]] || { echo "make would not build $bin"; false; }
   done
   [[ "$output" == *"-o $b/b/tests/test_rdzv "* ]]
+}
+
+# A module's private header (DIR/NAME_internal.h) is what the files of that
+# module share: only DIR/NAME.c and DIR/NAME_*.c may include it (tests too
+# go through the module's public header).
+@test "a private header (NAME_internal.h) is included only by its module's own files (NAME.c, NAME_*.c)" {
+  local h dir name f bad="" n=0
+  for h in $(git ls-files '*_internal.h'); do
+    dir=$(dirname "$h"); name=$(basename "$h" _internal.h)
+    n=$((n + 1))
+    for f in $(git grep -l "#include \"$(basename "$h")\"" -- '*.c' '*.h' '*.cu' '*.cuh'); do
+      case $f in "$dir/$name.c"|"$dir/$name"_*.c) ;; *) bad="$bad $f($h)" ;; esac
+    done
+  done
+  echo "private headers: $n; included from elsewhere:${bad:- none}"
+  [ "$n" -ge 2 ]
+  [ -z "$bad" ]
 }
 
 @test "docs/design.md's layout table names every top-level folder" {
