@@ -8,13 +8,12 @@
 # comment naming itself; inside worker/, each folder includes only what its
 # README allows; a module's private header (NAME_internal.h) is included
 # only by its own files; only the strategies decide the sharding mode or
-# name it;
-# `make` alone builds every binary; docs/design.md's layout table names
-# every folder; every string a log line carries goes through lib/log.h's
-# one quoting (tests/log_lint.py); every program's main() first opens
-# /dev/null onto closed descriptors 0, 1 and 2 (lib/stdfds.h); the Python
-# under tests/ and bench/ imports the package tests, never edits its import
-# path.
+# name it; `make` alone builds every binary; docs/design.md's layout table
+# names every folder; every string a log line carries goes through
+# lib/log.h's one quoting (tests/log_lint.py); every program's main() first
+# opens /dev/null onto closed descriptors 0, 1 and 2 (lib/stdfds.h); the
+# Python under tests/ and bench/ imports the package tests, never edits its
+# import path.
 #
 # BUILD (default build) points at the build tree.
 
