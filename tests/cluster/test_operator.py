@@ -616,7 +616,6 @@ class ElasticNodesTest(ElasticBase):
         self.assertIsNone(self.status("grow").get("elasticGrowFrom"))
         self.assertNotIn("node=cordoned-node", self.ops[0].text())
         # a node Ready after the shrink: the growth starts now, 3600 s early
-        time.sleep(2.5)
         self.node("new-node", resized + 1)
         st = wait_for("the growth to 3", lambda: self.status("grow").get("worldSize") == 3 and
                       self.status("grow"), 15)
