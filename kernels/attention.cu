@@ -451,6 +451,47 @@ void attention_backward_flash_sync_cuda(floatX *dqkv, void *scratch, const float
     att_backward<X, false>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
 }
 
+/* OPS_FLASH_FUSED_BACKWARD: the flash forward, and the fused backward
+ * (flash_attention.cuh: S and dP once, dQ's parts added in order) where
+ * the flash path runs and the GPU gives a block its shared memory; else
+ * as the default tables. Its scratch holds the dQ parts too. */
+template <typename X> static bool att_fused(int D, int NH)
+{
+    return att_flash<X>(D, NH) &&
+           flash_attention_fused_smem_bytes(D / NH) <= (size_t)g_cuda.smem_optin;
+}
+
+template <typename X> size_t attention_scratch_bytes_flash_fused_cuda(int B, int T, int D, int NH)
+{
+    if (att_fused<X>(D, NH)) return att_flash_fused_scratch_bytes(B, T, D, NH);
+    return attention_scratch_bytes_cuda<X>(B, T, D, NH);
+}
+
+template <typename X>
+void attention_forward_flash_fused_cuda(floatX *out, float *lse, void *scratch,
+                                        const floatX *qkv, int B, int T, int D, int NH)
+{
+    att_forward<X, true>(out, lse, scratch, qkv, B, T, D, NH);
+}
+
+template <typename X>
+void attention_backward_flash_fused_cuda(floatX *dqkv, void *scratch, const floatX *dout,
+                                         const floatX *qkv, const floatX *out, const float *lse,
+                                         int B, int T, int D, int NH)
+{
+    if constexpr (sizeof(X) == 2) {
+        if (att_fused<X>(D, NH)) {
+            CU_GUARD();
+            if (!att_check("attention_backward", scratch, B, T, D, NH)) return;
+            flash_attention_backward_fused_cuda<X>((X *)dqkv, (float *)scratch, (const X *)dout,
+                                                   (const X *)qkv, (const X *)out, lse, B, T, D,
+                                                   NH);
+            return;
+        }
+    }
+    att_backward<X, true>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
+}
+
 #define ATT_INSTANTIATE(NAME)                                                                   \
     template size_t attention_scratch_bytes##NAME##cuda<float>(int, int, int, int);             \
     template size_t attention_scratch_bytes##NAME##cuda<bf16>(int, int, int, int);              \
@@ -472,4 +513,5 @@ void attention_backward_flash_sync_cuda(floatX *dqkv, void *scratch, const float
                                                       const float *, int, int, int, int);
 ATT_INSTANTIATE(_)
 ATT_INSTANTIATE(_flash_sync_)
+ATT_INSTANTIATE(_flash_fused_)
 ATT_INSTANTIATE(_unfused_)

@@ -59,6 +59,38 @@ static inline size_t att_flash_scratch_bytes(int B, int T, int NH)
     return att_scratch_align256((size_t)B * NH * T * sizeof(float));
 }
 
+/* The fused backward's parts of dQ (flash_attention.cuh: OPS_FLASH_FUSED_
+ * BACKWARD's tables): one fp32 (T x hd) part per K/V tile of 64 keys, per
+ * head, for the heads of one launch. A launch takes as many heads as fit in
+ * ATT_FUSED_PART_BYTES, but at least enough for ATT_FUSED_MIN_BLOCKS blocks
+ * (a few waves on an H100's 132 SMs at 3 blocks each, so that a launch's
+ * last wave is a small part of it), and at most all B*NH; the launches
+ * reuse the parts one after another. att_flash_fused_heads: the heads a
+ * launch takes (0 for non-positive shapes). */
+#define ATT_FUSED_PART_BYTES ((size_t)64 << 20)
+#define ATT_FUSED_MIN_BLOCKS 2048
+static inline int att_flash_fused_heads(int B, int T, int D, int NH)
+{
+    if (B <= 0 || T <= 0 || D <= 0 || NH <= 0 || D % NH != 0) return 0;
+    const size_t nkt = ((size_t)T + 63) / 64, per = nkt * (size_t)T * (size_t)(D / NH) * 4;
+    const size_t all = (size_t)B * NH;
+    size_t n = ATT_FUSED_PART_BYTES / per;
+    const size_t least = (ATT_FUSED_MIN_BLOCKS + nkt - 1) / nkt;
+    if (n < least) n = least;
+    if (n > all) n = all;
+    return (int)n;
+}
+/* Its scratch: the D_i of att_flash_scratch_bytes, then the parts (at
+ * att_flash_scratch_bytes' offset, 256-byte aligned). */
+static inline size_t att_flash_fused_scratch_bytes(int B, int T, int D, int NH)
+{
+    const int heads = att_flash_fused_heads(B, T, D, NH);
+    if (heads <= 0) return 0;
+    const size_t nkt = ((size_t)T + 63) / 64;
+    return att_flash_scratch_bytes(B, T, NH) +
+           att_scratch_align256((size_t)heads * nkt * (size_t)T * (size_t)(D / NH) * 4);
+}
+
 /* The CUDA backend's attention_scratch_bytes on a GPU of compute capability
  * 8.0+: the flash path's where it runs, the unfused layout's elsewhere. */
 static inline size_t att_scratch_bytes(int B, int T, int D, int NH, size_t xbytes)

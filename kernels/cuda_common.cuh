@@ -175,6 +175,16 @@ template <typename X>
 void attention_backward_flash_sync_cuda(floatX *dqkv, void *scratch, const floatX *dout,
                                         const floatX *qkv, const floatX *out, const float *lse,
                                         int B, int T, int D, int NH);
+/* OPS_FLASH_FUSED_BACKWARD's: the flash forward and the fused backward
+ * (its scratch holds dQ's parts; else the same as the first three) */
+template <typename X> size_t attention_scratch_bytes_flash_fused_cuda(int B, int T, int D, int NH);
+template <typename X>
+void attention_forward_flash_fused_cuda(floatX *out, float *lse, void *scratch,
+                                        const floatX *qkv, int B, int T, int D, int NH);
+template <typename X>
+void attention_backward_flash_fused_cuda(floatX *dqkv, void *scratch, const floatX *dout,
+                                         const floatX *qkv, const floatX *out, const float *lse,
+                                         int B, int T, int D, int NH);
 template <typename X> size_t attention_scratch_bytes_unfused_cuda(int B, int T, int D, int NH);
 template <typename X>
 void attention_forward_unfused_cuda(floatX *out, float *lse, void *scratch, const floatX *qkv,
@@ -197,6 +207,15 @@ void flash_attention_forward_cuda(X *out, float *lse, const X *qkv, int B, int T
 template <typename X, bool ASYNC>
 void flash_attention_backward_cuda(X *dqkv, float *dvec, const X *dout, const X *qkv,
                                    const X *out, const float *lse, int B, int T, int D, int NH);
+/* The fused backward (OPS_FLASH_FUSED_BACKWARD): overwrites dqkv as the one
+ * above; scratch is attention_scratch.h's att_flash_fused_scratch_bytes
+ * (the D_i, then dQ's parts). flash_attention_fused_smem_bytes: its
+ * kernel's dynamic shared memory at head dim hd (0: no kernel for hd). */
+size_t flash_attention_fused_smem_bytes(int hd);
+template <typename X>
+void flash_attention_backward_fused_cuda(X *dqkv, float *scratch, const X *dout, const X *qkv,
+                                         const X *out, const float *lse, int B, int T, int D,
+                                         int NH);
 /* gelu.cu */
 template <typename X> void gelu_forward_cuda(floatX *out, const floatX *inp, size_t n);
 template <typename X>

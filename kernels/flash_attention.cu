@@ -8,7 +8,10 @@
  * asked for once per kernel), and the grids: one block per (head, 64-row
  * tile), the head in x (B*NH may pass 65535), the tile in y.
  * ASYNC picks the tile copies (flash_attention.cuh's pipeline: cp.async,
- * or through registers for ops_cuda's OPS_FLASH_SYNC_LOADS table).
+ * or through registers for ops_cuda's OPS_FLASH_SYNC_LOADS table). The
+ * fused backward (OPS_FLASH_FUSED_BACKWARD's tables) in launches of
+ * attention_scratch.h's att_flash_fused_heads heads, its dQ parts in the
+ * caller's scratch after the D_i.
  * Must not: decide between the flash and the unfused path (attention.cu
  * does), allocate (the backward's D_i live in the caller's scratch), or
  * use float atomics.
@@ -43,6 +46,12 @@ template <typename X, int HDP> static size_t fa_dkdv_smem(void)
 template <typename X, int HDP> static size_t fa_dq_smem(void)
 {
     return 6 * (size_t)fa_tile<HDP>::ELEMS * sizeof(X); /* Q, dO, K x 2, V x 2 */
+}
+
+template <typename X, int HDP> static size_t fa_fused_smem(void)
+{
+    /* the dK/dV kernel's, and the dS^T tile (64 x FA_DS_LD) */
+    return fa_dkdv_smem<X, HDP>() + (size_t)FA_ROWS * FA_DS_LD * sizeof(X);
 }
 
 /* Lets kernel use smem bytes of dynamic shared memory (once per kernel:
@@ -99,6 +108,40 @@ static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const
     CU_LAUNCHED();
 }
 
+/* The fused backward (OPS_FLASH_FUSED_BACKWARD): D_i as fa_backward, then
+ * per launch of att_flash_fused_heads heads the fused kernel (dK, dV and
+ * the parts of dQ, into the scratch after the D_i) and the sum of the
+ * parts; the launches reuse the parts, in stream order. */
+template <typename X, int HDP>
+static void fa_backward_fused(X *dqkv, float *scratch, const X *dout, const X *qkv, const X *out,
+                              const float *lse, int B, int T, int D, int NH)
+{
+    static bool attr;
+    const int hd = D / NH, BH = B * NH, nkt = (T + FA_ROWS - 1) / FA_ROWS;
+    const int heads = att_flash_fused_heads(B, T, D, NH);
+    const float scale = 1.0f / sqrtf((float)hd), scale_log2 = scale * FA_LOG2E;
+    const size_t rows = (size_t)BH * T;
+    float *dvec = scratch, *part = scratch + att_flash_scratch_bytes(B, T, NH) / sizeof(float);
+    cudaStream_t st = g_cuda.stream;
+
+    flash_backward_dot_kernel<X><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(dvec, dout, out, B,
+                                                                             T, NH, hd);
+    if (CU_LAUNCHED()) return;
+    const size_t smem = fa_fused_smem<X, HDP>();
+    if (fa_smem_attr(flash_backward_fused_kernel<X, HDP, true>, smem, &attr)) return;
+    for (int bh0 = 0; bh0 < BH; bh0 += heads) {
+        const int n = BH - bh0 < heads ? BH - bh0 : heads;
+        flash_backward_fused_kernel<X, HDP, true><<<dim3((unsigned)n, (unsigned)nkt), FA_THREADS,
+                                                     smem, st>>>(
+            dqkv, part, qkv, dout, lse, dvec, bh0, T, NH, hd, scale, scale_log2);
+        if (CU_LAUNCHED()) return;
+        const size_t pairs = (size_t)n * T * hd / 2;
+        flash_backward_dq_sum_kernel<X><<<cuda_blocks(pairs, 256), 256, 0, st>>>(
+            dqkv, part, bh0, n, nkt, T, NH, hd, scale);
+        if (CU_LAUNCHED()) return;
+    }
+}
+
 /* The padded head dims the kernels are built for: one case per HDP. */
 #define FA_HDP_SWITCH(hd, CALL)      \
     switch (((hd) + 15) / 16 * 16) { \
@@ -121,6 +164,15 @@ size_t flash_attention_smem_bytes(int hd)
     n = fa_forward_smem<bf16, HDP>();                                              \
     if (fa_dkdv_smem<bf16, HDP>() > n) n = fa_dkdv_smem<bf16, HDP>();              \
     if (fa_dq_smem<bf16, HDP>() > n) n = fa_dq_smem<bf16, HDP>()
+    FA_HDP_SWITCH(hd, FA_SMEM)
+#undef FA_SMEM
+    return n;
+}
+
+size_t flash_attention_fused_smem_bytes(int hd)
+{
+    size_t n = 0;
+#define FA_SMEM(HDP) n = fa_fused_smem<bf16, HDP>()
     FA_HDP_SWITCH(hd, FA_SMEM)
 #undef FA_SMEM
     return n;
@@ -163,6 +215,26 @@ void flash_attention_backward_cuda(X *dqkv, float *dvec, const X *dout, const X 
     FA_HDP_SWITCH(D / NH, FA_BWD)
 #undef FA_BWD
 }
+
+template <typename X>
+void flash_attention_backward_fused_cuda(X *dqkv, float *scratch, const X *dout, const X *qkv,
+                                         const X *out, const float *lse, int B, int T, int D,
+                                         int NH)
+{
+    CU_GUARD();
+    if (B <= 0 || T <= 0) return;
+    const void *p[] = {dqkv, dout, qkv};
+    if (!fa_check<X>("flash_attention_backward_fused", p, 3, B, T, D, NH)) return;
+#define FA_BWD(HDP) fa_backward_fused<X, HDP>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH)
+    FA_HDP_SWITCH(D / NH, FA_BWD)
+#undef FA_BWD
+}
+template void flash_attention_backward_fused_cuda<bf16>(bf16 *, float *, const bf16 *,
+                                                        const bf16 *, const bf16 *, const float *,
+                                                        int, int, int, int);
+template void flash_attention_backward_fused_cuda<f16>(f16 *, float *, const f16 *, const f16 *,
+                                                       const f16 *, const float *, int, int, int,
+                                                       int);
 
 #define FA_INSTANTIATE(X, ASYNC)                                                          \
     template void flash_attention_forward_cuda<X, ASYNC>(X *, float *, const X *, int, int, int, \

@@ -7,7 +7,10 @@
  * the backward's three kernels: D_i = dout_i . out_i per row; dK and dV per
  * K/V tile looping over the query tiles; dQ per query tile looping over the
  * K/V tiles (each output element is written once, by one thread: no atomics,
- * the same bits on every run). All of them read q, k, v in place from the
+ * the same bits on every run); and the fused backward, for the A/B against
+ * those two (one pass per K/V tile making dK, dV and each query tile's
+ * part of dQ, and a kernel that adds the parts in a fixed order). All of
+ * them read q, k, v in place from the
  * qkv activation (B,T,3D) by stride and write dq, dk, dv straight into
  * dqkv (B,T,3D), head h at columns h*hd of each third (ops.h's layout).
  * X is bf16 or f16 (the 16-bit floatX of bf16- and fp16-mixed); every
@@ -67,7 +70,7 @@
  * Other head dims: 0, ptxas's choice. */
 template <int HDP> struct fa_fit {
     static const int FORWARD = HDP == 64 ? 4 : 0, DKDV = HDP == 64 ? 3 : 0,
-                     DQ = HDP == 64 ? 4 : 0;
+                     DQ = HDP == 64 ? 4 : 0, FUSED = HDP == 64 ? 3 : 0;
 };
 
 /* Shared-memory row stride (elements) of a 64 x HDP tile: 8 elements (16
@@ -261,6 +264,10 @@ template <bool ASYNC> __device__ __forceinline__ void fa_tile_barrier(void)
     __syncthreads();
 }
 
+/* Row stride (elements) of the fused backward's dS^T tile (64 keys x 64
+ * queries in shared memory): 8 more than 64, as fa_tile's. */
+#define FA_DS_LD (FA_ROWS + 8)
+
 /* A fragment (16 x 16) of the row-major matrix m (row stride ld): rows
  * r0..r0+15, columns c0..c0+15; one ldmatrix: matrix i (lanes 8i..8i+7)
  * is rows r0 + 8(i%2).., columns c0 + 8(i/2).., a[i] in the mma's order. */
@@ -269,6 +276,18 @@ __device__ __forceinline__ void fa_frag_a(uint32_t a[4], const X *m, int ld, int
 {
     const int lane = threadIdx.x & 31, i = lane >> 3, j = lane & 7;
     fa_ldsm(a, m + (r0 + j + 8 * (i & 1)) * ld + c0 + 8 * (i >> 1));
+}
+
+/* The A fragment (16 x 16) of the transpose of the row-major matrix m (row
+ * stride ld): A[i][j] = m[k0 + j][r0 + i] (A's rows are m's columns r0..,
+ * A's k m's rows k0..). One ldmatrix.trans: matrix i is m's rows
+ * k0 + 8(i/2).., columns r0 + 8(i%2).., its transpose a[i] in the mma's
+ * order. */
+template <typename X>
+__device__ __forceinline__ void fa_frag_a_t(uint32_t a[4], const X *m, int ld, int k0, int r0)
+{
+    const int lane = threadIdx.x & 31, i = lane >> 3, j = lane & 7;
+    fa_ldsm_t(a, m + (k0 + j + 8 * (i >> 1)) * ld + r0 + 8 * (i & 1));
 }
 
 /* Two B fragments (16 x 8 each) with B[k][n] = m[n0+n][k0+k]: B is the
@@ -678,6 +697,158 @@ __global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DQ)
 
     const float sc[2] = {scale, scale};
     fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd, ld, dq, q0, T, hd, sc);
+}
+
+/* The fused backward (ops_cuda's OPS_FLASH_FUSED_BACKWARD tables; the
+ * trainer's tables run the dK/dV and dQ kernels above): one pass over the
+ * query tiles per K/V tile, as flash_backward_dkdv_kernel, that also
+ * makes each query tile's share of dQ from the dS it already has, so that
+ * S and dP are computed once where the two kernels compute them twice.
+ * Block (bh0 + x, kt): keys kt*64.., each warp 16 of them for dK and dV
+ * (the same arithmetic as flash_backward_dkdv_kernel: the same bits). Per
+ * query tile, after dK_w += dS^T Q:
+ *   dS^T (64 keys x 64 queries) rounded to X into shared memory (keys past
+ *   T as 0: their rows of K are zero, but their P is not), a barrier,
+ *   then each warp its 16 query rows: dQ_part = dS K over the keys < T
+ *   (ldmatrix.trans of dS^T, K's tile as B), stored as fp32 into
+ *   part[(x * gridDim.y + kt) * T * hd + t * hd + d], rows < T, cols < hd.
+ * No atomics: flash_backward_dq_sum_kernel adds a head's parts in kt order.
+ * The barrier at the loop's top keeps the next tile's dS^T from landing
+ * before every warp has read this one's. */
+template <typename X, int HDP, bool ASYNC>
+__global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::FUSED)
+    flash_backward_fused_kernel(X *dqkv, float *part, const X *qkv, const X *dout,
+                                const float *lse, const float *dvec, int bh0, int T, int NH,
+                                int hd, float scale, float scale_log2)
+{
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS, LD = fa_tile<HDP>::LD;
+    /* K, V, Q's two buffers, dO's, dS^T, then lse's two and D's (64 floats
+     * each) */
+    X *sk = (X *)fa_smem, *sv = sk + E, *sq = sv + E, *sdo = sv + 3 * E, *sds = sv + 5 * E;
+    float *slse = (float *)(sds + FA_ROWS * FA_DS_LD), *sd = slse + 2 * FA_ROWS;
+    const int bh = bh0 + blockIdx.x, b = bh / NH, h = bh % NH, k0 = blockIdx.y * FA_ROWS;
+    const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
+    const size_t ld = 3 * (size_t)D;
+    const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
+    const X *doh = dout + (size_t)b * T * D + (size_t)h * hd;
+    const float *lseh = lse + (size_t)bh * T, *dh = dvec + (size_t)bh * T;
+    float *mine = part + ((size_t)blockIdx.x * gridDim.y + blockIdx.y) * (size_t)T * hd;
+
+    fa_load_tile<X, HDP, ASYNC>(sk, kh, ld, k0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sv, vh, ld, k0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sq, qh, ld, 0, T, hd);
+    fa_load_tile<X, HDP, ASYNC>(sdo, doh, D, 0, T, hd);
+    fa_load_rows<ASYNC>(slse, sd, lseh, dh, 0, T);
+    float dk[ND][4], dv[ND][4];
+    fa_zero<ND>(dk);
+    fa_zero<ND>(dv);
+
+    const int kv = T - k0;          /* real keys in this tile */
+    const bool busy = k0 + r0 < T;  /* some of this warp's 16 keys are real */
+    for (int q0 = 0, i = 0; q0 < T; q0 += FA_ROWS, i ^= 1) {
+        fa_tile_barrier<ASYNC>();
+        const int qn = q0 + FA_ROWS;
+        if (qn < T) {
+            fa_load_tile<X, HDP, ASYNC>(sq + (i ^ 1) * E, qh, ld, qn, T, hd);
+            fa_load_tile<X, HDP, ASYNC>(sdo + (i ^ 1) * E, doh, D, qn, T, hd);
+            fa_load_rows<ASYNC>(slse + (i ^ 1) * FA_ROWS, sd + (i ^ 1) * FA_ROWS, lseh, dh, qn,
+                                T);
+        }
+        const int qv = T - q0;
+        if (busy) {
+            const float *tl = slse + i * FA_ROWS, *td = sd + i * FA_ROWS;
+            float p[NS][4];
+            fa_rows_dot_rows<X, HDP>(p, sk, r0, sq + i * E, qv);
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    p[n][c] = exp2f(p[n][c] * scale_log2 - __fmul_rn(tl[fa_col(n, c)], FA_LOG2E));
+            fa_acc_times_tile<X, HDP>(dv, p, sdo + i * E, qv);
+            float ds[NS][4];
+            fa_rows_dot_rows<X, HDP>(ds, sv, r0, sdo + i * E, qv);
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - td[fa_col(n, c)]);
+            fa_acc_times_tile<X, HDP>(dk, ds, sq + i * E, qv);
+
+            /* dS^T into shared memory: this warp's 16 keys, two queries a word */
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int key = fa_row(half);
+                const bool real = k0 + key < T;
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+                    *(uint32_t *)(sds + key * FA_DS_LD + fa_col(n, 0)) =
+                        real ? fa_pack<X>(ds[n][2 * half], ds[n][2 * half + 1]) : 0u;
+            }
+        }
+        __syncthreads(); /* every warp's rows of dS^T are in */
+        if (q0 + r0 < T) { /* some of this warp's 16 query rows are real */
+            /* dQ_part (16 queries x HDP) = dS K over the keys < T: the
+             * k-steps of warps whose keys are all past T are skipped
+             * (their rows of dS^T were not written) */
+            float dq[ND][4];
+            fa_zero<ND>(dq);
+#pragma unroll
+            for (int kk = 0; kk < FA_ROWS / 16; kk++) {
+                if (kk * 16 >= kv) break; /* block-uniform */
+                uint32_t a[4];
+                fa_frag_a_t(a, sds, FA_DS_LD, kk * 16, r0);
+#pragma unroll
+                for (int d = 0; d < ND; d += 2) {
+                    uint32_t b0[2], b1[2];
+                    fa_frag_b2(b0, b1, sk, LD, kk * 16, d * 8);
+                    fa_mma<X>(dq[d], a, b0);
+                    fa_mma<X>(dq[d + 1], a, b1);
+                }
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int row = q0 + fa_row(half);
+                if (row >= T) continue;
+                float *o = mine + (size_t)row * hd;
+#pragma unroll
+                for (int d = 0; d < ND; d++)
+                    if (d * 8 < hd) /* 8-byte aligned: hd and the column are even */
+                        *(float2 *)(o + fa_col(d, 0)) =
+                            make_float2(dq[d][2 * half], dq[d][2 * half + 1]);
+            }
+        }
+    }
+
+    const float one[2] = {1.0f, 1.0f}, sc[2] = {scale, scale};
+    fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd + D, ld, dk, k0, T, hd, sc);
+    fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd + 2 * D, ld, dv, k0, T, hd,
+                          one);
+}
+
+/* dQ of heads bh0 .. bh0 + heads - 1 from the fused kernel's parts:
+ * dq[b,t,h*hd+d] (dqkv's q third) = X(scale * sum over kt = 0..nkt-1 of
+ * part[(x * nkt + kt) * T * hd + t * hd + d]), in kt order, fp32: the same
+ * bits on every run. One thread per two neighbouring elements. */
+template <typename X>
+__global__ void flash_backward_dq_sum_kernel(X *dqkv, const float *part, int bh0, int heads,
+                                             int nkt, int T, int NH, int hd, float scale)
+{
+    const size_t per = (size_t)T * hd, pairs = (size_t)heads * per / 2;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < pairs;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t x = 2 * i / per, e = 2 * i % per;
+        const float *src = part + x * nkt * per + e;
+        float s0 = 0.0f, s1 = 0.0f;
+        for (int kt = 0; kt < nkt; kt++) {
+            const float2 v = *(const float2 *)(src + (size_t)kt * per);
+            s0 += v.x;
+            s1 += v.y;
+        }
+        const int bh = bh0 + (int)x, b = bh / NH, h = bh % NH, t = (int)(e / hd),
+                  d = (int)(e % hd);
+        X *o = dqkv + ((size_t)b * T + t) * 3 * (size_t)NH * hd + (size_t)h * hd + d;
+        *(uint32_t *)o = fa_pack<X>(s0 * scale, s1 * scale);
+    }
 }
 
 #endif

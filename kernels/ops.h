@@ -333,9 +333,17 @@ enum { OPS_UNFUSED_ATTENTION = 16 };
  * benchmark that times the two and the test that compares them; its name
  * ends in "-flash-sync"; fp32, which has no flash path, gets its table). */
 enum { OPS_FLASH_SYNC_LOADS = 32 };
+/* Or instead: the table whose attention backward is the fused flash kernel
+ * (kernels/flash_attention.cuh: S and dP computed once per tile pair, dQ's
+ * per-tile parts added in a fixed order; the same dK and dV bits as the
+ * default tables', dQ within rounding; its scratch holds the parts), for
+ * the benchmark and the tests that set it against the default's two
+ * kernels; its name ends in "-flash-fused"; fp32 gets its table. */
+enum { OPS_FLASH_FUSED_BACKWARD = 64 };
 /* The CUDA backend (kernels/ops_cuda.cu) on the process's current GPU,
  * fp32, bf16-mixed or fp16-mixed (storage: OPS_FP32, OPS_BF16, OPS_FP16,
- * optionally | OPS_UNFUSED_ATTENTION or | OPS_FLASH_SYNC_LOADS); initialised
+ * optionally | one of OPS_UNFUSED_ATTENTION, OPS_FLASH_SYNC_LOADS,
+ * OPS_FLASH_FUSED_BACKWARD); initialised
  * on first call. NULL,
  * with one line saying why in err, when this build has no CUDA backend or
  * no usable GPU exists.

@@ -7,8 +7,9 @@
  * fp32 ("cuda"), bf16-mixed ("cuda-bf16") and fp16-mixed ("cuda-fp16");
  * the same three with the unfused attention ("...-unfused", asked for
  * with OPS_UNFUSED_ATTENTION), and the 16-bit two with the flash kernels'
- * tiles copied through registers ("...-flash-sync", OPS_FLASH_SYNC_LOADS):
- * tests and benchmarks.
+ * tiles copied through registers ("...-flash-sync", OPS_FLASH_SYNC_LOADS)
+ * or with the fused flash backward ("...-flash-fused",
+ * OPS_FLASH_FUSED_BACKWARD): tests and benchmarks.
  * Built with the other .cu files into the plugin lib/libvitjob_cuda.so,
  * loaded by kernels/ops_cuda_loader.c.
  * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
@@ -710,6 +711,12 @@ static const vit_ops cuda_bf16_flash_sync_ops =
     CUDA_TABLE("cuda-bf16-flash-sync", bf16, 1, 0, _flash_sync_);
 static const vit_ops cuda_fp16_flash_sync_ops =
     CUDA_TABLE("cuda-fp16-flash-sync", f16, 1, 1, _flash_sync_);
+/* OPS_FLASH_FUSED_BACKWARD: the 16-bit tables whose attention backward is
+ * the fused flash kernel (S and dP once; fp32 has no flash path) */
+static const vit_ops cuda_bf16_flash_fused_ops =
+    CUDA_TABLE("cuda-bf16-flash-fused", bf16, 1, 0, _flash_fused_);
+static const vit_ops cuda_fp16_flash_fused_ops =
+    CUDA_TABLE("cuda-fp16-flash-fused", f16, 1, 1, _flash_fused_);
 
 /* Launched never: whether this build has code for the GPU (cuda_init). */
 static __global__ void probe_kernel(void) {}
@@ -779,7 +786,8 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
     if (!cuda_ready(err, errlen)) return NULL;
     const int unfused = (storage & OPS_UNFUSED_ATTENTION) != 0;
     const int sync_loads = (storage & OPS_FLASH_SYNC_LOADS) != 0;
-    storage &= ~(OPS_UNFUSED_ATTENTION | OPS_FLASH_SYNC_LOADS);
+    const int fused = (storage & OPS_FLASH_FUSED_BACKWARD) != 0;
+    storage &= ~(OPS_UNFUSED_ATTENTION | OPS_FLASH_SYNC_LOADS | OPS_FLASH_FUSED_BACKWARD);
     if (storage == OPS_BF16 && g_cuda.cc_major < 8) {
         snprintf(err, errlen,
                  "no usable CUDA GPU for bf16-mixed: device %d has compute capability %d.%d, "
@@ -791,6 +799,10 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
         return storage == OPS_FP16   ? &cuda_fp16_unfused_ops
                : storage == OPS_BF16 ? &cuda_bf16_unfused_ops
                                      : &cuda_fp32_unfused_ops;
+    if (fused)
+        return storage == OPS_FP16   ? &cuda_fp16_flash_fused_ops
+               : storage == OPS_BF16 ? &cuda_bf16_flash_fused_ops
+                                     : &cuda_fp32_ops;
     if (sync_loads)
         return storage == OPS_FP16   ? &cuda_fp16_flash_sync_ops
                : storage == OPS_BF16 ? &cuda_bf16_flash_sync_ops

@@ -684,7 +684,10 @@ GPU_TESTS(attention_backward_from_out_and_lse_matches_cpu_dqkv, check_attention_
  * the same bits again with the tiles copied through registers instead of
  * cp.async (the OPS_FLASH_SYNC_LOADS table: the pipeline changes no value).
  * The scratch is the table's own attention_scratch_bytes, which must be
- * the planner's (att_scratch_bytes) and a single row vector (B,NH,T). */
+ * the planner's (att_scratch_bytes) and a single row vector (B,NH,T).
+ * The fused backward (OPS_FLASH_FUSED_BACKWARD) on the same inputs: dq,
+ * dk, dv against the CPU (tol_x), dk and dv the same bits as the two
+ * kernels', twice the same bits, its scratch attention_scratch.h's. */
 
 static const vit_ops *unfused_of(const vit_ops *g)
 {
@@ -703,6 +706,16 @@ static const vit_ops *sync_loads_of(const vit_ops *g)
     const vit_ops *s = ops_cuda((g->fp16 ? OPS_FP16 : OPS_BF16) | OPS_FLASH_SYNC_LOADS, why,
                                 sizeof why);
     cr_assert(s != NULL, "%s: no flash-sync table: %s", g->name, why);
+    return s;
+}
+
+/* g's storage with the fused flash backward (OPS_FLASH_FUSED_BACKWARD). */
+static const vit_ops *fused_of(const vit_ops *g)
+{
+    char why[512];
+    const vit_ops *s = ops_cuda((g->fp16 ? OPS_FP16 : OPS_BF16) | OPS_FLASH_FUSED_BACKWARD, why,
+                                sizeof why);
+    cr_assert(s != NULL, "%s: no flash-fused table: %s", g->name, why);
     return s;
 }
 
@@ -840,6 +853,33 @@ static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
         snprintf(sub, sizeof sub, "%s: dqkv, %s", what, how);
         expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
     }
+
+    /* the fused backward (OPS_FLASH_FUSED_BACKWARD), from a NaN-poisoned
+     * scratch of its own size: dq, dk, dv against the CPU; dk and dv the
+     * two kernels' bits; a second run the same bits */
+    const vit_ops *f = fused_of(g);
+    const size_t fb = f->attention_scratch_bytes(B, T, D, NH);
+    cr_assert_eq(fb, att_flash_fused_scratch_bytes(B, T, D, NH),
+                 "%s %s: scratch %zu bytes, attention_scratch.h says %zu", f->name, what, fb,
+                 att_flash_fused_scratch_bytes(B, T, D, NH));
+    void *fscratch = dev_alloc(f, fb / sizeof(float) + 1, F32);
+    float *fd[2];
+    for (int k = 0; k < 2; k++) {
+        poison(f, fscratch, fb / sizeof(float), F32);
+        poison(f, d_dqkv, nq, FX);
+        f->attention_backward(d_dqkv, fscratch, d_dout, d_qkv, d_outc, d_lsec, B, T, D, NH);
+        status_ok(f, what);
+        fd[k] = host_from_dev(f, d_dqkv, nq, FX);
+    }
+    snprintf(sub, sizeof sub, "%s, %s", what, f->name);
+    expect_dqkv_close(g, sub, fd[0], want_d, rows, D, tol_x(g));
+    for (int p = 1; p < 3; p++) {
+        snprintf(sub, sizeof sub, "%s: %s, %s against %s", what, p == 1 ? "dk" : "dv", f->name,
+                 g->name);
+        expect_same_soft(g, sub, third(fd[0], rows, D, p), third(dqkv1, rows, D, p), no);
+    }
+    snprintf(sub, sizeof sub, "%s: dqkv, %s again", what, f->name);
+    expect_same_soft(g, sub, fd[1], fd[0], nq);
     release_all();
 }
 
@@ -869,6 +909,54 @@ Test(cuda_fp16,
      .fini = release_all)
 {
     check_flash_attention(gpu_or_skip(OPS_FP16));
+}
+
+/* The fused backward in several launches (att_flash_fused_heads heads
+ * each, the parts reused): B=18 NH=12 at T=577, hd 64 (216 heads, 205 a
+ * launch), against the default tables' two kernels on the same inputs:
+ * dk and dv the same bits, dq within tol_x; a second run the same bits. */
+static void check_fused_launches(const vit_ops *g)
+{
+    const int B = 18, T = 577, NH = 12, hd = 64, D = NH * hd;
+    const size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
+    const size_t rows = (size_t)B * T;
+    const vit_ops *f = fused_of(g);
+    cr_assert_lt(att_flash_fused_heads(B, T, D, NH), B * NH, "one launch would take every head");
+    floatX *d_qkv = dev_from_host(g, rnd_in(g, nq, 1, 0), nq, FX);
+    floatX *d_dout = dev_from_host(g, rnd_in(g, no, 1, 0), no, FX);
+    floatX *d_out = dev_out(g, no, FX), *d_dqkv = dev_out(g, nq, FX);
+    float *d_lse = dev_out(g, nl, F32);
+    void *scratch = dev_alloc(g, g->attention_scratch_bytes(B, T, D, NH) / sizeof(float) + 1, F32);
+    const size_t fb = f->attention_scratch_bytes(B, T, D, NH);
+    void *fscratch = dev_alloc(f, fb / sizeof(float) + 1, F32);
+    g->attention_forward(d_out, d_lse, scratch, d_qkv, B, T, D, NH);
+    g->attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, D, NH);
+    status_ok(g, "fused launches: the two kernels");
+    float *want = host_from_dev(g, d_dqkv, nq, FX), *got[2];
+    for (int k = 0; k < 2; k++) {
+        poison(f, fscratch, fb / sizeof(float), F32);
+        poison(f, d_dqkv, nq, FX);
+        f->attention_backward(d_dqkv, fscratch, d_dout, d_qkv, d_out, d_lse, B, T, D, NH);
+        status_ok(f, "fused launches");
+        got[k] = host_from_dev(f, d_dqkv, nq, FX);
+    }
+    expect_dqkv_close(g, "fused launches against the two kernels", got[0], want, rows, D,
+                      tol_x(g));
+    expect_same_soft(g, "fused launches: dk", third(got[0], rows, D, 1), third(want, rows, D, 1),
+                     no);
+    expect_same_soft(g, "fused launches: dv", third(got[0], rows, D, 2), third(want, rows, D, 2),
+                     no);
+    expect_same_soft(g, "fused launches: again", got[1], got[0], nq);
+}
+Test(cuda_bf16, flash_fused_backward_in_several_launches_matches_the_two_kernels,
+     .fini = release_all)
+{
+    check_fused_launches(gpu_or_skip(OPS_BF16));
+}
+Test(cuda_fp16, flash_fused_backward_in_several_launches_matches_the_two_kernels,
+     .fini = release_all)
+{
+    check_fused_launches(gpu_or_skip(OPS_FP16));
 }
 
 /* ------------------------------------------------------------------------ */

@@ -10,9 +10,10 @@
 #          CPU twin and the unfused path, the same bits on a rerun and with
 #          the tiles copied through registers)
 #   attn   gpu_bench --attention: the attention op alone, flash (cp.async
-#          pipeline) against flash-sync (tiles through registers) and
-#          unfused, forward + backward TFLOP/s at vit_b16's shapes (b128,
-#          T 197 and 577)
+#          pipeline) against flash-sync (tiles through registers),
+#          flash-fused (the fused backward: S and dP once, dQ's parts added
+#          in order) and unfused, forward + backward TFLOP/s at vit_b16's
+#          shapes (b128, T 197 and 577)
 #   train  fmnist_small, bf16-mixed and fp16-mixed, 3 epochs of the packed
 #          subset, on cuda
 #   plan   bench/plan_gpu_bench.py: `vitjob-worker plan --device cuda`
@@ -28,7 +29,9 @@
 #          trainer queues them, then with --sync-steps (a synchronize after
 #          each step: the engine before): what the host waits cost; then
 #          with --graph (one step captured as a CUDA graph and replayed:
-#          what graphs would save, item 4); and a 12-step training run
+#          what graphs would save, item 4); with --fused-backward (the
+#          step on the fused flash backward: its time and peak memory
+#          against the two-kernel backward's); and a 12-step training run
 #          whose summary must say step_host_waits 0
 #   bf16ref  tests/ref/bf16_vs_torch.py (issue 42, item 6): fmnist_small, 3
 #          epochs of the packed subset (468 steps), from the same initial
@@ -109,7 +112,7 @@ if on tests; then
     step gpu_dp 80 $VJ "$W/tests/test_gpu_dp" --verbose
 fi
 if on attn; then
-    step attn_bench 60 "$W/bin/gpu_bench" --attention --model vit_b16 --batch 128 --steps 10 \
+    step attn_bench 90 "$W/bin/gpu_bench" --attention --model vit_b16 --batch 128 --steps 10 \
         --warmup 3
 fi
 if on train; then
@@ -135,7 +138,7 @@ if on noloader; then
     done
 fi
 if on queued; then
-    for f in "" --sync-steps --graph; do
+    for f in "" --sync-steps --graph --fused-backward; do
         step "queued_vit_b16${f:+_${f#--}}" 45 "$W/bin/gpu_bench" --model vit_b16 --batch 128 \
             --steps 20 --warmup 5 $f
     done

@@ -36,6 +36,7 @@
 extern "C" {
 #include "ops.h"
 }
+#include "attention_scratch.h"
 
 /* ---- stand-ins for cuda_common.cuh ---- */
 #define VITJOB_CUDA_COMMON_CUH /* the real one is skipped */
@@ -50,15 +51,18 @@ extern "C" {
 struct bf16 { uint16_t bits; };
 struct f16 { uint16_t bits; };
 struct uint4 { unsigned x, y, z, w; };
+struct float2 { float x, y; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
 {
     return uint4{x, y, z, w};
 }
 struct emu_dim3 { unsigned x, y, z; };
-static emu_dim3 emu_tidx, emu_bidx, emu_bdim;
+static emu_dim3 emu_tidx, emu_bidx, emu_bdim, emu_gdim;
 #define threadIdx emu_tidx
 #define blockIdx emu_bidx
 #define blockDim emu_bdim
+#define gridDim emu_gdim
 
 static float bits_to_float(bf16 v)
 {
@@ -309,6 +313,7 @@ static void emu_launch(F kernel, unsigned gx, unsigned gy, unsigned threads, A..
     const size_t stack = 256 * 1024;
     emu_body = [&]() { kernel(args...); };
     emu_bdim = emu_dim3{threads, 1, 1};
+    emu_gdim = emu_dim3{gx, gy, 1};
     emu_threads.assign(threads, emu_thread{});
     emu_stacks.assign(threads * stack, 0);
     memset(fa_smem, 0xff, sizeof fa_smem); /* NaN in bf16 and half: reads of unloaded tiles show */
@@ -344,6 +349,31 @@ static void run_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, cons
     emu_launch(flash_backward_dq_kernel<X, HDP, ASYNC>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
                FA_THREADS, dqkv, qkv, dout, lse, (const float *)dvec, T, NH, hd, scale,
                scale_log2);
+}
+
+/* The fused backward (OPS_FLASH_FUSED_BACKWARD), as fa_backward_fused
+ * launches it, with `heads` heads a launch (the backend takes
+ * att_flash_fused_heads; fewer here make several launches reuse the
+ * parts). scratch: the D_i, then the parts. */
+template <typename X, int HDP>
+static void run_backward_fused(X *dqkv, float *scratch, const X *dout, const X *qkv, const X *out,
+                               const float *lse, int B, int T, int D, int NH, int heads)
+{
+    const int hd = D / NH, BH = B * NH, nkt = (T + 63) / 64;
+    const float scale = 1.0f / sqrtf((float)hd), scale_log2 = scale * FA_LOG2E;
+    const size_t rows = (size_t)BH * T;
+    float *dvec = scratch, *part = scratch + att_flash_scratch_bytes(B, T, NH) / sizeof(float);
+    emu_launch(flash_backward_dot_kernel<X>, (unsigned)((rows + 7) / 8), 1, 256, dvec, dout, out,
+               B, T, NH, hd);
+    for (int bh0 = 0; bh0 < BH; bh0 += heads) {
+        const int n = BH - bh0 < heads ? BH - bh0 : heads;
+        emu_launch(flash_backward_fused_kernel<X, HDP, true>, (unsigned)n, (unsigned)nkt,
+                   FA_THREADS, dqkv, part, qkv, dout, lse, (const float *)dvec, bh0, T, NH, hd,
+                   scale, scale_log2);
+        const size_t pairs = (size_t)n * T * hd / 2;
+        emu_launch(flash_backward_dq_sum_kernel<X>, (unsigned)((pairs + 255) / 256), 1, 256, dqkv,
+                   (const float *)part, bh0, n, nkt, T, NH, hd, scale);
+    }
 }
 
 /* ---- the comparison ---- */
@@ -461,6 +491,36 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
                      memcmp(sd.data(), fd.data(), nq * sizeof(X)) == 0 &&
                      memcmp(sdvec.data(), dvec.data(), nl * sizeof(float)) == 0;
     report(type, "sync", B, T, hd, NH, same ? 0 : INFINITY, 0);
+
+    /* the fused backward, all heads in one launch and one head a launch:
+     * dq, dk, dv against the CPU twin; dk and dv the two kernels' bits, dq
+     * the same in both launch splits; nothing past dqkv written, and the
+     * parts' NaN poison never reaching dq */
+    const int BH = B * NH, all = att_flash_fused_heads(B, T, D, NH);
+    const size_t parts = att_flash_fused_scratch_bytes(B, T, D, NH) / sizeof(float);
+    std::vector<X> f1 = to_x<X>(std::vector<float>(nq + GUARD, NAN)), f2 = f1;
+    std::vector<float> fs(parts, NAN), fs2(parts, NAN);
+    report(type, "heads", B, T, hd, NH, all == BH ? 0 : INFINITY, 0);
+    run_backward_fused<X, HDP>(f1.data(), fs.data(), xdout.data(), xqkv.data(), xout.data(),
+                               lse.data(), B, T, D, NH, all);
+    run_backward_fused<X, HDP>(f2.data(), fs2.data(), xdout.data(), xqkv.data(), xout.data(),
+                               lse.data(), B, T, D, NH, 1);
+    std::vector<float> gf = from_x(f1);
+    report(type, "ftail", B, T, hd, NH, untouched(gf.data() + nq, GUARD) ? 0 : INFINITY, 0);
+    for (int p = 0; p < 3; p++) {
+        char what[8];
+        snprintf(what, sizeof what, "f%s", names[p]);
+        report(type, what, B, T, hd, NH,
+               rel_err(gf.data(), dqkv.data(), (size_t)B * T, 3 * D, p * D, D), 1e-2);
+    }
+    int kv_same = 1, q_same = 1;
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+        const X *a = f1.data() + r * 3 * D, *b = fd.data() + r * 3 * D, *c = f2.data() + r * 3 * D;
+        kv_same &= memcmp(a + D, b + D, 2 * D * sizeof(X)) == 0;
+        q_same &= memcmp(a, c, 3 * D * sizeof(X)) == 0;
+    }
+    report(type, "fdkdv", B, T, hd, NH, kv_same ? 0 : INFINITY, 0);
+    report(type, "fsplit", B, T, hd, NH, q_same ? 0 : INFINITY, 0);
 }
 
 template <typename X> static void check_hd(const char *type, int B, int T, int hd, int NH)
