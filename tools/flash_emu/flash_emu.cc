@@ -436,12 +436,19 @@ static void report(const char *type, const char *what, int B, int T, int hd, int
            bad ? "  FAIL" : "");
 }
 
-template <typename X, int HDP> static void check(const char *type, int B, int T, int hd, int NH)
+/* neg: every score far below zero (q near +4, k near -4: about -128 at hd
+ * 64), so that lse < -88 and exp(-lse) overflows: what a tile's keys past
+ * T, whose rows of K are zero (score 0), must never let into dq. */
+template <typename X, int HDP>
+static void check(const char *type, int B, int T, int hd, int NH, int neg)
 {
     const int D = NH * hd;
     const size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
     std::vector<float> qkv(nq), dout(no), out(no), lse(nl), dqkv(nq);
-    for (auto &x : qkv) x = randn();
+    for (size_t i = 0; i < nq; i++) {
+        const size_t c = i % (3 * (size_t)D);
+        qkv[i] = !neg || c >= 2 * (size_t)D ? randn() : (c < (size_t)D ? 4 : -4) + 0.1f * randn();
+    }
     for (auto &x : dout) x = randn();
     qkv = from_x(to_x<X>(qkv)); /* both sides read the 16-bit values */
     dout = from_x(to_x<X>(dout));
@@ -475,9 +482,13 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
     report(type, "tail", B, T, hd, NH, untouched(g.data() + nq, GUARD) &&
            untouched(dvec.data() + nl, GUARD) ? 0 : INFINITY, 0);
     const char *names[3] = {"dq", "dk", "dv"};
+    /* neg: dq = sum_j dS_ij k_j, where every k_j holds the same -4 and the
+     * dS_ij (rounded to 16 bits) sum to about 0: the cancellation costs
+     * bf16 digits on either path (measured 0.036 on both) */
+    const double tol[3] = {neg ? 0.05 : 1e-2, 1e-2, 1e-2};
     for (int p = 0; p < 3; p++)
         report(type, names[p], B, T, hd, NH,
-               rel_err(g.data(), dqkv.data(), (size_t)B * T, 3 * D, p * D, D), 1e-2);
+               rel_err(g.data(), dqkv.data(), (size_t)B * T, 3 * D, p * D, D), tol[p]);
 
     /* the tiles copied through registers (OPS_FLASH_SYNC_LOADS): the same
      * bits as with cp.async, every output */
@@ -511,7 +522,7 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
         char what[8];
         snprintf(what, sizeof what, "f%s", names[p]);
         report(type, what, B, T, hd, NH,
-               rel_err(gf.data(), dqkv.data(), (size_t)B * T, 3 * D, p * D, D), 1e-2);
+               rel_err(gf.data(), dqkv.data(), (size_t)B * T, 3 * D, p * D, D), tol[p]);
     }
     int kv_same = 1, q_same = 1;
     for (size_t r = 0; r < (size_t)B * T; r++) {
@@ -523,16 +534,17 @@ template <typename X, int HDP> static void check(const char *type, int B, int T,
     report(type, "fsplit", B, T, hd, NH, q_same ? 0 : INFINITY, 0);
 }
 
-template <typename X> static void check_hd(const char *type, int B, int T, int hd, int NH)
+template <typename X>
+static void check_hd(const char *type, int B, int T, int hd, int NH, int neg = 0)
 {
     switch ((hd + 15) / 16 * 16) {
-    case 32: check<X, 32>(type, B, T, hd, NH); break;
-    case 48: check<X, 48>(type, B, T, hd, NH); break;
-    case 64: check<X, 64>(type, B, T, hd, NH); break;
-    case 80: check<X, 80>(type, B, T, hd, NH); break;
-    case 96: check<X, 96>(type, B, T, hd, NH); break;
-    case 112: check<X, 112>(type, B, T, hd, NH); break;
-    case 128: check<X, 128>(type, B, T, hd, NH); break;
+    case 32: check<X, 32>(type, B, T, hd, NH, neg); break;
+    case 48: check<X, 48>(type, B, T, hd, NH, neg); break;
+    case 64: check<X, 64>(type, B, T, hd, NH, neg); break;
+    case 80: check<X, 80>(type, B, T, hd, NH, neg); break;
+    case 96: check<X, 96>(type, B, T, hd, NH, neg); break;
+    case 112: check<X, 112>(type, B, T, hd, NH, neg); break;
+    case 128: check<X, 128>(type, B, T, hd, NH, neg); break;
     }
 }
 
@@ -554,6 +566,9 @@ int main(int argc, char **argv)
         check_hd<bf16>("bf16", c[0], c[1], c[2], c[3]);
         check_hd<f16>("f16", c[0], c[1], c[2], c[3]);
     }
+    /* scores all far below zero (lse < -88), a partial last K/V tile */
+    printf("scores near -128:\n");
+    check_hd<bf16>("bf16", 1, 70, 64, 1, 1);
     printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }
