@@ -152,9 +152,9 @@ PROF_WRAP(layernorm_forward,
            const float *b, int N, int C),
           (out, mean, rstd, inp, w, b, N, C))
 PROF_WRAP(layernorm_backward,
-          (float *dinp, float *dw, float *db, const floatX *dout, const float *inp,
-           const float *w, const float *mean, const float *rstd, int N, int C),
-          (dinp, dw, db, dout, inp, w, mean, rstd, N, C))
+          (float *dinp, floatX *dinp_x, float *dw, float *db, const floatX *dout,
+           const float *inp, const float *w, const float *mean, const float *rstd, int N, int C),
+          (dinp, dinp_x, dw, db, dout, inp, w, mean, rstd, N, C))
 PROF_WRAP(gelu_forward, (floatX *out, const floatX *inp, size_t n), (out, inp, n))
 PROF_WRAP(gelu_backward, (floatX *dinp, const floatX *inp, const floatX *dout, size_t n),
           (dinp, inp, dout, n))

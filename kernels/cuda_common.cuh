@@ -150,9 +150,9 @@ template <typename X>
 void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *inp,
                             const float *w, const float *b, int N, int C);
 template <typename X>
-void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *dout,
-                             const float *inp, const float *w, const float *mean,
-                             const float *rstd, int N, int C);
+void layernorm_backward_cuda(float *dinp, floatX *dinp_x, float *dw, float *db,
+                             const floatX *dout, const float *inp, const float *w,
+                             const float *mean, const float *rstd, int N, int C);
 /* attention.cu: the flash kernels where they run (16-bit floatX, hd in
  * 32..128 a multiple of 8, sm_80+), else the unfused path (cuBLAS
  * strided-batched GEMMs + softmax kernels); the _unfused functions always

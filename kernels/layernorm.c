@@ -5,6 +5,7 @@
 #include "ops.h"
 
 #include <math.h>
+#include <string.h>
 
 // inp (N,C), w (C), b (C) -> out (N,C), mean (N), rstd (N)
 void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
@@ -32,8 +33,10 @@ void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *in
     }
 }
 
-// dout (N,C) -> dinp (N,C) +=, dw (C) +=, db (C) += (both skipped if both are NULL)
-void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
+// dout (N,C) -> dinp (N,C) +=, dw (C) +=, db (C) += (both skipped if both are NULL);
+// dinp_x (N,C), unless NULL, = dinp's new value (fp32 storage: the low-precision
+// tables round it, ops_cpu.c)
+void layernorm_backward_cpu(float *dinp, float *dinp_x, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C)
 {
@@ -56,6 +59,7 @@ void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout
             float xhat = (x[i] - m) * s, dxhat = dy[i] * w[i];
             dx[i] += s * (dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
         }
+        if (dinp_x) memcpy(dinp_x + (size_t)n * C, dx, sizeof(float) * (size_t)C);
     }
     /* Parameter gradients: rows in order, so the sum is the same every run. */
     for (int n = 0; n < N && (dw || db); n++) {

@@ -1,7 +1,8 @@
 /* kernels/layernorm.cu - CUDA: LayerNorm over the last dim and its backward.
  * Owns: the GPU versions of kernels/layernorm.c: fp32 statistics, two passes
  * over a row (mean, then the variance of x - mean), rstd = 1/sqrtf(var+eps);
- * the backward that accumulates into the residual-stream gradient; dw and db
+ * the backward that accumulates into the residual-stream gradient (and
+ * writes, where asked, its floatX copy in the same pass); dw and db
  * summed deterministically without atomics (rows in fixed chunks chosen from
  * N alone, each chunk summed in a fixed order per column into cuda_scratch,
  * then the chunk partials added in chunk order). The forward keeps a row in
@@ -100,9 +101,10 @@ static __global__ void __launch_bounds__(LN_THREADS)
     }
 }
 
-// dout (N,C) X -> dinp (N,C) +=; one warp per row
+// dout (N,C) X -> dinp (N,C) +=, and dinp_x (N,C) = the new dinp as X unless
+// NULL; one warp per row
 template <typename X>
-static __global__ void layernorm_backward_dinp_kernel(float *dinp, const X *dout,
+static __global__ void layernorm_backward_dinp_kernel(float *dinp, X *dinp_x, const X *dout,
                                                       const float *inp, const float *w,
                                                       const float *mean, const float *rstd,
                                                       int N, int C)
@@ -122,9 +124,12 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const X *dout
     sum_dxhat = warp_sum(sum_dxhat) / (float)C;
     sum_dxhat_xhat = warp_sum(sum_dxhat_xhat) / (float)C;
     float *dx = dinp + (size_t)row * C;
+    X *dxx = dinp_x ? dinp_x + (size_t)row * C : NULL;
     for (int i = lane; i < C; i += 32) {
         const float xhat = (x[i] - m) * s, dxhat = ldx(dy[i]) * w[i];
-        dx[i] += s * (dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
+        const float v = dx[i] + s * (dxhat - sum_dxhat - xhat * sum_dxhat_xhat);
+        dx[i] = v;
+        if (dxx) dxx[i] = stx<X>(v);
     }
 }
 
@@ -132,10 +137,11 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const X *dout
 // conditions (C a multiple of 4 up to 128 * V4; inp, w and dinp 16-byte
 // aligned, dout aligned to 4 elements): each lane loads its float4s of x
 // and w and 4 X of dout once, keeps xhat and dxhat, and adds into dinp 16
-// bytes at a time: one pass over memory where the scalar kernel makes two.
+// bytes at a time: one pass over memory where the scalar kernel makes two;
+// dinp_x (unless NULL, aligned to 4 X) 4 X at a time.
 template <typename X, int V4>
 static __global__ void __launch_bounds__(LN_THREADS)
-    layernorm_backward_dinp_vec_kernel(float *dinp, const X *dout, const float *inp,
+    layernorm_backward_dinp_vec_kernel(float *dinp, X *dinp_x, const X *dout, const float *inp,
                                        const float *w, const float *mean, const float *rstd,
                                        int N, int C)
 {
@@ -175,6 +181,12 @@ static __global__ void __launch_bounds__(LN_THREADS)
             o.z += s * (dxh[k].z - sum_dxhat - xh[k].z * sum_dxhat_xhat);
             o.w += s * (dxh[k].w - sum_dxhat - xh[k].w * sum_dxhat_xhat);
             dx[i] = o;
+            if (dinp_x) {
+                ln_x4<X> ox;
+                ox.v[0] = stx<X>(o.x), ox.v[1] = stx<X>(o.y), ox.v[2] = stx<X>(o.z),
+                ox.v[3] = stx<X>(o.w);
+                ((ln_x4<X> *)(dinp_x + (size_t)row * C))[i] = ox;
+            }
         }
     }
 }
@@ -251,13 +263,14 @@ void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *
 }
 
 template <typename X>
-void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *dout,
-                             const float *inp, const float *w, const float *mean,
-                             const float *rstd, int N, int C)
+void layernorm_backward_cuda(float *dinp, floatX *dinp_x, float *dw, float *db,
+                             const floatX *dout, const float *inp, const float *w,
+                             const float *mean, const float *rstd, int N, int C)
 {
     CU_GUARD();
     if (N <= 0 || C <= 0) return;
     const X *dy = (const X *)dout;
+    X *dx_x = (X *)dinp_x;
     /* the chunking depends on N only: the same bits for the same inputs */
     const int rows_per_chunk = cuda_ln_rows_per_chunk(N);
     const int nchunks = cuda_ln_chunks(N); /* <= LN_MAX_CHUNKS */
@@ -267,15 +280,16 @@ void layernorm_backward_cuda(float *dinp, float *dw, float *db, const floatX *do
 
     const unsigned row_blocks = (unsigned)((N - 1) / LN_ROWS + 1);
     if (C % 4 == 0 && C <= 1280 && cuda_aligned(inp, 16) && cuda_aligned(w, 16) &&
-        cuda_aligned(dinp, 16) && cuda_aligned(dy, 4 * sizeof(X))) {
+        cuda_aligned(dinp, 16) && cuda_aligned(dy, 4 * sizeof(X)) &&
+        (!dx_x || cuda_aligned(dx_x, 4 * sizeof(X)))) {
 #define LN_BWD_VEC(V4)                                                                        \
     layernorm_backward_dinp_vec_kernel<X, V4><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>( \
-        dinp, dy, inp, w, mean, rstd, N, C)
+        dinp, dx_x, dy, inp, w, mean, rstd, N, C)
         LN_V4_SWITCH(C, LN_BWD_VEC);
 #undef LN_BWD_VEC
     } else {
         layernorm_backward_dinp_kernel<X><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>(
-            dinp, dy, inp, w, mean, rstd, N, C);
+            dinp, dx_x, dy, inp, w, mean, rstd, N, C);
     }
     if (CU_LAUNCHED() || (!dw && !db)) return; /* a frozen LayerNorm (training.freeze) */
 
@@ -295,12 +309,12 @@ template void layernorm_forward_cuda<bf16>(floatX *, float *, float *, const flo
                                            const float *, const float *, int, int);
 template void layernorm_forward_cuda<f16>(floatX *, float *, float *, const float *,
                                           const float *, const float *, int, int);
-template void layernorm_backward_cuda<float>(float *, float *, float *, const floatX *,
+template void layernorm_backward_cuda<float>(float *, floatX *, float *, float *, const floatX *,
                                              const float *, const float *, const float *,
                                              const float *, int, int);
-template void layernorm_backward_cuda<bf16>(float *, float *, float *, const floatX *,
+template void layernorm_backward_cuda<bf16>(float *, floatX *, float *, float *, const floatX *,
                                             const float *, const float *, const float *,
                                             const float *, int, int);
-template void layernorm_backward_cuda<f16>(float *, float *, float *, const floatX *,
+template void layernorm_backward_cuda<f16>(float *, floatX *, float *, float *, const floatX *,
                                            const float *, const float *, const float *,
                                            const float *, int, int);

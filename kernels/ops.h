@@ -173,10 +173,13 @@ typedef struct vit_ops {
     void (*layernorm_forward)(floatX *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
     /* dinp (N,C) +=, dw (C) +=, db (C) +=; dw and db both NULL: only dinp
-     * (a frozen LayerNorm, training.freeze). */
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const floatX *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C);
+     * (a frozen LayerNorm, training.freeze). dinp_x (N,C), unless NULL:
+     * overwritten with dinp's new value as floatX, the bits to_floatx would
+     * give from it (the residual gradient as the next matmul backward reads
+     * it, written in the same pass instead of a to_floatx pass of its own). */
+    void (*layernorm_backward)(float *dinp, floatX *dinp_x, float *dw, float *db,
+                               const floatX *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
 
     /* Non-causal multi-head self-attention on timm's qkv layout:
      * qkv (B,T,3D) with q at [0,D), k at [D,2D), v at [2D,3D), head h at
@@ -406,7 +409,7 @@ void embed_backward_cpu(float *dpatch_out, float *dcls, float *dpos, const float
                         int B, int T, int D);
 void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
                            const float *w, const float *b, int N, int C);
-void layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
+void layernorm_backward_cpu(float *dinp, float *dinp_x, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C);
 void attention_forward_cpu(float *out, float *lse, void *scratch, const float *qkv, int B, int T,

@@ -202,6 +202,13 @@ static double cpu_sum_squares(const float *g, size_t n)
         layernorm_forward_cpu(out, mean, rstd, inp, w, b, N, C);                                \
         RND(out, out, (size_t)N * C);                                                         \
     }                                                                                           \
+    static void pfx##_layernorm_backward(float *dinp, float *dinp_x, float *dw, float *db,     \
+                                         const float *dout, const float *inp, const float *w,   \
+                                         const float *mean, const float *rstd, int N, int C)    \
+    {                                                                                           \
+        layernorm_backward_cpu(dinp, dinp_x, dw, db, dout, inp, w, mean, rstd, N, C);           \
+        if (dinp_x) RND(dinp_x, dinp_x, (size_t)N * C);                                       \
+    }                                                                                           \
     static void pfx##_attention_forward(float *out, float *lse, void *scratch, const float *qkv,\
                                         int B, int T, int D, int NH)                            \
     {                                                                                           \
@@ -280,6 +287,7 @@ LOWP(hf, round_fp16_cpu)
     .matmul_backward = pfx##_matmul_backward,                           \
     .embed_backward = pfx##_embed_backward,                             \
     .layernorm_forward = pfx##_layernorm_forward,                       \
+    .layernorm_backward = pfx##_layernorm_backward,                     \
     .attention_forward = pfx##_attention_forward,                       \
     .attention_backward = pfx##_attention_backward,                     \
     .gelu_forward = pfx##_gelu_forward, .gelu_backward = pfx##_gelu_backward, \
@@ -301,7 +309,6 @@ LOWP(hf, round_fp16_cpu)
     .attention_scratch_bytes = ops_cpu_attention_scratch_bytes, \
     .matmul_forward_residual = matmul_forward_residual_cpu, \
     .embed_forward = embed_forward_cpu,                   \
-    .layernorm_backward = layernorm_backward_cpu,         \
     .zero = zero_cpu,                                     \
     .to_float = copy_cpu,                                 \
     .gather_cls = gather_cls_cpu,                         \
@@ -328,6 +335,7 @@ static const vit_ops cpu_ops = {
     .matmul_backward = matmul_backward_cpu,
     .embed_backward = embed_backward_cpu,
     .layernorm_forward = layernorm_forward_cpu,
+    .layernorm_backward = layernorm_backward_cpu,
     .attention_forward = attention_forward_cpu,
     .attention_backward = attention_backward_cpu,
     .gelu_forward = gelu_forward_cpu,

@@ -543,10 +543,11 @@ static void check_layernorm_backward(const vit_ops *g)
         float *dout = rnd_in(g, n, 1, 0);
         float *dinp0 = rnd_in(g, n, 1, 0), *dw0 = rnd_in(g, C, 1, 0), *db0 = rnd_in(g, C, 1, 0);
         float *want_dinp = copy_of(dinp0, n), *want_dw = copy_of(dw0, C), *want_db = copy_of(db0, C);
-        layernorm_backward_cpu(want_dinp, want_dw, want_db, dout, inp, w, mean, rstd, N, C);
+        layernorm_backward_cpu(want_dinp, NULL, want_dw, want_db, dout, inp, w, mean, rstd, N,
+                               C);
         float *d_dinp = dev_from_host(g, dinp0, n, F32), *d_dw = dev_from_host(g, dw0, C, F32);
         float *d_db = dev_from_host(g, db0, C, F32);
-        g->layernorm_backward(d_dinp, d_dw, d_db, dev_from_host(g, dout, n, FX),
+        g->layernorm_backward(d_dinp, NULL, d_dw, d_db, dev_from_host(g, dout, n, FX),
                               dev_from_host(g, inp, n, F32), dev_from_host(g, w, C, F32),
                               dev_from_host(g, mean, N, F32), dev_from_host(g, rstd, N, F32), N,
                               C);
@@ -566,8 +567,15 @@ static void check_layernorm_backward(const vit_ops *g)
         dev_write(g, d_dinp, dinp0, n, F32);
         dev_write(g, d_dw, dw0, C, F32);
         dev_write(g, d_db, db0, C, F32);
-        g->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+        floatX *d_x = dev_out(g, n, FX);
+        g->layernorm_backward(d_dinp, d_x, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
         status_ok(g, what);
+        /* with the floatX copy: dinp, dw, db the same bits as without it,
+         * the copy to_floatx's bits of that dinp */
+        floatX *d_want_x = dev_out(g, n, FX);
+        g->to_floatx(d_want_x, d_dinp, n);
+        snprintf(sub, sizeof sub, "%s: dinp_x, to_floatx's bits", what);
+        expect_same(g, sub, host_from_dev(g, d_x, n, FX), host_from_dev(g, d_want_x, n, FX), n);
         snprintf(sub, sizeof sub, "%s: dinp, again", what);
         expect_same(g, sub, host_from_dev(g, d_dinp, n, F32), dinp1, n);
         snprintf(sub, sizeof sub, "%s: dw, again", what);
@@ -576,16 +584,17 @@ static void check_layernorm_backward(const vit_ops *g)
         expect_same(g, sub, host_from_dev(g, d_db, C, F32), db1, C);
         /* a frozen LayerNorm: dw and db NULL, dinp only */
         float *want_frozen = copy_of(dinp0, n);
-        layernorm_backward_cpu(want_frozen, NULL, NULL, dout, inp, w, mean, rstd, N, C);
+        layernorm_backward_cpu(want_frozen, NULL, NULL, NULL, dout, inp, w, mean, rstd, N, C);
         dev_write(g, d_dinp, dinp0, n, F32);
-        g->layernorm_backward(d_dinp, NULL, NULL, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+        g->layernorm_backward(d_dinp, NULL, NULL, NULL, d_dout, d_inp, d_w, d_mean, d_rstd, N,
+                              C);
         status_ok(g, what);
         snprintf(sub, sizeof sub, "%s: dinp, frozen", what);
         expect_close(g, sub, host_from_dev(g, d_dinp, n, F32), want_frozen, n, TOL_FP32);
         release_all();
     }
 }
-GPU_TESTS(layernorm_backward_matches_cpu_and_accumulates_dinp_dw_db_the_same_bits_twice,
+GPU_TESTS(layernorm_backward_matches_cpu_accumulates_the_same_bits_twice_and_writes_dinp_as_to_floatx,
           check_layernorm_backward)
 
 /* ------------------------------------------------------------------------ */

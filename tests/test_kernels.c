@@ -60,10 +60,39 @@ Test(kernels, matmul_and_layernorm_backward_skip_null_parameter_grads_keeping_di
     float *x = rnd(20, 1), *g = rnd(5, 1), *b = rnd(5, 1), *dy = rnd(20, 1), out[20], mean[4],
           rstd[4], dx1[20] = {0}, dx2[20] = {0}, lw[5] = {0}, lb[5] = {0};
     layernorm_forward_cpu(out, mean, rstd, x, g, b, 4, 5);
-    layernorm_backward_cpu(dx1, lw, lb, dy, x, g, mean, rstd, 4, 5);
-    layernorm_backward_cpu(dx2, NULL, NULL, dy, x, g, mean, rstd, 4, 5);
+    layernorm_backward_cpu(dx1, NULL, lw, lb, dy, x, g, mean, rstd, 4, 5);
+    layernorm_backward_cpu(dx2, NULL, NULL, NULL, dy, x, g, mean, rstd, 4, 5);
     cr_assert_eq(memcmp(dx1, dx2, sizeof dx1), 0);
     free(inp), free(w), free(dout), free(x), free(g), free(b), free(dy);
+}
+
+Test(kernels, layernorm_backward_writes_the_new_dinp_as_floatx_as_to_floatx_rounds_it,
+     .init = setup)
+{
+    /* ops.h: dinp_x = to_floatx(dinp after the add), on every CPU table;
+     * dinp and the parameter gradients as without it */
+    const vit_ops *tables[3] = {ops_cpu(), ops_cpu_bf16(), ops_cpu_fp16()};
+    float *x = rnd(40, 1), *g = rnd(8, 1), *b = rnd(8, 1), *dy = rnd(40, 1), out[40], mean[5],
+          rstd[5];
+    layernorm_forward_cpu(out, mean, rstd, x, g, b, 5, 8);
+    for (int t = 0; t < 3; t++) {
+        const vit_ops *o = tables[t];
+        float *base = rnd(40, 1), dx1[40], dx2[40], xx[40], want[40], lw1[8] = {0}, lb1[8] = {0},
+              lw2[8] = {0}, lb2[8] = {0};
+        memcpy(dx1, base, sizeof dx1);
+        memcpy(dx2, base, sizeof dx2);
+        o->layernorm_backward(dx1, NULL, lw1, lb1, dy, x, g, mean, rstd, 5, 8);
+        o->layernorm_backward(dx2, xx, lw2, lb2, dy, x, g, mean, rstd, 5, 8);
+        o->to_floatx(want, dx1, 40);
+        cr_assert_eq(memcmp(dx2, dx1, sizeof dx1), 0, "%s: dinp changed", o->name);
+        cr_assert_eq(memcmp(lw2, lw1, sizeof lw1), 0, "%s: dw changed", o->name);
+        cr_assert_eq(memcmp(lb2, lb1, sizeof lb1), 0, "%s: db changed", o->name);
+        cr_assert_eq(memcmp(xx, want, sizeof want), 0, "%s: dinp_x is not to_floatx(dinp)",
+                     o->name);
+        if (t > 0) cr_assert_neq(memcmp(xx, dx1, sizeof xx), 0, "%s: nothing rounded", o->name);
+        free(base);
+    }
+    free(x), free(g), free(b), free(dy);
 }
 
 /* ---- layernorm ---- */
@@ -84,9 +113,9 @@ Test(kernels, layernorm_backward_matches_finite_differences_and_accumulates, .in
     float *base = rnd(n, 1), *dinp2 = malloc(n * 4);
     memcpy(dinp2, base, n * 4);
     ln_fwd(&c);
-    layernorm_backward_cpu(dinp, dw, db, r, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+    layernorm_backward_cpu(dinp, NULL, dw, db, r, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
     float dw2[16] = {0}, db2[16] = {0};
-    layernorm_backward_cpu(dinp2, dw2, db2, r, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+    layernorm_backward_cpu(dinp2, NULL, dw2, db2, r, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
     for (size_t i = 0; i < n; i++) cr_assert_float_eq(dinp2[i], base[i] + dinp[i], 1e-5);
     check_fd("dinp", c.inp, n, dinp, ln_fwd, &c, c.out, r, n, 1e-2f, 5e-3f);
     check_fd("dw", c.w, 16, dw, ln_fwd, &c, c.out, r, n, 1e-2f, 5e-3f);

@@ -58,6 +58,8 @@ struct vit_model {
     float *dres, *dcls;
     floatX *dbuf_d, *dqkv, *dbuf_h, *dpatch_out, *dlogits, *dlnf;
     floatX *dres_lp;            /* bf16-mixed: dres as the matmuls read it (rounded copy) */
+    int dres_lp_now;            /* dres_lp holds dres now: the last LayerNorm backward into
+                                 * dres wrote it too, for the matmul that reads it next */
     /* drop path (model_options.drop_path; else all NULL): the scales of the
      * next forward (host, L x 2 x dp_B, dp_pending), those of the last
      * forward (backend, dp_scale) and which of its (block, branch) pairs
@@ -628,8 +630,23 @@ void model_params_refreshed(vit_model *m) { model_params_changed(m); }
 static const floatX *dout_of_residual(vit_model *m, int n)
 {
     if (!m->ops->bf16) return m->dres;
-    m->ops->to_floatx(m->dres_lp, m->dres, (size_t)n);
+    if (!m->dres_lp_now) m->ops->to_floatx(m->dres_lp, m->dres, (size_t)n);
+    m->dres_lp_now = 0;
     return m->dres_lp;
+}
+
+/* A LayerNorm backward into the residual gradient dres (the LayerNorm of
+ * tensor w, whose input was inp): with copy, in a 16-bit floatX, it also
+ * writes dres_lp for the matmul backward that reads dres next (ops.h: the
+ * bits to_floatx would give), and dout_of_residual then takes it as is. */
+static void residual_layernorm_backward(vit_model *m, int w, const floatX *dout,
+                                        const float *inp, const float *mean, const float *rstd,
+                                        int N, int copy)
+{
+    floatX *x = copy && m->ops->bf16 ? m->dres_lp : NULL;
+    m->ops->layernorm_backward(m->dres, x, LG_(m, w, w + 1, w), LG_(m, w, w + 1, w + 1), dout,
+                               inp, P_(m, w), mean, rstd, N, m->D);
+    m->dres_lp_now = x != NULL;
 }
 
 /* The activations block l uses: its own, or the one shared buffer set when
@@ -717,8 +734,10 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     ops->matmul_backward(need(m, fc1 - 1) ? m->dbuf_d : NULL, GF_(m, fc1), GF_(m, fc1 + 1),
                          m->dbuf_h, a->ln2, W_(m, fc1), BT_, D, H);
     if (!need(m, fc1 - 1)) return;
-    ops->layernorm_backward(m->dres, LG_(m, n2, n2 + 1, n2), LG_(m, n2, n2 + 1, n2 + 1),
-                            m->dbuf_d, a->res2, P_(m, n2), a->ln2_mean, a->ln2_rstd, BT_, D);
+    /* dres next goes to the attention branch's last matmul, unless drop path
+     * scales it first */
+    residual_layernorm_backward(m, n2, m->dbuf_d, a->res2, a->ln2_mean, a->ln2_rstd, BT_,
+                                !drops(m, l, 0));
     if (!need(m, n2 - 1)) return;
     ops->matmul_backward(need(m, proj - 1) ? m->dbuf_d : NULL, GF_(m, proj), GF_(m, proj + 1),
                          branch_grad(m, l, 0, B), a->atty, W_(m, proj), BT_, D, D);
@@ -731,8 +750,10 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     ops->matmul_backward(need(m, qkv - 1) ? m->dbuf_d : NULL, GF_(m, qkv), GF_(m, qkv + 1),
                          m->dqkv, a->ln1, W_(m, qkv), BT_, D, 3 * D);
     if (!need(m, qkv - 1)) return;
-    ops->layernorm_backward(m->dres, LG_(m, n1, n1 + 1, n1), LG_(m, n1, n1 + 1, n1 + 1),
-                            m->dbuf_d, m->res[l], P_(m, n1), a->ln1_mean, a->ln1_rstd, BT_, D);
+    /* dres next goes to block l-1's MLP branch (the embedding's backward
+     * reads the fp32 one after block 0) */
+    residual_layernorm_backward(m, n1, m->dbuf_d, m->res[l], a->ln1_mean, a->ln1_rstd, BT_,
+                                l > 0 && !drops(m, l - 1, 1));
 }
 
 int model_set_drop_path(vit_model *m, const float *scale, int B)
@@ -854,13 +875,14 @@ void model_backward(vit_model *m, float dloss)
                          m->dlogits, m->lnf, W_(m, hw), B, D, K);
     if (need(m, hw - 1)) {
         ops->zero(m->dcls, (size_t)B * D);
-        ops->layernorm_backward(m->dcls, LG_(m, nw, m->t_norm_b, nw),
+        ops->layernorm_backward(m->dcls, NULL, LG_(m, nw, m->t_norm_b, nw),
                                 LG_(m, nw, m->t_norm_b, m->t_norm_b), m->dlnf, m->cls,
                                 P_(m, nw), m->lnf_mean, m->lnf_rstd, B, D);
     }
     if (need(m, nw - 1)) {
         ops->zero(m->dres, (size_t)B * T * D);
         ops->scatter_cls_backward(m->dres, m->dcls, B, T, D);
+        m->dres_lp_now = 0;
     }
     grads_end(m, m->L + 1);
 
