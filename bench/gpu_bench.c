@@ -21,9 +21,10 @@
  * synchronize after each: what launching the step as one graph would save
  * against the queued step (issue 42, item 4; the replays repeat the
  * captured step's inputs and learning rate, so it is a timing, not training).
- * --fused-backward: the step on the OPS_FLASH_FUSED_BACKWARD table (the
- * fused flash backward) instead of the trainer's, for the A/B of the two
- * backwards in the whole step (time and peak memory).
+ * --candidates: the step on the OPS_CANDIDATE_KERNELS table (ops.h: the
+ * fused flash backward, bias gradients from cuBLASLt's BGRADB epilogue)
+ * instead of the trainer's, for the A/B in the whole step (time and peak
+ * memory; with --profile, each op's).
  * Must not: assert a time (not a test), or touch files, data sets or the
  * network.
  *
@@ -40,9 +41,9 @@
  * 384-pixel image), through the flash kernels (path=flash: their tiles
  * copied with cp.async, as the trainer runs them; path=flash-sync: copied
  * through registers, the OPS_FLASH_SYNC_LOADS table, the schedule before
- * the pipeline; path=flash-fused: the fused backward, OPS_FLASH_FUSED_
- * BACKWARD, S and dP once with dQ's parts added in order, the forward
- * flash's; 16-bit precisions only) and through the unfused cuBLAS
+ * the pipeline; path=flash-fused: the fused backward of the
+ * OPS_CANDIDATE_KERNELS table, S and dP once with dQ's parts added in
+ * order, the forward flash's; 16-bit precisions only) and through the unfused cuBLAS
  * path (ops_cuda's OPS_UNFUSED_ATTENTION table), one key=value line each:
  * ms per forward and per backward, and TFLOP/s over both with one FLOP
  * count for the paths, FlashAttention's: forward 4*B*T*T*D (QK^T, PV),
@@ -53,7 +54,7 @@
  * usage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] [--warmup 5]
  *                  [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu]
  *                  [--threads N] [--grad-clip 1.0] [--peak-tflops 989.4]
- *                  [--profile] [--sync-steps] [--graph] [--fused-backward] [--json]
+ *                  [--profile] [--sync-steps] [--graph] [--candidates] [--json]
  *                  [--attention]
  * Exit: 0; 1 a failure while running (out of memory, a GPU fault, a
  * non-finite loss), message on stderr; 2 bad arguments, or --device cuda
@@ -79,7 +80,7 @@
 typedef struct {
     const char *model, *precision, *device;
     int batch, steps, warmup, ckpt, threads, profile, json, peak_given, attention, sync_steps;
-    int graph, fused_backward;
+    int graph, candidates;
     double grad_clip, peak_tflops;
 } bench_args;
 
@@ -298,7 +299,7 @@ static void usage_exit(const char *why)
             "gpu_bench: %s\nusage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] "
             "[--warmup 5] [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu] "
             "[--threads N] [--grad-clip 1.0] [--peak-tflops 989.4] [--profile] [--sync-steps] "
-            "[--graph] [--fused-backward] [--json] [--attention]\n",
+            "[--graph] [--candidates] [--json] [--attention]\n",
             why);
     exit(VITJOB_EXIT_CONFIG);
 }
@@ -351,7 +352,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(f, "--profile") == 0) a.profile = 1;
         else if (strcmp(f, "--sync-steps") == 0) a.sync_steps = 1;
         else if (strcmp(f, "--graph") == 0) a.graph = 1;
-        else if (strcmp(f, "--fused-backward") == 0) a.fused_backward = 1;
+        else if (strcmp(f, "--candidates") == 0) a.candidates = 1;
         else if (strcmp(f, "--json") == 0) a.json = 1;
         else if (strcmp(f, "--attention") == 0) a.attention = 1;
         else {
@@ -369,8 +370,8 @@ static bench_args parse_args(int argc, char **argv)
     if (a.graph && (strcmp(a.device, "cuda") != 0 || a.profile || a.sync_steps || a.warmup < 1))
         usage_exit("--graph needs --device cuda, at least one warm-up step, and neither "
                    "--profile nor --sync-steps");
-    if (a.fused_backward && (strcmp(a.device, "cuda") != 0 || strcmp(a.precision, "fp32") == 0))
-        usage_exit("--fused-backward needs --device cuda and a 16-bit precision");
+    if (a.candidates && strcmp(a.device, "cuda") != 0)
+        usage_exit("--candidates needs --device cuda");
     return a;
 }
 
@@ -454,7 +455,7 @@ static int attention_bench(const bench_args *a, const model_config *mc)
                                    : NULL;
     const vit_ops *sync = unfused ? ops_cuda(storage | OPS_FLASH_SYNC_LOADS, err, sizeof err)
                                   : NULL;
-    const vit_ops *fused = sync ? ops_cuda(storage | OPS_FLASH_FUSED_BACKWARD, err, sizeof err)
+    const vit_ops *fused = sync ? ops_cuda(storage | OPS_CANDIDATE_KERNELS, err, sizeof err)
                                 : NULL;
     if (!flash || !unfused || !sync || !fused) {
         fprintf(stderr, "gpu_bench: %s\n", err);
@@ -569,9 +570,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpu_bench: %s\n", err);
         return VITJOB_EXIT_CONFIG;
     }
-    if (a.fused_backward) { /* the same precision, the fused flash backward */
-        real = ops_cuda((real->fp16 ? OPS_FP16 : OPS_BF16) | OPS_FLASH_FUSED_BACKWARD, err,
-                        sizeof err);
+    if (a.candidates) { /* the same precision, the candidate kernels */
+        real = ops_cuda((real->fp16 ? OPS_FP16 : real->bf16 ? OPS_BF16 : OPS_FP32) |
+                            OPS_CANDIDATE_KERNELS,
+                        err, sizeof err);
         if (!real) {
             fprintf(stderr, "gpu_bench: %s\n", err);
             return VITJOB_EXIT_CONFIG;

@@ -451,7 +451,7 @@ void attention_backward_flash_sync_cuda(floatX *dqkv, void *scratch, const float
     att_backward<X, false>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH);
 }
 
-/* OPS_FLASH_FUSED_BACKWARD: the flash forward, and the fused backward
+/* OPS_CANDIDATE_KERNELS: the flash forward, and the fused backward
  * (flash_attention.cuh: S and dP once, dQ's parts added in order) where
  * the flash path runs and the GPU gives a block its shared memory; else
  * as the default tables. Its scratch holds the dQ parts too. */

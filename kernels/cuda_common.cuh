@@ -136,6 +136,11 @@ void matmul_forward_residual_cuda(float *out, const floatX *inp, const floatX *w
 template <typename X>
 void matmul_backward_cuda(floatX *dinp, float *dw, float *dbias, const floatX *dout,
                           const floatX *inp, const floatX *w, int N, int IC, int OC);
+/* The same with dbias from the dW product's BGRADB epilogue where cuBLASLt
+ * has an algorithm for it (OPS_CANDIDATE_KERNELS' tables) */
+template <typename X>
+void matmul_backward_bgradb_cuda(floatX *dinp, float *dw, float *dbias, const floatX *dout,
+                                 const floatX *inp, const floatX *w, int N, int IC, int OC);
 /* embed.cu */
 template <typename X>
 void embed_forward_cuda(float *x, const floatX *patch_out, const float *cls, const float *pos,
@@ -175,7 +180,7 @@ template <typename X>
 void attention_backward_flash_sync_cuda(floatX *dqkv, void *scratch, const floatX *dout,
                                         const floatX *qkv, const floatX *out, const float *lse,
                                         int B, int T, int D, int NH);
-/* OPS_FLASH_FUSED_BACKWARD's: the flash forward and the fused backward
+/* OPS_CANDIDATE_KERNELS': the flash forward and the fused backward
  * (its scratch holds dQ's parts; else the same as the first three) */
 template <typename X> size_t attention_scratch_bytes_flash_fused_cuda(int B, int T, int D, int NH);
 template <typename X>
@@ -207,7 +212,7 @@ void flash_attention_forward_cuda(X *out, float *lse, const X *qkv, int B, int T
 template <typename X, bool ASYNC>
 void flash_attention_backward_cuda(X *dqkv, float *dvec, const X *dout, const X *qkv,
                                    const X *out, const float *lse, int B, int T, int D, int NH);
-/* The fused backward (OPS_FLASH_FUSED_BACKWARD): overwrites dqkv as the one
+/* The fused backward (OPS_CANDIDATE_KERNELS): overwrites dqkv as the one
  * above; scratch is attention_scratch.h's att_flash_fused_scratch_bytes
  * (the D_i, then dQ's parts). flash_attention_fused_smem_bytes: its
  * kernel's dynamic shared memory at head dim hd (0: no kernel for hd). */

@@ -9,7 +9,7 @@
  * tile), the head in x (B*NH may pass 65535), the tile in y.
  * ASYNC picks the tile copies (flash_attention.cuh's pipeline: cp.async,
  * or through registers for ops_cuda's OPS_FLASH_SYNC_LOADS table). The
- * fused backward (OPS_FLASH_FUSED_BACKWARD's tables) in launches of
+ * fused backward (OPS_CANDIDATE_KERNELS' tables) in launches of
  * attention_scratch.h's att_flash_fused_heads heads, its dQ parts in the
  * caller's scratch after the D_i.
  * Must not: decide between the flash and the unfused path (attention.cu
@@ -108,7 +108,7 @@ static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const
     CU_LAUNCHED();
 }
 
-/* The fused backward (OPS_FLASH_FUSED_BACKWARD): D_i as fa_backward, then
+/* The fused backward (OPS_CANDIDATE_KERNELS): D_i as fa_backward, then
  * per launch of att_flash_fused_heads heads the fused kernel (dK, dV and
  * the parts of dQ, into the scratch after the D_i) and the sum of the
  * parts; the launches reuse the parts, in stream order. */

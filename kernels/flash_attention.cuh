@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DQ)
     fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd, ld, dq, q0, T, hd, sc);
 }
 
-/* The fused backward (ops_cuda's OPS_FLASH_FUSED_BACKWARD tables; the
+/* The fused backward (ops_cuda's OPS_CANDIDATE_KERNELS tables; the
  * trainer's tables run the dK/dV and dQ kernels above): one pass over the
  * query tiles per K/V tile, as flash_backward_dkdv_kernel, that also
  * makes each query tile's share of dQ from the dS it already has, so that

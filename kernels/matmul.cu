@@ -3,7 +3,9 @@
  * Owns: out = inp @ w^T + bias (PyTorch's nn.Linear layout, w (OC,IC)), the
  * fused residual variant out = res + inp @ w^T + bias in fp32, the backward
  * (dinp overwritten, dw and dbias accumulated), the deterministic column sum
- * used for bias gradients (colsum_add_cuda), and a small cache of cuBLASLt
+ * used for bias gradients (colsum_add_cuda), or for OPS_CANDIDATE_KERNELS'
+ * tables the dW product's BGRADB epilogue in its place where cuBLASLt has
+ * an algorithm for it, and a small cache of cuBLASLt
  * descriptors and heuristic picks per problem so a training loop does not
  * re-run the heuristic every step.
  * Must not: allocate tensors (the only memory used is g_cuda's cuBLASLt
@@ -104,7 +106,8 @@ enum lt_kind {
     LT_FWD = 0,     /* out (X) = inp @ w^T [+ bias (X)] */
     LT_FWD_RES = 1, /* out (fp32) = res (fp32) + inp @ w^T [+ bias (fp32)] */
     LT_DINP = 2,    /* dinp (X) = dout @ w */
-    LT_DW = 3,      /* dw (fp32) += dout^T @ inp */
+    LT_DW = 3,      /* dw (fp32) += dout^T @ inp [and, with bias, the BGRADB epilogue:
+                     * bias (fp32) = the column sums of dout, overwritten] */
 };
 static const char *const lt_kind_name[] = {"forward", "forward_residual", "backward_dinp",
                                            "backward_dw"};
@@ -120,6 +123,8 @@ struct lt_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, cd; /* C and D share one layout (same type and shape) */
     cublasLtMatmulAlgo_t algo;
+    int none; /* an optional epilogue (LT_DW's BGRADB) with no algorithm: the caller
+               * does without it (nothing else is built) */
 };
 
 #define LT_CACHE_SIZE 128
@@ -167,7 +172,9 @@ static void lt_plan_destroy(lt_plan *p)
  * bias pointer is set here too (the heuristic may read its alignment; the
  * ops only pass 16-byte aligned ones, LT_BIAS_ALIGN) and again before every
  * run. Returns 0 on success; on failure the error is recorded
- * and p holds nothing to destroy. */
+ * and p holds nothing to destroy; LT_DW with a bias (BGRADB, optional) that
+ * the heuristic has no algorithm for: -2, nothing recorded, p->none set
+ * and nothing to destroy. */
 static int lt_plan_build(lt_plan *p, const void *bias)
 {
     const int N = p->N, IC = p->IC, OC = p->OC;
@@ -193,7 +200,10 @@ static int lt_plan_build(lt_plan *p, const void *bias)
     p->desc = NULL;
     p->a = p->b = p->cd = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    const cublasLtEpilogue_t epi = p->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const int optional = p->kind == LT_DW && p->has_bias;
+    const cublasLtEpilogue_t epi = !p->has_bias ? CUBLASLT_EPILOGUE_DEFAULT
+                                   : optional   ? CUBLASLT_EPILOGUE_BGRADB
+                                                : CUBLASLT_EPILOGUE_BIAS;
     const uint64_t ws = (uint64_t)g_cuda.lt_workspace_bytes;
     const uint32_t al_a = p->align[0], al_b = p->align[1], al_c = p->align[2], al_d = p->align[3];
     cublasLtMatmulHeuristicResult_t res;
@@ -211,7 +221,7 @@ static int lt_plan_build(lt_plan *p, const void *bias)
                                                   sizeof epi)))
         goto fail;
     if (p->has_bias) {
-        if (p->kind == LT_FWD_RES) {
+        if (p->kind == LT_FWD_RES || p->kind == LT_DW) {
             /* fp32 bias with bf16 or fp16 A/B: D's type, said explicitly */
             const int32_t bt = (int32_t)CUDA_R_32F;
             if (CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
@@ -246,6 +256,14 @@ static int lt_plan_build(lt_plan *p, const void *bias)
         /* Not CUBLAS_TRY: a failure here says which problem had no algorithm. */
         const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
             g_cuda.lt, p->desc, p->a, p->b, p->cd, p->cd, pref, 1, &res, &found);
+        if (optional && (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+                         (st == CUBLAS_STATUS_SUCCESS &&
+                          (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)))) {
+            cublasLtMatmulPreferenceDestroy(pref);
+            lt_plan_destroy(p);
+            p->none = 1;
+            return -2;
+        }
         if (st != CUBLAS_STATUS_SUCCESS) {
             lt_fail((int)st, "cublasLtMatmulAlgoGetHeuristic", p, __LINE__);
             goto fail;
@@ -270,9 +288,12 @@ fail:
 
 /* D = alpha * op(A) op(B) + beta * C [+ bias] for the plan of (kind, X, N,
  * IC, OC, bias?, alignments): cached, or built, used and destroyed when the
- * cache is full. */
-static void lt_matmul(int kind, cudaDataType_t xt, int N, int IC, int OC, const void *A,
-                      const void *B, const void *C, void *D, const void *bias, float beta)
+ * cache is full. LT_DW with bias: D as without it, and bias = the column
+ * sums of B's rows (BGRADB). Returns 0; -1 with the error recorded; -2 when
+ * LT_DW's bias epilogue has no algorithm for this problem (nothing queued,
+ * nothing recorded: the caller goes without it; remembered in the cache). */
+static int lt_matmul(int kind, cudaDataType_t xt, int N, int IC, int OC, const void *A,
+                     const void *B, const void *C, void *D, const void *bias, float beta)
 {
     lt_plan key;
     memset(&key, 0, sizeof key);
@@ -292,9 +313,12 @@ static void lt_matmul(int kind, cudaDataType_t xt, int N, int IC, int OC, const 
             memcmp(q->align, key.align, sizeof key.align) == 0)
             p = q;
     }
-    int uncached = 0;
+    int uncached = 0, rc = 0;
+    if (p && p->none) return -2;
     if (!p) {
-        if (lt_plan_build(&key, bias)) return;
+        const int built = lt_plan_build(&key, bias);
+        if (built == -2 && g_lt_cached < LT_CACHE_SIZE) g_lt_cache[g_lt_cached++] = key;
+        if (built) return built;
         if (g_lt_cached < LT_CACHE_SIZE) {
             g_lt_cache[g_lt_cached] = key;
             p = &g_lt_cache[g_lt_cached++];
@@ -305,18 +329,22 @@ static void lt_matmul(int kind, cudaDataType_t xt, int N, int IC, int OC, const 
     }
     if (bias) { /* the pointer differs between layers of the same shape */
         if (CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bias, sizeof bias)))
+                                                      &bias, sizeof bias))) {
+            rc = -1;
             goto out;
+        }
     }
     {
         const float alpha = 1.0f;
-        CUBLAS_TRY(cublasLtMatmul(g_cuda.lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->cd,
-                                  D, p->cd, &p->algo, g_cuda.lt_workspace,
-                                  g_cuda.lt_workspace_bytes, g_cuda.stream));
+        if (CUBLAS_TRY(cublasLtMatmul(g_cuda.lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C,
+                                      p->cd, D, p->cd, &p->algo, g_cuda.lt_workspace,
+                                      g_cuda.lt_workspace_bytes, g_cuda.stream)))
+            rc = -1;
     }
 out:
     /* Descriptors are host objects read at call time: safe to destroy now. */
     if (uncached) lt_plan_destroy(p);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -366,9 +394,21 @@ void matmul_forward_residual_cuda(float *out, const floatX *inp, const floatX *w
               (const void *)res, (void *)out, (const void *)bias, 1.0f);
 }
 
-template <typename X>
-void matmul_backward_cuda(floatX *dinp, float *dw, float *dbias, const floatX *dout,
-                          const floatX *inp, const floatX *w, int N, int IC, int OC)
+/* out[c] += in[c]: the BGRADB epilogue's overwritten sums into the
+ * accumulated bias gradient. */
+static __global__ void bias_grad_add_kernel(float *out, const float *in, int n)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < n) out[c] += in[c];
+}
+
+/* BGRADB: dbias from the dW product's own BGRADB epilogue (the column sums
+ * of dout, into cuda_scratch, then added to dbias) where cuBLASLt has an
+ * algorithm for it, instead of the column-sum kernels' second read of dout
+ * (ops.h: OPS_CANDIDATE_KERNELS' tables). */
+template <typename X, bool BGRADB>
+static void mm_backward(floatX *dinp, float *dw, float *dbias, const floatX *dout,
+                        const floatX *inp, const floatX *w, int N, int IC, int OC)
 {
     CU_GUARD();
     if (N <= 0 || OC <= 0 || IC <= 0) return;
@@ -377,11 +417,38 @@ void matmul_backward_cuda(floatX *dinp, float *dw, float *dbias, const floatX *d
         lt_matmul(LT_DINP, xt, N, IC, OC, (const void *)w, (const void *)dout,
                   (const void *)dinp, (void *)dinp, NULL, 0.0f);
     if (g_cuda.failed) return;
+    if (BGRADB && dw && dbias) {
+        float *sums = (float *)cuda_scratch((size_t)OC * sizeof(float));
+        if (!sums) return; /* cuda_scratch recorded the error */
+        const int rc = lt_matmul(LT_DW, xt, N, IC, OC, (const void *)inp, (const void *)dout,
+                                 (const void *)dw, (void *)dw, sums, 1.0f);
+        if (rc == -1) return;
+        if (rc == 0) {
+            bias_grad_add_kernel<<<(unsigned)((OC + 255) / 256), 256, 0, g_cuda.stream>>>(
+                dbias, sums, OC);
+            CU_LAUNCHED();
+            return;
+        } /* -2: no algorithm with the epilogue: the product and the column sums */
+    }
     if (dw) /* dw (fp32) accumulated in place: C = D = dw, beta 1 */
         lt_matmul(LT_DW, xt, N, IC, OC, (const void *)inp, (const void *)dout, (const void *)dw,
                   (void *)dw, NULL, 1.0f);
     if (g_cuda.failed) return;
     if (dbias) colsum_add_cuda<X>(dbias, (const X *)dout, N, OC);
+}
+
+template <typename X>
+void matmul_backward_cuda(floatX *dinp, float *dw, float *dbias, const floatX *dout,
+                          const floatX *inp, const floatX *w, int N, int IC, int OC)
+{
+    mm_backward<X, false>(dinp, dw, dbias, dout, inp, w, N, IC, OC);
+}
+
+template <typename X>
+void matmul_backward_bgradb_cuda(floatX *dinp, float *dw, float *dbias, const floatX *dout,
+                                 const floatX *inp, const floatX *w, int N, int IC, int OC)
+{
+    mm_backward<X, true>(dinp, dw, dbias, dout, inp, w, N, IC, OC);
 }
 
 template void colsum_add_cuda<float>(float *, const float *, int, int);
@@ -405,3 +472,9 @@ template void matmul_backward_cuda<bf16>(floatX *, float *, float *, const float
                                          const floatX *, const floatX *, int, int, int);
 template void matmul_backward_cuda<f16>(floatX *, float *, float *, const floatX *,
                                         const floatX *, const floatX *, int, int, int);
+template void matmul_backward_bgradb_cuda<float>(floatX *, float *, float *, const floatX *,
+                                                 const floatX *, const floatX *, int, int, int);
+template void matmul_backward_bgradb_cuda<bf16>(floatX *, float *, float *, const floatX *,
+                                                const floatX *, const floatX *, int, int, int);
+template void matmul_backward_bgradb_cuda<f16>(floatX *, float *, float *, const floatX *,
+                                               const floatX *, const floatX *, int, int, int);

@@ -336,17 +336,25 @@ enum { OPS_UNFUSED_ATTENTION = 16 };
  * benchmark that times the two and the test that compares them; its name
  * ends in "-flash-sync"; fp32, which has no flash path, gets its table). */
 enum { OPS_FLASH_SYNC_LOADS = 32 };
-/* Or instead: the table whose attention backward is the fused flash kernel
- * (kernels/flash_attention.cuh: S and dP computed once per tile pair, dQ's
- * per-tile parts added in a fixed order; the same dK and dV bits as the
- * default tables', dQ within rounding; its scratch holds the parts), for
- * the benchmark and the tests that set it against the default's two
- * kernels; its name ends in "-flash-fused"; fp32 gets its table. */
-enum { OPS_FLASH_FUSED_BACKWARD = 64 };
+/* Or instead: the table of the candidate kernels, written and waiting for
+ * a GPU's measurement before the trainer takes them (the default tables
+ * keep what was measured), for the benchmark and the tests that set them
+ * against the default's; its name ends in "-candidates". They differ from
+ * the default table in two slots:
+ *   - attention_backward: the fused flash backward (kernels/
+ *     flash_attention.cuh: S and dP once per tile pair, dQ's per-tile parts
+ *     added in a fixed order; dK and dV the default's bits, dQ within
+ *     rounding; its scratch, attention_scratch_bytes, holds the parts);
+ *     fp32, which has no flash path, keeps the default's;
+ *   - matmul_backward: dbias from the dW product's BGRADB epilogue
+ *     (cuBLASLt's column sums of dout, added to dbias) where cuBLASLt has
+ *     an algorithm for the problem, instead of the column-sum kernels'
+ *     second read of dout; within rounding of the default's. */
+enum { OPS_CANDIDATE_KERNELS = 64 };
 /* The CUDA backend (kernels/ops_cuda.cu) on the process's current GPU,
  * fp32, bf16-mixed or fp16-mixed (storage: OPS_FP32, OPS_BF16, OPS_FP16,
  * optionally | one of OPS_UNFUSED_ATTENTION, OPS_FLASH_SYNC_LOADS,
- * OPS_FLASH_FUSED_BACKWARD); initialised
+ * OPS_CANDIDATE_KERNELS); initialised
  * on first call. NULL,
  * with one line saying why in err, when this build has no CUDA backend or
  * no usable GPU exists.

@@ -8,8 +8,9 @@
  * the same three with the unfused attention ("...-unfused", asked for
  * with OPS_UNFUSED_ATTENTION), and the 16-bit two with the flash kernels'
  * tiles copied through registers ("...-flash-sync", OPS_FLASH_SYNC_LOADS)
- * or with the fused flash backward ("...-flash-fused",
- * OPS_FLASH_FUSED_BACKWARD): tests and benchmarks.
+ * or with the candidate kernels waiting for a GPU's measurement
+ * ("...-candidates", OPS_CANDIDATE_KERNELS: the fused flash backward, bias
+ * gradients from cuBLASLt's BGRADB epilogue): tests and benchmarks.
  * Built with the other .cu files into the plugin lib/libvitjob_cuda.so,
  * loaded by kernels/ops_cuda_loader.c.
  * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
@@ -651,7 +652,7 @@ extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen
 
 /* ---- the tables ---- */
 
-#define CUDA_TABLE(NAME, X, BF16, FP16, ATT)                               \
+#define CUDA_TABLE(NAME, X, BF16, FP16, ATT, MMB)                          \
     {                                                                      \
         NAME, 1, BF16, FP16, sizeof(X),                                    \
         cuda_alloc, cuda_release, cuda_upload, cuda_download,              \
@@ -662,7 +663,7 @@ extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen
         patchify_cuda<X>,                                                  \
         matmul_forward_cuda<X>,                                            \
         matmul_forward_residual_cuda<X>,                                   \
-        matmul_backward_cuda<X>,                                           \
+        matmul_backward##MMB##cuda<X>,                                     \
         embed_forward_cuda<X>,                                             \
         embed_backward_cuda<X>,                                            \
         layernorm_forward_cuda<X>,                                         \
@@ -695,28 +696,32 @@ extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot
  * out of order fails to compile because every slot's type differs. */
-static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0, _);
-static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0, _);
+static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0, _, _);
+static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0, _, _);
 /* cuda-fp16: 16-bit floatX, half */
-static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1, _);
+static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1, _, _);
 /* OPS_UNFUSED_ATTENTION: the same, with attention always on the unfused path */
-static const vit_ops cuda_fp32_unfused_ops = CUDA_TABLE("cuda-unfused", float, 0, 0, _unfused_);
+static const vit_ops cuda_fp32_unfused_ops =
+    CUDA_TABLE("cuda-unfused", float, 0, 0, _unfused_, _);
 static const vit_ops cuda_bf16_unfused_ops =
-    CUDA_TABLE("cuda-bf16-unfused", bf16, 1, 0, _unfused_);
+    CUDA_TABLE("cuda-bf16-unfused", bf16, 1, 0, _unfused_, _);
 static const vit_ops cuda_fp16_unfused_ops =
-    CUDA_TABLE("cuda-fp16-unfused", f16, 1, 1, _unfused_);
+    CUDA_TABLE("cuda-fp16-unfused", f16, 1, 1, _unfused_, _);
 /* OPS_FLASH_SYNC_LOADS: the 16-bit tables with the flash kernels' tiles
  * copied through registers instead of cp.async (fp32 has no flash path) */
 static const vit_ops cuda_bf16_flash_sync_ops =
-    CUDA_TABLE("cuda-bf16-flash-sync", bf16, 1, 0, _flash_sync_);
+    CUDA_TABLE("cuda-bf16-flash-sync", bf16, 1, 0, _flash_sync_, _);
 static const vit_ops cuda_fp16_flash_sync_ops =
-    CUDA_TABLE("cuda-fp16-flash-sync", f16, 1, 1, _flash_sync_);
-/* OPS_FLASH_FUSED_BACKWARD: the 16-bit tables whose attention backward is
- * the fused flash kernel (S and dP once; fp32 has no flash path) */
-static const vit_ops cuda_bf16_flash_fused_ops =
-    CUDA_TABLE("cuda-bf16-flash-fused", bf16, 1, 0, _flash_fused_);
-static const vit_ops cuda_fp16_flash_fused_ops =
-    CUDA_TABLE("cuda-fp16-flash-fused", f16, 1, 1, _flash_fused_);
+    CUDA_TABLE("cuda-fp16-flash-sync", f16, 1, 1, _flash_sync_, _);
+/* OPS_CANDIDATE_KERNELS (ops.h): the fused flash backward (the 16-bit
+ * tables; fp32's attention is the default's) and bias gradients from the
+ * BGRADB epilogue */
+static const vit_ops cuda_fp32_candidate_ops =
+    CUDA_TABLE("cuda-candidates", float, 0, 0, _flash_fused_, _bgradb_);
+static const vit_ops cuda_bf16_candidate_ops =
+    CUDA_TABLE("cuda-bf16-candidates", bf16, 1, 0, _flash_fused_, _bgradb_);
+static const vit_ops cuda_fp16_candidate_ops =
+    CUDA_TABLE("cuda-fp16-candidates", f16, 1, 1, _flash_fused_, _bgradb_);
 
 /* Launched never: whether this build has code for the GPU (cuda_init). */
 static __global__ void probe_kernel(void) {}
@@ -786,8 +791,8 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
     if (!cuda_ready(err, errlen)) return NULL;
     const int unfused = (storage & OPS_UNFUSED_ATTENTION) != 0;
     const int sync_loads = (storage & OPS_FLASH_SYNC_LOADS) != 0;
-    const int fused = (storage & OPS_FLASH_FUSED_BACKWARD) != 0;
-    storage &= ~(OPS_UNFUSED_ATTENTION | OPS_FLASH_SYNC_LOADS | OPS_FLASH_FUSED_BACKWARD);
+    const int candidates = (storage & OPS_CANDIDATE_KERNELS) != 0;
+    storage &= ~(OPS_UNFUSED_ATTENTION | OPS_FLASH_SYNC_LOADS | OPS_CANDIDATE_KERNELS);
     if (storage == OPS_BF16 && g_cuda.cc_major < 8) {
         snprintf(err, errlen,
                  "no usable CUDA GPU for bf16-mixed: device %d has compute capability %d.%d, "
@@ -799,10 +804,10 @@ extern "C" const vit_ops *vitjob_cuda_backend(int storage, char *err, size_t err
         return storage == OPS_FP16   ? &cuda_fp16_unfused_ops
                : storage == OPS_BF16 ? &cuda_bf16_unfused_ops
                                      : &cuda_fp32_unfused_ops;
-    if (fused)
-        return storage == OPS_FP16   ? &cuda_fp16_flash_fused_ops
-               : storage == OPS_BF16 ? &cuda_bf16_flash_fused_ops
-                                     : &cuda_fp32_ops;
+    if (candidates)
+        return storage == OPS_FP16   ? &cuda_fp16_candidate_ops
+               : storage == OPS_BF16 ? &cuda_bf16_candidate_ops
+                                     : &cuda_fp32_candidate_ops;
     if (sync_loads)
         return storage == OPS_FP16   ? &cuda_fp16_flash_sync_ops
                : storage == OPS_BF16 ? &cuda_bf16_flash_sync_ops

@@ -432,6 +432,17 @@ static void check_matmul_backward(const vit_ops *g)
 GPU_TESTS(matmul_backward_matches_cpu_and_accumulates_dw_dbias_also_with_null_dinp,
           check_matmul_backward)
 
+/* The same cases on the candidate kernels' table (OPS_CANDIDATE_KERNELS):
+ * dbias from the dW product's BGRADB epilogue, added to the dbias given,
+ * where cuBLASLt has an algorithm (else the column sums, as the default). */
+static const vit_ops *candidates_of(const vit_ops *g);
+static void check_matmul_backward_bgradb(const vit_ops *g)
+{
+    check_matmul_backward(candidates_of(g));
+}
+GPU_TESTS(matmul_backward_with_bias_gradients_from_the_bgradb_epilogue_matches_cpu_and_accumulates,
+          check_matmul_backward_bgradb)
+
 /* ------------------------------------------------------------------------ */
 /* Embeddings. embed_forward: one fp32 add per element (patch_out's floatX
  * values are exact in fp32): exact. embed_backward: dpatch_out is a copy of
@@ -694,7 +705,7 @@ GPU_TESTS(attention_backward_from_out_and_lse_matches_cpu_dqkv, check_attention_
  * cp.async (the OPS_FLASH_SYNC_LOADS table: the pipeline changes no value).
  * The scratch is the table's own attention_scratch_bytes, which must be
  * the planner's (att_scratch_bytes) and a single row vector (B,NH,T).
- * The fused backward (OPS_FLASH_FUSED_BACKWARD) on the same inputs: dq,
+ * The fused backward (OPS_CANDIDATE_KERNELS' table) on the same inputs: dq,
  * dk, dv against the CPU (tol_x), dk and dv the same bits as the two
  * kernels', twice the same bits, its scratch attention_scratch.h's. */
 
@@ -718,13 +729,15 @@ static const vit_ops *sync_loads_of(const vit_ops *g)
     return s;
 }
 
-/* g's storage with the fused flash backward (OPS_FLASH_FUSED_BACKWARD). */
-static const vit_ops *fused_of(const vit_ops *g)
+/* g's storage with the candidate kernels (OPS_CANDIDATE_KERNELS: the fused
+ * flash backward, bias gradients from the BGRADB epilogue). */
+static const vit_ops *candidates_of(const vit_ops *g)
 {
     char why[512];
-    const vit_ops *s = ops_cuda((g->fp16 ? OPS_FP16 : OPS_BF16) | OPS_FLASH_FUSED_BACKWARD, why,
-                                sizeof why);
-    cr_assert(s != NULL, "%s: no flash-fused table: %s", g->name, why);
+    const vit_ops *s = ops_cuda((g->fp16 ? OPS_FP16 : g->bf16 ? OPS_BF16 : OPS_FP32) |
+                                    OPS_CANDIDATE_KERNELS,
+                                why, sizeof why);
+    cr_assert(s != NULL, "%s: no candidates table: %s", g->name, why);
     return s;
 }
 
@@ -863,10 +876,10 @@ static void flash_case(const vit_ops *g, int B, int T, int hd, int NH)
         expect_same_soft(g, sub, host_from_dev(g, d_dqkv, nq, FX), dqkv1, nq);
     }
 
-    /* the fused backward (OPS_FLASH_FUSED_BACKWARD), from a NaN-poisoned
+    /* the fused backward (OPS_CANDIDATE_KERNELS), from a NaN-poisoned
      * scratch of its own size: dq, dk, dv against the CPU; dk and dv the
      * two kernels' bits; a second run the same bits */
-    const vit_ops *f = fused_of(g);
+    const vit_ops *f = candidates_of(g);
     const size_t fb = f->attention_scratch_bytes(B, T, D, NH);
     cr_assert_eq(fb, att_flash_fused_scratch_bytes(B, T, D, NH),
                  "%s %s: scratch %zu bytes, attention_scratch.h says %zu", f->name, what, fb,
@@ -929,7 +942,7 @@ static void check_fused_launches(const vit_ops *g)
     const int B = 18, T = 577, NH = 12, hd = 64, D = NH * hd;
     const size_t nq = (size_t)B * T * 3 * D, no = (size_t)B * T * D, nl = (size_t)B * NH * T;
     const size_t rows = (size_t)B * T;
-    const vit_ops *f = fused_of(g);
+    const vit_ops *f = candidates_of(g);
     cr_assert_lt(att_flash_fused_heads(B, T, D, NH), B * NH, "one launch would take every head");
     floatX *d_qkv = dev_from_host(g, rnd_in(g, nq, 1, 0), nq, FX);
     floatX *d_dout = dev_from_host(g, rnd_in(g, no, 1, 0), no, FX);

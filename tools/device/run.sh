@@ -29,9 +29,11 @@
 #          trainer queues them, then with --sync-steps (a synchronize after
 #          each step: the engine before): what the host waits cost; then
 #          with --graph (one step captured as a CUDA graph and replayed:
-#          what graphs would save, item 4); with --fused-backward (the
-#          step on the fused flash backward: its time and peak memory
-#          against the two-kernel backward's); and a 12-step training run
+#          what graphs would save, item 4); with --candidates (the step on
+#          the candidate kernels, kernels/ops.h OPS_CANDIDATE_KERNELS: the
+#          fused flash backward, bias gradients from the BGRADB epilogue;
+#          its time and peak memory against the default's), and both
+#          tables again with --profile (each op's time); and a 12-step training run
 #          whose summary must say step_host_waits 0
 #   bf16ref  tests/ref/bf16_vs_torch.py (issue 42, item 6): fmnist_small, 3
 #          epochs of the packed subset (468 steps), from the same initial
@@ -138,9 +140,13 @@ if on noloader; then
     done
 fi
 if on queued; then
-    for f in "" --sync-steps --graph --fused-backward; do
+    for f in "" --sync-steps --graph --candidates; do
         step "queued_vit_b16${f:+_${f#--}}" 45 "$W/bin/gpu_bench" --model vit_b16 --batch 128 \
             --steps 20 --warmup 5 $f
+    done
+    for f in "" --candidates; do
+        step "profile_vit_b16${f:+_${f#--}}" 45 "$W/bin/gpu_bench" --model vit_b16 --batch 128 \
+            --steps 3 --warmup 2 --profile $f
     done
     step waits 60 sh -c "$TR --set training.steps=12 --set training.optimizer.warmupSteps=2 \
         --set training.logInterval=4 | tee /dev/stderr | grep -q '\"step_host_waits\":0}'"

@@ -351,7 +351,7 @@ static void run_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, cons
                scale_log2);
 }
 
-/* The fused backward (OPS_FLASH_FUSED_BACKWARD), as fa_backward_fused
+/* The fused backward (OPS_CANDIDATE_KERNELS), as fa_backward_fused
  * launches it, with `heads` heads a launch (the backend takes
  * att_flash_fused_heads; fewer here make several launches reuse the
  * parts). scratch: the D_i, then the parts. */
