@@ -59,15 +59,20 @@ static inline size_t att_flash_scratch_bytes(int B, int T, int NH)
     return att_scratch_align256((size_t)B * NH * T * sizeof(float));
 }
 
-/* The fused backward's parts of dQ (flash_attention.cuh: OPS_FLASH_FUSED_
- * BACKWARD's tables): one fp32 (T x hd) part per K/V tile of 64 keys, per
- * head, for the heads of one launch. A launch takes as many heads as fit in
- * ATT_FUSED_PART_BYTES, but at least enough for ATT_FUSED_MIN_BLOCKS blocks
- * (a few waves on an H100's 132 SMs at 3 blocks each, so that a launch's
- * last wave is a small part of it), and at most all B*NH; the launches
- * reuse the parts one after another. att_flash_fused_heads: the heads a
- * launch takes (0 for non-positive shapes). */
+/* The fused backward's parts of dQ (flash_attention.cuh, the
+ * OPS_CANDIDATE_KERNELS tables): one fp32 (T x hd) part per K/V tile of 64
+ * keys, per head, for the heads of one launch: nkt * T * hd * 4 bytes a
+ * head, which grows as T^2. A launch takes the heads whose parts fit in
+ * ATT_FUSED_PART_BYTES; where those make fewer than ATT_FUSED_MIN_BLOCKS
+ * blocks (a few waves on an H100's 132 SMs at 3 blocks each, so that a
+ * launch's last wave is a small part of it), more, up to that many blocks
+ * or ATT_FUSED_PART_MAX bytes, whichever comes first; always at least one
+ * head and at most all B*NH. The launches reuse the parts one after
+ * another. vit_b16 b128 (T 197, hd 64): 512 heads, 99.7 MiB; T 577: 181
+ * heads, 256 MiB; T 4096 (64 MiB a head): 4 heads. att_flash_fused_heads: the
+ * heads a launch takes (0 for non-positive shapes). */
 #define ATT_FUSED_PART_BYTES ((size_t)64 << 20)
+#define ATT_FUSED_PART_MAX ((size_t)256 << 20)
 #define ATT_FUSED_MIN_BLOCKS 2048
 static inline int att_flash_fused_heads(int B, int T, int D, int NH)
 {
@@ -76,7 +81,11 @@ static inline int att_flash_fused_heads(int B, int T, int D, int NH)
     const size_t all = (size_t)B * NH;
     size_t n = ATT_FUSED_PART_BYTES / per;
     const size_t least = (ATT_FUSED_MIN_BLOCKS + nkt - 1) / nkt;
-    if (n < least) n = least;
+    if (n < least) {
+        n = least;
+        if (n * per > ATT_FUSED_PART_MAX) n = ATT_FUSED_PART_MAX / per;
+    }
+    if (n < 1) n = 1;
     if (n > all) n = all;
     return (int)n;
 }

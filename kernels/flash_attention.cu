@@ -118,7 +118,7 @@ static void fa_backward_fused(X *dqkv, float *scratch, const X *dout, const X *q
 {
     static bool attr;
     const int hd = D / NH, BH = B * NH, nkt = (T + FA_ROWS - 1) / FA_ROWS;
-    const int heads = att_flash_fused_heads(B, T, D, NH);
+    const int heads = att_flash_fused_heads(B, T, D, NH); /* >= 1: B, T, D, NH checked */
     const float scale = 1.0f / sqrtf((float)hd), scale_log2 = scale * FA_LOG2E;
     const size_t rows = (size_t)BH * T;
     float *dvec = scratch, *part = scratch + att_flash_scratch_bytes(B, T, NH) / sizeof(float);
@@ -128,7 +128,7 @@ static void fa_backward_fused(X *dqkv, float *scratch, const X *dout, const X *q
                                                                              T, NH, hd);
     if (CU_LAUNCHED()) return;
     const size_t smem = fa_fused_smem<X, HDP>();
-    if (fa_smem_attr(flash_backward_fused_kernel<X, HDP, true>, smem, &attr)) return;
+    if (heads < 1 || fa_smem_attr(flash_backward_fused_kernel<X, HDP, true>, smem, &attr)) return;
     for (int bh0 = 0; bh0 < BH; bh0 += heads) {
         const int n = BH - bh0 < heads ? BH - bh0 : heads;
         flash_backward_fused_kernel<X, HDP, true><<<dim3((unsigned)n, (unsigned)nkt), FA_THREADS,
@@ -223,8 +223,8 @@ void flash_attention_backward_fused_cuda(X *dqkv, float *scratch, const X *dout,
 {
     CU_GUARD();
     if (B <= 0 || T <= 0) return;
-    const void *p[] = {dqkv, dout, qkv};
-    if (!fa_check<X>("flash_attention_backward_fused", p, 3, B, T, D, NH)) return;
+    const void *p[] = {dqkv, dout, qkv, scratch}; /* the parts take float2 stores */
+    if (!fa_check<X>("flash_attention_backward_fused", p, 4, B, T, D, NH)) return;
 #define FA_BWD(HDP) fa_backward_fused<X, HDP>(dqkv, scratch, dout, qkv, out, lse, B, T, D, NH)
     FA_HDP_SWITCH(D / NH, FA_BWD)
 #undef FA_BWD

@@ -256,9 +256,10 @@ static int lt_plan_build(lt_plan *p, const void *bias)
         /* Not CUBLAS_TRY: a failure here says which problem had no algorithm. */
         const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
             g_cuda.lt, p->desc, p->a, p->b, p->cd, p->cd, pref, 1, &res, &found);
-        if (optional && (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-                         (st == CUBLAS_STATUS_SUCCESS &&
-                          (found < 1 || res.state != CUBLAS_STATUS_SUCCESS)))) {
+        /* the optional epilogue: any refusal (a status, or no algorithm)
+         * means going without it */
+        if (optional && (st != CUBLAS_STATUS_SUCCESS || found < 1 ||
+                         res.state != CUBLAS_STATUS_SUCCESS)) {
             cublasLtMatmulPreferenceDestroy(pref);
             lt_plan_destroy(p);
             p->none = 1;

@@ -934,7 +934,7 @@ Test(cuda_fp16,
 }
 
 /* The fused backward in several launches (att_flash_fused_heads heads
- * each, the parts reused): B=18 NH=12 at T=577, hd 64 (216 heads, 205 a
+ * each, the parts reused): B=18 NH=12 at T=577, hd 64 (216 heads, 181 a
  * launch), against the default tables' two kernels on the same inputs:
  * dk and dv the same bits, dq within tol_x; a second run the same bits. */
 static void check_fused_launches(const vit_ops *g)

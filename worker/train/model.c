@@ -737,7 +737,7 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     /* dres next goes to the attention branch's last matmul, unless drop path
      * scales it first */
     residual_layernorm_backward(m, n2, m->dbuf_d, a->res2, a->ln2_mean, a->ln2_rstd, BT_,
-                                !drops(m, l, 0));
+                                need(m, n2 - 1) && !drops(m, l, 0));
     if (!need(m, n2 - 1)) return;
     ops->matmul_backward(need(m, proj - 1) ? m->dbuf_d : NULL, GF_(m, proj), GF_(m, proj + 1),
                          branch_grad(m, l, 0, B), a->atty, W_(m, proj), BT_, D, D);
@@ -753,7 +753,8 @@ static void block_backward(vit_model *m, int l, block_acts *a, int B)
     /* dres next goes to block l-1's MLP branch (the embedding's backward
      * reads the fp32 one after block 0) */
     residual_layernorm_backward(m, n1, m->dbuf_d, m->res[l], a->ln1_mean, a->ln1_rstd, BT_,
-                                l > 0 && !drops(m, l - 1, 1));
+                                l > 0 && need(m, BT(m, l - 1, BT_COUNT - 1)) &&
+                                    !drops(m, l - 1, 1));
 }
 
 int model_set_drop_path(vit_model *m, const float *scale, int B)
@@ -866,6 +867,7 @@ void model_backward(vit_model *m, float dloss)
 
     use_unit(m, m->L + 1, 1);
     grads_begin(m, m->L + 1);
+    m->dres_lp_now = 0;
     if (m->soft)
         ops->crossentropy_soft_backward(m->dlogits, m->probs, m->soft_targets, dloss, B, K);
     else
