@@ -397,6 +397,7 @@ gpu-test: deps
 bench-gpu: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(BUILD)/bin/gpu_bench $(BUILD)/bin/vitjob-worker $(CUDA_PLUGIN)
 	python3 bench/gpu_vs_torch.py --build $(BUILD)
+	python3 bench/attention_vs_torch.py --gpu-bench $(BUILD)/bin/gpu_bench
 	python3 bench/plan_gpu_bench.py --build $(BUILD)
 
 clean:

@@ -49,7 +49,8 @@
  * count for the paths, FlashAttention's: forward 4*B*T*T*D (QK^T, PV),
  * backward 2.5 times that (dV, dP, dQ, dK and QK^T again; the flash
  * backward's own recomputation for its deterministic dQ is not counted).
- * cuDNN's SDPA is not among the peers yet.
+ * bench/attention_vs_torch.py sets these lines beside torch's SDPA on each
+ * of its backends, cuDNN's among them.
  *
  * usage: gpu_bench [--model vit_b16] [--batch 128] [--steps 20] [--warmup 5]
  *                  [--precision bf16-mixed|fp16-mixed|fp32] [--ckpt] [--device cuda|cpu]

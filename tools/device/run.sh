@@ -13,7 +13,9 @@
 #          pipeline) against flash-sync (tiles through registers),
 #          flash-fused (the fused backward: S and dP once, dQ's parts added
 #          in order) and unfused, forward + backward TFLOP/s at vit_b16's
-#          shapes (b128, T 197 and 577)
+#          shapes (b128, T 197 and 577), beside torch's SDPA on each of its
+#          backends (cuDNN, FlashAttention-2, memory-efficient, math) at the
+#          same shapes: bench/attention_vs_torch.py, $OUT/attention.json
 #   train  fmnist_small, bf16-mixed and fp16-mixed, 3 epochs of the packed
 #          subset, on cuda
 #   plan   bench/plan_gpu_bench.py: `vitjob-worker plan --device cuda`
@@ -114,8 +116,9 @@ if on tests; then
     step gpu_dp 80 $VJ "$W/tests/test_gpu_dp" --verbose
 fi
 if on attn; then
-    step attn_bench 90 "$W/bin/gpu_bench" --attention --model vit_b16 --batch 128 --steps 10 \
-        --warmup 3
+    step attn_bench 150 env PYTHONUNBUFFERED=1 python3 bench/attention_vs_torch.py \
+        --gpu-bench "$W/bin/gpu_bench" --model vit_b16 --batch 128 --steps 10 --warmup 3 \
+        --json "$OUT/attention.json"
 fi
 if on train; then
     step train_bf16 90 $VJ $TR --set training.epochs=3 --set training.logInterval=100
