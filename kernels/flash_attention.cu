@@ -96,9 +96,9 @@ static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const
     if (CU_LAUNCHED()) return;
     /* dK, dV per K/V tile */
     const size_t s1 = fa_dkdv_smem<X, HDP>();
-    if (fa_smem_attr(flash_backward_dkdv_kernel<X, HDP, ASYNC>, s1, &attr_dkdv)) return;
-    flash_backward_dkdv_kernel<X, HDP, ASYNC><<<grid, FA_THREADS, s1, st>>>(
-        dqkv, qkv, dout, lse, dvec, T, NH, hd, scale, scale_log2);
+    if (fa_smem_attr(flash_backward_dkdv_kernel<X, HDP, ASYNC, false>, s1, &attr_dkdv)) return;
+    flash_backward_dkdv_kernel<X, HDP, ASYNC, false><<<grid, FA_THREADS, s1, st>>>(
+        dqkv, (float *)NULL, qkv, dout, lse, dvec, 0, T, NH, hd, scale, scale_log2);
     if (CU_LAUNCHED()) return;
     /* dQ per query tile */
     const size_t s2 = fa_dq_smem<X, HDP>();
@@ -128,11 +128,12 @@ static void fa_backward_fused(X *dqkv, float *scratch, const X *dout, const X *q
                                                                              T, NH, hd);
     if (CU_LAUNCHED()) return;
     const size_t smem = fa_fused_smem<X, HDP>();
-    if (heads < 1 || fa_smem_attr(flash_backward_fused_kernel<X, HDP, true>, smem, &attr)) return;
+    if (heads < 1 || fa_smem_attr(flash_backward_dkdv_kernel<X, HDP, true, true>, smem, &attr))
+        return;
     for (int bh0 = 0; bh0 < BH; bh0 += heads) {
         const int n = BH - bh0 < heads ? BH - bh0 : heads;
-        flash_backward_fused_kernel<X, HDP, true><<<dim3((unsigned)n, (unsigned)nkt), FA_THREADS,
-                                                     smem, st>>>(
+        flash_backward_dkdv_kernel<X, HDP, true, true><<<dim3((unsigned)n, (unsigned)nkt),
+                                                          FA_THREADS, smem, st>>>(
             dqkv, part, qkv, dout, lse, dvec, bh0, T, NH, hd, scale, scale_log2);
         if (CU_LAUNCHED()) return;
         const size_t pairs = (size_t)n * T * hd / 2;

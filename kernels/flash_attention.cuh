@@ -8,8 +8,9 @@
  * K/V tile looping over the query tiles; dQ per query tile looping over the
  * K/V tiles (each output element is written once, by one thread: no atomics,
  * the same bits on every run); and the fused backward, for the A/B against
- * those two (one pass per K/V tile making dK, dV and each query tile's
- * part of dQ, and a kernel that adds the parts in a fixed order). All of
+ * those two (the dK/dV kernel with DQ_PARTS: one pass per K/V tile making
+ * dK, dV and each query tile's part of dQ; a kernel that adds the parts in
+ * a fixed order). All of
  * them read q, k, v in place from the
  * qkv activation (B,T,3D) by stride and write dq, dk, dv straight into
  * dqkv (B,T,3D), head h at columns h*hd of each third (ops.h's layout).
@@ -70,7 +71,7 @@
  * Other head dims: 0, ptxas's choice. */
 template <int HDP> struct fa_fit {
     static const int FORWARD = HDP == 64 ? 4 : 0, DKDV = HDP == 64 ? 3 : 0,
-                     DQ = HDP == 64 ? 4 : 0, FUSED = HDP == 64 ? 3 : 0;
+                     DQ = HDP == 64 ? 4 : 0;
 };
 
 /* Shared-memory row stride (elements) of a 64 x HDP tile: 8 elements (16
@@ -539,10 +540,49 @@ __global__ void flash_backward_dot_kernel(float *dvec, const X *dout, const X *o
     if (lane == 0) dvec[row] = d;
 }
 
-/* Block (bh, kt): keys kt*64.., each warp 16 of them. K, V tiles loaded
- * once; for each query tile (pipelined: Q, dO, and the rows' lse and D in
- * two buffers each of shared memory; rows past T get lse = +inf, so P = 0
- * there):
+/* The fused backward's (DQ_PARTS) part of dQ for a warp's 16 query rows
+ * q0 + r0.. of one query tile: dS (16 queries x the keys < kv of the tile,
+ * from the dS^T tile sds by ldmatrix.trans; the k-steps of warps whose
+ * keys are all past T, which wrote no rows, are skipped) times the K tile
+ * sk (row stride LD), stored as fp32 into this block's part (T x hd), rows
+ * < T and columns < hd, two columns a store (8-byte aligned: hd and the
+ * column are even, the part's start a multiple of 8 floats). */
+template <typename X, int HDP>
+__device__ __forceinline__ void fa_dq_part(float *mine, const X *sds, const X *sk, int r0, int q0,
+                                           int kv, int T, int hd, int LD)
+{
+    const int ND = HDP / 8;
+    float dq[ND][4];
+    fa_zero<ND>(dq);
+#pragma unroll
+    for (int kk = 0; kk < FA_ROWS / 16; kk++) {
+        if (kk * 16 >= kv) break; /* block-uniform */
+        uint32_t a[4];
+        fa_frag_a_t(a, sds, FA_DS_LD, kk * 16, r0);
+#pragma unroll
+        for (int d = 0; d < ND; d += 2) {
+            uint32_t b0[2], b1[2];
+            fa_frag_b2(b0, b1, sk, LD, kk * 16, d * 8);
+            fa_mma<X>(dq[d], a, b0);
+            fa_mma<X>(dq[d + 1], a, b1);
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = q0 + fa_row(half);
+        if (row >= T) continue;
+        float *o = mine + (size_t)row * hd;
+#pragma unroll
+        for (int d = 0; d < ND; d++)
+            if (d * 8 < hd)
+                *(float2 *)(o + fa_col(d, 0)) = make_float2(dq[d][2 * half], dq[d][2 * half + 1]);
+    }
+}
+
+/* Block (bh0 + x, kt): keys kt*64.., each warp 16 of them. K, V tiles
+ * loaded once; for each query tile (pipelined: Q, dO, and the rows' lse and
+ * D in two buffers each of shared memory; rows past T get lse = +inf, so
+ * P = 0 there):
  *   S^T (16 keys x 64 queries) = K_w Q^T;  P^T = exp2(S^T scale log2e - lse log2e)
  *   dV_w += P^T dO                         (P^T rounded to X)
  *   dP^T = V_w dO^T;  dS^T = P^T (dP^T - D)  (fp32 P)
@@ -550,20 +590,36 @@ __global__ void flash_backward_dot_kernel(float *dvec, const X *dout, const X *o
  * then dK * scale and dV into dqkv's k and v thirds, keys < T only. The
  * scores of keys past T (zero rows of K) only reach those keys' own rows.
  * lse is in natural-log units in shared memory (the copy is raw), taken
- * to log2 units where P is made. */
-template <typename X, int HDP, bool ASYNC>
+ * to log2 units where P is made.
+ *
+ * DQ_PARTS (the fused backward of ops_cuda's OPS_CANDIDATE_KERNELS tables;
+ * the trainer's tables run this kernel without it and the dQ kernel
+ * below): S and dP are then computed once where the two kernels compute
+ * them twice. Per query tile, after dK_w += dS^T Q, dS^T rounded to X goes
+ * into one more shared-memory tile (64 keys x 64 queries; keys past T as
+ * 0: their rows of K are zero, but their P is not, and is inf where lse <
+ * -88), a barrier, then each warp its 16 query rows: dQ_part = dS K over
+ * the keys < T (ldmatrix.trans of dS^T, K's tile as B), stored as fp32
+ * into part[(x * gridDim.y + kt) * T * hd + t * hd + d], rows < T, cols
+ * < hd. No atomics: flash_backward_dq_sum_kernel adds a head's parts in kt
+ * order. The barrier at the loop's top keeps the next tile's dS^T from
+ * landing before every warp has read this one's. dK and dV are the same
+ * arithmetic either way: the same bits. Without DQ_PARTS, part is unused
+ * and bh0 is 0. */
+template <typename X, int HDP, bool ASYNC, bool DQ_PARTS>
 __global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DKDV)
-    flash_backward_dkdv_kernel(X *dqkv, const X *qkv, const X *dout, const float *lse,
-                               const float *dvec, int T, int NH, int hd, float scale,
-                               float scale_log2)
+    flash_backward_dkdv_kernel(X *dqkv, float *part, const X *qkv, const X *dout,
+                               const float *lse, const float *dvec, int bh0, int T, int NH,
+                               int hd, float scale, float scale_log2)
 {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS;
-    /* K, V, then Q's two buffers, dO's, lse's and D's (64 floats each):
-     * buffer i of Q at sq + i * E, of lse at slse + i * FA_ROWS */
-    X *sk = (X *)fa_smem, *sv = sk + E, *sq = sv + E, *sdo = sv + 3 * E;
-    float *slse = (float *)(sv + 5 * E), *sd = slse + 2 * FA_ROWS;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, k0 = blockIdx.y * FA_ROWS;
+    const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS, LD = fa_tile<HDP>::LD;
+    /* K, V, then Q's two buffers, dO's, [DQ_PARTS: dS^T,] lse's and D's
+     * (64 floats each): buffer i of Q at sq + i * E, of lse at slse + i *
+     * FA_ROWS */
+    X *sk = (X *)fa_smem, *sv = sk + E, *sq = sv + E, *sdo = sv + 3 * E, *sds = sv + 5 * E;
+    float *slse = (float *)(sds + (DQ_PARTS ? FA_ROWS * FA_DS_LD : 0)), *sd = slse + 2 * FA_ROWS;
+    const int bh = bh0 + blockIdx.x, b = bh / NH, h = bh % NH, k0 = blockIdx.y * FA_ROWS;
     const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
     const size_t ld = 3 * (size_t)D;
     const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
@@ -579,6 +635,7 @@ __global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DKDV)
     fa_zero<ND>(dk);
     fa_zero<ND>(dv);
 
+    const int kv = T - k0;         /* real keys in this tile */
     const bool busy = k0 + r0 < T; /* some of this warp's 16 keys are real */
     for (int q0 = 0, i = 0; q0 < T; q0 += FA_ROWS, i ^= 1) {
         fa_tile_barrier<ASYNC>();
@@ -589,8 +646,8 @@ __global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DKDV)
             fa_load_rows<ASYNC>(slse + (i ^ 1) * FA_ROWS, sd + (i ^ 1) * FA_ROWS, lseh, dh, qn,
                                 T);
         }
+        const int qv = T - q0; /* real queries in this tile */
         if (busy) {
-            const int qv = T - q0; /* real queries in this tile */
             const float *tl = slse + i * FA_ROWS, *td = sd + i * FA_ROWS;
 
             /* P^T (16 keys x 64 queries); queries past T: lse +inf, P 0 */
@@ -615,6 +672,25 @@ __global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DKDV)
 
             /* dK_w += dS^T Q */
             fa_acc_times_tile<X, HDP>(dk, ds, sq + i * E, qv);
+
+            if constexpr (DQ_PARTS) { /* dS^T into shared memory, two queries a word */
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int key = fa_row(half);
+                    const bool real = k0 + key < T;
+#pragma unroll
+                    for (int n = 0; n < NS; n++)
+                        *(uint32_t *)(sds + key * FA_DS_LD + fa_col(n, 0)) =
+                            real ? fa_pack<X>(ds[n][2 * half], ds[n][2 * half + 1]) : 0u;
+                }
+            }
+        }
+        if constexpr (DQ_PARTS) {
+            __syncthreads(); /* every warp's rows of dS^T are in */
+            if (q0 + r0 < T) /* some of this warp's 16 query rows are real */
+                fa_dq_part<X, HDP>(part + ((size_t)blockIdx.x * gridDim.y + blockIdx.y) *
+                                              (size_t)T * hd,
+                                   sds, sk, r0, q0, kv, T, hd, LD);
         }
     }
 
@@ -697,132 +773,6 @@ __global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::DQ)
 
     const float sc[2] = {scale, scale};
     fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd, ld, dq, q0, T, hd, sc);
-}
-
-/* The fused backward (ops_cuda's OPS_CANDIDATE_KERNELS tables; the
- * trainer's tables run the dK/dV and dQ kernels above): one pass over the
- * query tiles per K/V tile, as flash_backward_dkdv_kernel, that also
- * makes each query tile's share of dQ from the dS it already has, so that
- * S and dP are computed once where the two kernels compute them twice.
- * Block (bh0 + x, kt): keys kt*64.., each warp 16 of them for dK and dV
- * (the same arithmetic as flash_backward_dkdv_kernel: the same bits). Per
- * query tile, after dK_w += dS^T Q:
- *   dS^T (64 keys x 64 queries) rounded to X into shared memory (keys past
- *   T as 0: their rows of K are zero, but their P is not), a barrier,
- *   then each warp its 16 query rows: dQ_part = dS K over the keys < T
- *   (ldmatrix.trans of dS^T, K's tile as B), stored as fp32 into
- *   part[(x * gridDim.y + kt) * T * hd + t * hd + d], rows < T, cols < hd.
- * No atomics: flash_backward_dq_sum_kernel adds a head's parts in kt order.
- * The barrier at the loop's top keeps the next tile's dS^T from landing
- * before every warp has read this one's. */
-template <typename X, int HDP, bool ASYNC>
-__global__ void __launch_bounds__(FA_THREADS, fa_fit<HDP>::FUSED)
-    flash_backward_fused_kernel(X *dqkv, float *part, const X *qkv, const X *dout,
-                                const float *lse, const float *dvec, int bh0, int T, int NH,
-                                int hd, float scale, float scale_log2)
-{
-    extern __shared__ __align__(16) unsigned char fa_smem[];
-    const int NS = FA_ROWS / 8, ND = HDP / 8, E = fa_tile<HDP>::ELEMS, LD = fa_tile<HDP>::LD;
-    /* K, V, Q's two buffers, dO's, dS^T, then lse's two and D's (64 floats
-     * each) */
-    X *sk = (X *)fa_smem, *sv = sk + E, *sq = sv + E, *sdo = sv + 3 * E, *sds = sv + 5 * E;
-    float *slse = (float *)(sds + FA_ROWS * FA_DS_LD), *sd = slse + 2 * FA_ROWS;
-    const int bh = bh0 + blockIdx.x, b = bh / NH, h = bh % NH, k0 = blockIdx.y * FA_ROWS;
-    const int D = NH * hd, r0 = (threadIdx.x >> 5) * 16;
-    const size_t ld = 3 * (size_t)D;
-    const X *qh = qkv + (size_t)b * T * ld + (size_t)h * hd, *kh = qh + D, *vh = qh + 2 * D;
-    const X *doh = dout + (size_t)b * T * D + (size_t)h * hd;
-    const float *lseh = lse + (size_t)bh * T, *dh = dvec + (size_t)bh * T;
-    float *mine = part + ((size_t)blockIdx.x * gridDim.y + blockIdx.y) * (size_t)T * hd;
-
-    fa_load_tile<X, HDP, ASYNC>(sk, kh, ld, k0, T, hd);
-    fa_load_tile<X, HDP, ASYNC>(sv, vh, ld, k0, T, hd);
-    fa_load_tile<X, HDP, ASYNC>(sq, qh, ld, 0, T, hd);
-    fa_load_tile<X, HDP, ASYNC>(sdo, doh, D, 0, T, hd);
-    fa_load_rows<ASYNC>(slse, sd, lseh, dh, 0, T);
-    float dk[ND][4], dv[ND][4];
-    fa_zero<ND>(dk);
-    fa_zero<ND>(dv);
-
-    const int kv = T - k0;          /* real keys in this tile */
-    const bool busy = k0 + r0 < T;  /* some of this warp's 16 keys are real */
-    for (int q0 = 0, i = 0; q0 < T; q0 += FA_ROWS, i ^= 1) {
-        fa_tile_barrier<ASYNC>();
-        const int qn = q0 + FA_ROWS;
-        if (qn < T) {
-            fa_load_tile<X, HDP, ASYNC>(sq + (i ^ 1) * E, qh, ld, qn, T, hd);
-            fa_load_tile<X, HDP, ASYNC>(sdo + (i ^ 1) * E, doh, D, qn, T, hd);
-            fa_load_rows<ASYNC>(slse + (i ^ 1) * FA_ROWS, sd + (i ^ 1) * FA_ROWS, lseh, dh, qn,
-                                T);
-        }
-        const int qv = T - q0;
-        if (busy) {
-            const float *tl = slse + i * FA_ROWS, *td = sd + i * FA_ROWS;
-            float p[NS][4];
-            fa_rows_dot_rows<X, HDP>(p, sk, r0, sq + i * E, qv);
-#pragma unroll
-            for (int n = 0; n < NS; n++)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    p[n][c] = exp2f(p[n][c] * scale_log2 - __fmul_rn(tl[fa_col(n, c)], FA_LOG2E));
-            fa_acc_times_tile<X, HDP>(dv, p, sdo + i * E, qv);
-            float ds[NS][4];
-            fa_rows_dot_rows<X, HDP>(ds, sv, r0, sdo + i * E, qv);
-#pragma unroll
-            for (int n = 0; n < NS; n++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) ds[n][c] = p[n][c] * (ds[n][c] - td[fa_col(n, c)]);
-            fa_acc_times_tile<X, HDP>(dk, ds, sq + i * E, qv);
-
-            /* dS^T into shared memory: this warp's 16 keys, two queries a word */
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int key = fa_row(half);
-                const bool real = k0 + key < T;
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-                    *(uint32_t *)(sds + key * FA_DS_LD + fa_col(n, 0)) =
-                        real ? fa_pack<X>(ds[n][2 * half], ds[n][2 * half + 1]) : 0u;
-            }
-        }
-        __syncthreads(); /* every warp's rows of dS^T are in */
-        if (q0 + r0 < T) { /* some of this warp's 16 query rows are real */
-            /* dQ_part (16 queries x HDP) = dS K over the keys < T: the
-             * k-steps of warps whose keys are all past T are skipped
-             * (their rows of dS^T were not written) */
-            float dq[ND][4];
-            fa_zero<ND>(dq);
-#pragma unroll
-            for (int kk = 0; kk < FA_ROWS / 16; kk++) {
-                if (kk * 16 >= kv) break; /* block-uniform */
-                uint32_t a[4];
-                fa_frag_a_t(a, sds, FA_DS_LD, kk * 16, r0);
-#pragma unroll
-                for (int d = 0; d < ND; d += 2) {
-                    uint32_t b0[2], b1[2];
-                    fa_frag_b2(b0, b1, sk, LD, kk * 16, d * 8);
-                    fa_mma<X>(dq[d], a, b0);
-                    fa_mma<X>(dq[d + 1], a, b1);
-                }
-            }
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int row = q0 + fa_row(half);
-                if (row >= T) continue;
-                float *o = mine + (size_t)row * hd;
-#pragma unroll
-                for (int d = 0; d < ND; d++)
-                    if (d * 8 < hd) /* 8-byte aligned: hd and the column are even */
-                        *(float2 *)(o + fa_col(d, 0)) =
-                            make_float2(dq[d][2 * half], dq[d][2 * half + 1]);
-            }
-        }
-    }
-
-    const float one[2] = {1.0f, 1.0f}, sc[2] = {scale, scale};
-    fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd + D, ld, dk, k0, T, hd, sc);
-    fa_store_rows<X, HDP>(dqkv + (size_t)b * T * ld + (size_t)h * hd + 2 * D, ld, dv, k0, T, hd,
-                          one);
 }
 
 /* dQ of heads bh0 .. bh0 + heads - 1 from the fused kernel's parts:

@@ -709,36 +709,30 @@ GPU_TESTS(attention_backward_from_out_and_lse_matches_cpu_dqkv, check_attention_
  * dk, dv against the CPU (tol_x), dk and dv the same bits as the two
  * kernels', twice the same bits, its scratch attention_scratch.h's. */
 
+/* g's storage with one of ops_cuda's variant flags (ops.h): the table
+ * the test compares g's with. */
+static const vit_ops *variant_of(const vit_ops *g, int flag, const char *what)
+{
+    char why[512];
+    const vit_ops *v = ops_cuda((g->fp16 ? OPS_FP16 : g->bf16 ? OPS_BF16 : OPS_FP32) | flag, why,
+                                sizeof why);
+    cr_assert(v != NULL, "%s: no %s table: %s", g->name, what, why);
+    return v;
+}
+/* the unfused attention; the flash kernels' tiles copied through
+ * registers; the candidate kernels (the fused flash backward, bias
+ * gradients from the BGRADB epilogue) */
 static const vit_ops *unfused_of(const vit_ops *g)
 {
-    char why[512];
-    const vit_ops *u = ops_cuda((g->fp16 ? OPS_FP16 : g->bf16 ? OPS_BF16 : OPS_FP32) |
-                                    OPS_UNFUSED_ATTENTION,
-                                why, sizeof why);
-    cr_assert(u != NULL, "%s: no unfused-attention table: %s", g->name, why);
-    return u;
+    return variant_of(g, OPS_UNFUSED_ATTENTION, "unfused-attention");
 }
-
-/* g's storage with the flash kernels' tiles copied through registers. */
 static const vit_ops *sync_loads_of(const vit_ops *g)
 {
-    char why[512];
-    const vit_ops *s = ops_cuda((g->fp16 ? OPS_FP16 : OPS_BF16) | OPS_FLASH_SYNC_LOADS, why,
-                                sizeof why);
-    cr_assert(s != NULL, "%s: no flash-sync table: %s", g->name, why);
-    return s;
+    return variant_of(g, OPS_FLASH_SYNC_LOADS, "flash-sync");
 }
-
-/* g's storage with the candidate kernels (OPS_CANDIDATE_KERNELS: the fused
- * flash backward, bias gradients from the BGRADB epilogue). */
 static const vit_ops *candidates_of(const vit_ops *g)
 {
-    char why[512];
-    const vit_ops *s = ops_cuda((g->fp16 ? OPS_FP16 : g->bf16 ? OPS_BF16 : OPS_FP32) |
-                                    OPS_CANDIDATE_KERNELS,
-                                why, sizeof why);
-    cr_assert(s != NULL, "%s: no candidates table: %s", g->name, why);
-    return s;
+    return variant_of(g, OPS_CANDIDATE_KERNELS, "candidates");
 }
 
 /* The q, k or v third (part 0, 1, 2) of a (B*T, 3D) matrix, as (B*T, D). */

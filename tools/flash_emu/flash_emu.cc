@@ -343,9 +343,9 @@ static void run_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, cons
     const size_t rows = (size_t)B * NH * T;
     emu_launch(flash_backward_dot_kernel<X>, (unsigned)((rows + 7) / 8), 1, 256, dvec, dout, out,
                B, T, NH, hd);
-    emu_launch(flash_backward_dkdv_kernel<X, HDP, ASYNC>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
-               FA_THREADS, dqkv, qkv, dout, lse, (const float *)dvec, T, NH, hd,
-               scale, scale_log2);
+    emu_launch(flash_backward_dkdv_kernel<X, HDP, ASYNC, false>, (unsigned)(B * NH),
+               (unsigned)((T + 63) / 64), FA_THREADS, dqkv, (float *)NULL, qkv, dout, lse,
+               (const float *)dvec, 0, T, NH, hd, scale, scale_log2);
     emu_launch(flash_backward_dq_kernel<X, HDP, ASYNC>, (unsigned)(B * NH), (unsigned)((T + 63) / 64),
                FA_THREADS, dqkv, qkv, dout, lse, (const float *)dvec, T, NH, hd, scale,
                scale_log2);
@@ -367,7 +367,7 @@ static void run_backward_fused(X *dqkv, float *scratch, const X *dout, const X *
                B, T, NH, hd);
     for (int bh0 = 0; bh0 < BH; bh0 += heads) {
         const int n = BH - bh0 < heads ? BH - bh0 : heads;
-        emu_launch(flash_backward_fused_kernel<X, HDP, true>, (unsigned)n, (unsigned)nkt,
+        emu_launch(flash_backward_dkdv_kernel<X, HDP, true, true>, (unsigned)n, (unsigned)nkt,
                    FA_THREADS, dqkv, part, qkv, dout, lse, (const float *)dvec, bh0, T, NH, hd,
                    scale, scale_log2);
         const size_t pairs = (size_t)n * T * hd / 2;
