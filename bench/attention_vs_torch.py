@@ -102,11 +102,16 @@ def ours(a):
         m = LINE.match(l)
         if not m:
             continue
-        kv = dict(x.split("=", 1) for x in m.group(1).split())
-        rows.append({"path": kv["path"], "backend": kv["backend"], "B": int(kv["B"]),
-                     "T": int(kv["T"]), "D": int(kv["D"]), "NH": int(kv["NH"]),
-                     "fwd_ms": float(kv["fwd_ms"]), "bwd_ms": float(kv["bwd_ms"]),
-                     "fwd_tflops": float(kv["fwd_tflops"]), "bwd_tflops": float(kv["bwd_tflops"])})
+        print(l, flush=True)  # gpu_bench's own line first: kept if the table below fails
+        try:
+            kv = dict(x.split("=", 1) for x in m.group(1).split())
+            rows.append({"path": kv["path"], "backend": kv["backend"], "B": int(kv["B"]),
+                         "T": int(kv["T"]), "D": int(kv["D"]), "NH": int(kv["NH"]),
+                         "fwd_ms": float(kv["fwd_ms"]), "bwd_ms": float(kv["bwd_ms"]),
+                         "fwd_tflops": float(kv["fwd_tflops"]),
+                         "bwd_tflops": float(kv["bwd_tflops"])})
+        except (KeyError, ValueError) as e:
+            sys.stderr.write("attention_vs_torch: cannot read %r: %s\n" % (l, e))
     why = "" if p.returncode == 0 else (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
     return rows, why
 
@@ -119,7 +124,11 @@ def theirs(a, B, T, D, NH):
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=a.timeout)
     except subprocess.TimeoutExpired:
         return [], "timed out after %d s" % a.timeout
-    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    rows = []
+    for l in p.stdout.splitlines():
+        if l.startswith("{"):
+            print("torch " + l, flush=True)  # kept if the table below fails
+            rows.append(json.loads(l))
     why = "" if p.returncode == 0 else (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
     return rows, why
 
