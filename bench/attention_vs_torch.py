@@ -33,10 +33,9 @@ import subprocess
 import sys
 import time
 
+from gpu_vs_torch import DIMS  # the presets' shapes, bench/gpu_vs_torch.py's table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# preset: (D, NH, tokens at 224): api/config_keys.c's
-MODELS = {"vit_ti16": (192, 3, 197), "vit_s16": (384, 6, 197), "vit_b16": (768, 12, 197),
-          "vit_l16": (1024, 16, 197), "vit_h14": (1280, 16, 257)}
 BACKENDS = ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 
 
@@ -158,14 +157,15 @@ def main():
         return torch_peer(B, T, D, NH, steps, warmup)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpu-bench", default=os.path.join("build", "bin", "gpu_bench"))
-    ap.add_argument("--model", default="vit_b16", choices=sorted(MODELS))
+    ap.add_argument("--model", default="vit_b16", choices=sorted(DIMS))
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=120, help="seconds for each subprocess")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args()
-    D, NH, tokens = MODELS[a.model]
+    image, patch, _, D, _, NH, _, _ = DIMS[a.model]
+    tokens = (image // patch) ** 2 + 1
     notes = []
     rows, why = ours(a)
     if why:

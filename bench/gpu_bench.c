@@ -445,12 +445,18 @@ out:
     return rc;
 }
 
+/* ops_cuda's storage for a --precision */
+static int storage_of(const char *precision)
+{
+    return strcmp(precision, "fp16-mixed") == 0   ? OPS_FP16
+           : strcmp(precision, "bf16-mixed") == 0 ? OPS_BF16
+                                                  : OPS_FP32;
+}
+
 static int attention_bench(const bench_args *a, const model_config *mc)
 {
     char err[1024] = "";
-    const int storage = strcmp(a->precision, "fp16-mixed") == 0   ? OPS_FP16
-                        : strcmp(a->precision, "bf16-mixed") == 0 ? OPS_BF16
-                                                                  : OPS_FP32;
+    const int storage = storage_of(a->precision);
     const vit_ops *flash = ops_cuda(storage, err, sizeof err);
     const vit_ops *unfused = flash ? ops_cuda(storage | OPS_UNFUSED_ATTENTION, err, sizeof err)
                                    : NULL;
@@ -572,9 +578,7 @@ int main(int argc, char **argv)
         return VITJOB_EXIT_CONFIG;
     }
     if (a.candidates) { /* the same precision, the candidate kernels */
-        real = ops_cuda((real->fp16 ? OPS_FP16 : real->bf16 ? OPS_BF16 : OPS_FP32) |
-                            OPS_CANDIDATE_KERNELS,
-                        err, sizeof err);
+        real = ops_cuda(storage_of(a.precision) | OPS_CANDIDATE_KERNELS, err, sizeof err);
         if (!real) {
             fprintf(stderr, "gpu_bench: %s\n", err);
             return VITJOB_EXIT_CONFIG;

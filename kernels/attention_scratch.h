@@ -74,10 +74,15 @@ static inline size_t att_flash_scratch_bytes(int B, int T, int NH)
 #define ATT_FUSED_PART_BYTES ((size_t)64 << 20)
 #define ATT_FUSED_PART_MAX ((size_t)256 << 20)
 #define ATT_FUSED_MIN_BLOCKS 2048
+/* One head's parts: its K/V tiles of 64 keys, times T x hd floats. */
+static inline size_t att_flash_fused_head_bytes(int T, int hd)
+{
+    return ((size_t)T + 63) / 64 * (size_t)T * (size_t)hd * sizeof(float);
+}
 static inline int att_flash_fused_heads(int B, int T, int D, int NH)
 {
     if (B <= 0 || T <= 0 || D <= 0 || NH <= 0 || D % NH != 0) return 0;
-    const size_t nkt = ((size_t)T + 63) / 64, per = nkt * (size_t)T * (size_t)(D / NH) * 4;
+    const size_t nkt = ((size_t)T + 63) / 64, per = att_flash_fused_head_bytes(T, D / NH);
     const size_t all = (size_t)B * NH;
     size_t n = ATT_FUSED_PART_BYTES / per;
     const size_t least = (ATT_FUSED_MIN_BLOCKS + nkt - 1) / nkt;
@@ -95,9 +100,8 @@ static inline size_t att_flash_fused_scratch_bytes(int B, int T, int D, int NH)
 {
     const int heads = att_flash_fused_heads(B, T, D, NH);
     if (heads <= 0) return 0;
-    const size_t nkt = ((size_t)T + 63) / 64;
     return att_flash_scratch_bytes(B, T, NH) +
-           att_scratch_align256((size_t)heads * nkt * (size_t)T * (size_t)(D / NH) * 4);
+           att_scratch_align256((size_t)heads * att_flash_fused_head_bytes(T, D / NH));
 }
 
 /* The CUDA backend's attention_scratch_bytes on a GPU of compute capability

@@ -79,6 +79,18 @@ static void fa_forward(X *out, float *lse, const X *qkv, int B, int T, int D, in
     CU_LAUNCHED();
 }
 
+/* D_i = dout_i . out_i into dvec (B*NH*T floats), 8 rows (warps) a block:
+ * the first kernel of both backwards. Returns non-zero with the error
+ * recorded. */
+template <typename X>
+static int fa_backward_dvec(float *dvec, const X *dout, const X *out, int B, int T, int NH, int hd)
+{
+    const size_t rows = (size_t)B * NH * T;
+    flash_backward_dot_kernel<X><<<(unsigned)((rows + 7) / 8), 256, 0, g_cuda.stream>>>(
+        dvec, dout, out, B, T, NH, hd);
+    return CU_LAUNCHED();
+}
+
 template <typename X, int HDP, bool ASYNC>
 static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const X *out,
                         const float *lse, int B, int T, int D, int NH)
@@ -86,14 +98,10 @@ static void fa_backward(X *dqkv, float *dvec, const X *dout, const X *qkv, const
     static bool attr_dkdv, attr_dq;
     const int hd = D / NH;
     const float scale = 1.0f / sqrtf((float)hd), scale_log2 = scale * FA_LOG2E;
-    const size_t rows = (size_t)B * NH * T;
     const dim3 grid((unsigned)(B * NH), (unsigned)((T + FA_ROWS - 1) / FA_ROWS));
     cudaStream_t st = g_cuda.stream;
 
-    /* D_i = dout_i . out_i, 8 rows (warps) a block */
-    flash_backward_dot_kernel<X><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(dvec, dout, out, B,
-                                                                             T, NH, hd);
-    if (CU_LAUNCHED()) return;
+    if (fa_backward_dvec<X>(dvec, dout, out, B, T, NH, hd)) return;
     /* dK, dV per K/V tile */
     const size_t s1 = fa_dkdv_smem<X, HDP>();
     if (fa_smem_attr(flash_backward_dkdv_kernel<X, HDP, ASYNC, false>, s1, &attr_dkdv)) return;
@@ -120,13 +128,10 @@ static void fa_backward_fused(X *dqkv, float *scratch, const X *dout, const X *q
     const int hd = D / NH, BH = B * NH, nkt = (T + FA_ROWS - 1) / FA_ROWS;
     const int heads = att_flash_fused_heads(B, T, D, NH); /* >= 1: B, T, D, NH checked */
     const float scale = 1.0f / sqrtf((float)hd), scale_log2 = scale * FA_LOG2E;
-    const size_t rows = (size_t)BH * T;
     float *dvec = scratch, *part = scratch + att_flash_scratch_bytes(B, T, NH) / sizeof(float);
     cudaStream_t st = g_cuda.stream;
 
-    flash_backward_dot_kernel<X><<<(unsigned)((rows + 7) / 8), 256, 0, st>>>(dvec, dout, out, B,
-                                                                             T, NH, hd);
-    if (CU_LAUNCHED()) return;
+    if (fa_backward_dvec<X>(dvec, dout, out, B, T, NH, hd)) return;
     const size_t smem = fa_fused_smem<X, HDP>();
     if (heads < 1 || fa_smem_attr(flash_backward_dkdv_kernel<X, HDP, true, true>, smem, &attr))
         return;
