@@ -287,6 +287,44 @@ PY
   grep -q "class=stopped retried=yes" "$TMP/log"
 }
 
+# VITJOB_TEST_HOLD (worker/train/step_hold.h): how the cluster tests hold a
+# job at a step instead of racing its training
+@test "a test hold stops the loop before its step until its file goes, the trajectory unchanged" {
+  args=(--set training.steps=6 --set training.optimizer.warmupSteps=1 --set training.exportPath=
+        --set training.threads=1 --set training.logInterval=1 "${SMALL[@]}")
+  "$WORKER" train "${args[@]}" --metrics "$TMP/a.jsonl" 2>/dev/null >/dev/null
+  touch "$TMP/hold"
+  VITJOB_TEST_HOLD="4:$TMP/hold" "$WORKER" train "${args[@]}" --metrics "$TMP/b.jsonl" 2>"$TMP/log" &
+  pid=$!
+  wait_for "event=test_hold rank=0 step=4 " "$TMP/log"
+  # held before step 4: step 3 (queued behind it otherwise) is finished and logged, step 4 is not
+  grep -q " step=3/6 " "$TMP/log"
+  ! grep -q " step=4/6 " "$TMP/log"
+  rm "$TMP/hold"
+  wait $pid
+  grep -q "event=test_released rank=0 step=4 .*why=file_removed" "$TMP/log"
+  grep -q " step=6/6 " "$TMP/log"
+  for f in a b; do grep '"loss"' "$TMP/$f.jsonl" > "$TMP/$f.loss"; done
+  [ "$(wc -l < "$TMP/a.loss")" -eq 6 ]
+  cmp "$TMP/a.loss" "$TMP/b.loss"
+}
+
+@test "SIGTERM during a test hold stops the run with exit code 143; a malformed hold exits naming the variable" {
+  touch "$TMP/hold"
+  VITJOB_TEST_HOLD="2:$TMP/hold" "$WORKER" train --set training.steps=5 --set training.threads=1 \
+    --set training.exportPath= "${SMALL[@]}" 2>"$TMP/log" &
+  pid=$!
+  wait_for "event=test_hold rank=0 step=2 " "$TMP/log"
+  kill -TERM $pid
+  wait $pid && st=0 || st=$?
+  [ "$st" -eq 143 ]
+  grep -q "event=test_released rank=0 step=2 .*why=stop" "$TMP/log"
+  grep -q "class=stopped" "$TMP/log"
+  VITJOB_TEST_HOLD="2:relative/path" worker train "${FAST[@]}"
+  [ "$status" -eq "$(code_of environment)" ]
+  [[ "$output" == *'VITJOB_TEST_HOLD: entry \"2:relative/path\" is not STEP:PATH'* ]]
+}
+
 @test "activation checkpointing gives a bit-identical loss trajectory with less activation memory" {
   args=(--set training.steps=8 --set training.optimizer.warmupSteps=2 --set training.exportPath=
         --set training.threads=1

@@ -55,7 +55,7 @@ def cleanup_network():
 
 class LocalCluster:
     def __init__(self, work, nodes=2, s3=False, bin_dir=None, lease_seconds=1.0, grace_seconds=4.0,
-                 node_cpu=0, verbose=False):
+                 node_cpu=0, verbose=False, worker_env=None):
         self.work = os.path.abspath(work)
         self.n_nodes = nodes
         self.want_s3 = s3
@@ -64,6 +64,7 @@ class LocalCluster:
         self.grace_seconds = grace_seconds
         self.node_cpu = node_cpu
         self.verbose = verbose
+        self.worker_env = dict(worker_env or {})  # the kubelets' --worker-env (a test's hook)
         self.server = None
         self.controllers = None
         self.kubelets = {}          # node name -> Popen
@@ -102,6 +103,8 @@ class LocalCluster:
                "--bin-dir", self.bin_dir, "--lease-seconds", str(self.lease_seconds)]
         if self.node_cpu:
             cmd += ["--cpu", str(self.node_cpu)]
+        for k, v in sorted(self.worker_env.items()):
+            cmd += ["--worker-env", "%s=%s" % (k, v)]
         if self.verbose:
             cmd.append("-v")
         self.kubelets[name] = subprocess.Popen(cmd, stdout=self._log("kubelet-" + name), stderr=subprocess.STDOUT)

@@ -109,11 +109,16 @@ class ClusterJobTest(unittest.TestCase):
     CLUSTER = {}  # more LocalCluster arguments
 
     @classmethod
+    def cluster_args(cls, work):
+        """More LocalCluster arguments, given the class's work directory."""
+        return cls.CLUSTER
+
+    @classmethod
     def setUpClass(cls):
         cls.work = tempfile.mkdtemp(prefix="vitjob-%s-" % cls.__name__.lower())
         os.chmod(cls.work, 0o755)
         cls.c = LocalCluster(cls.work, nodes=cls.NODES, s3=True, bin_dir=os.path.join(BUILD, "bin"),
-                             **cls.CLUSTER).start()
+                             **cls.cluster_args(cls.work)).start()
         c = cls.c
         c.kubectl("apply", "-f", os.path.join(ROOT, "manifests"))
         wait_for("a leading operator", cls.leader, 90, 0.5)

@@ -30,6 +30,7 @@
 #include "plan_memory.h"
 #include "report.h"
 #include "smoothing.h"
+#include "step_hold.h"
 #include "sysres.h"
 #include "util.h"
 
@@ -136,6 +137,7 @@ typedef struct {
     unsigned long waits_at, step_waits; /* ops.h host_waits: before this step, and
                                          * summed over the steps after the first */
     const char *inject; /* test only: VITJOB_TEST_INJECT_OVERFLOW (loss_scale.h) */
+    step_hold *hold;    /* test only: VITJOB_TEST_HOLD (step_hold.h), else NULL */
     /* rank 0 in Kubernetes: the writer of the job's status.progress (else
      * NULL), the newest stored checkpoint handed to it, and the rate it is
      * told (over windows of >= 2 s of training time) */
@@ -752,6 +754,7 @@ static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
     free(r->targets);
     free(r->dp_scale);
     lscale_free(r->lscale);
+    step_hold_free(r->hold);
     model_free(r->model); /* before the strategy: it may hold the model's shard */
     dp_free(r->dp);
     ckpt_writer_free(r->cwriter);
@@ -1023,6 +1026,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     r.accum = config_accum_steps(cfg);
     vj_err rc = VJ_OK;
     rc = freeze_check(tc, &cfg->model, err, errlen); /* before any work */
+    if (rc == VJ_OK) rc = step_hold_parse(&r.hold, getenv(STEP_HOLD_ENV), err, errlen);
     if (rc == VJ_OK && !(r.ops = opt->ops)) rc = train_pick_backend(&r.ops, tc, err, errlen);
     if (rc == VJ_OK)
         rc = load_data(&r, err, errlen);
@@ -1061,6 +1065,15 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
     int have_pend = 0;
     for (long step = r.start_step; step < r.total; step++) {
         step_out cur;
+        if (step_hold_due(r.hold, step + 1)) { /* test only: the step before is finished first */
+            if (have_pend) {
+                have_pend = 0;
+                if ((rc = finish_step(&r, &pend, err, errlen)) != VJ_OK ||
+                    (rc = after_step(&r, &pend, &lw, err, errlen)) != VJ_OK)
+                    return run_free(&r, rc, err, errlen);
+            }
+            step_hold_wait(r.hold, step + 1, r.rank, opt->stop_flag);
+        }
         rc = train_step(&r, step, &cur, err, errlen);
         if (have_pend) { /* queued behind it: the step before is done, or nearly */
             have_pend = 0;

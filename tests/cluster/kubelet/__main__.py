@@ -3,7 +3,7 @@
 #
 #   python3 -m tests.cluster.kubelet --apiserver-state DIR --node NAME --index N
 #           --root DIR --bin-dir build/bin [--port 10250] [--lease-seconds 10] [--period 0.3]
-#           [--cpu N] [--memory-mi N] [-v]
+#           [--cpu N] [--memory-mi N] [--worker-env NAME=VALUE]... [-v]
 #
 # It registers the Node (Ready, capacity, allocatable) and renews its Lease in
 # kube-node-lease, and runs the pods bound to it (spec.nodeName) as local
@@ -59,7 +59,7 @@ import os
 import shutil
 import sys
 
-from tests.cluster.kubelet import log
+from tests.cluster.kubelet import image, log
 from tests.cluster.kubelet.sync import Kubelet
 
 
@@ -77,8 +77,16 @@ def main():
     p.add_argument("--period", type=float, default=0.3, help="seconds between sync passes")
     p.add_argument("--cpu", type=int, default=0)
     p.add_argument("--memory-mi", type=int, default=0)
+    p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="one more ENV line of the worker image (a test's hook, e.g. VITJOB_TEST_HOLD)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
+    for kv in args.worker_env:
+        k, eq, v = kv.partition("=")
+        if not k or not eq:
+            print("kubelet: --worker-env %r: not NAME=VALUE" % kv, file=sys.stderr)
+            return 2
+        image.TEST_WORKER_ENV[k] = v
     log.VERBOSE = args.verbose
     if not 1 <= args.index <= 254:
         print("kubelet: --index %d: must be 1-254" % args.index, file=sys.stderr)

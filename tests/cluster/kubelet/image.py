@@ -21,11 +21,15 @@ WORKER_WORKDIR = "/home/vitjob"
 # the worker image's ENV lines (docker/worker.Dockerfile) besides PATH: a
 # container's own env may override them, as on a real node
 WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# more ENV lines for this node's worker image, as a test image would bake
+# them (--worker-env: a test's VITJOB_TEST_* hook, e.g. test_elastic.py's
+# VITJOB_TEST_HOLD); never part of a reference run's environment
+TEST_WORKER_ENV = {}
 
 
 def image_env_of(c):
     """The environment the image of container c (its spec) sets (ENV)."""
-    return dict(WORKER_ENV) if "vitjob-worker" in (c.get("image") or "") else {}
+    return dict(WORKER_ENV, **TEST_WORKER_ENV) if "vitjob-worker" in (c.get("image") or "") else {}
 
 
 def workdir_of(c):
