@@ -49,7 +49,7 @@ Test(step_hold, unset_or_empty_is_no_hold_and_never_due)
     cr_assert_eq(step_hold_parse(&h, "", err, sizeof err), VJ_OK);
     cr_assert_null(h);
     cr_assert_not(step_hold_due(NULL, 1));
-    step_hold_wait(NULL, 1, 0, NULL); /* returns at once */
+    step_hold_wait(NULL, 1, 0, NULL, NULL, NULL); /* returns at once */
 }
 
 Test(step_hold, a_hold_is_due_at_its_step_only_while_its_file_exists)
@@ -69,7 +69,7 @@ Test(step_hold, a_hold_is_due_at_its_step_only_while_its_file_exists)
     cr_assert(step_hold_due(h, 250));
     unlink(path_a);
     cr_assert_not(step_hold_due(h, 150));
-    step_hold_wait(h, 150, 0, NULL); /* not held: returns at once */
+    step_hold_wait(h, 150, 0, NULL, NULL, NULL); /* not held: returns at once */
     step_hold_free(h);
 }
 
@@ -86,6 +86,8 @@ Test(step_hold, malformed_entries_are_refused_naming_the_variable_and_the_entry)
         cr_assert(strstr(err, "entry \"") != NULL, "\"%s\": %s", bad[i], err);
     }
 }
+
+static void count_tick(void *ctx) { ++*(int *)ctx; }
 
 static void *remove_later(void *p)
 {
@@ -104,7 +106,9 @@ Test(step_hold, the_wait_ends_when_the_file_is_removed)
     touch(path_a);
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, remove_later, path_a), 0);
-    step_hold_wait(h, 3, 0, NULL); /* only the removal ends it (the test's timeout otherwise) */
+    int ticks = 0;
+    step_hold_wait(h, 3, 0, NULL, count_tick, &ticks); /* only the removal ends it (the test's timeout otherwise) */
+    cr_assert_gt(ticks, 0, "the caller's tick ran while it waited");
     cr_assert_eq(access(path_a, F_OK), -1, "the wait ended before the file went");
     pthread_join(t, NULL);
     step_hold_free(h);
@@ -131,7 +135,7 @@ Test(step_hold, the_wait_ends_when_the_stop_flag_is_set_with_the_file_still_ther
     stop_flag = 0;
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, stop_later, NULL), 0);
-    step_hold_wait(h, 7, 0, &stop_flag);
+    step_hold_wait(h, 7, 0, &stop_flag, NULL, NULL);
     cr_assert_eq(stop_flag, 15, "the wait ended before the stop flag was set");
     cr_assert_eq(access(path_a, F_OK), 0);
     pthread_join(t, NULL);

@@ -28,6 +28,12 @@ from tests.cluster.test_e2e import ClusterJobTest, job_manifest, pods_of, status
 
 WHY_NOT = missing_prerequisites()
 K = "kueue.x-k8s.io/"
+# A running job waits before step HOLD while the class's hold file exists
+# (VITJOB_TEST_HOLD, worker/train/step_hold.h, baked into the nodes' worker
+# image), so that it is still running when the test needs it to be, whatever
+# the machine's speed: the first job until the second is seen Queued, the
+# low-priority one until it has been preempted. The 30-step jobs end before it.
+HOLD = 60
 QUEUE_OBJECTS = [
     {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}},
     {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
@@ -59,6 +65,11 @@ class UnderKueue(ClusterJobTest):
     ref = None
 
     @classmethod
+    def cluster_args(cls, work):
+        cls.hold = os.path.join(work, "hold")
+        return dict(cls.CLUSTER, worker_env={"VITJOB_TEST_HOLD": "%d:%s" % (HOLD, cls.hold)})
+
+    @classmethod
     def setUpClass(cls):
         super().setUpClass()
         c = cls.c
@@ -81,7 +92,8 @@ class UnderKueue(ClusterJobTest):
     def test_two_jobs_in_a_queue_that_fits_one_the_second_waits_queued_and_starts_when_the_first_ends(self):
         c = self.c
         self.jobs = ["kq-first", "kq-second"]
-        self.apply(queued(job_manifest("kq-first", "kueue/first", steps=150), "low"))
+        open(self.hold, "w").close()
+        self.apply(queued(job_manifest("kq-first", "kueue/first", steps=100), "low"))
         wait_for("the first admitted", lambda: status(c, "kq-first").get("phase") in ("Running", "Succeeded"),
                  180, 0.5)
         self.apply(queued(job_manifest("kq-second", "kueue/second", steps=30), "low"))
@@ -106,6 +118,7 @@ class UnderKueue(ClusterJobTest):
             self.assertEqual(p["metadata"]["labels"].get(K + "pod-group-name"), "kq-second-r0")
         row = c.kubectl("get", "vj", "kq-second", "--no-headers").stdout.split()
         self.assertEqual(row[1], "Queued", row)
+        os.unlink(self.hold)  # the first job trains on to its end
         self.wait_end("kq-first")
         st = self.wait_end("kq-second")
         q = cond(st, "Queued")
@@ -115,7 +128,8 @@ class UnderKueue(ClusterJobTest):
     def test_a_high_priority_job_preempts_a_low_one_which_checkpoints_queues_again_and_ends_bit_for_bit(self):
         c = self.c
         self.jobs = ["kq-low", "kq-high"]
-        low = queued(job_manifest("kq-low", "kueue/low", steps=300), "low")
+        open(self.hold, "w").close()
+        low = queued(job_manifest("kq-low", "kueue/low", steps=100), "low")
         self.apply(low)
         wait_for("the low job's first checkpoint", lambda: (status(c, "kq-low").get("progress") or {}).get(
             "lastCheckpointStep", 0) >= 50, 240, 0.5)
@@ -126,6 +140,7 @@ class UnderKueue(ClusterJobTest):
         self.assertEqual(st.get("disruptionRestarts"), 1, "preemption spends no backoffLimit: %s" % st)
         self.assertIn("evicted by Kueue (WorkloadEvictedDueToPreempted)", cond(st, "Restarting").get("message", ""))
         wait_for("the low job Queued again", lambda: status(c, "kq-low").get("phase") == "Queued", 120, 0.5)
+        os.unlink(self.hold)  # readmitted, it trains on to its end
         self.wait_end("kq-high")
         st = self.wait_end("kq-low")
         self.assertEqual((st.get("restarts"), st.get("disruptionRestarts")), (1, 1), st)
@@ -137,7 +152,7 @@ class UnderKueue(ClusterJobTest):
         self.assertTrue(resumed, log1[-2000:])
         self.assertTrue(saved, log0[-1500:])
         self.assertEqual(int(resumed.group(1)), max(saved), "resumed from the newest checkpoint it saved")
-        ours = self.export("s3://vitjob/kueue/low/step-%09d" % 300, os.path.join(self.work, "kq-low.st"))
+        ours = self.export("s3://vitjob/kueue/low/step-%09d" % 100, os.path.join(self.work, "kq-low.st"))
         ref = self.reference_run(low, "kueue/ref")[1]
         self.assertEqual(ours, ref, "final weights differ from the uninterrupted run")
 

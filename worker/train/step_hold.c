@@ -82,13 +82,15 @@ static const char *held_by(const step_hold *h, long step)
 
 int step_hold_due(const step_hold *h, long step) { return held_by(h, step) != NULL; }
 
-void step_hold_wait(const step_hold *h, long step, int rank, volatile sig_atomic_t *stop)
+void step_hold_wait(const step_hold *h, long step, int rank, volatile sig_atomic_t *stop,
+                    void (*tick)(void *ctx), void *ctx)
 {
     const char *path = held_by(h, step);
     if (!path) return;
     LOG_INFO("train", "event=test_hold rank=%d step=%ld path=%s", rank, step, LOGV(path));
     double t0 = mono_seconds();
     while ((path = held_by(h, step)) != NULL && !(stop && *stop)) {
+        if (tick) tick(ctx);
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }

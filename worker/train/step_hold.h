@@ -36,9 +36,13 @@ vj_err step_hold_parse(step_hold **out, const char *spec, char *err, size_t errl
  * whose file exists. */
 int step_hold_due(const step_hold *h, long step);
 /* Waits before step (1-based) while a hold of that step's file exists and
- * stop (NULL: never) is 0; logs event=test_hold once and event=test_released
- * (with waited_s and why: file_removed or stop) when it waited. */
-void step_hold_wait(const step_hold *h, long step, int rank, volatile sig_atomic_t *stop);
+ * stop (NULL: never) is 0, calling tick(ctx) (NULL: none) at each poll, so
+ * that the caller goes on reporting what completes meanwhile (a checkpoint
+ * stored in the background); logs event=test_hold once and
+ * event=test_released (with waited_s and why: file_removed or stop) when it
+ * waited. */
+void step_hold_wait(const step_hold *h, long step, int rank, volatile sig_atomic_t *stop,
+                    void (*tick)(void *ctx), void *ctx);
 void step_hold_free(step_hold *h);
 
 #endif

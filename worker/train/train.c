@@ -731,6 +731,10 @@ static void hand_progress(run *r)
     }
 }
 
+/* hand_progress as a test hold's tick (step_hold.h): a checkpoint stored
+ * while the loop waits is reported then, not after the next step. */
+static void hand_progress_of(void *r) { hand_progress(r); }
+
 /* Frees what the run holds; a metrics file that fails to close fails the run. */
 static vj_err run_free(run *r, vj_err rc, char *err, size_t errlen)
 {
@@ -1072,7 +1076,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
                     (rc = after_step(&r, &pend, &lw, err, errlen)) != VJ_OK)
                     return run_free(&r, rc, err, errlen);
             }
-            step_hold_wait(r.hold, step + 1, r.rank, opt->stop_flag);
+            step_hold_wait(r.hold, step + 1, r.rank, opt->stop_flag, hand_progress_of, &r);
         }
         rc = train_step(&r, step, &cur, err, errlen);
         if (have_pend) { /* queued behind it: the step before is done, or nearly */
