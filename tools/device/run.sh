@@ -37,6 +37,14 @@
 #          its time and peak memory against the default's), and both
 #          tables again with --profile (each op's time); and a 12-step training run
 #          whose summary must say step_host_waits 0
+#   kernels  Nsight Compute (ncu) over two steps (one warm-up, one
+#          timed) of vit_b16 b128 bf16-mixed, on the default table and on
+#          the candidates': each kernel's time, DRAM and SM throughput (% of
+#          peak), achieved occupancy and registers, by kernel
+#          (tools/device/ncu_summary.py: $OUT/ncu-*.csv and the tables in
+#          steps.log): which kernels are far from the bandwidth they need,
+#          and why, where --profile has one row per op (LayerNorm's backward
+#          is three kernels, the flash backward two)
 #   bf16ref  tests/ref/bf16_vs_torch.py (issue 42, item 6): fmnist_small, 3
 #          epochs of the packed subset (468 steps), from the same initial
 #          weights in the trainer's data order: the worker in bf16-mixed on
@@ -153,6 +161,23 @@ if on queued; then
     done
     step waits 60 sh -c "$TR --set training.steps=12 --set training.optimizer.warmupSteps=2 \
         --set training.logInterval=4 | tee /dev/stderr | grep -q '\"step_host_waits\":0}'"
+fi
+if on kernels; then
+    NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    NCU_METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+    NCU_METRICS=$NCU_METRICS,sm__throughput.avg.pct_of_peak_sustained_elapsed
+    NCU_METRICS=$NCU_METRICS,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
+    if [ -z "$NCU" ]; then
+        echo "=== kernels SKIPPED (no ncu on this machine)"
+    else
+        for f in "" --candidates; do
+            n=ncu${f:+_${f#--}}
+            # the wrapper sets the program's libraries, ncu keeps its own
+            step "$n" 120 sh -c "$NCU --csv --page raw --print-units base --metrics $NCU_METRICS \
+                $W/bin/gpu_bench --model vit_b16 --batch 128 --steps 1 --warmup 1 $f > $OUT/$n.csv"
+            python3 tools/device/ncu_summary.py "$OUT/$n.csv" --top 30 --json "$OUT/$n.json"
+        done
+    fi
 fi
 if on bf16ref; then
     step bf16ref 300 env PYTHONUNBUFFERED=1 python3 -m tests.ref.bf16_vs_torch \
