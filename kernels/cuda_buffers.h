@@ -47,6 +47,28 @@ static inline size_t cuda_ln_scratch_bytes(int N, int C)
 {
     return C > 0 ? sizeof(float) * 2 * (size_t)cuda_ln_chunks(N) * (size_t)C : 0;
 }
+/* LayerNorm's one-pass backward (the candidate, layernorm.cu): 8 warps a
+ * block, each warp LN1_MIN_ROWS_PER_WARP rows or more, so that there are at
+ * most LN1_MAX_BLOCKS blocks, each writing one dw and one db partial row */
+#define LN1_WARPS 8
+#define LN1_MIN_ROWS_PER_WARP 4
+#define LN1_MAX_BLOCKS 1024
+static inline int cuda_ln1_rows_per_warp(int N)
+{
+    const int per_block = LN1_WARPS * LN1_MAX_BLOCKS;
+    const int r = N > 0 ? (N - 1) / per_block + 1 : 1;
+    return r > LN1_MIN_ROWS_PER_WARP ? r : LN1_MIN_ROWS_PER_WARP;
+}
+static inline int cuda_ln1_blocks(int N)
+{
+    const int rows = LN1_WARPS * cuda_ln1_rows_per_warp(N);
+    return N > 0 ? (N - 1) / rows + 1 : 0;
+}
+/* scratch bytes of the one-pass backward on (N, C): each block's dw and db partials */
+static inline size_t cuda_ln1_scratch_bytes(int N, int C)
+{
+    return C > 0 ? sizeof(float) * 2 * (size_t)cuda_ln1_blocks(N) * (size_t)C : 0;
+}
 /* scratch bytes of the sum of squares */
 static inline size_t cuda_ss_scratch_bytes(void) { return sizeof(double) * (SS_BLOCKS + 1); }
 /* what cuda_scratch holds after an ask of `bytes` */

@@ -158,6 +158,12 @@ template <typename X>
 void layernorm_backward_cuda(float *dinp, floatX *dinp_x, float *dw, float *db,
                              const floatX *dout, const float *inp, const float *w,
                              const float *mean, const float *rstd, int N, int C);
+/* The same in one pass over dout and inp (OPS_CANDIDATE_KERNELS' tables),
+ * where the register kernels apply; elsewhere the above */
+template <typename X>
+void layernorm_backward_onepass_cuda(float *dinp, floatX *dinp_x, float *dw, float *db,
+                                     const floatX *dout, const float *inp, const float *w,
+                                     const float *mean, const float *rstd, int N, int C);
 /* attention.cu: the flash kernels where they run (16-bit floatX, hd in
  * 32..128 a multiple of 8, sm_80+), else the unfused path (cuBLAS
  * strided-batched GEMMs + softmax kernels); the _unfused functions always

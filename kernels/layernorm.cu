@@ -14,10 +14,12 @@
  */
 #include "cuda_buffers.h"
 #include "cuda_common.cuh"
+#include "layernorm_onepass.cuh"
 
 #define LN_THREADS 256          /* 8 warps, one row each */
 #define LN_ROWS (LN_THREADS / 32)
 #define LN_COL_THREADS 128
+static_assert(LN1_THREADS == LN_THREADS, "the one-pass backward's blocks are the dinp kernel's");
 
 // inp (N,C) -> out (N,C) as X, mean (N), rstd (N); one warp per row
 template <typename X>
@@ -51,9 +53,6 @@ static __global__ void layernorm_forward_kernel(X *out, float *mean, float *rstd
 // float4s (columns 4(lane + 32k)..) once and stores 4 X at a time. Two
 // passes over the registers (mean, then the variance of x - mean), as the
 // scalar kernel's two passes over memory.
-template <typename X> struct __align__(4 * sizeof(X)) ln_x4 {
-    X v[4];
-};
 template <typename X, int V4>
 static __global__ void __launch_bounds__(LN_THREADS)
     layernorm_forward_vec_kernel(X *out, float *mean, float *rstd, const float *inp,
@@ -229,16 +228,6 @@ static __global__ void layernorm_backward_reduce_kernel(float *dw, float *db, co
     db[c] = acc_b;
 }
 
-/* The register kernels' instance for C (a multiple of 4 up to 1280): V4
- * float4s a lane, C rounded up to 256 columns (2 float4s a lane each). */
-#define LN_V4_SWITCH(C, CALL)        \
-    switch (((C) + 255) / 256) {     \
-    case 1: CALL(2); break;          \
-    case 2: CALL(4); break;          \
-    case 3: CALL(6); break;          \
-    case 4: CALL(8); break;          \
-    default: CALL(10); break;        \
-    }
 
 template <typename X>
 void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *inp,
@@ -303,6 +292,36 @@ void layernorm_backward_cuda(float *dinp, floatX *dinp_x, float *dw, float *db,
     CU_LAUNCHED();
 }
 
+template <typename X>
+void layernorm_backward_onepass_cuda(float *dinp, floatX *dinp_x, float *dw, float *db,
+                                     const floatX *dout, const float *inp, const float *w,
+                                     const float *mean, const float *rstd, int N, int C)
+{
+    CU_GUARD();
+    if (N <= 0 || C <= 0) return;
+    const X *dy = (const X *)dout;
+    X *dx_x = (X *)dinp_x;
+    if (!(C % 4 == 0 && C <= 4 * LN1_MAX_C4 && cuda_aligned(inp, 16) && cuda_aligned(w, 16) &&
+          cuda_aligned(dinp, 16) && cuda_aligned(dy, 4 * sizeof(X)) &&
+          (!dx_x || cuda_aligned(dx_x, 4 * sizeof(X))))) {
+        layernorm_backward_cuda<X>(dinp, dinp_x, dw, db, dout, inp, w, mean, rstd, N, C);
+        return;
+    }
+    const int want = dw || db; /* a frozen LayerNorm (training.freeze): dinp only */
+    const int R = cuda_ln1_rows_per_warp(N), nblk = cuda_ln1_blocks(N);
+    float *part = NULL;
+    if (want && !(part = (float *)cuda_scratch(cuda_ln1_scratch_bytes(N, C))))
+        return; /* cuda_scratch recorded the error */
+#define LN1_BWD(V4)                                                                              layernorm_backward_onepass_kernel<X, V4><<<nblk, LN_THREADS, 0, g_cuda.stream>>>(              dinp, dx_x, part, dy, inp, w, mean, rstd, N, C, R)
+    LN_V4_SWITCH(C, LN1_BWD);
+#undef LN1_BWD
+    if (CU_LAUNCHED() || !want) return;
+    layernorm_backward_onepass_reduce_kernel<<<dim3((unsigned)((C + 31) / 32), 2),
+                                               dim3(32, LN1_RED_GROUPS), 0, g_cuda.stream>>>(
+        dw, db, part, nblk, C);
+    CU_LAUNCHED();
+}
+
 template void layernorm_forward_cuda<float>(floatX *, float *, float *, const float *,
                                             const float *, const float *, int, int);
 template void layernorm_forward_cuda<bf16>(floatX *, float *, float *, const float *,
@@ -318,3 +337,13 @@ template void layernorm_backward_cuda<bf16>(float *, floatX *, float *, float *,
 template void layernorm_backward_cuda<f16>(float *, floatX *, float *, float *, const floatX *,
                                            const float *, const float *, const float *,
                                            const float *, int, int);
+template void layernorm_backward_onepass_cuda<float>(float *, floatX *, float *, float *,
+                                                     const floatX *, const float *,
+                                                     const float *, const float *,
+                                                     const float *, int, int);
+template void layernorm_backward_onepass_cuda<bf16>(float *, floatX *, float *, float *,
+                                                    const floatX *, const float *, const float *,
+                                                    const float *, const float *, int, int);
+template void layernorm_backward_onepass_cuda<f16>(float *, floatX *, float *, float *,
+                                                   const floatX *, const float *, const float *,
+                                                   const float *, const float *, int, int);

@@ -340,7 +340,7 @@ enum { OPS_FLASH_SYNC_LOADS = 32 };
  * a GPU's measurement before the trainer takes them (the default tables
  * keep what was measured), for the benchmark and the tests that set them
  * against the default's; its name ends in "-candidates". They differ from
- * the default table in two slots:
+ * the default table in three slots:
  *   - attention_backward: the fused flash backward (kernels/
  *     flash_attention.cuh: S and dP once per tile pair, dQ's per-tile parts
  *     added in a fixed order; dK and dV the default's bits, dQ within
@@ -349,7 +349,12 @@ enum { OPS_FLASH_SYNC_LOADS = 32 };
  *   - matmul_backward: dbias from the dW product's BGRADB epilogue
  *     (cuBLASLt's column sums of dout, added to dbias) where cuBLASLt has
  *     an algorithm for the problem, instead of the column-sum kernels'
- *     second read of dout; within rounding of the default's. */
+ *     second read of dout; within rounding of the default's;
+ *   - layernorm_backward: one pass over dout and inp making dinp (and its
+ *     floatX copy) and per-block dw/db partials, then their sum, instead of
+ *     the dinp kernel and a second read for the partials (kernels/
+ *     layernorm.cu), where the register kernels apply; dinp the default's
+ *     arithmetic, dw and db within rounding (another summation order). */
 enum { OPS_CANDIDATE_KERNELS = 64 };
 /* The CUDA backend (kernels/ops_cuda.cu) on the process's current GPU,
  * fp32, bf16-mixed or fp16-mixed (storage: OPS_FP32, OPS_BF16, OPS_FP16,

@@ -10,7 +10,8 @@
  * tiles copied through registers ("...-flash-sync", OPS_FLASH_SYNC_LOADS)
  * or with the candidate kernels waiting for a GPU's measurement
  * ("...-candidates", OPS_CANDIDATE_KERNELS: the fused flash backward, bias
- * gradients from cuBLASLt's BGRADB epilogue): tests and benchmarks.
+ * gradients from cuBLASLt's BGRADB epilogue, LayerNorm's one-pass
+ * backward): tests and benchmarks.
  * Built with the other .cu files into the plugin lib/libvitjob_cuda.so,
  * loaded by kernels/ops_cuda_loader.c.
  * Must not: contain model math (kernels/NAME.cu does), or pick a GPU: one
@@ -652,7 +653,7 @@ extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen
 
 /* ---- the tables ---- */
 
-#define CUDA_TABLE(NAME, X, BF16, FP16, ATT, MMB)                          \
+#define CUDA_TABLE(NAME, X, BF16, FP16, ATT, MMB, LNB)                     \
     {                                                                      \
         NAME, 1, BF16, FP16, sizeof(X),                                    \
         cuda_alloc, cuda_release, cuda_upload, cuda_download,              \
@@ -667,7 +668,7 @@ extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen
         embed_forward_cuda<X>,                                             \
         embed_backward_cuda<X>,                                            \
         layernorm_forward_cuda<X>,                                         \
-        layernorm_backward_cuda<X>,                                        \
+        layernorm_backward##LNB##cuda<X>,                                  \
         attention_forward##ATT##cuda<X>,                                   \
         attention_backward##ATT##cuda<X>,                                  \
         gelu_forward_cuda<X>,                                              \
@@ -696,32 +697,32 @@ extern "C" int vitjob_cuda_graph(int op, size_t *nodes, char *err, size_t errlen
 
 /* Positional on purpose: C++17 has no designated initializers, and a slot
  * out of order fails to compile because every slot's type differs. */
-static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0, _, _);
-static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0, _, _);
+static const vit_ops cuda_fp32_ops = CUDA_TABLE("cuda", float, 0, 0, _, _, _);
+static const vit_ops cuda_bf16_ops = CUDA_TABLE("cuda-bf16", bf16, 1, 0, _, _, _);
 /* cuda-fp16: 16-bit floatX, half */
-static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1, _, _);
+static const vit_ops cuda_fp16_ops = CUDA_TABLE("cuda-fp16", f16, 1, 1, _, _, _);
 /* OPS_UNFUSED_ATTENTION: the same, with attention always on the unfused path */
 static const vit_ops cuda_fp32_unfused_ops =
-    CUDA_TABLE("cuda-unfused", float, 0, 0, _unfused_, _);
+    CUDA_TABLE("cuda-unfused", float, 0, 0, _unfused_, _, _);
 static const vit_ops cuda_bf16_unfused_ops =
-    CUDA_TABLE("cuda-bf16-unfused", bf16, 1, 0, _unfused_, _);
+    CUDA_TABLE("cuda-bf16-unfused", bf16, 1, 0, _unfused_, _, _);
 static const vit_ops cuda_fp16_unfused_ops =
-    CUDA_TABLE("cuda-fp16-unfused", f16, 1, 1, _unfused_, _);
+    CUDA_TABLE("cuda-fp16-unfused", f16, 1, 1, _unfused_, _, _);
 /* OPS_FLASH_SYNC_LOADS: the 16-bit tables with the flash kernels' tiles
  * copied through registers instead of cp.async (fp32 has no flash path) */
 static const vit_ops cuda_bf16_flash_sync_ops =
-    CUDA_TABLE("cuda-bf16-flash-sync", bf16, 1, 0, _flash_sync_, _);
+    CUDA_TABLE("cuda-bf16-flash-sync", bf16, 1, 0, _flash_sync_, _, _);
 static const vit_ops cuda_fp16_flash_sync_ops =
-    CUDA_TABLE("cuda-fp16-flash-sync", f16, 1, 1, _flash_sync_, _);
+    CUDA_TABLE("cuda-fp16-flash-sync", f16, 1, 1, _flash_sync_, _, _);
 /* OPS_CANDIDATE_KERNELS (ops.h): the fused flash backward (the 16-bit
- * tables; fp32's attention is the default's) and bias gradients from the
- * BGRADB epilogue */
+ * tables; fp32's attention is the default's), bias gradients from the
+ * BGRADB epilogue and LayerNorm's one-pass backward */
 static const vit_ops cuda_fp32_candidate_ops =
-    CUDA_TABLE("cuda-candidates", float, 0, 0, _flash_fused_, _bgradb_);
+    CUDA_TABLE("cuda-candidates", float, 0, 0, _flash_fused_, _bgradb_, _onepass_);
 static const vit_ops cuda_bf16_candidate_ops =
-    CUDA_TABLE("cuda-bf16-candidates", bf16, 1, 0, _flash_fused_, _bgradb_);
+    CUDA_TABLE("cuda-bf16-candidates", bf16, 1, 0, _flash_fused_, _bgradb_, _onepass_);
 static const vit_ops cuda_fp16_candidate_ops =
-    CUDA_TABLE("cuda-fp16-candidates", f16, 1, 1, _flash_fused_, _bgradb_);
+    CUDA_TABLE("cuda-fp16-candidates", f16, 1, 1, _flash_fused_, _bgradb_, _onepass_);
 
 /* Launched never: whether this build has code for the GPU (cuda_init). */
 static __global__ void probe_kernel(void) {}

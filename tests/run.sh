@@ -364,6 +364,9 @@ queue_suites() {
   # on the CPU, thread by thread, against the CPU twin (tools/flash_emu): their
   # tiles, masks and fragments checked where no GPU is
   enqueue script_suite reference/flash_emu env FLASH_EMU_BUILD="$WORK/flash_emu" tools/flash_emu/run.sh quick
+  # the same for LayerNorm's one-pass backward (kernels/layernorm_onepass.cuh,
+  # a candidate kernel) against its CPU twin (tools/ln_emu)
+  enqueue script_suite reference/ln_emu env LN_EMU_BUILD="$WORK/ln_emu" tools/ln_emu/run.sh quick
   if [ -d "$ASAN/tests" ]; then
     for t in "$ASAN"/tests/test_*; do
       waiting_unit "$t" && continue

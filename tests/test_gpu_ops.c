@@ -507,12 +507,13 @@ GPU_TESTS(embed_backward_copies_dpatch_and_accumulates_dcls_dpos, check_embed_ba
  * a warp, odd, ViT-sized and wider than 8 warps' worth. */
 
 /* the register kernels (the forward's and the backward's dinp) take C % 4
- * == 0 up to 1280 in steps of 256 (the last three shapes: ViT-B's 768 over
- * many rows, a C that is not a multiple of 32, ViT-H's 1280; 192, 24, 1000
- * too), others the scalar kernels (7, 1500); the backward's row chunks hold
- * several rows from N = 257 on */
+ * == 0 up to 1280 in steps of 256 (ViT-B's 768 over many rows, a C that is
+ * not a multiple of 32, ViT-H's 1280; 192, 24, 1000, 64 too), others the
+ * scalar kernels (7, 1500); the backward's row chunks hold several rows
+ * from N = 257 on; the one-pass backward (the candidates' table) gives a
+ * warp more than 4 rows from N = 32769 on (the last shape: 5) */
 static const int LN_SHAPES[][2] = {{394, 192}, {37, 24}, {5, 7}, {3, 1000}, {64, 1500},
-                                   {3000, 768}, {300, 520}, {520, 1280}};
+                                   {3000, 768}, {300, 520}, {520, 1280}, {33000, 64}};
 #define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
 
 static void check_layernorm_forward(const vit_ops *g)
@@ -607,6 +608,16 @@ static void check_layernorm_backward(const vit_ops *g)
 }
 GPU_TESTS(layernorm_backward_matches_cpu_accumulates_the_same_bits_twice_and_writes_dinp_as_to_floatx,
           check_layernorm_backward)
+
+/* The same cases on the candidate kernels' table (OPS_CANDIDATE_KERNELS):
+ * the one-pass backward where the register kernels apply, with its own
+ * dw/db partials in another order (the default's kernels elsewhere) */
+static void check_layernorm_backward_onepass(const vit_ops *g)
+{
+    check_layernorm_backward(candidates_of(g));
+}
+GPU_TESTS(layernorm_backward_in_one_pass_matches_cpu_the_same_bits_twice_and_dinp_x_as_to_floatx,
+          check_layernorm_backward_onepass)
 
 /* ------------------------------------------------------------------------ */
 /* Attention, ViT-S/16-ish (B=2, T=197, D=64, NH=4) and odd (B=3, T=5, D=8,

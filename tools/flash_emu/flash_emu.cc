@@ -2,16 +2,14 @@
  * (kernels/flash_attention.cuh) on the CPU, one user-level context per CUDA
  * thread, and compares them with the CPU twin (kernels/attention.c).
  *
- * Owns: stand-ins for what the kernels use of cuda_common.cuh and CUDA
- * (threadIdx, blockIdx, __syncthreads, __shfl_xor_sync, __fmul_rn, dynamic
- * shared memory, bf16/half storage) and for the hardware primitives the
- * kernels keep apart (fa_mma: the warp-wide m16n8k16 product, rebuilt from
+ * Owns: on top of tools/cuda_emu/cuda_emu.h (CUDA's and cuda_common.cuh's
+ * stand-ins, the scheduler), the kernels' dynamic shared memory and the
+ * stand-ins for the hardware primitives the kernels keep apart (fa_mma: the warp-wide m16n8k16 product, rebuilt from
  * the 32 lanes' fragments as PTX lays them out; fa_pack: round to 16 bits,
  * nearest even; fa_ldsm and fa_ldsm_t: ldmatrix .x4, plain and .trans,
  * from the 32 lanes' row addresses; fa_cp16, fa_cp4 and fa_cp_wait_all:
- * cp.async, landing late with the destination poisoned meanwhile); a
- * scheduler that runs a block's threads as ucontexts until each reaches a
- * barrier; the grids flash_attention.cu launches; and the comparison (out,
+ * cp.async, landing late with the destination poisoned meanwhile); the
+ * grids flash_attention.cu launches; and the comparison (out,
  * lse, dq, dk, dv: normwise relative error, unwritten or extra writes
  * caught by NaN poison; the kernels' cp.async pipeline against their
  * copies through registers: the same bits).
@@ -23,134 +21,13 @@
  *
  * usage: tools/flash_emu/run.sh [quick]
  */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <ucontext.h>
-
-#include <cmath>
-#include <functional>
-#include <vector>
-
 extern "C" {
 #include "ops.h"
 }
 #include "attention_scratch.h"
+#include "cuda_emu.h"
 
-/* ---- stand-ins for cuda_common.cuh ---- */
-#define VITJOB_CUDA_COMMON_CUH /* the real one is skipped */
-#define FA_EMU                 /* flash_attention.cuh: fa_mma, fa_pack are ours */
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__
-#define __align__(n) __attribute__((aligned(n)))
-
-struct bf16 { uint16_t bits; };
-struct f16 { uint16_t bits; };
-struct uint4 { unsigned x, y, z, w; };
-struct float2 { float x, y; };
-static inline float2 make_float2(float x, float y) { return float2{x, y}; }
-static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
-{
-    return uint4{x, y, z, w};
-}
-struct emu_dim3 { unsigned x, y, z; };
-static emu_dim3 emu_tidx, emu_bidx, emu_bdim, emu_gdim;
-#define threadIdx emu_tidx
-#define blockIdx emu_bidx
-#define blockDim emu_bdim
-#define gridDim emu_gdim
-
-static float bits_to_float(bf16 v)
-{
-    uint32_t u = (uint32_t)v.bits << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static float bits_to_float(f16 v)
-{
-    _Float16 h;
-    memcpy(&h, &v.bits, 2);
-    return (float)h;
-}
-static uint16_t to_bits(float f, bf16 *)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (std::isnan(f)) return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1u); /* nearest even */
-    return (uint16_t)(u >> 16);
-}
-static uint16_t to_bits(float f, f16 *)
-{
-    _Float16 h = (_Float16)f; /* GCC: nearest even */
-    uint16_t b;
-    memcpy(&b, &h, 2);
-    return b;
-}
-static inline float ldx(bf16 v) { return bits_to_float(v); }
-static inline float ldx(f16 v) { return bits_to_float(v); }
-
-/* ---- the scheduler: a block's threads as ucontexts ---- */
-struct emu_bar {
-    int count, need;
-    unsigned gen;
-};
-struct emu_thread {
-    ucontext_t ctx;
-    int done;
-};
-static ucontext_t emu_sched;
-static std::vector<emu_thread> emu_threads;
-static std::vector<char> emu_stacks;
-static int emu_cur;
-static emu_bar emu_block_bar, emu_warp_bar[32];
-static std::function<void()> emu_body;
-static long emu_spins;
-
-static void emu_yield(void)
-{
-    if (++emu_spins > 100000000L) {
-        fprintf(stderr, "flash_emu: deadlock (a barrier some threads never reach)\n");
-        exit(3);
-    }
-    swapcontext(&emu_threads[emu_cur].ctx, &emu_sched);
-}
-static void emu_wait(emu_bar *b)
-{
-    unsigned g = b->gen;
-    if (++b->count == b->need) {
-        b->count = 0;
-        b->gen++;
-        emu_spins = 0;
-    } else {
-        while (b->gen == g) emu_yield();
-    }
-}
-static void __syncthreads(void) { emu_wait(&emu_block_bar); }
-static int emu_warp(void) { return (int)threadIdx.x / 32; }
-static int emu_lane(void) { return (int)threadIdx.x % 32; }
-
-static float emu_fx[32][32];
-static float __shfl_xor_sync(unsigned mask, float v, int o)
-{
-    (void)mask;
-    const int w = emu_warp(), l = emu_lane();
-    emu_fx[w][l] = v;
-    emu_wait(&emu_warp_bar[w]);
-    const float r = emu_fx[w][l ^ o];
-    emu_wait(&emu_warp_bar[w]);
-    return r;
-}
-static float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#define FA_EMU /* flash_attention.cuh: fa_mma, fa_pack, fa_ldsm, fa_cp* are ours */
 
 /* fa_mma: every lane posts its fragments; each computes its own 4 outputs
  * from the whole warp's, with A and B rebuilt from PTX's m16n8k16 layout. */
@@ -231,7 +108,7 @@ struct emu_copy {
     const void *src;
     size_t n;
 };
-static std::vector<emu_copy> emu_queued[1024];
+static std::vector<emu_copy> emu_queued[EMU_MAX_THREADS];
 static long emu_copies;
 static void emu_cp(void *dst, const void *src, size_t n)
 {
@@ -251,78 +128,22 @@ static void fa_cp_wait_all(void)
     for (const emu_copy &c : emu_queued[emu_cur]) memcpy(c.dst, c.src, c.n);
     emu_queued[emu_cur].clear();
 }
-static float __fmul_rn(float a, float b)
-{
-    volatile float r = a * b; /* rounded once, never fused */
-    return r;
-}
-
 alignas(16) unsigned char fa_smem[1 << 18];
 
-#include "flash_attention.cuh"
-
-static void emu_entry(void)
+/* the core's hooks: a thread ends with no cp.async copy queued; a launch
+ * starts with its shared memory poisoned (all ones: NaN in bf16 and half,
+ * so that reads of unloaded tiles show) */
+static void fa_thread_end(void)
 {
-    emu_body();
     if (!emu_queued[emu_cur].empty()) {
         fprintf(stderr, "flash_emu: thread %d ended with %zu cp.async copies never waited for\n",
                 emu_cur, emu_queued[emu_cur].size());
         exit(3);
     }
-    emu_threads[emu_cur].done = 1;
-    swapcontext(&emu_threads[emu_cur].ctx, &emu_sched);
 }
+static void fa_launch(void) { memset(fa_smem, 0xff, sizeof fa_smem); }
 
-/* Runs one block (emu_bidx) of emu_body's kernel to completion. */
-static __attribute__((noinline)) void emu_run_block(unsigned threads, size_t stack)
-{
-    if (threads > sizeof emu_queued / sizeof emu_queued[0]) {
-        fprintf(stderr, "flash_emu: a block of %u threads (at most 1024)\n", threads);
-        exit(3);
-    }
-    emu_block_bar = emu_bar{0, (int)threads, 0};
-    for (int w = 0; w < 32; w++) emu_warp_bar[w] = emu_bar{0, 32, 0};
-    /* shared memory keeps the last block's tiles, as on a GPU */
-    for (unsigned i = 0; i < threads; i++) {
-        emu_thread *t = &emu_threads[i];
-        t->done = 0;
-        getcontext(&t->ctx);
-        t->ctx.uc_stack.ss_sp = &emu_stacks[i * stack];
-        t->ctx.uc_stack.ss_size = stack;
-        t->ctx.uc_link = NULL;
-        makecontext(&t->ctx, emu_entry, 0);
-    }
-    for (unsigned left = threads; left > 0;) {
-        left = 0;
-        for (unsigned i = 0; i < threads; i++) {
-            if (emu_threads[i].done) continue;
-            emu_cur = (int)i;
-            emu_tidx = emu_dim3{i, 0, 0};
-            swapcontext(&emu_sched, &emu_threads[i].ctx);
-            if (!emu_threads[i].done) left++;
-        }
-    }
-}
-
-/* Runs kernel(args...) over grid (gx, gy) x threads, one block after
- * another: the last block first, so that a block writing into its
- * neighbour's rows is not hidden by the neighbour overwriting them. */
-template <typename F, typename... A>
-static void emu_launch(F kernel, unsigned gx, unsigned gy, unsigned threads, A... args)
-{
-    const size_t stack = 256 * 1024;
-    emu_body = [&]() { kernel(args...); };
-    emu_bdim = emu_dim3{threads, 1, 1};
-    emu_gdim = emu_dim3{gx, gy, 1};
-    emu_threads.assign(threads, emu_thread{});
-    emu_stacks.assign(threads * stack, 0);
-    memset(fa_smem, 0xff, sizeof fa_smem); /* NaN in bf16 and half: reads of unloaded tiles show */
-    for (unsigned by = gy; by-- > 0;)
-        for (unsigned bx = gx; bx-- > 0;) {
-            emu_bidx = emu_dim3{bx, by, 0};
-            emu_run_block(threads, stack);
-        }
-}
+#include "flash_attention.cuh"
 
 /* ---- the launches of flash_attention.cu, on host buffers ---- */
 
@@ -552,6 +373,8 @@ int main(int argc, char **argv)
 {
     const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     ops_cpu_set_threads(1);
+    emu_at_thread_end = fa_thread_end;
+    emu_at_launch = fa_launch;
     /* (B, T, hd, NH). The quick set (make test) covers a partial tile
      * (T 7; T 70 over two tiles) and zero columns past hd (hd 40 runs as
      * 48, next to another head's columns). */

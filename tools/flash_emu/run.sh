@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 O=${FLASH_EMU_BUILD:-/tmp/flash_emu}
 mkdir -p "$O"
 BLAS_DIR=${BLAS_DIR:-/usr/lib/x86_64-linux-gnu/openblas-openmp}
-CF="-O2 -g -march=native -fno-strict-aliasing -fopenmp -Ilib -Ikernels"
+CF="-O2 -g -march=native -fno-strict-aliasing -fopenmp -Ilib -Ikernels -Itools/cuda_emu"
 gcc -std=c11 -D_POSIX_C_SOURCE=200809L $CF -c kernels/attention.c -o "$O/attention.o"
 g++ -std=c++17 $CF -Wall -Wextra -Werror -Wno-unknown-pragmas -c tools/flash_emu/flash_emu.cc -o "$O/flash_emu.o"
 # ops_cpu_attention_scratch_bytes lives in attention.c; ops_cpu_set_threads
