@@ -157,11 +157,7 @@ static __global__ void __launch_bounds__(LN_THREADS)
         const int i = lane + 32 * k;
         xh[k] = dxh[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (i < C4) {
-            const float4 xv = x[i], ww = w4[i];
-            const ln_x4<X> d = dy[i];
-            xh[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
-            dxh[k] = make_float4(ldx(d.v[0]) * ww.x, ldx(d.v[1]) * ww.y, ldx(d.v[2]) * ww.z,
-                                 ldx(d.v[3]) * ww.w);
+            ln_row4<X>(xh[k], dxh[k], x[i], w4[i], dy[i], m, s);
             sum_dxhat += (dxh[k].x + dxh[k].y) + (dxh[k].z + dxh[k].w);
             sum_dxhat_xhat += (dxh[k].x * xh[k].x + dxh[k].y * xh[k].y) +
                               (dxh[k].z * xh[k].z + dxh[k].w * xh[k].w);
@@ -170,23 +166,11 @@ static __global__ void __launch_bounds__(LN_THREADS)
     sum_dxhat = warp_sum(sum_dxhat) / (float)C;
     sum_dxhat_xhat = warp_sum(sum_dxhat_xhat) / (float)C;
     float4 *dx = (float4 *)(dinp + (size_t)row * C);
+    X *dxx = dinp_x ? dinp_x + (size_t)row * C : NULL;
 #pragma unroll
     for (int k = 0; k < V4; k++) {
         const int i = lane + 32 * k;
-        if (i < C4) {
-            float4 o = dx[i];
-            o.x += s * (dxh[k].x - sum_dxhat - xh[k].x * sum_dxhat_xhat);
-            o.y += s * (dxh[k].y - sum_dxhat - xh[k].y * sum_dxhat_xhat);
-            o.z += s * (dxh[k].z - sum_dxhat - xh[k].z * sum_dxhat_xhat);
-            o.w += s * (dxh[k].w - sum_dxhat - xh[k].w * sum_dxhat_xhat);
-            dx[i] = o;
-            if (dinp_x) {
-                ln_x4<X> ox;
-                ox.v[0] = stx<X>(o.x), ox.v[1] = stx<X>(o.y), ox.v[2] = stx<X>(o.z),
-                ox.v[3] = stx<X>(o.w);
-                ((ln_x4<X> *)(dinp_x + (size_t)row * C))[i] = ox;
-            }
-        }
+        if (i < C4) ln_dinp4<X>(dx, dxx, i, xh[k], dxh[k], s, sum_dxhat, sum_dxhat_xhat);
     }
 }
 
@@ -229,6 +213,18 @@ static __global__ void layernorm_backward_reduce_kernel(float *dw, float *db, co
 }
 
 
+/* Whether the backward's register kernels take these buffers: C a multiple
+ * of 4 up to 1280, inp, w and dinp 16-byte aligned, dout and dinp_x (unless
+ * NULL) aligned to 4 X. */
+template <typename X>
+static int ln_backward_vec_ok(const float *dinp, const X *dinp_x, const X *dout, const float *inp,
+                              const float *w, int C)
+{
+    return C % 4 == 0 && C <= 1280 && cuda_aligned(inp, 16) && cuda_aligned(w, 16) &&
+           cuda_aligned(dinp, 16) && cuda_aligned(dout, 4 * sizeof(X)) &&
+           (!dinp_x || cuda_aligned(dinp_x, 4 * sizeof(X)));
+}
+
 template <typename X>
 void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const float *inp,
                             const float *w, const float *b, int N, int C)
@@ -268,9 +264,7 @@ void layernorm_backward_cuda(float *dinp, floatX *dinp_x, float *dw, float *db,
     float *pb = pw + (size_t)nchunks * C;
 
     const unsigned row_blocks = (unsigned)((N - 1) / LN_ROWS + 1);
-    if (C % 4 == 0 && C <= 1280 && cuda_aligned(inp, 16) && cuda_aligned(w, 16) &&
-        cuda_aligned(dinp, 16) && cuda_aligned(dy, 4 * sizeof(X)) &&
-        (!dx_x || cuda_aligned(dx_x, 4 * sizeof(X)))) {
+    if (ln_backward_vec_ok<X>(dinp, dx_x, dy, inp, w, C)) {
 #define LN_BWD_VEC(V4)                                                                        \
     layernorm_backward_dinp_vec_kernel<X, V4><<<row_blocks, LN_THREADS, 0, g_cuda.stream>>>( \
         dinp, dx_x, dy, inp, w, mean, rstd, N, C)
@@ -301,9 +295,8 @@ void layernorm_backward_onepass_cuda(float *dinp, floatX *dinp_x, float *dw, flo
     if (N <= 0 || C <= 0) return;
     const X *dy = (const X *)dout;
     X *dx_x = (X *)dinp_x;
-    if (!(C % 4 == 0 && C <= 4 * LN1_MAX_C4 && cuda_aligned(inp, 16) && cuda_aligned(w, 16) &&
-          cuda_aligned(dinp, 16) && cuda_aligned(dy, 4 * sizeof(X)) &&
-          (!dx_x || cuda_aligned(dx_x, 4 * sizeof(X))))) {
+    static_assert(4 * LN1_MAX_C4 == 1280, "the one-pass kernel takes the register kernels' C");
+    if (!ln_backward_vec_ok<X>(dinp, dx_x, dy, inp, w, C)) {
         layernorm_backward_cuda<X>(dinp, dinp_x, dw, db, dout, inp, w, mean, rstd, N, C);
         return;
     }

@@ -22,6 +22,35 @@ template <typename X> struct __align__(4 * sizeof(X)) ln_x4 {
     X v[4];
 };
 
+/* Four columns of a row: xhat = (x - mean) * rstd, dxhat = dout * w. */
+template <typename X>
+__device__ __forceinline__ void ln_row4(float4 &xh, float4 &dxh, float4 xv, float4 ww,
+                                        ln_x4<X> d, float m, float s)
+{
+    xh = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
+    dxh = make_float4(ldx(d.v[0]) * ww.x, ldx(d.v[1]) * ww.y, ldx(d.v[2]) * ww.z,
+                      ldx(d.v[3]) * ww.w);
+}
+/* Four columns of dinp, o, plus rstd * (dxhat - mean(dxhat) - xhat *
+ * mean(dxhat * xhat)) (a and b: those two means); stored 16 bytes at once,
+ * and as floatX 4 X at once where dinp_x is not NULL. */
+template <typename X>
+__device__ __forceinline__ void ln_dinp4(float4 *dx, X *dinp_x, int i, float4 xh, float4 dxh,
+                                         float s, float a, float b)
+{
+    float4 o = dx[i];
+    o.x += s * (dxh.x - a - xh.x * b);
+    o.y += s * (dxh.y - a - xh.y * b);
+    o.z += s * (dxh.z - a - xh.z * b);
+    o.w += s * (dxh.w - a - xh.w * b);
+    dx[i] = o;
+    if (dinp_x) {
+        ln_x4<X> ox;
+        ox.v[0] = stx<X>(o.x), ox.v[1] = stx<X>(o.y), ox.v[2] = stx<X>(o.z), ox.v[3] = stx<X>(o.w);
+        ((ln_x4<X> *)dinp_x)[i] = ox;
+    }
+}
+
 /* The one-pass backward (the candidate: kernels/ops.h OPS_CANDIDATE_KERNELS,
  * waiting for a GPU's measurement against the three kernels above). The
  * dinp kernel's work per row, and in the same pass over dout and inp each
@@ -65,12 +94,10 @@ static __global__ void __launch_bounds__(LN1_THREADS)
         for (int k = 0; k < V4; k++) {
             const int i = lane + 32 * k;
             if (i < C4) {
-                const float4 xv = x[i], ww = w4[i];
                 const ln_x4<X> d = dy[i];
                 const float4 g = make_float4(ldx(d.v[0]), ldx(d.v[1]), ldx(d.v[2]), ldx(d.v[3]));
-                const float4 xh = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s,
-                                              (xv.w - m) * s);
-                const float4 dxh = make_float4(g.x * ww.x, g.y * ww.y, g.z * ww.z, g.w * ww.w);
+                float4 xh, dxh;
+                ln_row4<X>(xh, dxh, x[i], w4[i], d, m, s);
                 sum_dxhat += (dxh.x + dxh.y) + (dxh.z + dxh.w);
                 sum_dxhat_xhat += (dxh.x * xh.x + dxh.y * xh.y) + (dxh.z * xh.z + dxh.w * xh.w);
                 pw[k].x += g.x * xh.x, pw[k].y += g.y * xh.y, pw[k].z += g.z * xh.z,
@@ -83,24 +110,14 @@ static __global__ void __launch_bounds__(LN1_THREADS)
         /* the row again (from the cache: this warp just read it), so that
          * xhat and dxhat need no registers beside the partials */
         float4 *dx = (float4 *)(dinp + (size_t)row * C);
+        X *dxx = dinp_x ? dinp_x + (size_t)row * C : NULL;
 #pragma unroll
         for (int k = 0; k < V4; k++) {
             const int i = lane + 32 * k;
             if (i < C4) {
-                const float4 xv = x[i], ww = w4[i];
-                const ln_x4<X> d = dy[i];
-                float4 o = dx[i];
-                o.x += s * (ldx(d.v[0]) * ww.x - sum_dxhat - (xv.x - m) * s * sum_dxhat_xhat);
-                o.y += s * (ldx(d.v[1]) * ww.y - sum_dxhat - (xv.y - m) * s * sum_dxhat_xhat);
-                o.z += s * (ldx(d.v[2]) * ww.z - sum_dxhat - (xv.z - m) * s * sum_dxhat_xhat);
-                o.w += s * (ldx(d.v[3]) * ww.w - sum_dxhat - (xv.w - m) * s * sum_dxhat_xhat);
-                dx[i] = o;
-                if (dinp_x) {
-                    ln_x4<X> ox;
-                    ox.v[0] = stx<X>(o.x), ox.v[1] = stx<X>(o.y), ox.v[2] = stx<X>(o.z),
-                    ox.v[3] = stx<X>(o.w);
-                    ((ln_x4<X> *)(dinp_x + (size_t)row * C))[i] = ox;
-                }
+                float4 xh, dxh;
+                ln_row4<X>(xh, dxh, x[i], w4[i], dy[i], m, s);
+                ln_dinp4<X>(dx, dxx, i, xh, dxh, s, sum_dxhat, sum_dxhat_xhat);
             }
         }
     }
