@@ -16,6 +16,11 @@
 #include "cuda_common.cuh"
 
 #define LN1_THREADS (32 * LN1_WARPS)
+/* where a kernel declares a static shared array: nothing on a GPU; the
+ * emulator (tools/ln_emu) poisons the array at each block's start */
+#ifndef LN1_EMU_SHARED
+#define LN1_EMU_SHARED(a)
+#endif
 
 /* four X of a row, moved as one 8- or 16-byte access */
 template <typename X> struct __align__(4 * sizeof(X)) ln_x4 {
@@ -77,6 +82,7 @@ static __global__ void __launch_bounds__(LN1_THREADS)
                                       const float *rstd, int N, int C, int R)
 {
     __shared__ float4 red[LN1_WARPS * LN1_MAX_C4];
+    LN1_EMU_SHARED(red);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, C4 = C / 4;
     const float4 *w4 = (const float4 *)w;
     float4 pw[V4], pb[V4];
@@ -151,6 +157,7 @@ static __global__ void layernorm_backward_onepass_reduce_kernel(float *dw, float
                                                                 int C)
 {
     __shared__ float sums[LN1_RED_GROUPS][32];
+    LN1_EMU_SHARED(sums);
     const int c = blockIdx.x * 32 + threadIdx.x, g = threadIdx.y;
     const float *p = part + (size_t)blockIdx.y * nblk * C;
     float a = 0.0f;

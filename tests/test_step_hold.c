@@ -1,14 +1,12 @@
 /* tests/test_step_hold.c - worker/train/step_hold.c: VITJOB_TEST_HOLD's
  * entries parsed or refused by name, a hold due only at its step and only
  * while its file exists, the wait ending when the file goes or the stop
- * flag is set. */
+ * flag is set (both done from the wait's own tick: no clock involved). */
 #include <criterion/criterion.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "step_hold.h"
@@ -87,45 +85,40 @@ Test(step_hold, malformed_entries_are_refused_naming_the_variable_and_the_entry)
     }
 }
 
-static void count_tick(void *ctx) { ++*(int *)ctx; }
-
-static void *remove_later(void *p)
+/* the waiting loop's tick (step_hold_wait calls it at each poll): counts,
+ * and at the third call removes the hold's file or sets the stop flag, so
+ * that the wait ends by what the test does, not by a clock */
+typedef struct {
+    int ticks;
+    const char *remove;
+    volatile sig_atomic_t *stop;
+} tick_ctx;
+static void third_tick(void *p)
 {
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    unlink((const char *)p);
-    return NULL;
+    tick_ctx *t = p;
+    if (++t->ticks == 3) {
+        if (t->remove) unlink(t->remove);
+        if (t->stop) *t->stop = 15;
+    }
 }
 
-Test(step_hold, the_wait_ends_when_the_file_is_removed)
+Test(step_hold, the_wait_ends_when_the_file_is_removed_and_ticks_meanwhile)
 {
     char spec[300], err[256] = "";
     snprintf(spec, sizeof spec, "3:%s", path_a);
     step_hold *h = NULL;
     cr_assert_eq(step_hold_parse(&h, spec, err, sizeof err), VJ_OK, "%s", err);
     touch(path_a);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, remove_later, path_a), 0);
-    int ticks = 0;
-    step_hold_wait(h, 3, 0, NULL, count_tick, &ticks); /* only the removal ends it (the test's timeout otherwise) */
-    cr_assert_gt(ticks, 0, "the caller's tick ran while it waited");
-    cr_assert_eq(access(path_a, F_OK), -1, "the wait ended before the file went");
-    pthread_join(t, NULL);
+    tick_ctx t = {0, path_a, NULL};
+    step_hold_wait(h, 3, 0, NULL, third_tick, &t); /* only the removal ends it (the test's timeout otherwise) */
+    cr_assert_eq(t.ticks, 3, "the wait went on after the file was removed, or ended before (%d ticks)",
+                 t.ticks);
     step_hold_free(h);
 }
 
 static volatile sig_atomic_t stop_flag;
 
-static void *stop_later(void *p)
-{
-    (void)p;
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    stop_flag = 15;
-    return NULL;
-}
-
-Test(step_hold, the_wait_ends_when_the_stop_flag_is_set_with_the_file_still_there, .timeout = 30)
+Test(step_hold, the_wait_ends_when_the_stop_flag_is_set_with_the_file_still_there)
 {
     char spec[300], err[256] = "";
     snprintf(spec, sizeof spec, "7:%s", path_a);
@@ -133,11 +126,10 @@ Test(step_hold, the_wait_ends_when_the_stop_flag_is_set_with_the_file_still_ther
     cr_assert_eq(step_hold_parse(&h, spec, err, sizeof err), VJ_OK, "%s", err);
     touch(path_a);
     stop_flag = 0;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, stop_later, NULL), 0);
-    step_hold_wait(h, 7, 0, &stop_flag, NULL, NULL);
-    cr_assert_eq(stop_flag, 15, "the wait ended before the stop flag was set");
+    tick_ctx t = {0, NULL, &stop_flag};
+    step_hold_wait(h, 7, 0, &stop_flag, third_tick, &t);
+    cr_assert_eq(t.ticks, 3, "the wait ended before the stop flag was set, or went on (%d ticks)",
+                 t.ticks);
     cr_assert_eq(access(path_a, F_OK), 0);
-    pthread_join(t, NULL);
     step_hold_free(h);
 }

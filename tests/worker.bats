@@ -299,7 +299,7 @@ PY
   wait_for "event=test_hold rank=0 step=4 " "$TMP/log"
   # held before step 4: step 3 (queued behind it otherwise) is finished and logged, step 4 is not
   grep -q " step=3/6 " "$TMP/log"
-  ! grep -q " step=4/6 " "$TMP/log"
+  if grep -q " step=4/6 " "$TMP/log"; then echo "step 4 ran while held"; false; fi
   rm "$TMP/hold"
   wait $pid
   grep -q "event=test_released rank=0 step=4 .*why=file_removed" "$TMP/log"

@@ -114,9 +114,10 @@ def reference_run(c, name, work, world):
 # exists (removed once the job has shrunk: the 3-rank generation is still
 # there when the node dies, whatever the machine's speed) and before step
 # HOLD_2 while hold-2 exists (removed once the job has grown back: the
-# 2-rank generation is still training when the node returns). Checkpoints
-# every 50 steps: the shrunk generation resumes from step 50, the grown one
-# from the checkpoint the 2-rank generation writes as it stops to grow.
+# 2-rank generation is still training when the node returns, and the grown
+# one until the test has seen it running). Checkpoints every 50 steps: the
+# shrunk generation resumes from step 50, the grown one from the checkpoint
+# the 2-rank generation writes as it stops to grow.
 STEPS = 350
 HOLD_1, HOLD_2 = 100, 250
 
@@ -129,8 +130,11 @@ class Elastic(ClusterJobTest):
     @classmethod
     def cluster_args(cls, work):
         cls.holds = [os.path.join(work, "hold-1"), os.path.join(work, "hold-2")]
-        return dict(cls.CLUSTER, worker_env={"VITJOB_TEST_HOLD": "%d:%s,%d:%s" % (
-            HOLD_1, cls.holds[0], HOLD_2, cls.holds[1])})
+        # hold-2 also before the step after HOLD_2: the 2-rank generation,
+        # stopped to grow while it waits there, runs step HOLD_2 and stores
+        # it, so the grown one resumes past it
+        return dict(cls.CLUSTER, worker_env={"VITJOB_TEST_HOLD": "%d:%s,%d:%s,%d:%s" % (
+            HOLD_1, cls.holds[0], HOLD_2, cls.holds[1], HOLD_2 + 1, cls.holds[1])})
 
     def release(self, i):
         os.unlink(self.holds[i])

@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #define EMU_MAX_THREADS 1024
@@ -161,6 +162,20 @@ static inline float __fmul_rn(float a, float b)
     return r;
 }
 
+/* A kernel's static __shared__ arrays (a tool that defines __shared__ as
+ * `static` registers each with emu_shared where the kernel declares it):
+ * filled with all ones (NaN as float, bf16 and half) at the start of every
+ * block, as a GPU's shared memory holds whatever it held, so that a read
+ * of an element no thread of the block wrote shows. */
+static std::vector<std::pair<void *, size_t>> emu_shared_arrays;
+static inline void emu_shared(void *p, size_t n)
+{
+    for (const auto &a : emu_shared_arrays)
+        if (a.first == p) return;
+    emu_shared_arrays.push_back({p, n});
+    memset(p, 0xff, n); /* the first block that declares it: its first thread is here first */
+}
+
 static inline void emu_entry(void)
 {
     emu_body();
@@ -178,7 +193,9 @@ static __attribute__((noinline)) void emu_run_block(unsigned threads, size_t sta
     }
     emu_block_bar = emu_bar{0, (int)threads, 0};
     for (int w = 0; w < 32; w++) emu_warp_bar[w] = emu_bar{0, 32, 0};
-    /* shared memory keeps the last block's tiles, as on a GPU */
+    for (const auto &a : emu_shared_arrays) memset(a.first, 0xff, a.second);
+    /* a tool's own shared memory (flash_emu's fa_smem) keeps what the block
+     * before left in it: as undefined as a GPU's, but not poisoned again */
     for (unsigned i = 0; i < threads; i++) {
         emu_thread *t = &emu_threads[i];
         t->done = 0;
