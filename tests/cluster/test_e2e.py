@@ -107,18 +107,23 @@ class ClusterJobTest(unittest.TestCase):
     tests/cluster/test_recovery.py's)."""
     NODES = 2
     CLUSTER = {}  # more LocalCluster arguments
-
-    @classmethod
-    def cluster_args(cls, work):
-        """More LocalCluster arguments, given the class's work directory."""
-        return cls.CLUSTER
+    # (step, file name) pairs: every job waits before that 1-based step while
+    # the class's file of that name exists (VITJOB_TEST_HOLD, worker/train/
+    # step_hold.h, baked into the nodes' worker image), so that a test sees
+    # a job still running whatever the machine's speed; hold(name) makes the
+    # file, release(name) removes it
+    HOLDS = ()
 
     @classmethod
     def setUpClass(cls):
         cls.work = tempfile.mkdtemp(prefix="vitjob-%s-" % cls.__name__.lower())
         os.chmod(cls.work, 0o755)
+        args = dict(cls.CLUSTER)
+        if cls.HOLDS:
+            args["worker_env"] = {"VITJOB_TEST_HOLD": ",".join(
+                "%d:%s" % (step, cls.hold_path(name)) for step, name in cls.HOLDS)}
         cls.c = LocalCluster(cls.work, nodes=cls.NODES, s3=True, bin_dir=os.path.join(BUILD, "bin"),
-                             **cls.cluster_args(cls.work)).start()
+                             **args).start()
         c = cls.c
         c.kubectl("apply", "-f", os.path.join(ROOT, "manifests"))
         wait_for("a leading operator", cls.leader, 90, 0.5)
@@ -135,6 +140,17 @@ class ClusterJobTest(unittest.TestCase):
             print("kept", cls.work, file=sys.stderr)
         else:
             shutil.rmtree(cls.work, ignore_errors=True)
+
+    @classmethod
+    def hold_path(cls, name):
+        return os.path.join(cls.work, name)
+
+    def hold(self, name="hold"):
+        """Holds the jobs at name's steps (HOLDS) until release(name)."""
+        open(self.hold_path(name), "w").close()
+
+    def release(self, name="hold"):
+        os.unlink(self.hold_path(name))
 
     @classmethod
     def leader(cls):
@@ -218,22 +234,15 @@ class ClusterJobTest(unittest.TestCase):
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
 class EndToEnd(ClusterJobTest):
-    # A job waits before step HOLD while the class's hold file exists
-    # (VITJOB_TEST_HOLD, worker/train/step_hold.h, baked into the nodes'
-    # worker image): the killed job is still running when the test kills a
-    # rank, whatever the machine's speed. The other jobs end before it.
-    HOLD = 100
-
-    @classmethod
-    def cluster_args(cls, work):
-        cls.hold = os.path.join(work, "hold")
-        return dict(cls.CLUSTER, worker_env={"VITJOB_TEST_HOLD": "%d:%s" % (cls.HOLD, cls.hold)})
+    # The killed job waits before step 100 until the test has killed a rank
+    # (HOLDS). The other jobs end before it.
+    HOLDS = ((100, "hold"),)
 
     # ------------------------------------------------------------------ tests
 
     def test_a_worker_killed_with_sigkill_restarts_the_gang_spending_one_backoff_unit(self):
         c, name, steps = self.c, "e2e-kill", 150
-        open(self.hold, "w").close()
+        self.hold()
         self.apply(job_manifest(name, "e2e/kill", steps=steps))
         seen = set()
 
@@ -250,7 +259,7 @@ class EndToEnd(ClusterJobTest):
             self.assertNotIn("KUBECONFIG", json.dumps(op["spec"]), "the operator runs on in-cluster config")
         pid = wait_for("rank 1's process", lambda: worker_pid(name, 1), 30, 0.5)
         os.kill(pid, signal.SIGKILL)
-        os.unlink(self.hold)  # generation 1 trains on to the end
+        self.release()  # generation 1 trains on to the end
         st = wait_for("Succeeded", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
                       and status(c, name), 600, 1)
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))

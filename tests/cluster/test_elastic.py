@@ -109,10 +109,9 @@ def reference_run(c, name, work, world):
 
 
 # The job is held at steps the test chooses instead of racing its training
-# (VITJOB_TEST_HOLD, worker/train/step_hold.h, baked into the nodes' worker
-# image): every generation waits before step HOLD_1 while the file hold-1
-# exists (removed once the job has shrunk: the 3-rank generation is still
-# there when the node dies, whatever the machine's speed) and before step
+# (ClusterJobTest.HOLDS): every generation waits before step HOLD_1 while the
+# file hold-1 exists (removed once the job has shrunk: the 3-rank generation
+# is still there when the node dies, whatever the machine's speed) and before step
 # HOLD_2 while hold-2 exists (removed once the job has grown back: the
 # 2-rank generation is still training when the node returns, and the grown
 # one until the test has seen it running). Checkpoints every 50 steps: the
@@ -127,22 +126,15 @@ class Elastic(ClusterJobTest):
     NODES = 3
     CLUSTER = dict(lease_seconds=10, grace_seconds=40, node_cpu=2)  # upstream node-lifecycle defaults
 
-    @classmethod
-    def cluster_args(cls, work):
-        cls.holds = [os.path.join(work, "hold-1"), os.path.join(work, "hold-2")]
-        # hold-2 also before the step after HOLD_2: the 2-rank generation,
-        # stopped to grow while it waits there, runs step HOLD_2 and stores
-        # it, so the grown one resumes past it
-        return dict(cls.CLUSTER, worker_env={"VITJOB_TEST_HOLD": "%d:%s,%d:%s,%d:%s" % (
-            HOLD_1, cls.holds[0], HOLD_2, cls.holds[1], HOLD_2 + 1, cls.holds[1])})
-
-    def release(self, i):
-        os.unlink(self.holds[i])
+    # hold-2 also before the step after HOLD_2: the 2-rank generation,
+    # stopped to grow while it waits there, runs step HOLD_2 and stores it,
+    # so the grown one resumes past it
+    HOLDS = ((HOLD_1, "hold-1"), (HOLD_2, "hold-2"), (HOLD_2 + 1, "hold-2"))
 
     def test_a_lost_node_shrinks_the_gang_to_what_fits_and_its_return_grows_it_back(self):
         c, name = self.c, "el-job"
-        for h in self.holds:
-            open(h, "w").close()
+        self.hold("hold-1")
+        self.hold("hold-2")
         m = job_manifest(name, "elastic/job", steps=STEPS)
         m["spec"]["replicas"] = 3
         m["spec"]["training"].update(globalBatchSize=96, microBatchSize=16)  # whole micro-batches at 3 and 2
@@ -173,7 +165,7 @@ class Elastic(ClusterJobTest):
         self.assertIn("3 to 2", shrunk[0].get("message", ""), shrunk[0])
         self.assertGreaterEqual(st.get("disruptionRestarts", 0), 1, st)
         self.assertEqual(st.get("restarts", 0), st.get("disruptionRestarts", 0), "no backoffLimit spent: %s" % st)
-        self.release(0)
+        self.release("hold-1")
         st = wait_for("training at 2", lambda: status(c, name).get("phase") == "Running" and (
             status(c, name).get("progress") or {}).get("step", 0) > st.get("progress", {}).get("step", 0)
             and status(c, name), 300, 0.5)
@@ -197,7 +189,7 @@ class Elastic(ClusterJobTest):
                    if e.get("reason") == "Growing"]
         self.assertTrue(growing, "an event says the job grows")
         self.assertIn("node %s became Ready" % victim, growing[0].get("message", ""), growing[0])
-        self.release(1)
+        self.release("hold-2")
         st = wait_for("the end", lambda: status(c, name).get("phase") in ("Succeeded", "Failed")
                       and status(c, name), 900, 1)
         self.assertEqual(st["phase"], "Succeeded", json.dumps(st.get("conditions")))

@@ -29,8 +29,7 @@ from tests.cluster.test_e2e import ClusterJobTest, job_manifest, pods_of, status
 WHY_NOT = missing_prerequisites()
 K = "kueue.x-k8s.io/"
 # A running job waits before step HOLD while the class's hold file exists
-# (VITJOB_TEST_HOLD, worker/train/step_hold.h, baked into the nodes' worker
-# image), so that it is still running when the test needs it to be, whatever
+# (ClusterJobTest.HOLDS), so that it is still running when the test needs it to be, whatever
 # the machine's speed: the first job until the second is seen Queued, the
 # low-priority one until it has been preempted. The 30-step jobs end before it.
 HOLD = 60
@@ -64,10 +63,7 @@ class UnderKueue(ClusterJobTest):
     NODES = 2
     ref = None
 
-    @classmethod
-    def cluster_args(cls, work):
-        cls.hold = os.path.join(work, "hold")
-        return dict(cls.CLUSTER, worker_env={"VITJOB_TEST_HOLD": "%d:%s" % (HOLD, cls.hold)})
+    HOLDS = ((HOLD, "hold"),)
 
     @classmethod
     def setUpClass(cls):
@@ -92,7 +88,7 @@ class UnderKueue(ClusterJobTest):
     def test_two_jobs_in_a_queue_that_fits_one_the_second_waits_queued_and_starts_when_the_first_ends(self):
         c = self.c
         self.jobs = ["kq-first", "kq-second"]
-        open(self.hold, "w").close()
+        self.hold()
         self.apply(queued(job_manifest("kq-first", "kueue/first", steps=100), "low"))
         wait_for("the first admitted", lambda: status(c, "kq-first").get("phase") in ("Running", "Succeeded"),
                  180, 0.5)
@@ -118,7 +114,7 @@ class UnderKueue(ClusterJobTest):
             self.assertEqual(p["metadata"]["labels"].get(K + "pod-group-name"), "kq-second-r0")
         row = c.kubectl("get", "vj", "kq-second", "--no-headers").stdout.split()
         self.assertEqual(row[1], "Queued", row)
-        os.unlink(self.hold)  # the first job trains on to its end
+        self.release()  # the first job trains on to its end
         self.wait_end("kq-first")
         st = self.wait_end("kq-second")
         q = cond(st, "Queued")
@@ -128,7 +124,7 @@ class UnderKueue(ClusterJobTest):
     def test_a_high_priority_job_preempts_a_low_one_which_checkpoints_queues_again_and_ends_bit_for_bit(self):
         c = self.c
         self.jobs = ["kq-low", "kq-high"]
-        open(self.hold, "w").close()
+        self.hold()
         low = queued(job_manifest("kq-low", "kueue/low", steps=100), "low")
         self.apply(low)
         wait_for("the low job's first checkpoint", lambda: (status(c, "kq-low").get("progress") or {}).get(
@@ -140,7 +136,7 @@ class UnderKueue(ClusterJobTest):
         self.assertEqual(st.get("disruptionRestarts"), 1, "preemption spends no backoffLimit: %s" % st)
         self.assertIn("evicted by Kueue (WorkloadEvictedDueToPreempted)", cond(st, "Restarting").get("message", ""))
         wait_for("the low job Queued again", lambda: status(c, "kq-low").get("phase") == "Queued", 120, 0.5)
-        os.unlink(self.hold)  # readmitted, it trains on to its end
+        self.release()  # readmitted, it trains on to its end
         self.wait_end("kq-high")
         st = self.wait_end("kq-low")
         self.assertEqual((st.get("restarts"), st.get("disruptionRestarts")), (1, 1), st)

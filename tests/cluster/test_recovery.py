@@ -54,8 +54,7 @@ WHY_NOT = missing_prerequisites()
 STEPS = 150
 INTERVAL = 50
 # Every generation waits before step HOLD while the class's hold file exists
-# (VITJOB_TEST_HOLD, worker/train/step_hold.h, baked into the nodes' worker
-# image; setUp makes the file): generation 0 is still training when the
+# (ClusterJobTest.HOLDS; setUp makes the file): generation 0 is still training when the
 # test strikes after its first checkpoint, whatever the machine's speed, and
 # generation 1 trains on once the test has seen it running (or, in the
 # crash test, never: it must be stopped, not finish).
@@ -89,13 +88,10 @@ class Recovery(ClusterJobTest):
     CLUSTER = dict(lease_seconds=10, grace_seconds=40, node_cpu=2)  # upstream node-lifecycle defaults
     ref = None
 
-    @classmethod
-    def cluster_args(cls, work):
-        cls.hold = os.path.join(work, "hold")
-        return dict(cls.CLUSTER, worker_env={"VITJOB_TEST_HOLD": "%d:%s" % (HOLD, cls.hold)})
+    HOLDS = ((HOLD, "hold"),)
 
     def setUp(self):
-        open(self.hold, "w").close()
+        self.hold()
         for name, p in list(self.c.kubelets.items()):  # a node an earlier test killed comes back
             if p.poll() is not None:
                 self.c.start_node(int(name.split("-")[1]))
@@ -149,7 +145,7 @@ class Recovery(ClusterJobTest):
             self.t["detected"] = time.mktime(time.strptime(lp["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
         wait_for("generation 1 running", lambda: status(c, name).get("phase") == "Running", 240, 0.2)
         self.t["pods_running"] = time.time()
-        os.unlink(self.hold)  # generation 1 trains on to the end
+        self.release()  # generation 1 trains on to the end
         return st
 
     def finish(self, name, prefix, m, what):

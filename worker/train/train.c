@@ -1016,6 +1016,13 @@ static vj_err after_step(run *r, const step_out *o, log_window *lw, char *err, s
     return VJ_OK;
 }
 
+/* finish_step, then after_step: a queued step completed and reported. */
+static vj_err complete_step(run *r, step_out *o, log_window *lw, char *err, size_t errlen)
+{
+    vj_err rc = finish_step(r, o, err, errlen);
+    return rc != VJ_OK ? rc : after_step(r, o, lw, err, errlen);
+}
+
 vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err, size_t errlen)
 {
     const training_config *tc = &cfg->training;
@@ -1072,8 +1079,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         if (step_hold_due(r.hold, step + 1)) { /* test only: the step before is finished first */
             if (have_pend) {
                 have_pend = 0;
-                if ((rc = finish_step(&r, &pend, err, errlen)) != VJ_OK ||
-                    (rc = after_step(&r, &pend, &lw, err, errlen)) != VJ_OK)
+                if ((rc = complete_step(&r, &pend, &lw, err, errlen)) != VJ_OK)
                     return run_free(&r, rc, err, errlen);
             }
             step_hold_wait(r.hold, step + 1, r.rank, opt->stop_flag, hand_progress_of, &r);
@@ -1082,9 +1088,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
         if (have_pend) { /* queued behind it: the step before is done, or nearly */
             have_pend = 0;
             char why[1024];
-            vj_err rp = finish_step(&r, &pend, rc ? why : err, rc ? sizeof why : errlen);
-            if (rp == VJ_OK)
-                rp = after_step(&r, &pend, &lw, rc ? why : err, rc ? sizeof why : errlen);
+            vj_err rp = complete_step(&r, &pend, &lw, rc ? why : err, rc ? sizeof why : errlen);
             if (rp != VJ_OK && rc == VJ_OK) return run_free(&r, rp, err, errlen);
         }
         if (rc != VJ_OK) {
@@ -1100,8 +1104,7 @@ vj_err train_run(const vit_job_config *cfg, const train_options *opt, char *err,
             have_pend = 1;
             continue;
         }
-        if ((rc = finish_step(&r, &cur, err, errlen)) != VJ_OK ||
-            (rc = after_step(&r, &cur, &lw, err, errlen)) != VJ_OK)
+        if ((rc = complete_step(&r, &cur, &lw, err, errlen)) != VJ_OK)
             return run_free(&r, rc, err, errlen);
     }
     if (r.start_step < r.total && (rc = save_checkpoint(&r, r.total, 1, err, errlen)) != VJ_OK)
