@@ -234,6 +234,17 @@ script_suite() {
   grep -E '^PASS|tensors compared' "$log" | tail -1
 }
 
+# python3 once resolved: where it is a version manager's shim (pyenv's runs
+# bash scripts at every call: 0.41 s of CPU a call against 0.08 for the
+# interpreter, measured), the suites' many python3 calls (S3 clients, JSON
+# checks) go straight to the interpreter it resolves to here, through a link
+# first on PATH: the same Python and packages, without the shim (ckpt.bats
+# on S3: 85 -> 65 CPU s)
+real_py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+if [ -n "$real_py" ] && [ -x "$real_py" ] && [ "$(command -v python3)" != "$real_py" ]; then
+  mkdir -p "$WORK/bin" && ln -s "$real_py" "$WORK/bin/python3" && export PATH="$WORK/bin:$PATH"
+fi
+
 start=$(date +%s)
 suite_start=$start
 # protect_shadow_gap=0: the CUDA driver maps memory where ASan's shadow gap
