@@ -110,22 +110,25 @@ kill_and_resume() {
   kill_and_resume 2
 }
 
-# The first 30 GETs are cut after 20,000 bytes of their body: each read goes
-# on from where the cut left it (a Range from that offset, attempt 1 again),
-# far more times in a row than the 5 attempts a request may fail. Each cut
-# costs a backoff (0.24 s on average), so more cuts prove no more.
+# The first 30 GETs (cuts) are cut after 20,000 bytes of their body: each
+# read goes on from where the cut left it (a Range from that offset, attempt
+# 1 again), far more times in a row than the 5 attempts a request may fail.
+# Each cut costs a backoff (0.24 s on average), so more cuts prove no more.
 @test "S3: connections dropped mid-shard are survived, with the same training as without faults" {
   [ "$DATA_BACKEND" = s3 ] || skip "S3 only"
+  local cuts=30
   run_world 1 "$TMP/ref" "${ARGS[@]}" --set training.steps=14 --set training.exportPath="$TMP/ref.st"
   "$PY" tests/s3/fault_proxy.py --listen-port 0 --target "${S3_ENDPOINT#http://}" \
-    --ready-file "$TMP/proxy.port" --cut 30 --cut-bytes 20000 --only-method GET \
+    --ready-file "$TMP/proxy.port" --cut "$cuts" --cut-bytes 20000 --only-method GET \
     --stats-file "$TMP/proxy.stats" 3>&- &
   for _ in $(seq 1 100); do [ -s "$TMP/proxy.port" ] && break; sleep 0.1; done
   run_world 1 "$TMP/f" "${ARGS[@]}" --set training.steps=14 --set training.exportPath="$TMP/f.st" \
     --set data.endpoint="http://127.0.0.1:$(cat "$TMP/proxy.port")"
   cat "$TMP/proxy.stats"
-  grep -q "cuts=30" "$TMP/proxy.stats"
-  [ "$(grep -c "event=s3_retry .*offset=[1-9].* attempt=1 " "$TMP/f/rank-0.log")" -ge 25 ]
+  grep -q "cuts=$cuts" "$TMP/proxy.stats"
+  # all but a few: a cut GET whose body is shorter than 20,000 bytes is not
+  # cut short, so it makes no retry (28 of 30 retried, seen)
+  [ "$(grep -c "event=s3_retry .*offset=[1-9].* attempt=1 " "$TMP/f/rank-0.log")" -ge $((cuts - 5)) ]
   cmp <(grep '"loss"' "$TMP/ref/metrics.jsonl") <(grep '"loss"' "$TMP/f/metrics.jsonl")
   cmp "$TMP/ref.st" "$TMP/f.st"
 }

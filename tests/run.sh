@@ -136,13 +136,15 @@ cpu_now() {
   CPU_MS=$(( $(cpu_ms "$u") + $(cpu_ms "$s") ))
 }
 CPU_FILE=$WORK/cpu.main
+# suite_line NAME RESULT SECS CPU_SECS: a suite's line as note prints it
+suite_line() { printf '%-44s %-40s %5ds %5ds cpu\n' "$@"; }
 # note NAME RESULT: the suite's line, with the seconds since the last note
 # and the CPU seconds its processes used (next to the wall-clock seconds:
 # how many of the machine's cores the suite kept busy)
 note() {
   local now secs used=0; now=$(date +%s); secs=$((now - suite_start)); suite_start=$now
   if [ -s "$CPU_FILE" ]; then used=$(( $(cat "$CPU_FILE") / 1000 )); rm -f "$CPU_FILE"; fi
-  printf '%-44s %-40s %5ds %5ds cpu\n' "$1" "$2" "$secs" "$used"
+  suite_line "$1" "$2" "$secs" "$used"
   echo "$secs $1 ($used s cpu)" >> "$TIMES"
 }
 
@@ -290,7 +292,8 @@ asan_wait() {
 # the build failed, asan/build is the failure and the suite is not run)
 asan_suite() { asan_wait && "$@"; return 0; }
 # asan_build: the line of the sanitizer tree's build (queued once): its
-# seconds and CPU seconds beside the suites, or the failure and its log
+# seconds and CPU seconds beside the suites, or the failure and its log (or
+# one failure when the tree is missing and this run does not build it)
 asan_build() {
   if [ -z "${ASAN_MAKE:-}" ]; then
     [ -d "$ASAN/tests" ] && return 0
@@ -299,10 +302,10 @@ asan_build() {
   asan_wait
   local rc secs cpu; read -r rc secs cpu < "$ASAN_RC"
   if [ "$rc" = 0 ]; then
-    printf '%-44s %-40s %5ds %5ds cpu\n' asan/build "built beside the suites (nice 10)" "$secs" "$cpu"
+    suite_line asan/build "built beside the suites (nice 10)" "$secs" "$cpu"
   else
     failed=$((failed + 1)); failures+=(asan/build)
-    printf '%-44s %-40s %5ds %5ds cpu\n' asan/build "the build failed (exit $rc)" "$secs" "$cpu"
+    suite_line asan/build "the build failed (exit $rc)" "$secs" "$cpu"
     tail -30 "$WORK/asan-build.log"
   fi
 }
@@ -403,8 +406,8 @@ take_queued() {
 queue_suites() {
   enqueue bats_suite learning/learning.bats tests/learning.bats BUILD="$BUILD"
   enqueue bats_suite learning/finetune.bats tests/finetune.bats BUILD="$BUILD"
+  enqueue asan_build
   if asan_expected; then
-    enqueue asan_build
     enqueue asan_suite bats_suite asan/cli/worker.bats tests/worker.bats BUILD="$BUILD" WORKER="$ASAN/bin/vitjob-worker"
   fi
   enqueue bats_suite reference/transform.bats tests/transform.bats BUILD="$BUILD"
@@ -453,8 +456,6 @@ queue_suites() {
     # the normal build's, above)
     enqueue asan_suite script_suite asan/reference/pytorch "$PY" -m tests.ref.check_against_torch \
       --bin "$ASAN/bin/vit_refcheck" --workdir "$WORK/ref-asan" --ema-tol 1e-4 --quiet
-  else
-    enqueue asan_build
   fi
 }
 

@@ -111,12 +111,12 @@ def reference_run(c, name, work, world):
 # The job is held at steps the test chooses instead of racing its training
 # (ClusterJobTest.HOLDS): every generation waits before step HOLD_1 while the
 # file hold-1 exists (removed once the job has shrunk: the 3-rank generation
-# is still there when the node dies, whatever the machine's speed) and before step
-# HOLD_2 while hold-2 exists (removed once the job has grown back: the
-# 2-rank generation is still training when the node returns, and the grown
-# one until the test has seen it running). Checkpoints every 50 steps: the
-# shrunk generation resumes from step 50, the grown one from the checkpoint
-# the 2-rank generation writes as it stops to grow.
+# is still there when the node dies, whatever the machine's speed) and
+# before step HOLD_2 while hold-2 exists (removed once the job has grown
+# back: the 2-rank generation is still training when the node returns, and
+# the grown one until the test has seen it running). Checkpoints every 50
+# steps: the shrunk generation resumes from step 50, the grown one from the
+# checkpoint the 2-rank generation writes as it stops to grow.
 STEPS = 350
 HOLD_1, HOLD_2 = 100, 250
 

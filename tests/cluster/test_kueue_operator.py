@@ -29,9 +29,10 @@ from tests.cluster.test_e2e import ClusterJobTest, job_manifest, pods_of, status
 WHY_NOT = missing_prerequisites()
 K = "kueue.x-k8s.io/"
 # A running job waits before step HOLD while the class's hold file exists
-# (ClusterJobTest.HOLDS), so that it is still running when the test needs it to be, whatever
-# the machine's speed: the first job until the second is seen Queued, the
-# low-priority one until it has been preempted. The 30-step jobs end before it.
+# (ClusterJobTest.HOLDS), so that it is still running when the test needs it
+# to be, whatever the machine's speed: the first job until the second is seen
+# Queued, the low-priority one until it has been preempted. The 30-step jobs
+# end before it.
 HOLD = 60
 QUEUE_OBJECTS = [
     {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}},
